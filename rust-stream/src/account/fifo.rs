@@ -1,0 +1,179 @@
+//! FIFO bookkeeping: message groups held while in flight, the ready-group index, and the
+//! 5-minute windows that deduplicate sends and receive attempts.
+//!
+//! A group is *ready* when none of its messages is in flight and its first message is visible.
+//! Ready groups sit in one ordered index keyed by the sequence number of their first message, so a
+//! receive takes the oldest ready group in O(log groups) without looking at the others; a group
+//! whose head is held or delayed is simply not in the index.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::queue::Key;
+
+/// The messages of one group, in storage order, and how many of them are in flight.
+#[derive(Debug, Default)]
+pub(super) struct Group {
+    /// Every stored message of the group (visible, delayed or in flight), by sequence.
+    pub(super) keys: BTreeSet<Key>,
+    /// While non-zero, no receive gets this group.
+    pub(super) in_flight: usize,
+    /// The head under which the group sits in the ready index, if it does.
+    ready_at: Option<Key>,
+}
+
+/// The FIFO state of a queue.
+#[derive(Debug, Default)]
+pub(super) struct Fifo {
+    pub(super) groups: HashMap<Arc<str>, Group>,
+    /// Ready groups by the sequence of their first message: the oldest is served first.
+    ready: BTreeSet<(Key, Arc<str>)>,
+    /// Deduplication ids (or body digests) seen in the last 5 minutes, with the original's
+    /// message id and sequence.
+    pub(super) dedup: Window<DedupKey, (String, Key)>,
+}
+
+/// What a FIFO queue deduplicates on: the id, scoped to the group when the queue says so.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct DedupKey {
+    pub(super) group: Option<Arc<str>>,
+    pub(super) id: String,
+}
+
+impl Fifo {
+    /// The interned name of a group, creating the group if it is new.
+    pub(super) fn group_name(&mut self, name: &str) -> Arc<str> {
+        match self.groups.get_key_value(name) {
+            Some((interned, _)) => interned.clone(),
+            None => {
+                let interned: Arc<str> = Arc::from(name);
+                self.groups.insert(interned.clone(), Group::default());
+                interned
+            }
+        }
+    }
+
+    /// The oldest ready group.
+    pub(super) fn first_ready(&self) -> Option<Arc<str>> {
+        self.ready.first().map(|(_, name)| name.clone())
+    }
+
+    /// Re-files a group in the ready index after any change to it; drops it when empty.
+    /// `head_visible` says whether a message (by key) is visible now.
+    pub(super) fn refresh(&mut self, name: &Arc<str>, head_visible: impl Fn(Key) -> bool) {
+        let Some(group) = self.groups.get_mut(name) else {
+            return;
+        };
+        let want = match group.keys.first() {
+            Some(&head) if group.in_flight == 0 && head_visible(head) => Some(head),
+            _ => None,
+        };
+        if group.ready_at != want {
+            if let Some(old) = group.ready_at {
+                self.ready.remove(&(old, name.clone()));
+            }
+            if let Some(head) = want {
+                self.ready.insert((head, name.clone()));
+            }
+            group.ready_at = want;
+        }
+        if group.keys.is_empty() {
+            self.groups.remove(name);
+        }
+    }
+
+    /// Forgets every message (purge); deduplication ids stay remembered.
+    pub(super) fn clear_messages(&mut self) {
+        self.groups.clear();
+        self.ready.clear();
+    }
+}
+
+/// A map whose entries expire a fixed time after insertion, pruned in insertion order so that
+/// each entry costs O(1) amortised to forget.
+#[derive(Debug)]
+pub(super) struct Window<K, V> {
+    entries: HashMap<K, (V, Instant)>,
+    expiries: VecDeque<(Instant, K)>,
+}
+
+impl<K, V> Default for Window<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            expiries: VecDeque::new(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash, V> Window<K, V> {
+    /// The live entry for `key`.
+    pub(super) fn get(&mut self, key: &K, now: Instant) -> Option<&V> {
+        self.prune(now);
+        self.entries.get(key).map(|(value, _)| value)
+    }
+
+    /// Remembers `key` until `expires`; `expires` must not be earlier than any earlier insert's.
+    pub(super) fn insert(&mut self, key: K, value: V, expires: Instant) {
+        self.expiries.push_back((expires, key.clone()));
+        self.entries.insert(key, (value, expires));
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while let Some((expires, _)) = self.expiries.front() {
+            if *expires > now {
+                break;
+            }
+            let (expires, key) = self.expiries.pop_front().expect("front exists");
+            // A key re-inserted later has a later expiry and must survive this one.
+            if self.entries.get(&key).is_some_and(|(_, at)| *at == expires) {
+                self.entries.remove(&key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_window_forgets_entries_when_they_expire_but_keeps_a_later_reinsert() {
+        let start = Instant::now();
+        let mut window = Window::default();
+        window.insert("a", 1, start + Duration::from_secs(10));
+        window.insert("b", 2, start + Duration::from_secs(12));
+        assert_eq!(window.get(&"a", start + Duration::from_secs(9)), Some(&1));
+        assert_eq!(window.get(&"a", start + Duration::from_secs(10)), None);
+        assert_eq!(window.get(&"b", start + Duration::from_secs(10)), Some(&2));
+        window.insert("b", 3, start + Duration::from_secs(20));
+        assert_eq!(window.get(&"b", start + Duration::from_secs(15)), Some(&3));
+        assert_eq!(window.get(&"b", start + Duration::from_secs(20)), None);
+    }
+
+    #[test]
+    fn a_group_is_ready_only_when_nothing_is_in_flight_and_its_head_is_visible() {
+        let mut fifo = Fifo::default();
+        let name = fifo.group_name("g");
+        fifo.groups.get_mut(&name).unwrap().keys.extend([3, 5]);
+        fifo.refresh(&name, |_| true);
+        assert_eq!(fifo.first_ready().as_deref(), Some("g"));
+        fifo.groups.get_mut(&name).unwrap().in_flight = 1;
+        fifo.refresh(&name, |_| true);
+        assert_eq!(fifo.first_ready(), None);
+        fifo.groups.get_mut(&name).unwrap().in_flight = 0;
+        fifo.refresh(&name, |key| key != 3);
+        assert_eq!(
+            fifo.first_ready(),
+            None,
+            "a delayed head keeps the group back"
+        );
+        fifo.groups.get_mut(&name).unwrap().keys.clear();
+        fifo.refresh(&name, |_| true);
+        assert!(fifo.groups.is_empty());
+    }
+}

@@ -1,0 +1,680 @@
+//! The in-process SQS account: Amazon SQS semantics without a network.
+//!
+//! An [`Account`] holds named queues and answers the SQS operations a client uses, named and
+//! shaped like SQS's own (`create_queue`, `send_message_batch`, `receive_message`,
+//! `change_message_visibility_batch`, ...). It runs on tokio's clock, so a test on a paused runtime
+//! can advance five minutes of visibility timeouts, delays and deduplication windows at once.
+//!
+//! ```
+//! use rust_stream::account::Account;
+//! use rust_stream::engine::transport::{ReceiveMessage, SendMessage};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), rust_stream::engine::transport::TransportError> {
+//! let account = Account::new();
+//! let url = account.create_fifo_queue("ledger.fifo").await?;
+//! account.send_message(&url, SendMessage::new("opened").group_id("acct-9").dedup_id("acct-9-open")).await?;
+//! account.send_message(&url, SendMessage::new("deposited 100").group_id("acct-9").dedup_id("acct-9-dep-1")).await?;
+//!
+//! let received = account.receive_message(&url, ReceiveMessage::new(10)).await?;
+//! let bodies: Vec<_> = received.iter().map(|m| m.body.as_str()).collect();
+//! assert_eq!(bodies, ["opened", "deposited 100"]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What it models
+//!
+//! - Standard and FIFO queues, their attributes and every limit of the SQS rules, with SQS's error
+//!   kinds ([`ErrorKind`](crate::sqs::rules::ErrorKind)) and messages that say what to fix.
+//! - Visibility timeouts, receipt handles (a new one per receive; a superseded one deletes nothing),
+//!   receive counts, queue and message delays, retention, purge (once a minute), long polling that
+//!   returns as soon as a message becomes available, and `ApproximateNumberOf*` counts.
+//! - Redrive: a receive that would pass a message's `maxReceiveCount` moves it to the dead-letter
+//!   queue instead (which must be of the same type), keeping its id; its FIFO group continues.
+//! - FIFO: storage order and sequence numbers, groups held while any of their messages is in
+//!   flight, released messages served first once the group is free, deduplication for 5 minutes
+//!   by id or body SHA-256 (per queue or per group), `ReceiveRequestAttemptId`.
+//!
+//! # What it does not model
+//!
+//! Throttling and the per-queue API rate limits, IAM and queue policies (stored, not enforced),
+//! encryption, tags, `RedriveAllowPolicy` and message move tasks, the eventual consistency of the
+//! `Approximate*` counts (here they are exact), and the sampling of standard queues (here a
+//! receive returns the oldest visible messages, and never duplicates a message by itself).
+
+mod fifo;
+mod queue;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+pub use queue::QueueCounts;
+use queue::{Config, Now, Queue, Take};
+
+use crate::engine::transport::{
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
+    ReceivedMessage, SendBatchEntry, SendMessage, SentMessage, TransportError,
+};
+use crate::sqs::rules::{self, fail, ErrorKind};
+
+/// The region the account's ARNs and URLs name.
+const REGION: &str = "us-east-1";
+/// The account id the account's ARNs and URLs name, as local SQS stand-ins use.
+const ACCOUNT_ID: &str = "000000000000";
+
+/// An in-process SQS account: a set of named queues with SQS's semantics.
+///
+/// Cloning is cheap and shares the queues, so a test and the service under test can hold the
+/// same account.
+#[derive(Clone, Default)]
+pub struct Account {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        let mut names: Vec<_> = state.queues.keys().collect();
+        names.sort();
+        f.debug_struct("Account").field("queues", &names).finish()
+    }
+}
+
+struct Inner {
+    state: Mutex<State>,
+    /// Maps tokio's clock to wall-clock time, so timestamps advance with a paused clock.
+    epoch_ms_at_start: u64,
+    started: Instant,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        let epoch_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+        Self {
+            state: Mutex::default(),
+            epoch_ms_at_start: epoch_ms,
+            started: Instant::now(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<String, Queue>,
+    /// When each recently deleted queue name was deleted.
+    deleted: HashMap<String, Instant>,
+    next_incarnation: u64,
+}
+
+impl State {
+    fn queue(&mut self, url: &str) -> Result<&mut Queue, TransportError> {
+        let name = url.rsplit('/').next().unwrap_or_default();
+        match self.queues.get_mut(name) {
+            Some(queue) if queue.url == url => Ok(queue),
+            _ => fail(
+                ErrorKind::QueueDoesNotExist,
+                format!("no queue has URL `{url}`; create it first or check the name"),
+            ),
+        }
+    }
+
+    /// The queue at `url`, brought up to `now`.
+    fn queue_at(&mut self, url: &str, now: Instant) -> Result<&mut Queue, TransportError> {
+        let queue = self.queue(url)?;
+        queue.advance(now);
+        Ok(queue)
+    }
+
+    /// Checks a redrive policy against the account: the target exists and is of the same type.
+    fn check_redrive(&self, config: &Config, queue_name: &str) -> Result<(), TransportError> {
+        let Some(policy) = &config.redrive else {
+            return Ok(());
+        };
+        let target = policy.target_name();
+        match self.queues.get(target) {
+            None => fail(
+                ErrorKind::InvalidParameterValue,
+                format!("RedrivePolicy of `{queue_name}` names dead-letter queue `{target}`, which does not exist; create it first"),
+            ),
+            Some(dlq) if dlq.config.fifo != config.fifo => fail(
+                ErrorKind::InvalidParameterValue,
+                format!(
+                    "RedrivePolicy of `{queue_name}` names `{target}`, but the dead-letter queue of a {} queue must be {} too",
+                    if config.fifo { "FIFO" } else { "standard" },
+                    if config.fifo { "FIFO" } else { "standard" },
+                ),
+            ),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+impl Account {
+    /// A new, empty account.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere while holding the lock leaves consistent state: every operation
+        // validates before it mutates.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Now {
+        let instant = Instant::now();
+        let since = instant
+            .saturating_duration_since(self.inner.started)
+            .as_millis() as u64;
+        Now {
+            instant,
+            epoch_ms: self.inner.epoch_ms_at_start + since,
+        }
+    }
+
+    /// The URL a queue of this name has in this account.
+    pub fn queue_url_for(&self, name: &str) -> String {
+        format!("http://sqs.{REGION}.in-process/{ACCOUNT_ID}/{name}")
+    }
+
+    /// The ARN a queue of this name has in this account (for `RedrivePolicy`).
+    pub fn queue_arn_for(&self, name: &str) -> String {
+        format!("arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}")
+    }
+
+    /// `CreateQueue`: creates a queue, or returns the URL of an identical one.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidParameterValue` for a bad name (or a `.fifo` name without `FifoQueue=true`, and the
+    /// reverse), `InvalidAttributeName`/`InvalidAttributeValue` for bad attributes,
+    /// `QueueNameExists` when the name exists with other attributes, `QueueDeletedRecently` within
+    /// 60 s of deleting the name.
+    pub async fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> Result<String, TransportError> {
+        rules::check_queue_name(name)?;
+        let fifo = attributes.get("FifoQueue").is_some_and(|v| v == "true");
+        if rules::is_fifo_name(name) != fifo {
+            return fail(
+                ErrorKind::InvalidParameterValue,
+                if fifo {
+                    format!("queue `{name}` has FifoQueue=true, but a FIFO queue's name must end in `.fifo`")
+                } else {
+                    format!("queue `{name}` ends in `.fifo`: set the attribute FifoQueue=true, or drop the suffix")
+                },
+            );
+        }
+        let mut config = Config::new(fifo);
+        for (attribute, value) in &attributes {
+            config.apply(attribute, rules::parse_queue_attribute(attribute, value)?)?;
+        }
+        config.check()?;
+        let now = self.now();
+        let mut state = self.state();
+        if let Some(existing) = state.queues.get(name) {
+            let current = existing.config.attributes();
+            let wanted = config.attributes();
+            return match attributes.keys().find(|attribute| current.get(*attribute) != wanted.get(*attribute)) {
+                Some(differs) => fail(
+                    ErrorKind::QueueNameExists,
+                    format!("queue `{name}` exists with another {differs}; use the existing attributes or another name"),
+                ),
+                None => Ok(existing.url.clone()),
+            };
+        }
+        if let Some(deleted) = state.deleted.get(name) {
+            if now.instant < *deleted + rules::QUEUE_DELETED_RECENTLY {
+                return fail(
+                    ErrorKind::QueueDeletedRecently,
+                    format!("queue `{name}` was deleted less than 60 s ago; wait before creating it again"),
+                );
+            }
+        }
+        state.check_redrive(&config, name)?;
+        state.next_incarnation += 1;
+        let incarnation = state.next_incarnation;
+        let url = self.queue_url_for(name);
+        let queue = Queue::new(
+            name.to_owned(),
+            url.clone(),
+            self.queue_arn_for(name),
+            incarnation,
+            config,
+            now,
+        );
+        state.deleted.remove(name);
+        state.queues.insert(name.to_owned(), queue);
+        tracing::debug!(messaging.destination.name = name, fifo, "queue created");
+        Ok(url)
+    }
+
+    /// Creates a standard queue with default attributes.
+    ///
+    /// # Errors
+    ///
+    /// As [`create_queue`](Self::create_queue).
+    pub async fn create_standard_queue(&self, name: &str) -> Result<String, TransportError> {
+        self.create_queue(name, QueueAttributes::new()).await
+    }
+
+    /// Creates a FIFO queue (`FifoQueue=true`) with default attributes.
+    ///
+    /// # Errors
+    ///
+    /// As [`create_queue`](Self::create_queue).
+    pub async fn create_fifo_queue(&self, name: &str) -> Result<String, TransportError> {
+        let attributes = QueueAttributes::from([("FifoQueue".to_owned(), "true".to_owned())]);
+        self.create_queue(name, attributes).await
+    }
+
+    /// `GetQueueUrl`.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`.
+    pub async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        match self.state().queues.get(name) {
+            Some(queue) => Ok(queue.url.clone()),
+            None => fail(
+                ErrorKind::QueueDoesNotExist,
+                format!("queue `{name}` does not exist; create it first"),
+            ),
+        }
+    }
+
+    /// `ListQueues`: the URLs of the queues whose names start with `prefix`, sorted.
+    pub async fn list_queues(&self, prefix: &str) -> Vec<String> {
+        let state = self.state();
+        let mut urls: Vec<String> = state
+            .queues
+            .values()
+            .filter(|q| q.name.starts_with(prefix))
+            .map(|q| q.url.clone())
+            .collect();
+        urls.sort();
+        urls
+    }
+
+    /// `GetQueueAttributes`: `names` may hold `All`.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`, `InvalidAttributeName` for an unknown name.
+    pub async fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+        names: &[&str],
+    ) -> Result<QueueAttributes, TransportError> {
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        let mut all = queue.config.attributes();
+        let counts = queue.counts();
+        for (name, value) in [
+            ("QueueArn", queue.arn.clone()),
+            ("ApproximateNumberOfMessages", counts.visible.to_string()),
+            (
+                "ApproximateNumberOfMessagesNotVisible",
+                counts.in_flight.to_string(),
+            ),
+            (
+                "ApproximateNumberOfMessagesDelayed",
+                counts.delayed.to_string(),
+            ),
+            ("CreatedTimestamp", queue.created_epoch_s.to_string()),
+            (
+                "LastModifiedTimestamp",
+                queue.last_modified_epoch_s.to_string(),
+            ),
+        ] {
+            all.insert(name.to_owned(), value);
+        }
+        if names.contains(&"All") {
+            return Ok(all);
+        }
+        let mut out = QueueAttributes::new();
+        for name in names {
+            match all.get(*name) {
+                Some(value) => {
+                    out.insert((*name).to_owned(), value.clone());
+                }
+                // Attributes the queue could have but does not (no RedrivePolicy yet) are omitted.
+                None if rules::parse_queue_attribute(name, "")
+                    .is_err_and(|e| e.kind() == Some(ErrorKind::InvalidAttributeName)) =>
+                {
+                    return fail(
+                        ErrorKind::InvalidAttributeName,
+                        format!("unknown queue attribute `{name}`"),
+                    );
+                }
+                None => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// The queue's message counts by state (`ApproximateNumberOf*`, exact here).
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`.
+    pub async fn counts(&self, queue_url: &str) -> Result<QueueCounts, TransportError> {
+        let now = self.now();
+        Ok(self.state().queue_at(queue_url, now.instant)?.counts())
+    }
+
+    /// `SetQueueAttributes`: all or nothing.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`; `InvalidAttributeName`/`InvalidAttributeValue`; `InvalidParameterValue`
+    /// for a redrive policy whose target is missing or of the other type.
+    pub async fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: QueueAttributes,
+    ) -> Result<(), TransportError> {
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        let mut config = queue.config.clone();
+        for (attribute, value) in &attributes {
+            if attribute == "FifoQueue" {
+                return fail(
+                    ErrorKind::InvalidAttributeName,
+                    "FifoQueue is fixed when a queue is created; it cannot be set",
+                );
+            }
+            config.apply(attribute, rules::parse_queue_attribute(attribute, value)?)?;
+        }
+        config.check()?;
+        let name = queue.name.clone();
+        state.check_redrive(&config, &name)?;
+        let queue = state.queue(queue_url)?;
+        queue.config = config;
+        queue.last_modified_epoch_s = now.epoch_ms / 1000;
+        queue.notify.notify_waiters();
+        Ok(())
+    }
+
+    /// `SendMessage`.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`; `MissingParameter` (empty body, FIFO without group id);
+    /// `InvalidMessageContents`; `InvalidParameterValue` (size, ids, delay, attributes, a FIFO
+    /// message without deduplication id on a queue without content-based deduplication).
+    pub async fn send_message(
+        &self,
+        queue_url: &str,
+        message: SendMessage,
+    ) -> Result<SentMessage, TransportError> {
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        let sent = queue.send(message, now)?;
+        queue.notify.notify_waiters();
+        Ok(sent)
+    }
+
+    /// `SendMessageBatch`: entries are stored in request order; each succeeds or fails alone.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`; `EmptyBatchRequest`, `TooManyEntriesInBatchRequest`,
+    /// `InvalidBatchEntryId`, `BatchEntryIdsNotDistinct`, `BatchRequestTooLong` for the whole batch.
+    pub async fn send_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> Result<BatchResult<SentMessage>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
+        let total: usize = entries
+            .iter()
+            .map(|e| {
+                e.message.body.len()
+                    + rules::check_message_attributes(&e.message.message_attributes)
+                        .unwrap_or_default()
+            })
+            .sum();
+        if total > rules::MAX_MESSAGE_SIZE {
+            return fail(
+                ErrorKind::BatchRequestTooLong,
+                format!("the batch's messages add up to {total} bytes; SQS takes at most 1048576 per batch: split it"),
+            );
+        }
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        let mut result = BatchResult::default();
+        for entry in entries {
+            match queue.send(entry.message, now) {
+                Ok(sent) => result.successful.push((entry.id, sent)),
+                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
+            }
+        }
+        queue.notify.notify_waiters();
+        Ok(result)
+    }
+
+    /// `ReceiveMessage`: long-polls up to the wait time and returns as soon as any message is
+    /// available, or empty at the wait's end.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist` (also when the queue is deleted during the wait);
+    /// `InvalidParameterValue` for out-of-range parameters; `InvalidAttributeName`.
+    pub async fn receive_message(
+        &self,
+        queue_url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        let (max, wait, visibility) = rules::check_receive(
+            request.max_number_of_messages,
+            request.wait_time_seconds,
+            request.visibility_timeout,
+            request.receive_request_attempt_id.as_deref(),
+        )?;
+        rules::check_system_attribute_names(&request.system_attribute_names)?;
+        let mut deadline = None;
+        loop {
+            let notify = self.state().queue(queue_url)?.notify.clone();
+            // Registered before looking, so a send between the look and the wait still wakes us.
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = self.now();
+            let (received, next_timer) = {
+                let mut state = self.state();
+                let queue = state.queue_at(queue_url, now.instant)?;
+                let deadline = *deadline.get_or_insert_with(|| {
+                    now.instant
+                        + Duration::from_secs(wait.unwrap_or(queue.config.wait_time_seconds).into())
+                });
+                let redrive = queue.config.redrive.clone();
+                let fifo = queue.config.fifo;
+                let usable_dlq = redrive.as_ref().filter(|policy| {
+                    state
+                        .queues
+                        .get(policy.target_name())
+                        .is_some_and(|dlq| dlq.config.fifo == fifo)
+                });
+                let take = Take {
+                    max,
+                    visibility: 0,
+                    redrive_at: usable_dlq.map(|policy| policy.max_receive_count),
+                    request: &request,
+                };
+                let queue = state.queue(queue_url)?;
+                let take = Take {
+                    visibility: visibility.unwrap_or(queue.config.visibility_timeout),
+                    ..take
+                };
+                let (received, dead) = queue.receive(&take, now);
+                let source_arn = queue.arn.clone();
+                let next_timer = queue.next_timer();
+                if let (false, Some(policy)) = (dead.is_empty(), usable_dlq) {
+                    let dlq = state
+                        .queues
+                        .get_mut(policy.target_name())
+                        .expect("checked above");
+                    for message in dead {
+                        tracing::warn!(
+                            messaging.message.id = %message.message_id,
+                            messaging.destination.name = %dlq.name,
+                            max_receive_count = policy.max_receive_count,
+                            "message moved to its dead-letter queue"
+                        );
+                        dlq.accept_dead_letter(message, &source_arn, now.instant);
+                    }
+                    dlq.notify.notify_waiters();
+                }
+                if !received.is_empty() || now.instant >= deadline {
+                    return Ok(received);
+                }
+                (received, next_timer.map_or(deadline, |t| t.min(deadline)))
+            };
+            debug_assert!(received.is_empty());
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(next_timer) => {}
+            }
+        }
+    }
+
+    /// `DeleteMessage`. Deleting a deleted message succeeds, so retries are safe.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`; `ReceiptHandleIsInvalid` for a handle this queue did not issue.
+    pub async fn delete_message(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+    ) -> Result<(), TransportError> {
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        queue.delete(receipt_handle)?;
+        // Deleting a FIFO group's last in-flight message frees the group for waiting receivers.
+        queue.notify.notify_waiters();
+        Ok(())
+    }
+
+    /// `DeleteMessageBatch`.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist` and the batch-level errors; per-entry errors are in the result.
+    pub async fn delete_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        let mut result = BatchResult::default();
+        for entry in entries {
+            match queue.delete(&entry.receipt_handle) {
+                Ok(()) => result.successful.push((entry.id, ())),
+                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
+            }
+        }
+        queue.notify.notify_waiters();
+        Ok(result)
+    }
+
+    /// `ChangeMessageVisibility`: 0 releases the message at once.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`; `ReceiptHandleIsInvalid`; `MessageNotInflight`;
+    /// `InvalidParameterValue` past the 12-hour cap or outside 0..=43200.
+    pub async fn change_message_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        visibility_timeout: i32,
+    ) -> Result<(), TransportError> {
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        queue.change_visibility(receipt_handle, visibility_timeout, now.instant)?;
+        queue.notify.notify_waiters();
+        Ok(())
+    }
+
+    /// `ChangeMessageVisibilityBatch`.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist` and the batch-level errors; per-entry errors are in the result.
+    pub async fn change_message_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        let mut result = BatchResult::default();
+        for entry in entries {
+            match queue.change_visibility(
+                &entry.receipt_handle,
+                entry.visibility_timeout,
+                now.instant,
+            ) {
+                Ok(()) => result.successful.push((entry.id, ())),
+                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
+            }
+        }
+        queue.notify.notify_waiters();
+        Ok(result)
+    }
+
+    /// `PurgeQueue`: deletes every message, in flight or not; once every 60 s.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`; `PurgeQueueInProgress`.
+    pub async fn purge_queue(&self, queue_url: &str) -> Result<(), TransportError> {
+        let now = self.now();
+        let mut state = self.state();
+        let queue = state.queue_at(queue_url, now.instant)?;
+        queue.purge(now.instant)?;
+        queue.notify.notify_waiters();
+        Ok(())
+    }
+
+    /// `DeleteQueue`: the queue and its messages are gone; its name is reusable after 60 s.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`.
+    pub async fn delete_queue(&self, queue_url: &str) -> Result<(), TransportError> {
+        let now = self.now();
+        let mut state = self.state();
+        let name = state.queue(queue_url)?.name.clone();
+        let queue = state.queues.remove(&name).expect("found above");
+        state.deleted.insert(name, now.instant);
+        // Long polls on the queue wake and report it gone.
+        queue.notify.notify_waiters();
+        Ok(())
+    }
+}

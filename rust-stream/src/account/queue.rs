@@ -1,0 +1,922 @@
+//! One queue of the account: its messages, their visibility, receive counts, delays, retention,
+//! and what a receive hands out.
+//!
+//! Each message is in one of three states (delayed, visible, in flight). Every timed state sits
+//! in one `timers` index ordered by the instant it ends, so time passing costs O(log n) per message
+//! whose timer ends, and nothing scans the queue. Visible messages of a standard queue sit in an
+//! ordered set by storage order; those of a FIFO queue are found through its ready groups
+//! ([`Fifo`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::fifo::{DedupKey, Fifo, Window};
+use crate::engine::transport::{
+    MessageAttributes, ReceiveMessage, ReceivedMessage, SendMessage, SentMessage, TransportError,
+};
+use crate::sqs::rules::{self, fail, DedupScope, ErrorKind, QueueAttribute, RedrivePolicy};
+
+/// A message's place in its queue: storage order, and on FIFO queues its sequence number.
+pub(super) type Key = u64;
+
+/// The current time on both clocks the account keeps.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Now {
+    /// Tokio's clock, which tests can pause and advance.
+    pub(super) instant: Instant,
+    /// Milliseconds since the Unix epoch, for timestamps shown to callers.
+    pub(super) epoch_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    Delayed {
+        until: Instant,
+    },
+    Visible,
+    InFlight {
+        until: Instant,
+        received_at: Instant,
+    },
+}
+
+impl State {
+    fn timer(self) -> Option<Instant> {
+        match self {
+            Self::Delayed { until } | Self::InFlight { until, .. } => Some(until),
+            Self::Visible => None,
+        }
+    }
+}
+
+/// A stored message.
+#[derive(Debug, Clone)]
+pub(super) struct Stored {
+    pub(super) message_id: String,
+    pub(super) body: String,
+    pub(super) message_attributes: MessageAttributes,
+    pub(super) group_id: Option<Arc<str>>,
+    pub(super) dedup_id: Option<String>,
+    pub(super) sent_epoch_ms: u64,
+    /// Where the retention clock starts.
+    pub(super) stored_at: Instant,
+    pub(super) first_receive_epoch_ms: Option<u64>,
+    pub(super) receive_count: u32,
+    pub(super) dead_letter_source_arn: Option<String>,
+    pub(super) state: State,
+}
+
+/// A queue's settable attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Config {
+    pub(super) visibility_timeout: u32,
+    pub(super) delay_seconds: u32,
+    pub(super) wait_time_seconds: u32,
+    pub(super) retention_seconds: u32,
+    pub(super) maximum_message_size: u32,
+    pub(super) fifo: bool,
+    pub(super) content_based_dedup: bool,
+    pub(super) dedup_scope: DedupScope,
+    pub(super) per_group_throughput: bool,
+    pub(super) redrive: Option<RedrivePolicy>,
+    pub(super) opaque: BTreeMap<String, String>,
+}
+
+impl Config {
+    pub(super) fn new(fifo: bool) -> Self {
+        Self {
+            visibility_timeout: 30,
+            delay_seconds: 0,
+            wait_time_seconds: 0,
+            retention_seconds: 345_600,
+            maximum_message_size: rules::MAX_MESSAGE_SIZE as u32,
+            fifo,
+            content_based_dedup: false,
+            dedup_scope: DedupScope::Queue,
+            per_group_throughput: false,
+            redrive: None,
+            opaque: BTreeMap::new(),
+        }
+    }
+
+    /// Applies one parsed attribute; refuses FIFO-only attributes on a standard queue.
+    pub(super) fn apply(
+        &mut self,
+        name: &str,
+        attribute: QueueAttribute,
+    ) -> Result<(), TransportError> {
+        let fifo_only = matches!(
+            attribute,
+            QueueAttribute::ContentBasedDeduplication(_)
+                | QueueAttribute::DeduplicationScope(_)
+                | QueueAttribute::FifoThroughputLimit { .. }
+        );
+        if fifo_only && !self.fifo {
+            return fail(
+                ErrorKind::InvalidAttributeName,
+                format!("attribute {name} applies only to FIFO queues (names ending in `.fifo`)"),
+            );
+        }
+        match attribute {
+            QueueAttribute::VisibilityTimeout(v) => self.visibility_timeout = v,
+            QueueAttribute::DelaySeconds(v) => self.delay_seconds = v,
+            QueueAttribute::ReceiveMessageWaitTimeSeconds(v) => self.wait_time_seconds = v,
+            QueueAttribute::MessageRetentionPeriod(v) => self.retention_seconds = v,
+            QueueAttribute::MaximumMessageSize(v) => self.maximum_message_size = v,
+            QueueAttribute::FifoQueue(fifo) => {
+                if fifo != self.fifo {
+                    return fail(
+                        ErrorKind::InvalidAttributeValue,
+                        "FifoQueue is fixed when a queue is created; create a new queue (a FIFO queue's name ends in `.fifo`)",
+                    );
+                }
+            }
+            QueueAttribute::ContentBasedDeduplication(v) => self.content_based_dedup = v,
+            QueueAttribute::DeduplicationScope(v) => self.dedup_scope = v,
+            QueueAttribute::FifoThroughputLimit { per_message_group } => {
+                self.per_group_throughput = per_message_group
+            }
+            QueueAttribute::RedrivePolicy(policy) => self.redrive = policy,
+            QueueAttribute::Opaque(value) => {
+                self.opaque.insert(name.to_owned(), value);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks rules that span attributes.
+    pub(super) fn check(&self) -> Result<(), TransportError> {
+        if self.per_group_throughput && self.dedup_scope != DedupScope::MessageGroup {
+            return fail(
+                ErrorKind::InvalidAttributeValue,
+                "FifoThroughputLimit perMessageGroupId needs DeduplicationScope messageGroup; set both",
+            );
+        }
+        Ok(())
+    }
+
+    /// The settable attributes as SQS reports them.
+    pub(super) fn attributes(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut put = |name: &str, value: String| {
+            out.insert(name.to_owned(), value);
+        };
+        put("VisibilityTimeout", self.visibility_timeout.to_string());
+        put("DelaySeconds", self.delay_seconds.to_string());
+        put(
+            "ReceiveMessageWaitTimeSeconds",
+            self.wait_time_seconds.to_string(),
+        );
+        put("MessageRetentionPeriod", self.retention_seconds.to_string());
+        put("MaximumMessageSize", self.maximum_message_size.to_string());
+        if self.fifo {
+            put("FifoQueue", "true".to_owned());
+            put(
+                "ContentBasedDeduplication",
+                self.content_based_dedup.to_string(),
+            );
+            put(
+                "DeduplicationScope",
+                match self.dedup_scope {
+                    DedupScope::Queue => "queue",
+                    DedupScope::MessageGroup => "messageGroup",
+                }
+                .to_owned(),
+            );
+            put(
+                "FifoThroughputLimit",
+                if self.per_group_throughput {
+                    "perMessageGroupId"
+                } else {
+                    "perQueue"
+                }
+                .to_owned(),
+            );
+        }
+        if let Some(policy) = &self.redrive {
+            put("RedrivePolicy", policy.to_json());
+        }
+        for (name, value) in &self.opaque {
+            put(name, value.clone());
+        }
+        out
+    }
+}
+
+/// Where a queue's visible messages are found.
+#[derive(Debug)]
+enum Order {
+    /// Visible messages by storage order.
+    Standard(BTreeSet<Key>),
+    Fifo(Fifo),
+}
+
+/// A queue of the account.
+#[derive(Debug)]
+pub(super) struct Queue {
+    pub(super) name: String,
+    pub(super) url: String,
+    pub(super) arn: String,
+    /// Unique per queue created in the account, so a receipt handle never fits another queue.
+    incarnation: u64,
+    pub(super) config: Config,
+    pub(super) created_epoch_s: u64,
+    pub(super) last_modified_epoch_s: u64,
+    pub(super) notify: Arc<Notify>,
+    messages: HashMap<Key, Stored>,
+    next_key: Key,
+    /// Every delayed or in-flight message, by the instant its state ends.
+    timers: BTreeSet<(Instant, Key)>,
+    /// Messages by the instant their retention clock started, oldest first.
+    retention: VecDeque<(Instant, Key)>,
+    order: Order,
+    in_flight: usize,
+    delayed: usize,
+    last_purge: Option<Instant>,
+    /// Receive request attempt ids of the last 5 minutes and what they returned.
+    attempts: Window<String, Vec<(Key, u32)>>,
+}
+
+/// What a receive asks of one queue, after validation.
+#[derive(Debug)]
+pub(super) struct Take<'a> {
+    pub(super) max: usize,
+    pub(super) visibility: u32,
+    /// Receive count at which a message moves to the dead-letter queue instead; `None` when the
+    /// queue has no usable dead-letter queue.
+    pub(super) redrive_at: Option<u32>,
+    pub(super) request: &'a ReceiveMessage,
+}
+
+/// Counts of a queue's messages by state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueCounts {
+    /// `ApproximateNumberOfMessages`: stored, neither delayed nor in flight.
+    pub visible: usize,
+    /// `ApproximateNumberOfMessagesNotVisible`: received and not yet deleted or timed out.
+    pub in_flight: usize,
+    /// `ApproximateNumberOfMessagesDelayed`: waiting for their delay to end.
+    pub delayed: usize,
+}
+
+impl Queue {
+    pub(super) fn new(
+        name: String,
+        url: String,
+        arn: String,
+        incarnation: u64,
+        config: Config,
+        now: Now,
+    ) -> Self {
+        let order = if config.fifo {
+            Order::Fifo(Fifo::default())
+        } else {
+            Order::Standard(BTreeSet::new())
+        };
+        Self {
+            name,
+            url,
+            arn,
+            incarnation,
+            config,
+            created_epoch_s: now.epoch_ms / 1000,
+            last_modified_epoch_s: now.epoch_ms / 1000,
+            notify: Arc::new(Notify::new()),
+            messages: HashMap::new(),
+            next_key: 1,
+            timers: BTreeSet::new(),
+            retention: VecDeque::new(),
+            order,
+            in_flight: 0,
+            delayed: 0,
+            last_purge: None,
+            attempts: Window::default(),
+        }
+    }
+
+    pub(super) fn counts(&self) -> QueueCounts {
+        QueueCounts {
+            visible: self.messages.len() - self.in_flight - self.delayed,
+            in_flight: self.in_flight,
+            delayed: self.delayed,
+        }
+    }
+
+    /// When the next delay or visibility timeout ends.
+    pub(super) fn next_timer(&self) -> Option<Instant> {
+        self.timers.first().map(|(at, _)| *at)
+    }
+
+    /// Brings the queue up to `now`: ends delays and visibility timeouts that are due, and drops
+    /// messages past their retention period.
+    pub(super) fn advance(&mut self, now: Instant) {
+        while let Some(&(at, key)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            // A timed-out receive is a failed receive: its count stays, and the message (on FIFO,
+            // its whole group, unacknowledged messages first) is available again.
+            self.set_state(key, State::Visible);
+        }
+        let retention = Duration::from_secs(self.config.retention_seconds.into());
+        while let Some(&(stored_at, key)) = self.retention.front() {
+            if stored_at + retention > now {
+                break;
+            }
+            self.retention.pop_front();
+            if self
+                .messages
+                .get(&key)
+                .is_some_and(|m| m.stored_at == stored_at)
+            {
+                self.remove(key);
+            }
+        }
+    }
+
+    /// Moves a message to a new state, keeping every index and count in step.
+    fn set_state(&mut self, key: Key, new: State) {
+        let Some(message) = self.messages.get_mut(&key) else {
+            return;
+        };
+        let old = std::mem::replace(&mut message.state, new);
+        let group = message.group_id.clone();
+        if let Some(at) = old.timer() {
+            self.timers.remove(&(at, key));
+        }
+        if let Some(at) = new.timer() {
+            self.timers.insert((at, key));
+        }
+        let was_in_flight = matches!(old, State::InFlight { .. });
+        let is_in_flight = matches!(new, State::InFlight { .. });
+        self.in_flight = self.in_flight + usize::from(is_in_flight) - usize::from(was_in_flight);
+        let was_delayed = matches!(old, State::Delayed { .. });
+        let is_delayed = matches!(new, State::Delayed { .. });
+        self.delayed = self.delayed + usize::from(is_delayed) - usize::from(was_delayed);
+        match &mut self.order {
+            Order::Standard(visible) => {
+                if old == State::Visible {
+                    visible.remove(&key);
+                }
+                if new == State::Visible {
+                    visible.insert(key);
+                }
+            }
+            Order::Fifo(fifo) => {
+                let group = group.expect("FIFO messages have a group");
+                if let Some(entry) = fifo.groups.get_mut(&group) {
+                    entry.in_flight =
+                        entry.in_flight + usize::from(is_in_flight) - usize::from(was_in_flight);
+                }
+                let messages = &self.messages;
+                fifo.refresh(&group, |k| {
+                    messages.get(&k).is_some_and(|m| m.state == State::Visible)
+                });
+            }
+        }
+    }
+
+    /// Removes a message from every index and returns it.
+    fn remove(&mut self, key: Key) -> Option<Stored> {
+        self.set_state(key, State::Visible);
+        let message = self.messages.remove(&key)?;
+        match &mut self.order {
+            Order::Standard(visible) => {
+                visible.remove(&key);
+            }
+            Order::Fifo(fifo) => {
+                let group = message
+                    .group_id
+                    .clone()
+                    .expect("FIFO messages have a group");
+                if let Some(entry) = fifo.groups.get_mut(&group) {
+                    entry.keys.remove(&key);
+                }
+                let messages = &self.messages;
+                fifo.refresh(&group, |k| {
+                    messages.get(&k).is_some_and(|m| m.state == State::Visible)
+                });
+            }
+        }
+        Some(message)
+    }
+
+    /// Stores a new message at the end of the queue (and of its group).
+    fn store(&mut self, mut message: Stored, delay: u32, now: Instant) -> Key {
+        let key = self.next_key;
+        self.next_key += 1;
+        message.stored_at = now;
+        message.state = State::Visible;
+        let group = message.group_id.clone();
+        self.messages.insert(key, message);
+        self.retention.push_back((now, key));
+        match &mut self.order {
+            Order::Standard(visible) => {
+                visible.insert(key);
+            }
+            Order::Fifo(fifo) => {
+                let group = group.expect("FIFO messages have a group");
+                let name = fifo.group_name(&group);
+                fifo.groups
+                    .get_mut(&name)
+                    .expect("just created")
+                    .keys
+                    .insert(key);
+                // Share one allocation of the group's name among its messages.
+                self.messages.get_mut(&key).expect("just stored").group_id = Some(name);
+            }
+        }
+        let state = if delay > 0 {
+            State::Delayed {
+                until: now + Duration::from_secs(delay.into()),
+            }
+        } else {
+            State::Visible
+        };
+        // Filed as visible above; set_state moves it to its real state and re-files its group.
+        self.set_state(key, state);
+        key
+    }
+
+    /// `SendMessage` on this queue, after the request-level checks.
+    pub(super) fn send(
+        &mut self,
+        request: SendMessage,
+        now: Now,
+    ) -> Result<SentMessage, TransportError> {
+        rules::check_body(&request.body)?;
+        let attributes_size = rules::check_message_attributes(&request.message_attributes)?;
+        let size = request.body.len() + attributes_size;
+        if size > self.config.maximum_message_size as usize {
+            return fail(
+                ErrorKind::InvalidParameterValue,
+                format!(
+                    "the message is {size} bytes (body and attributes); queue `{}` takes at most {} (MaximumMessageSize)",
+                    self.name, self.config.maximum_message_size
+                ),
+            );
+        }
+        if let Some(group) = &request.group_id {
+            rules::check_token("MessageGroupId", group)?;
+        }
+        if let Some(dedup) = &request.dedup_id {
+            rules::check_token("MessageDeduplicationId", dedup)?;
+        }
+        let delay = match request.delay_seconds {
+            None => self.config.delay_seconds,
+            Some(seconds) => {
+                let seconds =
+                    rules::check_range("DelaySeconds", seconds, 0, rules::MAX_DELAY_SECONDS)?;
+                if self.config.fifo && seconds != 0 {
+                    return fail(
+                        ErrorKind::InvalidParameterValue,
+                        format!(
+                            "queue `{}` is FIFO and refuses a per-message DelaySeconds ({seconds}); \
+                             set the queue's DelaySeconds instead",
+                            self.name
+                        ),
+                    );
+                }
+                if self.config.fifo {
+                    self.config.delay_seconds
+                } else {
+                    seconds
+                }
+            }
+        };
+        let mut stored = Stored {
+            message_id: uuid::Uuid::new_v4().to_string(),
+            body: request.body,
+            message_attributes: request.message_attributes,
+            group_id: request.group_id.as_deref().map(Arc::from),
+            dedup_id: None,
+            sent_epoch_ms: now.epoch_ms,
+            stored_at: now.instant,
+            first_receive_epoch_ms: None,
+            receive_count: 0,
+            dead_letter_source_arn: None,
+            state: State::Visible,
+        };
+        if !self.config.fifo {
+            if request.dedup_id.is_some() {
+                return fail(
+                    ErrorKind::InvalidParameterValue,
+                    format!(
+                        "queue `{}` is a standard queue and takes no MessageDeduplicationId; remove it or use a FIFO queue",
+                        self.name
+                    ),
+                );
+            }
+            let message_id = stored.message_id.clone();
+            self.store(stored, delay, now.instant);
+            return Ok(SentMessage {
+                message_id,
+                sequence_number: None,
+                duplicate: false,
+            });
+        }
+        let Some(group) = stored.group_id.clone() else {
+            return fail(
+                ErrorKind::MissingParameter,
+                format!(
+                    "queue `{}` is FIFO: every message needs a MessageGroupId",
+                    self.name
+                ),
+            );
+        };
+        let dedup_id = match request.dedup_id {
+            Some(id) => id,
+            None if self.config.content_based_dedup => {
+                // Attributes do not count: only the body identifies a duplicate.
+                let digest = Sha256::digest(stored.body.as_bytes());
+                digest.iter().map(|b| format!("{b:02x}")).collect()
+            }
+            None => {
+                return fail(
+                    ErrorKind::InvalidParameterValue,
+                    format!(
+                        "queue `{}` is FIFO without ContentBasedDeduplication: give each message a \
+                         MessageDeduplicationId, or enable ContentBasedDeduplication",
+                        self.name
+                    ),
+                )
+            }
+        };
+        let Order::Fifo(fifo) = &mut self.order else {
+            unreachable!("config.fifo matches the order")
+        };
+        let dedup_key = DedupKey {
+            group: (self.config.dedup_scope == DedupScope::MessageGroup).then(|| group.clone()),
+            id: dedup_id.clone(),
+        };
+        if let Some((message_id, key)) = fifo.dedup.get(&dedup_key, now.instant) {
+            return Ok(SentMessage {
+                message_id: message_id.clone(),
+                sequence_number: Some(sequence_number(*key)),
+                duplicate: true,
+            });
+        }
+        stored.dedup_id = Some(dedup_id);
+        let message_id = stored.message_id.clone();
+        let key = self.store(stored, delay, now.instant);
+        let Order::Fifo(fifo) = &mut self.order else {
+            unreachable!("config.fifo matches the order")
+        };
+        fifo.dedup.insert(
+            dedup_key,
+            (message_id.clone(), key),
+            now.instant + rules::DEDUP_WINDOW,
+        );
+        Ok(SentMessage {
+            message_id,
+            sequence_number: Some(sequence_number(key)),
+            duplicate: false,
+        })
+    }
+
+    /// Takes up to `take.max` messages; returns them and the messages that reached the receive
+    /// count of the redrive policy, removed here for the dead-letter queue.
+    pub(super) fn receive(
+        &mut self,
+        take: &Take<'_>,
+        now: Now,
+    ) -> (Vec<ReceivedMessage>, Vec<Stored>) {
+        let attempt = take
+            .request
+            .receive_request_attempt_id
+            .clone()
+            .filter(|_| self.config.fifo);
+        if let Some(attempt) = &attempt {
+            if let Some(again) = self.repeat_attempt(attempt, take.request, now.instant) {
+                return (again, Vec::new());
+            }
+        }
+        let mut taken = Vec::new();
+        let mut dead = Vec::new();
+        if self.config.fifo {
+            while taken.len() < take.max {
+                let Order::Fifo(fifo) = &self.order else {
+                    unreachable!("config.fifo matches the order")
+                };
+                let Some(group) = fifo.first_ready() else {
+                    break;
+                };
+                let before = (taken.len(), dead.len());
+                self.take_group(&group, take, now, &mut taken, &mut dead);
+                if before == (taken.len(), dead.len()) {
+                    break; // cannot happen while the ready index is right; never spin
+                }
+            }
+        } else {
+            while taken.len() < take.max {
+                let Order::Standard(visible) = &self.order else {
+                    unreachable!("config.fifo matches the order")
+                };
+                let Some(&key) = visible.first() else { break };
+                self.take_one(key, take, now, &mut taken, &mut dead);
+            }
+        }
+        if let Some(attempt) = attempt {
+            let generations = taken
+                .iter()
+                .map(|&key| (key, self.messages[&key].receive_count))
+                .collect();
+            self.attempts
+                .insert(attempt, generations, now.instant + rules::DEDUP_WINDOW);
+        }
+        let received = taken
+            .iter()
+            .map(|&key| self.received(key, take.request))
+            .collect();
+        (received, dead)
+    }
+
+    /// Takes consecutive visible messages of one ready group, in order.
+    fn take_group(
+        &mut self,
+        group: &Arc<str>,
+        take: &Take<'_>,
+        now: Now,
+        taken: &mut Vec<Key>,
+        dead: &mut Vec<Stored>,
+    ) {
+        let mut after: Option<Key> = None;
+        while taken.len() < take.max {
+            let Order::Fifo(fifo) = &self.order else {
+                unreachable!()
+            };
+            let Some(entry) = fifo.groups.get(group) else {
+                break;
+            };
+            let next = match after {
+                None => entry.keys.first(),
+                Some(last) => entry.keys.range(last + 1..).next(),
+            };
+            let Some(&key) = next else { break };
+            if self.messages[&key].state != State::Visible {
+                break;
+            }
+            if self.take_one(key, take, now, taken, dead) {
+                after = Some(key);
+            }
+        }
+    }
+
+    /// Hands out one visible message, or removes it for the dead-letter queue when this receive
+    /// would pass the redrive policy's maxReceiveCount. Returns whether it was handed out.
+    fn take_one(
+        &mut self,
+        key: Key,
+        take: &Take<'_>,
+        now: Now,
+        taken: &mut Vec<Key>,
+        dead: &mut Vec<Stored>,
+    ) -> bool {
+        let message = self.messages.get_mut(&key).expect("indexed messages exist");
+        if take
+            .redrive_at
+            .is_some_and(|max| message.receive_count >= max)
+        {
+            dead.extend(self.remove(key));
+            return false;
+        }
+        message.receive_count += 1;
+        message.first_receive_epoch_ms.get_or_insert(now.epoch_ms);
+        let until = now.instant + Duration::from_secs(take.visibility.into());
+        self.set_state(
+            key,
+            State::InFlight {
+                until,
+                received_at: now.instant,
+            },
+        );
+        taken.push(key);
+        true
+    }
+
+    /// The messages of an earlier receive with this attempt id, if all are still in flight from it.
+    fn repeat_attempt(
+        &mut self,
+        attempt: &str,
+        request: &ReceiveMessage,
+        now: Instant,
+    ) -> Option<Vec<ReceivedMessage>> {
+        let generations = self.attempts.get(&attempt.to_owned(), now)?.clone();
+        let intact = generations.iter().all(|(key, count)| {
+            self.messages.get(key).is_some_and(|m| {
+                m.receive_count == *count && matches!(m.state, State::InFlight { .. })
+            })
+        });
+        intact.then(|| {
+            generations
+                .iter()
+                .map(|(key, _)| self.received(*key, request))
+                .collect()
+        })
+    }
+
+    /// A stored message as a receive returns it, with the requested attributes only.
+    fn received(&self, key: Key, request: &ReceiveMessage) -> ReceivedMessage {
+        let message = &self.messages[&key];
+        let wants = |name: &str| {
+            request
+                .system_attribute_names
+                .iter()
+                .any(|n| n == "All" || n == name)
+        };
+        let mut attributes = BTreeMap::new();
+        let mut put = |name: &str, value: Option<String>| {
+            if let Some(value) = value.filter(|_| wants(name)) {
+                attributes.insert(name.to_owned(), value);
+            }
+        };
+        put(
+            "ApproximateReceiveCount",
+            Some(message.receive_count.to_string()),
+        );
+        put(
+            "ApproximateFirstReceiveTimestamp",
+            message.first_receive_epoch_ms.map(|t| t.to_string()),
+        );
+        put("SentTimestamp", Some(message.sent_epoch_ms.to_string()));
+        put("SenderId", Some(super::ACCOUNT_ID.to_owned()));
+        put(
+            "MessageGroupId",
+            message.group_id.as_deref().map(str::to_owned),
+        );
+        put("MessageDeduplicationId", message.dedup_id.clone());
+        put(
+            "SequenceNumber",
+            self.config.fifo.then(|| sequence_number(key)),
+        );
+        put(
+            "DeadLetterQueueSourceArn",
+            message.dead_letter_source_arn.clone(),
+        );
+        let message_attributes = message
+            .message_attributes
+            .iter()
+            .filter(|(name, _)| {
+                request.message_attribute_names.iter().any(|wanted| {
+                    wanted == "All"
+                        || wanted == ".*"
+                        || wanted == *name
+                        || wanted.strip_suffix(".*").is_some_and(|prefix| {
+                            name.strip_prefix(prefix)
+                                .is_some_and(|rest| rest.starts_with('.'))
+                        })
+                })
+            })
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        ReceivedMessage {
+            message_id: message.message_id.clone(),
+            receipt_handle: format!(
+                "{:016x}{:016x}{:08x}",
+                self.incarnation, key, message.receive_count
+            ),
+            body: message.body.clone(),
+            attributes,
+            message_attributes,
+        }
+    }
+
+    /// Finds the message a receipt handle names: `Ok(None)` when it is gone (deleted, moved,
+    /// purged), `Ok(Some((key, true)))` when the handle is the latest receive's.
+    fn resolve(&self, receipt_handle: &str) -> Result<Option<(Key, bool)>, TransportError> {
+        let parsed = (receipt_handle.len() == 40 && receipt_handle.is_ascii())
+            .then(|| {
+                let incarnation = u64::from_str_radix(&receipt_handle[..16], 16).ok()?;
+                let key = u64::from_str_radix(&receipt_handle[16..32], 16).ok()?;
+                let count = u32::from_str_radix(&receipt_handle[32..], 16).ok()?;
+                Some((incarnation, key, count))
+            })
+            .flatten();
+        match parsed {
+            Some((incarnation, key, count)) if incarnation == self.incarnation => {
+                Ok(self.messages.get(&key).map(|m| (key, m.receive_count == count)))
+            }
+            _ => fail(
+                ErrorKind::ReceiptHandleIsInvalid,
+                format!(
+                    "receipt handle `{receipt_handle}` was not issued by queue `{}`; use the handle its receive returned",
+                    self.name
+                ),
+            ),
+        }
+    }
+
+    /// `DeleteMessage`. Deleting twice succeeds; a handle superseded by a later receive succeeds
+    /// without deleting, as SQS documents, so the newer receiver keeps the message.
+    pub(super) fn delete(&mut self, receipt_handle: &str) -> Result<(), TransportError> {
+        if let Some((key, true)) = self.resolve(receipt_handle)? {
+            self.remove(key);
+        }
+        Ok(())
+    }
+
+    /// `ChangeMessageVisibility`: 0 releases the message now; the total time invisible since its
+    /// receive is capped at 12 hours.
+    pub(super) fn change_visibility(
+        &mut self,
+        receipt_handle: &str,
+        timeout: i32,
+        now: Instant,
+    ) -> Result<(), TransportError> {
+        let timeout = rules::check_range(
+            "VisibilityTimeout",
+            timeout,
+            0,
+            rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
+        )?;
+        let found = self.resolve(receipt_handle)?;
+        let received_at = match found.map(|(key, latest)| (key, latest, self.messages[&key].state)) {
+            Some((key, true, State::InFlight { received_at, .. })) => (key, received_at),
+            _ => {
+                return fail(
+                    ErrorKind::MessageNotInflight,
+                    format!(
+                        "the message of receipt handle `{receipt_handle}` is not in flight on queue `{}` \
+                         (deleted, timed out, or received again since)",
+                        self.name
+                    ),
+                )
+            }
+        };
+        let (key, received_at) = received_at;
+        let until = now + Duration::from_secs(timeout.into());
+        let cap = received_at + Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
+        if until > cap {
+            return fail(
+                ErrorKind::InvalidParameterValue,
+                format!(
+                    "VisibilityTimeout {timeout} would keep the message invisible past 12 hours after its receive; \
+                     at most {} seconds remain",
+                    cap.saturating_duration_since(now).as_secs()
+                ),
+            );
+        }
+        let state = if timeout == 0 {
+            State::Visible
+        } else {
+            State::InFlight { until, received_at }
+        };
+        self.set_state(key, state);
+        Ok(())
+    }
+
+    /// Takes a dead-lettered message from another queue, available at once.
+    pub(super) fn accept_dead_letter(
+        &mut self,
+        mut message: Stored,
+        source_arn: &str,
+        now: Instant,
+    ) {
+        message.receive_count = 0;
+        message.first_receive_epoch_ms = None;
+        message.dead_letter_source_arn = Some(source_arn.to_owned());
+        if !self.config.fifo {
+            message.group_id = None;
+        } else if message.group_id.is_none() {
+            message.group_id = Some(Arc::from("default"));
+        }
+        self.store(message, 0, now);
+    }
+
+    /// `PurgeQueue`: at most once a minute.
+    pub(super) fn purge(&mut self, now: Instant) -> Result<(), TransportError> {
+        if let Some(last) = self.last_purge {
+            if now < last + rules::PURGE_INTERVAL {
+                return fail(
+                    ErrorKind::PurgeQueueInProgress,
+                    format!(
+                        "queue `{}` was purged {} s ago; SQS allows one purge every 60 s",
+                        self.name,
+                        now.saturating_duration_since(last).as_secs()
+                    ),
+                );
+            }
+        }
+        self.last_purge = Some(now);
+        self.messages.clear();
+        self.timers.clear();
+        self.retention.clear();
+        self.in_flight = 0;
+        self.delayed = 0;
+        match &mut self.order {
+            Order::Standard(visible) => visible.clear(),
+            Order::Fifo(fifo) => fifo.clear_messages(),
+        }
+        Ok(())
+    }
+}
+
+/// A FIFO sequence number as SQS writes it: 20 digits, increasing within the queue.
+fn sequence_number(key: Key) -> String {
+    format!("{key:020}")
+}

@@ -1,0 +1,361 @@
+//! The seam between the engine and a queue service: wire-neutral requests, responses and errors.
+//!
+//! These types are shaped like the SQS API (names, fields, seconds as integers, attributes as
+//! string maps) so that the in-process [`Account`](crate::account::Account) and the aws-sdk
+//! transport answer the same questions in the same words. Nothing here knows which backend is
+//! underneath.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::sqs::rules::ErrorKind;
+
+/// Queue attributes by their SQS names (`VisibilityTimeout`, `FifoQueue`, `RedrivePolicy`, ...).
+pub type QueueAttributes = BTreeMap<String, String>;
+
+/// Message attributes by name.
+pub type MessageAttributes = BTreeMap<String, MessageAttributeValue>;
+
+/// A message attribute: a data type and one value of that type.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MessageAttributeValue {
+    /// `String`, `Number` or `Binary`, optionally with a `.label` suffix.
+    pub data_type: String,
+    /// The value of a `String` or `Number` attribute.
+    pub string_value: Option<String>,
+    /// The value of a `Binary` attribute.
+    pub binary_value: Option<Vec<u8>>,
+}
+
+impl MessageAttributeValue {
+    /// A `String` attribute.
+    pub fn string(value: impl Into<String>) -> Self {
+        Self {
+            data_type: "String".to_owned(),
+            string_value: Some(value.into()),
+            binary_value: None,
+        }
+    }
+
+    /// A `Number` attribute, written as its decimal text.
+    pub fn number(value: impl Into<String>) -> Self {
+        Self {
+            data_type: "Number".to_owned(),
+            string_value: Some(value.into()),
+            binary_value: None,
+        }
+    }
+
+    /// A `Binary` attribute.
+    pub fn binary(value: impl Into<Vec<u8>>) -> Self {
+        Self {
+            data_type: "Binary".to_owned(),
+            string_value: None,
+            binary_value: Some(value.into()),
+        }
+    }
+}
+
+impl fmt::Debug for MessageAttributeValue {
+    // Attribute values may hold user data; print their shape, not their content.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let len = self.string_value.as_ref().map_or(0, String::len)
+            + self.binary_value.as_ref().map_or(0, Vec::len);
+        f.debug_struct("MessageAttributeValue")
+            .field("data_type", &self.data_type)
+            .field("value_len", &len)
+            .finish()
+    }
+}
+
+/// A message to send: `SendMessage`, or one entry of `SendMessageBatch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct SendMessage {
+    /// The body: 1 byte to 1 MiB of the characters SQS accepts.
+    pub body: String,
+    /// Per-message delay in seconds (standard queues only; FIFO queues refuse a non-zero one).
+    pub delay_seconds: Option<i32>,
+    /// Message attributes, at most 10.
+    pub message_attributes: MessageAttributes,
+    /// `MessageGroupId`: required on FIFO queues.
+    pub group_id: Option<String>,
+    /// `MessageDeduplicationId`: required on FIFO queues without content-based deduplication.
+    pub dedup_id: Option<String>,
+}
+
+impl SendMessage {
+    /// A message with this body and nothing else set.
+    pub fn new(body: impl Into<String>) -> Self {
+        Self {
+            body: body.into(),
+            delay_seconds: None,
+            message_attributes: MessageAttributes::new(),
+            group_id: None,
+            dedup_id: None,
+        }
+    }
+
+    /// Sets `MessageGroupId`.
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.group_id = Some(group_id.into());
+        self
+    }
+
+    /// Sets `MessageDeduplicationId`.
+    pub fn dedup_id(mut self, dedup_id: impl Into<String>) -> Self {
+        self.dedup_id = Some(dedup_id.into());
+        self
+    }
+
+    /// Sets the per-message `DelaySeconds`.
+    pub fn delay_seconds(mut self, seconds: i32) -> Self {
+        self.delay_seconds = Some(seconds);
+        self
+    }
+
+    /// Adds a message attribute.
+    pub fn attribute(mut self, name: impl Into<String>, value: MessageAttributeValue) -> Self {
+        self.message_attributes.insert(name.into(), value);
+        self
+    }
+}
+
+/// One entry of a `SendMessageBatch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendBatchEntry {
+    /// The entry's id within the batch: 1–80 characters of `[A-Za-z0-9_-]`.
+    pub id: String,
+    /// The message.
+    pub message: SendMessage,
+}
+
+impl SendBatchEntry {
+    /// An entry with this id.
+    pub fn new(id: impl Into<String>, message: SendMessage) -> Self {
+        Self {
+            id: id.into(),
+            message,
+        }
+    }
+}
+
+/// What a send answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentMessage {
+    /// The message id; for a deduplicated send, the original's.
+    pub message_id: String,
+    /// The FIFO sequence number (20 digits); for a deduplicated send, the original's.
+    pub sequence_number: Option<String>,
+    /// Whether the send was a duplicate within the 5-minute window and so was not stored again.
+    /// Amazon SQS does not report this; the in-process account does, and a network transport
+    /// reports `false`.
+    pub duplicate: bool,
+}
+
+/// A receive request: `ReceiveMessage`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct ReceiveMessage {
+    /// `MaxNumberOfMessages`, 1–10.
+    pub max_number_of_messages: i32,
+    /// `WaitTimeSeconds`, 0–20; `None` takes the queue's `ReceiveMessageWaitTimeSeconds`.
+    pub wait_time_seconds: Option<i32>,
+    /// `VisibilityTimeout` for the received messages; `None` takes the queue's.
+    pub visibility_timeout: Option<i32>,
+    /// System attributes to return (`All`, `ApproximateReceiveCount`, `SequenceNumber`, ...).
+    pub system_attribute_names: Vec<String>,
+    /// Message attributes to return: `All`, `.*`, a `prefix.*`, or exact names.
+    pub message_attribute_names: Vec<String>,
+    /// `ReceiveRequestAttemptId` (FIFO): a retried receive within 5 minutes returns the same messages.
+    pub receive_request_attempt_id: Option<String>,
+}
+
+impl ReceiveMessage {
+    /// Receive up to `max` messages without waiting, returning all system and message attributes.
+    pub fn new(max: i32) -> Self {
+        Self {
+            max_number_of_messages: max,
+            wait_time_seconds: Some(0),
+            visibility_timeout: None,
+            system_attribute_names: vec!["All".to_owned()],
+            message_attribute_names: vec!["All".to_owned()],
+            receive_request_attempt_id: None,
+        }
+    }
+
+    /// Long-poll for up to `seconds`.
+    pub fn wait_time_seconds(mut self, seconds: i32) -> Self {
+        self.wait_time_seconds = Some(seconds);
+        self
+    }
+
+    /// Use the queue's `ReceiveMessageWaitTimeSeconds`.
+    pub fn queue_wait_time(mut self) -> Self {
+        self.wait_time_seconds = None;
+        self
+    }
+
+    /// Override the queue's visibility timeout for these messages.
+    pub fn visibility_timeout(mut self, seconds: i32) -> Self {
+        self.visibility_timeout = Some(seconds);
+        self
+    }
+
+    /// Return only these system attributes.
+    pub fn system_attribute_names<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        names: I,
+    ) -> Self {
+        self.system_attribute_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Return only these message attributes.
+    pub fn message_attribute_names<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        names: I,
+    ) -> Self {
+        self.message_attribute_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Set `ReceiveRequestAttemptId`.
+    pub fn receive_request_attempt_id(mut self, attempt_id: impl Into<String>) -> Self {
+        self.receive_request_attempt_id = Some(attempt_id.into());
+        self
+    }
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    /// The message id, kept across redeliveries and dead-lettering.
+    pub message_id: String,
+    /// The handle to delete or change this receive; every receive issues a new one.
+    pub receipt_handle: String,
+    /// The body.
+    pub body: String,
+    /// The requested system attributes, by SQS name.
+    pub attributes: BTreeMap<String, String>,
+    /// The requested message attributes.
+    pub message_attributes: MessageAttributes,
+}
+
+impl ReceivedMessage {
+    /// `ApproximateReceiveCount`, when it was requested.
+    pub fn receive_count(&self) -> Option<u32> {
+        self.attributes.get("ApproximateReceiveCount")?.parse().ok()
+    }
+
+    /// `SequenceNumber`, when the queue is FIFO and it was requested.
+    pub fn sequence_number(&self) -> Option<&str> {
+        self.attributes.get("SequenceNumber").map(String::as_str)
+    }
+
+    /// `MessageGroupId`, when the message has one and it was requested.
+    pub fn group_id(&self) -> Option<&str> {
+        self.attributes.get("MessageGroupId").map(String::as_str)
+    }
+
+    /// `MessageDeduplicationId`, when the message has one and it was requested.
+    pub fn dedup_id(&self) -> Option<&str> {
+        self.attributes
+            .get("MessageDeduplicationId")
+            .map(String::as_str)
+    }
+}
+
+/// One entry of `DeleteMessageBatch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteEntry {
+    /// The entry's id within the batch.
+    pub id: String,
+    /// The receipt handle of the latest receive.
+    pub receipt_handle: String,
+}
+
+/// One entry of `ChangeMessageVisibilityBatch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeVisibilityEntry {
+    /// The entry's id within the batch.
+    pub id: String,
+    /// The receipt handle of the latest receive.
+    pub receipt_handle: String,
+    /// The new visibility timeout in seconds, counted from now; 0 releases the message.
+    pub visibility_timeout: i32,
+}
+
+/// A batch call's answer: entries that succeeded, and entries that failed with their reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchResult<T> {
+    /// Successful entries, by entry id.
+    pub successful: Vec<(String, T)>,
+    /// Failed entries.
+    pub failed: Vec<BatchFailure>,
+}
+
+impl<T> Default for BatchResult<T> {
+    fn default() -> Self {
+        Self {
+            successful: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+}
+
+/// A failed batch entry, as SQS reports it in the `Failed` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchFailure {
+    /// The entry's id.
+    pub id: String,
+    /// Why it failed.
+    pub kind: ErrorKind,
+    /// Whether the request was at fault (retrying it unchanged will fail again).
+    pub sender_fault: bool,
+    /// What was wrong.
+    pub message: String,
+}
+
+/// Why a request to a queue service failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The service answered with an SQS error.
+    #[error("{kind}: {message}")]
+    Service {
+        /// The SQS error kind.
+        kind: ErrorKind,
+        /// What was wrong and how to fix it.
+        message: String,
+    },
+}
+
+impl TransportError {
+    /// An SQS error of this kind.
+    pub fn service(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self::Service {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The SQS error kind, when the service answered with one.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Self::Service { kind, .. } => Some(*kind),
+        }
+    }
+
+    /// This error as a failed batch entry.
+    pub(crate) fn into_batch_failure(self, id: String) -> BatchFailure {
+        match self {
+            Self::Service { kind, message } => BatchFailure {
+                id,
+                kind,
+                sender_fault: kind.sender_fault(),
+                message,
+            },
+        }
+    }
+}

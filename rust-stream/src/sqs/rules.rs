@@ -1,0 +1,789 @@
+//! The Amazon SQS limits and rules, in one place, shared by every transport.
+//!
+//! The in-process account enforces these rules exactly; a network transport calls the same
+//! validators before it sends a request, so a bad name, id, size or attribute fails the same way
+//! (same [`ErrorKind`], same message) whichever backend is underneath. Numbers follow the current
+//! AWS API model.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::engine::transport::{MessageAttributeValue, TransportError};
+
+/// Largest message: body and message attributes together, in bytes (1 MiB since 2025-08).
+pub const MAX_MESSAGE_SIZE: usize = 1_048_576;
+/// Most entries in one `SendMessageBatch`, `DeleteMessageBatch` or `ChangeMessageVisibilityBatch`.
+pub const MAX_BATCH_ENTRIES: usize = 10;
+/// Most messages one receive returns.
+pub const MAX_RECEIVE_MESSAGES: i32 = 10;
+/// Longest long poll, in seconds.
+pub const MAX_WAIT_TIME_SECONDS: i32 = 20;
+/// Longest visibility timeout, and the cap on a message's total invisibility after a receive.
+pub const MAX_VISIBILITY_TIMEOUT_SECONDS: i32 = 43_200;
+/// Longest delay of a queue or a message, in seconds.
+pub const MAX_DELAY_SECONDS: i32 = 900;
+/// Most message attributes on one message.
+pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
+/// How long a FIFO queue remembers a deduplication id or a receive request attempt id.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
+/// How often a queue may be purged.
+pub const PURGE_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a deleted queue's name stays unusable.
+pub const QUEUE_DELETED_RECENTLY: Duration = Duration::from_secs(60);
+/// Longest queue name, `.fifo` included.
+pub const MAX_QUEUE_NAME_LEN: usize = 80;
+/// Longest group id, deduplication id or receive request attempt id.
+pub const MAX_TOKEN_LEN: usize = 128;
+/// Longest batch entry id.
+pub const MAX_BATCH_ENTRY_ID_LEN: usize = 80;
+
+/// The SQS error kinds, named as the service names them.
+///
+/// Both the in-process account and the network transport report these, so a caller matches on
+/// one enum whatever the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The queue named by a URL or name does not exist.
+    QueueDoesNotExist,
+    /// A queue of this name exists with other attributes.
+    QueueNameExists,
+    /// A queue of this name was deleted less than 60 seconds ago.
+    QueueDeletedRecently,
+    /// An attribute name is unknown, read-only, or not valid for this queue type.
+    InvalidAttributeName,
+    /// An attribute's value is outside its range or malformed.
+    InvalidAttributeValue,
+    /// A parameter's value is outside its range or malformed.
+    InvalidParameterValue,
+    /// A required parameter is missing.
+    MissingParameter,
+    /// A message body contains characters SQS does not accept.
+    InvalidMessageContents,
+    /// A visibility change names a message that is not in flight.
+    MessageNotInflight,
+    /// A receipt handle is malformed, belongs to another queue, or was superseded by a later receive.
+    ReceiptHandleIsInvalid,
+    /// The queue was purged less than 60 seconds ago.
+    PurgeQueueInProgress,
+    /// A batch request has no entries.
+    EmptyBatchRequest,
+    /// A batch request has more than 10 entries.
+    TooManyEntriesInBatchRequest,
+    /// A batch entry id is not 1–80 characters of `[A-Za-z0-9_-]`.
+    InvalidBatchEntryId,
+    /// Two entries of one batch share an id.
+    BatchEntryIdsNotDistinct,
+    /// A send batch's messages add up to more than 1 MiB.
+    BatchRequestTooLong,
+    /// The operation is not supported on this queue.
+    UnsupportedOperation,
+    /// The request was throttled.
+    RequestThrottled,
+    /// The service failed; the request may be retried.
+    InternalError,
+}
+
+impl ErrorKind {
+    /// The code SQS uses for this kind in its error responses.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::QueueDoesNotExist => "QueueDoesNotExist",
+            Self::QueueNameExists => "QueueNameExists",
+            Self::QueueDeletedRecently => "QueueDeletedRecently",
+            Self::InvalidAttributeName => "InvalidAttributeName",
+            Self::InvalidAttributeValue => "InvalidAttributeValue",
+            Self::InvalidParameterValue => "InvalidParameterValue",
+            Self::MissingParameter => "MissingParameter",
+            Self::InvalidMessageContents => "InvalidMessageContents",
+            Self::MessageNotInflight => "MessageNotInflight",
+            Self::ReceiptHandleIsInvalid => "ReceiptHandleIsInvalid",
+            Self::PurgeQueueInProgress => "PurgeQueueInProgress",
+            Self::EmptyBatchRequest => "EmptyBatchRequest",
+            Self::TooManyEntriesInBatchRequest => "TooManyEntriesInBatchRequest",
+            Self::InvalidBatchEntryId => "InvalidBatchEntryId",
+            Self::BatchEntryIdsNotDistinct => "BatchEntryIdsNotDistinct",
+            Self::BatchRequestTooLong => "BatchRequestTooLong",
+            Self::UnsupportedOperation => "UnsupportedOperation",
+            Self::RequestThrottled => "RequestThrottled",
+            Self::InternalError => "InternalError",
+        }
+    }
+
+    /// Whether the caller's request was at fault (as opposed to the service).
+    pub fn sender_fault(self) -> bool {
+        !matches!(self, Self::RequestThrottled | Self::InternalError)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+pub(crate) fn fail<T>(kind: ErrorKind, message: impl Into<String>) -> Result<T, TransportError> {
+    Err(TransportError::service(kind, message))
+}
+
+/// Checks a queue name: 1–80 characters of `[A-Za-z0-9_-]`, plus the `.fifo` suffix for a FIFO queue.
+pub(crate) fn check_queue_name(name: &str) -> Result<(), TransportError> {
+    let stem = name.strip_suffix(".fifo").unwrap_or(name);
+    let chars_ok = !stem.is_empty()
+        && stem
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !chars_ok || name.len() > MAX_QUEUE_NAME_LEN {
+        return fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "queue name `{name}` is invalid: use 1 to 80 characters of letters, digits, `-` and `_`, \
+                 and end a FIFO queue's name in `.fifo` (counted in the 80)"
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Whether a name is that of a FIFO queue.
+pub(crate) fn is_fifo_name(name: &str) -> bool {
+    name.ends_with(".fifo")
+}
+
+/// Checks a group id, deduplication id or receive request attempt id: 1–128 characters of
+/// alphanumerics and ASCII punctuation.
+pub(crate) fn check_token(parameter: &str, value: &str) -> Result<(), TransportError> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_TOKEN_LEN
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b.is_ascii_punctuation());
+    if ok {
+        Ok(())
+    } else {
+        fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "{parameter} `{value}` is invalid: use 1 to 128 characters of letters, digits and ASCII punctuation"
+            ),
+        )
+    }
+}
+
+/// Checks an integer parameter against its range.
+pub(crate) fn check_range(
+    parameter: &str,
+    value: i32,
+    min: i32,
+    max: i32,
+) -> Result<u32, TransportError> {
+    if (min..=max).contains(&value) {
+        Ok(value as u32)
+    } else {
+        fail(
+            ErrorKind::InvalidParameterValue,
+            format!("{parameter} {value} is outside {min}..={max}"),
+        )
+    }
+}
+
+fn is_allowed_char(c: char) -> bool {
+    matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
+}
+
+/// Checks a message body: at least one character, all in the set SQS accepts.
+pub(crate) fn check_body(body: &str) -> Result<(), TransportError> {
+    if body.is_empty() {
+        return fail(
+            ErrorKind::MissingParameter,
+            "the message body is empty: SQS needs at least 1 character",
+        );
+    }
+    if let Some((at, c)) = body.char_indices().find(|(_, c)| !is_allowed_char(*c)) {
+        return fail(
+            ErrorKind::InvalidMessageContents,
+            format!(
+                "the message body has character U+{:04X} at byte {at}, which SQS does not accept; \
+                 encode binary data (for example as base64)",
+                c as u32
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Checks message attributes and returns their size as SQS counts it (name, type and value bytes).
+pub(crate) fn check_message_attributes(
+    attributes: &BTreeMap<String, MessageAttributeValue>,
+) -> Result<usize, TransportError> {
+    if attributes.len() > MAX_MESSAGE_ATTRIBUTES {
+        return fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "the message has {} attributes; SQS allows at most {MAX_MESSAGE_ATTRIBUTES}",
+                attributes.len()
+            ),
+        );
+    }
+    let mut size = 0;
+    for (name, value) in attributes {
+        check_attribute_name(name)?;
+        size += name.len() + value.data_type.len() + check_attribute_value(name, value)?;
+    }
+    Ok(size)
+}
+
+fn check_attribute_name(name: &str) -> Result<(), TransportError> {
+    let lower = name.to_ascii_lowercase();
+    let problem = if name.is_empty() || name.len() > 256 {
+        Some("must be 1 to 256 characters")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        Some("may hold only letters, digits, `_`, `-` and `.`")
+    } else if lower.starts_with("aws.") || lower.starts_with("amazon.") {
+        Some("may not start with `AWS.` or `Amazon.`, which SQS reserves")
+    } else if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
+        Some("may not start or end with `.` or hold `..`")
+    } else {
+        None
+    };
+    match problem {
+        Some(why) => fail(
+            ErrorKind::InvalidParameterValue,
+            format!("message attribute name `{name}` is invalid: a name {why}"),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Checks one attribute's type and value; returns the value's size in bytes.
+fn check_attribute_value(
+    name: &str,
+    value: &MessageAttributeValue,
+) -> Result<usize, TransportError> {
+    let base = value.data_type.split('.').next().unwrap_or_default();
+    let label_ok = value
+        .data_type
+        .split_once('.')
+        .is_none_or(|(_, label)| !label.is_empty() && label.len() <= 256);
+    if !label_ok || !matches!(base, "String" | "Number" | "Binary") {
+        return fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "message attribute `{name}` has type `{}`; use `String`, `Number` or `Binary`, \
+                 optionally followed by `.label`",
+                value.data_type
+            ),
+        );
+    }
+    match (base, &value.string_value, &value.binary_value) {
+        ("Binary", None, Some(bytes)) if !bytes.is_empty() => Ok(bytes.len()),
+        ("String" | "Number", Some(text), None) if !text.is_empty() => {
+            if let Some(c) = text.chars().find(|c| !is_allowed_char(*c)) {
+                return fail(
+                    ErrorKind::InvalidParameterValue,
+                    format!(
+                        "message attribute `{name}` holds character U+{:04X}, which SQS does not accept",
+                        c as u32
+                    ),
+                );
+            }
+            if base == "Number" && !is_sqs_number(text) {
+                return fail(
+                    ErrorKind::InvalidParameterValue,
+                    format!("message attribute `{name}` of type Number holds `{text}`, which is not a number of up to 38 digits"),
+                );
+            }
+            Ok(text.len())
+        }
+        _ => fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "message attribute `{name}` must carry one non-empty {} value for its type `{}`",
+                if base == "Binary" { "binary" } else { "string" },
+                value.data_type
+            ),
+        ),
+    }
+}
+
+fn is_sqs_number(text: &str) -> bool {
+    let digits = text.bytes().filter(u8::is_ascii_digit).count();
+    digits > 0 && digits <= 38 && text.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// Checks a batch's entry ids: 1–10 entries, each id 1–80 characters of `[A-Za-z0-9_-]`, all distinct.
+pub(crate) fn check_batch_ids<'a>(
+    ids: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<(), TransportError> {
+    let count = ids.len();
+    if count == 0 {
+        return fail(
+            ErrorKind::EmptyBatchRequest,
+            "the batch has no entries; send 1 to 10",
+        );
+    }
+    if count > MAX_BATCH_ENTRIES {
+        return fail(
+            ErrorKind::TooManyEntriesInBatchRequest,
+            format!("the batch has {count} entries; split it into batches of at most {MAX_BATCH_ENTRIES}"),
+        );
+    }
+    let mut seen = std::collections::HashSet::with_capacity(count);
+    for id in ids {
+        let valid = !id.is_empty()
+            && id.len() <= MAX_BATCH_ENTRY_ID_LEN
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid {
+            return fail(
+                ErrorKind::InvalidBatchEntryId,
+                format!("batch entry id `{id}` is invalid: use 1 to 80 characters of letters, digits, `-` and `_`"),
+            );
+        }
+        if !seen.insert(id) {
+            return fail(
+                ErrorKind::BatchEntryIdsNotDistinct,
+                format!("batch entry id `{id}` appears twice; give each entry its own id"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Checks the receive parameters; returns `(max_number_of_messages, wait, visibility)`.
+pub(crate) fn check_receive(
+    max_number_of_messages: i32,
+    wait_time_seconds: Option<i32>,
+    visibility_timeout: Option<i32>,
+    attempt_id: Option<&str>,
+) -> Result<(usize, Option<u32>, Option<u32>), TransportError> {
+    let max = check_range(
+        "MaxNumberOfMessages",
+        max_number_of_messages,
+        1,
+        MAX_RECEIVE_MESSAGES,
+    )?;
+    let wait = wait_time_seconds
+        .map(|w| check_range("WaitTimeSeconds", w, 0, MAX_WAIT_TIME_SECONDS))
+        .transpose()?;
+    let visibility = visibility_timeout
+        .map(|v| check_range("VisibilityTimeout", v, 0, MAX_VISIBILITY_TIMEOUT_SECONDS))
+        .transpose()?;
+    if let Some(attempt) = attempt_id {
+        check_token("ReceiveRequestAttemptId", attempt)?;
+    }
+    Ok((max as usize, wait, visibility))
+}
+
+/// The system attributes a receive may ask for.
+pub(crate) const SYSTEM_ATTRIBUTE_NAMES: &[&str] = &[
+    "All",
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "SentTimestamp",
+    "SenderId",
+    "SequenceNumber",
+    "MessageGroupId",
+    "MessageDeduplicationId",
+    "DeadLetterQueueSourceArn",
+    "AWSTraceHeader",
+];
+
+/// Checks the system attribute names of a receive.
+pub(crate) fn check_system_attribute_names(names: &[String]) -> Result<(), TransportError> {
+    match names
+        .iter()
+        .find(|n| !SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_str()))
+    {
+        Some(unknown) => fail(
+            ErrorKind::InvalidAttributeName,
+            format!(
+                "unknown message system attribute `{unknown}`; use one of {}",
+                SYSTEM_ATTRIBUTE_NAMES.join(", ")
+            ),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// How a FIFO queue scopes deduplication ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DedupScope {
+    Queue,
+    MessageGroup,
+}
+
+/// A queue's redrive policy: where messages go after `max_receive_count` receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RedrivePolicy {
+    pub(crate) dead_letter_target_arn: String,
+    pub(crate) max_receive_count: u32,
+}
+
+impl RedrivePolicy {
+    /// The dead-letter queue's name: the last part of its ARN.
+    pub(crate) fn target_name(&self) -> &str {
+        self.dead_letter_target_arn
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::json!({
+            "deadLetterTargetArn": self.dead_letter_target_arn,
+            "maxReceiveCount": self.max_receive_count,
+        })
+        .to_string()
+    }
+}
+
+/// One settable queue attribute, parsed and range-checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum QueueAttribute {
+    VisibilityTimeout(u32),
+    DelaySeconds(u32),
+    ReceiveMessageWaitTimeSeconds(u32),
+    MessageRetentionPeriod(u32),
+    MaximumMessageSize(u32),
+    FifoQueue(bool),
+    ContentBasedDeduplication(bool),
+    DeduplicationScope(DedupScope),
+    FifoThroughputLimit {
+        per_message_group: bool,
+    },
+    /// `None` removes the policy (an empty value).
+    RedrivePolicy(Option<RedrivePolicy>),
+    /// Stored and echoed, not modelled (`Policy`, `RedriveAllowPolicy`, encryption settings).
+    Opaque(String),
+}
+
+/// The attributes a caller may read but never set.
+pub(crate) const READ_ONLY_ATTRIBUTES: &[&str] = &[
+    "QueueArn",
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+];
+
+const OPAQUE_ATTRIBUTES: &[&str] = &[
+    "Policy",
+    "RedriveAllowPolicy",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "SqsManagedSseEnabled",
+];
+
+/// Parses one attribute of `CreateQueue` / `SetQueueAttributes`.
+pub(crate) fn parse_queue_attribute(
+    name: &str,
+    value: &str,
+) -> Result<QueueAttribute, TransportError> {
+    let seconds = |min: i32, max: i32| -> Result<u32, TransportError> {
+        match value.trim().parse::<i64>() {
+            Ok(n) if (min as i64..=max as i64).contains(&n) => Ok(n as u32),
+            _ => fail(
+                ErrorKind::InvalidAttributeValue,
+                format!("attribute {name} is `{value}`; it must be an integer in {min}..={max}"),
+            ),
+        }
+    };
+    let boolean = || match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => fail(
+            ErrorKind::InvalidAttributeValue,
+            format!("attribute {name} is `{value}`; use `true` or `false`"),
+        ),
+    };
+    Ok(match name {
+        "VisibilityTimeout" => QueueAttribute::VisibilityTimeout(seconds(0, MAX_VISIBILITY_TIMEOUT_SECONDS)?),
+        "DelaySeconds" => QueueAttribute::DelaySeconds(seconds(0, MAX_DELAY_SECONDS)?),
+        "ReceiveMessageWaitTimeSeconds" => {
+            QueueAttribute::ReceiveMessageWaitTimeSeconds(seconds(0, MAX_WAIT_TIME_SECONDS)?)
+        }
+        "MessageRetentionPeriod" => QueueAttribute::MessageRetentionPeriod(seconds(60, 1_209_600)?),
+        "MaximumMessageSize" => QueueAttribute::MaximumMessageSize(seconds(1024, MAX_MESSAGE_SIZE as i32)?),
+        "FifoQueue" => QueueAttribute::FifoQueue(boolean()?),
+        "ContentBasedDeduplication" => QueueAttribute::ContentBasedDeduplication(boolean()?),
+        "DeduplicationScope" => QueueAttribute::DeduplicationScope(match value {
+            "queue" => DedupScope::Queue,
+            "messageGroup" => DedupScope::MessageGroup,
+            _ => {
+                return fail(
+                    ErrorKind::InvalidAttributeValue,
+                    format!("attribute DeduplicationScope is `{value}`; use `queue` or `messageGroup`"),
+                )
+            }
+        }),
+        "FifoThroughputLimit" => QueueAttribute::FifoThroughputLimit {
+            per_message_group: match value {
+                "perQueue" => false,
+                "perMessageGroupId" => true,
+                _ => {
+                    return fail(
+                        ErrorKind::InvalidAttributeValue,
+                        format!("attribute FifoThroughputLimit is `{value}`; use `perQueue` or `perMessageGroupId`"),
+                    )
+                }
+            },
+        },
+        "RedrivePolicy" => QueueAttribute::RedrivePolicy(parse_redrive_policy(value)?),
+        _ if OPAQUE_ATTRIBUTES.contains(&name) => QueueAttribute::Opaque(value.to_owned()),
+        _ if READ_ONLY_ATTRIBUTES.contains(&name) => {
+            return fail(
+                ErrorKind::InvalidAttributeName,
+                format!("attribute {name} is read-only; it cannot be set"),
+            )
+        }
+        _ => {
+            return fail(
+                ErrorKind::InvalidAttributeName,
+                format!("unknown queue attribute `{name}`"),
+            )
+        }
+    })
+}
+
+fn parse_redrive_policy(value: &str) -> Result<Option<RedrivePolicy>, TransportError> {
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    let invalid = |why: &str| {
+        fail(
+            ErrorKind::InvalidAttributeValue,
+            format!(
+                "RedrivePolicy `{value}` is invalid: {why}; write {{\"deadLetterTargetArn\":\"arn:aws:sqs:REGION:ACCOUNT:NAME\",\"maxReceiveCount\":1..1000}}"
+            ),
+        )
+    };
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(value)
+    else {
+        return invalid("it is not a JSON object");
+    };
+    let Some(arn) = fields.get("deadLetterTargetArn").and_then(|v| v.as_str()) else {
+        return invalid("deadLetterTargetArn is missing");
+    };
+    let count = match fields.get("maxReceiveCount") {
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        Some(serde_json::Value::String(s)) => s.parse::<u64>().ok(),
+        _ => None,
+    };
+    let Some(count) = count.filter(|c| (1..=1000).contains(c)) else {
+        return invalid("maxReceiveCount must be an integer in 1..=1000");
+    };
+    let parts: Vec<&str> = arn.split(':').collect();
+    if parts.len() != 6
+        || parts[0] != "arn"
+        || parts[2] != "sqs"
+        || check_queue_name(parts[5]).is_err()
+    {
+        return invalid("deadLetterTargetArn is not an SQS queue ARN");
+    }
+    Ok(Some(RedrivePolicy {
+        dead_letter_target_arn: arn.to_owned(),
+        max_receive_count: count as u32,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind<T: std::fmt::Debug>(result: Result<T, TransportError>) -> ErrorKind {
+        result.unwrap_err().kind().expect("a service error")
+    }
+
+    #[test]
+    fn queue_names_follow_the_sqs_alphabet_and_length() {
+        assert!(check_queue_name("orders").is_ok());
+        assert!(check_queue_name("orders.fifo").is_ok());
+        assert!(check_queue_name(&"a".repeat(80)).is_ok());
+        assert_eq!(
+            kind(check_queue_name(&"a".repeat(81))),
+            ErrorKind::InvalidParameterValue
+        );
+        assert_eq!(
+            kind(check_queue_name(&format!("{}.fifo", "a".repeat(76)))),
+            ErrorKind::InvalidParameterValue
+        );
+        assert_eq!(
+            kind(check_queue_name("or ders")),
+            ErrorKind::InvalidParameterValue
+        );
+        assert_eq!(
+            kind(check_queue_name(".fifo")),
+            ErrorKind::InvalidParameterValue
+        );
+        assert_eq!(kind(check_queue_name("")), ErrorKind::InvalidParameterValue);
+    }
+
+    #[test]
+    fn tokens_take_alphanumerics_and_punctuation_up_to_128() {
+        assert!(check_token("MessageGroupId", "acct-9:a/b{c}~").is_ok());
+        assert!(check_token("MessageGroupId", &"x".repeat(128)).is_ok());
+        assert!(check_token("MessageGroupId", &"x".repeat(129)).is_err());
+        assert!(check_token("MessageGroupId", "").is_err());
+        assert!(check_token("MessageGroupId", "a b").is_err());
+        assert!(check_token("MessageGroupId", "é").is_err());
+    }
+
+    #[test]
+    fn bodies_must_be_non_empty_and_in_the_allowed_characters() {
+        assert!(check_body("hello\t\n\r 😀").is_ok());
+        assert_eq!(kind(check_body("")), ErrorKind::MissingParameter);
+        assert_eq!(
+            kind(check_body("a\u{1}b")),
+            ErrorKind::InvalidMessageContents
+        );
+        assert_eq!(
+            kind(check_body("\u{FFFE}")),
+            ErrorKind::InvalidMessageContents
+        );
+    }
+
+    fn string(value: &str) -> MessageAttributeValue {
+        MessageAttributeValue::string(value)
+    }
+
+    #[test]
+    fn message_attributes_are_checked_and_sized() {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("trace.id".to_owned(), string("abc"));
+        assert_eq!(
+            check_message_attributes(&attributes).unwrap(),
+            "trace.id".len() + "String".len() + 3
+        );
+        for bad in ["AWS.x", "amazon.y", ".x", "x.", "a..b", "a b", ""] {
+            let mut attributes = BTreeMap::new();
+            attributes.insert(bad.to_owned(), string("v"));
+            assert!(check_message_attributes(&attributes).is_err(), "{bad}");
+        }
+        let too_many: BTreeMap<_, _> = (0..11).map(|i| (format!("a{i}"), string("v"))).collect();
+        assert!(check_message_attributes(&too_many).is_err());
+        let mut attributes = BTreeMap::new();
+        attributes.insert("n".to_owned(), MessageAttributeValue::number("12.5"));
+        attributes.insert("b".to_owned(), MessageAttributeValue::binary(vec![1, 2]));
+        attributes.insert(
+            "s".to_owned(),
+            MessageAttributeValue {
+                data_type: "String.custom".into(),
+                ..string("x")
+            },
+        );
+        assert!(check_message_attributes(&attributes).is_ok());
+        for bad in [
+            MessageAttributeValue::number("twelve"),
+            MessageAttributeValue {
+                data_type: "Text".into(),
+                ..string("x")
+            },
+            MessageAttributeValue {
+                data_type: "String.".into(),
+                ..string("x")
+            },
+            string(""),
+            MessageAttributeValue {
+                data_type: "Binary".into(),
+                string_value: Some("x".into()),
+                binary_value: None,
+            },
+        ] {
+            let mut attributes = BTreeMap::new();
+            attributes.insert("a".to_owned(), bad.clone());
+            assert!(check_message_attributes(&attributes).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn batch_ids_are_counted_checked_and_distinct() {
+        assert_eq!(
+            kind(check_batch_ids([].into_iter())),
+            ErrorKind::EmptyBatchRequest
+        );
+        let eleven: Vec<String> = (0..11).map(|i| i.to_string()).collect();
+        assert_eq!(
+            kind(check_batch_ids(eleven.iter().map(String::as_str))),
+            ErrorKind::TooManyEntriesInBatchRequest
+        );
+        assert_eq!(
+            kind(check_batch_ids(["a", "a"].into_iter())),
+            ErrorKind::BatchEntryIdsNotDistinct
+        );
+        assert_eq!(
+            kind(check_batch_ids(["a.b"].into_iter())),
+            ErrorKind::InvalidBatchEntryId
+        );
+        assert!(check_batch_ids(["a-1", "b_2"].into_iter()).is_ok());
+    }
+
+    #[test]
+    fn queue_attributes_are_parsed_with_their_ranges() {
+        assert_eq!(
+            parse_queue_attribute("VisibilityTimeout", "43200").unwrap(),
+            QueueAttribute::VisibilityTimeout(43200)
+        );
+        assert_eq!(
+            kind(parse_queue_attribute("VisibilityTimeout", "43201")),
+            ErrorKind::InvalidAttributeValue
+        );
+        assert_eq!(
+            kind(parse_queue_attribute("DelaySeconds", "901")),
+            ErrorKind::InvalidAttributeValue
+        );
+        assert_eq!(
+            kind(parse_queue_attribute("MessageRetentionPeriod", "59")),
+            ErrorKind::InvalidAttributeValue
+        );
+        assert_eq!(
+            kind(parse_queue_attribute("MaximumMessageSize", "1048577")),
+            ErrorKind::InvalidAttributeValue
+        );
+        assert_eq!(
+            kind(parse_queue_attribute("QueueArn", "x")),
+            ErrorKind::InvalidAttributeName
+        );
+        assert_eq!(
+            kind(parse_queue_attribute("Colour", "x")),
+            ErrorKind::InvalidAttributeName
+        );
+        assert_eq!(
+            kind(parse_queue_attribute("FifoQueue", "yes")),
+            ErrorKind::InvalidAttributeValue
+        );
+    }
+
+    #[test]
+    fn redrive_policies_need_an_arn_and_a_count_in_range() {
+        let parsed = parse_queue_attribute(
+            "RedrivePolicy",
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"3"}"#,
+        )
+        .unwrap();
+        let QueueAttribute::RedrivePolicy(Some(policy)) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(policy.target_name(), "dlq");
+        assert_eq!(policy.max_receive_count, 3);
+        for bad in [
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:0:dlq","maxReceiveCount":0}"#,
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:0:dlq","maxReceiveCount":1001}"#,
+            r#"{"maxReceiveCount":3}"#,
+            r#"{"deadLetterTargetArn":"dlq","maxReceiveCount":3}"#,
+            "not json",
+        ] {
+            assert_eq!(
+                kind(parse_queue_attribute("RedrivePolicy", bad)),
+                ErrorKind::InvalidAttributeValue,
+                "{bad}"
+            );
+        }
+    }
+}
