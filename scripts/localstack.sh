@@ -111,11 +111,13 @@ do_install() {
 
 # --- health ----------------------------------------------------------------
 
-# True when /_localstack/health on the port reports sqs as available/running.
+# True when /_localstack/health on the port reports sqs in one of the given
+# states (an extended regex; default: "available" = enabled but loaded lazily
+# on first request, or "running" = loaded).
 healthy() {
-  local body
+  local states="${1:-available|running}" body
   body="$(curl -fsS --max-time 2 "$ENDPOINT/_localstack/health" 2>/dev/null)" || return 1
-  grep -Eq '"sqs": *"(available|running)"' <<<"$body"
+  grep -Eq "\"sqs\": *\"($states)\"" <<<"$body"
 }
 
 # PID from the pid file, only if that process is still our LocalStack
@@ -180,9 +182,9 @@ do_start() {
     #                          GATEWAY_LISTEN and binds 0.0.0.0; hypercorn honours it
     #   LOCALSTACK_HOST        host:port put into returned QueueUrls; the default
     #                          localhost.localstack.cloud needs public DNS (none here)
-    #   SERVICES / EAGER_...   only SQS, loaded at startup so "healthy" means ready
-    #                          (lazily loaded services report "available" before they
-    #                          can answer, and the first request pays the load)
+    #   SERVICES / EAGER_...   only SQS, loaded at startup (health says "running"),
+    #                          not on the first request (health would say
+    #                          "available" and the first test would pay the load)
     #   PERSISTENCE=0          every start is a clean slate
     #   SQS_ENDPOINT_STRATEGY  QueueUrl = http://HOST:PORT/queue/REGION/ACCOUNT/NAME
     #   FILESYSTEM_ROOT        host mode puts its whole tree (var/lib/localstack with the
@@ -218,7 +220,10 @@ do_start() {
 
   local start=$SECONDS
   while ((SECONDS - start < START_TIMEOUT)); do
-    if healthy; then
+    # Also wait for the "Ready." line: health says "running" a moment before
+    # the runtime finishes starting, and a TERM in that window can hang
+    # LocalStack's shutdown (seen when a test run stops it right away).
+    if healthy running && grep -qx 'Ready\.' "$LOG"; then
       log "healthy after $((SECONDS - start))s"
       echo "$ENDPOINT"
       return 0
