@@ -1,35 +1,81 @@
 //! rust-stream: services that consume and publish Amazon SQS messages, and an in-process SQS
 //! account that keeps SQS's semantics so the same service is tested without a network.
 //!
+//! # The smallest service
+//!
+//! ```
+//! use rust_stream::prelude::*;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order {
+//!     id: u64,
+//!     customer: String,
+//! }
+//!
+//! /// Reads `orders.fifo`: the orders of one customer are one group, handled in order.
+//! struct Fulfil;
+//!
+//! impl Handle<Order> for Fulfil {
+//!     fn handle(&self, order: &Order, _outs: &(), _ctx: &mut Context<'_>) -> impl Future<Output = Result<(), HandlerOutcome>> {
+//!         tracing::info!(order.id, order.customer, "order fulfilled");
+//!         ready(Ok(()))
+//!     }
+//! }
+//!
+//! fn service(broker: SqsBroker) -> impl App {
+//!     RustStream::new(AppInfo::new("fulfillment", "0.1.0")).with_broker(broker, |b| {
+//!         b.include(subscriber(SqsQueue::new("orders.fifo").create_if_missing(), Fulfil).build());
+//!     })
+//! }
+//! # let _ = service(SqsBroker::in_process());
+//! ```
+//!
 //! # A tour
 //!
-//! - [`account`]: the in-process SQS account. Queues, visibility, receive counts, redrive,
-//!   FIFO groups held while in flight, 5-minute deduplication, delays, limits and errors, all on
-//!   tokio's clock so a paused test advances time at will.
-//! - [`engine::transport`]: the wire-neutral requests, responses and errors every backend speaks,
-//!   shaped like the SQS API.
-//! - [`sqs::rules`]: the SQS limits and validators, and [`ErrorKind`](sqs::rules::ErrorKind), the
-//!   error kinds both backends report.
+//! - [`app`]: [`RustStream`] and [`AppInfo`] describe a service; [`App::run`] runs it until a
+//!   signal or a [`ShutdownHandle`], then shuts down gracefully.
+//! - [`handler`]: the [`Handle`] trait and [`subscriber`], which mounts a handler on a queue.
+//! - [`outcome`]: [`HandlerOutcome`]: ack, retry, retry after a delay, dead-letter.
+//! - [`context`]: [`Context`], the message in hand and publishing as part of handling it.
+//! - [`publish`]: [`Publisher`] and [`Output`]: sending, with FIFO groups and deduplication ids.
+//! - [`codec`]: [`Codec`] and the default, [`Json`].
+//! - [`broker`] and [`sqs`]: the [`Broker`] trait and [`SqsBroker`], over the in-process
+//!   [`account`] or (later) aws-sdk-sqs, with the SQS [`rules`](sqs::rules) both honour.
+//! - [`engine`]: the consumer engine (receive, dispatch, settle, extend) and the
+//!   [`Transport`](engine::transport::Transport) seam under it.
+//! - [`account`]: the in-process SQS account: SQS semantics on tokio's clock, for tests.
 //!
-//! ```
-//! use rust_stream::account::Account;
-//! use rust_stream::engine::transport::{ReceiveMessage, SendMessage};
+//! # Features
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), rust_stream::engine::transport::TransportError> {
-//! let account = Account::new();
-//! let orders = account.create_standard_queue("orders").await?;
-//! account.send_message(&orders, SendMessage::new(r#"{"id":1}"#)).await?;
-//! let received = account.receive_message(&orders, ReceiveMessage::new(10)).await?;
-//! account.delete_message(&orders, &received[0].receipt_handle).await?;
-//! # Ok(())
-//! # }
-//! ```
+//! | Name | Description | Default |
+//! | --- | --- | --- |
+//! | `testing` | [`testing`]: run a service in a test and wait for what it does | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![deny(unused_must_use)]
 #![doc(test(attr(deny(warnings))))]
 
 pub mod account;
+pub mod app;
+pub mod broker;
+pub mod codec;
+pub mod context;
 pub mod engine;
+pub mod handler;
+pub mod outcome;
+pub mod prelude;
+pub mod publish;
 pub mod sqs;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
+
+pub use app::{App, AppInfo, RunError, RustStream, Service, Shutdown, ShutdownHandle};
+pub use broker::{Broker, Include};
+pub use codec::{Codec, DecodeError, EncodeError, Json};
+pub use context::Context;
+pub use engine::settle::DEAD_LETTER_REASON_HEADER;
+pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
+pub use outcome::{HandlerOutcome, IntoOutcome};
+pub use publish::{Outgoing, Output, Outputs, PublishError, Publisher, PARTITION_KEY_HEADER};
+pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue};

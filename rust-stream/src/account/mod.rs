@@ -45,6 +45,7 @@
 
 mod fifo;
 mod queue;
+mod transport;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

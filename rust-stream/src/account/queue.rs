@@ -449,46 +449,13 @@ impl Queue {
         request: SendMessage,
         now: Now,
     ) -> Result<SentMessage, TransportError> {
-        rules::check_body(&request.body)?;
-        let attributes_size = rules::check_message_attributes(&request.message_attributes)?;
-        let size = request.body.len() + attributes_size;
-        if size > self.config.maximum_message_size as usize {
-            return fail(
-                ErrorKind::InvalidParameterValue,
-                format!(
-                    "the message is {size} bytes (body and attributes); queue `{}` takes at most {} (MaximumMessageSize)",
-                    self.name, self.config.maximum_message_size
-                ),
-            );
-        }
-        if let Some(group) = &request.group_id {
-            rules::check_token("MessageGroupId", group)?;
-        }
-        if let Some(dedup) = &request.dedup_id {
-            rules::check_token("MessageDeduplicationId", dedup)?;
-        }
-        let delay = match request.delay_seconds {
-            None => self.config.delay_seconds,
-            Some(seconds) => {
-                let seconds =
-                    rules::check_range("DelaySeconds", seconds, 0, rules::MAX_DELAY_SECONDS)?;
-                if self.config.fifo && seconds != 0 {
-                    return fail(
-                        ErrorKind::InvalidParameterValue,
-                        format!(
-                            "queue `{}` is FIFO and refuses a per-message DelaySeconds ({seconds}); \
-                             set the queue's DelaySeconds instead",
-                            self.name
-                        ),
-                    );
-                }
-                if self.config.fifo {
-                    self.config.delay_seconds
-                } else {
-                    seconds
-                }
-            }
+        let target = rules::SendTarget {
+            queue: &self.name,
+            fifo: self.config.fifo,
+            content_based_dedup: self.config.content_based_dedup,
+            maximum_message_size: self.config.maximum_message_size as usize,
         };
+        let delay = rules::check_send(&request, target)?.unwrap_or(self.config.delay_seconds);
         let mut stored = Stored {
             message_id: uuid::Uuid::new_v4().to_string(),
             body: request.body,
@@ -503,15 +470,6 @@ impl Queue {
             state: State::Visible,
         };
         if !self.config.fifo {
-            if request.dedup_id.is_some() {
-                return fail(
-                    ErrorKind::InvalidParameterValue,
-                    format!(
-                        "queue `{}` is a standard queue and takes no MessageDeduplicationId; remove it or use a FIFO queue",
-                        self.name
-                    ),
-                );
-            }
             let message_id = stored.message_id.clone();
             self.store(stored, delay, now.instant);
             return Ok(SentMessage {
@@ -520,15 +478,10 @@ impl Queue {
                 duplicate: false,
             });
         }
-        let Some(group) = stored.group_id.clone() else {
-            return fail(
-                ErrorKind::MissingParameter,
-                format!(
-                    "queue `{}` is FIFO: every message needs a MessageGroupId",
-                    self.name
-                ),
-            );
-        };
+        let group = stored
+            .group_id
+            .clone()
+            .expect("check_send requires a group on FIFO");
         let dedup_id = match request.dedup_id {
             Some(id) => id,
             None if self.config.content_based_dedup => {
@@ -537,14 +490,7 @@ impl Queue {
                 digest.iter().map(|b| format!("{b:02x}")).collect()
             }
             None => {
-                return fail(
-                    ErrorKind::InvalidParameterValue,
-                    format!(
-                        "queue `{}` is FIFO without ContentBasedDeduplication: give each message a \
-                         MessageDeduplicationId, or enable ContentBasedDeduplication",
-                        self.name
-                    ),
-                )
+                unreachable!("check_send requires a dedup id without content-based deduplication")
             }
         };
         let Order::Fifo(fifo) = &mut self.order else {

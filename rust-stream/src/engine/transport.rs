@@ -7,8 +7,157 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use crate::sqs::rules::ErrorKind;
+
+/// What the engine needs from a queue service. The in-process
+/// [`Account`](crate::account::Account) and the aws-sdk transport answer alike, with the same
+/// [`ErrorKind`]s, so everything above this trait is tested once, on the account.
+///
+/// Every method mirrors the SQS action of the same name.
+pub trait Transport: Send + Sync + 'static {
+    /// `GetQueueUrl`.
+    fn get_queue_url(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send;
+
+    /// `CreateQueue`: creates the queue or returns the URL of an identical one.
+    fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send;
+
+    /// `GetQueueAttributes`.
+    fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+        names: &[&str],
+    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send;
+
+    /// `SendMessageBatch`.
+    fn send_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send;
+
+    /// `ReceiveMessage`.
+    fn receive_message(
+        &self,
+        queue_url: &str,
+        request: ReceiveMessage,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send;
+
+    /// `DeleteMessageBatch`.
+    fn delete_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send;
+
+    /// `ChangeMessageVisibilityBatch`.
+    fn change_message_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send;
+}
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// [`Transport`] behind a pointer, so a broker holds either backend as one type; every
+/// [`Transport`] is one.
+pub(crate) trait DynTransport: Send + Sync + 'static {
+    fn get_queue_url<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<String, TransportError>>;
+    fn create_queue<'a>(
+        &'a self,
+        name: &'a str,
+        attributes: QueueAttributes,
+    ) -> BoxFuture<'a, Result<String, TransportError>>;
+    fn get_queue_attributes<'a>(
+        &'a self,
+        queue_url: &'a str,
+        names: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<QueueAttributes, TransportError>>;
+    fn send_message_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<SendBatchEntry>,
+    ) -> BoxFuture<'a, Result<BatchResult<SentMessage>, TransportError>>;
+    fn receive_message<'a>(
+        &'a self,
+        queue_url: &'a str,
+        request: ReceiveMessage,
+    ) -> BoxFuture<'a, Result<Vec<ReceivedMessage>, TransportError>>;
+    fn delete_message_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<DeleteEntry>,
+    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
+    fn change_message_visibility_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
+}
+
+impl<T: Transport> DynTransport for T {
+    fn get_queue_url<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<String, TransportError>> {
+        Box::pin(Transport::get_queue_url(self, name))
+    }
+    fn create_queue<'a>(
+        &'a self,
+        name: &'a str,
+        attributes: QueueAttributes,
+    ) -> BoxFuture<'a, Result<String, TransportError>> {
+        Box::pin(Transport::create_queue(self, name, attributes))
+    }
+    fn get_queue_attributes<'a>(
+        &'a self,
+        queue_url: &'a str,
+        names: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<QueueAttributes, TransportError>> {
+        Box::pin(Transport::get_queue_attributes(self, queue_url, names))
+    }
+    fn send_message_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<SendBatchEntry>,
+    ) -> BoxFuture<'a, Result<BatchResult<SentMessage>, TransportError>> {
+        Box::pin(Transport::send_message_batch(self, queue_url, entries))
+    }
+    fn receive_message<'a>(
+        &'a self,
+        queue_url: &'a str,
+        request: ReceiveMessage,
+    ) -> BoxFuture<'a, Result<Vec<ReceivedMessage>, TransportError>> {
+        Box::pin(Transport::receive_message(self, queue_url, request))
+    }
+    fn delete_message_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<DeleteEntry>,
+    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
+        Box::pin(Transport::delete_message_batch(self, queue_url, entries))
+    }
+    fn change_message_visibility_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
+        Box::pin(Transport::change_message_visibility_batch(
+            self, queue_url, entries,
+        ))
+    }
+}
+
+/// The transport a broker and its engine share.
+pub(crate) type SharedTransport = Arc<dyn DynTransport>;
 
 /// Queue attributes by their SQS names (`VisibilityTimeout`, `FifoQueue`, `RedrivePolicy`, ...).
 pub type QueueAttributes = BTreeMap<String, String>;
@@ -338,6 +487,14 @@ impl TransportError {
             kind,
             message: message.into(),
         }
+    }
+
+    /// Whether the same request may succeed if tried again (throttling, a service-side failure).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind(),
+            Some(ErrorKind::RequestThrottled | ErrorKind::InternalError)
+        )
     }
 
     /// The SQS error kind, when the service answered with one.

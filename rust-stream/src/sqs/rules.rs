@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::engine::transport::{MessageAttributeValue, TransportError};
+use crate::engine::transport::{MessageAttributeValue, SendMessage, TransportError};
 
 /// Largest message: body and message attributes together, in bytes (1 MiB since 2025-08).
 pub const MAX_MESSAGE_SIZE: usize = 1_048_576;
@@ -313,6 +313,80 @@ fn check_attribute_value(
 fn is_sqs_number(text: &str) -> bool {
     let digits = text.bytes().filter(u8::is_ascii_digit).count();
     digits > 0 && digits <= 38 && text.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// What a send must know of the queue it goes to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendTarget<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) fifo: bool,
+    pub(crate) content_based_dedup: bool,
+    pub(crate) maximum_message_size: usize,
+}
+
+/// Checks a message against every send rule; returns the per-message delay it asks for
+/// (`None` when it leaves the queue's delay, and always on FIFO, where only 0 is accepted).
+pub(crate) fn check_send(
+    message: &SendMessage,
+    target: SendTarget<'_>,
+) -> Result<Option<u32>, TransportError> {
+    let queue = target.queue;
+    check_body(&message.body)?;
+    let size = message.body.len() + check_message_attributes(&message.message_attributes)?;
+    if size > target.maximum_message_size {
+        return fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "the message is {size} bytes (body and attributes); queue `{queue}` takes at most {} (MaximumMessageSize)",
+                target.maximum_message_size
+            ),
+        );
+    }
+    if let Some(group) = &message.group_id {
+        check_token("MessageGroupId", group)?;
+    }
+    if let Some(dedup) = &message.dedup_id {
+        check_token("MessageDeduplicationId", dedup)?;
+    }
+    let delay = message
+        .delay_seconds
+        .map(|seconds| check_range("DelaySeconds", seconds, 0, MAX_DELAY_SECONDS))
+        .transpose()?;
+    if !target.fifo {
+        if message.dedup_id.is_some() {
+            return fail(
+                ErrorKind::InvalidParameterValue,
+                format!(
+                    "queue `{queue}` is a standard queue and takes no MessageDeduplicationId; remove it or use a FIFO queue"
+                ),
+            );
+        }
+        return Ok(delay);
+    }
+    if let Some(seconds) = delay.filter(|s| *s != 0) {
+        return fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "queue `{queue}` is FIFO and refuses a per-message DelaySeconds ({seconds}); set the queue's DelaySeconds instead"
+            ),
+        );
+    }
+    if message.group_id.is_none() {
+        return fail(
+            ErrorKind::MissingParameter,
+            format!("queue `{queue}` is FIFO: every message needs a MessageGroupId"),
+        );
+    }
+    if message.dedup_id.is_none() && !target.content_based_dedup {
+        return fail(
+            ErrorKind::InvalidParameterValue,
+            format!(
+                "queue `{queue}` is FIFO without ContentBasedDeduplication: give each message a \
+                 MessageDeduplicationId, or enable ContentBasedDeduplication"
+            ),
+        );
+    }
+    Ok(None)
 }
 
 /// Checks a batch's entry ids: 1–10 entries, each id 1–80 characters of `[A-Za-z0-9_-]`, all distinct.

@@ -1,0 +1,95 @@
+//! Quickstart: a fulfillment service on the in-process SQS broker.
+//!
+//! It publishes a few orders of two customers to the FIFO queue `orders.fifo` (one message group
+//! per customer), handles them (each customer's orders in the order they were placed), logs them,
+//! and exits once all are fulfilled.
+//!
+//! ```sh
+//! cargo run --example quickstart
+//! ```
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use rust_stream::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    customer: String,
+}
+
+/// Reads the FIFO queue `orders.fifo`. The orders of one customer are one message group, so
+/// they arrive in the order they were sent, one at a time.
+struct Fulfil {
+    left: AtomicUsize,
+    all_fulfilled: Arc<Notify>,
+}
+
+impl Handle<Order> for Fulfil {
+    fn handle(
+        &self,
+        order: &Order,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+        tracing::info!(
+            order.id,
+            order.customer,
+            sequence = ctx.sequence_number(),
+            "order fulfilled"
+        );
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all_fulfilled.notify_one();
+        }
+        ready(Ok(()))
+    }
+}
+
+const ORDERS: [(u64, &str); 6] = [
+    (1, "ada"),
+    (2, "grace"),
+    (3, "ada"),
+    (4, "grace"),
+    (5, "ada"),
+    (6, "grace"),
+];
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt().with_target(false).init();
+    let broker = SqsBroker::in_process();
+    let orders_queue = SqsQueue::new("orders.fifo").create_if_missing();
+
+    let orders = broker.publisher(orders_queue.clone());
+    for (id, customer) in ORDERS {
+        let sent = orders
+            .message(&Order {
+                id,
+                customer: customer.to_owned(),
+            })
+            .group_id(customer)
+            .send()
+            .await?;
+        tracing::info!(order.id = id, message_id = %sent.message_id, "order placed");
+    }
+
+    let all_fulfilled = Arc::new(Notify::new());
+    let fulfil = Fulfil {
+        left: AtomicUsize::new(ORDERS.len()),
+        all_fulfilled: all_fulfilled.clone(),
+    };
+    let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0")).with_broker(broker, |b| {
+        b.include(subscriber(orders_queue, fulfil).build());
+    });
+    let shutdown = app.shutdown_handle();
+    tokio::spawn(async move {
+        all_fulfilled.notified().await;
+        shutdown.shutdown();
+    });
+    app.run().await?;
+    tracing::info!("all orders fulfilled; bye");
+    Ok(())
+}

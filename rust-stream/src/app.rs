@@ -1,0 +1,252 @@
+//! The app: [`RustStream`] and [`AppInfo`] describe a service, [`App`] runs it until SIGINT,
+//! SIGTERM or a [`ShutdownHandle`] stops it, then shuts it down gracefully.
+//!
+//! ```no_run
+//! use rust_stream::prelude::*;
+//! # #[derive(serde::Deserialize)] struct Order;
+//! # struct Fulfil;
+//! # impl Handle<Order> for Fulfil {
+//! #     async fn handle(&self, _: &Order, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> { Ok(()) }
+//! # }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), rust_stream::RunError> {
+//!     RustStream::new(AppInfo::new("fulfillment", "0.1.0"))
+//!         .with_broker(SqsBroker::in_process(), |b| {
+//!             b.include(subscriber(SqsQueue::new("orders.fifo").create_if_missing(), Fulfil).build());
+//!         })
+//!         .run()
+//!         .await
+//! }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::broker::{Broker, Include};
+use crate::engine::transport::TransportError;
+use crate::sqs::rules::ErrorKind;
+use crate::sqs::ConfigErrors;
+
+/// A service's name and version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppInfo {
+    name: String,
+    version: String,
+}
+
+impl AppInfo {
+    /// A service called `name` at `version`.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+        }
+    }
+
+    /// The service's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The service's version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+}
+
+/// A service being described: its info and how long shutdown may take.
+#[derive(Debug, Clone)]
+#[must_use = "add a broker with `.with_broker(..)`"]
+pub struct RustStream {
+    info: AppInfo,
+    shutdown_timeout: Duration,
+}
+
+impl RustStream {
+    /// A service with this info.
+    pub fn new(info: AppInfo) -> Self {
+        Self {
+            info,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// How long running handlers may take to finish at shutdown (default 30 s); messages still
+    /// held then are released for other consumers.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Runs on `broker`, with the subscribers `include` mounts.
+    pub fn with_broker<B: Broker>(
+        self,
+        broker: B,
+        include: impl FnOnce(&mut Include<B>),
+    ) -> Service<B> {
+        let mut scope = Include::new();
+        include(&mut scope);
+        let (sender, _) = watch::channel(false);
+        Service {
+            info: self.info,
+            broker,
+            subscribers: scope.subscribers,
+            shutdown_timeout: self.shutdown_timeout,
+            shutdown: ShutdownHandle {
+                sender: Arc::new(sender),
+            },
+        }
+    }
+}
+
+/// A runnable service.
+pub trait App: Send + Sized + 'static {
+    /// A handle that stops the service when fired.
+    fn shutdown_handle(&self) -> ShutdownHandle;
+
+    /// Runs until `signal` resolves or the shutdown handle fires, then shuts down gracefully.
+    fn run_until(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = Result<(), RunError>> + Send;
+
+    /// Runs until SIGINT (Ctrl-C), SIGTERM or the shutdown handle, then shuts down gracefully.
+    ///
+    /// # Errors
+    ///
+    /// [`RunError`] when a setting is wrong (all problems at once, before any network call), a
+    /// queue is missing, or the signal handlers cannot be installed.
+    fn run(self) -> impl Future<Output = Result<(), RunError>> + Send {
+        async move {
+            let signals = os_signals()?;
+            self.run_until(signals).await
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+fn os_signals() -> Result<impl Future<Output = ()> + Send + 'static, RunError> {
+    #[cfg(unix)]
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|error| RunError::Signal(error.to_string()))?;
+    Ok(async move {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutdown signal received");
+    })
+}
+
+/// A service on a broker: what [`RustStream::with_broker`] returns.
+#[derive(Debug)]
+pub struct Service<B: Broker> {
+    info: AppInfo,
+    broker: B,
+    subscribers: Vec<B::Subscriber>,
+    shutdown_timeout: Duration,
+    shutdown: ShutdownHandle,
+}
+
+impl<B: Broker> App for Service<B> {
+    fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    async fn run_until(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), RunError> {
+        let shutdown = Shutdown {
+            requested: self.shutdown.sender.subscribe(),
+            timeout: self.shutdown_timeout,
+        };
+        let handle = self.shutdown.clone();
+        let run = self.broker.run(self.info, self.subscribers, shutdown);
+        tokio::pin!(run);
+        tokio::select! {
+            result = &mut run => return result,
+            () = signal => handle.shutdown(),
+        }
+        run.await
+    }
+}
+
+/// Stops a running service gracefully. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle {
+    sender: Arc<watch::Sender<bool>>,
+}
+
+impl ShutdownHandle {
+    /// Asks the service to stop: it stops receiving, lets running handlers finish, releases
+    /// what it holds, and returns from `run`.
+    pub fn shutdown(&self) {
+        self.sender.send_replace(true);
+    }
+}
+
+/// What a broker watches to know when to stop, and how long it may take.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    requested: watch::Receiver<bool>,
+    timeout: Duration,
+}
+
+impl Shutdown {
+    /// Resolves once shutdown is requested.
+    pub async fn requested(&self) {
+        let mut requested = self.requested.clone();
+        let _ = requested.wait_for(|requested| *requested).await;
+    }
+
+    /// How long running handlers may take to finish.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// Why a service could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Settings that cannot work, all of them, found before any network call.
+    #[error("{0}")]
+    Config(ConfigErrors),
+    /// A queue the service needs does not exist.
+    #[error(
+        "queue `{queue}` does not exist; create it, or declare it with `.create_if_missing()`"
+    )]
+    QueueMissing {
+        /// The queue.
+        queue: String,
+    },
+    /// SQS refused a startup call for a queue.
+    #[error("queue `{queue}`: {error}")]
+    Queue {
+        /// The queue.
+        queue: String,
+        /// What SQS said.
+        error: TransportError,
+    },
+    /// The signal handlers could not be installed.
+    #[error("cannot listen for SIGINT/SIGTERM: {0}")]
+    Signal(String),
+}
+
+impl RunError {
+    pub(crate) fn from_transport(queue: String, error: TransportError) -> Self {
+        if error.kind() == Some(ErrorKind::QueueDoesNotExist) {
+            Self::QueueMissing { queue }
+        } else {
+            Self::Queue { queue, error }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The [`Broker`] trait, and [`Include`], the scope in which an app mounts its subscribers
+//! (`b.include(..)`).
+//!
+//! Handlers know nothing of brokers: a [`Handle`](crate::Handle) impl runs unchanged on any
+//! broker whose subscribers can carry it. [`SqsBroker`](crate::SqsBroker) is the first.
+
+use std::future::Future;
+
+use crate::app::{AppInfo, RunError, Shutdown};
+
+/// A message broker an app runs on.
+pub trait Broker: Send + 'static {
+    /// What [`Include::include`] accepts.
+    type Subscriber: Send + 'static;
+
+    /// Runs the subscribers until `shutdown` is requested, then stops them gracefully.
+    fn run(
+        self,
+        info: AppInfo,
+        subscribers: Vec<Self::Subscriber>,
+        shutdown: Shutdown,
+    ) -> impl Future<Output = Result<(), RunError>> + Send;
+}
+
+/// The subscribers of one broker, gathered by [`RustStream::with_broker`](crate::RustStream::with_broker).
+#[derive(Debug)]
+pub struct Include<B: Broker> {
+    pub(crate) subscribers: Vec<B::Subscriber>,
+}
+
+impl<B: Broker> Include<B> {
+    pub(crate) fn new() -> Self {
+        Self {
+            subscribers: Vec::new(),
+        }
+    }
+
+    /// Mounts a subscriber: a built [`Subscriber`](crate::Subscriber), or a `#[subscriber]` function.
+    pub fn include(&mut self, subscriber: impl Into<B::Subscriber>) -> &mut Self {
+        self.subscribers.push(subscriber.into());
+        self
+    }
+}

@@ -1,0 +1,140 @@
+//! [`Context`]: what a handler knows of the message in hand (ids, queue, group, sequence, receive
+//! count, sent time, headers) and how it publishes as part of handling it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::engine::transport::{MessageAttributes, ReceivedMessage};
+use crate::publish::{Outgoing, PARTITION_KEY_HEADER};
+
+/// One received message as the engine holds it.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    pub(crate) message_id: String,
+    pub(crate) body: String,
+    pub(crate) queue: String,
+    pub(crate) group_id: Option<String>,
+    pub(crate) dedup_id: Option<String>,
+    pub(crate) sequence_number: Option<String>,
+    pub(crate) receive_count: u32,
+    pub(crate) sent_at: Option<SystemTime>,
+    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) attributes: MessageAttributes,
+}
+
+impl Delivery {
+    pub(crate) fn new(queue: &str, message: ReceivedMessage) -> Self {
+        let mut headers: BTreeMap<String, String> = message
+            .message_attributes
+            .iter()
+            .filter_map(|(name, value)| Some((name.clone(), value.string_value.clone()?)))
+            .collect();
+        let group_id = message.group_id().map(str::to_owned);
+        if let Some(group) = &group_id {
+            // A delivery carries its group where a publisher may have put it.
+            headers
+                .entry(PARTITION_KEY_HEADER.to_owned())
+                .or_insert_with(|| group.clone());
+        }
+        Self {
+            receive_count: message.receive_count().unwrap_or(1),
+            sequence_number: message.sequence_number().map(str::to_owned),
+            dedup_id: message.dedup_id().map(str::to_owned),
+            sent_at: message
+                .attributes
+                .get("SentTimestamp")
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            group_id,
+            headers,
+            message_id: message.message_id,
+            body: message.body,
+            queue: queue.to_owned(),
+            attributes: message.message_attributes,
+        }
+    }
+}
+
+/// The message in hand: its identity and headers, and publishing that is part of handling it.
+///
+/// What a handler publishes through [`publish`](Self::publish) is sent after it returns and before
+/// its message is acknowledged, and only if it acknowledges; on a FIFO queue each such message
+/// carries a deduplication id made of the input's message id and its position, so a retried
+/// handler does not publish twice.
+#[derive(Debug)]
+pub struct Context<'a> {
+    delivery: &'a Delivery,
+    staged: Vec<Outgoing>,
+}
+
+impl<'a> Context<'a> {
+    pub(crate) fn new(delivery: &'a Delivery) -> Self {
+        Self {
+            delivery,
+            staged: Vec::new(),
+        }
+    }
+
+    /// The SQS message id, kept across redeliveries.
+    pub fn message_id(&self) -> &str {
+        &self.delivery.message_id
+    }
+
+    /// The queue the message was received from.
+    pub fn queue(&self) -> &str {
+        &self.delivery.queue
+    }
+
+    /// The message group (FIFO queues, and standard queues whose sender set one).
+    pub fn group_id(&self) -> Option<&str> {
+        self.delivery.group_id.as_deref()
+    }
+
+    /// The deduplication id (FIFO queues).
+    pub fn dedup_id(&self) -> Option<&str> {
+        self.delivery.dedup_id.as_deref()
+    }
+
+    /// The sequence number (FIFO queues): increasing within a group.
+    pub fn sequence_number(&self) -> Option<&str> {
+        self.delivery.sequence_number.as_deref()
+    }
+
+    /// How many times the message has been received, this time included.
+    pub fn receive_count(&self) -> u32 {
+        self.delivery.receive_count
+    }
+
+    /// When the message was sent.
+    pub fn sent_at(&self) -> Option<SystemTime> {
+        self.delivery.sent_at
+    }
+
+    /// A header (a message attribute of type `String` or `Number`).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.delivery.headers.get(name).map(String::as_str)
+    }
+
+    /// All headers (message attributes of type `String` or `Number`), with the group in
+    /// [`PARTITION_KEY_HEADER`] when the message has one.
+    pub fn headers(&self) -> &BTreeMap<String, String> {
+        &self.delivery.headers
+    }
+
+    /// All message attributes as received, binary ones included.
+    pub fn attributes(&self) -> &MessageAttributes {
+        &self.delivery.attributes
+    }
+
+    /// Publishes `message` as part of handling this one: it is sent after the handler returns,
+    /// before this message is acknowledged, and only if the handler acknowledges.
+    pub fn publish(&mut self, message: Outgoing) {
+        let position = self.staged.len();
+        self.staged
+            .push(message.derive_dedup_id(|| format!("{}-{position}", self.delivery.message_id)));
+    }
+
+    pub(crate) fn into_staged(self) -> Vec<Outgoing> {
+        self.staged
+    }
+}

@@ -1,0 +1,372 @@
+//! The one batcher behind every batched SQS call: `SendMessageBatch` for publishers,
+//! `DeleteMessageBatch` and `ChangeMessageVisibilityBatch` for settling and extending.
+//!
+//! Callers submit *jobs* of entries and await each entry's answer. A batcher per queue and action
+//! gathers jobs into calls of at most 10 entries, flushing when a call is full or when the first
+//! entry has waited the linger. A job of up to 10 entries always goes out in one call (a FIFO
+//! group's release must be one `ChangeMessageVisibilityBatch`), and jobs go out in submission
+//! order. Per-entry failures are read: a service-side failure (`SenderFault: false`) or a failed
+//! call that may be retried is retried with jittered backoff; anything else is answered as an
+//! error for the caller to log or act on.
+
+use std::hash::{BuildHasher, Hasher};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
+
+use crate::engine::transport::{
+    BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, SendBatchEntry, SendMessage,
+    SentMessage, SharedTransport, TransportError,
+};
+use crate::sqs::rules::{ErrorKind, MAX_BATCH_ENTRIES};
+
+/// How many times one entry is tried before its error is answered.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// One batched SQS action.
+pub(crate) trait Action: Send + Sync + 'static {
+    type Entry: Clone + Send + Sync + 'static;
+    type Output: Send + 'static;
+    fn call<'a>(
+        transport: &'a SharedTransport,
+        queue_url: &'a str,
+        entries: Vec<(String, Self::Entry)>,
+    ) -> BoxFuture<'a, Result<BatchResult<Self::Output>, TransportError>>;
+}
+
+/// `SendMessageBatch`.
+#[derive(Debug)]
+pub(crate) struct SendBatch;
+
+impl Action for SendBatch {
+    type Entry = SendMessage;
+    type Output = SentMessage;
+    fn call<'a>(
+        transport: &'a SharedTransport,
+        queue_url: &'a str,
+        entries: Vec<(String, SendMessage)>,
+    ) -> BoxFuture<'a, Result<BatchResult<SentMessage>, TransportError>> {
+        let entries = entries
+            .into_iter()
+            .map(|(id, message)| SendBatchEntry { id, message })
+            .collect();
+        transport.send_message_batch(queue_url, entries)
+    }
+}
+
+/// `DeleteMessageBatch`; the entry is a receipt handle.
+#[derive(Debug)]
+pub(crate) struct DeleteBatch;
+
+impl Action for DeleteBatch {
+    type Entry = String;
+    type Output = ();
+    fn call<'a>(
+        transport: &'a SharedTransport,
+        queue_url: &'a str,
+        entries: Vec<(String, String)>,
+    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
+        let entries = entries
+            .into_iter()
+            .map(|(id, receipt_handle)| DeleteEntry { id, receipt_handle })
+            .collect();
+        transport.delete_message_batch(queue_url, entries)
+    }
+}
+
+/// `ChangeMessageVisibilityBatch`; the entry is a receipt handle and the new timeout in seconds.
+#[derive(Debug)]
+pub(crate) struct VisibilityBatch;
+
+impl Action for VisibilityBatch {
+    type Entry = (String, i32);
+    type Output = ();
+    fn call<'a>(
+        transport: &'a SharedTransport,
+        queue_url: &'a str,
+        entries: Vec<(String, (String, i32))>,
+    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
+        let entries = entries
+            .into_iter()
+            .map(
+                |(id, (receipt_handle, visibility_timeout))| ChangeVisibilityEntry {
+                    id,
+                    receipt_handle,
+                    visibility_timeout,
+                },
+            )
+            .collect();
+        transport.change_message_visibility_batch(queue_url, entries)
+    }
+}
+
+/// How a batcher gathers and flushes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchSettings {
+    /// How long the first entry of a call waits for company.
+    pub(crate) linger: Duration,
+    /// Calls in flight at once; 1 keeps calls (and so a FIFO queue's sends) in order.
+    pub(crate) max_in_flight: usize,
+}
+
+type Answers<A> = Vec<Result<<A as Action>::Output, TransportError>>;
+
+struct Job<A: Action> {
+    entries: Vec<A::Entry>,
+    reply: oneshot::Sender<Answers<A>>,
+}
+
+/// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
+/// last handle is dropped, after flushing what it holds.
+pub(crate) struct Batcher<A: Action> {
+    jobs: mpsc::UnboundedSender<Job<A>>,
+    _action: PhantomData<A>,
+}
+
+impl<A: Action> Clone for Batcher<A> {
+    fn clone(&self) -> Self {
+        Self {
+            jobs: self.jobs.clone(),
+            _action: PhantomData,
+        }
+    }
+}
+
+impl<A: Action> std::fmt::Debug for Batcher<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("action", &std::any::type_name::<A>())
+            .finish()
+    }
+}
+
+impl<A: Action> Batcher<A> {
+    /// Starts a batcher for `queue_url` on the current runtime.
+    pub(crate) fn spawn(
+        transport: SharedTransport,
+        queue_url: String,
+        settings: BatchSettings,
+    ) -> Self {
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(gather::<A>(transport, queue_url, receiver, settings));
+        Self {
+            jobs,
+            _action: PhantomData,
+        }
+    }
+
+    /// Submits entries and waits for each one's answer, in order. Up to 10 entries go out in one
+    /// call; more are split into calls of 10, in order.
+    pub(crate) async fn submit(&self, entries: Vec<A::Entry>) -> Answers<A> {
+        let mut waiting = Vec::new();
+        let mut entries = entries.into_iter().peekable();
+        while entries.peek().is_some() {
+            let chunk: Vec<A::Entry> = entries.by_ref().take(MAX_BATCH_ENTRIES).collect();
+            let count = chunk.len();
+            let (reply, answer) = oneshot::channel();
+            let sent = self.jobs.send(Job {
+                entries: chunk,
+                reply,
+            });
+            waiting.push((count, sent.is_ok().then_some(answer)));
+        }
+        let mut answers = Vec::new();
+        for (count, answer) in waiting {
+            match answer {
+                Some(answer) => match answer.await {
+                    Ok(chunk) => answers.extend(chunk),
+                    Err(_) => answers.extend((0..count).map(|_| Err(stopped()))),
+                },
+                None => answers.extend((0..count).map(|_| Err(stopped()))),
+            }
+        }
+        answers
+    }
+
+    /// Submits one entry and waits for its answer.
+    pub(crate) async fn submit_one(&self, entry: A::Entry) -> Result<A::Output, TransportError> {
+        self.submit(vec![entry])
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(stopped()))
+    }
+}
+
+fn stopped() -> TransportError {
+    TransportError::service(
+        ErrorKind::InternalError,
+        "the batcher stopped before answering; the runtime is shutting down",
+    )
+}
+
+/// Gathers jobs into calls until every handle is gone.
+async fn gather<A: Action>(
+    transport: SharedTransport,
+    queue_url: String,
+    mut receiver: mpsc::UnboundedReceiver<Job<A>>,
+    settings: BatchSettings,
+) {
+    let max_in_flight = settings.max_in_flight.max(1);
+    let calls = Arc::new(Semaphore::new(max_in_flight));
+    let queue_url: Arc<str> = Arc::from(queue_url);
+    let mut left_over: Option<Job<A>> = None;
+    loop {
+        let first = match left_over.take() {
+            Some(job) => job,
+            None => match receiver.recv().await {
+                Some(job) => job,
+                None => break,
+            },
+        };
+        let mut count = first.entries.len();
+        let mut batch = vec![first];
+        let deadline = Instant::now() + settings.linger;
+        while count < MAX_BATCH_ENTRIES {
+            tokio::select! {
+                biased;
+                job = receiver.recv() => match job {
+                    Some(job) if count + job.entries.len() > MAX_BATCH_ENTRIES => {
+                        left_over = Some(job);
+                        break;
+                    }
+                    Some(job) => {
+                        count += job.entries.len();
+                        batch.push(job);
+                    }
+                    None => break,
+                },
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        let permit = calls
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let flush = flush::<A>(transport.clone(), queue_url.clone(), batch);
+        if max_in_flight == 1 {
+            flush.await;
+            drop(permit);
+        } else {
+            tokio::spawn(async move {
+                flush.await;
+                drop(permit);
+            });
+        }
+    }
+    // Wait for calls still in flight before the batcher counts as stopped.
+    let _ = calls.acquire_many(max_in_flight as u32).await;
+}
+
+/// Makes one call for a batch of jobs (retrying what may be retried) and answers each job.
+async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch: Vec<Job<A>>) {
+    let entries: Vec<A::Entry> = batch
+        .iter()
+        .flat_map(|job| job.entries.iter().cloned())
+        .collect();
+    let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
+        entries.iter().map(|_| None).collect();
+    let mut todo: Vec<usize> = (0..entries.len()).collect();
+    for attempt in 1..=MAX_ATTEMPTS {
+        let call: Vec<(String, A::Entry)> = todo
+            .iter()
+            .map(|&i| (i.to_string(), entries[i].clone()))
+            .collect();
+        let last = attempt == MAX_ATTEMPTS;
+        match A::call(&transport, &queue_url, call).await {
+            Ok(result) => {
+                for (id, output) in result.successful {
+                    if let Some(slot) = id.parse::<usize>().ok().and_then(|i| answers.get_mut(i)) {
+                        *slot = Some(Ok(output));
+                    }
+                }
+                let mut again = Vec::new();
+                for failure in result.failed {
+                    let Some(i) = failure
+                        .id
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|i| *i < answers.len())
+                    else {
+                        continue;
+                    };
+                    if !failure.sender_fault && !last {
+                        again.push(i);
+                    } else {
+                        answers[i] =
+                            Some(Err(TransportError::service(failure.kind, failure.message)));
+                    }
+                }
+                todo = again;
+            }
+            Err(error) if error.is_retryable() && !last => {
+                tracing::debug!(error = %error, attempt, "batch call failed; retrying");
+            }
+            Err(error) => {
+                for &i in &todo {
+                    answers[i] = Some(Err(error.clone()));
+                }
+                todo.clear();
+            }
+        }
+        if todo.is_empty() {
+            break;
+        }
+        tokio::time::sleep(backoff(
+            attempt,
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+        ))
+        .await;
+    }
+    let mut answers = answers.into_iter();
+    for job in batch {
+        let mine: Answers<A> = answers
+            .by_ref()
+            .take(job.entries.len())
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(TransportError::service(
+                        ErrorKind::InternalError,
+                        "SQS answered neither success nor failure for this entry",
+                    ))
+                })
+            })
+            .collect();
+        // A caller that stopped waiting has nothing to learn.
+        let _ = job.reply.send(mine);
+    }
+}
+
+/// Exponential backoff with full jitter: a random delay up to `base * 2^(attempt-1)`, capped, and
+/// never below a tenth of the base, so retries neither spin nor march in step.
+pub(crate) fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    let ceiling = base
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(cap);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let fraction = (hasher.finish() % 1000) as u32;
+    (ceiling * fraction / 1000).max(base / 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_and_never_spins() {
+        for attempt in 1..20 {
+            let delay = backoff(attempt, Duration::from_millis(100), Duration::from_secs(5));
+            assert!(delay >= Duration::from_millis(10), "{delay:?}");
+            assert!(delay <= Duration::from_secs(5), "{delay:?}");
+        }
+        assert!(
+            backoff(1, Duration::from_millis(100), Duration::from_secs(5))
+                <= Duration::from_millis(100)
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! Handlers: the [`Handle`] trait, and [`subscriber`], which mounts a handler on a queue.
+//!
+//! ```
+//! use std::future::{ready, Future};
+//! use rust_stream::{subscriber, Context, Handle, HandlerOutcome, SqsQueue};
+//! # #[derive(serde::Deserialize)] struct Order { id: u64 }
+//!
+//! struct Fulfil;
+//!
+//! impl Handle<Order> for Fulfil {
+//!     fn handle(&self, order: &Order, _outs: &(), _ctx: &mut Context<'_>) -> impl Future<Output = Result<(), HandlerOutcome>> {
+//!         ready(if order.id > 0 { Ok(()) } else { Err(HandlerOutcome::dead_letter("no id")) })
+//!     }
+//! }
+//!
+//! let fulfil = subscriber(SqsQueue::new("orders.fifo").concurrency(32), Fulfil).build();
+//! # let _ = fulfil;
+//! ```
+//!
+//! The `#[subscriber]` macro writes the same `Handle` impl from an `async fn`.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+use crate::codec::{Codec, DecodeError, Json};
+use crate::context::{Context, Delivery};
+use crate::engine::transport::BoxFuture;
+use crate::outcome::{HandlerOutcome, IntoOutcome};
+use crate::publish::{Outgoing, Outputs, Publisher};
+use crate::sqs::SqsQueue;
+
+/// Handles messages of type `T`, publishing to outputs `O` (`()` when it declares none).
+///
+/// `Ok(())` acknowledges the message; `Err(outcome)` settles it as the [`HandlerOutcome`] says.
+/// A panic is caught: the message is retried and the service goes on.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not handle `{T}` messages with outputs `{O}`",
+    note = "implement `Handle<{T}, {O}>` for `{Self}`, or write the handler as an `async fn` with `#[subscriber]`"
+)]
+pub trait Handle<T, O = ()>: Send + Sync + 'static {
+    /// Handles one message.
+    fn handle(
+        &self,
+        msg: &T,
+        outs: &O,
+        ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send;
+}
+
+impl<T, O, H: Handle<T, O>> Handle<T, O> for Arc<H> {
+    fn handle(
+        &self,
+        msg: &T,
+        outs: &O,
+        ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send {
+        (**self).handle(msg, outs, ctx)
+    }
+}
+
+/// Mounts `handler` on `source` (a queue name or an [`SqsQueue`]); finish with
+/// [`build`](SubscriberBuilder::build).
+pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuilder<H> {
+    SubscriberBuilder {
+        queue: source.into(),
+        handler,
+        outputs: (),
+        codec: Json,
+        description: None,
+    }
+}
+
+/// Settings of one subscription, made by [`subscriber`].
+#[derive(Debug)]
+#[must_use = "call `.build()` and include the subscriber"]
+pub struct SubscriberBuilder<H, O = (), C = Json> {
+    queue: SqsQueue,
+    handler: H,
+    outputs: O,
+    codec: C,
+    description: Option<String>,
+}
+
+impl<H, O, C> SubscriberBuilder<H, O, C> {
+    /// How many handlers run at once (default 10); FIFO groups still run one message at a time.
+    pub fn concurrency(mut self, handlers: usize) -> Self {
+        self.queue = self.queue.concurrency(handlers);
+        self
+    }
+
+    /// Messages per receive, 1–10 (default 10).
+    pub fn batch_size(mut self, messages: usize) -> Self {
+        self.queue = self.queue.batch_size(messages);
+        self
+    }
+
+    /// Long-poll wait, up to 20 s (default 20 s).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.queue = self.queue.wait(wait);
+        self
+    }
+
+    /// Visibility timeout of received messages (default: the queue's).
+    pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
+        self.queue = self.queue.visibility_timeout(timeout);
+        self
+    }
+
+    /// Receive loops (default 1).
+    pub fn pollers(mut self, pollers: usize) -> Self {
+        self.queue = self.queue.pollers(pollers);
+        self
+    }
+
+    /// The dead-letter queue and, when the queue is created here, its `maxReceiveCount`.
+    pub fn dead_letter(mut self, queue: impl Into<String>, max_receive_count: u32) -> Self {
+        self.queue = self.queue.dead_letter(queue, max_receive_count);
+        self
+    }
+
+    /// What this subscriber does, for generated documentation.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// The outputs the handler publishes to, handed to it as its `outs` parameter.
+    pub fn outputs<P: Outputs>(self, outputs: P) -> SubscriberBuilder<H, P, C> {
+        SubscriberBuilder {
+            queue: self.queue,
+            handler: self.handler,
+            outputs,
+            codec: self.codec,
+            description: self.description,
+        }
+    }
+
+    /// The codec for message bodies (default [`Json`]).
+    pub fn codec<D: Codec>(self, codec: D) -> SubscriberBuilder<H, O, D> {
+        SubscriberBuilder {
+            queue: self.queue,
+            handler: self.handler,
+            outputs: self.outputs,
+            codec,
+            description: self.description,
+        }
+    }
+
+    /// The subscriber, ready for `b.include(..)`.
+    pub fn build<T>(self) -> Subscriber
+    where
+        H: Handle<T, O>,
+        T: DeserializeOwned + Send + Sync + 'static,
+        O: Outputs,
+        C: Codec,
+    {
+        let publishers = self.outputs.publishers();
+        Subscriber {
+            queue: self.queue,
+            description: self.description,
+            message_type: std::any::type_name::<T>(),
+            outputs: publishers,
+            handler: Arc::new(Typed {
+                handler: self.handler,
+                outputs: self.outputs,
+                codec: self.codec,
+                _message: PhantomData,
+            }),
+        }
+    }
+}
+
+/// A handler mounted on a queue, ready for `b.include(..)`.
+pub struct Subscriber {
+    pub(crate) queue: SqsQueue,
+    pub(crate) description: Option<String>,
+    pub(crate) message_type: &'static str,
+    pub(crate) outputs: Vec<Publisher>,
+    pub(crate) handler: Arc<dyn ErasedHandler>,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("queue", &self.queue.name)
+            .field("message_type", &self.message_type)
+            .field("outputs", &self.outputs)
+            .finish()
+    }
+}
+
+impl Subscriber {
+    /// The queue this subscriber reads.
+    pub fn queue(&self) -> &SqsQueue {
+        &self.queue
+    }
+
+    /// What the subscriber does, if it says.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+
+    /// The Rust type of its messages.
+    pub fn message_type(&self) -> &'static str {
+        self.message_type
+    }
+}
+
+/// What running a handler on one delivery came to.
+#[derive(Debug)]
+pub(crate) enum Handled {
+    /// The body is not a valid message.
+    Undecodable(DecodeError),
+    /// The handler returned.
+    Done {
+        outcome: HandlerOutcome,
+        staged: Vec<Outgoing>,
+    },
+}
+
+/// A handler with its message type, outputs and codec erased, so the engine holds any of them.
+pub(crate) trait ErasedHandler: Send + Sync + 'static {
+    fn call(self: Arc<Self>, delivery: Arc<Delivery>) -> BoxFuture<'static, Handled>;
+}
+
+struct Typed<H, T, O, C> {
+    handler: H,
+    outputs: O,
+    codec: C,
+    _message: PhantomData<fn() -> T>,
+}
+
+impl<H, T, O, C> ErasedHandler for Typed<H, T, O, C>
+where
+    H: Handle<T, O>,
+    T: DeserializeOwned + Send + Sync + 'static,
+    O: Outputs,
+    C: Codec,
+{
+    fn call(self: Arc<Self>, delivery: Arc<Delivery>) -> BoxFuture<'static, Handled> {
+        Box::pin(async move {
+            let message: T = match self.codec.decode(&delivery.body) {
+                Ok(message) => message,
+                Err(error) => return Handled::Undecodable(error),
+            };
+            let mut ctx = Context::new(&delivery);
+            let outcome = self
+                .handler
+                .handle(&message, &self.outputs, &mut ctx)
+                .await
+                .into_outcome();
+            Handled::Done {
+                outcome,
+                staged: ctx.into_staged(),
+            }
+        })
+    }
+}

@@ -1,0 +1,9 @@
+//! The names a service uses, in one import: `use rust_stream::prelude::*;`.
+
+pub use std::future::{ready, Future};
+
+pub use crate::app::{App, AppInfo, RustStream};
+pub use crate::context::Context;
+pub use crate::handler::{subscriber, Handle};
+pub use crate::outcome::HandlerOutcome;
+pub use crate::sqs::{SqsBroker, SqsQueue};

@@ -1,0 +1,457 @@
+//! Publishing: a [`Publisher`] for a queue, the [`Outgoing`] message with its steps
+//! (`group_id`, `dedup_id`, `delay`, `header`), and a subscriber's typed [`Output`]s.
+//!
+//! ```no_run
+//! use rust_stream::SqsBroker;
+//!
+//! # async fn place(broker: SqsBroker) -> Result<(), rust_stream::PublishError> {
+//! let orders = broker.publisher("orders.fifo");
+//! orders.message(&serde_json::json!({"id": 1})).group_id("customer-7").send().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! On a FIFO queue a message's group is its `group_id` step, else its [`PARTITION_KEY_HEADER`]
+//! header, else `"default"`; its deduplication id is its `dedup_id` step, else a new UUID (unique
+//! across processes), unless the queue was declared with content-based deduplication. Sends are
+//! batched (up to 10 per `SendMessageBatch`, after a short linger) without reordering a queue's
+//! messages, and every rule SQS would check is checked before the network.
+
+use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::codec::{Codec, EncodeError, Json};
+use crate::engine::transport::{
+    MessageAttributeValue, MessageAttributes, SendMessage, SentMessage, TransportError,
+};
+use crate::sqs::rules::{self, ErrorKind};
+use crate::sqs::{BrokerCore, SqsQueue};
+
+/// The header that carries a message's group: a publisher reads it when no `group_id` step is
+/// given, and every delivery from a FIFO queue carries its group in it.
+pub const PARTITION_KEY_HEADER: &str = "partition_key";
+
+/// Publishes to one queue. Cheap to clone.
+#[derive(Clone)]
+pub struct Publisher {
+    inner: Arc<PublisherInner>,
+}
+
+struct PublisherInner {
+    queue: SqsQueue,
+    core: OnceLock<Arc<BrokerCore>>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("queue", &self.inner.queue.name)
+            .field("bound", &self.inner.core.get().is_some())
+            .finish()
+    }
+}
+
+impl Publisher {
+    /// A publisher for `queue` that is bound to a broker later: by the app, when it is a
+    /// subscriber's output. Use [`SqsBroker::publisher`](crate::SqsBroker::publisher) for one that
+    /// is bound at once.
+    pub fn new(queue: impl Into<SqsQueue>) -> Self {
+        Self {
+            inner: Arc::new(PublisherInner {
+                queue: queue.into(),
+                core: OnceLock::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn bound(queue: SqsQueue, core: Arc<BrokerCore>) -> Self {
+        let publisher = Self::new(queue);
+        publisher.bind(&core);
+        publisher
+    }
+
+    /// Binds an unbound publisher; a bound one keeps its broker.
+    pub(crate) fn bind(&self, core: &Arc<BrokerCore>) {
+        let _ = self.inner.core.set(core.clone());
+    }
+
+    /// The queue this publisher sends to.
+    pub fn queue(&self) -> &SqsQueue {
+        &self.inner.queue
+    }
+
+    /// A message whose body is `value` in JSON.
+    pub fn message<T: Serialize + ?Sized>(&self, value: &T) -> Outgoing {
+        self.encoded(&Json, value)
+    }
+
+    /// A message whose body is `value` encoded by `codec`.
+    pub fn encoded<C: Codec, T: Serialize + ?Sized>(&self, codec: &C, value: &T) -> Outgoing {
+        Outgoing::new(self.clone(), codec.encode(value))
+    }
+
+    /// A message with this body as it is.
+    pub fn raw(&self, body: impl Into<String>) -> Outgoing {
+        Outgoing::new(self.clone(), Ok(body.into()))
+    }
+}
+
+/// A message on its way to a queue: add steps, then [`send`](Self::send) it, or hand it to
+/// [`Context::publish`](crate::Context::publish) to send it as part of handling a message.
+#[derive(Debug)]
+#[must_use = "a message is sent only by `.send().await` or `ctx.publish(..)`"]
+pub struct Outgoing {
+    publisher: Publisher,
+    body: Result<String, EncodeError>,
+    group_id: Option<String>,
+    dedup_id: Option<String>,
+    delay: Option<Duration>,
+    headers: MessageAttributes,
+}
+
+impl Outgoing {
+    fn new(publisher: Publisher, body: Result<String, EncodeError>) -> Self {
+        Self {
+            publisher,
+            body,
+            group_id: None,
+            dedup_id: None,
+            delay: None,
+            headers: MessageAttributes::new(),
+        }
+    }
+
+    /// The message group (FIFO): messages of one group are handled in order, one at a time.
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.group_id = Some(group_id.into());
+        self
+    }
+
+    /// The deduplication id (FIFO): a send with an id seen in the last 5 minutes is not stored again.
+    pub fn dedup_id(mut self, dedup_id: impl Into<String>) -> Self {
+        self.dedup_id = Some(dedup_id.into());
+        self
+    }
+
+    /// Delays delivery (standard queues; up to 15 minutes, rounded up to whole seconds).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Adds a header (a `String` message attribute).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers
+            .insert(name.into(), MessageAttributeValue::string(value));
+        self
+    }
+
+    /// The queue this message goes to.
+    pub fn queue(&self) -> &SqsQueue {
+        self.publisher.queue()
+    }
+
+    /// Sets the deduplication id when the message has none and the queue needs one.
+    pub(crate) fn derive_dedup_id(mut self, derive: impl FnOnce() -> String) -> Self {
+        let queue = self.publisher.queue();
+        if self.dedup_id.is_none() && queue.is_fifo() && !queue.content_based_dedup {
+            self.dedup_id = Some(derive());
+        }
+        self
+    }
+
+    /// The `SendMessage` this becomes, checked against every SQS rule.
+    pub(crate) fn into_request(self) -> Result<(Publisher, SendMessage), PublishError> {
+        let queue = self.publisher.queue().clone();
+        let reject = |error: TransportError| PublishError::Rejected {
+            queue: queue.name.clone(),
+            error,
+        };
+        let body = self.body.map_err(PublishError::Encode)?;
+        let mut message = SendMessage::new(body);
+        message.message_attributes = self.headers;
+        if let Some(delay) = self.delay {
+            let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+            message.delay_seconds = Some(i32::try_from(seconds).unwrap_or(i32::MAX));
+        }
+        if queue.is_fifo() {
+            let group = self
+                .group_id
+                .or_else(|| {
+                    message
+                        .message_attributes
+                        .get(PARTITION_KEY_HEADER)?
+                        .string_value
+                        .clone()
+                })
+                .unwrap_or_else(|| "default".to_owned());
+            message.group_id = Some(group);
+            let publisher = self.publisher;
+            let outgoing_dedup = self.dedup_id;
+            message.dedup_id = match outgoing_dedup {
+                Some(id) => Some(id),
+                None if queue.content_based_dedup => None,
+                None => Some(uuid::Uuid::new_v4().to_string()),
+            };
+            check(&message, &queue).map_err(reject)?;
+            return Ok((publisher, message));
+        }
+        message.group_id = self.group_id;
+        message.dedup_id = self.dedup_id;
+        check(&message, &queue).map_err(reject)?;
+        Ok((self.publisher, message))
+    }
+
+    /// Sends the message now (batched with other sends to its queue).
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when the message breaks an SQS rule (found before the network), cannot be
+    /// encoded, its publisher is not bound to a broker, or SQS refuses it.
+    pub async fn send(self) -> Result<SentMessage, PublishError> {
+        let (publisher, message) = self.into_request()?;
+        let core = publisher
+            .inner
+            .core
+            .get()
+            .cloned()
+            .ok_or_else(|| PublishError::Unbound {
+                queue: publisher.queue().name.clone(),
+            })?;
+        core.send(publisher.queue(), message).await
+    }
+}
+
+fn check(message: &SendMessage, queue: &SqsQueue) -> Result<(), TransportError> {
+    let target = rules::SendTarget {
+        queue: &queue.name,
+        fifo: queue.is_fifo(),
+        content_based_dedup: queue.content_based_dedup,
+        maximum_message_size: rules::MAX_MESSAGE_SIZE,
+    };
+    rules::check_send(message, target).map(drop)
+}
+
+/// Why a publish failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The value could not be encoded.
+    #[error(transparent)]
+    Encode(EncodeError),
+    /// The message breaks an SQS rule, or SQS refused it.
+    #[error("publishing to `{queue}`: {error}")]
+    Rejected {
+        /// The queue.
+        queue: String,
+        /// What SQS (or the check before it) said.
+        error: TransportError,
+    },
+    /// The publisher belongs to no broker.
+    #[error(
+        "publisher for `{queue}` is not bound to a broker: declare it as a subscriber's output, \
+         or make it with `broker.publisher(..)`"
+    )]
+    Unbound {
+        /// The queue.
+        queue: String,
+    },
+}
+
+impl PublishError {
+    /// The SQS error kind, when SQS (or the check before it) refused the message.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Self::Rejected { error, .. } => error.kind(),
+            _ => None,
+        }
+    }
+}
+
+/// A subscriber's output: a queue it publishes `U` values to, sent before its input is
+/// acknowledged.
+///
+/// ```
+/// use rust_stream::{Context, Handle, HandlerOutcome, Output};
+/// # #[derive(serde::Deserialize)] struct Order { id: u64 }
+/// # #[derive(serde::Serialize)] struct Receipt { order: u64 }
+///
+/// struct Bill;
+///
+/// impl Handle<Order, Output<Receipt>> for Bill {
+///     async fn handle(&self, order: &Order, receipts: &Output<Receipt>, ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+///         ctx.publish(receipts.message(&Receipt { order: order.id }).group_id("billing"));
+///         Ok(())
+///     }
+/// }
+/// ```
+pub struct Output<U> {
+    publisher: Publisher,
+    _values: PhantomData<fn(&U)>,
+}
+
+impl<U> std::fmt::Debug for Output<U> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Output")
+            .field(&self.publisher.queue().name)
+            .finish()
+    }
+}
+
+impl<U> Clone for Output<U> {
+    fn clone(&self) -> Self {
+        Self {
+            publisher: self.publisher.clone(),
+            _values: PhantomData,
+        }
+    }
+}
+
+impl<U: Serialize> Output<U> {
+    /// An output to `queue`.
+    pub fn new(queue: impl Into<SqsQueue>) -> Self {
+        Self {
+            publisher: Publisher::new(queue),
+            _values: PhantomData,
+        }
+    }
+
+    /// A message carrying `value`; give it to [`Context::publish`](crate::Context::publish).
+    pub fn message(&self, value: &U) -> Outgoing {
+        self.publisher.message(value)
+    }
+
+    /// The publisher underneath.
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+}
+
+/// The outputs a subscriber declares: `()`, one [`Output`], or a tuple of them.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a set of outputs",
+    note = "declare outputs as `()`, an `Output<T>`, or a tuple of `Output<T>`s"
+)]
+pub trait Outputs: Send + Sync + 'static {
+    /// The publishers of these outputs.
+    fn publishers(&self) -> Vec<Publisher>;
+}
+
+impl Outputs for () {
+    fn publishers(&self) -> Vec<Publisher> {
+        Vec::new()
+    }
+}
+
+impl<U: 'static> Outputs for Output<U> {
+    fn publishers(&self) -> Vec<Publisher> {
+        vec![self.publisher.clone()]
+    }
+}
+
+macro_rules! tuple_outputs {
+    ($($name:ident),+) => {
+        impl<$($name: Outputs),+> Outputs for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn publishers(&self) -> Vec<Publisher> {
+                let ($($name,)+) = self;
+                let mut all = Vec::new();
+                $(all.extend($name.publishers());)+
+                all
+            }
+        }
+    };
+}
+
+tuple_outputs!(A);
+tuple_outputs!(A, B);
+tuple_outputs!(A, B, C);
+tuple_outputs!(A, B, C, D);
+tuple_outputs!(A, B, C, D, E);
+tuple_outputs!(A, B, C, D, E, F);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(outgoing: Outgoing) -> SendMessage {
+        outgoing.into_request().unwrap().1
+    }
+
+    #[test]
+    fn a_fifo_group_comes_from_the_step_then_the_partition_header_then_default() {
+        let orders = Publisher::new("orders.fifo");
+        assert_eq!(
+            request(
+                orders
+                    .raw("x")
+                    .group_id("g")
+                    .header(PARTITION_KEY_HEADER, "h")
+            )
+            .group_id
+            .unwrap(),
+            "g"
+        );
+        assert_eq!(
+            request(orders.raw("x").header(PARTITION_KEY_HEADER, "h"))
+                .group_id
+                .unwrap(),
+            "h"
+        );
+        assert_eq!(request(orders.raw("x")).group_id.unwrap(), "default");
+    }
+
+    #[test]
+    fn generated_dedup_ids_are_unique_and_content_based_queues_get_none() {
+        let orders = Publisher::new("orders.fifo");
+        let a = request(orders.raw("x")).dedup_id.unwrap();
+        let b = request(orders.raw("x")).dedup_id.unwrap();
+        assert_ne!(a, b);
+        assert_eq!(
+            request(orders.raw("x").dedup_id("mine")).dedup_id.unwrap(),
+            "mine"
+        );
+        let hashed = Publisher::new(SqsQueue::new("orders.fifo").content_based_dedup());
+        assert_eq!(request(hashed.raw("x")).dedup_id, None);
+    }
+
+    #[test]
+    fn sqs_rules_are_checked_before_the_network() {
+        let orders = Publisher::new("orders.fifo");
+        let error = orders
+            .raw("x")
+            .delay(Duration::from_secs(5))
+            .into_request()
+            .unwrap_err();
+        assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+        assert!(error.to_string().contains("orders.fifo"), "{error}");
+        let plain = Publisher::new("events");
+        assert_eq!(
+            plain.raw("").into_request().unwrap_err().kind(),
+            Some(ErrorKind::MissingParameter)
+        );
+        assert_eq!(
+            request(plain.raw("x").delay(Duration::from_millis(1500))).delay_seconds,
+            Some(2)
+        );
+        let error = plain
+            .raw("x")
+            .delay(Duration::from_secs(901))
+            .into_request()
+            .unwrap_err();
+        assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    }
+
+    #[test]
+    fn an_unbound_publisher_says_how_to_bind_it() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let error = runtime
+            .block_on(Publisher::new("events").raw("x").send())
+            .unwrap_err();
+        assert!(matches!(error, PublishError::Unbound { .. }), "{error}");
+    }
+}

@@ -1,0 +1,364 @@
+//! [`SqsQueue`]: a queue by name, how to create it when missing, its dead-letter queue, and the
+//! knobs of a subscription that reads it; and [`ConfigError`], what is wrong with them.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::sqs::rules;
+
+/// A queue, named as in SQS: a name ending in `.fifo` is a FIFO queue.
+///
+/// ```
+/// use std::time::Duration;
+/// use rust_stream::SqsQueue;
+///
+/// let orders = SqsQueue::new("orders.fifo")
+///     .create_if_missing()
+///     .dead_letter("orders-dlq.fifo", 5)
+///     .concurrency(32)
+///     .visibility_timeout(Duration::from_secs(60));
+/// assert!(orders.is_fifo());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct SqsQueue {
+    pub(crate) name: String,
+    pub(crate) create_if_missing: bool,
+    pub(crate) content_based_dedup: bool,
+    pub(crate) dead_letter: Option<DeadLetter>,
+    pub(crate) consumer: ConsumerSettings,
+}
+
+/// Where a subscription's failed messages go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeadLetter {
+    pub(crate) queue: String,
+    pub(crate) max_receive_count: u32,
+}
+
+/// How a subscription reads its queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConsumerSettings {
+    pub(crate) concurrency: usize,
+    pub(crate) batch_size: usize,
+    pub(crate) wait: Duration,
+    /// `None` takes the queue's own `VisibilityTimeout`.
+    pub(crate) visibility_timeout: Option<Duration>,
+    pub(crate) pollers: usize,
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 10,
+            batch_size: 10,
+            wait: Duration::from_secs(20),
+            visibility_timeout: None,
+            pollers: 1,
+        }
+    }
+}
+
+impl SqsQueue {
+    /// The queue of this name. Nothing is checked until the app runs, when every problem is
+    /// reported at once, before any network call.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            create_if_missing: false,
+            content_based_dedup: false,
+            dead_letter: None,
+            consumer: ConsumerSettings::default(),
+        }
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the queue is FIFO (its name ends in `.fifo`).
+    pub fn is_fifo(&self) -> bool {
+        rules::is_fifo_name(&self.name)
+    }
+
+    /// Create the queue when it does not exist: FIFO on a `.fifo` name, with the dead-letter
+    /// queue (created likewise) as its redrive policy. Without this, a missing queue is an error
+    /// when the app starts.
+    pub fn create_if_missing(mut self) -> Self {
+        self.create_if_missing = true;
+        self
+    }
+
+    /// On a FIFO queue: deduplicate by the body's SHA-256 instead of generated ids, when created
+    /// here, and when publishing without a `dedup_id`.
+    pub fn content_based_dedup(mut self) -> Self {
+        self.content_based_dedup = true;
+        self
+    }
+
+    /// The dead-letter queue: where `HandlerOutcome::dead_letter` and undecodable messages go,
+    /// and, when the queue is created here, where SQS moves a message received
+    /// `max_receive_count` times. Must be FIFO for a FIFO queue.
+    pub fn dead_letter(mut self, queue: impl Into<String>, max_receive_count: u32) -> Self {
+        self.dead_letter = Some(DeadLetter {
+            queue: queue.into(),
+            max_receive_count,
+        });
+        self
+    }
+
+    /// How many handlers run at once (default 10). On a FIFO queue each group still runs one
+    /// message at a time.
+    pub fn concurrency(mut self, handlers: usize) -> Self {
+        self.consumer.concurrency = handlers;
+        self
+    }
+
+    /// Messages per receive, 1–10 (default 10).
+    pub fn batch_size(mut self, messages: usize) -> Self {
+        self.consumer.batch_size = messages;
+        self
+    }
+
+    /// How long a receive waits for messages (long poll), up to 20 s (default 20 s).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.consumer.wait = wait;
+        self
+    }
+
+    /// The visibility timeout of received messages (default: the queue's own). Handlers that run
+    /// longer than half of it get it extended.
+    pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
+        self.consumer.visibility_timeout = Some(timeout);
+        self
+    }
+
+    /// How many receive loops run at once (default 1).
+    pub fn pollers(mut self, pollers: usize) -> Self {
+        self.consumer.pollers = pollers;
+        self
+    }
+
+    /// The queue as it is published to: a dead-letter queue, or a publisher's queue, shares the
+    /// creation settings of this one.
+    pub(crate) fn dead_letter_queue(&self) -> Option<SqsQueue> {
+        let dead_letter = self.dead_letter.as_ref()?;
+        let mut queue = SqsQueue::new(dead_letter.queue.clone());
+        queue.create_if_missing = self.create_if_missing;
+        Some(queue)
+    }
+
+    /// Every problem with this queue's settings, so `run` reports them all at once.
+    pub(crate) fn problems(&self, problems: &mut Vec<ConfigError>) {
+        let queue = || self.name.clone();
+        if let Err(error) = rules::check_queue_name(&self.name) {
+            problems.push(ConfigError::QueueName {
+                queue: queue(),
+                reason: error.to_string(),
+            });
+        }
+        let consumer = &self.consumer;
+        if !(1..=rules::MAX_BATCH_ENTRIES).contains(&consumer.batch_size) {
+            problems.push(ConfigError::BatchSize {
+                queue: queue(),
+                got: consumer.batch_size,
+            });
+        }
+        if consumer.wait > Duration::from_secs(rules::MAX_WAIT_TIME_SECONDS as u64) {
+            problems.push(ConfigError::Wait {
+                queue: queue(),
+                got: consumer.wait,
+            });
+        }
+        if let Some(timeout) = consumer.visibility_timeout {
+            let max = Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
+            if timeout < Duration::from_secs(1) || timeout > max {
+                problems.push(ConfigError::VisibilityTimeout {
+                    queue: queue(),
+                    got: timeout,
+                });
+            }
+        }
+        if consumer.concurrency == 0 {
+            problems.push(ConfigError::Concurrency { queue: queue() });
+        }
+        if consumer.pollers == 0 {
+            problems.push(ConfigError::Pollers { queue: queue() });
+        }
+        if let Some(dead_letter) = &self.dead_letter {
+            if let Err(error) = rules::check_queue_name(&dead_letter.queue) {
+                problems.push(ConfigError::QueueName {
+                    queue: dead_letter.queue.clone(),
+                    reason: error.to_string(),
+                });
+            }
+            if !(1..=1000).contains(&dead_letter.max_receive_count) {
+                problems.push(ConfigError::MaxReceiveCount {
+                    queue: queue(),
+                    got: dead_letter.max_receive_count,
+                });
+            }
+            if rules::is_fifo_name(&dead_letter.queue) != self.is_fifo() {
+                problems.push(ConfigError::DeadLetterType {
+                    queue: queue(),
+                    dead_letter: dead_letter.queue.clone(),
+                });
+            }
+            if dead_letter.queue == self.name {
+                problems.push(ConfigError::DeadLetterType {
+                    queue: queue(),
+                    dead_letter: dead_letter.queue.clone(),
+                });
+            }
+        }
+        if self.content_based_dedup && !self.is_fifo() {
+            problems.push(ConfigError::ContentBasedDedup { queue: queue() });
+        }
+    }
+}
+
+impl From<&str> for SqsQueue {
+    fn from(name: &str) -> Self {
+        Self::new(name)
+    }
+}
+
+impl From<String> for SqsQueue {
+    fn from(name: String) -> Self {
+        Self::new(name)
+    }
+}
+
+/// A setting that cannot work, found before any network call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The queue's name breaks SQS's naming rules.
+    #[error("queue `{queue}`: {reason}")]
+    QueueName {
+        /// The queue.
+        queue: String,
+        /// What is wrong with the name.
+        reason: String,
+    },
+    /// The receive batch size is outside 1..=10.
+    #[error("queue `{queue}`: batch size {got} is outside 1..=10; change `.batch_size(..)`")]
+    BatchSize {
+        /// The queue.
+        queue: String,
+        /// The batch size given.
+        got: usize,
+    },
+    /// The long-poll wait is over 20 s.
+    #[error("queue `{queue}`: wait {got:?} is over SQS's 20 s long poll; lower `.wait(..)`")]
+    Wait {
+        /// The queue.
+        queue: String,
+        /// The wait given.
+        got: Duration,
+    },
+    /// The visibility timeout is outside 1 s..=12 h.
+    #[error("queue `{queue}`: visibility timeout {got:?} is outside 1 s..=12 h; change `.visibility_timeout(..)`")]
+    VisibilityTimeout {
+        /// The queue.
+        queue: String,
+        /// The timeout given.
+        got: Duration,
+    },
+    /// Concurrency 0 would never handle a message.
+    #[error("queue `{queue}`: concurrency 0 would never handle a message; set `.concurrency(..)` to 1 or more")]
+    Concurrency {
+        /// The queue.
+        queue: String,
+    },
+    /// No pollers would never receive a message.
+    #[error(
+        "queue `{queue}`: 0 pollers would never receive a message; set `.pollers(..)` to 1 or more"
+    )]
+    Pollers {
+        /// The queue.
+        queue: String,
+    },
+    /// maxReceiveCount is outside 1..=1000.
+    #[error(
+        "queue `{queue}`: max receive count {got} is outside 1..=1000; change `.dead_letter(..)`"
+    )]
+    MaxReceiveCount {
+        /// The queue.
+        queue: String,
+        /// The count given.
+        got: u32,
+    },
+    /// The dead-letter queue is the queue itself or of the other type.
+    #[error(
+        "queue `{queue}`: dead-letter queue `{dead_letter}` must be another queue of the same type \
+         (a FIFO queue needs a `.fifo` dead-letter queue, a standard queue a standard one)"
+    )]
+    DeadLetterType {
+        /// The queue.
+        queue: String,
+        /// The dead-letter queue given.
+        dead_letter: String,
+    },
+    /// Content-based deduplication asked of a standard queue.
+    #[error("queue `{queue}`: content-based deduplication needs a FIFO queue (a name ending in `.fifo`)")]
+    ContentBasedDedup {
+        /// The queue.
+        queue: String,
+    },
+    /// A subscription names a queue another subscription of the app already reads.
+    #[error("queue `{queue}` has two subscriptions; give each queue one subscriber")]
+    DuplicateSubscription {
+        /// The queue.
+        queue: String,
+    },
+}
+
+/// Every problem found, shown one per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} setting problem(s):", self.0.len())?;
+        for problem in &self.0 {
+            write!(f, "\n  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_of_a_queue_is_reported_at_once() {
+        let queue = SqsQueue::new("orders.fifo")
+            .batch_size(11)
+            .wait(Duration::from_secs(21))
+            .concurrency(0)
+            .pollers(0)
+            .visibility_timeout(Duration::ZERO)
+            .dead_letter("dlq", 0);
+        let mut problems = Vec::new();
+        queue.problems(&mut problems);
+        assert_eq!(problems.len(), 7, "{problems:#?}");
+        let shown = ConfigErrors(problems).to_string();
+        assert!(shown.contains("batch size 11 is outside 1..=10"), "{shown}");
+        assert!(shown.contains("`.fifo` dead-letter queue"), "{shown}");
+    }
+
+    #[test]
+    fn a_sound_queue_has_no_problems() {
+        let mut problems = Vec::new();
+        SqsQueue::new("orders.fifo")
+            .dead_letter("orders-dlq.fifo", 3)
+            .content_based_dedup()
+            .problems(&mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+    }
+}
