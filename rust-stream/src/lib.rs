@@ -74,6 +74,7 @@ pub use app::{App, AppInfo, RunError, RustStream, Service, Shutdown, ShutdownHan
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use context::Context;
+pub use engine::meter::ApiCalls;
 pub use engine::settle::DEAD_LETTER_REASON_HEADER;
 pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
 pub use outcome::{HandlerOutcome, IntoOutcome};

@@ -69,3 +69,204 @@ pub async fn release(
         .change_message_visibility(url, &message.receipt_handle, 0)
         .await
 }
+
+pub mod engine {
+    //! Helpers for tests of services: a job type, a scripted handler, and a fault-injecting
+    //! transport over a real account.
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use rust_stream::account::Account;
+    use rust_stream::engine::transport::{
+        BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes,
+        ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    };
+    use rust_stream::sqs::rules::ErrorKind;
+    use rust_stream::{Context, Handle, HandlerOutcome};
+    use serde::{Deserialize, Serialize};
+
+    /// The message of engine tests: a group and a number within it.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Job {
+        pub group: String,
+        pub n: u32,
+    }
+
+    impl Job {
+        pub fn new(group: &str, n: u32) -> Self {
+            Self {
+                group: group.to_owned(),
+                n,
+            }
+        }
+    }
+
+    /// One handler call as the handler saw it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Seen {
+        pub job: Job,
+        pub receive_count: u32,
+        pub message_id: String,
+    }
+
+    /// The calls a scripted handler has seen, shared with the test.
+    pub type Log = Arc<Mutex<Vec<Seen>>>;
+
+    /// A handler that records each call, then answers as its script says.
+    pub struct Scripted<F> {
+        pub log: Log,
+        script: F,
+    }
+
+    impl<F> Scripted<F>
+    where
+        F: Fn(&Job, &Context<'_>) -> Result<(), HandlerOutcome> + Send + Sync + 'static,
+    {
+        pub fn new(script: F) -> (Self, Log) {
+            let log = Log::default();
+            (
+                Self {
+                    log: log.clone(),
+                    script,
+                },
+                log,
+            )
+        }
+    }
+
+    impl<F> Handle<Job> for Scripted<F>
+    where
+        F: Fn(&Job, &Context<'_>) -> Result<(), HandlerOutcome> + Send + Sync + 'static,
+    {
+        async fn handle(
+            &self,
+            job: &Job,
+            _outs: &(),
+            ctx: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            self.log.lock().unwrap().push(Seen {
+                job: job.clone(),
+                receive_count: ctx.receive_count(),
+                message_id: ctx.message_id().to_owned(),
+            });
+            (self.script)(job, ctx)
+        }
+    }
+
+    /// The jobs of a log, in the order handled.
+    pub fn jobs(log: &Log) -> Vec<Job> {
+        log.lock()
+            .unwrap()
+            .iter()
+            .map(|seen| seen.job.clone())
+            .collect()
+    }
+
+    /// A real account behind a transport that can be told to fail: the next `n` entries of
+    /// delete batches fail as a service-side error (`SenderFault: false`), or with a permanent one.
+    #[derive(Clone, Default)]
+    pub struct Faulty {
+        pub account: Account,
+        pub transient_delete_failures: Arc<AtomicUsize>,
+        pub permanent_delete_failures: Arc<AtomicUsize>,
+    }
+
+    impl Faulty {
+        pub fn new(account: &Account) -> Self {
+            Self {
+                account: account.clone(),
+                ..Self::default()
+            }
+        }
+    }
+
+    fn take_one(counter: &AtomicUsize) -> bool {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    impl Transport for Faulty {
+        async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+            self.account.get_queue_url(name).await
+        }
+
+        async fn create_queue(
+            &self,
+            name: &str,
+            attributes: QueueAttributes,
+        ) -> Result<String, TransportError> {
+            self.account.create_queue(name, attributes).await
+        }
+
+        async fn get_queue_attributes(
+            &self,
+            url: &str,
+            names: &[&str],
+        ) -> Result<QueueAttributes, TransportError> {
+            self.account.get_queue_attributes(url, names).await
+        }
+
+        async fn send_message_batch(
+            &self,
+            url: &str,
+            entries: Vec<SendBatchEntry>,
+        ) -> Result<BatchResult<SentMessage>, TransportError> {
+            self.account.send_message_batch(url, entries).await
+        }
+
+        async fn receive_message(
+            &self,
+            url: &str,
+            request: ReceiveMessage,
+        ) -> Result<Vec<ReceivedMessage>, TransportError> {
+            self.account.receive_message(url, request).await
+        }
+
+        async fn delete_message_batch(
+            &self,
+            url: &str,
+            entries: Vec<DeleteEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            let mut pass = Vec::new();
+            let mut failed = Vec::new();
+            for entry in entries {
+                if take_one(&self.transient_delete_failures) {
+                    failed.push(BatchFailure {
+                        id: entry.id,
+                        kind: ErrorKind::InternalError,
+                        sender_fault: false,
+                        message: "injected service-side failure".into(),
+                    });
+                } else if take_one(&self.permanent_delete_failures) {
+                    failed.push(BatchFailure {
+                        id: entry.id,
+                        kind: ErrorKind::ReceiptHandleIsInvalid,
+                        sender_fault: true,
+                        message: "injected permanent failure".into(),
+                    });
+                } else {
+                    pass.push(entry);
+                }
+            }
+            let mut result = if pass.is_empty() {
+                BatchResult::default()
+            } else {
+                self.account.delete_message_batch(url, pass).await?
+            };
+            result.failed.extend(failed);
+            Ok(result)
+        }
+
+        async fn change_message_visibility_batch(
+            &self,
+            url: &str,
+            entries: Vec<ChangeVisibilityEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            self.account
+                .change_message_visibility_batch(url, entries)
+                .await
+        }
+    }
+}

@@ -32,6 +32,7 @@
 pub(crate) mod batch;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
+pub mod meter;
 pub(crate) mod poll;
 pub(crate) mod settle;
 pub mod transport;

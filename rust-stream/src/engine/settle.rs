@@ -33,11 +33,11 @@ pub(crate) enum Verdict {
 impl Consumer {
     /// Settles `held` as the verdict says; `rest` (later messages of its FIFO group) is released
     /// with it in the same call.
-    pub(crate) async fn settle(&self, held: Held, verdict: Verdict, rest: Vec<Held>) {
+    pub(crate) async fn settle(self: &Arc<Self>, held: Held, verdict: Verdict, rest: Vec<Held>) {
         let message_id = held.delivery.message_id.clone();
         match verdict {
             Verdict::Ack { staged } => match self.publish_staged(staged).await {
-                Ok(()) => self.delete(&held.lease).await,
+                Ok(()) => self.delete(held).await,
                 Err(error) => {
                     tracing::error!(
                         messaging.message.id = %message_id,
@@ -52,7 +52,7 @@ impl Consumer {
                 match self.send_to_dead_letter(&held, &reason).await {
                     Ok(()) => {
                         tracing::warn!(messaging.message.id = %message_id, reason = %reason, "message dead-lettered");
-                        self.delete(&held.lease).await;
+                        self.delete(held).await;
                     }
                     Err(error) => {
                         tracing::error!(
@@ -131,16 +131,22 @@ impl Consumer {
         self.core.send(dead_letter.queue(), message).await.map(drop)
     }
 
-    /// Deletes a settled message.
-    async fn delete(&self, lease: &Arc<Lease>) {
-        if !lease.claim().await {
+    /// Deletes a settled message. The delete is batched with others while the caller goes on (a
+    /// FIFO lane moves to its next message), so a group's deletes share calls; the message keeps
+    /// its room in the pipeline until the delete is answered.
+    async fn delete(self: &Arc<Self>, held: Held) {
+        if !held.lease.claim().await {
             return;
         }
-        self.leases.close(lease);
-        if let Err(error) = self.deleter.submit_one(lease.receipt_handle.clone()).await {
-            // Not deleted: it comes back after its visibility timeout and is handled again.
-            tracing::warn!(messaging.message.id = %lease.message_id, error = %error, "delete failed");
-        }
+        self.leases.close(&held.lease);
+        let deleter = self.deleter.clone();
+        self.spawn(async move {
+            let lease = &held.lease;
+            if let Err(error) = deleter.submit_one(lease.receipt_handle.clone()).await {
+                // Not deleted: it comes back after its visibility timeout and is handled again.
+                tracing::warn!(messaging.message.id = %lease.message_id, error = %error, "delete failed");
+            }
+        });
     }
 
     /// Sets the visibility of messages in one call per 10 (a FIFO group's rest rides with its

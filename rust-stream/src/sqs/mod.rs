@@ -19,6 +19,7 @@ use crate::account::Account;
 use crate::app::{AppInfo, RunError, Shutdown};
 use crate::broker::Broker;
 use crate::engine::batch::{self, BatchSettings, Batcher};
+use crate::engine::meter::{ApiCalls, CallCounter, Metered};
 use crate::engine::transport::{
     QueueAttributes, SendMessage, SentMessage, SharedTransport, Transport, TransportError,
 };
@@ -63,9 +64,16 @@ impl SqsBroker {
 
     /// A broker over any [`Transport`].
     pub fn with_transport(transport: impl Transport) -> Self {
+        let metered = Metered::new(transport);
+        let calls = metered.calls.clone();
         Self {
-            core: Arc::new(BrokerCore::new(Arc::new(transport))),
+            core: Arc::new(BrokerCore::new(Arc::new(metered), calls)),
         }
+    }
+
+    /// The SQS API calls this broker has made so far, by action.
+    pub fn api_calls(&self) -> ApiCalls {
+        self.core.calls.snapshot()
     }
 
     /// How long the first entry of a batched call waits for company (default 5 ms). Applies to
@@ -101,6 +109,7 @@ impl Broker for SqsBroker {
 /// What a broker shares among its subscriptions and publishers.
 pub(crate) struct BrokerCore {
     pub(crate) transport: SharedTransport,
+    calls: Arc<CallCounter>,
     linger_nanos: AtomicU64,
     /// Queue URLs by name, resolved once.
     urls: tokio::sync::Mutex<HashMap<String, String>>,
@@ -118,9 +127,10 @@ struct Batchers {
 const PARALLEL_CALLS: usize = 4;
 
 impl BrokerCore {
-    fn new(transport: SharedTransport) -> Self {
+    fn new(transport: SharedTransport, calls: Arc<CallCounter>) -> Self {
         Self {
             transport,
+            calls,
             linger_nanos: AtomicU64::new(5_000_000),
             urls: tokio::sync::Mutex::new(HashMap::new()),
             batchers: Mutex::new(Batchers::default()),
