@@ -403,7 +403,11 @@ impl Account {
         }
         config.check()?;
         let name = queue.name.clone();
-        state.check_redrive(&config, &name)?;
+        // Only a new policy is checked: a dead-letter queue deleted since must not block
+        // unrelated changes.
+        if attributes.contains_key("RedrivePolicy") {
+            state.check_redrive(&config, &name)?;
+        }
         let queue = state.queue(queue_url)?;
         queue.config = config;
         queue.last_modified_epoch_s = now.epoch_ms / 1000;

@@ -1,0 +1,543 @@
+//! How handler outcomes, outputs, publishing and startup checks behave end to end on the
+//! in-process broker: outputs before acks, no duplicate outputs on a retried handler,
+//! `retry_after`, panics, undecodable bodies, dead-lettering, context fields, publisher steps,
+//! batching of sends, and the errors a service gets before any network call.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::engine::{jobs, Faulty, Job, Scripted};
+use common::{bodies, receive};
+use rust_stream::account::Account;
+use rust_stream::engine::transport::ReceiveMessage;
+use rust_stream::prelude::*;
+use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::testing::{eventually, TestApp};
+use rust_stream::{Output, RunError, DEAD_LETTER_REASON_HEADER, PARTITION_KEY_HEADER};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+fn app(broker: &SqsBroker, subscriber: rust_stream::Subscriber) -> impl App {
+    RustStream::new(AppInfo::new("test", "0.0.0")).with_broker(broker.clone(), |b| {
+        b.include(subscriber);
+    })
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Receipt {
+    job: u32,
+    line: u32,
+}
+
+/// Publishes two receipts per job to its output, then acks.
+struct Bill {
+    calls: Arc<AtomicU32>,
+}
+
+impl Handle<Job, Output<Receipt>> for Bill {
+    async fn handle(
+        &self,
+        job: &Job,
+        receipts: &Output<Receipt>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        for line in 0..2 {
+            ctx.publish(
+                receipts
+                    .message(&Receipt { job: job.n, line })
+                    .group_id(&job.group),
+            );
+        }
+        Ok(())
+    }
+}
+
+async fn bill_service(broker: &SqsBroker, visibility: u64) -> (impl App, Arc<AtomicU32>) {
+    let calls = Arc::new(AtomicU32::new(0));
+    let subscriber = subscriber(
+        SqsQueue::new("jobs.fifo").create_if_missing(),
+        Bill {
+            calls: calls.clone(),
+        },
+    )
+    .visibility_timeout(Duration::from_secs(visibility))
+    .outputs(Output::<Receipt>::new(
+        SqsQueue::new("receipts.fifo").create_if_missing(),
+    ))
+    .build();
+    (app(broker, subscriber), calls)
+}
+
+#[tokio::test(start_paused = true)]
+async fn outputs_are_sent_with_derived_dedup_ids_and_the_input_is_then_deleted() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let (service, calls) = bill_service(&broker, 30).await;
+    let running = TestApp::spawn(service);
+    let sent = jobs_fifo(&broker)
+        .message(&Job::new("g", 7))
+        .group_id("g")
+        .send()
+        .await
+        .unwrap();
+    eventually("the job handled", || calls.load(Ordering::SeqCst) == 1).await;
+    let jobs_url = account.get_queue_url("jobs.fifo").await.unwrap();
+    eventually_empty(&account, &jobs_url).await;
+    running.stop().await.unwrap();
+
+    let receipts_url = account.get_queue_url("receipts.fifo").await.unwrap();
+    let got = receive(&account, &receipts_url, 10).await;
+    let lines: Vec<Receipt> = got
+        .iter()
+        .map(|m| serde_json::from_str(&m.body).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [Receipt { job: 7, line: 0 }, Receipt { job: 7, line: 1 }]
+    );
+    let dedup: Vec<&str> = got.iter().map(|m| m.dedup_id().unwrap()).collect();
+    assert_eq!(
+        dedup,
+        [
+            format!("{}-0", sent.message_id),
+            format!("{}-1", sent.message_id)
+        ]
+    );
+    assert!(got.iter().all(|m| m.group_id() == Some("g")));
+}
+
+async fn eventually_empty(account: &Account, url: &str) {
+    for _ in 0..10_000 {
+        let counts = account.counts(url).await.unwrap();
+        if counts.visible + counts.in_flight + counts.delayed == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("queue {url} never emptied");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_whose_outputs_cannot_be_sent_is_not_acknowledged() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let (service, calls) = bill_service(&broker, 5).await;
+    let running = TestApp::spawn(service);
+    // Let the app create its queues, then take the output queue away.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let receipts_url = account.get_queue_url("receipts.fifo").await.unwrap();
+    account.delete_queue(&receipts_url).await.unwrap();
+    jobs_fifo(&broker)
+        .message(&Job::new("g", 1))
+        .group_id("g")
+        .send()
+        .await
+        .unwrap();
+    eventually("the job handled twice", || {
+        calls.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    running.stop().await.unwrap();
+    let jobs_url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&jobs_url).await.unwrap();
+    assert_eq!(
+        counts.visible + counts.in_flight,
+        1,
+        "the input stays until its outputs are sent"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_run_again_after_a_lost_delete_does_not_publish_its_outputs_twice() {
+    let account = Account::new();
+    let faulty = Faulty::new(&account);
+    faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
+    let broker = SqsBroker::with_transport(faulty.clone());
+    let (service, calls) = bill_service(&broker, 5).await;
+    let running = TestApp::spawn(service);
+    jobs_fifo(&broker)
+        .message(&Job::new("g", 3))
+        .group_id("g")
+        .send()
+        .await
+        .unwrap();
+    eventually("the job handled again after its delete failed", || {
+        calls.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    let jobs_url = account.get_queue_url("jobs.fifo").await.unwrap();
+    eventually_empty(&account, &jobs_url).await;
+    running.stop().await.unwrap();
+    let receipts_url = account.get_queue_url("receipts.fifo").await.unwrap();
+    assert_eq!(
+        receive(&account, &receipts_url, 10).await.len(),
+        2,
+        "the second run's outputs were deduplicated"
+    );
+}
+
+/// A publisher that creates `jobs.fifo` if the app has not yet.
+fn jobs_fifo(broker: &SqsBroker) -> rust_stream::Publisher {
+    broker.publisher(SqsQueue::new("jobs.fifo").create_if_missing())
+}
+
+fn standard_jobs() -> SqsQueue {
+    SqsQueue::new("jobs")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(10))
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_brings_the_message_back_after_the_delay() {
+    let broker = SqsBroker::in_process();
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let (handler, log) = Scripted::new({
+        let times = times.clone();
+        move |_, ctx| {
+            times.lock().unwrap().push(Instant::now());
+            match ctx.receive_count() {
+                1 => Err(HandlerOutcome::retry_after(Duration::from_secs(40))),
+                _ => Ok(()),
+            }
+        }
+    });
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    broker
+        .publisher(standard_jobs())
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    eventually("the second try", || log.lock().unwrap().len() == 2).await;
+    running.stop().await.unwrap();
+    let times = times.lock().unwrap();
+    let waited = times[1] - times[0];
+    assert!(
+        waited >= Duration::from_secs(40) && waited < Duration::from_secs(41),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_retried_and_the_service_goes_on() {
+    let broker = SqsBroker::in_process();
+    let (handler, log) = Scripted::new(|job, ctx| {
+        if job.n == 1 && ctx.receive_count() == 1 {
+            panic!("the first try of job 1 panics");
+        }
+        Ok(())
+    });
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    for n in 0..3 {
+        broker
+            .publisher(standard_jobs())
+            .message(&Job::new("-", n))
+            .send()
+            .await
+            .unwrap();
+    }
+    eventually("four calls", || log.lock().unwrap().len() == 4).await;
+    running.stop().await.unwrap();
+    let seen = log.lock().unwrap().clone();
+    let retried: Vec<u32> = seen
+        .iter()
+        .filter(|s| s.job.n == 1)
+        .map(|s| s.receive_count)
+        .collect();
+    assert_eq!(
+        retried,
+        [1, 2],
+        "released at once after the panic and received again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_body_without_a_dead_letter_queue_is_never_deleted() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    broker
+        .publisher(standard_jobs())
+        .raw("not json")
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    running.stop().await.unwrap();
+    assert!(log.lock().unwrap().is_empty());
+    // Its third receive (just after 20 s) let it lapse for 10 s more.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let url = account.get_queue_url("jobs").await.unwrap();
+    let got = receive(&account, &url, 10).await;
+    assert_eq!(bodies(&got), ["not json"]);
+    assert_eq!(
+        got[0].receive_count(),
+        Some(4),
+        "received at 0, 10 and 20 s, then here"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_body_is_dead_lettered_with_its_reason() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let (handler, _log) = Scripted::new(|_, _| Ok(()));
+    let queue = standard_jobs().dead_letter("jobs-dlq", 5);
+    let running = TestApp::spawn(app(&broker, subscriber(queue, handler).build()));
+    broker
+        .publisher(standard_jobs())
+        .raw("not json")
+        .send()
+        .await
+        .unwrap();
+    let dlq = loop {
+        if let Ok(url) = account.get_queue_url("jobs-dlq").await {
+            break url;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let got = account
+        .receive_message(&dlq, ReceiveMessage::new(1).wait_time_seconds(20))
+        .await
+        .unwrap();
+    running.stop().await.unwrap();
+    assert_eq!(bodies(&got), ["not json"]);
+    let reason = got[0].message_attributes[DEAD_LETTER_REASON_HEADER]
+        .string_value
+        .clone()
+        .unwrap();
+    assert!(
+        reason.contains("Job"),
+        "the reason names the type: {reason}"
+    );
+    let source = account.get_queue_url("jobs").await.unwrap();
+    eventually_empty(&account, &source).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn dead_letter_without_a_dead_letter_queue_keeps_the_message() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let (handler, log) = Scripted::new(|_, _| Err(HandlerOutcome::dead_letter("no good")));
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    broker
+        .publisher(standard_jobs())
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    eventually("two tries", || log.lock().unwrap().len() == 2).await;
+    running.stop().await.unwrap();
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(seen[1].receive_count, 2, "it came back");
+}
+
+#[derive(Default)]
+struct Inspect {
+    seen: Mutex<
+        Vec<(
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            String,
+        )>,
+    >,
+}
+
+impl Handle<Job> for Arc<Inspect> {
+    async fn handle(
+        &self,
+        _job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        assert!(ctx.sent_at().is_some());
+        self.seen.lock().unwrap().push((
+            ctx.group_id().map(str::to_owned),
+            ctx.header(PARTITION_KEY_HEADER).map(str::to_owned),
+            ctx.header("tenant").map(str::to_owned),
+            ctx.sequence_number().map(str::to_owned),
+            ctx.dedup_id().map(str::to_owned),
+            ctx.queue().to_owned(),
+        ));
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_group_comes_from_the_step_or_the_partition_key_or_default_and_every_delivery_carries_it(
+) {
+    let broker = SqsBroker::in_process();
+    let inspect = Arc::new(Inspect::default());
+    let queue = SqsQueue::new("jobs.fifo").create_if_missing();
+    let running = TestApp::spawn(app(&broker, subscriber(queue, inspect.clone()).build()));
+    let jobs = jobs_fifo(&broker);
+    jobs.message(&Job::new("-", 1))
+        .group_id("step")
+        .header("tenant", "acme")
+        .send()
+        .await
+        .unwrap();
+    jobs.message(&Job::new("-", 2))
+        .header(PARTITION_KEY_HEADER, "header")
+        .dedup_id("mine")
+        .send()
+        .await
+        .unwrap();
+    jobs.message(&Job::new("-", 3)).send().await.unwrap();
+    eventually("three deliveries", || {
+        inspect.seen.lock().unwrap().len() == 3
+    })
+    .await;
+    running.stop().await.unwrap();
+    let mut seen = inspect.seen.lock().unwrap().clone();
+    seen.sort_by(|a, b| a.3.cmp(&b.3));
+    let groups: Vec<_> = seen
+        .iter()
+        .map(|s| (s.0.as_deref(), s.1.as_deref()))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            (Some("step"), Some("step")),
+            (Some("header"), Some("header")),
+            (Some("default"), Some("default"))
+        ]
+    );
+    assert_eq!(seen[0].2.as_deref(), Some("acme"));
+    assert_eq!(seen[1].4.as_deref(), Some("mine"));
+    assert!(seen
+        .iter()
+        .all(|s| s.3.is_some() && s.4.is_some() && s.5 == "jobs.fifo"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_sends_to_a_queue_share_batch_calls() {
+    let broker = SqsBroker::in_process();
+    broker
+        .publisher(standard_jobs())
+        .raw("warm up")
+        .send()
+        .await
+        .unwrap();
+    let before = broker.api_calls();
+    let sends: Vec<_> = (0..25)
+        .map(|n| {
+            let publisher = broker.publisher("jobs");
+            tokio::spawn(async move { publisher.message(&Job::new("-", n)).send().await })
+        })
+        .collect();
+    for send in sends {
+        send.await.unwrap().unwrap();
+    }
+    let calls = broker.api_calls() - before;
+    assert!(
+        calls.send_message_batch <= 4,
+        "25 sends in {} calls",
+        calls.send_message_batch
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_that_breaks_an_sqs_rule_fails_before_the_network() {
+    let broker = SqsBroker::in_process();
+    let error = broker
+        .publisher("jobs.fifo")
+        .raw("x")
+        .delay(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    assert!(error.to_string().contains("DelaySeconds"), "{error}");
+    assert_eq!(
+        broker.api_calls(),
+        Default::default(),
+        "nothing reached the broker's transport"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_setting_problem_is_reported_at_once_before_any_network_call() {
+    let broker = SqsBroker::in_process();
+    let (first, _) = Scripted::new(|_, _| Ok(()));
+    let (second, _) = Scripted::new(|_, _| Ok(()));
+    let (third, _) = Scripted::new(|_, _| Ok(()));
+    let service = RustStream::new(AppInfo::new("t", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber("jobs.fifo", first)
+                .batch_size(11)
+                .wait(Duration::from_secs(25))
+                .build(),
+        );
+        b.include(
+            subscriber("jobs.fifo", second)
+                .dead_letter("dlq", 3)
+                .build(),
+        );
+        b.include(subscriber("bad name!", third).concurrency(0).build());
+    });
+    let error = service.run_until(std::future::pending()).await.unwrap_err();
+    let RunError::Config(problems) = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(problems.0.len(), 6, "{error}");
+    let text = error.to_string();
+    for expected in [
+        "batch size 11",
+        "wait 25s",
+        "dead-letter queue `dlq`",
+        "two subscriptions",
+        "bad name!",
+        "concurrency 0",
+    ] {
+        assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+    }
+    assert_eq!(broker.api_calls(), Default::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_queue_is_a_startup_error_that_names_it() {
+    let broker = SqsBroker::in_process();
+    let (handler, _) = Scripted::new(|_, _| Ok(()));
+    let error = app(&broker, subscriber("orders", handler).build())
+        .run_until(std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, RunError::QueueMissing { queue } if queue == "orders"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("create_if_missing"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn handlers_see_their_jobs_through_the_scripted_helper() {
+    // A plain standard queue: every message is handled once and deleted.
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    for n in 0..30 {
+        broker
+            .publisher(standard_jobs())
+            .message(&Job::new("-", n))
+            .send()
+            .await
+            .unwrap();
+    }
+    eventually("30 jobs", || log.lock().unwrap().len() == 30).await;
+    running.stop().await.unwrap();
+    let mut handled: Vec<u32> = jobs(&log).iter().map(|job| job.n).collect();
+    handled.sort_unstable();
+    assert_eq!(handled, (0..30).collect::<Vec<_>>());
+    let url = account.get_queue_url("jobs").await.unwrap();
+    eventually_empty(&account, &url).await;
+}
