@@ -337,18 +337,20 @@ async fn dead_letter_without_a_dead_letter_queue_keeps_the_message() {
     assert_eq!(seen[1].receive_count, 2, "it came back");
 }
 
+/// What one delivery showed its handler: group, partition key header, tenant header, sequence
+/// number, dedup id, queue.
+type Observed = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+);
+
 #[derive(Default)]
 struct Inspect {
-    seen: Mutex<
-        Vec<(
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            String,
-        )>,
-    >,
+    seen: Mutex<Vec<Observed>>,
 }
 
 impl Handle<Job> for Arc<Inspect> {
