@@ -30,6 +30,7 @@ use crate::broker::{Broker, Include};
 use crate::engine::transport::TransportError;
 use crate::sqs::rules::ErrorKind;
 use crate::sqs::ConfigErrors;
+use crate::state::States;
 
 /// A service's name and version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +65,7 @@ impl AppInfo {
 pub struct RustStream {
     info: AppInfo,
     shutdown_timeout: Duration,
+    states: States,
 }
 
 impl RustStream {
@@ -72,7 +74,15 @@ impl RustStream {
         Self {
             info,
             shutdown_timeout: Duration::from_secs(30),
+            states: States::default(),
         }
+    }
+
+    /// Registers a value of shared state: handlers read it with
+    /// [`Context::state`](crate::Context::state) or a `State<T>` parameter. One value per type.
+    pub fn with_state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.states.insert(value);
+        self
     }
 
     /// How long running handlers may take to finish at shutdown (default 30 s); messages still
@@ -92,6 +102,7 @@ impl RustStream {
         include(&mut scope);
         let (sender, _) = watch::channel(false);
         Service {
+            states: Arc::new(self.states),
             info: self.info,
             broker,
             subscribers: scope.subscribers,
@@ -149,6 +160,7 @@ fn os_signals() -> Result<impl Future<Output = ()> + Send + 'static, RunError> {
 #[derive(Debug)]
 pub struct Service<B: Broker> {
     info: AppInfo,
+    states: Arc<States>,
     broker: B,
     subscribers: Vec<B::Subscriber>,
     shutdown_timeout: Duration,
@@ -169,13 +181,43 @@ impl<B: Broker> App for Service<B> {
             timeout: self.shutdown_timeout,
         };
         let handle = self.shutdown.clone();
-        let run = self.broker.run(self.info, self.subscribers, shutdown);
+        let app = AppContext {
+            info: self.info,
+            states: self.states,
+            shutdown,
+        };
+        let run = self.broker.run(app, self.subscribers);
         tokio::pin!(run);
         tokio::select! {
             result = &mut run => return result,
             () = signal => handle.shutdown(),
         }
         run.await
+    }
+}
+
+/// What a broker gets from the app it runs: its info, shared state, and the shutdown signal.
+#[derive(Debug, Clone)]
+pub struct AppContext {
+    info: AppInfo,
+    states: Arc<States>,
+    shutdown: Shutdown,
+}
+
+impl AppContext {
+    /// The app's name and version.
+    pub fn info(&self) -> &AppInfo {
+        &self.info
+    }
+
+    /// The app's shared state.
+    pub fn states(&self) -> &Arc<States> {
+        &self.states
+    }
+
+    /// When to stop, and how long stopping may take.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
     }
 }
 

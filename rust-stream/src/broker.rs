@@ -6,19 +6,18 @@
 
 use std::future::Future;
 
-use crate::app::{AppInfo, RunError, Shutdown};
+use crate::app::{AppContext, RunError};
 
 /// A message broker an app runs on.
 pub trait Broker: Send + 'static {
     /// What [`Include::include`] accepts.
     type Subscriber: Send + 'static;
 
-    /// Runs the subscribers until `shutdown` is requested, then stops them gracefully.
+    /// Runs the subscribers until the app's shutdown is requested, then stops them gracefully.
     fn run(
         self,
-        info: AppInfo,
+        app: AppContext,
         subscribers: Vec<Self::Subscriber>,
-        shutdown: Shutdown,
     ) -> impl Future<Output = Result<(), RunError>> + Send;
 }
 

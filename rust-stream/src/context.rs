@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::engine::transport::{MessageAttributes, ReceivedMessage};
 use crate::publish::{Outgoing, PARTITION_KEY_HEADER};
+use crate::state::{State, States};
 
 /// One received message as the engine holds it.
 #[derive(Debug)]
@@ -64,15 +65,23 @@ impl Delivery {
 #[derive(Debug)]
 pub struct Context<'a> {
     delivery: &'a Delivery,
+    states: &'a States,
     staged: Vec<Outgoing>,
 }
 
 impl<'a> Context<'a> {
-    pub(crate) fn new(delivery: &'a Delivery) -> Self {
+    pub(crate) fn new(delivery: &'a Delivery, states: &'a States) -> Self {
         Self {
             delivery,
+            states,
             staged: Vec::new(),
         }
+    }
+
+    /// The app's shared state of type `T`, registered with
+    /// [`RustStream::with_state`](crate::RustStream::with_state).
+    pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<State<T>> {
+        self.states.get::<T>()
     }
 
     /// The SQS message id, kept across redeliveries.

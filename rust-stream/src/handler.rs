@@ -32,6 +32,7 @@ use crate::engine::transport::BoxFuture;
 use crate::outcome::{HandlerOutcome, IntoOutcome};
 use crate::publish::{Outgoing, Outputs, Publisher};
 use crate::sqs::SqsQueue;
+use crate::state::{Requirement, States};
 
 /// Handles messages of type `T`, publishing to outputs `O` (`()` when it declares none).
 ///
@@ -71,6 +72,7 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
         outputs: (),
         codec: Json,
         description: None,
+        requirements: Vec::new(),
     }
 }
 
@@ -83,9 +85,17 @@ pub struct SubscriberBuilder<H, O = (), C = Json> {
     outputs: O,
     codec: C,
     description: Option<String>,
+    requirements: Vec<Requirement>,
 }
 
 impl<H, O, C> SubscriberBuilder<H, O, C> {
+    /// Declares that the handler reads state of type `T`: the app then refuses to start without it
+    /// (`RustStream::with_state`), instead of the handler finding it missing at run time.
+    pub fn requires_state<T: Clone + Send + Sync + 'static>(mut self) -> Self {
+        self.requirements.push(Requirement::of::<T>());
+        self
+    }
+
     /// How many handlers run at once (default 10); FIFO groups still run one message at a time.
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.queue = self.queue.concurrency(handlers);
@@ -136,6 +146,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             outputs,
             codec: self.codec,
             description: self.description,
+            requirements: self.requirements,
         }
     }
 
@@ -147,6 +158,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             outputs: self.outputs,
             codec,
             description: self.description,
+            requirements: self.requirements,
         }
     }
 
@@ -164,6 +176,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             description: self.description,
             message_type: std::any::type_name::<T>(),
             outputs: publishers,
+            requirements: self.requirements,
             handler: Arc::new(Typed {
                 handler: self.handler,
                 outputs: self.outputs,
@@ -180,6 +193,7 @@ pub struct Subscriber {
     pub(crate) description: Option<String>,
     pub(crate) message_type: &'static str,
     pub(crate) outputs: Vec<Publisher>,
+    pub(crate) requirements: Vec<Requirement>,
     pub(crate) handler: Arc<dyn ErasedHandler>,
 }
 
@@ -224,7 +238,11 @@ pub(crate) enum Handled {
 
 /// A handler with its message type, outputs and codec erased, so the engine holds any of them.
 pub(crate) trait ErasedHandler: Send + Sync + 'static {
-    fn call(self: Arc<Self>, delivery: Arc<Delivery>) -> BoxFuture<'static, Handled>;
+    fn call(
+        self: Arc<Self>,
+        delivery: Arc<Delivery>,
+        states: Arc<States>,
+    ) -> BoxFuture<'static, Handled>;
 }
 
 struct Typed<H, T, O, C> {
@@ -241,13 +259,17 @@ where
     O: Outputs,
     C: Codec,
 {
-    fn call(self: Arc<Self>, delivery: Arc<Delivery>) -> BoxFuture<'static, Handled> {
+    fn call(
+        self: Arc<Self>,
+        delivery: Arc<Delivery>,
+        states: Arc<States>,
+    ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
             let message: T = match self.codec.decode(&delivery.body) {
                 Ok(message) => message,
                 Err(error) => return Handled::Undecodable(error),
             };
-            let mut ctx = Context::new(&delivery);
+            let mut ctx = Context::new(&delivery, &states);
             let outcome = self
                 .handler
                 .handle(&message, &self.outputs, &mut ctx)

@@ -53,7 +53,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![deny(unused_must_use)]
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 pub mod account;
 pub mod app;
@@ -66,11 +66,12 @@ pub mod outcome;
 pub mod prelude;
 pub mod publish;
 pub mod sqs;
+pub mod state;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use app::{App, AppInfo, RunError, RustStream, Service, Shutdown, ShutdownHandle};
+pub use app::{App, AppContext, AppInfo, RunError, RustStream, Service, Shutdown, ShutdownHandle};
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use context::Context;
@@ -80,3 +81,4 @@ pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
 pub use outcome::{HandlerOutcome, IntoOutcome};
 pub use publish::{Outgoing, Output, Outputs, PublishError, Publisher, PARTITION_KEY_HEADER};
 pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue};
+pub use state::{State, States};

@@ -139,7 +139,7 @@ impl Consumer {
         let call = self
             .handler
             .clone()
-            .call(delivery.clone())
+            .call(delivery.clone(), self.states.clone())
             .instrument(span.clone());
         let handled = tokio::spawn(call).await;
         let _entered = span.enter();

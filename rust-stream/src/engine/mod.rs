@@ -44,11 +44,12 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify, Semaphore};
 
-use crate::app::{RunError, Shutdown};
+use crate::app::{AppContext, RunError};
 use crate::handler::{ErasedHandler, Subscriber};
 use crate::publish::Publisher;
 use crate::sqs::queue::{ConfigError, ConfigErrors};
 use crate::sqs::{BrokerCore, SqsQueue};
+use crate::state::States;
 use dispatch::Lane;
 use extend::Leases;
 
@@ -56,12 +57,20 @@ use extend::Leases;
 pub(crate) async fn run(
     core: Arc<BrokerCore>,
     subscribers: Vec<Subscriber>,
-    shutdown: Shutdown,
+    app: AppContext,
 ) -> Result<(), RunError> {
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
     for subscriber in &subscribers {
         subscriber.queue.problems(&mut problems);
+        for requirement in &subscriber.requirements {
+            if !app.states().contains(requirement.type_id) {
+                problems.push(ConfigError::MissingState {
+                    queue: subscriber.queue.name.clone(),
+                    type_name: requirement.type_name,
+                });
+            }
+        }
         if !seen.insert(subscriber.queue.name.clone()) {
             problems.push(ConfigError::DuplicateSubscription {
                 queue: subscriber.queue.name.clone(),
@@ -73,9 +82,10 @@ pub(crate) async fn run(
     }
     let mut consumers = Vec::new();
     for subscriber in subscribers {
-        consumers.push(Consumer::start(&core, subscriber).await?);
+        consumers.push(Consumer::start(&core, subscriber, app.states().clone()).await?);
     }
     tracing::info!(subscriptions = consumers.len(), "consuming");
+    let shutdown = app.shutdown();
     shutdown.requested().await;
     tracing::info!("shutting down");
     let stops: Vec<_> = consumers
@@ -98,6 +108,7 @@ pub(crate) struct Consumer {
     pub(crate) visibility: Duration,
     pub(crate) dead_letter: Option<Publisher>,
     pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) states: Arc<States>,
     pub(crate) deleter: batch::Batcher<batch::DeleteBatch>,
     pub(crate) visibility_batcher: batch::Batcher<batch::VisibilityBatch>,
     pub(crate) leases: Leases,
@@ -122,7 +133,11 @@ impl std::fmt::Debug for Consumer {
 impl Consumer {
     /// Resolves the queue (creating it when asked), binds the outputs, and starts the pollers
     /// and the heartbeat.
-    async fn start(core: &Arc<BrokerCore>, subscriber: Subscriber) -> Result<Arc<Self>, RunError> {
+    async fn start(
+        core: &Arc<BrokerCore>,
+        subscriber: Subscriber,
+        states: Arc<States>,
+    ) -> Result<Arc<Self>, RunError> {
         let queue = subscriber.queue;
         let failed = |queue: &SqsQueue| {
             let name = queue.name.clone();
@@ -166,6 +181,7 @@ impl Consumer {
             visibility,
             dead_letter,
             handler: subscriber.handler,
+            states,
             deleter: core.deleter(&url),
             visibility_batcher: core.visibility_batcher(&url),
             leases: Leases::default(),

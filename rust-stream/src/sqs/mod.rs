@@ -16,7 +16,7 @@ use std::time::Duration;
 pub use queue::{ConfigError, ConfigErrors, SqsQueue};
 
 use crate::account::Account;
-use crate::app::{AppInfo, RunError, Shutdown};
+use crate::app::{AppContext, RunError};
 use crate::broker::Broker;
 use crate::engine::batch::{self, BatchSettings, Batcher};
 use crate::engine::meter::{ApiCalls, CallCounter, Metered};
@@ -95,14 +95,9 @@ impl SqsBroker {
 impl Broker for SqsBroker {
     type Subscriber = Subscriber;
 
-    async fn run(
-        self,
-        info: AppInfo,
-        subscribers: Vec<Subscriber>,
-        shutdown: Shutdown,
-    ) -> Result<(), RunError> {
-        tracing::info!(app.name = %info.name(), app.version = %info.version(), "starting");
-        crate::engine::run(self.core, subscribers, shutdown).await
+    async fn run(self, app: AppContext, subscribers: Vec<Subscriber>) -> Result<(), RunError> {
+        tracing::info!(app.name = %app.info().name(), app.version = %app.info().version(), "starting");
+        crate::engine::run(self.core, subscribers, app).await
     }
 }
 

@@ -307,6 +307,14 @@ pub enum ConfigError {
         /// The queue.
         queue: String,
     },
+    /// A subscriber reads state the app did not register.
+    #[error("queue `{queue}`: the subscriber reads state `{type_name}`, which the app does not have; add `.with_state(..)` to the app")]
+    MissingState {
+        /// The queue.
+        queue: String,
+        /// The state's type.
+        type_name: &'static str,
+    },
     /// A subscription names a queue another subscription of the app already reads.
     #[error("queue `{queue}` has two subscriptions; give each queue one subscriber")]
     DuplicateSubscription {
