@@ -49,12 +49,16 @@
 //!
 //! | Name | Description | Default |
 //! | --- | --- | --- |
+//! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
 //! | `testing` | [`testing`]: run a service in a test and wait for what it does | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![deny(unused_must_use)]
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 pub mod account;
 pub mod app;
 pub mod broker;
@@ -80,5 +84,8 @@ pub use engine::settle::DEAD_LETTER_REASON_HEADER;
 pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
 pub use outcome::{HandlerOutcome, IntoOutcome};
 pub use publish::{Outgoing, Output, Outputs, PublishError, Publisher, PARTITION_KEY_HEADER};
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use rust_stream_macros::subscriber;
 pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue};
 pub use state::{State, States};

@@ -7,3 +7,5 @@ pub use crate::context::Context;
 pub use crate::handler::{subscriber, Handle};
 pub use crate::outcome::HandlerOutcome;
 pub use crate::sqs::{SqsBroker, SqsQueue};
+#[cfg(feature = "macros")]
+pub use rust_stream_macros::subscriber;

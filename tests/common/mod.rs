@@ -270,3 +270,131 @@ pub mod engine {
         }
     }
 }
+
+pub mod backend {
+    //! One test body, two backends: the in-process account (on a paused clock) and a live
+    //! LocalStack (real time), reached through the same `Transport`.
+
+    use std::time::Duration;
+
+    use rust_stream::account::Account;
+    use rust_stream::engine::transport::{QueueAttributes, Transport};
+    use rust_stream::sqs::aws::AwsTransport;
+    use rust_stream::SqsBroker;
+
+    /// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
+    pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
+
+    /// Which backend a test body runs on, for the places where LocalStack deviates from SQS.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Kind {
+        InProcess,
+        LocalStack,
+    }
+
+    /// A backend: a transport, a broker over the same backend, and a run id that keeps queue
+    /// names of concurrent tests and earlier runs apart.
+    pub struct Backend<T> {
+        pub transport: T,
+        pub broker: SqsBroker,
+        pub kind: Kind,
+        run: String,
+    }
+
+    fn run_id() -> String {
+        uuid_like()
+    }
+
+    fn uuid_like() -> String {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos(),
+        );
+        format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+    }
+
+    impl Backend<Account> {
+        pub fn in_process() -> Self {
+            let account = Account::new();
+            Self {
+                broker: SqsBroker::with_account(&account),
+                transport: account,
+                kind: Kind::InProcess,
+                run: run_id(),
+            }
+        }
+    }
+
+    impl Backend<AwsTransport> {
+        /// The live backend, or `None` (with a loud note) when no LocalStack was started. Under CI
+        /// a missing endpoint fails the test: a live test is never skipped silently there.
+        pub async fn live() -> Option<Self> {
+            let Ok(endpoint) = std::env::var(LIVE_ENDPOINT_VAR) else {
+                assert!(
+                    std::env::var("CI").is_err(),
+                    "{LIVE_ENDPOINT_VAR} is not set under CI: run the tests through scripts/test.sh, which starts LocalStack"
+                );
+                eprintln!("SKIPPED (live): {LIVE_ENDPOINT_VAR} is not set; run scripts/test.sh to start LocalStack");
+                return None;
+            };
+            let transport = SqsBroker::aws()
+                .endpoint(&endpoint)
+                .region("us-east-1")
+                .test_credentials()
+                .transport()
+                .await;
+            let broker = SqsBroker::with_transport(transport.clone());
+            Some(Self {
+                transport,
+                broker,
+                kind: Kind::LocalStack,
+                run: run_id(),
+            })
+        }
+    }
+
+    impl<T: Transport> Backend<T> {
+        /// A unique queue name for this run: `{base}-{run}`, with `.fifo` kept at the end.
+        pub fn name(&self, base: &str) -> String {
+            match base.strip_suffix(".fifo") {
+                Some(stem) => format!("{stem}-{}.fifo", self.run),
+                None => format!("{base}-{}", self.run),
+            }
+        }
+
+        /// Creates a queue (FIFO when `base` ends in `.fifo`) with these attributes.
+        pub async fn queue(&self, base: &str, extra: &[(&str, &str)]) -> String {
+            let name = self.name(base);
+            let mut attributes: QueueAttributes = extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            if name.ends_with(".fifo") {
+                attributes.insert("FifoQueue".into(), "true".into());
+            }
+            self.transport
+                .create_queue(&name, attributes)
+                .await
+                .expect("create queue")
+        }
+
+        /// The queue's ARN.
+        pub async fn arn(&self, url: &str) -> String {
+            let attributes = self
+                .transport
+                .get_queue_attributes(url, &["QueueArn"])
+                .await
+                .unwrap();
+            attributes["QueueArn"].clone()
+        }
+
+        /// A visibility timeout long enough for LocalStack's ~1 s timer resolution.
+        pub fn short(&self) -> Duration {
+            Duration::from_secs(2)
+        }
+    }
+}

@@ -287,6 +287,7 @@ impl Account {
     ///
     /// `QueueDoesNotExist`.
     pub async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        rules::check_queue_name(name)?;
         match self.state().queues.get(name) {
             Some(queue) => Ok(queue.url.clone()),
             None => fail(

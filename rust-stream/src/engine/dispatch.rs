@@ -49,13 +49,15 @@ impl Consumer {
         if !self.fifo {
             let consumer = self.clone();
             self.spawn(async move {
+                // Biased: once shutdown has begun a free slot must not start another handler.
                 let slot = tokio::select! {
-                    slot = consumer.running.clone().acquire_owned() => slot.expect("never closed"),
+                    biased;
                     () = consumer.stopping() => return consumer.release(vec![held.lease], 0).await,
+                    slot = consumer.running.clone().acquire_owned() => slot.expect("never closed"),
                 };
                 let verdict = consumer.process(&held).await;
                 drop(slot);
-                consumer.settle(held, verdict, Vec::new()).await;
+                consumer.settle(held, verdict, Vec::new).await;
             });
             return;
         }
@@ -95,24 +97,23 @@ impl Consumer {
                     }
                 }
             };
+            // Biased: a lane whose message finished after shutdown began has a free slot at
+            // once, and must release the rest of its group rather than start the next.
             let slot = tokio::select! {
-                slot = self.running.clone().acquire_owned() => slot.expect("never closed"),
+                biased;
                 () = self.stopping() => {
                     let mut rest = self.take_lane(&group);
                     rest.insert(0, next);
                     self.release(rest.into_iter().map(|held| held.lease).collect(), 0).await;
                     continue;
                 }
+                slot = self.running.clone().acquire_owned() => slot.expect("never closed"),
             };
             let verdict = self.process(&next).await;
             drop(slot);
-            // A retried message takes the rest of its group with it, so the group comes back
-            // whole and in order; a dead-lettered one lets the group go on.
-            let rest = match &verdict {
-                Verdict::Release { .. } => self.take_lane(&group),
-                _ => Vec::new(),
-            };
-            self.settle(next, verdict, rest).await;
+            // A released message takes the rest of its group with it, so the group comes back
+            // whole and in order; a settled one lets the group go on.
+            self.settle(next, verdict, || self.take_lane(&group)).await;
         }
     }
 

@@ -144,21 +144,23 @@ impl Consumer {
             move |error| RunError::from_transport(name, error)
         };
         let url = core.resolve(&queue).await.map_err(failed(&queue))?;
-        let visibility = match queue.consumer.visibility_timeout {
-            Some(timeout) => timeout,
-            None => {
                 let attributes = core
-                    .transport
-                    .get_queue_attributes(&url, &["VisibilityTimeout"])
-                    .await
-                    .map_err(failed(&queue))?;
-                let seconds = attributes
-                    .get("VisibilityTimeout")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(30);
-                Duration::from_secs(seconds).max(Duration::from_secs(1))
-            }
-        };
+            .transport
+            .get_queue_attributes(&url, &["VisibilityTimeout", "RedrivePolicy"])
+            .await
+            .map_err(failed(&queue))?;
+        let visibility = queue.consumer.visibility_timeout.unwrap_or_else(|| {
+            let seconds = attributes.get("VisibilityTimeout").and_then(|v| v.parse().ok()).unwrap_or(30);
+            Duration::from_secs(seconds).max(Duration::from_secs(1))
+        });
+        if queue.dead_letter.is_none() && !attributes.contains_key("RedrivePolicy") {
+            // Nothing would ever stop a message that always fails; on FIFO it blocks its group.
+            tracing::warn!(
+                messaging.destination.name = %queue.name,
+                "queue has no dead-letter queue and no redrive policy: a message that keeps failing is retried forever; \
+                 declare `.dead_letter(queue, max_receive_count)`"
+            );
+        }
         let dead_letter = match queue.dead_letter_queue() {
             Some(dead_letter) => {
                 core.resolve(&dead_letter)

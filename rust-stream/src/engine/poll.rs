@@ -21,9 +21,11 @@ impl Consumer {
         let batch_size = self.queue.consumer.batch_size;
         let mut failures = 0;
         loop {
+                        // Biased: once shutdown has begun, no new receive may start.
             let room = tokio::select! {
-                room = self.capacity.clone().acquire_many_owned(batch_size as u32) => room.expect("never closed"),
+                biased;
                 () = self.stopping() => return,
+                room = self.capacity.clone().acquire_many_owned(batch_size as u32) => room.expect("never closed"),
             };
             let mut request = ReceiveMessage::new(batch_size as i32)
                 .wait_time_seconds(self.queue.consumer.wait.as_secs() as i32);
@@ -39,9 +41,10 @@ impl Consumer {
             );
             // Stopping abandons a long poll in flight; a message it was handing out becomes
             // visible again when its visibility timeout ends.
-            let received = tokio::select! {
-                received = self.core.transport.receive_message(&self.url, request).instrument(span.clone()) => received,
+                        let received = tokio::select! {
+                biased;
                 () = self.stopping() => return,
+                received = self.core.transport.receive_message(&self.url, request).instrument(span.clone()) => received,
             };
             let mut room = room;
             match received {

@@ -31,9 +31,16 @@ pub(crate) enum Verdict {
 }
 
 impl Consumer {
-    /// Settles `held` as the verdict says; `rest` (later messages of its FIFO group) is released
-    /// with it in the same call.
-    pub(crate) async fn settle(self: &Arc<Self>, held: Held, verdict: Verdict, rest: Vec<Held>) {
+    /// Settles `held` as the verdict says. Whenever it is released, for the verdict or because
+    /// its ack or dead-letter failed on the way, `rest` takes the later messages of its FIFO group,
+    /// which are released with it in the same call: a group that went on past a message
+    /// released alone would be handled out of order.
+    pub(crate) async fn settle(
+        self: &Arc<Self>,
+        held: Held,
+        verdict: Verdict,
+        rest: impl FnOnce() -> Vec<Held>,
+    ) {
         let message_id = held.delivery.message_id.clone();
         match verdict {
             Verdict::Ack { staged } => match self.publish_staged(staged).await {
@@ -44,10 +51,10 @@ impl Consumer {
                         error = %error,
                         "an output could not be sent; the message will be retried"
                     );
-                    self.release_with_rest(held, rest, 0).await;
+                    self.release_with_rest(held, rest(), 0).await;
                 }
             },
-            Verdict::Release { seconds } => self.release_with_rest(held, rest, seconds).await,
+            Verdict::Release { seconds } => self.release_with_rest(held, rest(), seconds).await,
             Verdict::DeadLetter { reason } => {
                 match self.send_to_dead_letter(&held, &reason).await {
                     Ok(()) => {
@@ -60,7 +67,7 @@ impl Consumer {
                             error = %error,
                             "could not send the message to its dead-letter queue; it will be retried"
                         );
-                        self.release_with_rest(held, rest, 0).await;
+                        self.release_with_rest(held, rest(), 0).await;
                     }
                 }
             }

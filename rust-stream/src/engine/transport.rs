@@ -478,6 +478,21 @@ pub enum TransportError {
         /// What was wrong and how to fix it.
         message: String,
     },
+    /// The service answered with an error code this crate does not know (credentials, access).
+    #[error("{code}: {message}")]
+    Other {
+        /// The code the service sent.
+        code: String,
+        /// What it said.
+        message: String,
+    },
+    /// The service could not be reached, timed out, or failed without a usable answer; the
+    /// request may be retried.
+    #[error("SQS unreachable: {message}")]
+    Unavailable {
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl TransportError {
@@ -491,16 +506,18 @@ impl TransportError {
 
     /// Whether the same request may succeed if tried again (throttling, a service-side failure).
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self.kind(),
-            Some(ErrorKind::RequestThrottled | ErrorKind::InternalError)
-        )
+        matches!(self, Self::Unavailable { .. })
+            || matches!(
+                self.kind(),
+                Some(ErrorKind::RequestThrottled | ErrorKind::InternalError)
+            )
     }
 
     /// The SQS error kind, when the service answered with one.
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Self::Service { kind, .. } => Some(*kind),
+            Self::Other { .. } | Self::Unavailable { .. } => None,
         }
     }
 
@@ -511,6 +528,18 @@ impl TransportError {
                 id,
                 kind,
                 sender_fault: kind.sender_fault(),
+                message,
+            },
+            Self::Other { code, message } => BatchFailure {
+                id,
+                kind: ErrorKind::InternalError,
+                sender_fault: true,
+                message: format!("{code}: {message}"),
+            },
+            Self::Unavailable { message } => BatchFailure {
+                id,
+                kind: ErrorKind::InternalError,
+                sender_fault: false,
                 message,
             },
         }

@@ -5,6 +5,9 @@
 //! resolves queue URLs once (creating queues when asked), and owns one batcher per queue and
 //! action, shared by every subscription and publisher of the broker.
 
+#[cfg(feature = "aws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+pub mod aws;
 pub(crate) mod queue;
 pub mod rules;
 
@@ -55,6 +58,22 @@ impl SqsBroker {
     /// A broker over a fresh in-process account.
     pub fn in_process() -> Self {
         Self::with_account(&Account::new())
+    }
+
+    /// A broker over Amazon SQS, configured from the environment as the AWS CLI is (region,
+    /// credentials, profile, `AWS_ENDPOINT_URL`).
+    #[cfg(feature = "aws")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+    pub async fn from_env() -> Self {
+        Self::aws().connect().await
+    }
+
+    /// A broker over Amazon SQS or a local stand-in, to configure: endpoint, region, profile,
+    /// test credentials.
+    #[cfg(feature = "aws")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+    pub fn aws() -> aws::AwsBrokerBuilder {
+        aws::AwsBrokerBuilder::default()
     }
 
     /// A broker over `account`, which a test may share to send, receive and inspect.

@@ -111,6 +111,39 @@ impl ErrorKind {
         }
     }
 
+    /// The kind an SQS error code names: the JSON protocol's short codes (`QueueDoesNotExist`) and
+    /// the query-compatible ones (`AWS.SimpleQueueService.NonExistentQueue`) alike.
+    pub fn from_code(code: &str) -> Option<Self> {
+        let short = code.strip_prefix("AWS.SimpleQueueService.").unwrap_or(code);
+        let short = short.rsplit('#').next().unwrap_or(short);
+        Some(match short {
+            "QueueDoesNotExist" | "NonExistentQueue" => Self::QueueDoesNotExist,
+            "QueueNameExists" | "QueueAlreadyExists" => Self::QueueNameExists,
+            "QueueDeletedRecently" => Self::QueueDeletedRecently,
+            "InvalidAttributeName" => Self::InvalidAttributeName,
+            "InvalidAttributeValue" => Self::InvalidAttributeValue,
+            "InvalidParameterValue" | "InvalidParameterValueException" | "ValidationError" => {
+                Self::InvalidParameterValue
+            }
+            "MissingParameter" | "MissingRequiredParameterException" => Self::MissingParameter,
+            "InvalidMessageContents" => Self::InvalidMessageContents,
+            "MessageNotInflight" => Self::MessageNotInflight,
+            "ReceiptHandleIsInvalid" => Self::ReceiptHandleIsInvalid,
+            "PurgeQueueInProgress" => Self::PurgeQueueInProgress,
+            "EmptyBatchRequest" => Self::EmptyBatchRequest,
+            "TooManyEntriesInBatchRequest" => Self::TooManyEntriesInBatchRequest,
+            "InvalidBatchEntryId" => Self::InvalidBatchEntryId,
+            "BatchEntryIdsNotDistinct" => Self::BatchEntryIdsNotDistinct,
+            "BatchRequestTooLong" => Self::BatchRequestTooLong,
+            "UnsupportedOperation" => Self::UnsupportedOperation,
+            "RequestThrottled" | "ThrottlingException" | "Throttling" | "KmsThrottled" => {
+                Self::RequestThrottled
+            }
+            "InternalError" | "InternalFailure" | "ServiceUnavailable" => Self::InternalError,
+            _ => return None,
+        })
+    }
+
     /// Whether the caller's request was at fault (as opposed to the service).
     pub fn sender_fault(self) -> bool {
         !matches!(self, Self::RequestThrottled | Self::InternalError)

@@ -1,0 +1,360 @@
+//! Writes the code a person would write by hand for a subscriber: a unit struct named like the
+//! function, its `Handle<T, O>` impl running the body as an inner `async fn`, and
+//! `From<name> for Subscriber` building it with the attribute's settings.
+//!
+//! Paths are absolute (`::rust_stream::..`, `::core::..`) so the user's imports do not matter;
+//! helpers live in `rust_stream::__private`. Bounds only the compiler can check (`T: Deserialize`,
+//! `U: Serialize`, what a handler returns) are spanned on the user's tokens, so the error points
+//! there and not at the attribute.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::{ItemFn, ReturnType};
+
+use crate::check;
+use crate::parse::{self, Attribute, Errors, Handler, Kind};
+
+pub(crate) fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
+    let item: ItemFn = match syn::parse2(item.clone()) {
+        Ok(item) => item,
+        Err(_) => {
+            let error = syn::Error::new_spanned(
+                &item,
+                "`#[subscriber]` goes on an `async fn` that handles one message: \
+                 `async fn name(msg: &T) -> HandlerOutcome`",
+            );
+            let error = error.to_compile_error();
+            return quote!(#error #item);
+        }
+    };
+    let mut errors = Errors::default();
+    let attribute = parse::attribute(args, &mut errors);
+    let handler = parse::handler(item, &mut errors);
+    check::check(&attribute, &handler, &mut errors);
+    match errors.finish() {
+        Ok(()) => expand(&attribute, &handler),
+        Err(error) => with_error(&handler, &error),
+    }
+}
+
+/// The errors, and enough code that the user sees only them: the function itself (its body is
+/// still checked) and a stub where the struct would be, so `b.include(name)` resolves.
+fn with_error(handler: &Handler, error: &syn::Error) -> TokenStream {
+    let error = error.to_compile_error();
+    let item = &handler.item;
+    if handler.is_method {
+        // Inside an impl block nothing but the method may stand.
+        return quote!(#error #item);
+    }
+    let name = &item.sig.ident;
+    let vis = &item.vis;
+    let (docs, cfgs, _) = split_attributes(item);
+    quote! {
+        #error
+        #(#docs)*
+        #(#cfgs)*
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Debug, Clone, Copy)]
+        #vis struct #name;
+
+        #(#cfgs)*
+        impl ::core::convert::From<#name> for ::rust_stream::Subscriber {
+            fn from(_: #name) -> Self {
+                ::core::unreachable!("`#[subscriber]` reported an error")
+            }
+        }
+
+        #(#cfgs)*
+        #[allow(dead_code, unused, clippy::all)]
+        const _: () = {
+            #item
+        };
+    }
+}
+
+/// The spans of the first and last tokens, so generated tokens can cover all of them.
+fn ends(tokens: &impl ToTokens) -> (Span, Span) {
+    let mut all = tokens.to_token_stream().into_iter();
+    let first = all
+        .next()
+        .map_or_else(Span::call_site, |token| token.span());
+    let last = all.last().map_or(first, |token| token.span());
+    (first, last)
+}
+
+/// `#[doc]` attributes (for the struct), `#[cfg]`s (for every item), the rest (for the body).
+fn split_attributes(
+    item: &ItemFn,
+) -> (
+    Vec<&syn::Attribute>,
+    Vec<&syn::Attribute>,
+    Vec<&syn::Attribute>,
+) {
+    let mut docs = Vec::new();
+    let mut cfgs = Vec::new();
+    let mut rest = Vec::new();
+    for attribute in &item.attrs {
+        let path = attribute.path();
+        if path.is_ident("doc") {
+            docs.push(attribute);
+        } else if path.is_ident("cfg") || path.is_ident("cfg_attr") {
+            cfgs.push(attribute);
+        } else {
+            rest.push(attribute);
+        }
+    }
+    (docs, cfgs, rest)
+}
+
+/// The doc comment as one text: each line without the space after `///`.
+fn description(docs: &[&syn::Attribute]) -> Option<String> {
+    let lines: Vec<String> = docs
+        .iter()
+        .filter_map(|attribute| match &attribute.meta {
+            syn::Meta::NameValue(doc) => match &doc.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(text),
+                    ..
+                }) => Some(text.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .map(|line| {
+            line.strip_prefix(' ')
+                .unwrap_or(&line)
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    let text = lines.join("\n").trim().to_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
+    let item = &handler.item;
+    let name = &item.sig.ident;
+    let vis = &item.vis;
+    let (docs, cfgs, rest) = split_attributes(item);
+    let Some(message) = &handler.message else {
+        // parse reported the missing message; nothing reaches here without one.
+        return TokenStream::new();
+    };
+    let Some(source) = &attribute.source else {
+        return TokenStream::new();
+    };
+    let msg_ty = &message.ty;
+
+    // Outputs, in parameter order, with the `outputs(..)` entry of the same name.
+    let outputs: Vec<_> = handler
+        .params
+        .iter()
+        .filter_map(|param| match &param.kind {
+            Kind::Output {
+                name,
+                output,
+                value,
+            } => {
+                let entry = attribute.outputs.iter().find(|entry| entry.name == *name)?;
+                Some((output, value, &entry.source))
+            }
+            _ => None,
+        })
+        .collect();
+    let output_types = outputs.iter().map(|(output, _, _)| output);
+    let output_values = outputs
+        .iter()
+        .map(|(output, _, source)| quote!(<#output>::new(#source)));
+    let output_bindings: Vec<_> = (0..outputs.len())
+        .map(|index| format_ident!("__rust_stream_output_{}", index))
+        .collect();
+    let (outs_ty, outs_value, outs_pattern) = match outputs.len() {
+        0 => (quote!(()), None, quote!(_)),
+        1 => {
+            let ty = output_types.clone().next();
+            let value = output_values.clone().next();
+            let binding = &output_bindings[0];
+            (quote!(#ty), Some(quote!(#value)), quote!(#binding))
+        }
+        _ => (
+            quote!((#(#output_types),*)),
+            Some(quote!((#(#output_values),*))),
+            quote!((#(#output_bindings),*)),
+        ),
+    };
+
+    // The arguments of the inner function, in its order; states read before it runs.
+    let mut arguments = vec![quote!(__rust_stream_msg)];
+    let mut read_states = Vec::new();
+    let mut state_types = Vec::new();
+    let mut output_index = 0;
+    for (index, param) in handler.params.iter().enumerate() {
+        match &param.kind {
+            Kind::Context { mutable: true } => arguments.push(quote!(__rust_stream_ctx)),
+            Kind::Context { mutable: false } => arguments.push(quote!(&*__rust_stream_ctx)),
+            Kind::State { inner } => {
+                let binding = format_ident!("__rust_stream_state_{}", index);
+                read_states.push(quote! {
+                    let #binding = match ::rust_stream::__private::state::<#inner>(__rust_stream_ctx) {
+                        ::core::result::Result::Ok(state) => state,
+                        ::core::result::Result::Err(outcome) => {
+                            return ::core::result::Result::Err(outcome);
+                        }
+                    };
+                });
+                arguments.push(quote!(#binding));
+                state_types.push(inner);
+            }
+            Kind::Output { .. } => {
+                let binding = &output_bindings[output_index];
+                output_index += 1;
+                arguments.push(quote!(#binding));
+            }
+        }
+    }
+
+    // What the function returns settles the message; a type that cannot is reported on it.
+    let settle = match &item.sig.output {
+        ReturnType::Default => quote! {
+            ::rust_stream::__private::settle(__rust_stream_returned)
+        },
+        ReturnType::Type(_, ty) => {
+            let (first, last) = ends(ty);
+            let open = quote_spanned!(first=> ::rust_stream::__private::settle::<);
+            let close = quote_spanned!(last=> >(__rust_stream_returned));
+            quote!(#open #ty #close)
+        }
+    };
+
+    // The body as written, in an inner function of the same name: `?`, `return` and borrows of
+    // the parameters behave as in any `async fn`.
+    let inner = {
+        let sig = &item.sig;
+        let block = &item.block;
+        // `async` is the macro's requirement, not a choice a body without `.await` could drop.
+        quote! {
+            #(#rest)*
+            #[allow(clippy::unused_async)]
+            #sig #block
+        }
+    };
+
+    // Bounds the macro cannot see, on the tokens of the parameter they are about: from its first
+    // token to its last, so the whole type is underlined.
+    //
+    // The message needs `for<'de> T: Deserialize<'de>`. A bound without generics is checked where
+    // it is written, so `T: Deserialize<'static>` on a function of its own fails there, on the
+    // message's type, with serde's "add `#[derive(serde::Deserialize)]`". The impl carries the
+    // higher-ranked bound, which is not checked where it is written but lets `build` assume it,
+    // so the impl adds no second error.
+    let message_check = {
+        let (_, last) = ends(msg_ty);
+        let bound = quote_spanned!(last=> : ::rust_stream::__private::Deserialize<'static>);
+        quote! {
+            #(#cfgs)*
+            const _: () = {
+                #[allow(dead_code)]
+                fn message_is_deserialize() where #msg_ty #bound {}
+            };
+        }
+    };
+    let message_bound = quote! {
+        for<'__de> #msg_ty: ::rust_stream::__private::Deserialize<'__de>
+    };
+    let value_bounds = outputs.iter().map(|(_, value, _)| {
+        let (_, last) = ends(value);
+        let bound = quote_spanned!(last=> : ::rust_stream::__private::Serialize);
+        quote!(#value #bound)
+    });
+    // On both impls: the same error from each is shown once.
+    let state_bounds: Vec<_> = state_types
+        .iter()
+        .map(|inner| {
+            let (_, last) = ends(inner);
+            let bound = quote_spanned! {last=>
+                : ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static
+            };
+            quote!(#inner #bound)
+        })
+        .collect();
+
+    let settings = [
+        &attribute.concurrency,
+        &attribute.batch_size,
+        &attribute.wait,
+        &attribute.visibility_timeout,
+        &attribute.pollers,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|setting| {
+        let key = &setting.key;
+        let value = &setting.value;
+        quote!(.#key(#value))
+    });
+    let dead_letter = attribute.dead_letter.as_ref().map(|dead_letter| {
+        let key = &dead_letter.key;
+        let queue = &dead_letter.queue;
+        let max = &dead_letter.max_receive_count;
+        quote!(.#key(#queue, #max))
+    });
+    let codec = attribute.codec.as_ref().map(|setting| {
+        let key = &setting.key;
+        let value = &setting.value;
+        quote!(.#key(#value))
+    });
+    let description = description(&docs).map(|text| quote!(.description(#text)));
+    let outputs_call = outs_value.map(|value| quote!(.outputs(#value)));
+    // A body whose future is not `Send` is reported on the function's name.
+    let returns = quote_spanned! {item.sig.ident.span()=>
+        -> ::core::result::Result<(), ::rust_stream::HandlerOutcome>
+    };
+
+    quote! {
+        #(#docs)*
+        #(#cfgs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy)]
+        #vis struct #name;
+
+        #(#cfgs)*
+        impl ::rust_stream::Handle<#msg_ty, #outs_ty> for #name
+        where
+            #(#state_bounds,)*
+        {
+            async fn handle(
+                &self,
+                __rust_stream_msg: &#msg_ty,
+                __rust_stream_outs: &#outs_ty,
+                __rust_stream_ctx: &mut ::rust_stream::Context<'_>,
+            ) #returns {
+                #inner
+                let #outs_pattern = __rust_stream_outs;
+                #(#read_states)*
+                let __rust_stream_returned = #name(#(#arguments),*).await;
+                #settle
+            }
+        }
+
+        #(#cfgs)*
+        impl ::core::convert::From<#name> for ::rust_stream::Subscriber
+        where
+            #message_bound,
+            #(#value_bounds,)*
+            #(#state_bounds,)*
+        {
+            fn from(handler: #name) -> Self {
+                ::rust_stream::subscriber(#source, handler)
+                    #(#settings)*
+                    #dead_letter
+                    #codec
+                    #(.requires_state::<#state_types>())*
+                    #description
+                    #outputs_call
+                    .build::<#msg_ty>()
+            }
+        }
+
+        #message_check
+    }
+}

@@ -1,0 +1,121 @@
+//! The `#[subscriber]` attribute of [rust-stream](https://docs.rs/rust-stream): a handler written as
+//! a plain `async fn`. Use it through `rust_stream::subscriber` (or the prelude), not from here.
+//!
+//! The macro reads in three steps, each its own module: `parse` turns the attribute and the
+//! function into our AST (one problem per token, every problem kept), `check` applies the rules
+//! that span several parts (each `&Output<U>` parameter has an `outputs(..)` entry, literal
+//! settings are within SQS's limits), and `expand` writes the `Handle` impl a person would have
+//! written by hand. When something is wrong, every error is reported at once, on the user's
+//! token, and the function is still emitted beside a stub, so the only errors are the real ones.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+use proc_macro::TokenStream;
+
+mod check;
+mod expand;
+mod parse;
+
+/// Turns an `async fn` into a subscriber: a value named like the function that
+/// `b.include(name)` mounts, and that implements `Handle<T, O>`.
+///
+/// ```
+/// use rust_stream::prelude::*;
+/// # #[derive(serde::Deserialize)] struct Order { id: u64, customer: String }
+///
+/// /// Reads the FIFO queue `orders.fifo`: the orders of one customer arrive in order.
+/// #[subscriber(SqsQueue::new("orders.fifo"))]
+/// async fn fulfil(order: &Order) -> HandlerOutcome {
+///     tracing::info!(order.id, order.customer, "order fulfilled");
+///     HandlerOutcome::ack()
+/// }
+///
+/// let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0"))
+///     .with_broker(SqsBroker::in_process(), |b| {
+///         b.include(fulfil);
+///     });
+/// # let _ = app;
+/// ```
+///
+/// # The attribute
+///
+/// `#[subscriber(SOURCE, key = value, ...)]`. `SOURCE` comes first: a queue name (`"orders"`)
+/// or any expression that converts into an `SqsQueue` (`SqsQueue::new("orders.fifo").wait(..)`).
+/// The settings after it are the methods of `SubscriberBuilder`, each set at most once:
+///
+/// | Setting | Type | Builder method |
+/// | --- | --- | --- |
+/// | `concurrency = 8` | `usize` | `.concurrency(8)` |
+/// | `batch_size = 10` | `usize`, 1–10 | `.batch_size(10)` |
+/// | `wait = Duration::from_secs(5)` | `Duration`, ≤ 20 s | `.wait(..)` |
+/// | `visibility_timeout = Duration::from_secs(60)` | `Duration` | `.visibility_timeout(..)` |
+/// | `pollers = 2` | `usize` | `.pollers(2)` |
+/// | `dead_letter("orders-dlq.fifo", 5)` | queue name, `maxReceiveCount` 1–1000 | `.dead_letter("orders-dlq.fifo", 5)` |
+/// | `codec = MyCodec` | a `Codec` | `.codec(MyCodec)` |
+/// | `outputs(receipts = "receipts.fifo", ...)` | one source per `&Output<U>` parameter | `.outputs(..)` |
+///
+/// The function's doc comment becomes the subscriber's description.
+///
+/// # The function
+///
+/// `async fn name(msg: &T, ...) -> R`, not generic and not a method. The first parameter is the
+/// message, borrowed; `T` must implement `serde::Deserialize` (or decode with the `codec`). After
+/// it, in any order:
+///
+/// - `ctx: &mut Context<'_>`, or `&Context<'_>` to only read it: ids, group, headers, publishing.
+/// - `name: &Output<U>`: an output, whose queue is the `outputs(name = SOURCE)` entry of the same
+///   name.
+/// - `State(x): State<S>` or `x: State<S>`: shared state registered on the app with
+///   `RustStream::with_state`; the app refuses to start without it.
+///
+/// It returns `HandlerOutcome`, `()` (ack), `Result<(), E: Display>` (`Err` is logged and the
+/// message retried) or `Result<(), HandlerOutcome>`. The body runs as written: `?`, early `return`
+/// and borrows of the message work as in any `async fn`.
+///
+/// ```
+/// use std::time::Duration;
+/// use rust_stream::prelude::*;
+/// use rust_stream::{Output, State};
+/// # #[derive(serde::Deserialize)] struct Order { id: u64 }
+/// # #[derive(serde::Serialize)] struct Receipt { order: u64 }
+/// # #[derive(Clone)] struct Ledger;
+/// # impl Ledger { fn book(&self, _: u64) -> Result<(), String> { Ok(()) } }
+///
+/// /// Bills an order and publishes its receipt.
+/// #[subscriber(
+///     "orders",
+///     concurrency = 32,
+///     wait = Duration::from_secs(5),
+///     dead_letter("orders-dlq", 5),
+///     outputs(receipts = "receipts"),
+/// )]
+/// async fn bill(
+///     order: &Order,
+///     State(ledger): State<Ledger>,
+///     receipts: &Output<Receipt>,
+///     ctx: &mut Context<'_>,
+/// ) -> Result<(), String> {
+///     ledger.book(order.id)?;
+///     ctx.publish(receipts.message(&Receipt { order: order.id }));
+///     Ok(())
+/// }
+///
+/// let app = RustStream::new(AppInfo::new("billing", "0.1.0"))
+///     .with_state(Ledger)
+///     .with_broker(SqsBroker::in_process(), |b| {
+///         b.include(bill);
+///     });
+/// # let _ = app;
+/// ```
+///
+/// # What it writes
+///
+/// A unit struct named like the function (same visibility, the function's docs), its
+/// `Handle<T, O>` impl (`O` is `()`, the one `Output<U>`, or the tuple of them in parameter
+/// order), which runs the function's body as an inner `async fn`, and `From<name> for
+/// Subscriber`, which is `subscriber(SOURCE, name)` with the settings, `.outputs(..)`,
+/// `.requires_state::<S>()` for each state, `.description(..)` and `.build()`.
+#[proc_macro_attribute]
+pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::subscriber(args.into(), item.into()).into()
+}

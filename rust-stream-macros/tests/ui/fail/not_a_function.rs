@@ -1,0 +1,6 @@
+use rust_stream::prelude::*;
+
+#[subscriber("orders")]
+struct Fulfil;
+
+fn main() {}

@@ -1,0 +1,597 @@
+//! [`AwsTransport`]: the [`Transport`] over aws-sdk-sqs, and [`AwsBrokerBuilder`], how a broker
+//! is configured for Amazon SQS or a local stand-in. This is the only file that names the SDK.
+//!
+//! Every request is checked against the SQS rules before it is sent, with the same error kinds as
+//! the in-process account; batch entries that break a rule are answered as failed entries and the
+//! rest go out. The SDK retries throttling, 5xx and network errors with jittered backoff; each
+//! attempt may take longer than a 20 s long poll. Queue URLs that a local stack returns with
+//! another host are rebased onto the configured endpoint.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
+    MessageAttributeValue as SdkAttribute, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
+};
+
+use crate::engine::transport::{
+    BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, MessageAttributeValue,
+    MessageAttributes, QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry,
+    SentMessage, Transport, TransportError,
+};
+use crate::sqs::rules::{self, ErrorKind};
+use crate::sqs::SqsBroker;
+
+/// How long one SDK attempt may take: longer than the 20 s long poll, so a long poll is never cut.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Attempts per SDK call before its error reaches the engine (which backs off again).
+const SDK_ATTEMPTS: u32 = 4;
+
+/// Configures a broker for Amazon SQS, or for a local stand-in such as LocalStack.
+///
+/// ```no_run
+/// use rust_stream::SqsBroker;
+///
+/// # async fn connect() {
+/// // Region, credentials and profile from the environment, as the AWS CLI reads them.
+/// let production = SqsBroker::from_env().await;
+/// // A local stack.
+/// let local = SqsBroker::aws().endpoint("http://127.0.0.1:4566").region("us-east-1").test_credentials().connect().await;
+/// # let _ = (production, local);
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use = "call `.connect().await`"]
+pub struct AwsBrokerBuilder {
+    endpoint: Option<String>,
+    region: Option<String>,
+    profile: Option<String>,
+    test_credentials: bool,
+}
+
+impl AwsBrokerBuilder {
+    /// Sends requests to this endpoint (a local stack) instead of the region's (also read from
+    /// `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_SQS` when not set here).
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoint = Some(url.into());
+        self
+    }
+
+    /// The region (default: from the environment and profile).
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// The named profile of `~/.aws/config` to read.
+    pub fn profile(mut self, profile: impl Into<String>) -> Self {
+        self.profile = Some(profile.into());
+        self
+    }
+
+    /// Fixed dummy credentials (`test`/`test`), as local stacks accept; never for AWS itself.
+    pub fn test_credentials(mut self) -> Self {
+        self.test_credentials = true;
+        self
+    }
+
+    /// Loads the configuration and makes the broker. Makes no request: a missing queue or bad
+    /// credentials show when the app starts.
+    pub async fn connect(self) -> SqsBroker {
+        SqsBroker::with_transport(self.transport().await)
+    }
+
+    /// Loads the configuration and makes the bare transport, for calls outside a broker (tests,
+    /// administration).
+    pub async fn transport(self) -> AwsTransport {
+        AwsTransport::load(self).await
+    }
+}
+
+/// The [`Transport`] over aws-sdk-sqs.
+#[derive(Debug, Clone)]
+pub struct AwsTransport {
+    client: aws_sdk_sqs::Client,
+    /// The configured endpoint, onto which queue URLs are rebased.
+    endpoint: Option<String>,
+}
+
+impl AwsTransport {
+    async fn load(settings: AwsBrokerBuilder) -> Self {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                    .build(),
+            )
+            .retry_config(
+                aws_config::retry::RetryConfig::standard().with_max_attempts(SDK_ATTEMPTS),
+            );
+        if let Some(endpoint) = &settings.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        if let Some(region) = settings.region {
+            loader = loader.region(aws_config::Region::new(region));
+        }
+        if let Some(profile) = settings.profile {
+            loader = loader.profile_name(profile);
+        }
+        if settings.test_credentials {
+            loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test",
+                "test",
+                None,
+                None,
+                "rust-stream-test",
+            ));
+        }
+        let config = loader.load().await;
+        let endpoint = settings
+            .endpoint
+            .or_else(|| config.endpoint_url().map(str::to_owned));
+        Self {
+            client: aws_sdk_sqs::Client::new(&config),
+            endpoint,
+        }
+    }
+
+    /// A transport over an SDK client you configured yourself; `endpoint` is the one it was given,
+    /// if any, onto which queue URLs are rebased.
+    pub fn from_client(client: aws_sdk_sqs::Client, endpoint: Option<String>) -> Self {
+        Self { client, endpoint }
+    }
+
+    /// A queue URL with its scheme and host replaced by the configured endpoint's, so a local stack
+    /// that names itself by another host (`localhost.localstack.cloud`) is still reached.
+    fn rebase(&self, url: String) -> String {
+        let Some(endpoint) = &self.endpoint else {
+            return url;
+        };
+        let Some(after_scheme) = url.find("://").map(|at| at + 3) else {
+            return url;
+        };
+        let path = url[after_scheme..]
+            .find('/')
+            .map_or("", |at| &url[after_scheme + at..]);
+        format!("{}{}", endpoint.trim_end_matches('/'), path)
+    }
+}
+
+/// An SDK error as a [`TransportError`]: service errors by their SQS kind, the rest retryable.
+fn error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    error: SdkError<E, R>,
+) -> TransportError {
+    match &error {
+        SdkError::ServiceError(_) => {
+            let code = error.code().unwrap_or("Unknown").to_owned();
+            let message = error.message().unwrap_or("").to_owned();
+            match ErrorKind::from_code(&code) {
+                Some(kind) => TransportError::Service { kind, message },
+                None => TransportError::Other { code, message },
+            }
+        }
+        SdkError::ConstructionFailure(_) => TransportError::Other {
+            code: "ConstructionFailure".to_owned(),
+            message: describe(&error),
+        },
+        _ => TransportError::Unavailable {
+            message: describe(&error),
+        },
+    }
+}
+
+/// The error and its causes on one line (the SDK's top-level message alone says little).
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// An SDK request that could not be built: a required field the rules let through.
+fn unbuildable(error: aws_sdk_sqs::error::BuildError) -> TransportError {
+    TransportError::service(ErrorKind::InvalidParameterValue, error.to_string())
+}
+
+fn missing(what: &str) -> TransportError {
+    TransportError::Unavailable {
+        message: format!("SQS answered without {what}"),
+    }
+}
+
+fn to_sdk_attribute(value: &MessageAttributeValue) -> Result<SdkAttribute, TransportError> {
+    SdkAttribute::builder()
+        .data_type(&value.data_type)
+        .set_string_value(value.string_value.clone())
+        .set_binary_value(value.binary_value.clone().map(Blob::new))
+        .build()
+        .map_err(unbuildable)
+}
+
+fn from_sdk_attributes(attributes: Option<&HashMap<String, SdkAttribute>>) -> MessageAttributes {
+    attributes
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            let value = MessageAttributeValue {
+                data_type: value.data_type().to_owned(),
+                string_value: value.string_value().map(str::to_owned),
+                binary_value: value.binary_value().map(|blob| blob.as_ref().to_vec()),
+            };
+            (name.clone(), value)
+        })
+        .collect()
+}
+
+fn failures(failed: &[aws_sdk_sqs::types::BatchResultErrorEntry]) -> Vec<BatchFailure> {
+    failed
+        .iter()
+        .map(|entry| BatchFailure {
+            id: entry.id().to_owned(),
+            kind: ErrorKind::from_code(entry.code()).unwrap_or(ErrorKind::InternalError),
+            sender_fault: entry.sender_fault(),
+            message: format!("{}: {}", entry.code(), entry.message().unwrap_or_default()),
+        })
+        .collect()
+}
+
+fn is_fifo_url(url: &str) -> bool {
+    url.ends_with(".fifo")
+}
+
+impl Transport for AwsTransport {
+    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        rules::check_queue_name(name)?;
+        let output = self
+            .client
+            .get_queue_url()
+            .queue_name(name)
+            .send()
+            .await
+            .map_err(|e| match error(e) {
+                // Name the queue: the service's own message does not.
+                TransportError::Service {
+                    kind: ErrorKind::QueueDoesNotExist,
+                    ..
+                } => TransportError::service(
+                    ErrorKind::QueueDoesNotExist,
+                    format!("queue `{name}` does not exist; create it first"),
+                ),
+                other => other,
+            })?;
+        Ok(self.rebase(
+            output
+                .queue_url()
+                .ok_or_else(|| missing("a queue URL"))?
+                .to_owned(),
+        ))
+    }
+
+    async fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> Result<String, TransportError> {
+        rules::check_queue_name(name)?;
+        for (attribute, value) in &attributes {
+            rules::parse_queue_attribute(attribute, value)?;
+        }
+        let attributes: HashMap<QueueAttributeName, String> = attributes
+            .into_iter()
+            .map(|(name, value)| (QueueAttributeName::from(name.as_str()), value))
+            .collect();
+        let output = self
+            .client
+            .create_queue()
+            .queue_name(name)
+            .set_attributes(Some(attributes))
+            .send()
+            .await
+            .map_err(error)?;
+        Ok(self.rebase(
+            output
+                .queue_url()
+                .ok_or_else(|| missing("a queue URL"))?
+                .to_owned(),
+        ))
+    }
+
+    async fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+        names: &[&str],
+    ) -> Result<QueueAttributes, TransportError> {
+        let output = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .set_attribute_names(Some(
+                names
+                    .iter()
+                    .map(|name| QueueAttributeName::from(*name))
+                    .collect(),
+            ))
+            .send()
+            .await
+            .map_err(error)?;
+        Ok(output
+            .attributes()
+            .into_iter()
+            .flatten()
+            .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+            .collect())
+    }
+
+    async fn send_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> Result<BatchResult<SentMessage>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+        let total: usize = entries
+            .iter()
+            .map(|entry| {
+                entry.message.body.len()
+                    + rules::check_message_attributes(&entry.message.message_attributes)
+                        .unwrap_or_default()
+            })
+            .sum();
+        if total > rules::MAX_MESSAGE_SIZE {
+            return rules::fail(
+                ErrorKind::BatchRequestTooLong,
+                format!("the batch's messages add up to {total} bytes; SQS takes at most 1048576 per batch: split it"),
+            );
+        }
+        let target = rules::SendTarget {
+            queue: queue_url.rsplit('/').next().unwrap_or(queue_url),
+            fifo: is_fifo_url(queue_url),
+            // Whether the queue deduplicates by content is the service's to say.
+            content_based_dedup: true,
+            maximum_message_size: rules::MAX_MESSAGE_SIZE,
+        };
+        let mut result = BatchResult::default();
+        let mut request = Vec::new();
+        for entry in entries {
+            let checked = rules::check_send(&entry.message, target).and_then(|_| {
+                let attributes = entry
+                    .message
+                    .message_attributes
+                    .iter()
+                    .map(|(name, value)| Ok((name.clone(), to_sdk_attribute(value)?)))
+                    .collect::<Result<HashMap<_, _>, TransportError>>()?;
+                SendMessageBatchRequestEntry::builder()
+                    .id(&entry.id)
+                    .message_body(&entry.message.body)
+                    .set_delay_seconds(entry.message.delay_seconds)
+                    .set_message_group_id(entry.message.group_id.clone())
+                    .set_message_deduplication_id(entry.message.dedup_id.clone())
+                    .set_message_attributes((!attributes.is_empty()).then_some(attributes))
+                    .build()
+                    .map_err(unbuildable)
+            });
+            match checked {
+                Ok(sdk_entry) => request.push(sdk_entry),
+                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
+            }
+        }
+        if request.is_empty() {
+            return Ok(result);
+        }
+        let output = self
+            .client
+            .send_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(request))
+            .send()
+            .await
+            .map_err(error)?;
+        for entry in output.successful() {
+            result.successful.push((
+                entry.id().to_owned(),
+                SentMessage {
+                    message_id: entry.message_id().to_owned(),
+                    sequence_number: entry.sequence_number().map(str::to_owned),
+                    duplicate: false,
+                },
+            ));
+        }
+        result.failed.extend(failures(output.failed()));
+        Ok(result)
+    }
+
+    async fn receive_message(
+        &self,
+        queue_url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        rules::check_receive(
+            request.max_number_of_messages,
+            request.wait_time_seconds,
+            request.visibility_timeout,
+            request.receive_request_attempt_id.as_deref(),
+        )?;
+        rules::check_system_attribute_names(&request.system_attribute_names)?;
+        let output = self
+            .client
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(request.max_number_of_messages)
+            .set_wait_time_seconds(request.wait_time_seconds)
+            .set_visibility_timeout(request.visibility_timeout)
+            .set_message_system_attribute_names(Some(
+                request
+                    .system_attribute_names
+                    .iter()
+                    .map(|name| MessageSystemAttributeName::from(name.as_str()))
+                    .collect(),
+            ))
+            .set_message_attribute_names(Some(request.message_attribute_names.clone()))
+            .set_receive_request_attempt_id(request.receive_request_attempt_id.clone())
+            .send()
+            .await
+            .map_err(error)?;
+        output
+            .messages()
+            .iter()
+            .map(|message| {
+                Ok(ReceivedMessage {
+                    message_id: message
+                        .message_id()
+                        .ok_or_else(|| missing("a message id"))?
+                        .to_owned(),
+                    receipt_handle: message
+                        .receipt_handle()
+                        .ok_or_else(|| missing("a receipt handle"))?
+                        .to_owned(),
+                    body: message.body().unwrap_or_default().to_owned(),
+                    attributes: message
+                        .attributes()
+                        .into_iter()
+                        .flatten()
+                        .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+                        .collect(),
+                    message_attributes: from_sdk_attributes(message.message_attributes()),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+        let request = entries
+            .into_iter()
+            .map(|entry| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(entry.id)
+                    .receipt_handle(entry.receipt_handle)
+                    .build()
+                    .map_err(unbuildable)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let output = self
+            .client
+            .delete_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(request))
+            .send()
+            .await
+            .map_err(error)?;
+        Ok(BatchResult {
+            successful: output
+                .successful()
+                .iter()
+                .map(|entry| (entry.id().to_owned(), ()))
+                .collect(),
+            failed: failures(output.failed()),
+        })
+    }
+
+    async fn change_message_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+        let mut result = BatchResult::default();
+        let mut request = Vec::new();
+        for entry in entries {
+            let checked = rules::check_range(
+                "VisibilityTimeout",
+                entry.visibility_timeout,
+                0,
+                rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
+            )
+            .and_then(|_| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(&entry.id)
+                    .receipt_handle(&entry.receipt_handle)
+                    .visibility_timeout(entry.visibility_timeout)
+                    .build()
+                    .map_err(unbuildable)
+            });
+            match checked {
+                Ok(sdk_entry) => request.push(sdk_entry),
+                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
+            }
+        }
+        if request.is_empty() {
+            return Ok(result);
+        }
+        let output = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(request))
+            .send()
+            .await
+            .map_err(error)?;
+        result.successful.extend(
+            output
+                .successful()
+                .iter()
+                .map(|entry| (entry.id().to_owned(), ())),
+        );
+        result.failed.extend(failures(output.failed()));
+        Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_urls_are_rebased_onto_the_configured_endpoint() {
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:4566")
+            .build();
+        let endpoint = Some("http://127.0.0.1:4566".to_owned());
+        let transport = AwsTransport::from_client(aws_sdk_sqs::Client::from_conf(config), endpoint);
+        assert_eq!(
+            transport.rebase(
+                "http://localhost.localstack.cloud:4566/000000000000/orders.fifo".to_owned()
+            ),
+            "http://127.0.0.1:4566/000000000000/orders.fifo"
+        );
+        assert_eq!(
+            transport.rebase("http://127.0.0.1:4566/queue/us-east-1/000000000000/q".to_owned()),
+            "http://127.0.0.1:4566/queue/us-east-1/000000000000/q"
+        );
+    }
+
+    #[test]
+    fn both_generations_of_error_codes_name_the_same_kind() {
+        assert_eq!(
+            ErrorKind::from_code("AWS.SimpleQueueService.NonExistentQueue"),
+            Some(ErrorKind::QueueDoesNotExist)
+        );
+        assert_eq!(
+            ErrorKind::from_code("QueueDoesNotExist"),
+            Some(ErrorKind::QueueDoesNotExist)
+        );
+        assert_eq!(
+            ErrorKind::from_code("com.amazonaws.sqs#QueueDoesNotExist"),
+            Some(ErrorKind::QueueDoesNotExist)
+        );
+        assert_eq!(
+            ErrorKind::from_code("AWS.SimpleQueueService.TooManyEntriesInBatchRequest"),
+            Some(ErrorKind::TooManyEntriesInBatchRequest)
+        );
+        assert_eq!(ErrorKind::from_code("AccessDenied"), None);
+    }
+}

@@ -1,0 +1,817 @@
+//! The engine's flow of messages: the bounded pipeline and handler concurrency, settlement
+//! batching and per-entry failures, visibility extension (FIFO lanes and the 12-hour cap
+//! included), graceful shutdown, and backing off a failing receive. Every test runs a service on
+//! the in-process account on a paused clock.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::attributes;
+use common::engine::{Faulty, Job};
+use rust_stream::account::{Account, QueueCounts};
+use rust_stream::engine::transport::{
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
+    ReceivedMessage, SendBatchEntry, SendMessage, SentMessage, Transport, TransportError,
+};
+use rust_stream::prelude::*;
+use rust_stream::testing::{eventually, TestApp};
+use rust_stream::{Service, Subscriber};
+use tokio::sync::Semaphore;
+use tokio::time::{sleep, Instant};
+
+const fn secs(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+const HOUR: u64 = 3600;
+
+/// How long one handler call holds its message.
+#[derive(Debug, Clone, Copy)]
+enum Hold {
+    /// Until the test opens the gate for it ([`Probe::open`]).
+    Gate,
+    /// For this long of tokio time.
+    For(Duration),
+}
+
+/// One handler call as the handler saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    job: Job,
+    message_id: String,
+    receive_count: u32,
+    started: Instant,
+}
+
+/// What the test sees of a [`Slow`] handler: its calls, how many run now and at most at once.
+#[derive(Debug)]
+struct Probe {
+    calls: Mutex<Vec<Call>>,
+    running: AtomicUsize,
+    most: AtomicUsize,
+    finished: AtomicUsize,
+    gate: Semaphore,
+}
+
+impl Probe {
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn started(&self) -> usize {
+        self.calls.lock().unwrap().len()
+    }
+
+    fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+
+    fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// Lets `n` gated handler calls return.
+    fn open(&self, n: usize) {
+        self.gate.add_permits(n);
+    }
+
+    /// The job numbers handled, sorted.
+    fn numbers(&self) -> Vec<u32> {
+        let mut numbers: Vec<u32> = self.calls().iter().map(|call| call.job.n).collect();
+        numbers.sort_unstable();
+        numbers
+    }
+}
+
+/// A handler that holds each message as `hold` says (by job and receive count), then acks.
+struct Slow<F> {
+    probe: Arc<Probe>,
+    hold: F,
+}
+
+fn slow<F>(hold: F) -> (Slow<F>, Arc<Probe>)
+where
+    F: Fn(&Job, u32) -> Hold + Send + Sync + 'static,
+{
+    let probe = Arc::new(Probe {
+        calls: Mutex::default(),
+        running: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        finished: AtomicUsize::new(0),
+        gate: Semaphore::new(0),
+    });
+    (
+        Slow {
+            probe: probe.clone(),
+            hold,
+        },
+        probe,
+    )
+}
+
+impl<F> Handle<Job> for Slow<F>
+where
+    F: Fn(&Job, u32) -> Hold + Send + Sync + 'static,
+{
+    async fn handle(
+        &self,
+        job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let probe = &self.probe;
+        probe.calls.lock().unwrap().push(Call {
+            job: job.clone(),
+            message_id: ctx.message_id().to_owned(),
+            receive_count: ctx.receive_count(),
+            started: Instant::now(),
+        });
+        let now = probe.running.fetch_add(1, Ordering::SeqCst) + 1;
+        probe.most.fetch_max(now, Ordering::SeqCst);
+        match (self.hold)(job, ctx.receive_count()) {
+            Hold::Gate => probe.gate.acquire().await.expect("never closed").forget(),
+            Hold::For(duration) => sleep(duration).await,
+        }
+        probe.running.fetch_sub(1, Ordering::SeqCst);
+        probe.finished.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// What a [`Recording`] transport saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Receipt handles by message id, in receive order.
+    receipts: HashMap<String, Vec<String>>,
+    /// `(when, receipt handle)` of every delete entry.
+    deletes: Vec<(Instant, String)>,
+    /// `(when, receipt handle, seconds, succeeded)` of every visibility change entry.
+    visibility_changes: Vec<(Instant, String, i32, bool)>,
+}
+
+/// A real account behind a transport that records receipts, deletes and visibility changes.
+#[derive(Clone, Default)]
+struct Recording {
+    account: Account,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Recording {
+    fn new(account: &Account) -> Self {
+        Self {
+            account: account.clone(),
+            seen: Arc::default(),
+        }
+    }
+
+    /// The visibility changes made for any receive of `message_id`: `(seconds, succeeded)`.
+    fn visibility_changes_of(&self, message_id: &str) -> Vec<(i32, bool)> {
+        let seen = self.seen.lock().unwrap();
+        let handles = seen.receipts.get(message_id).cloned().unwrap_or_default();
+        seen.visibility_changes
+            .iter()
+            .filter(|(_, handle, _, _)| handles.contains(handle))
+            .map(|(_, _, seconds, ok)| (*seconds, *ok))
+            .collect()
+    }
+
+    fn failed_visibility_changes(&self) -> usize {
+        let seen = self.seen.lock().unwrap();
+        seen.visibility_changes
+            .iter()
+            .filter(|(_, _, _, ok)| !ok)
+            .count()
+    }
+
+    /// Visibility changes sent for a receipt handle at or after its delete was sent.
+    fn visibility_changes_after_delete(&self) -> Vec<(Instant, String)> {
+        let seen = self.seen.lock().unwrap();
+        seen.visibility_changes
+            .iter()
+            .filter(|(at, handle, _, _)| {
+                seen.deletes
+                    .iter()
+                    .any(|(deleted, gone)| gone == handle && at >= deleted)
+            })
+            .map(|(at, handle, _, _)| (*at, handle.clone()))
+            .collect()
+    }
+}
+
+impl Transport for Recording {
+    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        self.account.get_queue_url(name).await
+    }
+
+    async fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> Result<String, TransportError> {
+        self.account.create_queue(name, attributes).await
+    }
+
+    async fn get_queue_attributes(
+        &self,
+        url: &str,
+        names: &[&str],
+    ) -> Result<QueueAttributes, TransportError> {
+        self.account.get_queue_attributes(url, names).await
+    }
+
+    async fn send_message_batch(
+        &self,
+        url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> Result<BatchResult<SentMessage>, TransportError> {
+        self.account.send_message_batch(url, entries).await
+    }
+
+    async fn receive_message(
+        &self,
+        url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        let received = self.account.receive_message(url, request).await?;
+        let mut seen = self.seen.lock().unwrap();
+        for message in &received {
+            seen.receipts
+                .entry(message.message_id.clone())
+                .or_default()
+                .push(message.receipt_handle.clone());
+        }
+        Ok(received)
+    }
+
+    async fn delete_message_batch(
+        &self,
+        url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        let now = Instant::now();
+        self.seen.lock().unwrap().deletes.extend(
+            entries
+                .iter()
+                .map(|entry| (now, entry.receipt_handle.clone())),
+        );
+        self.account.delete_message_batch(url, entries).await
+    }
+
+    async fn change_message_visibility_batch(
+        &self,
+        url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        let now = Instant::now();
+        let result = self
+            .account
+            .change_message_visibility_batch(url, entries.clone())
+            .await?;
+        let mut seen = self.seen.lock().unwrap();
+        for entry in entries {
+            let ok = result.successful.iter().any(|(id, ())| *id == entry.id);
+            seen.visibility_changes
+                .push((now, entry.receipt_handle, entry.visibility_timeout, ok));
+        }
+        Ok(result)
+    }
+}
+
+fn body(job: &Job) -> String {
+    serde_json::to_string(job).unwrap()
+}
+
+/// Creates a standard queue holding jobs `0..jobs` of group "s".
+async fn standard_queue(account: &Account, name: &str, jobs: u32) -> String {
+    let url = account.create_standard_queue(name).await.unwrap();
+    for n in 0..jobs {
+        account
+            .send_message(&url, SendMessage::new(body(&Job::new("s", n))))
+            .await
+            .unwrap();
+    }
+    url
+}
+
+/// Creates a FIFO queue holding jobs `0..jobs` of each group, in order.
+async fn fifo_queue(account: &Account, name: &str, groups: &[&str], jobs: u32) -> String {
+    let url = account
+        .create_queue(name, attributes(&[("FifoQueue", "true")]))
+        .await
+        .unwrap();
+    for n in 0..jobs {
+        for group in groups {
+            let message = SendMessage::new(body(&Job::new(group, n)))
+                .group_id(*group)
+                .dedup_id(format!("{group}-{n}"));
+            account.send_message(&url, message).await.unwrap();
+        }
+    }
+    url
+}
+
+fn service(broker: SqsBroker, shutdown_timeout: Duration, sub: Subscriber) -> Service<SqsBroker> {
+    RustStream::new(AppInfo::new("flow", "0"))
+        .shutdown_timeout(shutdown_timeout)
+        .with_broker(broker, |b| {
+            b.include(sub);
+        })
+}
+
+async fn counts(account: &Account, url: &str) -> QueueCounts {
+    account.counts(url).await.unwrap()
+}
+
+async fn is_empty(account: &Account, url: &str) -> bool {
+    let counts = counts(account, url).await;
+    counts.visible + counts.in_flight + counts.delayed == 0
+}
+
+/// Waits, in 10 ms steps of tokio time, until the queue holds no message at all.
+async fn until_empty(account: &Account, url: &str) {
+    for _ in 0..60_000 {
+        if is_empty(account, url).await {
+            return;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the queue never emptied: {:?}", counts(account, url).await);
+}
+
+// 1. The bounded pipeline.
+
+#[tokio::test(start_paused = true)]
+async fn a_blocked_pipeline_holds_no_more_than_concurrency_plus_a_batch_per_poller() {
+    const CONCURRENCY: usize = 3;
+    const BATCH: usize = 5;
+    const POLLERS: usize = 2;
+    const BOUND: usize = CONCURRENCY + POLLERS * BATCH;
+    let account = Account::new();
+    let url = standard_queue(&account, "pipeline", 60).await;
+    let (handler, probe) = slow(|_, _| Hold::Gate);
+    let sub = subscriber("pipeline", handler)
+        .concurrency(CONCURRENCY)
+        .batch_size(BATCH)
+        .pollers(POLLERS)
+        .build();
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
+
+    // Everything blocked for two minutes, several visibility timeouts of the queue's 30 s.
+    let mut most_in_flight = 0;
+    for _ in 0..12 {
+        sleep(secs(10)).await;
+        let in_flight = counts(&account, &url).await.in_flight;
+        most_in_flight = most_in_flight.max(in_flight);
+        assert!(in_flight <= BOUND, "{in_flight} in flight, bound {BOUND}");
+        assert_eq!(probe.running(), CONCURRENCY, "handlers running");
+    }
+    assert!(
+        most_in_flight > CONCURRENCY,
+        "the pollers prefetch beyond the running handlers: {most_in_flight}"
+    );
+    assert_eq!(probe.started(), CONCURRENCY, "no handler started twice");
+
+    // One handler at a time returns; the pipeline refills but never past the bound.
+    for _ in 0..60 {
+        probe.open(1);
+        sleep(Duration::from_millis(200)).await;
+        let in_flight = counts(&account, &url).await.in_flight;
+        assert!(in_flight <= BOUND, "{in_flight} in flight, bound {BOUND}");
+        assert!(probe.running() <= CONCURRENCY);
+    }
+    eventually("60 jobs finished", || probe.finished() == 60).await;
+    until_empty(&account, &url).await;
+    assert_eq!(probe.most(), CONCURRENCY);
+    assert_eq!(
+        probe.numbers(),
+        (0..60).collect::<Vec<_>>(),
+        "each job once"
+    );
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscription_runs_exactly_its_concurrency_of_handlers_at_once() {
+    let account = Account::new();
+    let url = standard_queue(&account, "busy", 40).await;
+    let (handler, probe) = slow(|_, _| Hold::For(secs(1)));
+    // Three pollers prefetch up to 34 messages: far more than may run.
+    let sub = subscriber("busy", handler)
+        .concurrency(4)
+        .pollers(3)
+        .build();
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
+    eventually("40 jobs finished", || probe.finished() == 40).await;
+    until_empty(&account, &url).await;
+    assert_eq!(probe.most(), 4, "handlers at once");
+    assert_eq!(
+        probe.numbers(),
+        (0..40).collect::<Vec<_>>(),
+        "each job once"
+    );
+    running.stop().await.unwrap();
+}
+
+// 2. Settlement batching and per-entry failures.
+
+#[tokio::test(start_paused = true)]
+async fn acking_a_hundred_messages_takes_about_ten_delete_calls() {
+    let account = Account::new();
+    let url = standard_queue(&account, "acks", 100).await;
+    let broker = SqsBroker::with_account(&account);
+    let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
+    let sub = subscriber("acks", handler).build();
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    eventually("100 jobs finished", || probe.finished() == 100).await;
+    until_empty(&account, &url).await;
+    running.stop().await.unwrap();
+    let calls = broker.api_calls();
+    assert!(
+        (10..=15).contains(&calls.delete_message_batch),
+        "100 deletes in batches of up to 10: {calls:?}"
+    );
+    assert_eq!(probe.started(), 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_waits_out_the_broker_linger_for_company() {
+    let account = Account::new();
+    let url = standard_queue(&account, "linger", 3).await;
+    let broker = SqsBroker::with_account(&account).batch_linger(secs(2));
+    let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
+    let sub = subscriber("linger", handler).build();
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    eventually("3 jobs finished", || probe.finished() == 3).await;
+    let acked = Instant::now();
+
+    sleep(secs(1)).await;
+    assert_eq!(
+        broker.api_calls().delete_message_batch,
+        0,
+        "still lingering"
+    );
+    assert_eq!(counts(&account, &url).await.in_flight, 3);
+
+    until_empty(&account, &url).await;
+    let waited = acked.elapsed();
+    assert!(waited >= Duration::from_millis(1900), "{waited:?}");
+    assert!(waited <= Duration::from_millis(2100), "{waited:?}");
+    assert_eq!(
+        broker.api_calls().delete_message_batch,
+        1,
+        "one call for all"
+    );
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletes_failing_on_the_service_side_are_retried_until_they_succeed() {
+    let account = Account::new();
+    let url = standard_queue(&account, "flaky", 10).await;
+    let faulty = Faulty::new(&account);
+    // Every entry of the first call fails, and two of the second.
+    faulty.transient_delete_failures.store(12, Ordering::SeqCst);
+    let broker = SqsBroker::with_transport(faulty.clone());
+    let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
+    let sub = subscriber("flaky", handler)
+        .visibility_timeout(secs(10))
+        .build();
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    until_empty(&account, &url).await;
+    // Several visibility timeouts later, nothing came back.
+    sleep(secs(60)).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(faulty.transient_delete_failures.load(Ordering::SeqCst), 0);
+    assert!(broker.api_calls().delete_message_batch >= 2, "retried");
+    assert_eq!(
+        probe.numbers(),
+        (0..10).collect::<Vec<_>>(),
+        "each job once"
+    );
+    assert!(probe.calls().iter().all(|call| call.receive_count == 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_handled_again() {
+    let account = Account::new();
+    let url = standard_queue(&account, "stubborn", 1).await;
+    let faulty = Faulty::new(&account);
+    faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
+    let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
+    let sub = subscriber("stubborn", handler)
+        .visibility_timeout(secs(10))
+        .build();
+    let running = TestApp::spawn(service(
+        SqsBroker::with_transport(faulty.clone()),
+        secs(30),
+        sub,
+    ));
+    eventually("handled twice", || probe.started() == 2).await;
+    until_empty(&account, &url).await;
+    sleep(secs(60)).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(faulty.permanent_delete_failures.load(Ordering::SeqCst), 0);
+    let calls = probe.calls();
+    assert_eq!(calls.len(), 2, "not lost, and handled no third time");
+    assert_eq!(calls[0].receive_count, 1);
+    assert_eq!(calls[1].receive_count, 2);
+    let gap = calls[1].started - calls[0].started;
+    assert!(
+        gap >= secs(10),
+        "back after its visibility timeout: {gap:?}"
+    );
+}
+
+// 3. Visibility extension.
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_slower_than_half_its_visibility_timeout_keeps_its_message() {
+    let account = Account::new();
+    let url = standard_queue(&account, "slow", 1).await;
+    let recording = Recording::new(&account);
+    let broker = SqsBroker::with_transport(recording.clone());
+    let (handler, probe) = slow(|_, _| Hold::For(secs(35)));
+    let sub = subscriber("slow", handler)
+        .visibility_timeout(secs(10))
+        .build();
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    eventually("handled", || probe.finished() == 1).await;
+    until_empty(&account, &url).await;
+
+    let calls = probe.calls();
+    assert_eq!(calls.len(), 1, "not redelivered while running");
+    assert_eq!(calls[0].receive_count, 1);
+    let extended = recording.visibility_changes_of(&calls[0].message_id);
+    // 35 s in 10 s windows: at least three extensions.
+    assert!(extended.len() >= 3, "{extended:?}");
+    assert!(extended.iter().all(|&(seconds, ok)| ok && seconds == 10));
+
+    let settled = broker.api_calls();
+    sleep(secs(300)).await;
+    assert_eq!(
+        broker.api_calls().change_message_visibility_batch,
+        settled.change_message_visibility_batch
+    );
+    assert_eq!(probe.started(), 1);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_held_rest_of_a_fifo_group_is_extended_behind_its_slow_message() {
+    let account = Account::new();
+    let url = fifo_queue(&account, "lane.fifo", &["g"], 4).await;
+    let recording = Recording::new(&account);
+    let (handler, probe) =
+        slow(|job, _| Hold::For(if job.n == 0 { secs(35) } else { Duration::ZERO }));
+    let sub = subscriber("lane.fifo", handler)
+        .visibility_timeout(secs(10))
+        .build();
+    let running = TestApp::spawn(service(
+        SqsBroker::with_transport(recording.clone()),
+        secs(30),
+        sub,
+    ));
+    eventually("4 jobs finished", || probe.finished() == 4).await;
+    until_empty(&account, &url).await;
+    sleep(secs(120)).await;
+    running.stop().await.unwrap();
+
+    let calls = probe.calls();
+    let order: Vec<u32> = calls.iter().map(|call| call.job.n).collect();
+    assert_eq!(order, [0, 1, 2, 3], "in order, each once");
+    assert!(
+        calls.iter().all(|call| call.receive_count == 1),
+        "{calls:?}"
+    );
+    for call in &calls[1..] {
+        let extended = recording.visibility_changes_of(&call.message_id);
+        assert!(
+            extended.len() >= 3,
+            "job {} waited 35 s behind job 0: {extended:?}",
+            call.job.n
+        );
+    }
+    assert_eq!(recording.failed_visibility_changes(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_visibility_change_reaches_a_message_after_it_is_settled() {
+    let account = Account::new();
+    let url = standard_queue(&account, "settled", 10).await;
+    let recording = Recording::new(&account);
+    let broker = SqsBroker::with_transport(recording.clone());
+    // Handlers end at staggered times, between heartbeats and on them.
+    let (handler, probe) = slow(|job, _| Hold::For(Duration::from_millis(1500) * job.n));
+    let sub = subscriber("settled", handler)
+        .visibility_timeout(secs(4))
+        .build();
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    eventually("10 jobs finished", || probe.finished() == 10).await;
+    until_empty(&account, &url).await;
+    let settled = broker.api_calls();
+    sleep(secs(300)).await;
+    running.stop().await.unwrap();
+
+    assert!(
+        settled.change_message_visibility_batch > 0,
+        "slow handlers were extended"
+    );
+    assert_eq!(
+        broker.api_calls().change_message_visibility_batch,
+        settled.change_message_visibility_batch,
+        "no extension once all are acked"
+    );
+    assert_eq!(recording.visibility_changes_after_delete(), []);
+    assert_eq!(recording.failed_visibility_changes(), 0);
+    assert_eq!(
+        probe.numbers(),
+        (0..10).collect::<Vec<_>>(),
+        "each job once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_past_the_twelve_hour_cap_sees_its_message_delivered_again() {
+    let account = Account::new();
+    let url = standard_queue(&account, "marathon", 1).await;
+    let recording = Recording::new(&account);
+    let (handler, probe) = slow(|_, receive_count| {
+        Hold::For(if receive_count == 1 {
+            secs(13 * HOUR)
+        } else {
+            Duration::ZERO
+        })
+    });
+    let sub = subscriber("marathon", handler)
+        .visibility_timeout(secs(HOUR))
+        .build();
+    let running = TestApp::spawn(service(
+        SqsBroker::with_transport(recording.clone()),
+        secs(30),
+        sub,
+    ));
+    eventually("started", || probe.started() == 1).await;
+    sleep(secs(13 * HOUR + 60)).await;
+    until_empty(&account, &url).await;
+    running.stop().await.unwrap();
+
+    let calls = probe.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1].receive_count, 2);
+    let gap = calls[1].started - calls[0].started;
+    assert!(
+        gap >= secs(12 * HOUR - 60) && gap <= secs(12 * HOUR + 60),
+        "delivered again when the cap ends: {gap:?}"
+    );
+    assert_eq!(probe.finished(), 2);
+    // Extended up to the cap, never past it (SQS would refuse).
+    let extended = recording.visibility_changes_of(&calls[0].message_id);
+    assert!(extended.len() >= 20, "{}", extended.len());
+    assert_eq!(recording.failed_visibility_changes(), 0);
+}
+
+// 4. Graceful shutdown.
+
+#[tokio::test(start_paused = true)]
+async fn stopping_lets_a_running_handler_finish_and_acks_its_message() {
+    let account = Account::new();
+    let url = standard_queue(&account, "finish", 1).await;
+    let (handler, probe) = slow(|_, _| Hold::For(secs(10)));
+    let sub = subscriber("finish", handler).build();
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
+    eventually("started", || probe.started() == 1).await;
+    let asked = Instant::now();
+    running.stop().await.unwrap();
+    let took = asked.elapsed();
+
+    assert!(
+        took >= Duration::from_millis(9900) && took < secs(30),
+        "{took:?}"
+    );
+    assert_eq!(probe.finished(), 1);
+    assert!(is_empty(&account, &url).await, "acked and deleted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopping_releases_prefetched_messages_at_once() {
+    let account = Account::new();
+    let url = standard_queue(&account, "prefetched", 5).await;
+    let (handler, probe) = slow(|_, _| Hold::For(secs(10)));
+    let sub = subscriber("prefetched", handler).concurrency(1).build();
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
+    eventually("started", || probe.started() == 1).await;
+    assert_eq!(counts(&account, &url).await.in_flight, 5, "all prefetched");
+
+    let stop = tokio::spawn(running.stop());
+    sleep(Duration::from_millis(100)).await;
+    let during = counts(&account, &url).await;
+    assert_eq!(
+        (during.visible, during.in_flight),
+        (4, 1),
+        "released at once"
+    );
+
+    stop.await.unwrap().unwrap();
+    let after = counts(&account, &url).await;
+    assert_eq!((after.visible, after.in_flight), (4, 0));
+    assert_eq!(probe.started(), 1, "nothing started after stop");
+    let left = account
+        .receive_message(&url, ReceiveMessage::new(10))
+        .await
+        .unwrap();
+    // Received once by the service, now a second time.
+    let receive_counts: Vec<_> = left.iter().map(ReceivedMessage::receive_count).collect();
+    assert_eq!(receive_counts, [Some(2); 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopping_starts_no_further_message_of_a_fifo_group() {
+    let groups = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let account = Account::new();
+    let url = fifo_queue(&account, "groups.fifo", &groups, 3).await;
+    let (handler, probe) = slow(|_, _| Hold::For(secs(10)));
+    let sub = subscriber("groups.fifo", handler)
+        .concurrency(groups.len())
+        .pollers(3)
+        .build();
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
+    eventually("every group started", || probe.started() == groups.len()).await;
+    let held = counts(&account, &url).await.in_flight;
+    assert!(
+        held > groups.len(),
+        "later messages wait in their lanes: {held}"
+    );
+    running.stop().await.unwrap();
+
+    assert_eq!(probe.started(), groups.len(), "{:?}", probe.calls());
+    assert_eq!(probe.finished(), groups.len());
+    let after = counts(&account, &url).await;
+    assert_eq!(
+        (after.visible, after.in_flight),
+        (16, 0),
+        "the rest released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_outliving_the_shutdown_timeout_has_its_message_released() {
+    let account = Account::new();
+    let url = standard_queue(&account, "overrun", 1).await;
+    let (handler, probe) = slow(|_, _| Hold::For(secs(60)));
+    let sub = subscriber("overrun", handler)
+        .visibility_timeout(secs(30))
+        .build();
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(5), sub));
+    eventually("started", || probe.started() == 1).await;
+    let asked = Instant::now();
+    running.stop().await.unwrap();
+    let took = asked.elapsed();
+
+    assert!(took >= secs(5) && took < secs(6), "{took:?}");
+    let after = counts(&account, &url).await;
+    assert_eq!((after.visible, after.in_flight), (1, 0), "released");
+    // The late handler's ack no longer touches the released message.
+    sleep(secs(90)).await;
+    assert_eq!(probe.finished(), 1);
+    assert_eq!(counts(&account, &url).await.visible, 1);
+}
+
+// 5. A failing receive.
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_receive_backs_off_instead_of_spinning_and_recovers() {
+    let account = Account::new();
+    let url = standard_queue(&account, "vanishing", 0).await;
+    let broker = SqsBroker::with_account(&account);
+    let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
+    let sub = subscriber("vanishing", handler).build();
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    sleep(secs(1)).await;
+    account.delete_queue(&url).await.unwrap();
+    sleep(secs(1)).await;
+
+    let before = broker.api_calls().receive_message;
+    sleep(secs(60)).await;
+    let failed = broker.api_calls().receive_message - before;
+    assert!((1..=30).contains(&failed), "{failed} receives in 60 s");
+    assert!(
+        !running.is_finished(),
+        "a failing receive does not stop the service"
+    );
+
+    // The name is free again a minute after the delete; the service picks the queue back up.
+    let url = standard_queue(&account, "vanishing", 1).await;
+    eventually("handled on the new queue", || probe.finished() == 1).await;
+    until_empty(&account, &url).await;
+    running.stop().await.unwrap();
+}
