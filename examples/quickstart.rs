@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rust_stream::prelude::*;
+use rust_stream::State;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
@@ -21,31 +22,31 @@ struct Order {
     customer: String,
 }
 
-/// Reads the FIFO queue `orders.fifo`. The orders of one customer are one message group, so
-/// they arrive in the order they were sent, one at a time.
-struct Fulfil {
-    left: AtomicUsize,
+/// How many orders are still to fulfil: shared state of the app.
+#[derive(Clone)]
+struct Progress {
+    left: Arc<AtomicUsize>,
     all_fulfilled: Arc<Notify>,
 }
 
-impl Handle<Order> for Fulfil {
-    fn handle(
-        &self,
-        order: &Order,
-        _outs: &(),
-        ctx: &mut Context<'_>,
-    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
-        tracing::info!(
-            order.id,
-            order.customer,
-            sequence = ctx.sequence_number(),
-            "order fulfilled"
-        );
-        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.all_fulfilled.notify_one();
-        }
-        ready(Ok(()))
+/// Reads the FIFO queue `orders.fifo`. The orders of one customer are one message group, so
+/// they arrive in the order they were sent, one at a time.
+#[subscriber(SqsQueue::new("orders.fifo").create_if_missing().dead_letter("orders-dlq.fifo", 5))]
+async fn fulfil(
+    order: &Order,
+    ctx: &Context<'_>,
+    State(progress): State<Progress>,
+) -> HandlerOutcome {
+    tracing::info!(
+        order.id,
+        order.customer,
+        sequence = ctx.sequence_number(),
+        "order fulfilled"
+    );
+    if progress.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+        progress.all_fulfilled.notify_one();
     }
+    HandlerOutcome::ack()
 }
 
 const ORDERS: [(u64, &str); 6] = [
@@ -61,9 +62,8 @@ const ORDERS: [(u64, &str); 6] = [
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_target(false).init();
     let broker = SqsBroker::in_process();
-    let orders_queue = SqsQueue::new("orders.fifo").create_if_missing();
 
-    let orders = broker.publisher(orders_queue.clone());
+    let orders = broker.publisher(SqsQueue::new("orders.fifo").create_if_missing());
     for (id, customer) in ORDERS {
         let sent = orders
             .message(&Order {
@@ -76,14 +76,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::info!(order.id = id, message_id = %sent.message_id, "order placed");
     }
 
-    let all_fulfilled = Arc::new(Notify::new());
-    let fulfil = Fulfil {
-        left: AtomicUsize::new(ORDERS.len()),
-        all_fulfilled: all_fulfilled.clone(),
+    let progress = Progress {
+        left: Arc::new(AtomicUsize::new(ORDERS.len())),
+        all_fulfilled: Arc::new(Notify::new()),
     };
-    let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0")).with_broker(broker, |b| {
-        b.include(subscriber(orders_queue, fulfil).build());
-    });
+    let all_fulfilled = progress.all_fulfilled.clone();
+    let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0"))
+        .with_state(progress)
+        .with_broker(broker, |b| {
+            b.include(fulfil);
+        });
     let shutdown = app.shutdown_handle();
     tokio::spawn(async move {
         all_fulfilled.notified().await;

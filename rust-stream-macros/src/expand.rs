@@ -358,3 +358,29 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         #message_check
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_is_the_doc_comment_without_the_space_after_the_slashes() {
+        let item: ItemFn = syn::parse_quote! {
+            /// Reads `orders`.
+            ///
+            ///   Indented stays indented.
+            #[inline]
+            async fn f(order: &Order) {}
+        };
+        let (docs, _, rest) = split_attributes(&item);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(
+            description(&docs).as_deref(),
+            Some("Reads `orders`.\n\n  Indented stays indented.")
+        );
+        let bare: ItemFn = syn::parse_quote!(
+            async fn f(order: &Order) {}
+        );
+        assert_eq!(description(&split_attributes(&bare).0), None);
+    }
+}

@@ -34,7 +34,8 @@
 //!
 //! - [`app`]: [`RustStream`] and [`AppInfo`] describe a service; [`App::run`] runs it until a
 //!   signal or a [`ShutdownHandle`], then shuts down gracefully.
-//! - [`handler`]: the [`Handle`] trait and [`subscriber`], which mounts a handler on a queue.
+//! - [`handler`]: the [`Handle`] trait and [`subscriber`](fn@subscriber), which mounts a handler
+//!   on a queue; the [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`.
 //! - [`outcome`]: [`HandlerOutcome`]: ack, retry, retry after a delay, dead-letter.
 //! - [`context`]: [`Context`], the message in hand and publishing as part of handling it.
 //! - [`publish`]: [`Publisher`] and [`Output`]: sending, with FIFO groups and deduplication ids.

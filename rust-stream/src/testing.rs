@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use rust_stream::prelude::*;
-//! use rust_stream::testing::{eventually, TestApp};
+//! use rust_stream::testing::TestApp;
 //! # #[derive(serde::Deserialize)] struct Ping;
 //! # struct Pong;
 //! # impl Handle<Ping> for Pong {

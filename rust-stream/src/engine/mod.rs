@@ -144,13 +144,16 @@ impl Consumer {
             move |error| RunError::from_transport(name, error)
         };
         let url = core.resolve(&queue).await.map_err(failed(&queue))?;
-                let attributes = core
+        let attributes = core
             .transport
             .get_queue_attributes(&url, &["VisibilityTimeout", "RedrivePolicy"])
             .await
             .map_err(failed(&queue))?;
         let visibility = queue.consumer.visibility_timeout.unwrap_or_else(|| {
-            let seconds = attributes.get("VisibilityTimeout").and_then(|v| v.parse().ok()).unwrap_or(30);
+            let seconds = attributes
+                .get("VisibilityTimeout")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(30);
             Duration::from_secs(seconds).max(Duration::from_secs(1))
         });
         if queue.dead_letter.is_none() && !attributes.contains_key("RedrivePolicy") {

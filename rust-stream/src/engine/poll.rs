@@ -21,7 +21,7 @@ impl Consumer {
         let batch_size = self.queue.consumer.batch_size;
         let mut failures = 0;
         loop {
-                        // Biased: once shutdown has begun, no new receive may start.
+            // Biased: once shutdown has begun, no new receive may start.
             let room = tokio::select! {
                 biased;
                 () = self.stopping() => return,
@@ -32,6 +32,11 @@ impl Consumer {
             if let Some(timeout) = self.queue.consumer.visibility_timeout {
                 request = request.visibility_timeout(timeout.as_secs() as i32);
             }
+            if self.fifo {
+                // A receive the SDK retries after a lost answer then gets the same messages back,
+                // instead of leaving them (and their groups) invisible for a visibility timeout.
+                request = request.receive_request_attempt_id(uuid::Uuid::new_v4().to_string());
+            }
             let span = tracing::debug_span!(
                 "receive",
                 messaging.system = "aws_sqs",
@@ -41,7 +46,7 @@ impl Consumer {
             );
             // Stopping abandons a long poll in flight; a message it was handing out becomes
             // visible again when its visibility timeout ends.
-                        let received = tokio::select! {
+            let received = tokio::select! {
                 biased;
                 () = self.stopping() => return,
                 received = self.core.transport.receive_message(&self.url, request).instrument(span.clone()) => received,
