@@ -384,3 +384,24 @@ async fn a_retried_receive_with_the_same_attempt_id_returns_the_same_messages() 
     let fresh = account.receive_message(&url, request).await.unwrap();
     assert_eq!(bodies(&fresh), ["h1"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_with_an_attempt_id_returns_a_message_sent_during_its_wait() {
+    // Regression: an attempt that found nothing at first must not replay that empty answer.
+    let account = Account::new();
+    let url = fifo_queue(&account, "q.fifo", &[]).await;
+    let start = Instant::now();
+    let poll = tokio::spawn({
+        let (account, url) = (account.clone(), url.clone());
+        async move {
+            let request = ReceiveMessage::new(10)
+                .wait_time_seconds(20)
+                .receive_request_attempt_id("attempt-1");
+            account.receive_message(&url, request).await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    send_fifo(&account, &url, "g", "m1").await;
+    assert_eq!(bodies(&poll.await.unwrap().unwrap()), ["m1"]);
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+}

@@ -567,7 +567,9 @@ impl Queue {
                 self.take_one(key, take, now, &mut taken, &mut dead);
             }
         }
-        if let Some(attempt) = attempt {
+        // An attempt that got nothing has nothing to repeat: a retry (or the next turn of this
+        // long poll) receives afresh.
+        if let Some(attempt) = attempt.filter(|_| !taken.is_empty()) {
             let generations = taken
                 .iter()
                 .map(|&key| (key, self.messages[&key].receive_count))
