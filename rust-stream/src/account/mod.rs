@@ -447,21 +447,7 @@ impl Account {
         queue_url: &str,
         entries: Vec<SendBatchEntry>,
     ) -> Result<BatchResult<SentMessage>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
-        let total: usize = entries
-            .iter()
-            .map(|e| {
-                e.message.body.len()
-                    + rules::check_message_attributes(&e.message.message_attributes)
-                        .unwrap_or_default()
-            })
-            .sum();
-        if total > rules::MAX_MESSAGE_SIZE {
-            return fail(
-                ErrorKind::BatchRequestTooLong,
-                format!("the batch's messages add up to {total} bytes; SQS takes at most 1048576 per batch: split it"),
-            );
-        }
+        rules::check_send_batch(&entries)?;
         let now = self.now();
         let mut state = self.state();
         let queue = state.queue_at(queue_url, now.instant)?;

@@ -244,6 +244,26 @@ fn failures(failed: &[aws_sdk_sqs::types::BatchResultErrorEntry]) -> Vec<BatchFa
         .collect()
 }
 
+/// Checks and converts each batch entry: those that break a rule are answered as failed entries
+/// (as SQS would answer them) and only the rest go to the network.
+fn split_checked<E, S, T>(
+    entries: Vec<E>,
+    id: impl Fn(&E) -> &String,
+    convert: impl Fn(&E) -> Result<S, TransportError>,
+) -> (Vec<S>, BatchResult<T>) {
+    let mut result = BatchResult::default();
+    let mut request = Vec::new();
+    for entry in &entries {
+        match convert(entry) {
+            Ok(converted) => request.push(converted),
+            Err(error) => result
+                .failed
+                .push(error.into_batch_failure(id(entry).clone())),
+        }
+    }
+    (request, result)
+}
+
 fn is_fifo_url(url: &str) -> bool {
     url.ends_with(".fifo")
 }
@@ -336,21 +356,7 @@ impl Transport for AwsTransport {
         queue_url: &str,
         entries: Vec<SendBatchEntry>,
     ) -> Result<BatchResult<SentMessage>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
-        let total: usize = entries
-            .iter()
-            .map(|entry| {
-                entry.message.body.len()
-                    + rules::check_message_attributes(&entry.message.message_attributes)
-                        .unwrap_or_default()
-            })
-            .sum();
-        if total > rules::MAX_MESSAGE_SIZE {
-            return rules::fail(
-                ErrorKind::BatchRequestTooLong,
-                format!("the batch's messages add up to {total} bytes; SQS takes at most 1048576 per batch: split it"),
-            );
-        }
+        rules::check_send_batch(&entries)?;
         let target = rules::SendTarget {
             queue: queue_url.rsplit('/').next().unwrap_or(queue_url),
             fifo: is_fifo_url(queue_url),
@@ -358,10 +364,11 @@ impl Transport for AwsTransport {
             content_based_dedup: true,
             maximum_message_size: rules::MAX_MESSAGE_SIZE,
         };
-        let mut result = BatchResult::default();
-        let mut request = Vec::new();
-        for entry in entries {
-            let checked = rules::check_send(&entry.message, target).and_then(|_| {
+        let (request, mut result) = split_checked(
+            entries,
+            |entry| &entry.id,
+            |entry| {
+                rules::check_send(&entry.message, target)?;
                 let attributes = entry
                     .message
                     .message_attributes
@@ -377,12 +384,8 @@ impl Transport for AwsTransport {
                     .set_message_attributes((!attributes.is_empty()).then_some(attributes))
                     .build()
                     .map_err(unbuildable)
-            });
-            match checked {
-                Ok(sdk_entry) => request.push(sdk_entry),
-                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
-            }
-        }
+            },
+        );
         if request.is_empty() {
             return Ok(result);
         }
@@ -505,28 +508,24 @@ impl Transport for AwsTransport {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
         rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
-        let mut result = BatchResult::default();
-        let mut request = Vec::new();
-        for entry in entries {
-            let checked = rules::check_range(
-                "VisibilityTimeout",
-                entry.visibility_timeout,
-                0,
-                rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
-            )
-            .and_then(|_| {
+        let (request, mut result) = split_checked(
+            entries,
+            |entry| &entry.id,
+            |entry| {
+                rules::check_range(
+                    "VisibilityTimeout",
+                    entry.visibility_timeout,
+                    0,
+                    rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
+                )?;
                 ChangeMessageVisibilityBatchRequestEntry::builder()
                     .id(&entry.id)
                     .receipt_handle(&entry.receipt_handle)
                     .visibility_timeout(entry.visibility_timeout)
                     .build()
                     .map_err(unbuildable)
-            });
-            match checked {
-                Ok(sdk_entry) => request.push(sdk_entry),
-                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
-            }
-        }
+            },
+        );
         if request.is_empty() {
             return Ok(result);
         }

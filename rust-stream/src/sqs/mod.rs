@@ -272,34 +272,31 @@ impl BrokerCore {
         self.batchers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The queue's batcher for one action, started on first use.
+    fn batcher<A: batch::Action>(
+        &self,
+        url: &str,
+        in_order: bool,
+        pick: impl FnOnce(&mut Batchers) -> &mut HashMap<String, Batcher<A>>,
+    ) -> Batcher<A> {
+        let settings = self.settings(in_order);
+        let mut batchers = self.batchers();
+        pick(&mut batchers)
+            .entry(url.to_owned())
+            .or_insert_with(|| Batcher::spawn(self.transport.clone(), url.to_owned(), settings))
+            .clone()
+    }
+
     fn sender(&self, url: &str, fifo: bool) -> Batcher<batch::SendBatch> {
         // A FIFO queue's sends go out one call at a time, so no group is reordered.
-        let settings = self.settings(fifo);
-        let transport = self.transport.clone();
-        self.batchers()
-            .send
-            .entry(url.to_owned())
-            .or_insert_with(|| Batcher::spawn(transport, url.to_owned(), settings))
-            .clone()
+        self.batcher(url, fifo, |batchers| &mut batchers.send)
     }
 
     pub(crate) fn deleter(&self, url: &str) -> Batcher<batch::DeleteBatch> {
-        let settings = self.settings(false);
-        let transport = self.transport.clone();
-        self.batchers()
-            .delete
-            .entry(url.to_owned())
-            .or_insert_with(|| Batcher::spawn(transport, url.to_owned(), settings))
-            .clone()
+        self.batcher(url, false, |batchers| &mut batchers.delete)
     }
 
     pub(crate) fn visibility_batcher(&self, url: &str) -> Batcher<batch::VisibilityBatch> {
-        let settings = self.settings(false);
-        let transport = self.transport.clone();
-        self.batchers()
-            .visibility
-            .entry(url.to_owned())
-            .or_insert_with(|| Batcher::spawn(transport, url.to_owned(), settings))
-            .clone()
+        self.batcher(url, false, |batchers| &mut batchers.visibility)
     }
 }

@@ -462,6 +462,27 @@ pub(crate) fn check_batch_ids<'a>(
     Ok(())
 }
 
+/// Checks a `SendMessageBatch` as a whole: its entry ids, and its total payload (at most 1 MiB).
+pub(crate) fn check_send_batch(
+    entries: &[crate::engine::transport::SendBatchEntry],
+) -> Result<(), TransportError> {
+    check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+    let total: usize = entries
+        .iter()
+        .map(|entry| {
+            entry.message.body.len()
+                + check_message_attributes(&entry.message.message_attributes).unwrap_or_default()
+        })
+        .sum();
+    if total > MAX_MESSAGE_SIZE {
+        return fail(
+            ErrorKind::BatchRequestTooLong,
+            format!("the batch's messages add up to {total} bytes; SQS takes at most {MAX_MESSAGE_SIZE} per batch: split it"),
+        );
+    }
+    Ok(())
+}
+
 /// Checks the receive parameters; returns `(max_number_of_messages, wait, visibility)`.
 pub(crate) fn check_receive(
     max_number_of_messages: i32,
