@@ -41,7 +41,8 @@
 //! - [`publish`]: [`Publisher`] and [`Output`]: sending, with FIFO groups and deduplication ids.
 //! - [`codec`]: [`Codec`] and the default, [`Json`].
 //! - [`broker`] and [`sqs`]: the [`Broker`] trait and [`SqsBroker`], over the in-process
-//!   [`account`] or (later) aws-sdk-sqs, with the SQS [`rules`](sqs::rules) both honour.
+//!   [`account`] or Amazon SQS ([`SqsBroker::from_env`], [`sqs::aws`]), with the SQS
+//!   [`rules`](sqs::rules) both honour; [`ApiCalls`] counts what a workload costs.
 //! - [`engine`]: the consumer engine (receive, dispatch, settle, extend) and the
 //!   [`Transport`](engine::transport::Transport) seam under it.
 //! - [`account`]: the in-process SQS account: SQS semantics on tokio's clock, for tests.
@@ -50,8 +51,9 @@
 //!
 //! | Name | Description | Default |
 //! | --- | --- | --- |
+//! | `aws` | [`SqsBroker::from_env`] and [`SqsBroker::aws`]: Amazon SQS over aws-sdk-sqs | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
-//! | `testing` | [`testing`]: run a service in a test and wait for what it does | no |
+//! | `testing` | the `testing` module: run a service in a test and wait for what it does | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![deny(unused_must_use)]

@@ -26,7 +26,7 @@
 //! # What it models
 //!
 //! - Standard and FIFO queues, their attributes and every limit of the SQS rules, with SQS's error
-//!   kinds ([`ErrorKind`](crate::sqs::rules::ErrorKind)) and messages that say what to fix.
+//!   kinds ([`ErrorKind`]) and messages that say what to fix.
 //! - Visibility timeouts, receipt handles (a new one per receive; a superseded one deletes nothing),
 //!   receive counts, queue and message delays, retention, purge (once a minute), long polling that
 //!   returns as soon as a message becomes available, and `ApproximateNumberOf*` counts.

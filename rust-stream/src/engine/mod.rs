@@ -3,19 +3,19 @@
 //!
 //! # A message's path
 //!
-//! 1. **Receive** ([`poll`]): each poller takes room for one batch from the subscription's
+//! 1. **Receive** (`poll.rs`): each poller takes room for one batch from the subscription's
 //!    *capacity* (concurrency plus one batch per poller, so the consumer never holds more),
-//!    long-polls, and opens a [`Lease`](extend::Lease) per message.
-//! 2. **Dispatch** ([`dispatch`]): on a standard queue each message waits for a handler slot; on
+//!    long-polls, and opens a lease per message.
+//! 2. **Dispatch** (`dispatch.rs`): on a standard queue each message waits for a handler slot; on
 //!    a FIFO queue it joins its group's *lane*, which runs one message at a time in sequence order,
 //!    while lanes of different groups run in parallel. Decoding and the handler run in their own
 //!    task, so a panic is caught and the message retried.
-//! 3. **Settle** ([`settle`]): ack sends the handler's staged outputs, then deletes; retry and
+//! 3. **Settle** (`settle.rs`): ack sends the handler's staged outputs, then deletes; retry and
 //!    `retry_after` change visibility; dead-letter sends to the dead-letter queue, then deletes.
 //!    On FIFO a retried message takes the rest of its lane with it in one
 //!    `ChangeMessageVisibilityBatch`, so the group comes back whole and in order. Deletes,
-//!    visibility changes and sends all go through the [`batch`] batcher.
-//! 4. **Extend** ([`extend`]): a heartbeat keeps every held lease from timing out.
+//!    visibility changes and sends all go through the one batcher (`batch.rs`).
+//! 4. **Extend** (`extend.rs`): a heartbeat keeps every held lease from timing out.
 //!
 //! Shutdown stops the pollers, lets running handlers finish within the app's timeout, releases
 //! every message held but not settled (visibility 0), and returns.
