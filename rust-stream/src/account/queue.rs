@@ -346,63 +346,78 @@ impl Queue {
         };
         let old = std::mem::replace(&mut message.state, new);
         let group = message.group_id.clone();
+        self.leave(key, group.as_ref(), old);
+        self.enter(key, group.as_ref(), new);
+        self.refresh(group.as_ref());
+    }
+
+    /// Takes a message out of the indexes and counts of the state it is leaving.
+    fn leave(&mut self, key: Key, group: Option<&Arc<str>>, old: State) {
         if let Some(at) = old.timer() {
             self.timers.remove(&(at, key));
         }
+        match old {
+            State::InFlight { .. } => {
+                self.in_flight -= 1;
+                self.group_in_flight(group, |n| n - 1);
+            }
+            State::Delayed { .. } => self.delayed -= 1,
+            State::Visible => {
+                if let Order::Standard(visible) = &mut self.order {
+                    visible.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Puts a message into the indexes and counts of the state it enters.
+    fn enter(&mut self, key: Key, group: Option<&Arc<str>>, new: State) {
         if let Some(at) = new.timer() {
             self.timers.insert((at, key));
         }
-        let was_in_flight = matches!(old, State::InFlight { .. });
-        let is_in_flight = matches!(new, State::InFlight { .. });
-        self.in_flight = self.in_flight + usize::from(is_in_flight) - usize::from(was_in_flight);
-        let was_delayed = matches!(old, State::Delayed { .. });
-        let is_delayed = matches!(new, State::Delayed { .. });
-        self.delayed = self.delayed + usize::from(is_delayed) - usize::from(was_delayed);
-        match &mut self.order {
-            Order::Standard(visible) => {
-                if old == State::Visible {
-                    visible.remove(&key);
-                }
-                if new == State::Visible {
+        match new {
+            State::InFlight { .. } => {
+                self.in_flight += 1;
+                self.group_in_flight(group, |n| n + 1);
+            }
+            State::Delayed { .. } => self.delayed += 1,
+            State::Visible => {
+                if let Order::Standard(visible) = &mut self.order {
                     visible.insert(key);
                 }
             }
-            Order::Fifo(fifo) => {
-                let group = group.expect("FIFO messages have a group");
-                if let Some(entry) = fifo.groups.get_mut(&group) {
-                    entry.in_flight =
-                        entry.in_flight + usize::from(is_in_flight) - usize::from(was_in_flight);
-                }
-                let messages = &self.messages;
-                fifo.refresh(&group, |k| {
-                    messages.get(&k).is_some_and(|m| m.state == State::Visible)
-                });
+        }
+    }
+
+    fn group_in_flight(&mut self, group: Option<&Arc<str>>, change: impl FnOnce(usize) -> usize) {
+        if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, group) {
+            if let Some(entry) = fifo.groups.get_mut(group) {
+                entry.in_flight = change(entry.in_flight);
             }
+        }
+    }
+
+    /// Re-files a FIFO message's group in the ready index after a change to it.
+    fn refresh(&mut self, group: Option<&Arc<str>>) {
+        if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, group) {
+            let messages = &self.messages;
+            fifo.refresh(group, |k| {
+                messages.get(&k).is_some_and(|m| m.state == State::Visible)
+            });
         }
     }
 
     /// Removes a message from every index and returns it.
     fn remove(&mut self, key: Key) -> Option<Stored> {
-        self.set_state(key, State::Visible);
         let message = self.messages.remove(&key)?;
-        match &mut self.order {
-            Order::Standard(visible) => {
-                visible.remove(&key);
-            }
-            Order::Fifo(fifo) => {
-                let group = message
-                    .group_id
-                    .clone()
-                    .expect("FIFO messages have a group");
-                if let Some(entry) = fifo.groups.get_mut(&group) {
-                    entry.keys.remove(&key);
-                }
-                let messages = &self.messages;
-                fifo.refresh(&group, |k| {
-                    messages.get(&k).is_some_and(|m| m.state == State::Visible)
-                });
+        let group = message.group_id.clone();
+        self.leave(key, group.as_ref(), message.state);
+        if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, &group) {
+            if let Some(entry) = fifo.groups.get_mut(group) {
+                entry.keys.remove(&key);
             }
         }
+        self.refresh(group.as_ref());
         Some(message)
     }
 
@@ -411,25 +426,20 @@ impl Queue {
         let key = self.next_key;
         self.next_key += 1;
         message.stored_at = now;
-        message.state = State::Visible;
-        let group = message.group_id.clone();
-        self.messages.insert(key, message);
-        self.retention.push_back((now, key));
-        match &mut self.order {
-            Order::Standard(visible) => {
-                visible.insert(key);
-            }
-            Order::Fifo(fifo) => {
-                let group = group.expect("FIFO messages have a group");
-                let name = fifo.group_name(&group);
-                fifo.groups
-                    .get_mut(&name)
-                    .expect("just created")
-                    .keys
-                    .insert(key);
-                // Share one allocation of the group's name among its messages.
-                self.messages.get_mut(&key).expect("just stored").group_id = Some(name);
-            }
+        if let Order::Fifo(fifo) = &mut self.order {
+            let name = fifo.group_name(
+                message
+                    .group_id
+                    .as_deref()
+                    .expect("FIFO messages have a group"),
+            );
+            fifo.groups
+                .get_mut(&name)
+                .expect("just created")
+                .keys
+                .insert(key);
+            // Share one allocation of the group's name among its messages.
+            message.group_id = Some(name);
         }
         let state = if delay > 0 {
             State::Delayed {
@@ -438,8 +448,12 @@ impl Queue {
         } else {
             State::Visible
         };
-        // Filed as visible above; set_state moves it to its real state and re-files its group.
-        self.set_state(key, state);
+        message.state = state;
+        let group = message.group_id.clone();
+        self.messages.insert(key, message);
+        self.retention.push_back((now, key));
+        self.enter(key, group.as_ref(), state);
+        self.refresh(group.as_ref());
         key
     }
 
