@@ -14,6 +14,7 @@ use common::{bodies, receive};
 use rust_stream::account::Account;
 use rust_stream::engine::transport::ReceiveMessage;
 use rust_stream::prelude::*;
+use rust_stream::RetryPolicy;
 use rust_stream::sqs::rules::ErrorKind;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::{Output, RunError, DEAD_LETTER_REASON_HEADER, PARTITION_KEY_HEADER};
@@ -260,7 +261,9 @@ async fn an_undecodable_body_without_a_dead_letter_queue_is_never_deleted() {
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
     let (handler, log) = Scripted::new(|_, _| Ok(()));
-    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    let backoff = RetryPolicy::exponential(Duration::from_secs(1), Duration::from_secs(300));
+    let sub = subscriber(standard_jobs(), handler).retry(backoff.without_jitter());
+    let running = TestApp::spawn(app(&broker, sub.build()));
     broker
         .publisher(standard_jobs())
         .raw("not json")
@@ -270,15 +273,16 @@ async fn an_undecodable_body_without_a_dead_letter_queue_is_never_deleted() {
     tokio::time::sleep(Duration::from_secs(25)).await;
     running.stop().await.unwrap();
     assert!(log.lock().unwrap().is_empty());
-    // Its third receive (just after 20 s) let it lapse for 10 s more.
+    // Retried by the backoff, not at once and not at the visibility timeout's pace: received at
+    // 0, 1, 3, 7 and 15 s; the last retry let it wait 16 s, until 31 s.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let url = account.get_queue_url("jobs").await.unwrap();
     let got = receive(&account, &url, 10).await;
     assert_eq!(bodies(&got), ["not json"]);
     assert_eq!(
         got[0].receive_count(),
-        Some(4),
-        "received at 0, 10 and 20 s, then here"
+        Some(6),
+        "received at 0, 1, 3, 7 and 15 s, then here"
     );
 }
 

@@ -45,9 +45,12 @@ async fn a_fifo_service_handles_each_group_in_order() {
         0,
         "all deleted"
     );
+    // Each lane waits for its delete to be confirmed before its next message (so a failed delete
+    // cannot reorder a group), so deletes share calls across groups, not within one: with three
+    // groups, about three a call.
     let calls = broker.api_calls();
     assert!(
-        calls.delete_message_batch <= 12,
-        "deletes are batched: {calls:?}"
+        calls.delete_message_batch <= 30,
+        "deletes are batched across groups: {calls:?}"
     );
 }

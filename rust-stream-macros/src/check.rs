@@ -118,9 +118,13 @@ fn literals(attribute: &Attribute, errors: &mut Errors) {
             );
         }
     }
-    for setting in [&attribute.wait, &attribute.visibility_timeout]
-        .into_iter()
-        .flatten()
+    for setting in [
+        &attribute.wait,
+        &attribute.visibility_timeout,
+        &attribute.timeout,
+    ]
+    .into_iter()
+    .flatten()
     {
         if let Some(got) = int_literal(&setting.value) {
             let key = &setting.key;

@@ -284,6 +284,8 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         &attribute.wait,
         &attribute.visibility_timeout,
         &attribute.pollers,
+        &attribute.retry,
+        &attribute.timeout,
     ]
     .into_iter()
     .flatten()

@@ -50,7 +50,9 @@ mod parse;
 /// | `wait = Duration::from_secs(5)` | `Duration`, ≤ 20 s | `.wait(..)` |
 /// | `visibility_timeout = Duration::from_secs(60)` | `Duration` | `.visibility_timeout(..)` |
 /// | `pollers = 2` | `usize` | `.pollers(2)` |
-/// | `dead_letter("orders-dlq.fifo", 5)` | queue name, `maxReceiveCount` 1–1000 | `.dead_letter("orders-dlq.fifo", 5)` |
+/// | `retry = RetryPolicy::exponential(Duration::from_secs(1), Duration::from_secs(300))` | `RetryPolicy` | `.retry(..)` |
+/// | `timeout = Duration::from_secs(30)` | `Duration`: a handler call's limit | `.timeout(..)` |
+/// | `dead_letter("orders-dlq.fifo", 5)` | queue name, attempts 1–1000 | `.dead_letter("orders-dlq.fifo", 5)` |
 /// | `codec = MyCodec` | a `Codec` | `.codec(MyCodec)` |
 /// | `outputs(receipts = "receipts.fifo", ...)` | one source per `&Output<U>` parameter | `.outputs(..)` |
 ///

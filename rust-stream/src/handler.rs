@@ -126,7 +126,21 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
         self
     }
 
-    /// The dead-letter queue and, when the queue is created here, its `maxReceiveCount`.
+    /// How long a failed message waits before its next attempt (default: 1 s doubling to 5 minutes).
+    pub fn retry(mut self, policy: crate::RetryPolicy) -> Self {
+        self.queue = self.queue.retry(policy);
+        self
+    }
+
+    /// How long one handler call may run before it is cancelled and its message retried (default:
+    /// no limit).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.queue = self.queue.timeout(timeout);
+        self
+    }
+
+    /// The dead-letter queue and how many attempts a message gets before it goes there (see
+    /// [`SqsQueue::dead_letter`]).
     pub fn dead_letter(mut self, queue: impl Into<String>, max_receive_count: u32) -> Self {
         self.queue = self.queue.dead_letter(queue, max_receive_count);
         self

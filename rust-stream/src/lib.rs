@@ -37,6 +37,8 @@
 //! - [`handler`]: the [`Handle`] trait and [`subscriber`](fn@subscriber), which mounts a handler
 //!   on a queue; the [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`.
 //! - [`outcome`]: [`HandlerOutcome`]: ack, retry, retry after a delay, dead-letter.
+//! - [`retry`]: [`RetryPolicy`], the backoff every failure waits, and when a message that keeps
+//!   failing is dead-lettered; on FIFO a failed message is retried in place, holding its group.
 //! - [`context`]: [`Context`], the message in hand and publishing as part of handling it.
 //! - [`publish`]: [`Publisher`] and [`Output`]: sending, with FIFO groups and deduplication ids.
 //! - [`codec`]: [`Codec`] and the default, [`Json`].
@@ -72,6 +74,7 @@ pub mod handler;
 pub mod outcome;
 pub mod prelude;
 pub mod publish;
+pub mod retry;
 pub mod sqs;
 pub mod state;
 #[cfg(feature = "testing")]
@@ -83,10 +86,13 @@ pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use context::Context;
 pub use engine::meter::ApiCalls;
-pub use engine::settle::DEAD_LETTER_REASON_HEADER;
+pub use engine::settle::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+};
 pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
 pub use outcome::{HandlerOutcome, IntoOutcome};
 pub use publish::{Outgoing, Output, Outputs, PublishError, Publisher, PARTITION_KEY_HEADER};
+pub use retry::RetryPolicy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use rust_stream_macros::subscriber;

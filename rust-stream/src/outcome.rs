@@ -20,13 +20,16 @@ use std::time::Duration;
 /// What becomes of a message once its handler is done.
 ///
 /// - [`ack`](Self::ack): handled; its outputs are sent, then it is deleted.
-/// - [`retry`](Self::retry): released now (visibility 0) so it is received again.
-/// - [`retry_after`](Self::retry_after): received again after the delay (its visibility is set to it).
+/// - [`retry`](Self::retry): attempted again after the subscription's
+///   [`RetryPolicy`](crate::RetryPolicy) delay.
+/// - [`retry_after`](Self::retry_after): attempted again after this delay instead.
 /// - [`dead_letter`](Self::dead_letter): moved to the subscription's dead-letter queue now: sent
 ///   there first, then deleted, so a crash in between duplicates rather than loses it.
 ///
-/// On a FIFO queue, `retry` and `retry_after` also hold back the later messages of the group that
-/// this consumer holds, so the group comes back whole and in order.
+/// A retry counts as an attempt: once a message has had the subscription's `max_receive_count`
+/// attempts it is dead-lettered. On a standard queue a retry is a visibility change; on a FIFO
+/// queue the consumer keeps the message's group and runs the message again in place, so nothing
+/// later in the group runs before it (see [`retry`](crate::retry)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 #[must_use = "a handler outcome settles the message only when returned"]
@@ -47,12 +50,13 @@ impl HandlerOutcome {
         Self::Ack
     }
 
-    /// Release the message now, so it is received again at once.
+    /// Attempt the message again after the subscription's retry delay.
     pub fn retry() -> Self {
         Self::Retry
     }
 
-    /// Release the message after `delay` (rounded up to whole seconds, at most 12 hours).
+    /// Attempt the message again after `delay` (on a standard queue rounded up to whole seconds;
+    /// never past SQS's 12-hour visibility cap, at which the message goes back to the queue).
     pub fn retry_after(delay: Duration) -> Self {
         Self::RetryAfter(delay)
     }

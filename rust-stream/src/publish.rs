@@ -77,6 +77,11 @@ impl Publisher {
         let _ = self.inner.core.set(core.clone());
     }
 
+    /// The broker this publisher is bound to, if any.
+    pub(crate) fn core(&self) -> Option<Arc<BrokerCore>> {
+        self.inner.core.get().cloned()
+    }
+
     /// The queue this publisher sends to.
     pub fn queue(&self) -> &SqsQueue {
         &self.inner.queue
@@ -173,7 +178,10 @@ impl Outgoing {
         let mut message = SendMessage::new(body);
         message.message_attributes = self.headers;
         if let Some(delay) = self.delay {
-            let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+            // Saturating: `Duration::MAX` must be refused by the delay rule, not overflow here.
+            let seconds = delay
+                .as_secs()
+                .saturating_add(u64::from(delay.subsec_nanos() > 0));
             message.delay_seconds = Some(i32::try_from(seconds).unwrap_or(i32::MAX));
         }
         if queue.is_fifo() {
@@ -436,12 +444,10 @@ mod tests {
             request(plain.raw("x").delay(Duration::from_millis(1500))).delay_seconds,
             Some(2)
         );
-        let error = plain
-            .raw("x")
-            .delay(Duration::from_secs(901))
-            .into_request()
-            .unwrap_err();
-        assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+        for too_long in [Duration::from_secs(901), Duration::MAX] {
+            let error = plain.raw("x").delay(too_long).into_request().unwrap_err();
+            assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+        }
     }
 
     #[test]

@@ -18,6 +18,11 @@ const ASSIGNED: &[(&str, &str)] = &[
         "visibility_timeout = Duration::from_secs(60)",
     ),
     ("pollers", "pollers = 2"),
+    (
+        "retry",
+        "retry = RetryPolicy::exponential(Duration::from_secs(1), Duration::from_secs(300))",
+    ),
+    ("timeout", "timeout = Duration::from_secs(30)"),
     ("codec", "codec = MyCodec"),
 ];
 
@@ -46,6 +51,9 @@ const RENAMED: &[(&str, &str)] = &[
     ("dead_letter_queue", "dead_letter"),
     ("redrive", "dead_letter"),
     ("max_receive_count", "dead_letter"),
+    ("retry_policy", "retry"),
+    ("backoff", "retry"),
+    ("handler_timeout", "timeout"),
     ("output", "outputs"),
     ("publish", "outputs"),
     ("publishes", "outputs"),
@@ -65,7 +73,7 @@ fn suggest(key: &str, value: Option<&Expr>) -> String {
     let assigned = ASSIGNED.iter().any(|(known, _)| *known == key);
     match value {
         Some(value) if assigned => match int_literal(value) {
-            Some(seconds) if matches!(key, "wait" | "visibility_timeout") => {
+            Some(seconds) if matches!(key, "wait" | "visibility_timeout" | "timeout") => {
                 format!("{key} = Duration::from_secs({seconds})")
             }
             _ => format!("{key} = {}", show(value)),
@@ -111,6 +119,8 @@ pub(crate) struct Attribute {
     pub(crate) wait: Option<Setting>,
     pub(crate) visibility_timeout: Option<Setting>,
     pub(crate) pollers: Option<Setting>,
+    pub(crate) retry: Option<Setting>,
+    pub(crate) timeout: Option<Setting>,
     pub(crate) codec: Option<Setting>,
     pub(crate) dead_letter: Option<DeadLetter>,
     /// The `outputs` key, to say "set twice".
@@ -288,6 +298,8 @@ impl Attribute {
                     "wait" => &mut self.wait,
                     "visibility_timeout" => &mut self.visibility_timeout,
                     "pollers" => &mut self.pollers,
+                    "retry" => &mut self.retry,
+                    "timeout" => &mut self.timeout,
                     "codec" => &mut self.codec,
                     "dead_letter" | "outputs" => {
                         let example = example(&name).unwrap_or_default();

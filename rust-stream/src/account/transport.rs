@@ -60,4 +60,10 @@ impl Transport for Account {
     ) -> Result<BatchResult<()>, TransportError> {
         Account::change_message_visibility_batch(self, queue_url, entries).await
     }
+
+    /// The account takes messages in the same step that answers, so a receive dropped before
+    /// then has taken nothing.
+    fn abandoned_receive_takes_nothing(&self) -> bool {
+        true
+    }
 }

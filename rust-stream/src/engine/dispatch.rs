@@ -1,18 +1,20 @@
-//! Dispatch: handler slots, FIFO group lanes, the panic catch and the decode-failure path.
+//! Dispatch: handler slots, FIFO group lanes, retries in place, the handler's own task (panic
+//! catch, timeout, cancellation at shutdown) and the decode-failure path.
 //!
 //! On a standard queue each message waits for a handler slot on its own. On a FIFO queue each
-//! group has a *lane*: its held messages in sequence order, run one at a time, so a group is never
-//! handled out of order or twice at once by this consumer, even on a server that hands out a
-//! released message while others of its group are still in flight. Groups are independent: a
-//! slow or failing lane holds up nobody else.
+//! group has a *lane* ([`Lanes`](super::lanes::Lanes)): its held messages in sequence order, run
+//! one at a time, so a group is never handled out of order or twice at once by this consumer. A
+//! message that fails is run again in its lane after its retry delay, while the rest of its group
+//! waits behind it, held and extended; the lane moves on only once the message is deleted (the
+//! delete confirmed) or dead-lettered. Groups are independent: a slow or failing lane holds up
+//! nobody else.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::settle::Verdict;
+use super::settle::{Next, Verdict};
 use super::Consumer;
 use crate::context::Delivery;
 use crate::engine::extend::Lease;
@@ -20,6 +22,9 @@ use crate::handler::Handled;
 use crate::outcome::HandlerOutcome;
 
 /// A message this consumer holds.
+///
+/// Dropped without being settled (an engine task that panicked), its lease is orphaned and the
+/// heartbeat releases it: a message is never held for ever by a task that is gone.
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) delivery: Arc<Delivery>,
@@ -28,18 +33,25 @@ pub(crate) struct Held {
     pub(crate) _room: OwnedSemaphorePermit,
 }
 
-/// A FIFO group's held messages, by sequence number.
-#[derive(Debug, Default)]
-pub(crate) struct Lane {
-    pending: BTreeMap<(u128, String), Held>,
-    /// A task is working through the lane.
-    running: bool,
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.lease.orphan();
+    }
 }
 
-impl Lane {
-    /// Takes every message still waiting in the lane.
-    pub(crate) fn take_rest(&mut self) -> Vec<Held> {
-        std::mem::take(&mut self.pending).into_values().collect()
+/// Ends a lane whose task unwinds, so the group is not marked running for ever; what was
+/// waiting in it is orphaned, and released by the heartbeat.
+struct LaneTask<'a> {
+    consumer: &'a Consumer,
+    group: &'a str,
+    finished: bool,
+}
+
+impl Drop for LaneTask<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            drop(self.consumer.lanes.end(self.group));
+        }
     }
 }
 
@@ -49,83 +61,94 @@ impl Consumer {
         if !self.fifo {
             let consumer = self.clone();
             self.spawn(async move {
-                // Biased: once shutdown has begun a free slot must not start another handler.
-                let slot = tokio::select! {
-                    biased;
-                    () = consumer.stopping() => return consumer.release(vec![held.lease], 0).await,
-                    slot = consumer.running.clone().acquire_owned() => slot.expect("never closed"),
+                let Some(slot) = consumer.slot().await else {
+                    return consumer.release(vec![held], 0).await;
                 };
                 let verdict = consumer.process(&held).await;
                 drop(slot);
-                consumer.settle(held, verdict, Vec::new).await;
+                // A standard queue retries by a visibility change, never in place.
+                if let Next::Again(held, _) = consumer.settle(held, verdict, 1).await {
+                    consumer.release(vec![held], 0).await;
+                }
             });
             return;
         }
         let group = held.delivery.group_id.clone().unwrap_or_default();
-        let sequence = held
-            .delivery
-            .sequence_number
-            .as_deref()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(u128::MAX);
-        let start = {
-            let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-            let lane = lanes.entry(group.clone()).or_default();
-            lane.pending
-                .insert((sequence, held.delivery.message_id.clone()), held);
-            !std::mem::replace(&mut lane.running, true)
-        };
-        if start {
+        if self.lanes.join(held, &self.leases) {
             let consumer = self.clone();
             self.spawn(async move { consumer.run_lane(group).await });
         }
     }
 
-    /// Works through one group's lane until it is empty.
-    async fn run_lane(self: Arc<Self>, group: String) {
-        loop {
-            let next = {
-                let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-                let lane = lanes
-                    .get_mut(&group)
-                    .expect("a running lane stays until its task ends");
-                match lane.pending.pop_first() {
-                    Some((_, held)) => held,
-                    None => {
-                        lanes.remove(&group);
-                        return;
-                    }
-                }
-            };
-            // Biased: a lane whose message finished after shutdown began has a free slot at
-            // once, and must release the rest of its group rather than start the next.
-            let slot = tokio::select! {
-                biased;
-                () = self.stopping() => {
-                    let mut rest = self.take_lane(&group);
-                    rest.insert(0, next);
-                    self.release(rest.into_iter().map(|held| held.lease).collect(), 0).await;
-                    continue;
-                }
-                slot = self.running.clone().acquire_owned() => slot.expect("never closed"),
-            };
-            let verdict = self.process(&next).await;
-            drop(slot);
-            // A released message takes the rest of its group with it, so the group comes back
-            // whole and in order; a settled one lets the group go on.
-            self.settle(next, verdict, || self.take_lane(&group)).await;
+    /// A handler slot, or `None` once shutdown has begun.
+    async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        // Biased: once shutdown has begun a free slot must not start another handler.
+        tokio::select! {
+            biased;
+            () = self.stopping.cancelled() => None,
+            slot = self.running.clone().acquire_owned() => slot.ok(),
         }
     }
 
-    fn take_lane(&self, group: &str) -> Vec<Held> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        lanes
-            .get_mut(group)
-            .map(Lane::take_rest)
-            .unwrap_or_default()
+    /// Works through one group's lane until it is empty.
+    async fn run_lane(self: Arc<Self>, group: String) {
+        let mut task = LaneTask {
+            consumer: &self,
+            group: &group,
+            finished: false,
+        };
+        while let Some(mut held) = self.lanes.next(&group) {
+            let mut attempt = 1;
+            loop {
+                let Some(slot) = self.slot().await else {
+                    // Shutdown: the message and the rest of its group go back, in order.
+                    return self.release_group(held, &group, 0).await;
+                };
+                let verdict = self.process(&held).await;
+                drop(slot);
+                match self.settle(held, verdict, attempt).await {
+                    Next::Done => break,
+                    Next::Again(again, delay) => {
+                        held = again;
+                        attempt = attempt.saturating_add(1);
+                        tokio::select! {
+                            biased;
+                            () = self.stopping.cancelled() => {
+                                return self.release_group(held, &group, 0).await;
+                            }
+                            () = tokio::time::sleep(delay) => {}
+                        }
+                    }
+                    Next::StopGroup => {
+                        // What follows in the group may not run before the message that stopped
+                        // it comes back, so it goes back to the queue behind it.
+                        let rest = self.lanes.take_rest(&group);
+                        if !rest.is_empty() {
+                            tracing::warn!(
+                                messaging.destination.name = %self.queue.name,
+                                sqs.group_id = %group,
+                                held_back = rest.len(),
+                                "releasing the rest of the group"
+                            );
+                            self.release(rest, 0).await;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        task.finished = true;
     }
 
-    /// Decodes and handles one message in a task of its own, and says how to settle it.
+    /// Releases a message and every message waiting behind it in its group, in one call per 10.
+    async fn release_group(&self, held: Held, group: &str, seconds: i32) {
+        let mut all = vec![held];
+        all.extend(self.lanes.take_rest(group));
+        self.release(all, seconds).await;
+    }
+
+    /// Decodes and handles one message in a task of its own, and says how to settle it. The task
+    /// is cancelled when it outlives the handler timeout, or the shutdown timeout.
     pub(crate) async fn process(&self, held: &Held) -> Verdict {
         let delivery = &held.delivery;
         let span = tracing::info_span!(
@@ -142,76 +165,71 @@ impl Consumer {
             .clone()
             .call(delivery.clone(), self.states.clone())
             .instrument(span.clone());
-        let handled = tokio::spawn(call).await;
+        let mut task = tokio::spawn(call);
+        let timeout = self.queue.consumer.handler_timeout;
+        let timed_out = async {
+            match timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        let handled = tokio::select! {
+            handled = &mut task => handled,
+            () = timed_out => {
+                task.abort();
+                let _ = task.await;
+                let timeout = timeout.unwrap_or_default();
+                let _entered = span.enter();
+                tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
+                return Verdict::Failed {
+                    reason: format!("the handler did not finish within its timeout of {timeout:?}"),
+                    asked: None,
+                };
+            }
+            () = self.cancel_handlers.cancelled() => {
+                task.abort();
+                // Awaited, so the handler no longer runs once its message is released.
+                let _ = task.await;
+                let _entered = span.enter();
+                tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
+                return Verdict::Cancelled;
+            }
+        };
         let _entered = span.enter();
         match handled {
-            Ok(Handled::Done { outcome, staged }) => self.verdict(outcome, staged, &held.lease),
+            Ok(Handled::Done { outcome, staged }) => Self::verdict(outcome, staged),
             Ok(Handled::Undecodable(error)) => {
                 tracing::error!(error = %error, "message body does not decode");
-                match &self.dead_letter {
-                    Some(_) => Verdict::DeadLetter {
-                        reason: error.to_string(),
-                    },
-                    // Without a dead-letter queue of ours, let it come back at the visibility
-                    // timeout's pace so the queue's redrive policy can act.
-                    None => self.lapse(),
+                Verdict::DeadLetter {
+                    reason: error.to_string(),
                 }
             }
             Err(join) => {
                 let reason = join
                     .try_into_panic()
-                    .ok()
-                    .and_then(|panic| {
-                        panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                    })
-                    .unwrap_or_else(|| "the handler task was cancelled".to_owned());
-                tracing::error!(panic = %reason, "handler panicked; the message will be retried");
-                Verdict::Release { seconds: 0 }
+                    .map(|panic| super::panic_message(panic.as_ref()))
+                    .unwrap_or_else(|_| "the handler task was cancelled".to_owned());
+                tracing::error!(panic = %reason, "handler panicked");
+                Verdict::Failed {
+                    reason: format!("the handler panicked: {reason}"),
+                    asked: None,
+                }
             }
         }
     }
 
-    fn verdict(
-        &self,
-        outcome: HandlerOutcome,
-        staged: Vec<crate::publish::Outgoing>,
-        lease: &Lease,
-    ) -> Verdict {
+    fn verdict(outcome: HandlerOutcome, staged: Vec<crate::publish::Outgoing>) -> Verdict {
         match outcome {
             HandlerOutcome::Ack => Verdict::Ack { staged },
-            HandlerOutcome::Retry => {
-                tracing::warn!("handler asked to retry");
-                Verdict::Release { seconds: 0 }
-            }
-            HandlerOutcome::RetryAfter(delay) => {
-                let wanted = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-                let seconds = wanted.min(lease.seconds_to_cap());
-                tracing::warn!(retry_in_s = seconds, "handler asked to retry later");
-                Verdict::Release {
-                    seconds: seconds as i32,
-                }
-            }
-            HandlerOutcome::DeadLetter(reason) => match &self.dead_letter {
-                Some(_) => Verdict::DeadLetter { reason },
-                None => {
-                    tracing::error!(
-                        reason = %reason,
-                        "handler asked to dead-letter, but the subscription has no dead-letter queue; \
-                         the message comes back at its visibility timeout (declare `.dead_letter(..)`)"
-                    );
-                    self.lapse()
-                }
+            HandlerOutcome::Retry => Verdict::Failed {
+                reason: "the handler asked to retry".to_owned(),
+                asked: None,
             },
-        }
-    }
-
-    /// Lets the message come back when a full visibility timeout has passed.
-    fn lapse(&self) -> Verdict {
-        Verdict::Release {
-            seconds: self.visibility.as_secs() as i32,
+            HandlerOutcome::RetryAfter(delay) => Verdict::Failed {
+                reason: format!("the handler asked to retry after {delay:?}"),
+                asked: Some(delay),
+            },
+            HandlerOutcome::DeadLetter(reason) => Verdict::DeadLetter { reason },
         }
     }
 }

@@ -1,16 +1,19 @@
 //! Leases and the visibility heartbeat.
 //!
-//! Every message a consumer holds (running, waiting behind its FIFO group, or prefetched) has a
-//! [`Lease`]. The heartbeat extends, in batched `ChangeMessageVisibilityBatch` calls, every lease
-//! whose visibility has less than half of the timeout left, so nothing this consumer holds times
-//! out into another consumer's hands; it stops at the 12-hour cap with a warning.
+//! Every message a consumer holds (running, waiting behind its FIFO group, retrying in place, or
+//! prefetched) has a [`Lease`] in the consumer's [`Leases`]. The heartbeat extends, in batched
+//! `ChangeMessageVisibilityBatch` calls, every lease whose visibility has less than half of the
+//! timeout left, so nothing this consumer holds times out into another consumer's hands; it stops
+//! at the 12-hour cap with a warning.
 //!
-//! A lease's lock decides who touches the message: the heartbeat holds it across its call, and
-//! settling claims it (marking it settled) before its delete or release, so no extension ever
-//! reaches a message after it was settled.
+//! A lease is settled exactly once: by a delete, a release, or by being forgotten when a newer
+//! receive of the same message replaced it. [`Lease::claim`] waits for an extension in flight, so
+//! no extension ever reaches a message after it was settled. A lease whose holder went away
+//! without settling it (a panic in an engine task) is *orphaned*: the heartbeat releases it on its
+//! next tick instead of extending it, so it is neither lost nor hidden for long.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -21,7 +24,8 @@ use super::Consumer;
 use crate::sqs::rules::MAX_VISIBILITY_TIMEOUT_SECONDS;
 
 /// The longest a message may stay invisible after its receive.
-const VISIBILITY_CAP: Duration = Duration::from_secs(MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
+pub(crate) const VISIBILITY_CAP: Duration =
+    Duration::from_secs(MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
 
 /// One held message's claim on its visibility.
 #[derive(Debug)]
@@ -30,12 +34,14 @@ pub(crate) struct Lease {
     pub(crate) receipt_handle: String,
     pub(crate) message_id: String,
     pub(crate) received_at: Instant,
+    settled: AtomicBool,
+    orphaned: AtomicBool,
+    /// Held by the heartbeat across an extension, and by a claim while it settles.
     state: Arc<tokio::sync::Mutex<LeaseState>>,
 }
 
 #[derive(Debug)]
 struct LeaseState {
-    settled: bool,
     visible_at: Instant,
     /// The 12-hour cap was reached; no more extensions.
     capped: bool,
@@ -44,19 +50,37 @@ struct LeaseState {
 impl Lease {
     /// Claims the message for settling: `false` when it was already settled (by shutdown, say).
     pub(crate) async fn claim(&self) -> bool {
-        let mut state = self.state.lock().await;
-        !std::mem::replace(&mut state.settled, true)
+        let _extension_done = self.state.lock().await;
+        !self.settled.swap(true, Ordering::AcqRel)
     }
 
-    /// Seconds left before the 12-hour cap, for a `retry_after` that must not pass it.
-    pub(crate) fn seconds_to_cap(&self) -> u64 {
-        (self.received_at + VISIBILITY_CAP)
-            .saturating_duration_since(Instant::now())
+    pub(crate) fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
+    }
+
+    /// Marks a lease whose holder dropped it unsettled, for the heartbeat to release.
+    pub(crate) fn orphan(&self) {
+        if !self.is_settled() {
+            self.orphaned.store(true, Ordering::Release);
+        }
+    }
+
+    /// How long until the 12-hour cap: no visibility may reach past it.
+    pub(crate) fn time_to_cap(&self) -> Duration {
+        (self.received_at + VISIBILITY_CAP).saturating_duration_since(Instant::now())
+    }
+
+    /// A visibility change of `delay`, in SQS's whole seconds (rounded up), short of the cap.
+    pub(crate) fn visibility_seconds(&self, delay: Duration) -> i32 {
+        let wanted = delay
             .as_secs()
+            .saturating_add(u64::from(delay.subsec_nanos() > 0));
+        let seconds = wanted.min(self.time_to_cap().as_secs());
+        i32::try_from(seconds).unwrap_or(MAX_VISIBILITY_TIMEOUT_SECONDS)
     }
 }
 
-/// The leases a consumer holds.
+/// The leases a consumer holds: every message it received and has not settled.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     held: Mutex<HashMap<u64, Arc<Lease>>>,
@@ -76,8 +100,9 @@ impl Leases {
             receipt_handle,
             message_id,
             received_at: now,
+            settled: AtomicBool::new(false),
+            orphaned: AtomicBool::new(false),
             state: Arc::new(tokio::sync::Mutex::new(LeaseState {
-                settled: false,
                 visible_at: now + visibility,
                 capped: false,
             })),
@@ -86,8 +111,19 @@ impl Leases {
         lease
     }
 
-    /// Forgets a lease once its message is settled.
-    pub(crate) fn close(&self, lease: &Lease) {
+    /// Claims a lease for settling and forgets it: `false` when it was settled already.
+    pub(crate) async fn claim(&self, lease: &Lease) -> bool {
+        let claimed = lease.claim().await;
+        if claimed {
+            self.lock().remove(&lease.id);
+        }
+        claimed
+    }
+
+    /// Settles a lease without a call: a newer receive of its message replaced it, and the old
+    /// receipt handle is no longer the one to use.
+    pub(crate) fn forget(&self, lease: &Lease) {
+        lease.settled.store(true, Ordering::Release);
         self.lock().remove(&lease.id);
     }
 
@@ -95,8 +131,9 @@ impl Leases {
         self.lock().values().cloned().collect()
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Lease>>> {
@@ -110,29 +147,35 @@ fn tick(visibility: Duration) -> Duration {
 }
 
 impl Consumer {
-    /// Extends due leases until the consumer has stopped and let go of every message.
+    /// Extends due leases, and releases orphaned ones, until the consumer has stopped.
     pub(crate) async fn heartbeat(self: Arc<Self>) {
         let tick = tick(self.visibility);
         loop {
             tokio::select! {
                 () = tokio::time::sleep(tick) => {}
-                () = self.released_all() => return,
+                () = self.heartbeat_stop.cancelled() => return,
             }
             self.extend_due().await;
         }
     }
 
-    /// Extends, in batched calls, every lease with less than half its timeout left.
+    /// Extends, in batched calls, every lease with less than half its timeout left, and
+    /// releases the orphaned ones.
     async fn extend_due(&self) {
         let now = Instant::now();
         let half = self.visibility / 2;
         let mut due: Vec<(Arc<Lease>, OwnedMutexGuard<LeaseState>, i32)> = Vec::new();
+        let mut orphans = Vec::new();
         for lease in self.leases.all() {
+            if lease.orphaned.load(Ordering::Acquire) {
+                orphans.push(lease);
+                continue;
+            }
             // A lease being settled is locked; it needs no extension.
             let Ok(state) = lease.state.clone().try_lock_owned() else {
                 continue;
             };
-            if state.settled
+            if lease.is_settled()
                 || state.capped
                 || state.visible_at.saturating_duration_since(now) > half
             {
@@ -141,6 +184,14 @@ impl Consumer {
             let to_cap = (lease.received_at + VISIBILITY_CAP).saturating_duration_since(now);
             let seconds = self.visibility.as_secs().min(to_cap.as_secs()) as i32;
             due.push((lease, state, seconds));
+        }
+        if !orphans.is_empty() {
+            tracing::warn!(
+                messaging.destination.name = %self.queue.name,
+                orphans = orphans.len(),
+                "releasing messages whose engine task ended without settling them"
+            );
+            self.release_leases(orphans, 0).await;
         }
         if due.is_empty() {
             return;
@@ -183,5 +234,18 @@ mod tests {
         assert_eq!(tick(Duration::from_secs(30)), Duration::from_millis(7500));
         assert_eq!(tick(Duration::from_secs(1)), Duration::from_millis(250));
         assert_eq!(tick(Duration::from_secs(3600)), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn visibility_changes_round_up_to_seconds_and_stop_at_the_cap() {
+        let leases = Leases::default();
+        let lease = leases.open("r".into(), "m".into(), Duration::from_secs(30));
+        assert_eq!(lease.visibility_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(lease.visibility_seconds(Duration::MAX), 43_200);
+        tokio::time::advance(Duration::from_secs(43_000)).await;
+        assert_eq!(lease.visibility_seconds(Duration::from_secs(3600)), 200);
+        assert!(leases.claim(&lease).await);
+        assert!(!leases.claim(&lease).await, "a lease settles once");
+        assert!(leases.is_empty());
     }
 }

@@ -166,4 +166,8 @@ impl<T: Transport> Transport for Metered<T> {
             .change_message_visibility_batch(queue_url, entries)
             .await
     }
+
+    fn abandoned_receive_takes_nothing(&self) -> bool {
+        self.inner.abandoned_receive_takes_nothing()
+    }
 }

@@ -3,22 +3,25 @@
 //!
 //! # A message's path
 //!
-//! 1. **Receive** (`poll.rs`): each poller takes room for one batch from the subscription's
+//! 1. **Receive** (the pollers): each poller takes room for one batch from the subscription's
 //!    *capacity* (concurrency plus one batch per poller, so the consumer never holds more),
 //!    long-polls, and opens a lease per message.
-//! 2. **Dispatch** (`dispatch.rs`): on a standard queue each message waits for a handler slot; on
-//!    a FIFO queue it joins its group's *lane*, which runs one message at a time in sequence order,
-//!    while lanes of different groups run in parallel. Decoding and the handler run in their own
-//!    task, so a panic is caught and the message retried.
-//! 3. **Settle** (`settle.rs`): ack sends the handler's staged outputs, then deletes; retry and
-//!    `retry_after` change visibility; dead-letter sends to the dead-letter queue, then deletes.
-//!    On FIFO a retried message takes the rest of its lane with it in one
-//!    `ChangeMessageVisibilityBatch`, so the group comes back whole and in order. Deletes,
-//!    visibility changes and sends all go through the one batcher (`batch.rs`).
-//! 4. **Extend** (`extend.rs`): a heartbeat keeps every held lease from timing out.
+//! 2. **Dispatch**: on a standard queue each message waits for a handler slot; on a FIFO queue
+//!    it joins its group's *lane*, which runs one message at a time in sequence order, while
+//!    lanes of different groups run in parallel. Decoding and the handler run in their own task,
+//!    so a panic is caught, a handler timeout cancels it, and so does the shutdown timeout.
+//! 3. **Settle**: ack sends the handler's staged outputs, then deletes; dead-letter sends a
+//!    copy to the dead-letter queue, then deletes. Every failure goes to the one
+//!    [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding the
+//!    group; on a standard queue by a visibility change), or dead-letter once the message has had
+//!    its attempts. On FIFO the lane goes on only once the delete is confirmed. Deletes,
+//!    visibility changes and sends all go through the one batcher.
+//! 4. **Extend**: a heartbeat keeps every held lease from timing out, and releases the messages
+//!    of an engine task that ended without settling them.
 //!
-//! Shutdown stops the pollers, lets running handlers finish within the app's timeout, releases
-//! every message held but not settled (visibility 0), and returns.
+//! Shutdown stops new receives, lets a receive in flight finish and releases what it got, lets
+//! running handlers finish within the app's timeout and then cancels them, releases every message
+//! held but not settled (visibility 0), and returns once no task of the consumer is left.
 //!
 //! # Tracing
 //!
@@ -32,26 +35,36 @@
 pub(crate) mod batch;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
+pub(crate) mod lanes;
 pub mod meter;
 pub(crate) mod poll;
 pub(crate) mod settle;
 pub mod transport;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::any::Any;
+use std::collections::HashSet;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::app::{AppContext, RunError};
 use crate::handler::{ErasedHandler, Subscriber};
 use crate::publish::Publisher;
+use crate::retry::Retries;
 use crate::sqs::queue::{ConfigError, ConfigErrors};
+use crate::sqs::rules::{self, QueueAttribute, RedrivePolicy};
 use crate::sqs::{BrokerCore, SqsQueue};
 use crate::state::States;
-use dispatch::Lane;
 use extend::Leases;
+use lanes::Lanes;
 
 /// Runs every subscription until shutdown, then stops them gracefully.
 pub(crate) async fn run(
@@ -80,22 +93,36 @@ pub(crate) async fn run(
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
     }
+    let shutdown = app.shutdown();
     let mut consumers = Vec::new();
     for subscriber in subscribers {
-        consumers.push(Consumer::start(&core, subscriber, app.states().clone()).await?);
+        match Consumer::start(&core, subscriber, app.states().clone()).await {
+            Ok(consumer) => consumers.push(consumer),
+            Err(error) => {
+                // Nothing the app started may outlive its failed start.
+                stop_all(consumers, shutdown.timeout()).await;
+                return Err(error);
+            }
+        }
     }
     tracing::info!(subscriptions = consumers.len(), "consuming");
-    let shutdown = app.shutdown();
     shutdown.requested().await;
     tracing::info!("shutting down");
+    stop_all(consumers, shutdown.timeout()).await;
+    Ok(())
+}
+
+/// Stops consumers side by side and returns when all have stopped.
+async fn stop_all(consumers: Vec<Arc<Consumer>>, timeout: Duration) {
     let stops: Vec<_> = consumers
         .into_iter()
-        .map(|consumer| tokio::spawn(consumer.stop(shutdown.timeout())))
+        .map(|consumer| tokio::spawn(consumer.stop(timeout)))
         .collect();
     for stop in stops {
-        let _ = stop.await;
+        if let Err(error) = stop.await {
+            tracing::error!(error = %error, "a consumer's stop failed");
+        }
     }
-    Ok(())
 }
 
 /// One running subscription.
@@ -107,6 +134,7 @@ pub(crate) struct Consumer {
     /// The visibility timeout of received messages: configured, or the queue's own.
     pub(crate) visibility: Duration,
     pub(crate) dead_letter: Option<Publisher>,
+    pub(crate) retries: Retries,
     pub(crate) handler: Arc<dyn ErasedHandler>,
     pub(crate) states: Arc<States>,
     pub(crate) deleter: batch::Batcher<batch::DeleteBatch>,
@@ -116,9 +144,15 @@ pub(crate) struct Consumer {
     pub(crate) capacity: Arc<Semaphore>,
     /// Handler slots.
     pub(crate) running: Arc<Semaphore>,
-    pub(crate) lanes: Mutex<HashMap<String, Lane>>,
-    stopping: watch::Sender<bool>,
-    tasks: Tasks,
+    pub(crate) lanes: Lanes,
+    /// Shutdown has begun: no new receive, no new handler.
+    pub(crate) stopping: CancellationToken,
+    /// The shutdown timeout has passed: running handlers are cancelled.
+    pub(crate) cancel_handlers: CancellationToken,
+    /// Every message is settled or released: the heartbeat stops.
+    pub(crate) heartbeat_stop: CancellationToken,
+    tasks: TaskTracker,
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -131,8 +165,8 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    /// Resolves the queue (creating it when asked), binds the outputs, and starts the pollers
-    /// and the heartbeat.
+    /// Resolves the queue (creating it when asked), decides where failed messages go, binds the
+    /// outputs, and starts the pollers and the heartbeat.
     async fn start(
         core: &Arc<BrokerCore>,
         subscriber: Subscriber,
@@ -156,23 +190,14 @@ impl Consumer {
                 .unwrap_or(30);
             Duration::from_secs(seconds).max(Duration::from_secs(1))
         });
-        if queue.dead_letter.is_none() && !attributes.contains_key("RedrivePolicy") {
-            // Nothing would ever stop a message that always fails; on FIFO it blocks its group.
-            tracing::warn!(
-                messaging.destination.name = %queue.name,
-                "queue has no dead-letter queue and no redrive policy: a message that keeps failing is retried forever; \
-                 declare `.dead_letter(queue, max_receive_count)`"
-            );
-        }
-        let dead_letter = match queue.dead_letter_queue() {
-            Some(dead_letter) => {
-                core.resolve(&dead_letter)
-                    .await
-                    .map_err(failed(&dead_letter))?;
-                Some(Publisher::bound(dead_letter, core.clone()))
+        let redrive = attributes.get("RedrivePolicy").and_then(|value| {
+            match rules::parse_queue_attribute("RedrivePolicy", value) {
+                Ok(QueueAttribute::RedrivePolicy(policy)) => policy,
+                _ => None,
             }
-            None => None,
-        };
+        });
+        let (dead_letter, max_attempts) =
+            dead_letter_decision(core, &queue, redrive.as_ref()).await?;
         for output in &subscriber.outputs {
             output.bind(core);
             core.resolve(output.queue())
@@ -180,11 +205,17 @@ impl Consumer {
                 .map_err(failed(output.queue()))?;
         }
         let settings = &queue.consumer;
+        let retries = Retries {
+            policy: settings.retry.clone(),
+            max_attempts,
+            can_dead_letter: dead_letter.is_some(),
+        };
         let consumer = Arc::new(Self {
             core: core.clone(),
             fifo: queue.is_fifo(),
             visibility,
             dead_letter,
+            retries,
             handler: subscriber.handler,
             states,
             deleter: core.deleter(&url),
@@ -194,108 +225,182 @@ impl Consumer {
                 settings.concurrency + settings.pollers * settings.batch_size,
             )),
             running: Arc::new(Semaphore::new(settings.concurrency)),
-            lanes: Mutex::new(HashMap::new()),
-            stopping: watch::Sender::new(false),
-            tasks: Tasks::default(),
+            lanes: Lanes::default(),
+            stopping: CancellationToken::new(),
+            cancel_handlers: CancellationToken::new(),
+            heartbeat_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            heartbeat: Mutex::new(None),
             url,
             queue,
         });
         for _ in 0..consumer.queue.consumer.pollers {
             consumer.spawn(consumer.clone().poll());
         }
-        tokio::spawn(consumer.clone().heartbeat());
+        let heartbeat = tokio::spawn(Guarded::new(consumer.clone().heartbeat()));
+        *consumer
+            .heartbeat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(heartbeat);
         tracing::info!(
             messaging.destination.name = %consumer.queue.name,
             fifo = consumer.fifo,
             visibility_timeout_s = consumer.visibility.as_secs(),
+            max_attempts = consumer.retries.max_attempts,
             "subscribed"
         );
         Ok(consumer)
     }
 
-    /// Stops receiving, lets running handlers finish within `timeout`, and releases every
-    /// message still held.
+    /// Stops receiving (a receive in flight finishes and its messages are released), lets
+    /// running handlers finish within `timeout` and then cancels them, releases every message
+    /// still held, and returns once no task of the consumer is left.
     async fn stop(self: Arc<Self>, timeout: Duration) {
-        self.stopping.send_replace(true);
-        if tokio::time::timeout(timeout, self.tasks.idle())
+        self.stopping.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(timeout, self.tasks.wait())
             .await
             .is_err()
         {
             tracing::warn!(
                 messaging.destination.name = %self.queue.name,
-                timeout_s = timeout.as_secs(),
-                "handlers still running at the shutdown timeout; their messages are released"
+                timeout_ms = timeout.as_millis() as u64,
+                "handlers still running at the shutdown timeout are cancelled; their messages are released"
             );
+            self.cancel_handlers.cancel();
+            // What is left ends soon: cancelled handlers at their next await, a receive in flight
+            // within its long poll.
+            let bound = self.queue.consumer.wait + Duration::from_secs(30);
+            if tokio::time::timeout(bound, self.tasks.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!(
+                    messaging.destination.name = %self.queue.name,
+                    "engine tasks still running after the shutdown timeout; a handler may block its thread"
+                );
+            }
         }
         let held = self.leases.all();
         if !held.is_empty() {
-            self.release(held, 0).await;
+            self.release_leases(held, 0).await;
         }
-        self.tasks.stopped.notify_waiters();
+        self.heartbeat_stop.cancel();
+        let heartbeat = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(heartbeat) = heartbeat {
+            let _ = heartbeat.await;
+        }
     }
 
-    /// Resolves once shutdown has begun.
-    pub(crate) async fn stopping(&self) {
-        let mut stopping = self.stopping.subscribe();
-        let _ = stopping.wait_for(|stopping| *stopping).await;
+    /// Spawns an engine task that shutdown waits for; a panic in it is logged, and the messages
+    /// it held are released by the heartbeat.
+    pub(crate) fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(Guarded::new(task));
     }
+}
 
-    pub(crate) fn is_stopping(&self) -> bool {
-        *self.stopping.borrow()
-    }
-
-    /// Resolves once the consumer has stopped and holds no message.
-    async fn released_all(&self) {
-        loop {
-            // Registered before looking, so a notification between the look and the wait counts.
-            let stopped = self.tasks.stopped.notified();
-            tokio::pin!(stopped);
-            stopped.as_mut().enable();
-            if self.is_stopping()
-                && self.tasks.count.load(Ordering::Acquire) == 0
-                && self.leases.len() == 0
+/// Decides where a subscription's failed messages go and after how many attempts: the
+/// subscription's `dead_letter(..)`, or else the queue's own `RedrivePolicy`.
+async fn dead_letter_decision(
+    core: &Arc<BrokerCore>,
+    queue: &SqsQueue,
+    redrive: Option<&RedrivePolicy>,
+) -> Result<(Option<Publisher>, Option<u32>), RunError> {
+    if let Some(declared) = &queue.dead_letter {
+        if let Some(policy) = redrive {
+            if policy.target_name() != declared.queue
+                || policy.max_receive_count != declared.max_receive_count
             {
-                return;
+                // SQS's redrive stays the backstop; when it moves messages sooner than the
+                // subscription would, they reach the other queue without this consumer's record.
+                tracing::warn!(
+                    messaging.destination.name = %queue.name,
+                    subscription.dead_letter = %declared.queue,
+                    subscription.max_receive_count = declared.max_receive_count,
+                    queue.dead_letter = %policy.target_name(),
+                    queue.max_receive_count = policy.max_receive_count,
+                    "the queue's RedrivePolicy disagrees with the subscription's `.dead_letter(..)`; \
+                     the consumer dead-letters by the subscription, SQS redrives by the queue's policy"
+                );
             }
-            stopped.await;
         }
+        let target = queue.dead_letter_queue().expect("declared above");
+        core.resolve(&target)
+            .await
+            .map_err(|error| RunError::from_transport(target.name.clone(), error))?;
+        return Ok((
+            Some(Publisher::bound(target, core.clone())),
+            Some(declared.max_receive_count),
+        ));
     }
-
-    /// Spawns a task the shutdown waits for.
-    pub(crate) fn spawn(
-        self: &Arc<Self>,
-        task: impl std::future::Future<Output = ()> + Send + 'static,
-    ) {
-        self.tasks.count.fetch_add(1, Ordering::AcqRel);
-        let consumer = self.clone();
-        tokio::spawn(async move {
-            task.await;
-            if consumer.tasks.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-                consumer.tasks.idle.notify_waiters();
-            }
-        });
+    let Some(policy) = redrive else {
+        // Nothing would ever stop a message that always fails; on FIFO it holds its group.
+        tracing::warn!(
+            messaging.destination.name = %queue.name,
+            "queue has no dead-letter queue and no redrive policy: a message that keeps failing is retried for ever; \
+             declare `.dead_letter(queue, max_receive_count)`"
+        );
+        return Ok((None, None));
+    };
+    let target = SqsQueue::new(policy.target_name());
+    match core.resolve(&target).await {
+        Ok(_) => Ok((
+            Some(Publisher::bound(target, core.clone())),
+            Some(policy.max_receive_count),
+        )),
+        Err(error) => {
+            tracing::warn!(
+                messaging.destination.name = %queue.name,
+                queue.dead_letter = %policy.target_name(),
+                error = %error,
+                "cannot reach the dead-letter queue of the queue's RedrivePolicy; messages out of attempts \
+                 are left for SQS's redrive to move"
+            );
+            Ok((None, Some(policy.max_receive_count)))
+        }
     }
 }
 
-/// Counts a consumer's tasks, so shutdown knows when they are done.
-#[derive(Debug, Default)]
-struct Tasks {
-    count: AtomicUsize,
-    idle: Notify,
-    /// Told when the consumer has stopped.
-    stopped: Notify,
+/// An engine task whose panic is caught and logged rather than lost with its task.
+struct Guarded<F> {
+    task: Pin<Box<F>>,
 }
 
-impl Tasks {
-    async fn idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            idle.await;
+impl<F: Future<Output = ()>> Guarded<F> {
+    fn new(task: F) -> Self {
+        Self {
+            task: Box::pin(task),
         }
     }
+}
+
+impl<F: Future<Output = ()>> Future for Guarded<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let task = self.task.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| task.poll(cx))) {
+            Ok(poll) => poll,
+            Err(panic) => {
+                tracing::error!(
+                    panic = %panic_message(panic.as_ref()),
+                    "an engine task panicked; the messages it held are released"
+                );
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+/// The message a panic was raised with.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

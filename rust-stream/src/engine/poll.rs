@@ -3,7 +3,12 @@
 //!
 //! A poller takes room for a whole batch before it receives and hands back what the receive did
 //! not fill, so a full pipeline stops receiving instead of piling up messages that would time out.
-//! A failed receive backs off with jitter, from 1 s to 30 s; it never loops tight.
+//! A failed receive backs off with jitter, from 1 s to 30 s, and so does an empty short poll
+//! (`wait` of 0); neither loops tight.
+//!
+//! At shutdown no new receive starts, but one in flight is allowed to finish (within its long
+//! poll): a server hands messages to a receive even after its caller stopped listening, and those
+//! would stay invisible for a whole visibility timeout. What it returns is released at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,27 +16,33 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use super::batch::backoff;
+use super::dispatch::Held;
 use super::Consumer;
 use crate::context::Delivery;
-use crate::engine::transport::ReceiveMessage;
+use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
 
 impl Consumer {
     /// One receive loop, until shutdown.
     pub(crate) async fn poll(self: Arc<Self>) {
         let batch_size = self.queue.consumer.batch_size;
+        let wait = self.queue.consumer.wait;
         let mut failures = 0;
+        let mut empty = 0;
         loop {
             // Biased: once shutdown has begun, no new receive may start.
             let room = tokio::select! {
                 biased;
-                () = self.stopping() => return,
-                room = self.capacity.clone().acquire_many_owned(batch_size as u32) => room.expect("never closed"),
+                () = self.stopping.cancelled() => return,
+                room = self.capacity.clone().acquire_many_owned(batch_size as u32) => match room {
+                    Ok(room) => room,
+                    Err(_) => return,
+                },
             };
+            // The effective visibility is always sent, so the held messages' leases match it
+            // whatever the queue's default is now.
             let mut request = ReceiveMessage::new(batch_size as i32)
-                .wait_time_seconds(self.queue.consumer.wait.as_secs() as i32);
-            if let Some(timeout) = self.queue.consumer.visibility_timeout {
-                request = request.visibility_timeout(timeout.as_secs() as i32);
-            }
+                .wait_time_seconds(wait.as_secs() as i32)
+                .visibility_timeout(self.visibility.as_secs() as i32);
             if self.fifo {
                 // A receive the SDK retries after a lost answer then gets the same messages back,
                 // instead of leaving them (and their groups) invisible for a visibility timeout.
@@ -44,33 +55,25 @@ impl Consumer {
                 messaging.operation.type = "receive",
                 messaging.batch.message_count = tracing::field::Empty,
             );
-            // Stopping abandons a long poll in flight; a message it was handing out becomes
-            // visible again when its visibility timeout ends.
-            let received = tokio::select! {
-                biased;
-                () = self.stopping() => return,
-                received = self.core.transport.receive_message(&self.url, request).instrument(span.clone()) => received,
+            let Some(received) = self.receive(request).instrument(span.clone()).await else {
+                return;
             };
             let mut room = room;
-            match received {
+            let delay = match received {
                 Ok(messages) => {
                     failures = 0;
                     span.record("messaging.batch.message_count", messages.len());
-                    for message in messages {
-                        let permit = room
-                            .split(1)
-                            .expect("a batch never exceeds the room taken for it");
-                        let lease = self.leases.open(
-                            message.receipt_handle.clone(),
-                            message.message_id.clone(),
-                            self.visibility,
-                        );
-                        let delivery = Arc::new(Delivery::new(&self.queue.name, message));
-                        self.dispatch(super::dispatch::Held {
-                            delivery,
-                            lease,
-                            _room: permit,
-                        });
+                    if messages.is_empty() && wait.is_zero() {
+                        empty += 1;
+                        Some(backoff(
+                            empty,
+                            Duration::from_millis(100),
+                            Duration::from_secs(2),
+                        ))
+                    } else {
+                        empty = 0;
+                        self.take(messages, &mut room).await;
+                        None
                     }
                 }
                 Err(error) => {
@@ -82,13 +85,77 @@ impl Consumer {
                         retry_in_ms = delay.as_millis() as u64,
                         "receive failed"
                     );
-                    drop(room);
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = self.stopping() => return,
-                    }
+                    Some(delay)
+                }
+            };
+            drop(room);
+            if let Some(delay) = delay {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = self.stopping.cancelled() => return,
                 }
             }
+        }
+    }
+
+    /// One receive; `None` when shutdown abandoned it, which only a backend that takes messages
+    /// as it answers allows.
+    async fn receive(
+        &self,
+        request: ReceiveMessage,
+    ) -> Option<Result<Vec<ReceivedMessage>, TransportError>> {
+        let receive = self.core.transport.receive_message(&self.url, request);
+        if !self.core.transport.abandoned_receive_takes_nothing() {
+            return Some(receive.await);
+        }
+        tokio::select! {
+            biased;
+            () = self.stopping.cancelled() => None,
+            received = receive => Some(received),
+        }
+    }
+
+    /// Opens a lease for each received message and dispatches it; releases at once what arrived
+    /// after shutdown began, and what did not fit the room taken (a server answering more than
+    /// was asked).
+    async fn take(
+        self: &Arc<Self>,
+        messages: Vec<ReceivedMessage>,
+        room: &mut tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let mut extra = Vec::new();
+        let mut late = Vec::new();
+        for message in messages {
+            let lease = self.leases.open(
+                message.receipt_handle.clone(),
+                message.message_id.clone(),
+                self.visibility,
+            );
+            let Some(permit) = room.split(1) else {
+                tracing::warn!(
+                    messaging.destination.name = %self.queue.name,
+                    messaging.message.id = %message.message_id,
+                    "the receive returned more messages than asked for; releasing the extra one"
+                );
+                extra.push(lease);
+                continue;
+            };
+            let held = Held {
+                delivery: Arc::new(Delivery::new(&self.queue.name, message)),
+                lease,
+                _room: permit,
+            };
+            if self.stopping.is_cancelled() {
+                late.push(held);
+            } else {
+                self.dispatch(held);
+            }
+        }
+        if !extra.is_empty() {
+            self.release_leases(extra, 0).await;
+        }
+        if !late.is_empty() {
+            self.release(late, 0).await;
         }
     }
 }

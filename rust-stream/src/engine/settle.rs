@@ -1,130 +1,250 @@
-//! Settling: a handler's verdict becomes a delete, a visibility change, or a move to the
-//! dead-letter queue, each through the batcher.
+//! Settling: a handler's verdict becomes a delete, a retry, or a move to the dead-letter queue,
+//! each through the batcher; the [retry decision](crate::retry) says which after a failure.
 //!
 //! Nothing is ever deleted before it is safe: an ack deletes only after the handler's outputs
 //! were sent, a dead-letter deletes only after the copy reached the dead-letter queue (so a crash
-//! in between duplicates rather than loses), and any failure on the way releases the message
-//! instead.
+//! in between duplicates rather than loses), and any failure on the way is retried like a failed
+//! handler. On a FIFO queue a delete is confirmed before the group's next message starts; a
+//! delete that fails for good stops the group's lane and releases the rest of the group, which
+//! then comes back behind the undeleted message, in order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::dispatch::Held;
 use super::extend::Lease;
 use super::Consumer;
-use crate::engine::transport::{MessageAttributeValue, SendMessage};
+use crate::engine::transport::{MessageAttributeValue, SendMessage, SentMessage};
 use crate::publish::{Outgoing, PublishError};
-use crate::sqs::rules::MAX_MESSAGE_ATTRIBUTES;
+use crate::retry::{self, AfterFailure};
+use crate::sqs::rules::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 
-/// The header a dead-lettered message carries its reason in.
-pub const DEAD_LETTER_REASON_HEADER: &str = "dead_letter_reason";
+/// The attribute a dead-lettered message carries the reason in.
+pub const DEAD_LETTER_REASON_HEADER: &str = "rust_stream.dead_letter_reason";
+/// The attribute a dead-lettered message carries its original message id in.
+pub const ORIGINAL_MESSAGE_ID_HEADER: &str = "rust_stream.original_message_id";
+/// The attribute a dead-lettered message carries the queue it came from in.
+pub const SOURCE_QUEUE_HEADER: &str = "rust_stream.source_queue";
+/// The attribute a dead-lettered message carries its number of attempts in (a `Number`).
+pub const ATTEMPTS_HEADER: &str = "rust_stream.attempts";
+
+/// The longest reason a dead-letter copy carries.
+const MAX_REASON_CHARS: usize = 1024;
 
 /// How to settle a handled message.
 #[derive(Debug)]
 pub(crate) enum Verdict {
     /// Send the staged outputs, then delete.
     Ack { staged: Vec<Outgoing> },
-    /// Make it visible again after `seconds` (0: now).
-    Release { seconds: i32 },
+    /// The attempt failed; retry or dead-letter as the retry decision says. `asked` is the delay
+    /// a handler's `retry_after` asked for.
+    Failed {
+        reason: String,
+        asked: Option<Duration>,
+    },
     /// Send it to the dead-letter queue, then delete.
     DeadLetter { reason: String },
+    /// The handler was cancelled at the shutdown timeout: release it.
+    Cancelled,
+}
+
+/// What the message's lane does next.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// The message is settled; go on with the group.
+    Done,
+    /// Run the message again after this delay, holding its group (FIFO).
+    Again(Held, Duration),
+    /// The message went back to the queue undeleted, or its delete failed: nothing later in its
+    /// group may run before it, so the rest of the group goes back too.
+    StopGroup,
 }
 
 impl Consumer {
-    /// Settles `held` as the verdict says. Whenever it is released, for the verdict or because
-    /// its ack or dead-letter failed on the way, `rest` takes the later messages of its FIFO group,
-    /// which are released with it in the same call: a group that went on past a message
-    /// released alone would be handled out of order.
+    /// Settles `held` as the verdict says. `attempt` counts this consumer's attempts at it since it
+    /// was received (1 for the first).
     pub(crate) async fn settle(
         self: &Arc<Self>,
         held: Held,
         verdict: Verdict,
-        rest: impl FnOnce() -> Vec<Held>,
-    ) {
-        let message_id = held.delivery.message_id.clone();
+        attempt: u32,
+    ) -> Next {
+        let attempts = retry::attempts(held.delivery.receive_count, attempt);
         match verdict {
             Verdict::Ack { staged } => match self.publish_staged(staged).await {
                 Ok(()) => self.delete(held).await,
                 Err(error) => {
-                    tracing::error!(
-                        messaging.message.id = %message_id,
-                        error = %error,
-                        "an output could not be sent; the message will be retried"
-                    );
-                    self.release_with_rest(held, rest(), 0).await;
+                    let reason = format!("an output could not be sent: {error}");
+                    self.failed(held, attempts, None, reason).await
                 }
             },
-            Verdict::Release { seconds } => self.release_with_rest(held, rest(), seconds).await,
+            Verdict::Failed { reason, asked } => self.failed(held, attempts, asked, reason).await,
+            Verdict::DeadLetter { reason } if self.retries.can_dead_letter() => {
+                self.dead_letter(held, reason, attempts).await
+            }
             Verdict::DeadLetter { reason } => {
-                match self.send_to_dead_letter(&held, &reason).await {
-                    Ok(()) => {
-                        tracing::warn!(messaging.message.id = %message_id, reason = %reason, "message dead-lettered");
-                        self.delete(held).await;
-                    }
-                    Err(error) => {
-                        tracing::error!(
-                            messaging.message.id = %message_id,
-                            error = %error,
-                            "could not send the message to its dead-letter queue; it will be retried"
-                        );
-                        self.release_with_rest(held, rest(), 0).await;
-                    }
-                }
+                tracing::error!(
+                    messaging.message.id = %held.delivery.message_id,
+                    reason = %reason,
+                    "the message should be dead-lettered, but the subscription has no dead-letter queue; \
+                     it is retried instead (declare `.dead_letter(..)`)"
+                );
+                self.failed(held, attempts, None, reason).await
+            }
+            Verdict::Cancelled => {
+                self.release(vec![held], 0).await;
+                Next::StopGroup
             }
         }
     }
 
-    async fn release_with_rest(&self, held: Held, rest: Vec<Held>, seconds: i32) {
-        if !rest.is_empty() {
-            tracing::warn!(
-                messaging.message.id = %held.delivery.message_id,
-                held_back = rest.len(),
-                "releasing the rest of the group after its failed message"
-            );
+    /// After a failed attempt: the retry decision says retry (in place on FIFO, by a visibility
+    /// change on a standard queue), dead-letter, or leave it to the queue's redrive.
+    async fn failed(
+        self: &Arc<Self>,
+        held: Held,
+        attempts: u32,
+        asked: Option<Duration>,
+        reason: String,
+    ) -> Next {
+        match self.retries.after_failure(attempts, asked) {
+            AfterFailure::DeadLetter => {
+                let reason = format!("{reason} (after {attempts} attempts)");
+                self.dead_letter(held, reason, attempts).await
+            }
+            AfterFailure::RetryAfter(delay) => self.retry(held, delay, attempts, &reason).await,
+            AfterFailure::LeaveToRedrive(delay) => {
+                tracing::warn!(
+                    messaging.message.id = %held.delivery.message_id,
+                    attempts,
+                    reason = %reason,
+                    "message has had its attempts; released for the queue's redrive policy to move it"
+                );
+                let seconds = held.lease.visibility_seconds(delay);
+                self.release(vec![held], seconds).await;
+                Next::StopGroup
+            }
         }
-        let leases = std::iter::once(held)
-            .chain(rest)
-            .map(|held| held.lease)
-            .collect();
-        self.release(leases, seconds).await;
     }
 
-    /// Sends what the handler published, in order, grouped by queue.
+    async fn retry(&self, held: Held, delay: Duration, attempts: u32, reason: &str) -> Next {
+        tracing::warn!(
+            messaging.message.id = %held.delivery.message_id,
+            attempts,
+            retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            reason = %reason,
+            "message failed; it will be retried"
+        );
+        // On FIFO the consumer keeps the group and waits, unless the wait and one more run would
+        // pass the 12-hour cap: then the group goes back to the queue, in order.
+        let room = held.lease.time_to_cap().saturating_sub(self.visibility);
+        if self.fifo && delay < room {
+            return Next::Again(held, delay);
+        }
+        let seconds = held.lease.visibility_seconds(delay);
+        self.release(vec![held], seconds).await;
+        Next::StopGroup
+    }
+
+    /// Moves a message to the dead-letter queue: the copy first, then the delete.
+    async fn dead_letter(self: &Arc<Self>, held: Held, reason: String, attempts: u32) -> Next {
+        match self.send_to_dead_letter(&held, &reason, attempts).await {
+            Ok(sent) => {
+                tracing::warn!(
+                    messaging.message.id = %held.delivery.message_id,
+                    dead_letter.message_id = %sent.message_id,
+                    attempts,
+                    reason = %reason,
+                    "message dead-lettered"
+                );
+                self.delete(held).await
+            }
+            Err(error) => {
+                let delay = self.retries.policy.delay(attempts);
+                let reason = format!("the dead-letter copy could not be sent: {error}");
+                self.retry(held, delay, attempts, &reason).await
+            }
+        }
+    }
+
+    /// Sends what the handler published, in order, grouped by queue, each through the broker its
+    /// publisher belongs to (the subscription's own when the publisher is not bound yet).
     async fn publish_staged(&self, staged: Vec<Outgoing>) -> Result<(), PublishError> {
-        let mut by_queue: BTreeMap<String, (crate::sqs::SqsQueue, Vec<SendMessage>)> =
-            BTreeMap::new();
+        type ByQueue = BTreeMap<
+            (usize, String),
+            (
+                Arc<crate::sqs::BrokerCore>,
+                crate::sqs::SqsQueue,
+                Vec<SendMessage>,
+            ),
+        >;
+        let mut by_queue = ByQueue::new();
         for outgoing in staged {
             let (publisher, message) = outgoing.into_request()?;
+            let core = publisher.core().unwrap_or_else(|| self.core.clone());
             let queue = publisher.queue().clone();
             by_queue
-                .entry(queue.name.clone())
-                .or_insert_with(|| (queue, Vec::new()))
-                .1
+                .entry((Arc::as_ptr(&core) as usize, queue.name.clone()))
+                .or_insert_with(|| (core, queue, Vec::new()))
+                .2
                 .push(message);
         }
-        for (queue, messages) in by_queue.into_values() {
-            for answer in self.core.send_many(&queue, messages).await {
+        for (core, queue, messages) in by_queue.into_values() {
+            for answer in core.send_many(&queue, messages).await {
                 answer?;
             }
         }
         Ok(())
     }
 
-    /// Copies a message to the dead-letter queue: same body and headers, the reason added, and on
-    /// FIFO the same group with the original message id as deduplication id.
-    async fn send_to_dead_letter(&self, held: &Held, reason: &str) -> Result<(), PublishError> {
+    /// Copies a message to the dead-letter queue: same body and attributes, plus rust-stream's
+    /// own (original message id, source queue, attempts, reason) where they fit; on FIFO the same
+    /// group, deduplicated by the original message id.
+    async fn send_to_dead_letter(
+        &self,
+        held: &Held,
+        reason: &str,
+        attempts: u32,
+    ) -> Result<SentMessage, PublishError> {
         let Some(dead_letter) = &self.dead_letter else {
-            unreachable!("a dead-letter verdict needs a dead-letter queue")
+            unreachable!("a dead-letter decision needs a dead-letter queue")
         };
         let delivery = &held.delivery;
         let mut message = SendMessage::new(delivery.body.clone());
         message.message_attributes = delivery.attributes.clone();
-        if message.message_attributes.len() < MAX_MESSAGE_ATTRIBUTES {
-            let reason: String = reason.chars().take(1024).collect();
-            message.message_attributes.insert(
-                DEAD_LETTER_REASON_HEADER.to_owned(),
+        let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
+        let ours = [
+            (
+                ORIGINAL_MESSAGE_ID_HEADER,
+                MessageAttributeValue::string(delivery.message_id.clone()),
+            ),
+            (
+                DEAD_LETTER_REASON_HEADER,
                 MessageAttributeValue::string(reason),
-            );
+            ),
+            (
+                SOURCE_QUEUE_HEADER,
+                MessageAttributeValue::string(self.queue.name.clone()),
+            ),
+            (
+                ATTEMPTS_HEADER,
+                MessageAttributeValue::number(attempts.to_string()),
+            ),
+        ];
+        let mut size = message_size(&message);
+        for (name, value) in ours {
+            let grows = name.len() + attribute_size(&value);
+            // The user's attributes are never overwritten, and the copy stays within SQS's limits
+            // (count and size); the log line below carries the ids whatever fits.
+            if message.message_attributes.len() >= MAX_MESSAGE_ATTRIBUTES
+                || message.message_attributes.contains_key(name)
+                || size + grows > MAX_MESSAGE_SIZE
+            {
+                continue;
+            }
+            size += grows;
+            message.message_attributes.insert(name.to_owned(), value);
         }
         if self.fifo {
             message.group_id = Some(
@@ -135,17 +255,33 @@ impl Consumer {
             );
             message.dedup_id = Some(delivery.message_id.clone());
         }
-        self.core.send(dead_letter.queue(), message).await.map(drop)
+        self.core.send(dead_letter.queue(), message).await
     }
 
-    /// Deletes a settled message. The delete is batched with others while the caller goes on (a
-    /// FIFO lane moves to its next message), so a group's deletes share calls; the message keeps
-    /// its room in the pipeline until the delete is answered.
-    async fn delete(self: &Arc<Self>, held: Held) {
-        if !held.lease.claim().await {
-            return;
+    /// Deletes a settled message. On FIFO the delete is confirmed before the lane goes on (deletes
+    /// of different groups still share calls); on a standard queue the caller goes on at once and
+    /// the message keeps its room in the pipeline until the delete is answered.
+    async fn delete(self: &Arc<Self>, held: Held) -> Next {
+        if !self.leases.claim(&held.lease).await {
+            return Next::Done;
         }
-        self.leases.close(&held.lease);
+        if self.fifo {
+            return match self
+                .deleter
+                .submit_one(held.lease.receipt_handle.clone())
+                .await
+            {
+                Ok(()) => Next::Done,
+                Err(error) => {
+                    tracing::warn!(
+                        messaging.message.id = %held.lease.message_id,
+                        error = %error,
+                        "delete failed; the message comes back after its visibility timeout, and the rest of its group behind it"
+                    );
+                    Next::StopGroup
+                }
+            };
+        }
         let deleter = self.deleter.clone();
         self.spawn(async move {
             let lease = &held.lease;
@@ -154,15 +290,20 @@ impl Consumer {
                 tracing::warn!(messaging.message.id = %lease.message_id, error = %error, "delete failed");
             }
         });
+        Next::Done
     }
 
-    /// Sets the visibility of messages in one call per 10 (a FIFO group's rest rides with its
-    /// failed message); leases already settled are skipped.
-    pub(crate) async fn release(&self, leases: Vec<Arc<Lease>>, seconds: i32) {
+    /// Sets the visibility of held messages, in one call per 10.
+    pub(crate) async fn release(&self, held: Vec<Held>, seconds: i32) {
+        let leases = held.iter().map(|held| held.lease.clone()).collect();
+        self.release_leases(leases, seconds).await;
+    }
+
+    /// Sets the visibility of messages in one call per 10; leases already settled are skipped.
+    pub(crate) async fn release_leases(&self, leases: Vec<Arc<Lease>>, seconds: i32) {
         let mut claimed = Vec::new();
         for lease in leases {
-            if lease.claim().await {
-                self.leases.close(&lease);
+            if self.leases.claim(&lease).await {
                 claimed.push(lease);
             }
         }
@@ -186,4 +327,20 @@ impl Consumer {
             }
         }
     }
+}
+
+/// A message's size as SQS counts it: the body and each attribute's name, type and value.
+fn message_size(message: &SendMessage) -> usize {
+    message.body.len()
+        + message
+            .message_attributes
+            .iter()
+            .map(|(name, value)| name.len() + attribute_size(value))
+            .sum::<usize>()
+}
+
+fn attribute_size(value: &MessageAttributeValue) -> usize {
+    value.data_type.len()
+        + value.string_value.as_ref().map_or(0, String::len)
+        + value.binary_value.as_ref().map_or(0, Vec::len)
 }

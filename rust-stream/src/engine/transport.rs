@@ -66,6 +66,15 @@ pub trait Transport: Send + Sync + 'static {
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send;
+
+    /// Whether a `ReceiveMessage` dropped before it answers has taken no message. Over a network
+    /// it may have: the server still hands messages to the abandoned call, and they stay
+    /// invisible for their visibility timeout. So by default the engine lets a receive in flight
+    /// at shutdown finish (within the long poll) and releases what it got; a backend that takes
+    /// messages only as it answers says `true` here, and shutdown drops the wait instead.
+    fn abandoned_receive_takes_nothing(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -104,6 +113,7 @@ pub(crate) trait DynTransport: Send + Sync + 'static {
         queue_url: &'a str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
+    fn abandoned_receive_takes_nothing(&self) -> bool;
 }
 
 impl<T: Transport> DynTransport for T {
@@ -153,6 +163,9 @@ impl<T: Transport> DynTransport for T {
         Box::pin(Transport::change_message_visibility_batch(
             self, queue_url, entries,
         ))
+    }
+    fn abandoned_receive_takes_nothing(&self) -> bool {
+        Transport::abandoned_receive_takes_nothing(self)
     }
 }
 

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::retry::RetryPolicy;
 use crate::sqs::rules;
 
 /// A queue, named as in SQS: a name ending in `.fifo` is a FIFO queue.
@@ -45,6 +46,10 @@ pub(crate) struct ConsumerSettings {
     /// `None` takes the queue's own `VisibilityTimeout`.
     pub(crate) visibility_timeout: Option<Duration>,
     pub(crate) pollers: usize,
+    /// How long a failed message waits before its next attempt.
+    pub(crate) retry: RetryPolicy,
+    /// How long one handler call may run before it is cancelled and its message retried.
+    pub(crate) handler_timeout: Option<Duration>,
 }
 
 impl Default for ConsumerSettings {
@@ -55,6 +60,8 @@ impl Default for ConsumerSettings {
             wait: Duration::from_secs(20),
             visibility_timeout: None,
             pollers: 1,
+            retry: RetryPolicy::default(),
+            handler_timeout: None,
         }
     }
 }
@@ -97,9 +104,15 @@ impl SqsQueue {
         self
     }
 
-    /// The dead-letter queue: where `HandlerOutcome::dead_letter` and undecodable messages go,
-    /// and, when the queue is created here, where SQS moves a message received
-    /// `max_receive_count` times. Must be FIFO for a FIFO queue.
+    /// The dead-letter queue, and how many attempts a message gets before it goes there.
+    ///
+    /// The consumer moves a message there itself once it has had `max_receive_count` attempts
+    /// (its earlier receives plus the retries in place of this consumer), when its handler asks
+    /// with `HandlerOutcome::dead_letter`, and when its body does not decode. This works on a
+    /// queue that already exists; when the queue is created here, its `RedrivePolicy` gets the
+    /// same queue and count, as a backstop for consumers that crash. Must be FIFO for a FIFO queue.
+    ///
+    /// Without it, the queue's own `RedrivePolicy` (read at startup) decides both.
     pub fn dead_letter(mut self, queue: impl Into<String>, max_receive_count: u32) -> Self {
         self.dead_letter = Some(DeadLetter {
             queue: queue.into(),
@@ -140,6 +153,20 @@ impl SqsQueue {
         self
     }
 
+    /// How long a failed message waits before its next attempt (default: 1 s doubling to
+    /// 5 minutes, with jitter). See [`RetryPolicy`].
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.consumer.retry = policy;
+        self
+    }
+
+    /// How long one handler call may run (default: no limit). A call still running then is
+    /// cancelled and its message retried as the [`RetryPolicy`] says.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.consumer.handler_timeout = Some(timeout);
+        self
+    }
+
     /// The queue as it is published to: a dead-letter queue, or a publisher's queue, shares the
     /// creation settings of this one.
     pub(crate) fn dead_letter_queue(&self) -> Option<SqsQueue> {
@@ -173,7 +200,8 @@ impl SqsQueue {
         }
         if let Some(timeout) = consumer.visibility_timeout {
             let max = Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
-            if timeout < Duration::from_secs(1) || timeout > max {
+            // SQS takes whole seconds; a fraction would be cut off without a word.
+            if timeout < Duration::from_secs(1) || timeout > max || timeout.subsec_nanos() != 0 {
                 problems.push(ConfigError::VisibilityTimeout {
                     queue: queue(),
                     got: timeout,
@@ -185,6 +213,18 @@ impl SqsQueue {
         }
         if consumer.pollers == 0 {
             problems.push(ConfigError::Pollers { queue: queue() });
+        }
+        if let Some(reason) = consumer.retry.problem() {
+            problems.push(ConfigError::Retry {
+                queue: queue(),
+                reason,
+            });
+        }
+        if consumer
+            .handler_timeout
+            .is_some_and(|timeout| timeout.is_zero())
+        {
+            problems.push(ConfigError::HandlerTimeout { queue: queue() });
         }
         if let Some(dead_letter) = &self.dead_letter {
             if let Err(error) = rules::check_queue_name(&dead_letter.queue) {
@@ -258,8 +298,8 @@ pub enum ConfigError {
         /// The wait given.
         got: Duration,
     },
-    /// The visibility timeout is outside 1 s..=12 h.
-    #[error("queue `{queue}`: visibility timeout {got:?} is outside 1 s..=12 h; change `.visibility_timeout(..)`")]
+    /// The visibility timeout is outside 1 s..=12 h, or not a whole number of seconds.
+    #[error("queue `{queue}`: visibility timeout {got:?} is not a whole number of seconds within 1 s..=12 h; change `.visibility_timeout(..)`")]
     VisibilityTimeout {
         /// The queue.
         queue: String,
@@ -277,6 +317,20 @@ pub enum ConfigError {
         "queue `{queue}`: 0 pollers would never receive a message; set `.pollers(..)` to 1 or more"
     )]
     Pollers {
+        /// The queue.
+        queue: String,
+    },
+    /// The retry policy would retry at once or past SQS's limits.
+    #[error("queue `{queue}`: retry policy: {reason}; change `.retry(..)`")]
+    Retry {
+        /// The queue.
+        queue: String,
+        /// What is wrong with the policy.
+        reason: String,
+    },
+    /// A handler timeout of zero would cancel every call.
+    #[error("queue `{queue}`: a handler timeout of 0 would cancel every call; give `.timeout(..)` a positive duration")]
+    HandlerTimeout {
         /// The queue.
         queue: String,
     },

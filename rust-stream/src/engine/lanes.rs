@@ -1,0 +1,74 @@
+//! FIFO lanes: each message group this consumer holds messages of has one lane, its held
+//! messages in sequence order, worked through by one task at a time.
+//!
+//! The table keeps two invariants. A lane exists exactly while a task works through it: the
+//! message that starts a lane gets told to start its task, and the task removes the lane in the
+//! same step that finds it empty, so a message joining a moment later starts a new one. And a
+//! message is in a lane at most once: a newer receive of it (SQS may hand a message out again)
+//! replaces the older, whose lease is forgotten, since only the newest receipt handle settles it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use super::dispatch::Held;
+use super::extend::Leases;
+
+/// A lane's messages, by sequence number, then message id.
+type Pending = BTreeMap<(u128, String), Held>;
+
+/// The lanes of one FIFO subscription, by group.
+#[derive(Debug, Default)]
+pub(crate) struct Lanes {
+    table: Mutex<HashMap<String, Pending>>,
+}
+
+impl Lanes {
+    /// Puts a message in its group's lane; `true` when the lane is new and needs a task.
+    pub(crate) fn join(&self, held: Held, leases: &Leases) -> bool {
+        let group = held.delivery.group_id.clone().unwrap_or_default();
+        let sequence = held
+            .delivery
+            .sequence_number
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u128::MAX);
+        let key = (sequence, held.delivery.message_id.clone());
+        let mut table = self.lock();
+        let started = !table.contains_key(&group);
+        if let Some(older) = table.entry(group).or_default().insert(key, held) {
+            leases.forget(&older.lease);
+        }
+        started
+    }
+
+    /// The lane's next message; when there is none the lane ends, in the same step.
+    pub(crate) fn next(&self, group: &str) -> Option<Held> {
+        let mut table = self.lock();
+        let pending = table.get_mut(group)?;
+        let next = pending.pop_first().map(|(_, held)| held);
+        if next.is_none() {
+            table.remove(group);
+        }
+        next
+    }
+
+    /// Takes every message still waiting in the lane; the lane goes on (empty).
+    pub(crate) fn take_rest(&self, group: &str) -> Vec<Held> {
+        self.lock()
+            .get_mut(group)
+            .map(|pending| std::mem::take(pending).into_values().collect())
+            .unwrap_or_default()
+    }
+
+    /// Ends the lane, returning what was still waiting in it.
+    pub(crate) fn end(&self, group: &str) -> Vec<Held> {
+        self.lock()
+            .remove(group)
+            .map(|pending| pending.into_values().collect())
+            .unwrap_or_default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Pending>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
