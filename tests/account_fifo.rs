@@ -361,6 +361,41 @@ async fn after_a_message_moves_to_the_dead_letter_queue_its_group_continues() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_message_moved_to_a_fifo_dead_letter_queue_starts_its_retention_anew() {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let account = Account::new();
+    // The dead-letter queue keeps the default retention of 4 days.
+    let dlq = fifo_queue(&account, "orders-dlq.fifo", &[]).await;
+    let policy = format!(
+        r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":1}}"#,
+        account.queue_arn_for("orders-dlq.fifo")
+    );
+    let url = fifo_queue(&account, "orders.fifo", &[("RedrivePolicy", &policy)]).await;
+    send_fifo(&account, &url, "cust-1", "o1").await;
+    assert_eq!(bodies(&receive(&account, &url, 1).await), ["o1"]);
+
+    advance(3 * DAY).await;
+    assert!(
+        receive(&account, &url, 1).await.is_empty(),
+        "the receive moves it"
+    );
+    advance(DAY).await;
+    assert_eq!(
+        account.counts(&dlq).await.unwrap().visible,
+        1,
+        "4 days after its send, but the move reset its enqueue time"
+    );
+    advance(3 * DAY - Duration::from_secs(1)).await;
+    assert_eq!(account.counts(&dlq).await.unwrap().visible, 1);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        account.counts(&dlq).await.unwrap().visible,
+        0,
+        "4 days after the move"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_retried_receive_with_the_same_attempt_id_returns_the_same_messages() {
     let account = Account::new();
     let url = fifo_queue(&account, "q.fifo", &[]).await;
@@ -383,6 +418,43 @@ async fn a_retried_receive_with_the_same_attempt_id_returns_the_same_messages() 
     delete_all(&account, &url, &first).await;
     let fresh = account.receive_message(&url, request).await.unwrap();
     assert_eq!(bodies(&fresh), ["h1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_receive_with_the_same_attempt_id_resets_the_visibility_timeout() {
+    let account = Account::new();
+    let url = fifo_queue(&account, "q.fifo", &[]).await;
+    for body in ["m1", "m2"] {
+        send_fifo(&account, &url, "g", body).await;
+    }
+    let request = ReceiveMessage::new(10)
+        .visibility_timeout(30)
+        .receive_request_attempt_id("attempt-1");
+    let first = account
+        .receive_message(&url, request.clone())
+        .await
+        .unwrap();
+    assert_eq!(bodies(&first), ["m1", "m2"]);
+
+    advance(Duration::from_secs(20)).await;
+    let retried = account.receive_message(&url, request).await.unwrap();
+    assert_eq!(first, retried, "same messages, same receipt handles");
+
+    advance(Duration::from_secs(20)).await;
+    assert!(
+        receive(&account, &url, 10).await.is_empty(),
+        "at 40 s, past the first receive's 30 s: the retry at 20 s made them invisible until 50 s"
+    );
+    advance(Duration::from_secs(9)).await;
+    assert!(receive(&account, &url, 10).await.is_empty());
+    advance(Duration::from_secs(1)).await;
+    let again = receive(&account, &url, 10).await;
+    assert_eq!(bodies(&again), ["m1", "m2"]);
+    assert_eq!(
+        again[0].receive_count(),
+        Some(2),
+        "the retry was not a receive of its own"
+    );
 }
 
 #[tokio::test(start_paused = true)]

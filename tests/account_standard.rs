@@ -318,6 +318,70 @@ async fn a_receive_that_would_pass_max_receive_count_moves_the_message_to_the_de
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_message_moved_to_a_standard_dead_letter_queue_keeps_its_original_enqueue_time() {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let account = Account::new();
+    // The dead-letter queue keeps the default retention of 4 days.
+    let dlq = standard(&account, "orders-dlq", &[]).await;
+    let policy = format!(
+        r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":1}}"#,
+        account.queue_arn_for("orders-dlq")
+    );
+    let url = standard(&account, "orders", &[("RedrivePolicy", &policy)]).await;
+    account
+        .send_message(&url, SendMessage::new("poison"))
+        .await
+        .unwrap();
+    let first = receive(&account, &url, 1).await;
+    let sent_at = &first[0].attributes["SentTimestamp"];
+
+    // Three days in the source queue; meanwhile a message sent to the dead-letter queue directly,
+    // which the redriven one, older, must not wait behind.
+    advance(3 * DAY).await;
+    account
+        .send_message(&dlq, SendMessage::new("direct"))
+        .await
+        .unwrap();
+    assert!(
+        receive(&account, &url, 1).await.is_empty(),
+        "the receive moves it"
+    );
+    assert_eq!(account.counts(&dlq).await.unwrap().visible, 2);
+
+    advance(DAY - Duration::from_secs(1)).await;
+    let dead = account
+        .receive_message(&dlq, ReceiveMessage::new(10))
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 2);
+    let poison = dead.iter().find(|m| m.body == "poison").unwrap();
+    assert_eq!(
+        &poison.attributes["SentTimestamp"], sent_at,
+        "the move keeps the send time"
+    );
+    let sent: u64 = sent_at.parse().unwrap();
+    let first_receive: u64 = poison.attributes["ApproximateFirstReceiveTimestamp"]
+        .parse()
+        .unwrap();
+    assert_eq!(
+        first_receive - sent,
+        (4 * DAY - Duration::from_secs(1)).as_millis() as u64,
+        "the first receive from the dead-letter queue"
+    );
+
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        account.counts(&dlq).await.unwrap(),
+        QueueCounts {
+            visible: 0,
+            in_flight: 1,
+            delayed: 0
+        },
+        "4 days after its first send, 1 day after the move, the redriven message expires"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn messages_past_the_retention_period_are_dropped() {
     let account = Account::new();
     let url = standard(&account, "q", &[("MessageRetentionPeriod", "60")]).await;

@@ -32,6 +32,7 @@
 //!   returns as soon as a message becomes available, and `ApproximateNumberOf*` counts.
 //! - Redrive: a receive that would pass a message's `maxReceiveCount` moves it to the dead-letter
 //!   queue instead (which must be of the same type), keeping its id; its FIFO group continues.
+//!   Its retention counts from its original send on a standard queue, from the move on a FIFO one.
 //! - FIFO: storage order and sequence numbers, groups held while any of their messages is in
 //!   flight, released messages served first once the group is free, deduplication for 5 minutes
 //!   by id or body SHA-256 (per queue or per group), `ReceiveRequestAttemptId`.

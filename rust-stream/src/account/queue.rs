@@ -63,7 +63,8 @@ pub(super) struct Stored {
     pub(super) group_id: Option<Arc<str>>,
     pub(super) dedup_id: Option<String>,
     pub(super) sent_epoch_ms: u64,
-    /// Where the retention clock starts.
+    /// The enqueue time, where the retention clock starts; set by the sender, or by the
+    /// dead-letter queue a message is moved to.
     pub(super) stored_at: Instant,
     pub(super) first_receive_epoch_ms: Option<u64>,
     pub(super) receive_count: u32,
@@ -421,11 +422,11 @@ impl Queue {
         Some(message)
     }
 
-    /// Stores a new message at the end of the queue (and of its group).
+    /// Stores a new message at the end of the queue (and of its group), its retention counted from
+    /// its `stored_at`.
     fn store(&mut self, mut message: Stored, delay: u32, now: Instant) -> Key {
         let key = self.next_key;
         self.next_key += 1;
-        message.stored_at = now;
         if let Order::Fifo(fifo) = &mut self.order {
             let name = fifo.group_name(
                 message
@@ -450,8 +451,14 @@ impl Queue {
         };
         message.state = state;
         let group = message.group_id.clone();
+        let stored_at = message.stored_at;
         self.messages.insert(key, message);
-        self.retention.push_back((now, key));
+        // Sends come in time order, but a message redriven to a standard queue keeps its older
+        // enqueue time, so it may expire before messages stored earlier.
+        let at = self
+            .retention
+            .partition_point(|&(other, _)| other <= stored_at);
+        self.retention.insert(at, (stored_at, key));
         self.enter(key, group.as_ref(), state);
         self.refresh(group.as_ref());
         key
@@ -552,7 +559,7 @@ impl Queue {
             .clone()
             .filter(|_| self.config.fifo);
         if let Some(attempt) = &attempt {
-            if let Some(again) = self.repeat_attempt(attempt, take.request, now.instant) {
+            if let Some(again) = self.repeat_attempt(attempt, take, now.instant) {
                 return (again, Vec::new());
             }
         }
@@ -662,24 +669,37 @@ impl Queue {
     }
 
     /// The messages of an earlier receive with this attempt id, if all are still in flight from it.
+    /// SQS restarts their visibility timeout, as the retry stands for a receive whose answer was
+    /// lost; it is no receive of its own, so counts, handles and the 12-hour cap stay.
     fn repeat_attempt(
         &mut self,
         attempt: &str,
-        request: &ReceiveMessage,
+        take: &Take<'_>,
         now: Instant,
     ) -> Option<Vec<ReceivedMessage>> {
         let generations = self.attempts.get(&attempt.to_owned(), now)?.clone();
-        let intact = generations.iter().all(|(key, count)| {
-            self.messages.get(key).is_some_and(|m| {
-                m.receive_count == *count && matches!(m.state, State::InFlight { .. })
-            })
-        });
-        intact.then(|| {
+        let mut in_flight = Vec::with_capacity(generations.len());
+        for &(key, count) in &generations {
+            let message = self.messages.get(&key)?;
+            let State::InFlight { received_at, .. } = message.state else {
+                return None;
+            };
+            if message.receive_count != count {
+                return None;
+            }
+            in_flight.push((key, received_at));
+        }
+        let until = now + Duration::from_secs(take.visibility.into());
+        for (key, received_at) in in_flight {
+            let until = until.min(visibility_cap(received_at));
+            self.set_state(key, State::InFlight { until, received_at });
+        }
+        Some(
             generations
                 .iter()
-                .map(|(key, _)| self.received(*key, request))
-                .collect()
-        })
+                .map(|&(key, _)| self.received(key, take.request))
+                .collect(),
+        )
     }
 
     /// A stored message as a receive returns it, with the requested attributes only.
@@ -812,7 +832,7 @@ impl Queue {
         };
         let (key, received_at) = received_at;
         let until = now + Duration::from_secs(timeout.into());
-        let cap = received_at + Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
+        let cap = visibility_cap(received_at);
         if until > cap {
             return fail(
                 ErrorKind::InvalidParameterValue,
@@ -842,10 +862,13 @@ impl Queue {
         message.receive_count = 0;
         message.first_receive_epoch_ms = None;
         message.dead_letter_source_arn = Some(source_arn.to_owned());
-        if !self.config.fifo {
+        if self.config.fifo {
+            // SQS resets the enqueue time on a FIFO dead-letter queue; a standard one keeps the
+            // original, so the message expires on its first send's clock.
+            message.stored_at = now;
+            message.group_id.get_or_insert_with(|| Arc::from("default"));
+        } else {
             message.group_id = None;
-        } else if message.group_id.is_none() {
-            message.group_id = Some(Arc::from("default"));
         }
         self.store(message, 0, now);
     }
@@ -876,6 +899,11 @@ impl Queue {
         }
         Ok(())
     }
+}
+
+/// The latest a message received at `received_at` may stay invisible: SQS caps it at 12 hours.
+fn visibility_cap(received_at: Instant) -> Instant {
+    received_at + Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64)
 }
 
 /// A FIFO sequence number as SQS writes it: 20 digits, increasing within the queue.
