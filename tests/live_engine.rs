@@ -77,9 +77,7 @@ async fn drain<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Ve
     got
 }
 
-async fn a_failed_fifo_message_is_retried_in_place_while_its_group_waits_in_order<
-    T: Transport,
->(
+async fn a_failed_fifo_message_is_retried_in_place_while_its_group_waits_in_order<T: Transport>(
     backend: Backend<T>,
 ) {
     let queue = SqsQueue::new(backend.name("mid.fifo"))

@@ -164,12 +164,17 @@ pub mod engine {
     }
 
     /// A real account behind a transport that can be told to fail: the next `n` entries of
-    /// delete batches fail as a service-side error (`SenderFault: false`), or with a permanent one.
+    /// delete batches fail as a service-side error (`SenderFault: false`), or with a permanent one;
+    /// the next `n` receives or delete calls panic; receives can answer more than was asked.
     #[derive(Clone, Default)]
     pub struct Faulty {
         pub account: Account,
         pub transient_delete_failures: Arc<AtomicUsize>,
         pub permanent_delete_failures: Arc<AtomicUsize>,
+        pub receive_panics: Arc<AtomicUsize>,
+        pub delete_panics: Arc<AtomicUsize>,
+        /// Receives ask the account for 10, whatever the caller asked.
+        pub greedy: Arc<std::sync::atomic::AtomicBool>,
     }
 
     impl Faulty {
@@ -221,6 +226,13 @@ pub mod engine {
             url: &str,
             request: ReceiveMessage,
         ) -> Result<Vec<ReceivedMessage>, TransportError> {
+            if take_one(&self.receive_panics) {
+                panic!("injected panic in a receive");
+            }
+            let mut request = request;
+            if self.greedy.load(Ordering::Acquire) {
+                request.max_number_of_messages = 10;
+            }
             self.account.receive_message(url, request).await
         }
 
@@ -229,6 +241,9 @@ pub mod engine {
             url: &str,
             entries: Vec<DeleteEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
+            if take_one(&self.delete_panics) {
+                panic!("injected panic in a delete");
+            }
             let mut pass = Vec::new();
             let mut failed = Vec::new();
             for entry in entries {

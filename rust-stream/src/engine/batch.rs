@@ -276,7 +276,17 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
             .map(|&i| (i.to_string(), entries[i].clone()))
             .collect();
         let last = attempt == MAX_ATTEMPTS;
-        match A::call(&transport, &queue_url, call).await {
+        // A transport that panics fails this call (retried as a service fault), not the batcher,
+        // which every later delete, release and send of the queue waits on.
+        let answer = crate::engine::CatchUnwind::new(A::call(&transport, &queue_url, call))
+            .await
+            .unwrap_or_else(|panic| {
+                Err(TransportError::service(
+                    ErrorKind::InternalError,
+                    format!("the call panicked: {panic}"),
+                ))
+            });
+        match answer {
             Ok(result) => {
                 for (id, output) in result.successful {
                     if let Some(slot) = id.parse::<usize>().ok().and_then(|i| answers.get_mut(i)) {

@@ -237,7 +237,7 @@ impl Consumer {
         for _ in 0..consumer.queue.consumer.pollers {
             consumer.spawn(consumer.clone().poll());
         }
-        let heartbeat = tokio::spawn(Guarded::new(consumer.clone().heartbeat()));
+        let heartbeat = tokio::spawn(guarded(consumer.clone().heartbeat()));
         *consumer
             .heartbeat
             .lock()
@@ -299,7 +299,7 @@ impl Consumer {
     /// Spawns an engine task that shutdown waits for; a panic in it is logged, and the messages
     /// it held are released by the heartbeat.
     pub(crate) fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.spawn(Guarded::new(task));
+        self.tasks.spawn(guarded(task));
     }
 }
 
@@ -365,34 +365,36 @@ async fn dead_letter_decision(
     }
 }
 
-/// An engine task whose panic is caught and logged rather than lost with its task.
-struct Guarded<F> {
-    task: Pin<Box<F>>,
+/// A future whose panic is caught and answered as `Err(message)`, so an engine task or a
+/// transport call that panics is logged and recovered from instead of wedging what waits on it.
+pub(crate) struct CatchUnwind<F> {
+    inner: Pin<Box<F>>,
 }
 
-impl<F: Future<Output = ()>> Guarded<F> {
-    fn new(task: F) -> Self {
+impl<F: Future> CatchUnwind<F> {
+    pub(crate) fn new(inner: F) -> Self {
         Self {
-            task: Box::pin(task),
+            inner: Box::pin(inner),
         }
     }
 }
 
-impl<F: Future<Output = ()>> Future for Guarded<F> {
-    type Output = ();
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let task = self.task.as_mut();
-        match std::panic::catch_unwind(AssertUnwindSafe(|| task.poll(cx))) {
-            Ok(poll) => poll,
-            Err(panic) => {
-                tracing::error!(
-                    panic = %panic_message(panic.as_ref()),
-                    "an engine task panicked; the messages it held are released"
-                );
-                Poll::Ready(())
-            }
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.inner.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(poll) => poll.map(Ok),
+            Err(panic) => Poll::Ready(Err(panic_message(panic.as_ref()))),
         }
+    }
+}
+
+/// An engine task whose panic is logged; the messages it held are released by the heartbeat.
+async fn guarded(task: impl Future<Output = ()>) {
+    if let Err(panic) = CatchUnwind::new(task).await {
+        tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
     }
 }
 

@@ -17,9 +17,10 @@ use tracing::Instrument;
 
 use super::batch::backoff;
 use super::dispatch::Held;
-use super::Consumer;
+use super::{CatchUnwind, Consumer};
 use crate::context::Delivery;
 use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
+use crate::sqs::rules::ErrorKind;
 
 impl Consumer {
     /// One receive loop, until shutdown.
@@ -104,7 +105,17 @@ impl Consumer {
         &self,
         request: ReceiveMessage,
     ) -> Option<Result<Vec<ReceivedMessage>, TransportError>> {
-        let receive = self.core.transport.receive_message(&self.url, request);
+        // A transport that panics fails this receive, not the poller.
+        let receive = async {
+            CatchUnwind::new(self.core.transport.receive_message(&self.url, request))
+                .await
+                .unwrap_or_else(|panic| {
+                    Err(TransportError::service(
+                        ErrorKind::InternalError,
+                        format!("the receive panicked: {panic}"),
+                    ))
+                })
+        };
         if !self.core.transport.abandoned_receive_takes_nothing() {
             return Some(receive.await);
         }

@@ -1,0 +1,225 @@
+//! Failure paths that only a transport wrapper can produce, on the in-process account and a paused
+//! clock: deletes that fail for good on a FIFO queue, values that used to panic the engine, a
+//! server answering more messages than asked, and transport calls that panic.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::engine::{jobs, Faulty, Job, Scripted};
+use rust_stream::account::Account;
+use rust_stream::prelude::*;
+use rust_stream::testing::{eventually, TestApp};
+use rust_stream::Subscriber;
+use tokio::time::sleep;
+
+fn start(broker: &SqsBroker, sub: Subscriber) -> TestApp {
+    TestApp::spawn(
+        RustStream::new(AppInfo::new("failure-paths", "0")).with_broker(broker.clone(), |b| {
+            b.include(sub);
+        }),
+    )
+}
+
+async fn is_empty(account: &Account, name: &str) -> bool {
+    let url = account.get_queue_url(name).await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    counts.visible + counts.in_flight + counts.delayed == 0
+}
+
+/// What a handler saw, in order: `Start` and `Done` of each call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Event {
+    Start(Job),
+    Done(Job),
+}
+
+/// A handler that records its calls and works 50 ms (of tokio time) in each.
+struct Recorder {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Handle<Job> for Recorder {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.events.lock().unwrap().push(Event::Start(job.clone()));
+        sleep(Duration::from_millis(50)).await;
+        self.events.lock().unwrap().push(Event::Done(job.clone()));
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
+    let account = Account::new();
+    let faulty = Faulty::new(&account);
+    let broker = SqsBroker::with_transport(faulty.clone());
+    let queue = SqsQueue::new("ledger.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(2));
+    let publisher = broker.publisher(queue.clone());
+    let groups = ["a", "b", "c"];
+    for n in 1..=5 {
+        for group in groups {
+            publisher
+                .message(&Job::new(group, n))
+                .group_id(group)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    // The first three deletes fail for good (a receipt handle SQS refuses): each of those
+    // messages comes back after its visibility timeout and is handled again.
+    faulty.permanent_delete_failures.store(3, Ordering::SeqCst);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Recorder {
+        events: events.clone(),
+    };
+    let running = start(&broker, subscriber(queue, recorder).build());
+    let mut waited = 0;
+    while !(is_empty(&account, "ledger.fifo").await) {
+        sleep(Duration::from_millis(100)).await;
+        waited += 1;
+        assert!(
+            waited < 600,
+            "the queue never emptied: {:?}",
+            events.lock().unwrap()
+        );
+    }
+    running.stop().await.unwrap();
+
+    let events = events.lock().unwrap().clone();
+    let mut completed: HashMap<&str, Vec<u32>> = HashMap::new();
+    let mut redelivered = 0;
+    for event in &events {
+        match event {
+            Event::Start(job) => {
+                // No message starts before every earlier one of its group has completed.
+                let done = completed.get(job.group.as_str()).map_or(0, Vec::len) as u32;
+                if job.n <= done {
+                    redelivered += 1;
+                } else {
+                    assert_eq!(job.n, done + 1, "{job:?} started out of order: {events:?}");
+                }
+            }
+            Event::Done(job) => {
+                let group = completed
+                    .entry(groups.iter().find(|g| **g == job.group).unwrap())
+                    .or_default();
+                if !group.contains(&job.n) {
+                    group.push(job.n);
+                }
+            }
+        }
+    }
+    for group in groups {
+        assert_eq!(
+            completed[group],
+            [1, 2, 3, 4, 5],
+            "first completions of {group} in sent order"
+        );
+    }
+    assert_eq!(
+        redelivered, 3,
+        "each undeleted message came back once: {events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_duration_max_is_capped_not_a_panic() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("capped").create_if_missing();
+    let publisher = broker.publisher(queue.clone());
+    let (handler, log) = Scripted::new(|job, _| match job.n {
+        1 => Err(HandlerOutcome::retry_after(Duration::MAX)),
+        _ => Ok(()),
+    });
+    let running = start(&broker, subscriber(queue, handler).build());
+    publisher.message(&Job::new("-", 1)).send().await.unwrap();
+    eventually("job 1 handled", || jobs(&log).len() == 1).await;
+    publisher.message(&Job::new("-", 2)).send().await.unwrap();
+    eventually("the service goes on", || jobs(&log).len() == 2).await;
+    running.stop().await.unwrap();
+    let url = account.get_queue_url("capped").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        (counts.visible, counts.in_flight),
+        (0, 1),
+        "job 1 waits out the 12-hour cap, kept, not lost"
+    );
+    sleep(Duration::from_secs(12 * 3600)).await;
+    assert_eq!(account.counts(&url).await.unwrap().visible, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_answering_more_messages_than_asked_does_not_stop_the_poller() {
+    let account = Account::new();
+    let faulty = Faulty::new(&account);
+    faulty.greedy.store(true, Ordering::SeqCst);
+    let broker = SqsBroker::with_transport(faulty.clone());
+    let queue = SqsQueue::new("greedy").create_if_missing();
+    let publisher = broker.publisher(queue.clone());
+    for n in 1..=30 {
+        publisher.message(&Job::new("-", n)).send().await.unwrap();
+    }
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    // Room for 2 at a time; every receive answers up to 10: the extras go back at once.
+    let sub = subscriber(queue, handler)
+        .concurrency(1)
+        .batch_size(1)
+        .build();
+    let running = start(&broker, sub);
+    eventually("all 30 handled", || {
+        let mut handled: Vec<u32> = jobs(&log).iter().map(|job| job.n).collect();
+        handled.sort_unstable();
+        handled.dedup();
+        handled.len() == 30
+    })
+    .await;
+    running.stop().await.unwrap();
+    assert!(is_empty(&account, "greedy").await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn transport_calls_that_panic_are_retried_and_the_service_goes_on() {
+    let account = Account::new();
+    let faulty = Faulty::new(&account);
+    let broker = SqsBroker::with_transport(faulty.clone());
+    let queue = SqsQueue::new("panicky.fifo").create_if_missing();
+    let publisher = broker.publisher(queue.clone());
+    for n in 1..=5 {
+        publisher
+            .message(&Job::new("g", n))
+            .group_id("g")
+            .send()
+            .await
+            .unwrap();
+    }
+    faulty.receive_panics.store(2, Ordering::SeqCst);
+    faulty.delete_panics.store(2, Ordering::SeqCst);
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let running = start(&broker, subscriber(queue, handler).build());
+    let mut waited = 0;
+    while !is_empty(&account, "panicky.fifo").await {
+        sleep(Duration::from_millis(100)).await;
+        waited += 1;
+        assert!(waited < 600, "stuck after panics: {:?}", jobs(&log));
+    }
+    let stopped = tokio::time::Instant::now();
+    running.stop().await.unwrap();
+    // The wrapper does not say its receives are cancel-safe, so shutdown lets the long poll in
+    // flight finish (20 s); a wedged lane would hold it to the 30 s shutdown timeout.
+    assert!(
+        stopped.elapsed() <= Duration::from_secs(21),
+        "no wedged lane holds the shutdown: {:?}",
+        stopped.elapsed()
+    );
+    assert_eq!(faulty.receive_panics.load(Ordering::SeqCst), 0);
+    assert_eq!(faulty.delete_panics.load(Ordering::SeqCst), 0);
+    let handled: Vec<u32> = jobs(&log).iter().map(|job| job.n).collect();
+    assert_eq!(handled, [1, 2, 3, 4, 5], "once each, in order");
+}

@@ -1,0 +1,521 @@
+//! Failure semantics on both backends (the in-process account on a paused clock, and LocalStack in
+//! real time), each promise tested by producing its failure:
+//!
+//! - a FIFO message that fails is retried in place; the valid later messages of its group wait,
+//!   are never received again, and never reach the dead-letter queue unhandled;
+//! - a message out of attempts is dead-lettered alone, after exactly its attempts, whether the
+//!   subscription declares the dead-letter queue or the queue's own `RedrivePolicy` does;
+//! - a handler failing for a while is retried by a backoff, not in a loop;
+//! - shutdown with a long poll in flight leaves nothing hidden, and a handler outliving the
+//!   shutdown timeout is no longer running when `run` returns.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::backend::{Backend, Kind};
+use common::engine::{jobs, Job, Scripted};
+use rust_stream::engine::transport::{ReceiveMessage, ReceivedMessage, Transport};
+use rust_stream::prelude::*;
+use rust_stream::testing::{eventually, TestApp};
+use rust_stream::{
+    RetryPolicy, Subscriber, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER,
+    ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+};
+use tokio::time::Instant;
+
+macro_rules! both_backends {
+    ($($scenario:ident),* $(,)?) => {
+        mod in_process {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::in_process()).await;
+                }
+            )*
+        }
+        mod live {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    if let Some(backend) = super::Backend::live().await {
+                        super::$scenario(backend).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+both_backends!(
+    a_fifo_message_failing_twice_is_retried_in_place_and_its_group_stays_whole_and_in_order,
+    a_fifo_message_that_always_fails_is_dead_lettered_alone_after_exactly_its_attempts,
+    the_queues_redrive_policy_sets_the_attempts_and_dead_letter_queue_when_the_subscription_has_none,
+    undecodable_fifo_messages_go_to_the_queues_dead_letter_queue_and_the_valid_rest_is_handled,
+    a_handler_failing_for_ten_seconds_is_attempted_a_few_times_not_hundreds,
+    shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden,
+    a_handler_outliving_the_shutdown_timeout_is_not_running_when_run_returns,
+);
+
+/// Fast enough for real time on LocalStack, still a growing backoff.
+fn quick_retries() -> RetryPolicy {
+    RetryPolicy::exponential(Duration::from_millis(200), Duration::from_secs(2))
+}
+
+fn service<T: Transport>(backend: &Backend<T>, shutdown: Duration, sub: Subscriber) -> TestApp {
+    TestApp::spawn(
+        RustStream::new(AppInfo::new("failures", "0"))
+            .shutdown_timeout(shutdown)
+            .with_broker(backend.broker.clone(), |b| {
+                b.include(sub);
+            }),
+    )
+}
+
+/// Visible, in flight and delayed messages, as the queue reports them.
+async fn left<T: Transport>(backend: &Backend<T>, url: &str) -> (u64, u64, u64) {
+    let attributes = backend
+        .transport
+        .get_queue_attributes(
+            url,
+            &[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )
+        .await
+        .unwrap();
+    let count = |name: &str| {
+        attributes
+            .get(name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        count("ApproximateNumberOfMessages"),
+        count("ApproximateNumberOfMessagesNotVisible"),
+        count("ApproximateNumberOfMessagesDelayed"),
+    )
+}
+
+/// Receives everything visible on a queue (for up to a few seconds), deleting nothing.
+async fn drain<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Vec<ReceivedMessage> {
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let request = ReceiveMessage::new(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(60);
+        got.extend(
+            backend
+                .transport
+                .receive_message(url, request)
+                .await
+                .unwrap(),
+        );
+        if got.len() >= want {
+            break;
+        }
+    }
+    got
+}
+
+async fn send_group<T: Transport>(backend: &Backend<T>, queue: &SqsQueue, bodies: &[String]) {
+    let publisher = backend.broker.publisher(queue.clone());
+    for body in bodies {
+        publisher
+            .raw(body.clone())
+            .group_id("g")
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+fn job_bodies(count: u32) -> Vec<String> {
+    (1..=count)
+        .map(|n| serde_json::to_string(&Job::new("g", n)).unwrap())
+        .collect()
+}
+
+/// `(n, receive_count)` of each handler call, in call order.
+fn calls(log: &common::engine::Log) -> Vec<(u32, u32)> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .map(|seen| (seen.job.n, seen.receive_count))
+        .collect()
+}
+
+fn attribute(message: &ReceivedMessage, name: &str) -> Option<String> {
+    message.message_attributes.get(name)?.string_value.clone()
+}
+
+async fn a_fifo_message_failing_twice_is_retried_in_place_and_its_group_stays_whole_and_in_order<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let dlq = backend.name("dlq.fifo");
+    let queue = SqsQueue::new(backend.name("ledger.fifo"))
+        .create_if_missing()
+        .dead_letter(&dlq, 3)
+        .retry(quick_retries());
+    send_group(&backend, &queue, &job_bodies(5)).await;
+    let failures = Arc::new(AtomicU32::new(0));
+    let (handler, log) = Scripted::new(move |job, _| {
+        if job.n == 2 && failures.fetch_add(1, Ordering::SeqCst) < 2 {
+            return Err(HandlerOutcome::retry());
+        }
+        Ok(())
+    });
+    let running = service(
+        &backend,
+        Duration::from_secs(10),
+        subscriber(queue.clone(), handler).build(),
+    );
+    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
+    // Deletes are confirmed before the group goes on, so g5's is the only one that may lag.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(
+        calls(&log),
+        [(1, 1), (2, 1), (2, 1), (2, 1), (3, 1), (4, 1), (5, 1)],
+        "g2 retried in place twice; g3..g5 waited and were never received again"
+    );
+    let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
+    assert_eq!(
+        left(&backend, &url).await,
+        (0, 0, 0),
+        "every message deleted"
+    );
+    let dlq_url = backend.transport.get_queue_url(&dlq).await.unwrap();
+    assert!(
+        drain(&backend, &dlq_url, 1).await.is_empty(),
+        "nothing dead-lettered"
+    );
+}
+
+async fn a_fifo_message_that_always_fails_is_dead_lettered_alone_after_exactly_its_attempts<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let dlq = backend.name("dlq.fifo");
+    let queue = SqsQueue::new(backend.name("ledger.fifo"))
+        .create_if_missing()
+        .dead_letter(&dlq, 3)
+        .retry(quick_retries());
+    send_group(&backend, &queue, &job_bodies(5)).await;
+    let (handler, log) = Scripted::new(|job, _| match job.n {
+        2 => Err(HandlerOutcome::retry()),
+        _ => Ok(()),
+    });
+    let running = service(
+        &backend,
+        Duration::from_secs(10),
+        subscriber(queue.clone(), handler).build(),
+    );
+    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(
+        calls(&log),
+        [(1, 1), (2, 1), (2, 1), (2, 1), (3, 1), (4, 1), (5, 1)],
+        "g2 had exactly 3 attempts, then the group went on in order"
+    );
+    let g2_id = log.lock().unwrap()[1].message_id.clone();
+    let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
+    assert_eq!(left(&backend, &url).await, (0, 0, 0));
+    let dlq_url = backend.transport.get_queue_url(&dlq).await.unwrap();
+    let dead = drain(&backend, &dlq_url, 2).await;
+    assert_eq!(dead.len(), 1, "only g2 is dead-lettered: {dead:?}");
+    let dead = &dead[0];
+    assert_eq!(
+        serde_json::from_str::<Job>(&dead.body).unwrap(),
+        Job::new("g", 2)
+    );
+    assert_eq!(dead.group_id(), Some("g"));
+    assert_eq!(attribute(dead, ORIGINAL_MESSAGE_ID_HEADER), Some(g2_id));
+    assert_eq!(
+        attribute(dead, SOURCE_QUEUE_HEADER).as_deref(),
+        Some(queue.name())
+    );
+    assert_eq!(attribute(dead, ATTEMPTS_HEADER).as_deref(), Some("3"));
+    let reason = attribute(dead, DEAD_LETTER_REASON_HEADER).unwrap();
+    assert!(reason.contains("after 3 attempts"), "{reason}");
+}
+
+/// A FIFO queue whose `RedrivePolicy` sends to a FIFO dead-letter queue after 3 receives.
+async fn queue_with_redrive<T: Transport>(backend: &Backend<T>) -> (SqsQueue, String) {
+    let dlq_url = backend.queue("redrive-dlq.fifo", &[]).await;
+    let arn = backend.arn(&dlq_url).await;
+    let policy =
+        serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": 3 }).to_string();
+    backend
+        .queue("redriven.fifo", &[("RedrivePolicy", &policy)])
+        .await;
+    let queue = SqsQueue::new(backend.name("redriven.fifo")).retry(quick_retries());
+    (queue, dlq_url)
+}
+
+async fn the_queues_redrive_policy_sets_the_attempts_and_dead_letter_queue_when_the_subscription_has_none<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let (queue, dlq_url) = queue_with_redrive(&backend).await;
+    send_group(&backend, &queue, &job_bodies(5)).await;
+    let (handler, log) = Scripted::new(|job, _| match job.n {
+        2 => Err(HandlerOutcome::retry()),
+        _ => Ok(()),
+    });
+    let running = service(
+        &backend,
+        Duration::from_secs(10),
+        subscriber(queue.clone(), handler).build(),
+    );
+    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(
+        calls(&log),
+        [(1, 1), (2, 1), (2, 1), (2, 1), (3, 1), (4, 1), (5, 1)],
+        "maxReceiveCount 3 of the queue's policy: 3 attempts in place, then the group goes on"
+    );
+    let dead = drain(&backend, &dlq_url, 2).await;
+    assert_eq!(dead.len(), 1, "only g2: {dead:?}");
+    assert_eq!(
+        serde_json::from_str::<Job>(&dead[0].body).unwrap(),
+        Job::new("g", 2)
+    );
+    assert_eq!(attribute(&dead[0], ATTEMPTS_HEADER).as_deref(), Some("3"));
+}
+
+async fn undecodable_fifo_messages_go_to_the_queues_dead_letter_queue_and_the_valid_rest_is_handled<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let (queue, dlq_url) = queue_with_redrive(&backend).await;
+    let mut bodies = job_bodies(5);
+    bodies[1] = "not json (g2)".to_owned();
+    bodies[2] = "not json (g3)".to_owned();
+    send_group(&backend, &queue, &bodies).await;
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let running = service(
+        &backend,
+        Duration::from_secs(10),
+        subscriber(queue.clone(), handler).build(),
+    );
+    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(
+        calls(&log),
+        [(1, 1), (4, 1), (5, 1)],
+        "the valid g4 and g5 are handled, once, in order"
+    );
+    let dead = drain(&backend, &dlq_url, 3).await;
+    let mut dead_bodies: Vec<&str> = dead.iter().map(|m| m.body.as_str()).collect();
+    dead_bodies.sort_unstable();
+    assert_eq!(dead_bodies, ["not json (g2)", "not json (g3)"]);
+}
+
+async fn a_handler_failing_for_ten_seconds_is_attempted_a_few_times_not_hundreds<T: Transport>(
+    backend: Backend<T>,
+) {
+    let queue = SqsQueue::new(backend.name("flaky"))
+        .create_if_missing()
+        .dead_letter(backend.name("flaky-dlq"), 1000);
+    backend
+        .broker
+        .publisher(queue.clone())
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    let first_call: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let acked = Arc::new(AtomicBool::new(false));
+    let (handler, log) = Scripted::new({
+        let acked = acked.clone();
+        move |_, _| {
+            let started = *first_call.lock().unwrap().get_or_insert_with(Instant::now);
+            if started.elapsed() < Duration::from_secs(10) {
+                return Err(HandlerOutcome::retry());
+            }
+            acked.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    });
+    let before = backend.broker.api_calls();
+    let running = service(
+        &backend,
+        Duration::from_secs(10),
+        subscriber(queue.clone(), handler).build(),
+    );
+    let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
+    eventually("acked after the outage", || acked.load(Ordering::SeqCst)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.stop().await.unwrap();
+    let spent = backend.broker.api_calls() - before;
+
+    // Backoff from 1 s doubling, jittered down to half: attempts near 0, 1, 3, 7 and 15 s at the
+    // latest, so 4 to 6 attempts cover a 10 s outage. Without backoff it would be hundreds.
+    let attempts = log.lock().unwrap().len();
+    assert!(
+        (3..=7).contains(&attempts),
+        "{attempts} attempts: {spent:?}"
+    );
+    assert!(
+        spent.change_message_visibility_batch <= 8,
+        "one visibility change per retry: {spent:?}"
+    );
+    assert_eq!(left(&backend, &url).await, (0, 0, 0), "handled and deleted");
+}
+
+async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transport>(
+    backend: Backend<T>,
+) {
+    // One handler slot and two pollers receiving one message each: m1 runs, m2 waits for the
+    // slot, and the next long poll is in flight, empty, when shutdown comes. Shutdown releases
+    // m2, which a real server may hand to that long poll.
+    let queue = SqsQueue::new(backend.name("poll-at-shutdown"))
+        .create_if_missing()
+        .concurrency(1)
+        .batch_size(1)
+        .pollers(2)
+        .wait(Duration::from_secs(20))
+        .visibility_timeout(Duration::from_secs(60));
+    let publisher = backend.broker.publisher(queue.clone());
+    for n in 1..=2 {
+        publisher.message(&Job::new("-", n)).send().await.unwrap();
+    }
+    let started = Arc::new(AtomicU32::new(0));
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    // The handler is slow: it runs for 3 s of whichever clock the backend uses.
+    let slow = SlowThen {
+        inner: handler,
+        started: started.clone(),
+    };
+    let running = service(
+        &backend,
+        Duration::from_secs(10),
+        subscriber(queue.clone(), slow).build(),
+    );
+    eventually("m1 running", || started.load(Ordering::SeqCst) == 1).await;
+    // Both messages are held and the next long poll has started.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await.unwrap();
+    let returned = Instant::now();
+
+    assert_eq!(
+        log.lock().unwrap().len(),
+        1,
+        "only m1 ran; m2 waited for the slot"
+    );
+    let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
+    let back = drain(&backend, &url, 1).await;
+    assert!(
+        returned.elapsed() < Duration::from_secs(3),
+        "drained within a few seconds of run returning"
+    );
+    let back: Vec<Job> = back
+        .iter()
+        .map(|m| serde_json::from_str(&m.body).unwrap())
+        .collect();
+    assert_eq!(
+        back,
+        [Job::new("-", 2)],
+        "m2 is visible again at once, not hidden for its 60 s visibility timeout"
+    );
+}
+
+/// A handler that counts its calls, works for 3 s, then lets the scripted one answer.
+struct SlowThen<H> {
+    inner: H,
+    started: Arc<AtomicU32>,
+}
+
+impl<H: Handle<Job>> Handle<Job> for SlowThen<H> {
+    async fn handle(
+        &self,
+        job: &Job,
+        outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        self.inner.handle(job, outs, ctx).await
+    }
+}
+
+async fn a_handler_outliving_the_shutdown_timeout_is_not_running_when_run_returns<T: Transport>(
+    backend: Backend<T>,
+) {
+    let queue = SqsQueue::new(backend.name("overrun"))
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(60));
+    backend
+        .broker
+        .publisher(queue.clone())
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    /// Set while the handler's future is alive; cleared when it is dropped (cancelled) or done.
+    struct Endless {
+        running: Arc<AtomicBool>,
+        finished: Arc<AtomicBool>,
+    }
+    struct Alive(Arc<AtomicBool>);
+    impl Drop for Alive {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::SeqCst);
+        }
+    }
+    impl Handle<Job> for Endless {
+        async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+            self.running.store(true, Ordering::SeqCst);
+            let _alive = Alive(self.running.clone());
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            self.finished.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+    let running_flag = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+    let handler = Endless {
+        running: running_flag.clone(),
+        finished: finished.clone(),
+    };
+    let running = service(
+        &backend,
+        Duration::from_secs(2),
+        subscriber(queue.clone(), handler).build(),
+    );
+    eventually("the handler runs", || running_flag.load(Ordering::SeqCst)).await;
+    running.stop().await.unwrap();
+    assert!(
+        !running_flag.load(Ordering::SeqCst),
+        "the handler was cancelled before run returned"
+    );
+    assert!(!finished.load(Ordering::SeqCst));
+    let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
+    let back = drain(&backend, &url, 1).await;
+    assert_eq!(back.len(), 1, "its message was released, not left for 60 s");
+    // A real server may also hand the released message to the long poll still in flight at
+    // shutdown; the engine lets that poll finish and releases what it got, one receive more.
+    let most = match backend.kind {
+        Kind::InProcess => 2,
+        Kind::LocalStack => 3,
+    };
+    let receives = back[0].receive_count().unwrap();
+    assert!((2..=most).contains(&receives), "received {receives} times");
+}
