@@ -223,3 +223,28 @@ async fn transport_calls_that_panic_are_retried_and_the_service_goes_on() {
     let handled: Vec<u32> = jobs(&log).iter().map(|job| job.n).collect();
     assert_eq!(handled, [1, 2, 3, 4, 5], "once each, in order");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_short_poll_backs_off_instead_of_spinning() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("quiet")
+        .create_if_missing()
+        .wait(Duration::ZERO);
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let running = start(&broker, subscriber(queue.clone(), handler).build());
+    sleep(Duration::from_secs(1)).await;
+    let before = broker.api_calls().receive_message;
+    sleep(Duration::from_secs(60)).await;
+    let receives = broker.api_calls().receive_message - before;
+    // Backing off from 100 ms to 2 s: about 30 receives a minute once at the cap, not thousands.
+    assert!((20..=80).contains(&receives), "{receives} receives in 60 s");
+    broker
+        .publisher(queue)
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    eventually("a message is still picked up", || jobs(&log).len() == 1).await;
+    running.stop().await.unwrap();
+}

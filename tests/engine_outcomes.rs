@@ -274,8 +274,9 @@ async fn an_undecodable_body_without_a_dead_letter_queue_is_never_deleted() {
     running.stop().await.unwrap();
     assert!(log.lock().unwrap().is_empty());
     // Retried by the backoff, not at once and not at the visibility timeout's pace: received at
-    // 0, 1, 3, 7 and 15 s; the last retry let it wait 16 s, until 31 s.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // 0, 1, 3, 7 and 15 s (plus a few ms of work each); the last retry let it wait 16 s, until
+    // just after 31 s.
+    tokio::time::sleep(Duration::from_secs(7)).await;
     let url = account.get_queue_url("jobs").await.unwrap();
     let got = receive(&account, &url, 10).await;
     assert_eq!(bodies(&got), ["not json"]);

@@ -22,6 +22,8 @@ fn orders_queue() -> SqsQueue {
     wait = Duration::from_secs(2),
     visibility_timeout = Duration::from_secs(60),
     pollers = 2,
+    retry = rust_stream::RetryPolicy::fixed(Duration::from_secs(2)),
+    timeout = Duration::from_secs(30),
     dead_letter("orders-dlq.fifo", 5),
     codec = Json,
 )]
