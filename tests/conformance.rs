@@ -6,6 +6,7 @@
 //! Live legs need `RUST_STREAM_LIVE_ENDPOINT` (set by `scripts/test.sh`); under CI a missing
 //! endpoint fails them.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
@@ -18,31 +19,7 @@ use rust_stream::engine::transport::{
 };
 use rust_stream::sqs::rules::ErrorKind;
 
-/// Runs each scenario on both backends.
-macro_rules! conformance {
-    ($($scenario:ident),* $(,)?) => {
-        mod in_process {
-            $(
-                #[tokio::test(start_paused = true)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::in_process()).await;
-                }
-            )*
-        }
-        mod live {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    if let Some(backend) = super::Backend::live().await {
-                        super::$scenario(backend).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-conformance!(
+both_backends!(
     fifo_groups_are_handed_out_in_order_and_held_while_in_flight,
     releasing_one_message_while_others_of_its_group_are_in_flight,
     a_timed_out_group_comes_back_with_its_unacknowledged_messages_first,

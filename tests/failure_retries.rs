@@ -9,6 +9,7 @@
 //! - shutdown with a long poll in flight leaves nothing hidden, and a handler outliving the
 //!   shutdown timeout is no longer running when `run` returns.
 
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -25,29 +26,6 @@ use rust_stream::{
     ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
 use tokio::time::Instant;
-
-macro_rules! both_backends {
-    ($($scenario:ident),* $(,)?) => {
-        mod in_process {
-            $(
-                #[tokio::test(start_paused = true)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::in_process()).await;
-                }
-            )*
-        }
-        mod live {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    if let Some(backend) = super::Backend::live().await {
-                        super::$scenario(backend).await;
-                    }
-                }
-            )*
-        }
-    };
-}
 
 both_backends!(
     a_fifo_message_failing_twice_is_retried_in_place_and_its_group_stays_whole_and_in_order,
@@ -72,6 +50,21 @@ fn service<T: Transport>(backend: &Backend<T>, shutdown: Duration, sub: Subscrib
                 b.include(sub);
             }),
     )
+}
+
+/// Runs the service on `queue` until g5 is handled, and lets the last delete land before it stops.
+async fn until_g5_handled<T: Transport, H: Handle<Job>>(
+    backend: &Backend<T>,
+    queue: &SqsQueue,
+    handler: H,
+    log: &common::engine::Log,
+) {
+    let sub = subscriber(queue.clone(), handler).build();
+    let running = service(backend, Duration::from_secs(10), sub);
+    eventually("g5 handled", || jobs(log).iter().any(|job| job.n == 5)).await;
+    // Deletes are confirmed before the group goes on, so g5's is the only one that may lag.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await.unwrap();
 }
 
 /// Visible, in flight and delayed messages, as the queue reports them.
@@ -171,15 +164,7 @@ async fn a_fifo_message_failing_twice_is_retried_in_place_and_its_group_stays_wh
         }
         Ok(())
     });
-    let running = service(
-        &backend,
-        Duration::from_secs(10),
-        subscriber(queue.clone(), handler).build(),
-    );
-    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
-    // Deletes are confirmed before the group goes on, so g5's is the only one that may lag.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    running.stop().await.unwrap();
+    until_g5_handled(&backend, &queue, handler, &log).await;
 
     assert_eq!(
         calls(&log),
@@ -214,14 +199,7 @@ async fn a_fifo_message_that_always_fails_is_dead_lettered_alone_after_exactly_i
         2 => Err(HandlerOutcome::retry()),
         _ => Ok(()),
     });
-    let running = service(
-        &backend,
-        Duration::from_secs(10),
-        subscriber(queue.clone(), handler).build(),
-    );
-    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    running.stop().await.unwrap();
+    until_g5_handled(&backend, &queue, handler, &log).await;
 
     assert_eq!(
         calls(&log),
@@ -274,14 +252,7 @@ async fn the_queues_redrive_policy_sets_the_attempts_and_dead_letter_queue_when_
         2 => Err(HandlerOutcome::retry()),
         _ => Ok(()),
     });
-    let running = service(
-        &backend,
-        Duration::from_secs(10),
-        subscriber(queue.clone(), handler).build(),
-    );
-    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    running.stop().await.unwrap();
+    until_g5_handled(&backend, &queue, handler, &log).await;
 
     assert_eq!(
         calls(&log),
@@ -308,14 +279,7 @@ async fn undecodable_fifo_messages_go_to_the_queues_dead_letter_queue_and_the_va
     bodies[2] = "not json (g3)".to_owned();
     send_group(&backend, &queue, &bodies).await;
     let (handler, log) = Scripted::new(|_, _| Ok(()));
-    let running = service(
-        &backend,
-        Duration::from_secs(10),
-        subscriber(queue.clone(), handler).build(),
-    );
-    eventually("g5 handled", || jobs(&log).iter().any(|job| job.n == 5)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    running.stop().await.unwrap();
+    until_g5_handled(&backend, &queue, handler, &log).await;
 
     assert_eq!(
         calls(&log),

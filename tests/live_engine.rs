@@ -2,6 +2,7 @@
 //! and a live LocalStack (real time): a FIFO failure mid-batch, outputs, dead-lettering with the
 //! group continuing, graceful shutdown, and what consuming a standard queue costs in SQS calls.
 
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,29 +15,6 @@ use rust_stream::engine::transport::{ReceiveMessage, ReceivedMessage, Transport}
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::{Output, Subscriber, DEAD_LETTER_REASON_HEADER};
-
-macro_rules! both_backends {
-    ($($scenario:ident),* $(,)?) => {
-        mod in_process {
-            $(
-                #[tokio::test(start_paused = true)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::in_process()).await;
-                }
-            )*
-        }
-        mod live {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    if let Some(backend) = super::Backend::live().await {
-                        super::$scenario(backend).await;
-                    }
-                }
-            )*
-        }
-    };
-}
 
 both_backends!(
     a_failed_fifo_message_is_retried_in_place_while_its_group_waits_in_order,

@@ -6,6 +6,33 @@ use rust_stream::engine::transport::{
     QueueAttributes, ReceiveMessage, ReceivedMessage, SendMessage, TransportError,
 };
 
+/// Runs each named scenario (an `async fn(Backend<T>)` of the test file) on both backends: the
+/// in-process account on a paused clock, and LocalStack in real time (failing under CI when no
+/// LocalStack was started).
+#[macro_export]
+macro_rules! both_backends {
+    ($($scenario:ident),* $(,)?) => {
+        mod in_process {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::in_process()).await;
+                }
+            )*
+        }
+        mod live {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    if let Some(backend) = super::Backend::live().await {
+                        super::$scenario(backend).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
 /// Queue attributes from `(name, value)` pairs.
 pub fn attributes(pairs: &[(&str, &str)]) -> QueueAttributes {
     pairs
