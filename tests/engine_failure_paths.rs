@@ -248,3 +248,97 @@ async fn an_empty_short_poll_backs_off_instead_of_spinning() {
     eventually("a message is still picked up", || jobs(&log).len() == 1).await;
     running.stop().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_startup_stops_the_consumers_it_had_started() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let first = SqsQueue::new("first").create_if_missing();
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let (missing, _) = Scripted::new(|_, _| Ok(()));
+    let app = RustStream::new(AppInfo::new("half-started", "0")).with_broker(broker.clone(), |b| {
+        b.include(subscriber(first.clone(), handler).build());
+        b.include(subscriber("never-created", missing).build());
+    });
+    let error = TestApp::spawn(app).stop().await.unwrap_err();
+    assert!(
+        matches!(error, rust_stream::RunError::QueueMissing { ref queue } if queue == "never-created"),
+        "{error}"
+    );
+    // The first subscription had started; it must not go on consuming after `run` returned.
+    let receives = broker.api_calls().receive_message;
+    broker
+        .publisher(first)
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(60)).await;
+    assert!(
+        jobs(&log).is_empty(),
+        "a consumer outlived the failed start"
+    );
+    assert_eq!(broker.api_calls().receive_message, receives);
+    let url = account.get_queue_url("first").await.unwrap();
+    assert_eq!(account.counts(&url).await.unwrap().visible, 1);
+}
+
+/// Log lines written while a test runs, for the warnings a test expects.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_naming_both() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber_log = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber_log);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let account = Account::new();
+        let dlq = account.create_standard_queue("old-dlq").await.unwrap();
+        let arn = account
+            .get_queue_attributes(&dlq, &["QueueArn"])
+            .await
+            .unwrap()["QueueArn"]
+            .clone();
+        let policy = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":3}}"#);
+        let mut attributes = rust_stream::engine::transport::QueueAttributes::new();
+        attributes.insert("RedrivePolicy".into(), policy);
+        account.create_queue("payments", attributes).await.unwrap();
+        let broker = SqsBroker::with_account(&account);
+        let (handler, _) = Scripted::new(|_, _| Ok(()));
+        let queue = SqsQueue::new("payments")
+            .dead_letter("new-dlq", 5)
+            .create_if_missing();
+        start(&broker, subscriber(queue, handler).build())
+            .stop()
+            .await
+            .unwrap();
+    });
+    let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let warning = logged
+        .lines()
+        .find(|line| line.contains("RedrivePolicy disagrees"))
+        .unwrap_or_else(|| panic!("no warning in:\n{logged}"));
+    for named in ["new-dlq", "old-dlq", "5", "3"] {
+        assert!(warning.contains(named), "{named} missing from: {warning}");
+    }
+}

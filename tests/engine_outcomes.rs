@@ -548,3 +548,50 @@ async fn handlers_see_their_jobs_through_the_scripted_helper() {
     let url = account.get_queue_url("jobs").await.unwrap();
     eventually_empty(&account, &url).await;
 }
+
+/// Publishes each job to a publisher of another broker, as part of handling it.
+struct Forward {
+    to: rust_stream::Publisher,
+}
+
+impl Handle<Job> for Forward {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        ctx.publish(self.to.message(job));
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn staged_outputs_go_through_the_broker_their_publisher_belongs_to() {
+    let here = Account::new();
+    let elsewhere = Account::new();
+    let broker = SqsBroker::with_account(&here);
+    let other = SqsBroker::with_account(&elsewhere);
+    let to = other.publisher(SqsQueue::new("audit").create_if_missing());
+    let running = TestApp::spawn(app(
+        &broker,
+        subscriber(standard_jobs(), Forward { to }).build(),
+    ));
+    broker
+        .publisher(standard_jobs())
+        .message(&Job::new("-", 7))
+        .send()
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..1000 {
+        if let Ok(audit) = elsewhere.get_queue_url("audit").await {
+            got = receive(&elsewhere, &audit, 10).await;
+            if !got.is_empty() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    running.stop().await.unwrap();
+    assert_eq!(got.len(), 1, "sent on the publisher's own broker");
+    assert!(
+        here.get_queue_url("audit").await.is_err(),
+        "nothing was created on the subscription's broker"
+    );
+}

@@ -35,6 +35,7 @@ both_backends!(
     a_handler_failing_for_ten_seconds_is_attempted_a_few_times_not_hundreds,
     shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden,
     a_handler_outliving_the_shutdown_timeout_is_not_running_when_run_returns,
+    dead_letter_works_on_a_queue_that_already_exists_without_a_redrive_policy,
 );
 
 /// Fast enough for real time on LocalStack, still a growing backoff.
@@ -482,4 +483,47 @@ async fn a_handler_outliving_the_shutdown_timeout_is_not_running_when_run_return
     };
     let receives = back[0].receive_count().unwrap();
     assert!((2..=most).contains(&receives), "received {receives} times");
+}
+
+async fn dead_letter_works_on_a_queue_that_already_exists_without_a_redrive_policy<T: Transport>(
+    backend: Backend<T>,
+) {
+    // Both queues exist before the service starts, and the source has no RedrivePolicy: only the
+    // subscription's `.dead_letter(..)` says where failed messages go, and after how many attempts.
+    let dlq_url = backend.queue("existing-dlq", &[]).await;
+    backend.queue("existing", &[]).await;
+    let queue = SqsQueue::new(backend.name("existing"))
+        .dead_letter(backend.name("existing-dlq"), 2)
+        .retry(quick_retries());
+    backend
+        .broker
+        .publisher(queue.clone())
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    let (handler, log) = Scripted::new(|_, _| Err(HandlerOutcome::retry()));
+    let sub = subscriber(queue.clone(), handler).build();
+    let running = service(&backend, Duration::from_secs(10), sub);
+    let mut dead = Vec::new();
+    for _ in 0..30 {
+        dead = drain(&backend, &dlq_url, 1).await;
+        if !dead.is_empty() {
+            break;
+        }
+    }
+    running.stop().await.unwrap();
+    assert_eq!(
+        dead.len(),
+        1,
+        "dead-lettered by the subscription's declaration"
+    );
+    assert_eq!(attribute(&dead[0], ATTEMPTS_HEADER).as_deref(), Some("2"));
+    assert_eq!(
+        calls(&log),
+        [(1, 1), (1, 2)],
+        "two attempts on a standard queue: two receives"
+    );
+    let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
+    assert_eq!(left(&backend, &url).await, (0, 0, 0));
 }
