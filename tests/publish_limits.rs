@@ -1,5 +1,6 @@
 //! The size limits SQS puts on sends, honoured by a publisher before the network: sends are packed
-//! so that no `SendMessageBatch` passes 1 MiB in total.
+//! so that no `SendMessageBatch` passes 1 MiB in total, and a message over its queue's own
+//! `MaximumMessageSize` is refused without a call.
 
 mod common;
 
@@ -8,6 +9,7 @@ use rust_stream::account::Account;
 use rust_stream::engine::transport::{SendBatchEntry, SendMessage};
 use rust_stream::prelude::*;
 use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::PublishError;
 
 const KIB: usize = 1024;
 
@@ -45,4 +47,41 @@ async fn concurrent_large_sends_are_packed_into_calls_of_at_most_one_mebibyte() 
         "ten 300 KiB messages need at least 4 calls of at most 1 MiB; made {calls}"
     );
     assert_eq!(account.counts(&url).await.unwrap().visible, 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_over_the_queues_maximum_message_size_is_refused_before_the_network() {
+    let account = Account::new();
+    account
+        .create_queue("small", attributes(&[("MaximumMessageSize", "2048")]))
+        .await
+        .unwrap();
+    let broker = SqsBroker::with_account(&account);
+    let small = broker.publisher("small");
+
+    let error = small.raw("x".repeat(4 * KIB)).send().await.unwrap_err();
+    let PublishError::Rejected { queue, error } = &error else {
+        panic!("expected a rejection, got {error}")
+    };
+    assert_eq!(queue, "small");
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    let text = error.to_string();
+    for expected in ["`small`", "4096", "2048", "MaximumMessageSize"] {
+        assert!(text.contains(expected), "missing `{expected}` in: {text}");
+    }
+    let calls = broker.api_calls();
+    assert_eq!(calls.send_message_batch, 0, "nothing was sent: {calls:?}");
+
+    small
+        .raw("x".repeat(2 * KIB))
+        .send()
+        .await
+        .expect("a message of exactly the queue's limit is sent");
+    let calls = broker.api_calls();
+    assert_eq!(calls.send_message_batch, 1);
+    assert_eq!(
+        (calls.get_queue_url, calls.get_queue_attributes),
+        (1, 1),
+        "the queue is looked up once: {calls:?}"
+    );
 }
