@@ -13,8 +13,9 @@
 //! On a FIFO queue a message's group is its `group_id` step, else its [`PARTITION_KEY_HEADER`]
 //! header, else `"default"`; its deduplication id is its `dedup_id` step, else a new UUID (unique
 //! across processes), unless the queue was declared with content-based deduplication. Sends are
-//! batched (up to 10 per `SendMessageBatch`, after a short linger) without reordering a queue's
-//! messages, and every rule SQS would check is checked before the network.
+//! batched (up to 10 messages and 1 MiB per `SendMessageBatch`, after a short linger) without
+//! reordering a queue's messages, and every rule SQS would check is checked before the network,
+//! the queue's own `MaximumMessageSize` included.
 
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
@@ -203,12 +204,12 @@ impl Outgoing {
                 None if queue.content_based_dedup => None,
                 None => Some(uuid::Uuid::new_v4().to_string()),
             };
-            check(&message, &queue).map_err(reject)?;
+            check(&message, &queue, rules::MAX_MESSAGE_SIZE).map_err(reject)?;
             return Ok((publisher, message));
         }
         message.group_id = self.group_id;
         message.dedup_id = self.dedup_id;
-        check(&message, &queue).map_err(reject)?;
+        check(&message, &queue, rules::MAX_MESSAGE_SIZE).map_err(reject)?;
         Ok((self.publisher, message))
     }
 
@@ -232,12 +233,18 @@ impl Outgoing {
     }
 }
 
-fn check(message: &SendMessage, queue: &SqsQueue) -> Result<(), TransportError> {
+/// Checks a message against every send rule, for a queue that takes messages of up to
+/// `maximum_message_size` bytes.
+pub(crate) fn check(
+    message: &SendMessage,
+    queue: &SqsQueue,
+    maximum_message_size: usize,
+) -> Result<(), TransportError> {
     let target = rules::SendTarget {
         queue: &queue.name,
         fifo: queue.is_fifo(),
         content_based_dedup: queue.content_based_dedup,
-        maximum_message_size: rules::MAX_MESSAGE_SIZE,
+        maximum_message_size,
     };
     rules::check_send(message, target).map(drop)
 }

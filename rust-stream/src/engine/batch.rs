@@ -2,12 +2,13 @@
 //! `DeleteMessageBatch` and `ChangeMessageVisibilityBatch` for settling and extending.
 //!
 //! Callers submit *jobs* of entries and await each entry's answer. A batcher per queue and action
-//! gathers jobs into calls of at most 10 entries, flushing when a call is full or when the first
-//! entry has waited the linger. A job of up to 10 entries always goes out in one call (a FIFO
-//! group's release must be one `ChangeMessageVisibilityBatch`), and jobs go out in submission
-//! order. Per-entry failures are read: a service-side failure (`SenderFault: false`) or a failed
-//! call that may be retried is retried with jittered backoff; anything else is answered as an
-//! error for the caller to log or act on.
+//! gathers jobs into calls of at most 10 entries and, for sends, at most 1 MiB of bodies and
+//! attributes (SQS refuses a larger `SendMessageBatch` whole), flushing when a call is full or when
+//! the first entry has waited the linger. A job of up to 10 entries that fits in 1 MiB always goes
+//! out in one call (a FIFO group's release must be one `ChangeMessageVisibilityBatch`), and jobs go
+//! out in submission order. Per-entry failures are read: a service-side failure
+//! (`SenderFault: false`) or a failed call that may be retried is retried with jittered backoff;
+//! anything else is answered as an error for the caller to log or act on.
 
 use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
@@ -21,7 +22,7 @@ use crate::engine::transport::{
     BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, SendBatchEntry, SendMessage,
     SentMessage, SharedTransport, TransportError,
 };
-use crate::sqs::rules::{ErrorKind, MAX_BATCH_ENTRIES};
+use crate::sqs::rules::{self, ErrorKind, MAX_BATCH_ENTRIES, MAX_BATCH_PAYLOAD_SIZE};
 
 /// How many times one entry is tried before its error is answered.
 const MAX_ATTEMPTS: u32 = 5;
@@ -30,6 +31,11 @@ const MAX_ATTEMPTS: u32 = 5;
 pub(crate) trait Action: Send + Sync + 'static {
     type Entry: Clone + Send + Sync + 'static;
     type Output: Send + 'static;
+    /// The entry's share of a call's payload, counted against SQS's 1 MiB per `SendMessageBatch`;
+    /// deletes and visibility changes have no such limit.
+    fn size(_entry: &Self::Entry) -> usize {
+        0
+    }
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
@@ -44,6 +50,9 @@ pub(crate) struct SendBatch;
 impl Action for SendBatch {
     type Entry = SendMessage;
     type Output = SentMessage;
+    fn size(message: &SendMessage) -> usize {
+        rules::message_size(message)
+    }
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
@@ -116,6 +125,8 @@ type Answers<A> = Vec<Result<<A as Action>::Output, TransportError>>;
 
 struct Job<A: Action> {
     entries: Vec<A::Entry>,
+    /// The entries' payload, as [`Action::size`] counts it.
+    size: usize,
     reply: oneshot::Sender<Answers<A>>,
 }
 
@@ -158,17 +169,16 @@ impl<A: Action> Batcher<A> {
         }
     }
 
-    /// Submits entries and waits for each one's answer, in order. Up to 10 entries go out in one
-    /// call; more are split into calls of 10, in order.
+    /// Submits entries and waits for each one's answer, in order. Up to 10 entries within the
+    /// payload limit go out in one call; more are split into calls, in order.
     pub(crate) async fn submit(&self, entries: Vec<A::Entry>) -> Answers<A> {
         let mut waiting = Vec::new();
-        let mut entries = entries.into_iter().peekable();
-        while entries.peek().is_some() {
-            let chunk: Vec<A::Entry> = entries.by_ref().take(MAX_BATCH_ENTRIES).collect();
+        for (chunk, size) in chunks::<A>(entries) {
             let count = chunk.len();
             let (reply, answer) = oneshot::channel();
             let sent = self.jobs.send(Job {
                 entries: chunk,
+                size,
                 reply,
             });
             waiting.push((count, sent.is_ok().then_some(answer)));
@@ -193,6 +203,26 @@ impl<A: Action> Batcher<A> {
             .pop()
             .unwrap_or_else(|| Err(stopped()))
     }
+}
+
+/// Splits entries, in order, into jobs that each fit one call: at most 10 entries and at most the
+/// payload limit. An entry alone is never over the limit (its message was checked against the
+/// 1 MiB message size first), but if one were it would still go out alone, for SQS to refuse.
+fn chunks<A: Action>(entries: Vec<A::Entry>) -> Vec<(Vec<A::Entry>, usize)> {
+    let mut chunks: Vec<(Vec<A::Entry>, usize)> = Vec::new();
+    for entry in entries {
+        let size = A::size(&entry);
+        match chunks.last_mut() {
+            Some((chunk, total))
+                if chunk.len() < MAX_BATCH_ENTRIES && *total + size <= MAX_BATCH_PAYLOAD_SIZE =>
+            {
+                chunk.push(entry);
+                *total += size;
+            }
+            _ => chunks.push((vec![entry], size)),
+        }
+    }
+    chunks
 }
 
 fn stopped() -> TransportError {
@@ -222,18 +252,24 @@ async fn gather<A: Action>(
             },
         };
         let mut count = first.entries.len();
+        let mut size = first.size;
         let mut batch = vec![first];
         let deadline = Instant::now() + settings.linger;
-        while count < MAX_BATCH_ENTRIES {
+        while count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
             tokio::select! {
                 biased;
                 job = receiver.recv() => match job {
-                    Some(job) if count + job.entries.len() > MAX_BATCH_ENTRIES => {
+                    // A job is never split across calls, so one that does not fit starts the next.
+                    Some(job)
+                        if count + job.entries.len() > MAX_BATCH_ENTRIES
+                            || size + job.size > MAX_BATCH_PAYLOAD_SIZE =>
+                    {
                         left_over = Some(job);
                         break;
                     }
                     Some(job) => {
                         count += job.entries.len();
+                        size += job.size;
                         batch.push(job);
                     }
                     None => break,
@@ -365,7 +401,222 @@ pub(crate) fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+    use crate::account::Account;
+    use crate::engine::transport::{QueueAttributes, ReceiveMessage, ReceivedMessage, Transport};
+
+    const KIB: usize = 1024;
+
+    /// The account, recording the bodies of each `SendMessageBatch` call.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        account: Account,
+        sends: Arc<Mutex<Vec<Vec<String>>>>,
+    }
+
+    impl Recorder {
+        fn calls(&self) -> Vec<Vec<String>> {
+            self.sends.lock().unwrap().clone()
+        }
+    }
+
+    impl Transport for Recorder {
+        async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+            self.account.get_queue_url(name).await
+        }
+        async fn create_queue(
+            &self,
+            name: &str,
+            attributes: QueueAttributes,
+        ) -> Result<String, TransportError> {
+            self.account.create_queue(name, attributes).await
+        }
+        async fn get_queue_attributes(
+            &self,
+            queue_url: &str,
+            names: &[&str],
+        ) -> Result<QueueAttributes, TransportError> {
+            self.account.get_queue_attributes(queue_url, names).await
+        }
+        async fn send_message_batch(
+            &self,
+            queue_url: &str,
+            entries: Vec<SendBatchEntry>,
+        ) -> Result<BatchResult<SentMessage>, TransportError> {
+            self.sends.lock().unwrap().push(
+                entries
+                    .iter()
+                    .map(|entry| entry.message.body.clone())
+                    .collect(),
+            );
+            self.account.send_message_batch(queue_url, entries).await
+        }
+        async fn receive_message(
+            &self,
+            queue_url: &str,
+            request: ReceiveMessage,
+        ) -> Result<Vec<ReceivedMessage>, TransportError> {
+            self.account.receive_message(queue_url, request).await
+        }
+        async fn delete_message_batch(
+            &self,
+            queue_url: &str,
+            entries: Vec<DeleteEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            self.account.delete_message_batch(queue_url, entries).await
+        }
+        async fn change_message_visibility_batch(
+            &self,
+            queue_url: &str,
+            entries: Vec<ChangeVisibilityEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            self.account
+                .change_message_visibility_batch(queue_url, entries)
+                .await
+        }
+    }
+
+    /// A body of `size` bytes that starts with its label, so a call's contents can be read back.
+    fn body(label: usize, size: usize) -> String {
+        let mut body = format!("{label}:");
+        body.extend(std::iter::repeat_n('x', size - body.len()));
+        body
+    }
+
+    fn chunk_lengths<A: Action>(entries: Vec<A::Entry>) -> Vec<usize> {
+        chunks::<A>(entries)
+            .iter()
+            .map(|(chunk, _)| chunk.len())
+            .collect()
+    }
+
+    #[test]
+    fn submitted_entries_are_split_by_count_and_by_payload_size() {
+        let sends = |sizes: &[usize]| -> Vec<SendMessage> {
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(label, size)| SendMessage::new(body(label, *size)))
+                .collect()
+        };
+        assert_eq!(
+            chunk_lengths::<SendBatch>(sends(&[300 * KIB; 10])),
+            [3, 3, 3, 1],
+            "three 300 KiB messages fit in 1 MiB, a fourth does not"
+        );
+        assert_eq!(chunk_lengths::<SendBatch>(sends(&[KIB; 25])), [10, 10, 5]);
+        assert_eq!(
+            chunk_lengths::<SendBatch>(sends(&[MAX_BATCH_PAYLOAD_SIZE / 10; 10])),
+            [10],
+            "ten entries that fit the limit exactly stay one call"
+        );
+        assert_eq!(
+            chunk_lengths::<SendBatch>(sends(&[MAX_BATCH_PAYLOAD_SIZE, 10, 10])),
+            [1, 2],
+            "a message of the whole limit goes alone"
+        );
+        let (chunks, total): (Vec<_>, Vec<_>) = chunks::<SendBatch>(sends(&[600 * KIB, 500 * KIB]))
+            .into_iter()
+            .map(|(chunk, size)| (chunk.len(), size))
+            .unzip();
+        assert_eq!((chunks, total), (vec![1, 1], vec![600 * KIB, 500 * KIB]));
+        let receipts: Vec<String> = (0..25).map(|n| n.to_string()).collect();
+        assert_eq!(chunk_lengths::<DeleteBatch>(receipts), [10, 10, 5]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_jobs_are_packed_in_order_into_calls_within_the_payload_limit() {
+        let recorder = Recorder::default();
+        let url = recorder
+            .account
+            .create_queue("packed", QueueAttributes::new())
+            .await
+            .unwrap();
+        let batcher = Batcher::<SendBatch>::spawn(
+            Arc::new(recorder.clone()),
+            url,
+            BatchSettings {
+                linger: Duration::from_millis(5),
+                max_in_flight: 1,
+            },
+        );
+        // Jobs in submission order: one 600 KiB message, then a job of two 300 KiB messages (which
+        // must not be split, so it starts the next call), then eight of 100 KiB each.
+        let mut jobs = vec![vec![600 * KIB], vec![300 * KIB, 300 * KIB]];
+        jobs.extend(std::iter::repeat_n(vec![100 * KIB], 8));
+        let mut label = 0;
+        let mut answers = Vec::new();
+        for sizes in jobs {
+            let entries: Vec<SendMessage> = sizes
+                .iter()
+                .map(|size| {
+                    label += 1;
+                    SendMessage::new(body(label, *size))
+                })
+                .collect();
+            let (reply, answer) = oneshot::channel();
+            batcher
+                .jobs
+                .send(Job {
+                    size: entries.iter().map(SendBatch::size).sum(),
+                    entries,
+                    reply,
+                })
+                .unwrap();
+            answers.push(answer);
+        }
+        for answer in answers {
+            for sent in answer.await.unwrap() {
+                sent.expect("no call goes over the limit, so every entry is stored");
+            }
+        }
+        let calls = recorder.calls();
+        let labels: Vec<Vec<usize>> = calls
+            .iter()
+            .map(|call| {
+                call.iter()
+                    .map(|body| body.split(':').next().unwrap().parse().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            labels,
+            [vec![1], vec![2, 3, 4, 5, 6, 7], vec![8, 9, 10, 11]],
+            "each call as full as the limit allows, in submission order"
+        );
+        for call in &calls {
+            let total: usize = call.iter().map(String::len).sum();
+            assert!(total <= MAX_BATCH_PAYLOAD_SIZE, "{total} bytes in one call");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_large_submission_goes_out_in_calls_within_the_payload_limit() {
+        let recorder = Recorder::default();
+        let url = recorder
+            .account
+            .create_queue("large", QueueAttributes::new())
+            .await
+            .unwrap();
+        let batcher = Batcher::<SendBatch>::spawn(
+            Arc::new(recorder.clone()),
+            url,
+            BatchSettings {
+                linger: Duration::from_millis(5),
+                max_in_flight: 1,
+            },
+        );
+        let entries: Vec<SendMessage> = (0..10)
+            .map(|label| SendMessage::new(body(label, 300 * KIB)))
+            .collect();
+        for sent in batcher.submit(entries).await {
+            sent.expect("stored");
+        }
+        let lengths: Vec<usize> = recorder.calls().iter().map(Vec::len).collect();
+        assert_eq!(lengths, [3, 3, 3, 1]);
+    }
 
     #[test]
     fn backoff_grows_to_its_cap_and_never_spins() {

@@ -2,8 +2,9 @@
 //! honours.
 //!
 //! A broker holds one [`Transport`]: today the in-process [`Account`], tomorrow aws-sdk-sqs. It
-//! resolves queue URLs once (creating queues when asked), and owns one batcher per queue and
-//! action, shared by every subscription and publisher of the broker.
+//! resolves each queue once (its URL, creating the queue when asked, and its `MaximumMessageSize`),
+//! and owns one batcher per queue and action, shared by every subscription and publisher of the
+//! broker.
 
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
@@ -27,7 +28,7 @@ use crate::engine::transport::{
     QueueAttributes, SendMessage, SentMessage, SharedTransport, Transport, TransportError,
 };
 use crate::handler::Subscriber;
-use crate::publish::{PublishError, Publisher};
+use crate::publish::{self, PublishError, Publisher};
 use rules::ErrorKind;
 
 /// The SQS broker: subscriptions and publishers over one SQS backend.
@@ -125,9 +126,19 @@ pub(crate) struct BrokerCore {
     pub(crate) transport: SharedTransport,
     calls: Arc<CallCounter>,
     linger_nanos: AtomicU64,
-    /// Queue URLs by name, resolved once.
-    urls: tokio::sync::Mutex<HashMap<String, String>>,
+    /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
+    /// no other, and callers asking for the same queue at once share one lookup.
+    queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
     batchers: Mutex<Batchers>,
+}
+
+/// What a broker learns of a queue once.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) url: String,
+    /// The queue's `MaximumMessageSize`: SQS refuses a larger message to this queue even when it
+    /// is within the 1 MiB every queue could take.
+    pub(crate) maximum_message_size: usize,
 }
 
 #[derive(Default)]
@@ -146,7 +157,7 @@ impl BrokerCore {
             transport,
             calls,
             linger_nanos: AtomicU64::new(5_000_000),
-            urls: tokio::sync::Mutex::new(HashMap::new()),
+            queues: Mutex::new(HashMap::new()),
             batchers: Mutex::new(Batchers::default()),
         }
     }
@@ -165,55 +176,81 @@ impl BrokerCore {
     /// The queue's URL, resolved once; a queue declared `create_if_missing` is created (with its
     /// dead-letter queue and redrive policy) when it does not exist.
     pub(crate) async fn resolve(&self, queue: &SqsQueue) -> Result<String, TransportError> {
-        let mut urls = self.urls.lock().await;
-        if let Some(url) = urls.get(&queue.name) {
-            return Ok(url.clone());
-        }
+        Ok(self.resolved(queue).await?.url)
+    }
+
+    /// The queue's URL and `MaximumMessageSize`, looked up once. A failed lookup is not kept, so
+    /// the next caller tries again.
+    pub(crate) async fn resolved(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
+        self.cell(&queue.name)
+            .get_or_try_init(|| self.look_up(queue))
+            .await
+            .cloned()
+    }
+
+    /// The cell a queue is resolved in, made on first use.
+    fn cell(&self, name: &str) -> Arc<tokio::sync::OnceCell<Resolved>> {
+        self.queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    async fn look_up(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
         let url = match self.transport.get_queue_url(&queue.name).await {
             Ok(url) => url,
             Err(error)
                 if queue.create_if_missing
                     && error.kind() == Some(ErrorKind::QueueDoesNotExist) =>
             {
-                let mut attributes = QueueAttributes::new();
-                if queue.is_fifo() {
-                    attributes.insert("FifoQueue".into(), "true".into());
-                    if queue.content_based_dedup {
-                        attributes.insert("ContentBasedDeduplication".into(), "true".into());
-                    }
-                }
-                if let Some(timeout) = queue.consumer.visibility_timeout {
-                    attributes.insert("VisibilityTimeout".into(), timeout.as_secs().to_string());
-                }
-                if let (Some(dead_letter), Some(policy)) =
-                    (queue.dead_letter_queue(), &queue.dead_letter)
-                {
-                    let dead_letter_url = match urls.get(&dead_letter.name) {
-                        Some(url) => url.clone(),
-                        None => self.create_plain(&dead_letter).await?,
-                    };
-                    urls.insert(dead_letter.name.clone(), dead_letter_url.clone());
-                    let arn = self
-                        .transport
-                        .get_queue_attributes(&dead_letter_url, &["QueueArn"])
-                        .await?;
-                    let arn = arn.get("QueueArn").cloned().unwrap_or_default();
-                    let redrive = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": policy.max_receive_count });
-                    attributes.insert("RedrivePolicy".into(), redrive.to_string());
-                }
-                let url = self.transport.create_queue(&queue.name, attributes).await?;
-                tracing::info!(messaging.destination.name = %queue.name, "queue created");
-                url
+                self.create(queue).await?
             }
             Err(error) => return Err(error),
         };
-        urls.insert(queue.name.clone(), url.clone());
+        self.describe(queue, url).await
+    }
+
+    /// Creates a queue declared `create_if_missing`, with its type, visibility timeout and
+    /// redrive policy.
+    async fn create(&self, queue: &SqsQueue) -> Result<String, TransportError> {
+        let mut attributes = QueueAttributes::new();
+        if queue.is_fifo() {
+            attributes.insert("FifoQueue".into(), "true".into());
+            if queue.content_based_dedup {
+                attributes.insert("ContentBasedDeduplication".into(), "true".into());
+            }
+        }
+        if let Some(timeout) = queue.consumer.visibility_timeout {
+            attributes.insert("VisibilityTimeout".into(), timeout.as_secs().to_string());
+        }
+        if let (Some(dead_letter), Some(policy)) = (queue.dead_letter_queue(), &queue.dead_letter) {
+            // A RedrivePolicy names its target by ARN, so the dead-letter queue must exist first.
+            // It is resolved in its own cell, so a subscription or publisher of it shares this
+            // lookup and the queue is made once.
+            let dead_letter_url = self
+                .cell(&dead_letter.name)
+                .get_or_try_init(|| self.look_up_plain(&dead_letter))
+                .await?
+                .url
+                .clone();
+            let arn = self
+                .transport
+                .get_queue_attributes(&dead_letter_url, &["QueueArn"])
+                .await?;
+            let arn = arn.get("QueueArn").cloned().unwrap_or_default();
+            let redrive = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": policy.max_receive_count });
+            attributes.insert("RedrivePolicy".into(), redrive.to_string());
+        }
+        let url = self.transport.create_queue(&queue.name, attributes).await?;
+        tracing::info!(messaging.destination.name = %queue.name, "queue created");
         Ok(url)
     }
 
-    /// Creates a queue with only its type set, or finds it.
-    async fn create_plain(&self, queue: &SqsQueue) -> Result<String, TransportError> {
-        match self.transport.get_queue_url(&queue.name).await {
+    /// Finds a queue, or creates it with only its type set.
+    async fn look_up_plain(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
+        let url = match self.transport.get_queue_url(&queue.name).await {
             Err(error)
                 if queue.create_if_missing
                     && error.kind() == Some(ErrorKind::QueueDoesNotExist) =>
@@ -222,10 +259,41 @@ impl BrokerCore {
                 if queue.is_fifo() {
                     attributes.insert("FifoQueue".into(), "true".into());
                 }
-                self.transport.create_queue(&queue.name, attributes).await
+                self.transport.create_queue(&queue.name, attributes).await?
             }
-            found => found,
-        }
+            found => found?,
+        };
+        self.describe(queue, url).await
+    }
+
+    /// Reads what sends to the queue must respect besides the rules every queue shares.
+    async fn describe(&self, queue: &SqsQueue, url: String) -> Result<Resolved, TransportError> {
+        let maximum_message_size = match self
+            .transport
+            .get_queue_attributes(&url, &["MaximumMessageSize"])
+            .await
+        {
+            Ok(attributes) => attributes
+                .get("MaximumMessageSize")
+                .and_then(|size| size.parse().ok())
+                .unwrap_or(rules::MAX_MESSAGE_SIZE),
+            // A publisher may be allowed to send but not to read attributes (an IAM policy without
+            // sqs:GetQueueAttributes); SQS still enforces the queue's limit on each send.
+            Err(error @ TransportError::Other { .. }) => {
+                tracing::warn!(
+                    messaging.destination.name = %queue.name,
+                    error = %error,
+                    "cannot read the queue's MaximumMessageSize; messages are checked against 1 MiB \
+                     before sending and SQS refuses any over the queue's own limit"
+                );
+                rules::MAX_MESSAGE_SIZE
+            }
+            Err(error) => return Err(error),
+        };
+        Ok(Resolved {
+            url,
+            maximum_message_size,
+        })
     }
 
     /// Sends messages to a queue through its batcher, in order.
@@ -238,8 +306,8 @@ impl BrokerCore {
             queue: queue.name.clone(),
             error,
         };
-        let url = match self.resolve(queue).await {
-            Ok(url) => url,
+        let resolved = match self.resolved(queue).await {
+            Ok(resolved) => resolved,
             Err(error) => {
                 return messages
                     .iter()
@@ -247,12 +315,35 @@ impl BrokerCore {
                     .collect()
             }
         };
-        let sender = self.sender(&url, queue.is_fifo());
-        sender
-            .submit(messages)
-            .await
+        // SQS refuses a message over the queue's own MaximumMessageSize (which may be as low as
+        // 1 KiB); finding it here saves the call and names both sizes.
+        let checks: Vec<Result<(), TransportError>> = messages
+            .iter()
+            .map(|message| publish::check(message, queue, resolved.maximum_message_size))
+            .collect();
+        let accepted: Vec<SendMessage> = messages
             .into_iter()
-            .map(|answer| answer.map_err(reject))
+            .zip(&checks)
+            .filter(|(_, check)| check.is_ok())
+            .map(|(message, _)| message)
+            .collect();
+        let mut answers = if accepted.is_empty() {
+            Vec::new()
+        } else {
+            self.sender(&resolved.url, queue.is_fifo())
+                .submit(accepted)
+                .await
+        }
+        .into_iter();
+        checks
+            .into_iter()
+            .map(|check| match check {
+                Ok(()) => answers
+                    .next()
+                    .expect("the batcher answers every entry")
+                    .map_err(reject),
+                Err(error) => Err(reject(error)),
+            })
             .collect()
     }
 

@@ -15,6 +15,9 @@ use crate::engine::transport::{MessageAttributeValue, SendMessage, TransportErro
 pub const MAX_MESSAGE_SIZE: usize = 1_048_576;
 /// Most entries in one `SendMessageBatch`, `DeleteMessageBatch` or `ChangeMessageVisibilityBatch`.
 pub const MAX_BATCH_ENTRIES: usize = 10;
+/// Largest `SendMessageBatch`: its messages' bodies and attributes together, in bytes. SQS refuses
+/// a larger batch whole (`BatchRequestTooLong`), valid messages and all.
+pub const MAX_BATCH_PAYLOAD_SIZE: usize = 1_048_576;
 /// Most messages one receive returns.
 pub const MAX_RECEIVE_MESSAGES: i32 = 10;
 /// Longest long poll, in seconds.
@@ -348,6 +351,22 @@ fn is_sqs_number(text: &str) -> bool {
     digits > 0 && digits <= 38 && text.parse::<f64>().is_ok_and(f64::is_finite)
 }
 
+/// A message's size as SQS counts it against `MaximumMessageSize` and a batch's payload limit:
+/// the body, and each attribute's name, type and value.
+pub(crate) fn message_size(message: &SendMessage) -> usize {
+    message.body.len()
+        + message
+            .message_attributes
+            .iter()
+            .map(|(name, value)| {
+                name.len()
+                    + value.data_type.len()
+                    + value.string_value.as_ref().map_or(0, String::len)
+                    + value.binary_value.as_ref().map_or(0, Vec::len)
+            })
+            .sum::<usize>()
+}
+
 /// What a send must know of the queue it goes to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SendTarget<'a> {
@@ -474,10 +493,10 @@ pub(crate) fn check_send_batch(
                 + check_message_attributes(&entry.message.message_attributes).unwrap_or_default()
         })
         .sum();
-    if total > MAX_MESSAGE_SIZE {
+    if total > MAX_BATCH_PAYLOAD_SIZE {
         return fail(
             ErrorKind::BatchRequestTooLong,
-            format!("the batch's messages add up to {total} bytes; SQS takes at most {MAX_MESSAGE_SIZE} per batch: split it"),
+            format!("the batch's messages add up to {total} bytes; SQS takes at most {MAX_BATCH_PAYLOAD_SIZE} per batch: split it"),
         );
     }
     Ok(())
@@ -828,6 +847,26 @@ mod tests {
             attributes.insert("a".to_owned(), bad.clone());
             assert!(check_message_attributes(&attributes).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_message_is_sized_as_the_attribute_check_sizes_it() {
+        let mut message = SendMessage::new("body");
+        message
+            .message_attributes
+            .insert("trace.id".to_owned(), string("abc"));
+        message.message_attributes.insert(
+            "blob".to_owned(),
+            MessageAttributeValue::binary(vec![1, 2, 3, 4]),
+        );
+        assert_eq!(
+            message_size(&message),
+            "body".len() + check_message_attributes(&message.message_attributes).unwrap()
+        );
+        assert_eq!(
+            message_size(&message),
+            4 + ("trace.id".len() + "String".len() + 3) + ("blob".len() + "Binary".len() + 4)
+        );
     }
 
     #[test]
