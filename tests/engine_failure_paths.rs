@@ -342,3 +342,72 @@ fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_nami
         assert!(warning.contains(named), "{named} missing from: {warning}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_copy_fits_its_queue_and_never_overwrites_the_senders_attributes() {
+    use rust_stream::engine::transport::{MessageAttributeValue, QueueAttributes, SendMessage};
+    use rust_stream::{DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER};
+
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let mut small = QueueAttributes::new();
+    small.insert("MaximumMessageSize".into(), "2048".into());
+    let dlq = account.create_queue("small-dlq", small).await.unwrap();
+    let url = account.create_standard_queue("sources").await.unwrap();
+    // One message with room in the dead-letter queue for the original id but not for the rest of
+    // rust-stream's attributes; one that carries the sender's own value under one of their names.
+    let full = format!(
+        "{{\"group\":\"-\",\"n\":1,\"pad\":\"{}\"}}",
+        "x".repeat(1940)
+    );
+    account
+        .send_message(&url, SendMessage::new(full.clone()))
+        .await
+        .unwrap();
+    let mine = SendMessage::new(r#"{"group":"-","n":2}"#).attribute(
+        SOURCE_QUEUE_HEADER,
+        MessageAttributeValue::string("the sender's"),
+    );
+    account.send_message(&url, mine).await.unwrap();
+    let (handler, _) = Scripted::new(|_, _| Err(HandlerOutcome::dead_letter("refused")));
+    let queue = SqsQueue::new("sources").dead_letter("small-dlq", 3);
+    let running = start(&broker, subscriber(queue, handler).build());
+    let mut dead = Vec::new();
+    for _ in 0..600 {
+        dead.extend(common::receive(&account, &dlq, 10).await);
+        if dead.len() == 2 {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    running.stop().await.unwrap();
+    assert_eq!(dead.len(), 2, "both copies reached the dead-letter queue");
+    let by_n = |n: &str| {
+        dead.iter()
+            .find(|m| m.body.contains(&format!("\"n\":{n}")))
+            .unwrap()
+    };
+    let big = by_n("1");
+    assert_eq!(big.body, full);
+    let size = big.body.len()
+        + big
+            .message_attributes
+            .iter()
+            .map(|(k, v)| {
+                k.len() + v.data_type.len() + v.string_value.as_ref().map_or(0, String::len)
+            })
+            .sum::<usize>();
+    assert!(
+        size <= 2048,
+        "the copy fits the dead-letter queue: {size} bytes"
+    );
+    assert!(
+        big.message_attributes
+            .contains_key(ORIGINAL_MESSAGE_ID_HEADER),
+        "what fits is kept, the original id first"
+    );
+    let kept = by_n("2").message_attributes[SOURCE_QUEUE_HEADER]
+        .string_value
+        .clone();
+    assert_eq!(kept.as_deref(), Some("the sender's"));
+}

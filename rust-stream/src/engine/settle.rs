@@ -18,7 +18,7 @@ use super::Consumer;
 use crate::engine::transport::{MessageAttributeValue, SendMessage, SentMessage};
 use crate::publish::{Outgoing, PublishError};
 use crate::retry::{self, AfterFailure};
-use crate::sqs::rules::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
+use crate::sqs::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 
 /// The attribute a dead-lettered message carries the reason in.
 pub const DEAD_LETTER_REASON_HEADER: &str = "rust_stream.dead_letter_reason";
@@ -232,19 +232,25 @@ impl Consumer {
                 MessageAttributeValue::number(attempts.to_string()),
             ),
         ];
-        let mut size = message_size(&message);
+        // The copy must fit the dead-letter queue's own MaximumMessageSize, or it would be refused
+        // for ever; the original already fits its queue's.
+        let maximum = self
+            .core
+            .resolved(dead_letter.queue())
+            .await
+            .map_or(MAX_MESSAGE_SIZE, |resolved| resolved.maximum_message_size);
         for (name, value) in ours {
-            let grows = name.len() + attribute_size(&value);
             // The user's attributes are never overwritten, and the copy stays within SQS's limits
-            // (count and size); the log line below carries the ids whatever fits.
+            // (count and size); the log line of the move carries the ids whatever fits.
             if message.message_attributes.len() >= MAX_MESSAGE_ATTRIBUTES
                 || message.message_attributes.contains_key(name)
-                || size + grows > MAX_MESSAGE_SIZE
             {
                 continue;
             }
-            size += grows;
             message.message_attributes.insert(name.to_owned(), value);
+            if rules::message_size(&message) > maximum {
+                message.message_attributes.remove(name);
+            }
         }
         if self.fifo {
             message.group_id = Some(
@@ -327,20 +333,4 @@ impl Consumer {
             }
         }
     }
-}
-
-/// A message's size as SQS counts it: the body and each attribute's name, type and value.
-fn message_size(message: &SendMessage) -> usize {
-    message.body.len()
-        + message
-            .message_attributes
-            .iter()
-            .map(|(name, value)| name.len() + attribute_size(value))
-            .sum::<usize>()
-}
-
-fn attribute_size(value: &MessageAttributeValue) -> usize {
-    value.data_type.len()
-        + value.string_value.as_ref().map_or(0, String::len)
-        + value.binary_value.as_ref().map_or(0, Vec::len)
 }
