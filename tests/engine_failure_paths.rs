@@ -406,6 +406,11 @@ async fn a_dead_letter_copy_fits_its_queue_and_never_overwrites_the_senders_attr
             .contains_key(ORIGINAL_MESSAGE_ID_HEADER),
         "what fits is kept, the original id first"
     );
+    assert!(
+        !big.message_attributes
+            .contains_key(DEAD_LETTER_REASON_HEADER),
+        "what does not fit is left out"
+    );
     let kept = by_n("2").message_attributes[SOURCE_QUEUE_HEADER]
         .string_value
         .clone();
