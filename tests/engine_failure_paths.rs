@@ -416,3 +416,72 @@ async fn a_dead_letter_copy_fits_its_queue_and_never_overwrites_the_senders_attr
         .clone();
     assert_eq!(kept.as_deref(), Some("the sender's"));
 }
+
+/// Records each call, and works 40 s in the first.
+struct SlowFirst {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Handle<Job> for SlowFirst {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let first = {
+            let mut events = self.events.lock().unwrap();
+            events.push(Event::Start(job.clone()));
+            events.len() == 1
+        };
+        if first {
+            sleep(Duration::from_secs(40)).await;
+        }
+        self.events.lock().unwrap().push(Event::Done(job.clone()));
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_received_again_replaces_its_waiting_copy_in_the_lane() {
+    // The heartbeat cannot extend anything, so the group times out while g1 runs and the queue
+    // hands g1, g2 and g3 out again. The waiting g2 and g3 are replaced by their new receipts
+    // (the old ones can no longer delete them): each is handled once and deleted.
+    let account = Account::new();
+    let faulty = Faulty::new(&account);
+    faulty.visibility_fails.store(true, Ordering::SeqCst);
+    let broker = SqsBroker::with_transport(faulty.clone());
+    let queue = SqsQueue::new("again.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(10));
+    let publisher = broker.publisher(queue.clone());
+    for n in 1..=3 {
+        publisher
+            .message(&Job::new("g", n))
+            .group_id("g")
+            .send()
+            .await
+            .unwrap();
+    }
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let handler = SlowFirst {
+        events: events.clone(),
+    };
+    let running = start(&broker, subscriber(queue, handler).build());
+    let mut waited = 0;
+    while !is_empty(&account, "again.fifo").await {
+        sleep(Duration::from_millis(100)).await;
+        waited += 1;
+        assert!(waited < 1200, "not drained: {:?}", events.lock().unwrap());
+    }
+    running.stop().await.unwrap();
+    let started: Vec<u32> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|event| match event {
+            Event::Start(job) => Some(job.n),
+            Event::Done(_) => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        [1, 1, 2, 3],
+        "g1 ran again (its first run outlived its visibility), g2 and g3 once each"
+    );
+}

@@ -46,11 +46,11 @@ async fn a_fifo_service_handles_each_group_in_order() {
         "all deleted"
     );
     // Each lane waits for its delete to be confirmed before its next message (so a failed delete
-    // cannot reorder a group), so deletes share calls across groups, not within one: with three
-    // groups, about three a call.
+    // cannot reorder a group), so deletes share calls across groups, never within one: with three
+    // groups at most three a call, fewer here where a call takes no time to gather company.
     let calls = broker.api_calls();
     assert!(
-        calls.delete_message_batch <= 30,
-        "deletes are batched across groups: {calls:?}"
+        (20..60).contains(&calls.delete_message_batch),
+        "deletes are confirmed one per group, and share calls across groups: {calls:?}"
     );
 }

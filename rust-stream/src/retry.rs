@@ -204,6 +204,12 @@ impl Retries {
     }
 }
 
+/// The wait before the `attempt`th retry of an SQS call the engine makes itself (a receive, a
+/// batch call): the same backoff as a message's, from `base` doubling to `cap`, with jitter.
+pub(crate) fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    RetryPolicy::exponential(base, cap).delay(attempt)
+}
+
 /// A message's attempts so far: its earlier receives plus this consumer's attempts since it was
 /// received (`local`, 1 for the first).
 pub(crate) fn attempts(receive_count: u32, local: u32) -> u32 {
@@ -298,6 +304,21 @@ mod tests {
             for_ever.after_failure(1000, None),
             AfterFailure::RetryAfter(seconds(300))
         );
+    }
+
+    #[test]
+    fn call_backoff_grows_to_its_cap_and_never_spins() {
+        let base = Duration::from_millis(100);
+        for attempt in 1..40 {
+            let delay = backoff(attempt, base, seconds(5));
+            let ceiling = base
+                .saturating_mul(1 << (attempt - 1).min(31))
+                .min(seconds(5));
+            assert!(
+                delay >= ceiling / 2 && delay <= ceiling,
+                "{attempt}: {delay:?}"
+            );
+        }
     }
 
     #[test]

@@ -202,6 +202,8 @@ pub mod engine {
         pub delete_panics: Arc<AtomicUsize>,
         /// Receives ask the account for 10, whatever the caller asked.
         pub greedy: Arc<std::sync::atomic::AtomicBool>,
+        /// Every visibility change fails (a service-side error), so held messages time out.
+        pub visibility_fails: Arc<std::sync::atomic::AtomicBool>,
     }
 
     impl Faulty {
@@ -306,6 +308,21 @@ pub mod engine {
             url: &str,
             entries: Vec<ChangeVisibilityEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
+            if self.visibility_fails.load(Ordering::Acquire) {
+                let failed = entries
+                    .into_iter()
+                    .map(|entry| BatchFailure {
+                        id: entry.id,
+                        kind: ErrorKind::ReceiptHandleIsInvalid,
+                        sender_fault: true,
+                        message: "injected visibility failure".into(),
+                    })
+                    .collect();
+                return Ok(BatchResult {
+                    successful: Vec::new(),
+                    failed,
+                });
+            }
             self.account
                 .change_message_visibility_batch(url, entries)
                 .await

@@ -10,7 +10,6 @@
 //! (`SenderFault: false`) or a failed call that may be retried is retried with jittered backoff;
 //! anything else is answered as an error for the caller to log or act on.
 
-use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -251,37 +250,56 @@ async fn gather<A: Action>(
                 None => break,
             },
         };
+        // Without a linger, entries gather while every call is busy: wait for a free call first,
+        // then take whatever queued meanwhile.
+        let early_permit = if settings.linger.is_zero() {
+            Some(calls.clone().acquire_owned().await.expect("never closed"))
+        } else {
+            None
+        };
         let mut count = first.entries.len();
         let mut size = first.size;
         let mut batch = vec![first];
         let deadline = Instant::now() + settings.linger;
         while count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
-            tokio::select! {
-                biased;
-                job = receiver.recv() => match job {
-                    // A job is never split across calls, so one that does not fit starts the next.
-                    Some(job)
-                        if count + job.entries.len() > MAX_BATCH_ENTRIES
-                            || size + job.size > MAX_BATCH_PAYLOAD_SIZE =>
-                    {
-                        left_over = Some(job);
-                        break;
-                    }
-                    Some(job) => {
-                        count += job.entries.len();
-                        size += job.size;
-                        batch.push(job);
-                    }
-                    None => break,
-                },
-                () = tokio::time::sleep_until(deadline) => break,
+            let job = if early_permit.is_some() {
+                match receiver.try_recv() {
+                    Ok(job) => Some(job),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    job = receiver.recv() => job,
+                    () = tokio::time::sleep_until(deadline) => break,
+                }
+            };
+            match job {
+                // A job is never split across calls, so one that does not fit starts the next.
+                Some(job)
+                    if count + job.entries.len() > MAX_BATCH_ENTRIES
+                        || size + job.size > MAX_BATCH_PAYLOAD_SIZE =>
+                {
+                    left_over = Some(job);
+                    break;
+                }
+                Some(job) => {
+                    count += job.entries.len();
+                    size += job.size;
+                    batch.push(job);
+                }
+                None => break,
             }
         }
-        let permit = calls
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        let permit = match early_permit {
+            Some(permit) => permit,
+            None => calls
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed"),
+        };
         let flush = flush::<A>(transport.clone(), queue_url.clone(), batch);
         if max_in_flight == 1 {
             flush.await;
@@ -361,7 +379,7 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
         if todo.is_empty() {
             break;
         }
-        tokio::time::sleep(backoff(
+        tokio::time::sleep(crate::retry::backoff(
             attempt,
             Duration::from_millis(50),
             Duration::from_secs(2),
@@ -387,18 +405,6 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
     }
 }
 
-/// Exponential backoff with full jitter: a random delay up to `base * 2^(attempt-1)`, capped, and
-/// never below a tenth of the base, so retries neither spin nor march in step.
-pub(crate) fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
-    let ceiling = base
-        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-        .min(cap);
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(attempt);
-    let fraction = (hasher.finish() % 1000) as u32;
-    (ceiling * fraction / 1000).max(base / 10)
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -414,6 +420,8 @@ mod tests {
     struct Recorder {
         account: Account,
         sends: Arc<Mutex<Vec<Vec<String>>>>,
+        /// How long each send call takes, as a network round trip would.
+        round_trip: Duration,
     }
 
     impl Recorder {
@@ -451,6 +459,7 @@ mod tests {
                     .map(|entry| entry.message.body.clone())
                     .collect(),
             );
+            tokio::time::sleep(self.round_trip).await;
             self.account.send_message_batch(queue_url, entries).await
         }
         async fn receive_message(
@@ -618,16 +627,52 @@ mod tests {
         assert_eq!(lengths, [3, 3, 3, 1]);
     }
 
-    #[test]
-    fn backoff_grows_to_its_cap_and_never_spins() {
-        for attempt in 1..20 {
-            let delay = backoff(attempt, Duration::from_millis(100), Duration::from_secs(5));
-            assert!(delay >= Duration::from_millis(10), "{delay:?}");
-            assert!(delay <= Duration::from_secs(5), "{delay:?}");
+    #[tokio::test(start_paused = true)]
+    async fn without_a_linger_the_first_entry_goes_at_once_and_the_rest_gather_while_it_is_in_flight(
+    ) {
+        let recorder = Recorder {
+            round_trip: Duration::from_millis(20),
+            ..Recorder::default()
+        };
+        let url = recorder
+            .account
+            .create_queue("eager", QueueAttributes::new())
+            .await
+            .unwrap();
+        let batcher = Batcher::<SendBatch>::spawn(
+            Arc::new(recorder.clone()),
+            url,
+            BatchSettings {
+                linger: Duration::ZERO,
+                max_in_flight: 1,
+            },
+        );
+        let started = Instant::now();
+        let first = {
+            let batcher = batcher.clone();
+            tokio::spawn(async move { batcher.submit_one(SendMessage::new("a")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let rest: Vec<_> = ["b", "c", "d"]
+            .into_iter()
+            .map(|body| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move { batcher.submit_one(SendMessage::new(body)).await })
+            })
+            .collect();
+        first.await.unwrap().unwrap();
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(20),
+            "the first entry waited for no company, only its round trip"
+        );
+        for sent in rest {
+            sent.await.unwrap().unwrap();
         }
-        assert!(
-            backoff(1, Duration::from_millis(100), Duration::from_secs(5))
-                <= Duration::from_millis(100)
+        assert_eq!(
+            recorder.calls(),
+            [vec!["a"], vec!["b", "c", "d"]],
+            "what arrived during the first call went out together in the next"
         );
     }
 }

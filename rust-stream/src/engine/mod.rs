@@ -218,7 +218,7 @@ impl Consumer {
             retries,
             handler: subscriber.handler,
             states,
-            deleter: core.deleter(&url),
+            deleter: core.deleter(&url, queue.is_fifo()),
             visibility_batcher: core.visibility_batcher(&url),
             leases: Leases::default(),
             capacity: Arc::new(Semaphore::new(

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::batch::backoff;
 use super::dispatch::Held;
 use super::{CatchUnwind, Consumer};
 use crate::context::Delivery;
 use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
+use crate::retry::backoff;
 use crate::sqs::rules::ErrorKind;
 
 impl Consumer {

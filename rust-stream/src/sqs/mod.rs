@@ -151,6 +151,10 @@ struct Batchers {
 /// Calls in flight per batcher where order does not matter.
 const PARALLEL_CALLS: usize = 4;
 
+/// Delete calls in flight for a FIFO queue, whose lanes wait for each delete: two keep a lane's
+/// wait to about one call while the deletes of other groups gather for the next call.
+const CONFIRMED_DELETES_IN_FLIGHT: usize = 2;
+
 impl BrokerCore {
     fn new(transport: SharedTransport, calls: Arc<CallCounter>) -> Self {
         Self {
@@ -367,10 +371,9 @@ impl BrokerCore {
     fn batcher<A: batch::Action>(
         &self,
         url: &str,
-        in_order: bool,
+        settings: BatchSettings,
         pick: impl FnOnce(&mut Batchers) -> &mut HashMap<String, Batcher<A>>,
     ) -> Batcher<A> {
-        let settings = self.settings(in_order);
         let mut batchers = self.batchers();
         pick(&mut batchers)
             .entry(url.to_owned())
@@ -380,14 +383,27 @@ impl BrokerCore {
 
     fn sender(&self, url: &str, fifo: bool) -> Batcher<batch::SendBatch> {
         // A FIFO queue's sends go out one call at a time, so no group is reordered.
-        self.batcher(url, fifo, |batchers| &mut batchers.send)
+        self.batcher(url, self.settings(fifo), |batchers| &mut batchers.send)
     }
 
-    pub(crate) fn deleter(&self, url: &str) -> Batcher<batch::DeleteBatch> {
-        self.batcher(url, false, |batchers| &mut batchers.delete)
+    /// The queue's deleter. A FIFO queue's lanes each wait for their delete before going on, so
+    /// there a linger would only add latency to every message: its deletes go out as soon as a
+    /// call is free, and batch up by themselves while calls are in flight.
+    pub(crate) fn deleter(&self, url: &str, fifo: bool) -> Batcher<batch::DeleteBatch> {
+        let settings = if fifo {
+            BatchSettings {
+                linger: Duration::ZERO,
+                max_in_flight: CONFIRMED_DELETES_IN_FLIGHT,
+            }
+        } else {
+            self.settings(false)
+        };
+        self.batcher(url, settings, |batchers| &mut batchers.delete)
     }
 
     pub(crate) fn visibility_batcher(&self, url: &str) -> Batcher<batch::VisibilityBatch> {
-        self.batcher(url, false, |batchers| &mut batchers.visibility)
+        self.batcher(url, self.settings(false), |batchers| {
+            &mut batchers.visibility
+        })
     }
 }
