@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::backend::{Backend, Kind};
 use common::engine::{jobs, Job, Scripted};
-use rust_stream::engine::transport::{ReceiveMessage, ReceivedMessage, Transport};
+use rust_stream::engine::transport::{ReceivedMessage, Transport};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::{
@@ -95,27 +95,6 @@ async fn left<T: Transport>(backend: &Backend<T>, url: &str) -> (u64, u64, u64) 
     )
 }
 
-/// Receives everything visible on a queue (for up to a few seconds), deleting nothing.
-async fn drain<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Vec<ReceivedMessage> {
-    let mut got = Vec::new();
-    for _ in 0..5 {
-        let request = ReceiveMessage::new(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(60);
-        got.extend(
-            backend
-                .transport
-                .receive_message(url, request)
-                .await
-                .unwrap(),
-        );
-        if got.len() >= want {
-            break;
-        }
-    }
-    got
-}
-
 async fn send_group<T: Transport>(backend: &Backend<T>, queue: &SqsQueue, bodies: &[String]) {
     let publisher = backend.broker.publisher(queue.clone());
     for body in bodies {
@@ -180,7 +159,7 @@ async fn a_fifo_message_failing_twice_is_retried_in_place_and_its_group_stays_wh
     );
     let dlq_url = backend.transport.get_queue_url(&dlq).await.unwrap();
     assert!(
-        drain(&backend, &dlq_url, 1).await.is_empty(),
+        backend.drain(&dlq_url, 1).await.is_empty(),
         "nothing dead-lettered"
     );
 }
@@ -211,7 +190,7 @@ async fn a_fifo_message_that_always_fails_is_dead_lettered_alone_after_exactly_i
     let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
     assert_eq!(left(&backend, &url).await, (0, 0, 0));
     let dlq_url = backend.transport.get_queue_url(&dlq).await.unwrap();
-    let dead = drain(&backend, &dlq_url, 2).await;
+    let dead = backend.drain(&dlq_url, 2).await;
     assert_eq!(dead.len(), 1, "only g2 is dead-lettered: {dead:?}");
     let dead = &dead[0];
     assert_eq!(
@@ -260,7 +239,7 @@ async fn the_queues_redrive_policy_sets_the_attempts_and_dead_letter_queue_when_
         [(1, 1), (2, 1), (2, 1), (2, 1), (3, 1), (4, 1), (5, 1)],
         "maxReceiveCount 3 of the queue's policy: 3 attempts in place, then the group goes on"
     );
-    let dead = drain(&backend, &dlq_url, 2).await;
+    let dead = backend.drain(&dlq_url, 2).await;
     assert_eq!(dead.len(), 1, "only g2: {dead:?}");
     assert_eq!(
         serde_json::from_str::<Job>(&dead[0].body).unwrap(),
@@ -287,7 +266,7 @@ async fn undecodable_fifo_messages_go_to_the_queues_dead_letter_queue_and_the_va
         [(1, 1), (4, 1), (5, 1)],
         "the valid g4 and g5 are handled, once, in order"
     );
-    let dead = drain(&backend, &dlq_url, 3).await;
+    let dead = backend.drain(&dlq_url, 3).await;
     let mut dead_bodies: Vec<&str> = dead.iter().map(|m| m.body.as_str()).collect();
     dead_bodies.sort_unstable();
     assert_eq!(dead_bodies, ["not json (g2)", "not json (g3)"]);
@@ -386,7 +365,7 @@ async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transpo
         "only m1 ran; m2 waited for the slot"
     );
     let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
-    let back = drain(&backend, &url, 1).await;
+    let back = backend.drain(&url, 1).await;
     assert!(
         returned.elapsed() < Duration::from_secs(3),
         "drained within a few seconds of run returning"
@@ -473,7 +452,7 @@ async fn a_handler_outliving_the_shutdown_timeout_is_not_running_when_run_return
     );
     assert!(!finished.load(Ordering::SeqCst));
     let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
-    let back = drain(&backend, &url, 1).await;
+    let back = backend.drain(&url, 1).await;
     assert_eq!(back.len(), 1, "its message was released, not left for 60 s");
     // A real server may also hand the released message to the long poll still in flight at
     // shutdown; the engine lets that poll finish and releases what it got, one receive more.
@@ -507,7 +486,7 @@ async fn dead_letter_works_on_a_queue_that_already_exists_without_a_redrive_poli
     let running = service(&backend, Duration::from_secs(10), sub);
     let mut dead = Vec::new();
     for _ in 0..30 {
-        dead = drain(&backend, &dlq_url, 1).await;
+        dead = backend.drain(&dlq_url, 1).await;
         if !dead.is_empty() {
             break;
         }

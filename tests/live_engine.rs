@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::backend::Backend;
 use common::engine::{jobs, Job, Scripted};
-use rust_stream::engine::transport::{ReceiveMessage, ReceivedMessage, Transport};
+use rust_stream::engine::transport::Transport;
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::{Output, Subscriber, DEAD_LETTER_REASON_HEADER};
@@ -32,27 +32,6 @@ fn service<T: Transport>(backend: &Backend<T>, subscriber: Subscriber) -> TestAp
                 b.include(subscriber);
             }),
     )
-}
-
-/// Receives everything on a queue within a few seconds.
-async fn drain<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Vec<ReceivedMessage> {
-    let mut got = Vec::new();
-    for _ in 0..10 {
-        let request = ReceiveMessage::new(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(30);
-        got.extend(
-            backend
-                .transport
-                .receive_message(url, request)
-                .await
-                .unwrap(),
-        );
-        if got.len() >= want {
-            break;
-        }
-    }
-    got
 }
 
 async fn a_failed_fifo_message_is_retried_in_place_while_its_group_waits_in_order<T: Transport>(
@@ -150,7 +129,7 @@ async fn outputs_are_published_before_the_input_is_acknowledged<T: Transport>(ba
         .get_queue_url(output.name())
         .await
         .unwrap();
-    let got = drain(&backend, &receipts_url, 3).await;
+    let got = backend.drain(&receipts_url, 3).await;
     let receipts: Vec<Receipt> = got
         .iter()
         .map(|m| serde_json::from_str(&m.body).unwrap())
@@ -167,7 +146,7 @@ async fn outputs_are_published_before_the_input_is_acknowledged<T: Transport>(ba
     }
     let input_url = backend.transport.get_queue_url(input.name()).await.unwrap();
     assert!(
-        drain(&backend, &input_url, 1).await.is_empty(),
+        backend.drain(&input_url, 1).await.is_empty(),
         "every input was deleted after its output"
     );
 }
@@ -202,7 +181,7 @@ async fn a_dead_lettered_message_moves_and_its_group_continues<T: Transport>(bac
         "the group went on after m2"
     );
     let dlq = backend.transport.get_queue_url(&dlq_name).await.unwrap();
-    let dead = drain(&backend, &dlq, 1).await;
+    let dead = backend.drain(&dlq, 1).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(
         serde_json::from_str::<Job>(&dead[0].body).unwrap(),
@@ -270,7 +249,7 @@ async fn shutdown_finishes_running_handlers_and_releases_held_messages<T: Transp
     // The two held-but-unstarted messages were released: they are receivable at once, not after
     // the 60 s visibility timeout.
     let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
-    let back = drain(&backend, &url, 2).await;
+    let back = backend.drain(&url, 2).await;
     assert_eq!(back.len(), 2, "released messages: {back:?}");
 }
 

@@ -337,7 +337,9 @@ pub mod backend {
     use std::time::Duration;
 
     use rust_stream::account::Account;
-    use rust_stream::engine::transport::{QueueAttributes, Transport};
+    use rust_stream::engine::transport::{
+        QueueAttributes, ReceiveMessage, ReceivedMessage, Transport,
+    };
     use rust_stream::sqs::aws::AwsTransport;
     use rust_stream::SqsBroker;
 
@@ -449,6 +451,22 @@ pub mod backend {
                 .await
                 .unwrap();
             attributes["QueueArn"].clone()
+        }
+
+        /// Receives what is visible on a queue, up to `want` messages or about 10 s (long polls
+        /// of 1 s), deleting nothing: a test's look at what a service left behind.
+        pub async fn drain(&self, url: &str, want: usize) -> Vec<ReceivedMessage> {
+            let mut got = Vec::new();
+            for _ in 0..10 {
+                let request = ReceiveMessage::new(10)
+                    .wait_time_seconds(1)
+                    .visibility_timeout(60);
+                got.extend(self.transport.receive_message(url, request).await.unwrap());
+                if got.len() >= want {
+                    break;
+                }
+            }
+            got
         }
 
         /// A visibility timeout long enough for LocalStack's ~1 s timer resolution.
