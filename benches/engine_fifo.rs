@@ -79,7 +79,7 @@ async fn engine(groups: usize) -> Duration {
         b.include(subscriber(queue, Count(handled.clone())).build());
     });
     let started = Instant::now();
-    let running = TestApp::spawn(app);
+    let running = TestApp::spawn(app).await.expect("the app starts");
     loop {
         let counts = account.counts(&url).await.unwrap();
         if counts.visible + counts.in_flight == 0 {

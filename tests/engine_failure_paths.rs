@@ -16,12 +16,14 @@ use rust_stream::testing::{eventually, TestApp};
 use rust_stream::Subscriber;
 use tokio::time::sleep;
 
-fn start(broker: &SqsBroker, sub: Subscriber) -> TestApp {
+async fn start(broker: &SqsBroker, sub: Subscriber) -> TestApp {
     TestApp::spawn(
         RustStream::new(AppInfo::new("failure-paths", "0")).with_broker(broker.clone(), |b| {
             b.include(sub);
         }),
     )
+    .await
+    .expect("the app starts")
 }
 
 async fn is_empty(account: &Account, name: &str) -> bool {
@@ -78,7 +80,7 @@ async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
     let recorder = Recorder {
         events: events.clone(),
     };
-    let running = start(&broker, subscriber(queue, recorder).build());
+    let running = start(&broker, subscriber(queue, recorder).build()).await;
     let mut waited = 0;
     while !(is_empty(&account, "ledger.fifo").await) {
         sleep(Duration::from_millis(100)).await;
@@ -138,11 +140,11 @@ async fn retry_after_duration_max_is_capped_not_a_panic() {
         1 => Err(HandlerOutcome::retry_after(Duration::MAX)),
         _ => Ok(()),
     });
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     publisher.message(&Job::new("-", 1)).send().await.unwrap();
-    eventually("job 1 handled", || jobs(&log).len() == 1).await;
+    eventually("job 1 handled", async || jobs(&log).len() == 1).await;
     publisher.message(&Job::new("-", 2)).send().await.unwrap();
-    eventually("the service goes on", || jobs(&log).len() == 2).await;
+    eventually("the service goes on", async || jobs(&log).len() == 2).await;
     running.stop().await.unwrap();
     let url = account.get_queue_url("capped").await.unwrap();
     let counts = account.counts(&url).await.unwrap();
@@ -172,8 +174,8 @@ async fn a_server_answering_more_messages_than_asked_does_not_stop_the_poller() 
         .concurrency(1)
         .batch_size(1)
         .build();
-    let running = start(&broker, sub);
-    eventually("all 30 handled", || {
+    let running = start(&broker, sub).await;
+    eventually("all 30 handled", async || {
         let mut handled: Vec<u32> = jobs(&log).iter().map(|job| job.n).collect();
         handled.sort_unstable();
         handled.dedup();
@@ -202,7 +204,7 @@ async fn transport_calls_that_panic_are_retried_and_the_service_goes_on() {
     faulty.receive_panics.store(2, Ordering::SeqCst);
     faulty.delete_panics.store(2, Ordering::SeqCst);
     let (handler, log) = Scripted::new(|_, _| Ok(()));
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     let mut waited = 0;
     while !is_empty(&account, "panicky.fifo").await {
         sleep(Duration::from_millis(100)).await;
@@ -232,7 +234,7 @@ async fn an_empty_short_poll_backs_off_instead_of_spinning() {
         .create_if_missing()
         .wait(Duration::ZERO);
     let (handler, log) = Scripted::new(|_, _| Ok(()));
-    let running = start(&broker, subscriber(queue.clone(), handler).build());
+    let running = start(&broker, subscriber(queue.clone(), handler).build()).await;
     sleep(Duration::from_secs(1)).await;
     let before = broker.api_calls().receive_message;
     sleep(Duration::from_secs(60)).await;
@@ -245,7 +247,10 @@ async fn an_empty_short_poll_backs_off_instead_of_spinning() {
         .send()
         .await
         .unwrap();
-    eventually("a message is still picked up", || jobs(&log).len() == 1).await;
+    eventually("a message is still picked up", async || {
+        jobs(&log).len() == 1
+    })
+    .await;
     running.stop().await.unwrap();
 }
 
@@ -260,7 +265,7 @@ async fn a_failed_startup_stops_the_consumers_it_had_started() {
         b.include(subscriber(first.clone(), handler).build());
         b.include(subscriber("never-created", missing).build());
     });
-    let error = TestApp::spawn(app).stop().await.unwrap_err();
+    let error = TestApp::spawn(app).await.unwrap_err();
     assert!(
         matches!(error, rust_stream::RunError::QueueMissing { ref queue } if queue == "never-created"),
         "{error}"
@@ -329,6 +334,7 @@ fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_nami
             .dead_letter("new-dlq", 5)
             .create_if_missing();
         start(&broker, subscriber(queue, handler).build())
+            .await
             .stop()
             .await
             .unwrap();
@@ -371,7 +377,7 @@ async fn a_dead_letter_copy_fits_its_queue_and_never_overwrites_the_senders_attr
     account.send_message(&url, mine).await.unwrap();
     let (handler, _) = Scripted::new(|_, _| Err(HandlerOutcome::dead_letter("refused")));
     let queue = SqsQueue::new("sources").dead_letter("small-dlq", 3);
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     let mut dead = Vec::new();
     for _ in 0..600 {
         dead.extend(common::receive(&account, &dlq, 10).await);
@@ -462,7 +468,7 @@ async fn a_message_received_again_replaces_its_waiting_copy_in_the_lane() {
     let handler = SlowFirst {
         events: events.clone(),
     };
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     let mut waited = 0;
     while !is_empty(&account, "again.fifo").await {
         sleep(Duration::from_millis(100)).await;

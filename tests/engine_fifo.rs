@@ -21,7 +21,7 @@ use rust_stream::account::Account;
 use rust_stream::engine::transport::{ReceivedMessage, SendMessage};
 use rust_stream::prelude::*;
 use rust_stream::publish::Publisher;
-use rust_stream::testing::{eventually, TestApp};
+use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::{
     Subscriber, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
     SOURCE_QUEUE_HEADER,
@@ -258,11 +258,11 @@ impl Record {
 // ---------------------------------------------------------------------------------------------
 // Setting up and looking in.
 
-fn start(broker: &SqsBroker, subscriber: Subscriber) -> TestApp {
+async fn start(broker: &SqsBroker, subscriber: Subscriber) -> TestApp {
     let app = RustStream::new(AppInfo::new("engine-fifo", "0")).with_broker(broker.clone(), |b| {
         b.include(subscriber);
     });
-    TestApp::spawn(app)
+    TestApp::spawn(app).await.expect("the app starts")
 }
 
 async fn send_jobs(publisher: &Publisher, jobs: impl IntoIterator<Item = Job>) {
@@ -346,8 +346,8 @@ async fn each_group_is_handled_in_order_one_message_at_a_time_while_groups_run_i
         send_jobs(&publisher, groups.iter().map(|g| Job::new(g, n))).await;
     }
     let (handler, record) = probe(|_, _| (Duration::from_millis(200), Step::Ack));
-    let running = start(&broker, subscriber(queue, handler).concurrency(3).build());
-    eventually("24 jobs acked", || lock(&record).acked().len() == 24).await;
+    let running = start(&broker, subscriber(queue, handler).concurrency(3).build()).await;
+    eventually("24 jobs acked", async || lock(&record).acked().len() == 24).await;
     running.stop().await.unwrap();
 
     let record = take(&record);
@@ -389,8 +389,11 @@ async fn a_slow_group_does_not_hold_up_the_others() {
         (Duration::from_millis(work), Step::Ack)
     });
     let began = Instant::now();
-    let running = start(&broker, subscriber(queue, handler).concurrency(4).build());
-    eventually("13 jobs acked", || lock(&record).acked().len() == 13).await;
+    let running = start(&broker, subscriber(queue, handler).concurrency(4).build()).await;
+    eventually_within("13 jobs acked", Duration::from_secs(3600), async || {
+        lock(&record).acked().len() == 13
+    })
+    .await;
     running.stop().await.unwrap();
 
     let record = take(&record);
@@ -451,7 +454,7 @@ async fn fail_g2_once(failure: Step) -> (Record, u64) {
         (Duration::from_millis(10), step)
     });
     let before = broker.api_calls().change_message_visibility_batch;
-    let running = start(&broker, subscriber(queue, handler).batch_size(10).build());
+    let running = start(&broker, subscriber(queue, handler).batch_size(10).build()).await;
     until("all acked and deleted", || async {
         lock(&record).acked().len() == 8 && is_empty(&account, QUEUE).await
     })
@@ -522,12 +525,12 @@ async fn a_panic_does_not_stop_the_service_from_taking_new_messages() {
         };
         (Duration::from_millis(10), step)
     });
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     for n in 1..=6 {
         sleep(Duration::from_secs(1)).await;
         send_jobs(&publisher, [Job::new("g", n)]).await;
     }
-    eventually("g1..g6 acked", || lock(&record).acked().len() == 6).await;
+    eventually("g1..g6 acked", async || lock(&record).acked().len() == 6).await;
     running.stop().await.unwrap();
     let record = take(&record);
     assert_eq!(record.acked_in("g"), vec![1, 2, 3, 4, 5, 6]);
@@ -555,8 +558,8 @@ async fn retry_after_holds_the_group_in_place_for_the_delay_while_other_groups_g
         (Duration::from_millis(10), step)
     });
     let before = broker.api_calls().change_message_visibility_batch;
-    let running = start(&broker, subscriber(queue, handler).batch_size(10).build());
-    eventually("g2 asked to retry later", || {
+    let running = start(&broker, subscriber(queue, handler).batch_size(10).build()).await;
+    eventually("g2 asked to retry later", async || {
         !lock(&record)
             .ended(|step| matches!(step, Step::RetryAfter(_)))
             .is_empty()
@@ -570,7 +573,7 @@ async fn retry_after_holds_the_group_in_place_for_the_delay_while_other_groups_g
         sent_h.push(Instant::now());
         send_jobs(&publisher, [Job::new("h", n)]).await;
     }
-    eventually("g and h acked", || lock(&record).acked().len() == 10).await;
+    eventually("g and h acked", async || lock(&record).acked().len() == 10).await;
     let releases = broker.api_calls().change_message_visibility_batch - before;
     running.stop().await.unwrap();
 
@@ -640,7 +643,7 @@ async fn a_dead_lettered_message_moves_to_the_dead_letter_queue_and_its_group_go
         };
         (Duration::from_millis(10), step)
     });
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     until("g1, g3..g5 acked; g2 dead-lettered", || async {
         lock(&record).acked().len() == 4
             && is_empty(&account, QUEUE).await
@@ -682,7 +685,7 @@ async fn a_message_out_of_attempts_is_dead_lettered_alone_and_its_group_goes_on(
         (Duration::from_millis(10), step)
     });
     // A batch of 10: g2 and g3 arrive with g1 and wait behind it, held, while it is retried.
-    let running = start(&broker, subscriber(queue, handler).batch_size(10).build());
+    let running = start(&broker, subscriber(queue, handler).batch_size(10).build()).await;
     until("g2, g3 acked; g1 dead-lettered", || async {
         lock(&record).acked().len() == 2
             && is_empty(&account, QUEUE).await
@@ -737,7 +740,7 @@ async fn an_undecodable_message_is_dead_lettered_with_the_decode_error_and_its_g
         .unwrap();
     send_jobs(&publisher, [Job::new("g", 3), Job::new("g", 4)]).await;
     let (handler, record) = probe(|_, _| (Duration::from_millis(10), Step::Ack));
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     until("g1, g3, g4 acked; the bad one dead-lettered", || async {
         lock(&record).acked().len() == 3
             && is_empty(&account, QUEUE).await
@@ -778,7 +781,7 @@ async fn without_a_dead_letter_queue_an_undecodable_message_is_retried_in_place_
     send_jobs(&publisher, [Job::new("g", 2), Job::new("g", 3)]).await;
     send_jobs(&publisher, group("h", 2)).await;
     let (handler, record) = probe(|_, _| (Duration::from_millis(10), Step::Ack));
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     sleep(Duration::from_secs(60)).await;
     running.stop().await.unwrap();
 
@@ -827,7 +830,7 @@ async fn a_dead_letter_that_cannot_be_sent_is_retried_in_place_before_the_rest_o
         };
         (Duration::from_millis(10), step)
     });
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     // The service has resolved both queues; now the dead-letter queue goes away.
     until("queues created", || async {
         account.get_queue_url(DEAD_LETTERS).await.is_ok()
@@ -881,7 +884,7 @@ async fn an_output_that_cannot_be_sent_is_retried_in_place_before_the_rest_of_it
     handler.echo = Some((echo, |job, attempt| job.n == 2 && attempt.n == 1));
     let publisher = broker.publisher(queue.clone());
     send_jobs(&publisher, group("g", 5)).await;
-    let running = start(&broker, subscriber(queue, handler).build());
+    let running = start(&broker, subscriber(queue, handler).build()).await;
     until("g acked", || async {
         lock(&record).acked().len() >= 5 && is_empty(&account, QUEUE).await
     })
@@ -980,7 +983,8 @@ async fn random_scripts(
             .concurrency(concurrency)
             .batch_size(batch_size)
             .build(),
-    );
+    )
+    .await;
     for (i, p) in plan.iter().enumerate() {
         sleep(Duration::from_millis(p.gap_ms)).await;
         send_jobs(&publisher, [job_of(i, p)]).await;

@@ -18,7 +18,7 @@ use rust_stream::engine::transport::{
     ReceivedMessage, SendBatchEntry, SendMessage, SentMessage, Transport, TransportError,
 };
 use rust_stream::prelude::*;
-use rust_stream::testing::{eventually, TestApp};
+use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::{Service, Subscriber};
 use tokio::sync::Semaphore;
 use tokio::time::{sleep, Instant};
@@ -362,7 +362,9 @@ async fn a_blocked_pipeline_holds_no_more_than_concurrency_plus_a_batch_per_poll
         .batch_size(BATCH)
         .pollers(POLLERS)
         .build();
-    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub))
+        .await
+        .expect("the app starts");
 
     // Everything blocked for two minutes, several visibility timeouts of the queue's 30 s.
     let mut most_in_flight = 0;
@@ -387,7 +389,7 @@ async fn a_blocked_pipeline_holds_no_more_than_concurrency_plus_a_batch_per_poll
         assert!(in_flight <= BOUND, "{in_flight} in flight, bound {BOUND}");
         assert!(probe.running() <= CONCURRENCY);
     }
-    eventually("60 jobs finished", || probe.finished() == 60).await;
+    eventually("60 jobs finished", async || probe.finished() == 60).await;
     until_empty(&account, &url).await;
     assert_eq!(probe.most(), CONCURRENCY);
     assert_eq!(
@@ -408,8 +410,10 @@ async fn a_subscription_runs_exactly_its_concurrency_of_handlers_at_once() {
         .concurrency(4)
         .pollers(3)
         .build();
-    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
-    eventually("40 jobs finished", || probe.finished() == 40).await;
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("40 jobs finished", async || probe.finished() == 40).await;
     until_empty(&account, &url).await;
     assert_eq!(probe.most(), 4, "handlers at once");
     assert_eq!(
@@ -429,8 +433,10 @@ async fn acking_a_hundred_messages_takes_about_ten_delete_calls() {
     let broker = SqsBroker::with_account(&account);
     let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
     let sub = subscriber("acks", handler).build();
-    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
-    eventually("100 jobs finished", || probe.finished() == 100).await;
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("100 jobs finished", async || probe.finished() == 100).await;
     until_empty(&account, &url).await;
     running.stop().await.unwrap();
     let calls = broker.api_calls();
@@ -448,8 +454,10 @@ async fn a_delete_waits_out_the_broker_linger_for_company() {
     let broker = SqsBroker::with_account(&account).batch_linger(secs(2));
     let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
     let sub = subscriber("linger", handler).build();
-    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
-    eventually("3 jobs finished", || probe.finished() == 3).await;
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("3 jobs finished", async || probe.finished() == 3).await;
     let acked = Instant::now();
 
     sleep(secs(1)).await;
@@ -484,7 +492,9 @@ async fn deletes_failing_on_the_service_side_are_retried_until_they_succeed() {
     let sub = subscriber("flaky", handler)
         .visibility_timeout(secs(10))
         .build();
-    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
+        .await
+        .expect("the app starts");
     until_empty(&account, &url).await;
     // Several visibility timeouts later, nothing came back.
     sleep(secs(60)).await;
@@ -514,8 +524,10 @@ async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_han
         SqsBroker::with_transport(faulty.clone()),
         secs(30),
         sub,
-    ));
-    eventually("handled twice", || probe.started() == 2).await;
+    ))
+    .await
+    .expect("the app starts");
+    eventually("handled twice", async || probe.started() == 2).await;
     until_empty(&account, &url).await;
     sleep(secs(60)).await;
     running.stop().await.unwrap();
@@ -544,8 +556,13 @@ async fn a_handler_slower_than_half_its_visibility_timeout_keeps_its_message() {
     let sub = subscriber("slow", handler)
         .visibility_timeout(secs(10))
         .build();
-    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
-    eventually("handled", || probe.finished() == 1).await;
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually_within("handled", Duration::from_secs(3600), async || {
+        probe.finished() == 1
+    })
+    .await;
     until_empty(&account, &url).await;
 
     let calls = probe.calls();
@@ -580,8 +597,13 @@ async fn the_held_rest_of_a_fifo_group_is_extended_behind_its_slow_message() {
         SqsBroker::with_transport(recording.clone()),
         secs(30),
         sub,
-    ));
-    eventually("4 jobs finished", || probe.finished() == 4).await;
+    ))
+    .await
+    .expect("the app starts");
+    eventually_within("4 jobs finished", Duration::from_secs(3600), async || {
+        probe.finished() == 4
+    })
+    .await;
     until_empty(&account, &url).await;
     sleep(secs(120)).await;
     running.stop().await.unwrap();
@@ -615,8 +637,10 @@ async fn no_visibility_change_reaches_a_message_after_it_is_settled() {
     let sub = subscriber("settled", handler)
         .visibility_timeout(secs(4))
         .build();
-    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
-    eventually("10 jobs finished", || probe.finished() == 10).await;
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("10 jobs finished", async || probe.finished() == 10).await;
     until_empty(&account, &url).await;
     let settled = broker.api_calls();
     sleep(secs(300)).await;
@@ -659,8 +683,10 @@ async fn a_handler_past_the_twelve_hour_cap_sees_its_message_delivered_again() {
         SqsBroker::with_transport(recording.clone()),
         secs(30),
         sub,
-    ));
-    eventually("started", || probe.started() == 1).await;
+    ))
+    .await
+    .expect("the app starts");
+    eventually("started", async || probe.started() == 1).await;
     sleep(secs(13 * HOUR + 60)).await;
     until_empty(&account, &url).await;
     running.stop().await.unwrap();
@@ -688,8 +714,10 @@ async fn stopping_lets_a_running_handler_finish_and_acks_its_message() {
     let url = standard_queue(&account, "finish", 1).await;
     let (handler, probe) = slow(|_, _| Hold::For(secs(10)));
     let sub = subscriber("finish", handler).build();
-    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
-    eventually("started", || probe.started() == 1).await;
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("started", async || probe.started() == 1).await;
     let asked = Instant::now();
     running.stop().await.unwrap();
     let took = asked.elapsed();
@@ -708,8 +736,10 @@ async fn stopping_releases_prefetched_messages_at_once() {
     let url = standard_queue(&account, "prefetched", 5).await;
     let (handler, probe) = slow(|_, _| Hold::For(secs(10)));
     let sub = subscriber("prefetched", handler).concurrency(1).build();
-    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
-    eventually("started", || probe.started() == 1).await;
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("started", async || probe.started() == 1).await;
     assert_eq!(counts(&account, &url).await.in_flight, 5, "all prefetched");
 
     let stop = tokio::spawn(running.stop());
@@ -744,8 +774,13 @@ async fn stopping_starts_no_further_message_of_a_fifo_group() {
         .concurrency(groups.len())
         .pollers(3)
         .build();
-    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub));
-    eventually("every group started", || probe.started() == groups.len()).await;
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("every group started", async || {
+        probe.started() == groups.len()
+    })
+    .await;
     let held = counts(&account, &url).await.in_flight;
     assert!(
         held > groups.len(),
@@ -771,8 +806,10 @@ async fn a_handler_outliving_the_shutdown_timeout_is_cancelled_before_its_messag
     let sub = subscriber("overrun", handler)
         .visibility_timeout(secs(30))
         .build();
-    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(5), sub));
-    eventually("started", || probe.started() == 1).await;
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(5), sub))
+        .await
+        .expect("the app starts");
+    eventually("started", async || probe.started() == 1).await;
     let asked = Instant::now();
     running.stop().await.unwrap();
     let took = asked.elapsed();
@@ -796,7 +833,9 @@ async fn a_failing_receive_backs_off_instead_of_spinning_and_recovers() {
     let broker = SqsBroker::with_account(&account);
     let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
     let sub = subscriber("vanishing", handler).build();
-    let running = TestApp::spawn(service(broker.clone(), secs(30), sub));
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
+        .await
+        .expect("the app starts");
     sleep(secs(1)).await;
     account.delete_queue(&url).await.unwrap();
     sleep(secs(1)).await;
@@ -812,7 +851,7 @@ async fn a_failing_receive_backs_off_instead_of_spinning_and_recovers() {
 
     // The name is free again a minute after the delete; the service picks the queue back up.
     let url = standard_queue(&account, "vanishing", 1).await;
-    eventually("handled on the new queue", || probe.finished() == 1).await;
+    eventually("handled on the new queue", async || probe.finished() == 1).await;
     until_empty(&account, &url).await;
     running.stop().await.unwrap();
 }

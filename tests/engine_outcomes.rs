@@ -15,7 +15,7 @@ use rust_stream::account::Account;
 use rust_stream::engine::transport::ReceiveMessage;
 use rust_stream::prelude::*;
 use rust_stream::sqs::rules::ErrorKind;
-use rust_stream::testing::{eventually, TestApp};
+use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::RetryPolicy;
 use rust_stream::{Output, RunError, DEAD_LETTER_REASON_HEADER, PARTITION_KEY_HEADER};
 use serde::{Deserialize, Serialize};
@@ -78,14 +78,17 @@ async fn outputs_are_sent_with_derived_dedup_ids_and_the_input_is_then_deleted()
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
     let (service, calls) = bill_service(&broker, 30).await;
-    let running = TestApp::spawn(service);
+    let running = TestApp::spawn(service).await.expect("the app starts");
     let sent = jobs_fifo(&broker)
         .message(&Job::new("g", 7))
         .group_id("g")
         .send()
         .await
         .unwrap();
-    eventually("the job handled", || calls.load(Ordering::SeqCst) == 1).await;
+    eventually("the job handled", async || {
+        calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let jobs_url = account.get_queue_url("jobs.fifo").await.unwrap();
     eventually_empty(&account, &jobs_url).await;
     running.stop().await.unwrap();
@@ -127,7 +130,7 @@ async fn an_input_whose_outputs_cannot_be_sent_is_not_acknowledged() {
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
     let (service, calls) = bill_service(&broker, 5).await;
-    let running = TestApp::spawn(service);
+    let running = TestApp::spawn(service).await.expect("the app starts");
     // Let the app create its queues, then take the output queue away.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let receipts_url = account.get_queue_url("receipts.fifo").await.unwrap();
@@ -138,7 +141,7 @@ async fn an_input_whose_outputs_cannot_be_sent_is_not_acknowledged() {
         .send()
         .await
         .unwrap();
-    eventually("the job handled twice", || {
+    eventually("the job handled twice", async || {
         calls.load(Ordering::SeqCst) >= 2
     })
     .await;
@@ -159,16 +162,17 @@ async fn a_handler_run_again_after_a_lost_delete_does_not_publish_its_outputs_tw
     faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
     let broker = SqsBroker::with_transport(faulty.clone());
     let (service, calls) = bill_service(&broker, 5).await;
-    let running = TestApp::spawn(service);
+    let running = TestApp::spawn(service).await.expect("the app starts");
     jobs_fifo(&broker)
         .message(&Job::new("g", 3))
         .group_id("g")
         .send()
         .await
         .unwrap();
-    eventually("the job handled again after its delete failed", || {
-        calls.load(Ordering::SeqCst) == 2
-    })
+    eventually(
+        "the job handled again after its delete failed",
+        async || calls.load(Ordering::SeqCst) == 2,
+    )
     .await;
     let jobs_url = account.get_queue_url("jobs.fifo").await.unwrap();
     eventually_empty(&account, &jobs_url).await;
@@ -206,14 +210,19 @@ async fn retry_after_brings_the_message_back_after_the_delay() {
             }
         }
     });
-    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()))
+        .await
+        .expect("the app starts");
     broker
         .publisher(standard_jobs())
         .message(&Job::new("-", 1))
         .send()
         .await
         .unwrap();
-    eventually("the second try", || log.lock().unwrap().len() == 2).await;
+    eventually_within("the second try", Duration::from_secs(3600), async || {
+        log.lock().unwrap().len() == 2
+    })
+    .await;
     running.stop().await.unwrap();
     let times = times.lock().unwrap();
     let waited = times[1] - times[0];
@@ -232,7 +241,9 @@ async fn a_panicking_handler_is_retried_and_the_service_goes_on() {
         }
         Ok(())
     });
-    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()))
+        .await
+        .expect("the app starts");
     for n in 0..3 {
         broker
             .publisher(standard_jobs())
@@ -241,7 +252,7 @@ async fn a_panicking_handler_is_retried_and_the_service_goes_on() {
             .await
             .unwrap();
     }
-    eventually("four calls", || log.lock().unwrap().len() == 4).await;
+    eventually("four calls", async || log.lock().unwrap().len() == 4).await;
     running.stop().await.unwrap();
     let seen = log.lock().unwrap().clone();
     let retried: Vec<u32> = seen
@@ -263,7 +274,9 @@ async fn an_undecodable_body_without_a_dead_letter_queue_is_never_deleted() {
     let (handler, log) = Scripted::new(|_, _| Ok(()));
     let backoff = RetryPolicy::exponential(Duration::from_secs(1), Duration::from_secs(300));
     let sub = subscriber(standard_jobs(), handler).retry(backoff.without_jitter());
-    let running = TestApp::spawn(app(&broker, sub.build()));
+    let running = TestApp::spawn(app(&broker, sub.build()))
+        .await
+        .expect("the app starts");
     broker
         .publisher(standard_jobs())
         .raw("not json")
@@ -293,7 +306,9 @@ async fn an_undecodable_body_is_dead_lettered_with_its_reason() {
     let broker = SqsBroker::with_account(&account);
     let (handler, _log) = Scripted::new(|_, _| Ok(()));
     let queue = standard_jobs().dead_letter("jobs-dlq", 5);
-    let running = TestApp::spawn(app(&broker, subscriber(queue, handler).build()));
+    let running = TestApp::spawn(app(&broker, subscriber(queue, handler).build()))
+        .await
+        .expect("the app starts");
     broker
         .publisher(standard_jobs())
         .raw("not json")
@@ -329,14 +344,16 @@ async fn dead_letter_without_a_dead_letter_queue_keeps_the_message() {
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
     let (handler, log) = Scripted::new(|_, _| Err(HandlerOutcome::dead_letter("no good")));
-    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()))
+        .await
+        .expect("the app starts");
     broker
         .publisher(standard_jobs())
         .message(&Job::new("-", 1))
         .send()
         .await
         .unwrap();
-    eventually("two tries", || log.lock().unwrap().len() == 2).await;
+    eventually("two tries", async || log.lock().unwrap().len() == 2).await;
     running.stop().await.unwrap();
     let seen = log.lock().unwrap().clone();
     assert_eq!(seen[1].receive_count, 2, "it came back");
@@ -384,7 +401,9 @@ async fn a_fifo_group_comes_from_the_step_or_the_partition_key_or_default_and_ev
     let broker = SqsBroker::in_process();
     let inspect = Arc::new(Inspect::default());
     let queue = SqsQueue::new("jobs.fifo").create_if_missing();
-    let running = TestApp::spawn(app(&broker, subscriber(queue, inspect.clone()).build()));
+    let running = TestApp::spawn(app(&broker, subscriber(queue, inspect.clone()).build()))
+        .await
+        .expect("the app starts");
     let jobs = jobs_fifo(&broker);
     jobs.message(&Job::new("-", 1))
         .group_id("step")
@@ -399,7 +418,7 @@ async fn a_fifo_group_comes_from_the_step_or_the_partition_key_or_default_and_ev
         .await
         .unwrap();
     jobs.message(&Job::new("-", 3)).send().await.unwrap();
-    eventually("three deliveries", || {
+    eventually("three deliveries", async || {
         inspect.seen.lock().unwrap().len() == 3
     })
     .await;
@@ -531,7 +550,9 @@ async fn handlers_see_their_jobs_through_the_scripted_helper() {
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
     let (handler, log) = Scripted::new(|_, _| Ok(()));
-    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()));
+    let running = TestApp::spawn(app(&broker, subscriber(standard_jobs(), handler).build()))
+        .await
+        .expect("the app starts");
     for n in 0..30 {
         broker
             .publisher(standard_jobs())
@@ -540,7 +561,7 @@ async fn handlers_see_their_jobs_through_the_scripted_helper() {
             .await
             .unwrap();
     }
-    eventually("30 jobs", || log.lock().unwrap().len() == 30).await;
+    eventually("30 jobs", async || log.lock().unwrap().len() == 30).await;
     running.stop().await.unwrap();
     let mut handled: Vec<u32> = jobs(&log).iter().map(|job| job.n).collect();
     handled.sort_unstable();
@@ -571,7 +592,9 @@ async fn staged_outputs_go_through_the_broker_their_publisher_belongs_to() {
     let running = TestApp::spawn(app(
         &broker,
         subscriber(standard_jobs(), Forward { to }).build(),
-    ));
+    ))
+    .await
+    .expect("the app starts");
     broker
         .publisher(standard_jobs())
         .message(&Job::new("-", 7))

@@ -27,8 +27,8 @@ async fn a_fifo_service_handles_each_group_in_order() {
     let app = RustStream::new(AppInfo::new("t", "0")).with_broker(broker.clone(), |b| {
         b.include(subscriber(queue, handler).build());
     });
-    let running = TestApp::spawn(app);
-    eventually("60 jobs handled", || log.lock().unwrap().len() == 60).await;
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    eventually("60 jobs handled", async || log.lock().unwrap().len() == 60).await;
     running.stop().await.unwrap();
     for group in ["a", "b", "c"] {
         let order: Vec<u32> = jobs(&log)

@@ -43,7 +43,11 @@ fn quick_retries() -> RetryPolicy {
     RetryPolicy::exponential(Duration::from_millis(200), Duration::from_secs(2))
 }
 
-fn service<T: Transport>(backend: &Backend<T>, shutdown: Duration, sub: Subscriber) -> TestApp {
+async fn service<T: Transport>(
+    backend: &Backend<T>,
+    shutdown: Duration,
+    sub: Subscriber,
+) -> TestApp {
     TestApp::spawn(
         RustStream::new(AppInfo::new("failures", "0"))
             .shutdown_timeout(shutdown)
@@ -51,6 +55,8 @@ fn service<T: Transport>(backend: &Backend<T>, shutdown: Duration, sub: Subscrib
                 b.include(sub);
             }),
     )
+    .await
+    .expect("the app starts")
 }
 
 /// Runs the service on `queue` until g5 is handled, and lets the last delete land before it stops.
@@ -61,8 +67,11 @@ async fn until_g5_handled<T: Transport, H: Handle<Job>>(
     log: &common::engine::Log,
 ) {
     let sub = subscriber(queue.clone(), handler).build();
-    let running = service(backend, Duration::from_secs(10), sub);
-    eventually("g5 handled", || jobs(log).iter().any(|job| job.n == 5)).await;
+    let running = service(backend, Duration::from_secs(10), sub).await;
+    eventually("g5 handled", async || {
+        jobs(log).iter().any(|job| job.n == 5)
+    })
+    .await;
     // Deletes are confirmed before the group goes on, so g5's is the only one that may lag.
     tokio::time::sleep(Duration::from_millis(500)).await;
     running.stop().await.unwrap();
@@ -303,9 +312,13 @@ async fn a_handler_failing_for_ten_seconds_is_attempted_a_few_times_not_hundreds
         &backend,
         Duration::from_secs(10),
         subscriber(queue.clone(), handler).build(),
-    );
+    )
+    .await;
     let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
-    eventually("acked after the outage", || acked.load(Ordering::SeqCst)).await;
+    eventually("acked after the outage", async || {
+        acked.load(Ordering::SeqCst)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     running.stop().await.unwrap();
     let spent = backend.broker.api_calls() - before;
@@ -352,8 +365,9 @@ async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transpo
         &backend,
         Duration::from_secs(10),
         subscriber(queue.clone(), slow).build(),
-    );
-    eventually("one running", || started.load(Ordering::SeqCst) == 1).await;
+    )
+    .await;
+    eventually("one running", async || started.load(Ordering::SeqCst) == 1).await;
     // Both messages are held and the next long poll has started.
     tokio::time::sleep(Duration::from_millis(500)).await;
     running.stop().await.unwrap();
@@ -446,8 +460,12 @@ async fn a_handler_outliving_the_shutdown_timeout_is_not_running_when_run_return
         &backend,
         Duration::from_secs(2),
         subscriber(queue.clone(), handler).build(),
-    );
-    eventually("the handler runs", || running_flag.load(Ordering::SeqCst)).await;
+    )
+    .await;
+    eventually("the handler runs", async || {
+        running_flag.load(Ordering::SeqCst)
+    })
+    .await;
     running.stop().await.unwrap();
     assert!(
         !running_flag.load(Ordering::SeqCst),
@@ -486,7 +504,7 @@ async fn dead_letter_works_on_a_queue_that_already_exists_without_a_redrive_poli
         .unwrap();
     let (handler, log) = Scripted::new(|_, _| Err(HandlerOutcome::retry()));
     let sub = subscriber(queue.clone(), handler).build();
-    let running = service(&backend, Duration::from_secs(10), sub);
+    let running = service(&backend, Duration::from_secs(10), sub).await;
     let mut dead = Vec::new();
     for _ in 0..30 {
         dead = backend.drain(&dlq_url, 1).await;

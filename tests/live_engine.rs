@@ -24,7 +24,7 @@ both_backends!(
     consuming_a_standard_queue_at_full_batches_costs_under_035_calls_a_message,
 );
 
-fn service<T: Transport>(backend: &Backend<T>, subscriber: Subscriber) -> TestApp {
+async fn service<T: Transport>(backend: &Backend<T>, subscriber: Subscriber) -> TestApp {
     TestApp::spawn(
         RustStream::new(AppInfo::new("live", "0.0.0"))
             .shutdown_timeout(Duration::from_secs(10))
@@ -32,6 +32,8 @@ fn service<T: Transport>(backend: &Backend<T>, subscriber: Subscriber) -> TestAp
                 b.include(subscriber);
             }),
     )
+    .await
+    .expect("the app starts")
 }
 
 async fn a_failed_fifo_message_is_retried_in_place_while_its_group_waits_in_order<T: Transport>(
@@ -56,8 +58,8 @@ async fn a_failed_fifo_message_is_retried_in_place_while_its_group_waits_in_orde
         }
         Ok(())
     });
-    let running = service(&backend, subscriber(queue, handler).build());
-    eventually("all five acked", || {
+    let running = service(&backend, subscriber(queue, handler).build()).await;
+    eventually("all five acked", async || {
         jobs(&log).iter().filter(|j| j.n == 5).count() == 1
     })
     .await;
@@ -109,7 +111,7 @@ async fn outputs_are_published_before_the_input_is_acknowledged<T: Transport>(ba
     )
     .outputs(Output::<Receipt>::new(output.clone()))
     .build();
-    let running = service(&backend, subscriber);
+    let running = service(&backend, subscriber).await;
     let publisher = backend.broker.publisher(input.clone());
     let mut sent = Vec::new();
     for n in 1..=3 {
@@ -122,7 +124,10 @@ async fn outputs_are_published_before_the_input_is_acknowledged<T: Transport>(ba
                 .unwrap(),
         );
     }
-    eventually("three jobs billed", || calls.load(Ordering::SeqCst) == 3).await;
+    eventually("three jobs billed", async || {
+        calls.load(Ordering::SeqCst) == 3
+    })
+    .await;
     running.stop().await.unwrap();
     let receipts_url = backend
         .transport
@@ -172,8 +177,8 @@ async fn a_dead_lettered_message_moves_and_its_group_continues<T: Transport>(bac
         2 => Err(HandlerOutcome::dead_letter("out of stock")),
         _ => Ok(()),
     });
-    let running = service(&backend, subscriber(queue, handler).build());
-    eventually("three calls", || log.lock().unwrap().len() == 3).await;
+    let running = service(&backend, subscriber(queue, handler).build()).await;
+    eventually("three calls", async || log.lock().unwrap().len() == 3).await;
     running.stop().await.unwrap();
     assert_eq!(
         jobs(&log).iter().map(|j| j.n).collect::<Vec<_>>(),
@@ -233,8 +238,11 @@ async fn shutdown_finishes_running_handlers_and_releases_held_messages<T: Transp
         started: started.clone(),
         finished: finished.clone(),
     };
-    let running = service(&backend, subscriber(queue.clone(), handler).build());
-    eventually("a handler running", || started.load(Ordering::SeqCst) == 1).await;
+    let running = service(&backend, subscriber(queue.clone(), handler).build()).await;
+    eventually("a handler running", async || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
     running.stop().await.unwrap();
     assert_eq!(
         finished.load(Ordering::SeqCst),
@@ -281,8 +289,8 @@ async fn consuming_a_standard_queue_at_full_batches_costs_under_035_calls_a_mess
         send.await.unwrap().unwrap();
     }
     let (handler, log) = Scripted::new(|_, _| Ok(()));
-    let running = service(&backend, subscriber(queue, handler).build());
-    eventually("every message handled", || {
+    let running = service(&backend, subscriber(queue, handler).build()).await;
+    eventually("every message handled", async || {
         log.lock().unwrap().len() >= MESSAGES as usize
     })
     .await;

@@ -119,7 +119,7 @@ async fn state_outputs_and_the_context_reach_the_body_and_outputs_are_sent_befor
         .with_broker(broker.clone(), |b| {
             b.include(book);
         });
-    let running = TestApp::spawn(app);
+    let running = TestApp::spawn(app).await.expect("the app starts");
     place(&broker, "orders", 7).await;
     emptied(&account, "orders").await;
     running.stop().await.expect("the app ran");
@@ -160,7 +160,7 @@ async fn an_err_of_the_handlers_own_error_retries_the_message_until_it_succeeds(
         .with_broker(broker.clone(), |b| {
             b.include(flaky);
         });
-    let running = TestApp::spawn(app);
+    let running = TestApp::spawn(app).await.expect("the app starts");
     place(&broker, "flaky", 1).await;
     emptied(&account, "flaky").await;
     running.stop().await.expect("the app ran");
@@ -183,7 +183,7 @@ async fn the_attributes_dead_letter_queue_receives_what_the_handler_dead_letters
     let app = RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(broker.clone(), |b| {
         b.include(refuse);
     });
-    let running = TestApp::spawn(app);
+    let running = TestApp::spawn(app).await.expect("the app starts");
     place(&broker, "payments", 9).await;
     emptied(&account, "payments").await;
     running.stop().await.expect("the app ran");
@@ -222,7 +222,7 @@ async fn a_returned_handler_outcome_settles_the_message_as_it_says() {
         .with_broker(broker.clone(), |b| {
             b.include(once_more);
         });
-    let running = TestApp::spawn(app);
+    let running = TestApp::spawn(app).await.expect("the app starts");
     place(&broker, "outcomes", 2).await;
     emptied(&account, "outcomes").await;
     running.stop().await.expect("the app ran");

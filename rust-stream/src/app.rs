@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::broker::{Broker, Include};
+use crate::engine::transport::BoxFuture;
 use crate::engine::transport::TransportError;
 use crate::sqs::rules::ErrorKind;
 use crate::sqs::ConfigErrors;
@@ -101,6 +102,7 @@ impl RustStream {
         let mut scope = Include::new();
         include(&mut scope);
         let (sender, _) = watch::channel(false);
+        let (stage, _) = watch::channel(Stage::Starting);
         Service {
             states: Arc::new(self.states),
             info: self.info,
@@ -110,6 +112,7 @@ impl RustStream {
             shutdown: ShutdownHandle {
                 sender: Arc::new(sender),
             },
+            stage: Arc::new(stage),
         }
     }
 }
@@ -118,6 +121,10 @@ impl RustStream {
 pub trait App: Send + Sized + 'static {
     /// A handle that stops the service when fired.
     fn shutdown_handle(&self) -> ShutdownHandle;
+
+    /// A handle that tells when the running service consumes every subscription, and what its
+    /// queues hold.
+    fn readiness(&self) -> Readiness;
 
     /// Runs until `signal` resolves or the shutdown handle fires, then shuts down gracefully.
     fn run_until(
@@ -165,11 +172,18 @@ pub struct Service<B: Broker> {
     subscribers: Vec<B::Subscriber>,
     shutdown_timeout: Duration,
     shutdown: ShutdownHandle,
+    stage: Arc<watch::Sender<Stage>>,
 }
 
 impl<B: Broker> App for Service<B> {
     fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()
+    }
+
+    fn readiness(&self) -> Readiness {
+        Readiness {
+            stage: self.stage.subscribe(),
+        }
     }
 
     async fn run_until(
@@ -181,27 +195,135 @@ impl<B: Broker> App for Service<B> {
             timeout: self.shutdown_timeout,
         };
         let handle = self.shutdown.clone();
+        let stage = self.stage.clone();
         let app = AppContext {
             info: self.info,
             states: self.states,
             shutdown,
+            stage: self.stage,
         };
         let run = self.broker.run(app, self.subscribers);
         tokio::pin!(run);
-        tokio::select! {
-            result = &mut run => return result,
-            () = signal => handle.shutdown(),
-        }
-        run.await
+        let result = tokio::select! {
+            result = &mut run => result,
+            () = signal => {
+                handle.shutdown();
+                run.await
+            }
+        };
+        stage.send_replace(Stage::Ended);
+        result
     }
 }
 
-/// What a broker gets from the app it runs: its info, shared state, and the shutdown signal.
-#[derive(Debug, Clone)]
+/// Where a running app is.
+#[derive(Clone)]
+enum Stage {
+    Starting,
+    Consuming(Arc<dyn Inspect>),
+    Ended,
+}
+
+impl std::fmt::Debug for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Starting => "starting",
+            Self::Consuming(_) => "consuming",
+            Self::Ended => "ended",
+        })
+    }
+}
+
+/// What a broker's queues hold, for tests that wait for a service to finish its work.
+pub trait Inspect: Send + Sync + 'static {
+    /// Every queue the app has used (read, published to, dead-lettered to), with its counts.
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueLoad>, String>>;
+}
+
+/// The messages one queue holds, as the queue reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueLoad {
+    /// The queue's name.
+    pub queue: String,
+    /// Messages ready to be received.
+    pub visible: u64,
+    /// Messages received and not yet deleted or released.
+    pub in_flight: u64,
+    /// Messages whose delay has not ended.
+    pub delayed: u64,
+}
+
+impl QueueLoad {
+    /// A queue's load.
+    pub fn new(queue: impl Into<String>, visible: u64, in_flight: u64, delayed: u64) -> Self {
+        Self {
+            queue: queue.into(),
+            visible,
+            in_flight,
+            delayed,
+        }
+    }
+
+    /// Whether the queue holds nothing: no message visible, in flight or delayed.
+    pub fn is_empty(&self) -> bool {
+        self.visible + self.in_flight + self.delayed == 0
+    }
+}
+
+/// Tells when a running app consumes every subscription. Cheap to clone.
+#[derive(Clone)]
+pub struct Readiness {
+    stage: watch::Receiver<Stage>,
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readiness")
+            .field("stage", &*self.stage.borrow())
+            .finish()
+    }
+}
+
+impl Readiness {
+    /// Resolves once every subscription consumes (`true`), or the app has ended first, having
+    /// failed to start or been stopped (`false`).
+    pub async fn consuming(&self) -> bool {
+        let mut stage = self.stage.clone();
+        let seen = stage
+            .wait_for(|stage| !matches!(stage, Stage::Starting))
+            .await
+            .map(|stage| matches!(&*stage, Stage::Consuming(_)));
+        seen.unwrap_or(false)
+    }
+
+    /// What the app's queues hold now; `None` before the app consumes or after it ended.
+    pub async fn queues(&self) -> Option<Result<Vec<QueueLoad>, String>> {
+        let inspect = match &*self.stage.borrow() {
+            Stage::Consuming(inspect) => inspect.clone(),
+            _ => return None,
+        };
+        Some(inspect.queues().await)
+    }
+}
+
+/// What a broker gets from the app it runs: its info, shared state, the shutdown signal, and
+/// where to say it consumes.
+#[derive(Clone)]
 pub struct AppContext {
     info: AppInfo,
     states: Arc<States>,
     shutdown: Shutdown,
+    stage: Arc<watch::Sender<Stage>>,
+}
+
+impl std::fmt::Debug for AppContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppContext")
+            .field("info", &self.info)
+            .field("shutdown", &self.shutdown)
+            .finish()
+    }
 }
 
 impl AppContext {
@@ -218,6 +340,11 @@ impl AppContext {
     /// When to stop, and how long stopping may take.
     pub fn shutdown(&self) -> &Shutdown {
         &self.shutdown
+    }
+
+    /// Says that every subscription consumes; `inspect` reports what the broker's queues hold.
+    pub fn consuming(&self, inspect: Arc<dyn Inspect>) {
+        self.stage.send_replace(Stage::Consuming(inspect));
     }
 }
 

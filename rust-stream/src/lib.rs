@@ -81,7 +81,10 @@ pub mod state;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use app::{App, AppContext, AppInfo, RunError, RustStream, Service, Shutdown, ShutdownHandle};
+pub use app::{
+    App, AppContext, AppInfo, Inspect, QueueLoad, Readiness, RunError, RustStream, Service,
+    Shutdown, ShutdownHandle,
+};
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use context::Context;

@@ -106,6 +106,7 @@ pub(crate) async fn run(
         }
     }
     tracing::info!(subscriptions = consumers.len(), "consuming");
+    app.consuming(core.clone());
     shutdown.requested().await;
     tracing::info!("shutting down");
     stop_all(consumers, shutdown.timeout()).await;

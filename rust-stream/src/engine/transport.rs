@@ -77,7 +77,8 @@ pub trait Transport: Send + Sync + 'static {
     }
 }
 
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, sendable future: what a trait object's async method returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// [`Transport`] behind a pointer, so a broker holds either backend as one type; every
 /// [`Transport`] is one.

@@ -20,12 +20,13 @@ use std::time::Duration;
 pub use queue::{ConfigError, ConfigErrors, SqsQueue};
 
 use crate::account::Account;
-use crate::app::{AppContext, RunError};
+use crate::app::{AppContext, Inspect, QueueLoad, RunError};
 use crate::broker::Broker;
 use crate::engine::batch::{self, BatchSettings, Batcher};
 use crate::engine::meter::{ApiCalls, CallCounter, Metered};
 use crate::engine::transport::{
-    QueueAttributes, SendMessage, SentMessage, SharedTransport, Transport, TransportError,
+    BoxFuture, QueueAttributes, SendMessage, SentMessage, SharedTransport, Transport,
+    TransportError,
 };
 use crate::handler::Subscriber;
 use crate::publish::{self, PublishError, Publisher};
@@ -401,9 +402,53 @@ impl BrokerCore {
         self.batcher(url, settings, |batchers| &mut batchers.delete)
     }
 
+    /// The queues resolved so far, by name, with their URLs.
+    fn resolved_queues(&self) -> Vec<(String, String)> {
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut resolved: Vec<(String, String)> = queues
+            .iter()
+            .filter_map(|(name, cell)| Some((name.clone(), cell.get()?.url.clone())))
+            .collect();
+        resolved.sort();
+        resolved
+    }
+
     pub(crate) fn visibility_batcher(&self, url: &str) -> Batcher<batch::VisibilityBatch> {
         self.batcher(url, self.settings(false), |batchers| {
             &mut batchers.visibility
+        })
+    }
+}
+
+impl Inspect for BrokerCore {
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueLoad>, String>> {
+        Box::pin(async move {
+            const COUNTS: [&str; 3] = [
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ];
+            let mut loads = Vec::new();
+            for (name, url) in self.resolved_queues() {
+                let attributes = self
+                    .transport
+                    .get_queue_attributes(&url, &COUNTS)
+                    .await
+                    .map_err(|error| format!("queue `{name}`: {error}"))?;
+                let count = |attribute: &str| {
+                    attributes
+                        .get(attribute)
+                        .and_then(|value| value.parse().ok())
+                        .unwrap_or(0)
+                };
+                loads.push(QueueLoad::new(
+                    name,
+                    count(COUNTS[0]),
+                    count(COUNTS[1]),
+                    count(COUNTS[2]),
+                ));
+            }
+            Ok(loads)
         })
     }
 }
