@@ -119,7 +119,8 @@ impl<'a> Context<'a> {
         self.delivery.sent_at
     }
 
-    /// A header (a message attribute of type `String` or `Number`).
+    /// A header (a message attribute of type `String`, or `Number` as its decimal text). A
+    /// `Binary` attribute is in [`attributes`](Self::attributes).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.delivery.headers.get(name).map(String::as_str)
     }

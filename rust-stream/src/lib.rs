@@ -40,7 +40,8 @@
 //! - [`retry`]: [`RetryPolicy`], the backoff every failure waits, and when a message that keeps
 //!   failing is dead-lettered; on FIFO a failed message is retried in place, holding its group.
 //! - [`context`]: [`Context`], the message in hand and publishing as part of handling it.
-//! - [`publish`]: [`Publisher`] and [`Output`]: sending, with FIFO groups and deduplication ids.
+//! - [`publish`]: [`Publisher`] and [`Output`]: sending one message or a batch, with FIFO groups,
+//!   deduplication ids and headers (text, number, binary).
 //! - [`codec`]: [`Codec`] and the default, [`Json`].
 //! - [`broker`] and [`sqs`]: the [`Broker`] trait and [`SqsBroker`], over the in-process
 //!   [`account`] or Amazon SQS ([`SqsBroker::from_env`], [`sqs::aws`]), with the SQS

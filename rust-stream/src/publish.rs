@@ -1,5 +1,6 @@
 //! Publishing: a [`Publisher`] for a queue, the [`Outgoing`] message with its steps
-//! (`group_id`, `dedup_id`, `delay`, `header`), and a subscriber's typed [`Output`]s.
+//! (`group_id`, `dedup_id`, `delay`, `header`, `header_number`, `header_binary`), sent one at a
+//! time or many at once ([`Publisher::send_batch`]), and a subscriber's typed [`Output`]s.
 //!
 //! ```no_run
 //! use rust_stream::SqsBroker;
@@ -17,6 +18,7 @@
 //! reordering a queue's messages, and every rule SQS would check is checked before the network,
 //! the queue's own `MaximumMessageSize` included.
 
+use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -102,12 +104,107 @@ impl Publisher {
     pub fn raw(&self, body: impl Into<String>) -> Outgoing {
         Outgoing::new(self.clone(), Ok(body.into()))
     }
+
+    /// Sends many messages to this publisher's queue in as few `SendMessageBatch` calls as SQS
+    /// allows (10 messages and 1 MiB a call), in the order given, and answers each message in
+    /// that order: `results[i]` is what became of the `i`-th message.
+    ///
+    /// Each message is checked before the network, as [`Outgoing::send`] checks it; one that
+    /// fails gets its own error and the others still go. On a FIFO queue the calls go out one at
+    /// a time, so every group keeps the order of the batch. An empty batch, or one whose every
+    /// message fails its check, makes no call.
+    ///
+    /// Every message must be for this publisher's queue: make them with this publisher (or any
+    /// publisher for a queue of the same name). A message for another queue is refused with
+    /// [`PublishError::OtherQueue`] rather than sent where it was not meant to go. Each message
+    /// goes out as this publisher's, through its broker and with its queue's settings (FIFO,
+    /// content-based deduplication).
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// # #[derive(serde::Serialize)] struct Payment { id: u32, account: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let broker = SqsBroker::in_process();
+    /// let payments = broker.publisher(SqsQueue::new("payments.fifo").create_if_missing());
+    /// let batch = (0..100).map(|id| {
+    ///     let account = format!("account-{}", id % 5);
+    ///     payments.message(&Payment { id, account: account.clone() }).group_id(account)
+    /// });
+    ///
+    /// let results = payments.send_batch(batch).await;
+    /// assert_eq!(results.len(), 100);
+    /// assert!(results.iter().all(Result::is_ok));
+    /// assert_eq!(broker.api_calls().send_message_batch, 10);
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Each message's own [`PublishError`]: it is for another queue, breaks an SQS rule (found
+    /// before the network), cannot be encoded, this publisher is not bound to a broker, or SQS
+    /// refuses it.
+    #[must_use = "each message has its own result: a failed one was not sent"]
+    pub async fn send_batch(
+        &self,
+        messages: impl IntoIterator<Item = Outgoing>,
+    ) -> Vec<Result<SentMessage, PublishError>> {
+        let mut requests = Vec::new();
+        let checks: Vec<Result<(), PublishError>> = messages
+            .into_iter()
+            .map(|outgoing| {
+                requests.push(self.request_for(outgoing)?);
+                Ok(())
+            })
+            .collect();
+        let answers = match (requests.is_empty(), self.core()) {
+            (true, _) => Vec::new(),
+            (false, Some(core)) => core.send_many(self.queue(), requests).await,
+            (false, None) => requests
+                .iter()
+                .map(|_| {
+                    Err(PublishError::Unbound {
+                        queue: self.queue().name.clone(),
+                    })
+                })
+                .collect(),
+        };
+        let mut answers = answers.into_iter();
+        checks
+            .into_iter()
+            .map(|check| match check {
+                Ok(()) => answers.next().expect("one answer per request"),
+                Err(error) => Err(error),
+            })
+            .collect()
+    }
+
+    /// The request `outgoing` becomes as a message of this publisher.
+    fn request_for(&self, outgoing: Outgoing) -> Result<SendMessage, PublishError> {
+        let queue = self.queue();
+        if outgoing.queue().name != queue.name {
+            return Err(PublishError::OtherQueue {
+                queue: queue.name.clone(),
+                message_queue: outgoing.queue().name.clone(),
+            });
+        }
+        // The batch is checked against this publisher's queue, so its FIFO defaults (group,
+        // generated deduplication id) must come from the same descriptor, not from whichever
+        // publisher made the message.
+        let outgoing = Outgoing {
+            publisher: self.clone(),
+            ..outgoing
+        };
+        Ok(outgoing.into_request()?.1)
+    }
 }
 
-/// A message on its way to a queue: add steps, then [`send`](Self::send) it, or hand it to
-/// [`Context::publish`](crate::Context::publish) to send it as part of handling a message.
+/// A message on its way to a queue: add steps, then [`send`](Self::send) it, give it with others
+/// to [`Publisher::send_batch`], or hand it to [`Context::publish`](crate::Context::publish) to
+/// send it as part of handling a message.
 #[derive(Debug)]
-#[must_use = "a message is sent only by `.send().await` or `ctx.publish(..)`"]
+#[must_use = "a message is sent only by `.send().await`, `publisher.send_batch(..)` or `ctx.publish(..)`"]
 pub struct Outgoing {
     publisher: Publisher,
     body: Result<String, EncodeError>,
@@ -147,10 +244,39 @@ impl Outgoing {
         self
     }
 
-    /// Adds a header (a `String` message attribute).
+    /// Adds a header (a `String` message attribute). For numbers and bytes see
+    /// [`header_number`](Self::header_number) and [`header_binary`](Self::header_binary).
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers
             .insert(name.into(), MessageAttributeValue::string(value));
+        self
+    }
+
+    /// Adds a `Number` message attribute: an integer or a float (`3`, `-0.75`), or text holding
+    /// one (`"12.50"`), written as its decimal text. SQS takes at most 38 digits; a value it
+    /// would refuse (`"12abc"`, `f64::NAN`, `f64::MAX`) fails the send before the network with
+    /// [`ErrorKind::InvalidParameterValue`]. A handler reads it as text through
+    /// [`Context::header`](crate::Context::header).
+    ///
+    /// ```
+    /// # let orders = rust_stream::Publisher::new("orders");
+    /// let order = orders.raw("{}").header_number("amount", 12.5).header_number("lines", 3);
+    /// # drop(order);
+    /// ```
+    pub fn header_number(mut self, name: impl Into<String>, value: impl fmt::Display) -> Self {
+        self.headers.insert(
+            name.into(),
+            MessageAttributeValue::number(value.to_string()),
+        );
+        self
+    }
+
+    /// Adds a `Binary` message attribute. SQS needs at least one byte, so an empty value fails
+    /// the send before the network. Headers are text, so a handler finds this one in
+    /// [`Context::attributes`](crate::Context::attributes), not [`Context::header`](crate::Context::header).
+    pub fn header_binary(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        self.headers
+            .insert(name.into(), MessageAttributeValue::binary(value));
         self
     }
 
@@ -263,6 +389,17 @@ pub enum PublishError {
         queue: String,
         /// What SQS (or the check before it) said.
         error: TransportError,
+    },
+    /// A batch holds a message for another queue than its publisher's.
+    #[error(
+        "a batch for `{queue}` holds a message for `{message_queue}`: send that message with a \
+         publisher for `{message_queue}`"
+    )]
+    OtherQueue {
+        /// The batch's queue: that of the publisher sending it.
+        queue: String,
+        /// The queue the message was made for.
+        message_queue: String,
     },
     /// The publisher belongs to no broker.
     #[error(
@@ -455,6 +592,78 @@ mod tests {
             let error = plain.raw("x").delay(too_long).into_request().unwrap_err();
             assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
         }
+    }
+
+    #[test]
+    fn number_and_binary_headers_are_checked_before_the_network() {
+        let events = Publisher::new("events");
+        let sent = request(
+            events
+                .raw("x")
+                .header_number("lines", 3)
+                .header_number("amount", -0.75)
+                .header_number("total", "12.50")
+                .header_number("largest", u64::MAX)
+                .header_binary("signature", [0, 159, 146, 150]),
+        );
+        let attributes = &sent.message_attributes;
+        assert_eq!(attributes["lines"], MessageAttributeValue::number("3"));
+        assert_eq!(attributes["amount"], MessageAttributeValue::number("-0.75"));
+        assert_eq!(attributes["total"], MessageAttributeValue::number("12.50"));
+        assert_eq!(
+            attributes["largest"],
+            MessageAttributeValue::number(u64::MAX.to_string())
+        );
+        assert_eq!(
+            attributes["signature"],
+            MessageAttributeValue::binary([0, 159, 146, 150])
+        );
+        let refused = [
+            events.raw("x").header_number("amount", "12abc"),
+            events.raw("x").header_number("amount", f64::NAN),
+            events.raw("x").header_number("amount", i128::MAX),
+            events.raw("x").header_binary("signature", Vec::new()),
+        ];
+        for outgoing in refused {
+            let error = outgoing.into_request().unwrap_err();
+            assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+        }
+    }
+
+    #[test]
+    fn a_batch_answers_each_message_in_order_even_without_a_broker() {
+        let events = Publisher::new("events");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let results = runtime.block_on(events.send_batch([
+            events.raw("x"),
+            events.raw(""),
+            Publisher::new("audit").raw("y"),
+        ]));
+        assert!(
+            matches!(&results[0], Err(PublishError::Unbound { queue }) if queue == "events"),
+            "{results:?}"
+        );
+        assert_eq!(
+            results[1].as_ref().unwrap_err().kind(),
+            Some(ErrorKind::MissingParameter)
+        );
+        let error = results[2].as_ref().unwrap_err();
+        assert!(
+            matches!(error, PublishError::OtherQueue { queue, message_queue }
+                if queue == "events" && message_queue == "audit"),
+            "{error}"
+        );
+        assert!(runtime.block_on(events.send_batch([])).is_empty());
+    }
+
+    #[test]
+    fn a_batch_message_takes_the_fifo_settings_of_the_publisher_sending_it() {
+        let hashed = Publisher::new(SqsQueue::new("orders.fifo").content_based_dedup());
+        let message = Publisher::new("orders.fifo").raw("x");
+        assert_eq!(message.queue().name, hashed.queue().name);
+        assert_eq!(hashed.request_for(message).unwrap().dedup_id, None);
     }
 
     #[test]

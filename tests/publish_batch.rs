@@ -1,0 +1,183 @@
+//! `Publisher::send_batch`: many messages in as few `SendMessageBatch` calls as SQS allows, each
+//! FIFO group in the order given, and one answer per message in input order, where a message
+//! that breaks a rule, or is for another queue, fails alone while the rest are sent.
+
+mod common;
+
+use common::{delete_all, fifo_queue, receive};
+use rust_stream::account::Account;
+use rust_stream::engine::transport::ReceivedMessage;
+use rust_stream::prelude::*;
+use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::{Outgoing, PublishError, Publisher};
+use serde::{Deserialize, Serialize};
+
+const GROUPS: u32 = 5;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Payment {
+    account: u32,
+    n: u32,
+}
+
+/// Payment `n` of a hundred, in the group of its account.
+fn payment(payments: &Publisher, n: u32) -> Outgoing {
+    let account = n % GROUPS;
+    payments
+        .message(&Payment { account, n })
+        .group_id(format!("account-{account}"))
+}
+
+/// Receives and deletes until the queue has nothing visible, in the order received.
+async fn drain(account: &Account, url: &str) -> Vec<ReceivedMessage> {
+    let mut all = Vec::new();
+    loop {
+        let got = receive(account, url, 10).await;
+        if got.is_empty() {
+            return all;
+        }
+        delete_all(account, url, &got).await;
+        all.extend(got);
+    }
+}
+
+/// The payment numbers of each account, in the order received.
+fn by_account(received: &[ReceivedMessage]) -> Vec<Vec<u32>> {
+    let mut by_account = vec![Vec::new(); GROUPS as usize];
+    for message in received {
+        let payment: Payment = serde_json::from_str(&message.body).unwrap();
+        assert_eq!(
+            message.group_id(),
+            Some(format!("account-{}", payment.account).as_str())
+        );
+        by_account[payment.account as usize].push(payment.n);
+    }
+    by_account
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hundred_payments_over_five_groups_go_out_in_ten_calls_and_keep_each_groups_order() {
+    let account = Account::new();
+    let url = fifo_queue(&account, "payments.fifo", &[]).await;
+    let broker = SqsBroker::with_account(&account);
+    let payments = broker.publisher("payments.fifo");
+
+    let results = payments
+        .send_batch((0..100).map(|n| payment(&payments, n)))
+        .await;
+
+    assert_eq!(results.len(), 100);
+    let sent: Vec<_> = results
+        .into_iter()
+        .map(|result| result.expect("every payment is sent"))
+        .collect();
+    assert_eq!(broker.api_calls().send_message_batch, 10);
+    let sequence_numbers: Vec<u128> = sent
+        .iter()
+        .map(|sent| sent.sequence_number.as_deref().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        sequence_numbers.windows(2).all(|pair| pair[0] < pair[1]),
+        "stored in the order given"
+    );
+    let received = drain(&account, &url).await;
+    assert_eq!(received.len(), 100);
+    for (group, numbers) in by_account(&received).into_iter().enumerate() {
+        let expected: Vec<u32> = (0..100).filter(|n| n % GROUPS == group as u32).collect();
+        assert_eq!(numbers, expected, "the order of account-{group}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_that_breaks_a_rule_gets_its_own_error_and_the_other_ninety_nine_are_sent() {
+    let account = Account::new();
+    let url = fifo_queue(&account, "payments.fifo", &[]).await;
+    let broker = SqsBroker::with_account(&account);
+    let payments = broker.publisher("payments.fifo");
+    let batch = (0..100).map(|n| match n {
+        50 => payments.raw("").group_id("account-0"),
+        n => payment(&payments, n),
+    });
+
+    let results = payments.send_batch(batch).await;
+
+    assert_eq!(results.len(), 100);
+    for (index, result) in results.iter().enumerate() {
+        match (index, result) {
+            (50, Err(error @ PublishError::Rejected { queue, .. })) => {
+                assert_eq!(queue, "payments.fifo");
+                assert_eq!(error.kind(), Some(ErrorKind::MissingParameter), "{error}");
+            }
+            (50, Ok(sent)) => panic!("the empty body was sent as {}", sent.message_id),
+            (_, result) => assert!(result.is_ok(), "message {index}: {result:?}"),
+        }
+    }
+    assert_eq!(
+        broker.api_calls().send_message_batch,
+        10,
+        "99 messages need 10 calls"
+    );
+    let received = drain(&account, &url).await;
+    assert_eq!(received.len(), 99);
+    for (group, numbers) in by_account(&received).into_iter().enumerate() {
+        let expected: Vec<u32> = (0..100)
+            .filter(|n| n % GROUPS == group as u32 && *n != 50)
+            .collect();
+        assert_eq!(numbers, expected, "the order of account-{group}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_for_another_queue_is_refused_and_the_rest_are_sent() {
+    let account = Account::new();
+    let url = fifo_queue(&account, "payments.fifo", &[]).await;
+    let refunds = fifo_queue(&account, "refunds.fifo", &[]).await;
+    let broker = SqsBroker::with_account(&account);
+    let payments = broker.publisher("payments.fifo");
+    let batch = vec![
+        payment(&payments, 0),
+        broker
+            .publisher("refunds.fifo")
+            .raw("{}")
+            .group_id("account-0"),
+        // A publisher made elsewhere for the same queue makes messages of the same queue.
+        payment(&Publisher::new("payments.fifo"), 1),
+    ];
+
+    let results = payments.send_batch(batch).await;
+
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    let error = results[1].as_ref().unwrap_err();
+    let PublishError::OtherQueue {
+        queue,
+        message_queue,
+    } = error
+    else {
+        panic!("expected the message to be refused, got {error}")
+    };
+    assert_eq!(
+        (queue.as_str(), message_queue.as_str()),
+        ("payments.fifo", "refunds.fifo")
+    );
+    assert!(error.to_string().contains("refunds.fifo"), "{error}");
+    assert_eq!(drain(&account, &url).await.len(), 2);
+    assert!(receive(&account, &refunds, 10).await.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_with_nothing_valid_to_send_makes_no_call() {
+    let broker = SqsBroker::in_process();
+    let payments = broker.publisher("payments.fifo");
+
+    assert!(payments.send_batch(Vec::new()).await.is_empty());
+    let results = payments
+        .send_batch([
+            payments.raw(""),
+            payments.raw("{}").header_number("amount", "12abc"),
+        ])
+        .await;
+
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(Result::is_err), "{results:?}");
+    assert_eq!(broker.api_calls(), Default::default());
+}
