@@ -40,7 +40,7 @@ async fn number_and_binary_headers_reach_the_handlers_context() {
     let service = RustStream::new(AppInfo::new("test", "0.0.0")).with_broker(broker.clone(), |b| {
         b.include(subscriber(queue.clone(), inspect.clone()).build());
     });
-    let running = TestApp::spawn(service);
+    let running = TestApp::spawn(service).await.expect("the app starts");
     let signature = [0, 159, 146, 150];
     broker
         .publisher(queue)
@@ -53,7 +53,7 @@ async fn number_and_binary_headers_reach_the_handlers_context() {
         .send()
         .await
         .unwrap();
-    eventually("the invoice handled", || {
+    eventually("the invoice handled", async || {
         inspect.seen.lock().unwrap().is_some()
     })
     .await;
