@@ -101,6 +101,7 @@ impl RustStream {
     ) -> Service<B> {
         let mut scope = Include::new();
         include(&mut scope);
+        broker.declare(&scope.subscribers);
         let (sender, _) = watch::channel(false);
         let (stage, _) = watch::channel(Stage::Starting);
         Service {
@@ -404,6 +405,18 @@ pub enum RunError {
         queue: String,
         /// What SQS said.
         error: TransportError,
+    },
+    /// An existing queue's attribute contradicts its declaration in a way that would break it.
+    #[error("queue `{queue}` has {attribute}={actual:?} but is declared with {attribute}={declared}; change the queue or the declaration")]
+    QueueAttribute {
+        /// The queue.
+        queue: String,
+        /// The SQS attribute.
+        attribute: &'static str,
+        /// What the declaration needs.
+        declared: String,
+        /// What the queue has.
+        actual: String,
     },
     /// The signal handlers could not be installed.
     #[error("cannot listen for SIGINT/SIGTERM: {0}")]

@@ -13,6 +13,12 @@ pub trait Broker: Send + 'static {
     /// What [`Include::include`] accepts.
     type Subscriber: Send + 'static;
 
+    /// Learns the app's subscribers as soon as they are included, before the app runs, so that
+    /// what the broker does before then (a publisher creating a queue) already follows them.
+    fn declare(&self, subscribers: &[Self::Subscriber]) {
+        let _ = subscribers;
+    }
+
     /// Runs the subscribers until the app's shutdown is requested, then stops them gracefully.
     fn run(
         self,

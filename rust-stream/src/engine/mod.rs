@@ -90,8 +90,16 @@ pub(crate) async fn run(
             });
         }
     }
+    problems.extend(core.conflicting_declarations());
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
+    }
+    // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
+    // queues first, so no declaration depends on the order of `include`.
+    for queue in core.declared_queues() {
+        core.resolve(&queue)
+            .await
+            .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
     }
     let shutdown = app.shutdown();
     let mut consumers = Vec::new();
@@ -181,9 +189,17 @@ impl Consumer {
         let url = core.resolve(&queue).await.map_err(failed(&queue))?;
         let attributes = core
             .transport
-            .get_queue_attributes(&url, &["VisibilityTimeout", "RedrivePolicy"])
+            .get_queue_attributes(
+                &url,
+                &[
+                    "VisibilityTimeout",
+                    "RedrivePolicy",
+                    "ContentBasedDeduplication",
+                ],
+            )
             .await
             .map_err(failed(&queue))?;
+        compare_with_declaration(&queue, &attributes)?;
         let visibility = queue.consumer.visibility_timeout.unwrap_or_else(|| {
             let seconds = attributes
                 .get("VisibilityTimeout")
@@ -302,6 +318,43 @@ impl Consumer {
     pub(crate) fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(guarded(task));
     }
+}
+
+/// Checks an existing queue against its declaration: a difference the consumer makes up for is a
+/// warning naming the attribute; one that would break a promise keeps the app from starting.
+fn compare_with_declaration(
+    queue: &SqsQueue,
+    attributes: &crate::engine::transport::QueueAttributes,
+) -> Result<(), RunError> {
+    let actual = |name: &str| attributes.get(name).map(String::as_str).unwrap_or("");
+    if queue.content_based_dedup && actual("ContentBasedDeduplication") != "true" {
+        // Publishers of this declaration send no deduplication id; SQS would refuse every one.
+        return Err(RunError::QueueAttribute {
+            queue: queue.name.clone(),
+            attribute: "ContentBasedDeduplication",
+            declared: "true".to_owned(),
+            actual: actual("ContentBasedDeduplication").to_owned(),
+        });
+    }
+    if let Some(timeout) = queue.consumer.visibility_timeout {
+        let seconds = timeout.as_secs().to_string();
+        if actual("VisibilityTimeout") != seconds {
+            tracing::warn!(
+                messaging.destination.name = %queue.name,
+                declared = %seconds,
+                actual = %actual("VisibilityTimeout"),
+                "the queue's VisibilityTimeout differs from the declaration; the consumer asks for the declared one on every receive"
+            );
+        }
+    }
+    if queue.dead_letter.is_some() && actual("RedrivePolicy").is_empty() {
+        tracing::warn!(
+            messaging.destination.name = %queue.name,
+            "the queue has no RedrivePolicy although the subscription declares `.dead_letter(..)`; \
+             the consumer dead-letters by the declaration, but nothing moves a message if consumers crash on it"
+        );
+    }
+    Ok(())
 }
 
 /// Decides where a subscription's failed messages go and after how many attempts: the

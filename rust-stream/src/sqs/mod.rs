@@ -9,6 +9,7 @@
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub mod aws;
+pub(crate) mod declare;
 pub(crate) mod queue;
 pub mod rules;
 
@@ -107,14 +108,36 @@ impl SqsBroker {
         self
     }
 
-    /// A publisher for `queue`, bound to this broker.
+    /// A publisher for `queue`, bound to this broker. Its declaration of the queue joins the
+    /// app's: the queue is created (when asked) as all of them together describe it.
     pub fn publisher(&self, queue: impl Into<SqsQueue>) -> Publisher {
-        Publisher::bound(queue.into(), self.core.clone())
+        let queue = queue.into();
+        self.core
+            .declare(&queue, "a publisher made with `broker.publisher(..)`");
+        Publisher::bound(queue, self.core.clone())
     }
 }
 
 impl Broker for SqsBroker {
     type Subscriber = Subscriber;
+
+    fn declare(&self, subscribers: &[Subscriber]) {
+        for subscriber in subscribers {
+            let by = format!("the subscription of `{}`", subscriber.queue.name);
+            self.core.declare(&subscriber.queue, &by);
+            if let Some(dead_letter) = subscriber.queue.dead_letter_queue() {
+                let by = format!("the dead-letter queue of `{}`", subscriber.queue.name);
+                self.core.declare(&dead_letter, &by);
+            }
+            for output in &subscriber.outputs {
+                let by = format!(
+                    "an output of the subscription of `{}`",
+                    subscriber.queue.name
+                );
+                self.core.declare(output.queue(), &by);
+            }
+        }
+    }
 
     async fn run(self, app: AppContext, subscribers: Vec<Subscriber>) -> Result<(), RunError> {
         tracing::info!(app.name = %app.info().name(), app.version = %app.info().version(), "starting");
@@ -130,6 +153,7 @@ pub(crate) struct BrokerCore {
     /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
     /// no other, and callers asking for the same queue at once share one lookup.
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
+    declarations: Mutex<declare::Declarations>,
     batchers: Mutex<Batchers>,
 }
 
@@ -163,6 +187,7 @@ impl BrokerCore {
             calls,
             linger_nanos: AtomicU64::new(5_000_000),
             queues: Mutex::new(HashMap::new()),
+            declarations: Mutex::new(declare::Declarations::default()),
             batchers: Mutex::new(Batchers::default()),
         }
     }
@@ -187,10 +212,34 @@ impl BrokerCore {
     /// The queue's URL and `MaximumMessageSize`, looked up once. A failed lookup is not kept, so
     /// the next caller tries again.
     pub(crate) async fn resolved(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
-        self.cell(&queue.name)
-            .get_or_try_init(|| self.look_up(queue))
-            .await
-            .cloned()
+        let cell = self.cell(&queue.name);
+        if let Some(resolved) = cell.get() {
+            return Ok(resolved.clone());
+        }
+        // Created, if it must be, as every declaration of it together describes it.
+        let queue = self.declarations().merged(queue);
+        cell.get_or_try_init(|| self.look_up(&queue)).await.cloned()
+    }
+
+    fn declarations(&self) -> std::sync::MutexGuard<'_, declare::Declarations> {
+        self.declarations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a declaration of `queue` by `by` to the broker's.
+    pub(crate) fn declare(&self, queue: &SqsQueue, by: &str) {
+        self.declarations().declare(queue, by);
+    }
+
+    /// Declarations that disagree, for the app's start to refuse.
+    pub(crate) fn conflicting_declarations(&self) -> Vec<ConfigError> {
+        self.declarations().conflicts()
+    }
+
+    /// Every declared queue, dead-letter queues first.
+    pub(crate) fn declared_queues(&self) -> Vec<SqsQueue> {
+        self.declarations().in_creation_order()
     }
 
     /// The cell a queue is resolved in, made on first use.

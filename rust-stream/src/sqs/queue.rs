@@ -369,6 +369,18 @@ pub enum ConfigError {
         /// The state's type.
         type_name: &'static str,
     },
+    /// Two declarations give one queue different settings.
+    #[error("queue `{queue}` is declared with two different {setting}s, by {first} and by {second}; declare it the same way in both places")]
+    ConflictingDeclarations {
+        /// The queue.
+        queue: String,
+        /// The setting they disagree on.
+        setting: &'static str,
+        /// Who declared it first.
+        first: String,
+        /// Who declared it otherwise.
+        second: String,
+    },
     /// A subscription names a queue another subscription of the app already reads.
     #[error("queue `{queue}` has two subscriptions; give each queue one subscriber")]
     DuplicateSubscription {
