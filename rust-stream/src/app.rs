@@ -247,6 +247,9 @@ pub trait Inspect: Send + Sync + 'static {
 pub struct QueueLoad {
     /// The queue's name.
     pub queue: String,
+    /// Whether the app consumes it (an output or dead-letter queue it only writes to holds what
+    /// it is sent until something else reads it).
+    pub consumed: bool,
     /// Messages ready to be received.
     pub visible: u64,
     /// Messages received and not yet deleted or released.
@@ -257,9 +260,16 @@ pub struct QueueLoad {
 
 impl QueueLoad {
     /// A queue's load.
-    pub fn new(queue: impl Into<String>, visible: u64, in_flight: u64, delayed: u64) -> Self {
+    pub fn new(
+        queue: impl Into<String>,
+        consumed: bool,
+        visible: u64,
+        in_flight: u64,
+        delayed: u64,
+    ) -> Self {
         Self {
             queue: queue.into(),
+            consumed,
             visible,
             in_flight,
             delayed,

@@ -38,6 +38,8 @@ pub(crate) mod extend;
 pub(crate) mod lanes;
 pub mod meter;
 pub(crate) mod poll;
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub mod record;
 pub(crate) mod settle;
 pub mod transport;
 
@@ -114,7 +116,13 @@ pub(crate) async fn run(
         }
     }
     tracing::info!(subscriptions = consumers.len(), "consuming");
-    app.consuming(core.clone());
+    app.consuming(Arc::new(crate::sqs::AppQueues {
+        core: core.clone(),
+        consumed: consumers
+            .iter()
+            .map(|consumer| consumer.queue.name.clone())
+            .collect(),
+    }));
     shutdown.requested().await;
     tracing::info!("shutting down");
     stop_all(consumers, shutdown.timeout()).await;

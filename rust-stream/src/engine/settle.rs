@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::dispatch::Held;
 use super::extend::Lease;
+use super::record::{Event, Settled};
 use super::Consumer;
 use crate::engine::transport::{MessageAttributeValue, SendMessage, SentMessage};
 use crate::publish::{Outgoing, PublishError};
@@ -73,7 +74,10 @@ impl Consumer {
         let attempts = retry::attempts(held.delivery.receive_count, attempt);
         match verdict {
             Verdict::Ack { staged } => match self.publish_staged(staged).await {
-                Ok(()) => self.delete(held).await,
+                Ok(()) => {
+                    self.record_settled(&held, Settled::Acked);
+                    self.delete(held).await
+                }
                 Err(error) => {
                     let reason = format!("an output could not be sent: {error}");
                     self.failed(held, attempts, None, reason).await
@@ -121,6 +125,7 @@ impl Consumer {
                     reason = %reason,
                     "message has had its attempts; released for the queue's redrive policy to move it"
                 );
+                self.record_settled(&held, Settled::Retried);
                 let seconds = held.lease.visibility_seconds(delay);
                 self.release(vec![held], seconds).await;
                 Next::StopGroup
@@ -128,7 +133,18 @@ impl Consumer {
         }
     }
 
+    /// Tells a test's recorder, if there is one, how an attempt ended.
+    fn record_settled(&self, held: &Held, settled: Settled) {
+        self.core.record(|| Event::Settled {
+            queue: self.queue.name.clone(),
+            message_id: held.delivery.message_id.clone(),
+            body: held.delivery.body.clone(),
+            settled,
+        });
+    }
+
     async fn retry(&self, held: Held, delay: Duration, attempts: u32, reason: &str) -> Next {
+        self.record_settled(&held, Settled::Retried);
         tracing::warn!(
             messaging.message.id = %held.delivery.message_id,
             attempts,
@@ -158,6 +174,12 @@ impl Consumer {
                     reason = %reason,
                     "message dead-lettered"
                 );
+                self.record_settled(&held, Settled::DeadLettered);
+                self.core.record(|| Event::DeadLettered {
+                    queue: self.queue.name.clone(),
+                    message_id: held.delivery.message_id.clone(),
+                    reason: reason.clone(),
+                });
                 self.delete(held).await
             }
             Err(error) => {
@@ -191,8 +213,26 @@ impl Consumer {
                 .push(message);
         }
         for (core, queue, messages) in by_queue.into_values() {
-            for answer in core.send_many(&queue, messages).await {
+            // Bodies are kept for a test's recorder only.
+            let bodies: Option<Vec<String>> = self.core.is_recording().then(|| {
+                messages
+                    .iter()
+                    .map(|message| message.body.clone())
+                    .collect()
+            });
+            for (index, answer) in core
+                .send_many(&queue, messages)
+                .await
+                .into_iter()
+                .enumerate()
+            {
                 answer?;
+                if let Some(bodies) = &bodies {
+                    self.core.record(|| Event::Published {
+                        queue: queue.name.clone(),
+                        body: bodies[index].clone(),
+                    });
+                }
             }
         }
         Ok(())

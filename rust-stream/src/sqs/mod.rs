@@ -108,6 +108,25 @@ impl SqsBroker {
         self
     }
 
+    /// A recorder of what this broker's subscriptions do with each message: what they handled,
+    /// published and dead-lettered. The first call starts it; later calls share it.
+    #[cfg(feature = "testing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub fn recorder(&self) -> crate::testing::Recorder {
+        let recorder = crate::testing::Recorder::default();
+        let shared: Arc<dyn crate::engine::record::Record> = Arc::new(recorder.clone());
+        match self.core.recorder.set(shared) {
+            Ok(()) => recorder,
+            Err(_) => self
+                .core
+                .recorder
+                .get()
+                .and_then(|shared| shared.as_any().downcast_ref::<crate::testing::Recorder>())
+                .cloned()
+                .expect("a broker's recorder is a Recorder"),
+        }
+    }
+
     /// A publisher for `queue`, bound to this broker. Its declaration of the queue joins the
     /// app's: the queue is created (when asked) as all of them together describe it.
     pub fn publisher(&self, queue: impl Into<SqsQueue>) -> Publisher {
@@ -155,6 +174,8 @@ pub(crate) struct BrokerCore {
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
     declarations: Mutex<declare::Declarations>,
     batchers: Mutex<Batchers>,
+    /// Told what the engine does, when a test asked for a recorder.
+    recorder: std::sync::OnceLock<Arc<dyn crate::engine::record::Record>>,
 }
 
 /// What a broker learns of a queue once.
@@ -188,6 +209,7 @@ impl BrokerCore {
             linger_nanos: AtomicU64::new(5_000_000),
             queues: Mutex::new(HashMap::new()),
             declarations: Mutex::new(declare::Declarations::default()),
+            recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
         }
     }
@@ -225,6 +247,19 @@ impl BrokerCore {
         self.declarations
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells the recorder, if a test asked for one, what the engine did; the event is made only
+    /// then.
+    pub(crate) fn record(&self, event: impl FnOnce() -> crate::engine::record::Event) {
+        if let Some(recorder) = self.recorder.get() {
+            recorder.record(event());
+        }
+    }
+
+    /// Whether a test asked for a recorder.
+    pub(crate) fn is_recording(&self) -> bool {
+        self.recorder.get().is_some()
     }
 
     /// Adds a declaration of `queue` by `by` to the broker's.
@@ -469,7 +504,13 @@ impl BrokerCore {
     }
 }
 
-impl Inspect for BrokerCore {
+/// A running app's queues: every queue its broker resolved, and which of them it consumes.
+pub(crate) struct AppQueues {
+    pub(crate) core: Arc<BrokerCore>,
+    pub(crate) consumed: Vec<String>,
+}
+
+impl Inspect for AppQueues {
     fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueLoad>, String>> {
         Box::pin(async move {
             const COUNTS: [&str; 3] = [
@@ -478,8 +519,9 @@ impl Inspect for BrokerCore {
                 "ApproximateNumberOfMessagesDelayed",
             ];
             let mut loads = Vec::new();
-            for (name, url) in self.resolved_queues() {
+            for (name, url) in self.core.resolved_queues() {
                 let attributes = self
+                    .core
                     .transport
                     .get_queue_attributes(&url, &COUNTS)
                     .await
@@ -490,8 +532,10 @@ impl Inspect for BrokerCore {
                         .and_then(|value| value.parse().ok())
                         .unwrap_or(0)
                 };
+                let consumed = self.consumed.contains(&name);
                 loads.push(QueueLoad::new(
                     name,
+                    consumed,
                     count(COUNTS[0]),
                     count(COUNTS[1]),
                     count(COUNTS[2]),

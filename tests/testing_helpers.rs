@@ -1,0 +1,97 @@
+//! The testing helpers a service's own tests use: `TestApp` (startup errors at once, `drain`),
+//! async `eventually`, and the `Recorder` of what each subscription handled, published and
+//! dead-lettered.
+
+mod common;
+
+use common::engine::Job;
+use rust_stream::prelude::*;
+use rust_stream::testing::{eventually, Settled, TestApp};
+use rust_stream::{Output, RunError};
+
+/// Bills each job once its second attempt comes: the first one fails.
+struct Bill;
+
+impl Handle<Job, Output<Job>> for Bill {
+    async fn handle(
+        &self,
+        job: &Job,
+        receipts: &Output<Job>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        if job.n == 0 {
+            return Err(HandlerOutcome::dead_letter("nothing to bill"));
+        }
+        if ctx.receive_count() == 1 {
+            return Err(HandlerOutcome::retry());
+        }
+        ctx.publish(receipts.message(job));
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_recorder_shows_what_was_handled_published_and_dead_lettered() {
+    let broker = SqsBroker::in_process();
+    let recorder = broker.recorder();
+    let jobs = SqsQueue::new("jobs")
+        .create_if_missing()
+        .dead_letter("jobs-dlq", 5);
+    let app = RustStream::new(AppInfo::new("billing", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(jobs.clone(), Bill)
+                .outputs(Output::<Job>::new(
+                    SqsQueue::new("receipts").create_if_missing(),
+                ))
+                .build(),
+        );
+    });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    let publisher = broker.publisher("jobs");
+    publisher.message(&Job::new("-", 0)).send().await.unwrap();
+    publisher.message(&Job::new("-", 1)).send().await.unwrap();
+    // Async conditions may read the queues themselves.
+    eventually("a receipt in its queue", async || {
+        running
+            .queues()
+            .await
+            .iter()
+            .any(|load| load.queue == "receipts" && load.visible == 1)
+    })
+    .await;
+    running.drain().await;
+    running.stop().await.unwrap();
+
+    let settled: Vec<Settled> = recorder
+        .handled("jobs")
+        .iter()
+        .map(|handled| handled.settled)
+        .collect();
+    let mut sorted = settled.clone();
+    sorted.sort_by_key(|settled| format!("{settled:?}"));
+    assert_eq!(
+        sorted,
+        [Settled::Acked, Settled::DeadLettered, Settled::Retried],
+        "{settled:?}"
+    );
+    assert_eq!(recorder.published_as::<Job>("receipts"), [Job::new("-", 1)]);
+    let dead = recorder.dead_lettered("jobs");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "nothing to bill");
+}
+
+#[tokio::test(start_paused = true)]
+async fn spawn_returns_the_startup_error_at_once() {
+    let broker = SqsBroker::in_process();
+    let app = RustStream::new(AppInfo::new("missing", "0")).with_broker(broker, |b| {
+        b.include(
+            subscriber("no-such-queue", Bill)
+                .outputs(Output::<Job>::new("x"))
+                .build(),
+        );
+    });
+    let started = tokio::time::Instant::now();
+    let error = TestApp::spawn(app).await.unwrap_err();
+    assert!(matches!(error, RunError::QueueMissing { .. }), "{error}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+}
