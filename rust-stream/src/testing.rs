@@ -1,5 +1,6 @@
 //! Helpers for testing a service on the in-process broker, usually on a paused clock
-//! (`#[tokio::test(start_paused = true)]`), where waiting costs no real time.
+//! (`#[tokio::test(start_paused = true)]`), where waiting costs no real time; and for testing a
+//! handler alone, as a function: [`TestContext`] builds the context it is called with.
 //!
 //! ```
 //! use rust_stream::prelude::*;
@@ -28,6 +29,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::app::{App, RunError, ShutdownHandle};
+
+mod context;
+
+pub use context::TestContext;
 
 /// A service running in the background of a test.
 #[derive(Debug)]
