@@ -1,6 +1,6 @@
 //! Writes the code a person would write by hand for a subscriber: a unit struct named like the
-//! function, its `Handle<T, O>` impl running the body as an inner `async fn`, and
-//! `From<name> for Subscriber` building it with the attribute's settings.
+//! function, its associated `call` (the function as written, for tests), its `Handle<T, O>` impl
+//! calling `call`, and `From<name> for Subscriber` building it with the attribute's settings.
 //!
 //! Paths are absolute (`::rust_stream::..`, `::core::..`) so the user's imports do not matter;
 //! helpers live in `rust_stream::__private`. Bounds only the compiler can check (`T: Deserialize`,
@@ -9,7 +9,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
-use syn::{ItemFn, ReturnType};
+use syn::{FnArg, Ident, ItemFn, Pat, ReturnType};
 
 use crate::check;
 use crate::parse::{self, Attribute, Errors, Handler, Kind};
@@ -37,8 +37,9 @@ pub(crate) fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// The errors, and enough code that the user sees only them: the function itself (its body is
-/// still checked) and a stub where the struct would be, so `b.include(name)` resolves.
+/// The errors, and enough code that the user sees only them: a stub where the struct would be,
+/// so `b.include(name)` resolves, and the function itself as its `call` (its body is still
+/// checked), so `name::call(..)` in a test resolves.
 fn with_error(handler: &Handler, error: &syn::Error) -> TokenStream {
     let error = error.to_compile_error();
     let item = &handler.item;
@@ -49,6 +50,9 @@ fn with_error(handler: &Handler, error: &syn::Error) -> TokenStream {
     let name = &item.sig.ident;
     let vis = &item.vis;
     let (docs, cfgs, _) = split_attributes(item);
+    // The function itself becomes `call`: written once, so each mistake in it is reported once.
+    let mut call = item.clone();
+    call.sig.ident = Ident::new("call", item.sig.ident.span());
     quote! {
         #error
         #(#docs)*
@@ -58,17 +62,17 @@ fn with_error(handler: &Handler, error: &syn::Error) -> TokenStream {
         #vis struct #name;
 
         #(#cfgs)*
+        #[allow(dead_code, unused, clippy::all)]
+        impl #name {
+            #call
+        }
+
+        #(#cfgs)*
         impl ::core::convert::From<#name> for ::rust_stream::Subscriber {
             fn from(_: #name) -> Self {
                 ::core::unreachable!("`#[subscriber]` reported an error")
             }
         }
-
-        #(#cfgs)*
-        #[allow(dead_code, unused, clippy::all)]
-        const _: () = {
-            #item
-        };
     }
 }
 
@@ -129,6 +133,76 @@ fn description(docs: &[&syn::Attribute]) -> Option<String> {
         .collect();
     let text = lines.join("\n").trim().to_owned();
     (!text.is_empty()).then_some(text)
+}
+
+/// The names of `call`'s parameters, which it hands on to the function as written: the user's
+/// own where a parameter is a plain name (`order`, `mut ctx`, `State(ledger)`), else one for its
+/// kind. None is the function's name, which a parameter of that name would shadow in `call`'s
+/// body, and none is taken twice.
+///
+/// Only a function without errors is expanded, so its inputs are the message, then `params` in
+/// order.
+fn argument_names(handler: &Handler) -> Vec<Ident> {
+    let function = &handler.item.sig.ident;
+    let inputs: Vec<&syn::PatType> = handler
+        .item
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            FnArg::Typed(typed) => Some(typed),
+            FnArg::Receiver(_) => None,
+        })
+        .collect();
+    let written: Vec<Ident> = inputs
+        .iter()
+        .filter_map(|typed| plain_name(&typed.pat))
+        .collect();
+    let kinds = std::iter::once(None).chain(handler.params.iter().map(|param| Some(&param.kind)));
+    let mut taken: Vec<Ident> = Vec::new();
+    for (position, (typed, kind)) in inputs.iter().zip(kinds).enumerate() {
+        let fallback = match kind {
+            None => "message",
+            Some(Kind::Context { .. }) => "ctx",
+            Some(Kind::State { .. }) => "state",
+            Some(Kind::Output { .. }) => "output",
+        };
+        let own = plain_name(&typed.pat).or_else(|| match (kind, &*typed.pat) {
+            (Some(Kind::State { .. }), Pat::TupleStruct(state)) if state.elems.len() == 1 => {
+                state.elems.first().and_then(plain_name)
+            }
+            _ => None,
+        });
+        let clashes = |candidate: &Ident| {
+            candidate == function
+                || taken.contains(candidate)
+                || (own.as_ref() != Some(candidate) && written.contains(candidate))
+        };
+        let mut name = own
+            .clone()
+            .unwrap_or_else(|| Ident::new(fallback, Span::call_site()));
+        if clashes(&name) {
+            name = format_ident!("{}_{}", fallback, position);
+        }
+        while clashes(&name) {
+            name = format_ident!("{}_", name);
+        }
+        taken.push(name);
+    }
+    taken
+}
+
+/// The name a pattern binds when it is just a name: `order`, `mut ctx`; not `ref order`, `_`.
+fn plain_name(pat: &Pat) -> Option<Ident> {
+    match pat {
+        Pat::Ident(ident) if ident.by_ref.is_none() && ident.subpat.is_none() => {
+            let mut name = ident.ident.clone();
+            // `call`'s own tokens, so lints on the user's parameter are not repeated on it.
+            name.set_span(Span::call_site());
+            Some(name)
+        }
+        _ => None,
+    }
 }
 
 fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
@@ -226,16 +300,37 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         }
     };
 
-    // The body as written, in an inner function of the same name: `?`, `return` and borrows of
-    // the parameters behave as in any `async fn`.
-    let inner = {
+    // `call` takes the parameters as written and runs the body as written, in an inner function
+    // of the same name: `?`, `return` and borrows of the parameters behave as in any `async fn`,
+    // and `#[tracing::instrument]` still names its span after the function, not after `call`.
+    let call = {
         let sig = &item.sig;
         let block = &item.block;
-        // `async` is the macro's requirement, not a choice a body without `.await` could drop.
+        let output = &sig.output;
+        let names = argument_names(handler);
+        let types = sig.inputs.iter().filter_map(|input| match input {
+            FnArg::Typed(typed) => Some(&typed.ty),
+            FnArg::Receiver(_) => None,
+        });
+        let doc = format!(
+            "Runs `{name}` as written, with its parameters and return type: the body its \
+             `Handle` impl runs. A unit test calls it with a context from \
+             `rust_stream::testing::TestContext` (feature `testing`) and asserts what it \
+             returns and publishes."
+        );
         quote! {
-            #(#rest)*
-            #[allow(clippy::unused_async)]
-            #sig #block
+            #(#cfgs)*
+            impl #name {
+                #[doc = #doc]
+                #vis async fn call(#(#names: #types),*) #output {
+                    #(#rest)*
+                    // `async` is the macro's requirement, not a choice a body without `.await`
+                    // could drop.
+                    #[allow(clippy::unused_async)]
+                    #sig #block
+                    #name(#(#names),*).await
+                }
+            }
         }
     };
 
@@ -330,13 +425,14 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
                 __rust_stream_outs: &#outs_ty,
                 __rust_stream_ctx: &mut ::rust_stream::Context<'_>,
             ) #returns {
-                #inner
                 let #outs_pattern = __rust_stream_outs;
                 #(#read_states)*
-                let __rust_stream_returned = #name(#(#arguments),*).await;
+                let __rust_stream_returned = #name::call(#(#arguments),*).await;
                 #settle
             }
         }
+
+        #call
 
         #(#cfgs)*
         impl ::core::convert::From<#name> for ::rust_stream::Subscriber
@@ -364,6 +460,44 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn names_of_call(item: ItemFn) -> Vec<String> {
+        let mut errors = Errors::default();
+        let handler = parse::handler(item, &mut errors);
+        assert!(errors.finish().is_ok());
+        argument_names(&handler)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn call_keeps_plain_parameter_names_and_names_patterns_by_their_kind() {
+        let item: ItemFn = syn::parse_quote! {
+            async fn bill(
+                Order { id }: &Order,
+                State(ledger): State<Ledger>,
+                State(Limit(limit)): State<Limit>,
+                mut ctx: &mut Context<'_>,
+                receipts: &Output<Receipt>,
+            ) {}
+        };
+        assert_eq!(
+            names_of_call(item),
+            ["message", "ledger", "state", "ctx", "receipts"]
+        );
+    }
+
+    #[test]
+    fn no_name_of_call_shadows_the_function_or_another_parameter() {
+        let item: ItemFn = syn::parse_quote! {
+            async fn order(order: &Order, _: &Context<'_>, ctx: State<Ledger>, _: State<Limit>, state: State<Calls>) {}
+        };
+        assert_eq!(
+            names_of_call(item),
+            ["message_0", "ctx_1", "ctx", "state_3", "state"]
+        );
+    }
 
     #[test]
     fn the_description_is_the_doc_comment_without_the_space_after_the_slashes() {

@@ -5,7 +5,7 @@
 //! function into our AST (one problem per token, every problem kept), `check` applies the rules
 //! that span several parts (each `&Output<U>` parameter has an `outputs(..)` entry, literal
 //! settings are within SQS's limits), and `expand` writes the `Handle` impl a person would have
-//! written by hand. When something is wrong, every error is reported at once, on the user's
+//! written by hand, keeping the function callable as `name::call` for tests. When something is wrong, every error is reported at once, on the user's
 //! token, and the function is still emitted beside a stub, so the only errors are the real ones.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -110,11 +110,59 @@ mod parse;
 /// # let _ = app;
 /// ```
 ///
+/// # Calling it from a test
+///
+/// The function stays callable, as `name::call(..)`: an associated `async fn` of the struct with
+/// the parameters as written (the message, then the context, `State<S>` values and outputs, in
+/// the function's order) that returns what the function returns. Its `Handle` impl calls the
+/// same `call`, so a unit test runs the body the broker runs, and asserts its return value, not
+/// the `Result` the engine settles by. The name is `call` because the struct takes the
+/// function's own, and `handle` is `Handle`'s method, which takes what the engine hands over
+/// (the outputs as one value, states read from the context).
+///
+/// `rust_stream::testing::TestContext` (feature `testing`) builds the context without a broker,
+/// and `ctx.published()` shows what the body published, before anything is sent:
+///
+/// ```
+/// use rust_stream::prelude::*;
+/// use rust_stream::testing::TestContext;
+/// use rust_stream::Output;
+/// # #[derive(serde::Deserialize)] struct Order { id: u64 }
+/// # #[derive(serde::Serialize)] struct Shipment { order: u64 }
+///
+/// /// Ships an order once it is paid for.
+/// #[subscriber("orders", outputs(shipments = "shipments"))]
+/// async fn ship(order: &Order, shipments: &Output<Shipment>, ctx: &mut Context<'_>) -> HandlerOutcome {
+///     if ctx.header("paid") != Some("yes") {
+///         return HandlerOutcome::retry();
+///     }
+///     ctx.publish(shipments.message(&Shipment { order: order.id }));
+///     HandlerOutcome::ack()
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let shipments = Output::new("shipments");
+///
+/// let mut paid = TestContext::new().header("paid", "yes").build();
+/// let outcome = ship::call(&Order { id: 7 }, &shipments, &mut paid).await;
+/// assert_eq!(outcome, HandlerOutcome::ack());
+/// assert_eq!(paid.published()[0].body().unwrap(), r#"{"order":7}"#);
+///
+/// let mut unpaid = TestContext::new().build();
+/// let outcome = ship::call(&Order { id: 8 }, &shipments, &mut unpaid).await;
+/// assert_eq!(outcome, HandlerOutcome::retry());
+/// assert!(unpaid.published().is_empty());
+/// # }
+/// ```
+///
 /// # What it writes
 ///
-/// A unit struct named like the function (same visibility, the function's docs), its
+/// A unit struct named like the function (same visibility, the function's docs); on it `call`
+/// (same visibility), which holds the function as written, attributes and name included, so
+/// `#[tracing::instrument]` still names its span after the function; the struct's
 /// `Handle<T, O>` impl (`O` is `()`, the one `Output<U>`, or the tuple of them in parameter
-/// order), which runs the function's body as an inner `async fn`, and `From<name> for
+/// order), which reads the states from the context and awaits `call`; and `From<name> for
 /// Subscriber`, which is `subscriber(SOURCE, name)` with the settings, `.outputs(..)`,
 /// `.requires_state::<S>()` for each state, `.description(..)` and `.build()`.
 #[proc_macro_attribute]

@@ -1,15 +1,17 @@
 //! [`Context`]: what a handler knows of the message in hand (ids, queue, group, sequence, receive
 //! count, sent time, headers) and how it publishes as part of handling it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::engine::transport::{MessageAttributes, ReceivedMessage};
-use crate::publish::{Outgoing, PARTITION_KEY_HEADER};
+use crate::publish::{Outgoing, PublishedMessage, PARTITION_KEY_HEADER};
 use crate::state::{State, States};
 
 /// One received message as the engine holds it.
-#[derive(Debug)]
+// `Clone` because `Cow` asks for it; a context never clones its delivery.
+#[derive(Debug, Clone)]
 pub(crate) struct Delivery {
     pub(crate) message_id: String,
     pub(crate) body: String,
@@ -62,18 +64,33 @@ impl Delivery {
 /// its message is acknowledged, and only if it acknowledges; on a FIFO queue each such message
 /// carries a deduplication id made of the input's message id and its position, so a retried
 /// handler does not publish twice.
+///
+/// The engine lends each handler call a context over the delivery it holds. A unit test builds
+/// one that owns its message instead, with `rust_stream::testing::TestContext` (feature
+/// `testing`), and reads what the handler published with [`published`](Self::published).
 #[derive(Debug)]
 pub struct Context<'a> {
-    delivery: &'a Delivery,
-    states: &'a States,
+    // Borrowed from the engine, which keeps the delivery until it is settled; owned when a test
+    // builds the context, so the test has one value to hold and no lifetime to arrange.
+    delivery: Cow<'a, Delivery>,
+    states: Cow<'a, States>,
     staged: Vec<Outgoing>,
 }
 
 impl<'a> Context<'a> {
     pub(crate) fn new(delivery: &'a Delivery, states: &'a States) -> Self {
         Self {
-            delivery,
-            states,
+            delivery: Cow::Borrowed(delivery),
+            states: Cow::Borrowed(states),
+            staged: Vec::new(),
+        }
+    }
+
+    #[cfg(feature = "testing")]
+    pub(crate) fn owned(delivery: Delivery, states: States) -> Context<'static> {
+        Context {
+            delivery: Cow::Owned(delivery),
+            states: Cow::Owned(states),
             staged: Vec::new(),
         }
     }
@@ -142,6 +159,13 @@ impl<'a> Context<'a> {
         let position = self.staged.len();
         self.staged
             .push(message.derive_dedup_id(|| format!("{}-{position}", self.delivery.message_id)));
+    }
+
+    /// What [`publish`](Self::publish) has been given so far, in order, as a test reads it. None
+    /// of it is sent yet: the engine sends it after the handler returns, and only if it
+    /// acknowledges.
+    pub fn published(&self) -> Vec<PublishedMessage<'_>> {
+        self.staged.iter().map(PublishedMessage::new).collect()
     }
 
     pub(crate) fn into_staged(self) -> Vec<Outgoing> {

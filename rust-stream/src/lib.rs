@@ -56,7 +56,7 @@
 //! | --- | --- | --- |
 //! | `aws` | [`SqsBroker::from_env`] and [`SqsBroker::aws`]: Amazon SQS over aws-sdk-sqs | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
-//! | `testing` | the `testing` module: run a service in a test and wait for what it does | no |
+//! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext` | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![deny(unused_must_use)]
@@ -95,7 +95,9 @@ pub use engine::settle::{
 };
 pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
 pub use outcome::{HandlerOutcome, IntoOutcome};
-pub use publish::{Outgoing, Output, Outputs, PublishError, Publisher, PARTITION_KEY_HEADER};
+pub use publish::{
+    Outgoing, Output, Outputs, PublishError, PublishedMessage, Publisher, PARTITION_KEY_HEADER,
+};
 pub use retry::RetryPolicy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

@@ -285,6 +285,26 @@ impl Outgoing {
         self.publisher.queue()
     }
 
+    /// The group it is sent with: its `group_id` step; failing that, on a FIFO queue (which
+    /// needs one), its [`PARTITION_KEY_HEADER`] header, else `"default"`.
+    fn group(&self) -> Option<&str> {
+        if !self.publisher.queue().is_fifo() {
+            return self.group_id.as_deref();
+        }
+        let header = || {
+            self.headers
+                .get(PARTITION_KEY_HEADER)?
+                .string_value
+                .as_deref()
+        };
+        Some(
+            self.group_id
+                .as_deref()
+                .or_else(header)
+                .unwrap_or("default"),
+        )
+    }
+
     /// Sets the deduplication id when the message has none and the queue needs one.
     pub(crate) fn derive_dedup_id(mut self, derive: impl FnOnce() -> String) -> Self {
         let queue = self.publisher.queue();
@@ -301,6 +321,7 @@ impl Outgoing {
             queue: queue.name.clone(),
             error,
         };
+        let group = self.group().map(str::to_owned);
         let body = self.body.map_err(PublishError::Encode)?;
         let mut message = SendMessage::new(body);
         message.message_attributes = self.headers;
@@ -312,17 +333,7 @@ impl Outgoing {
             message.delay_seconds = Some(i32::try_from(seconds).unwrap_or(i32::MAX));
         }
         if queue.is_fifo() {
-            let group = self
-                .group_id
-                .or_else(|| {
-                    message
-                        .message_attributes
-                        .get(PARTITION_KEY_HEADER)?
-                        .string_value
-                        .clone()
-                })
-                .unwrap_or_else(|| "default".to_owned());
-            message.group_id = Some(group);
+            message.group_id = group;
             let publisher = self.publisher;
             let outgoing_dedup = self.dedup_id;
             message.dedup_id = match outgoing_dedup {
@@ -333,7 +344,7 @@ impl Outgoing {
             check(&message, &queue, rules::MAX_MESSAGE_SIZE).map_err(reject)?;
             return Ok((publisher, message));
         }
-        message.group_id = self.group_id;
+        message.group_id = group;
         message.dedup_id = self.dedup_id;
         check(&message, &queue, rules::MAX_MESSAGE_SIZE).map_err(reject)?;
         Ok((self.publisher, message))
@@ -356,6 +367,58 @@ impl Outgoing {
                 queue: publisher.queue().name.clone(),
             })?;
         core.send(publisher.queue(), message).await
+    }
+}
+
+/// A message a handler gave to [`Context::publish`](crate::Context::publish), as a test reads it
+/// from [`Context::published`](crate::Context::published): where it goes and what it carries,
+/// before anything is sent.
+#[derive(Debug, Clone, Copy)]
+pub struct PublishedMessage<'a> {
+    outgoing: &'a Outgoing,
+}
+
+impl<'a> PublishedMessage<'a> {
+    pub(crate) fn new(outgoing: &'a Outgoing) -> Self {
+        Self { outgoing }
+    }
+
+    /// The queue it goes to.
+    pub fn queue(&self) -> &'a SqsQueue {
+        self.outgoing.queue()
+    }
+
+    /// The body, or why the value could not be encoded (the engine then retries the handled
+    /// message instead of acknowledging it).
+    ///
+    /// # Errors
+    ///
+    /// The [`EncodeError`] of the value given to [`Output::message`] or [`Publisher::encoded`].
+    pub fn body(&self) -> Result<&'a str, &'a EncodeError> {
+        self.outgoing.body.as_deref()
+    }
+
+    /// The group it is sent with: its `group_id` step; failing that, on a FIFO queue (which
+    /// needs one), its [`PARTITION_KEY_HEADER`] header, else `"default"`.
+    pub fn group_id(&self) -> Option<&'a str> {
+        self.outgoing.group()
+    }
+
+    /// The deduplication id: its `dedup_id` step, else on a FIFO queue the one
+    /// [`Context::publish`](crate::Context::publish) made of the handled message's id and this
+    /// message's position.
+    pub fn dedup_id(&self) -> Option<&'a str> {
+        self.outgoing.dedup_id.as_deref()
+    }
+
+    /// Its `delay` step.
+    pub fn delay(&self) -> Option<Duration> {
+        self.outgoing.delay
+    }
+
+    /// A header given with its `header` step.
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.outgoing.headers.get(name)?.string_value.as_deref()
     }
 }
 

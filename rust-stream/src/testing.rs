@@ -1,6 +1,8 @@
 //! Helpers for testing a service: [`TestApp`] runs it in the background of a test, and
 //! [`eventually`] waits for what it does, on a paused clock (`#[tokio::test(start_paused = true)]`,
-//! where waiting costs no real time) or in real time against a live server.
+//! where waiting costs no real time) or in real time against a live server; [`Recorder`] shows
+//! what each subscription handled, published and dead-lettered; and for testing a handler alone,
+//! as a function, [`TestContext`] builds the context it is called with.
 //!
 //! ```
 //! use rust_stream::prelude::*;
@@ -43,6 +45,10 @@ use tokio::time::Instant;
 use crate::app::{App, QueueLoad, Readiness, RunError, ShutdownHandle};
 pub use crate::engine::record::Settled;
 use crate::engine::record::{Event, Record};
+
+mod context;
+
+pub use context::TestContext;
 
 /// How long [`eventually`] and [`TestApp::drain`] wait before they fail: short in real time, and
 /// no real time at all on a paused clock.

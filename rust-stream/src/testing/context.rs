@@ -1,0 +1,214 @@
+//! [`TestContext`]: a [`Context`] for calling a handler in a unit test, without a broker.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use crate::context::{Context, Delivery};
+use crate::engine::transport::{MessageAttributeValue, MessageAttributes, ReceivedMessage};
+use crate::state::States;
+
+/// Builds the [`Context`] a handler is called with in a unit test: the message's ids, group,
+/// receive count and headers as a queue would have delivered them, and the app's state.
+///
+/// [`build`](Self::build) gives a `Context<'static>`, which owns all of it: hold it in a `let
+/// mut`, lend it to the handler, then read what the handler published with
+/// [`Context::published`]. Call a `#[subscriber]` function through the `call` its macro writes,
+/// and a `Handle` impl through [`Handle::handle`](crate::Handle::handle).
+///
+/// ```
+/// use rust_stream::prelude::*;
+/// use rust_stream::testing::TestContext;
+/// use rust_stream::{Output, State};
+/// # #[derive(serde::Deserialize)] struct Order { id: u64 }
+/// # #[derive(serde::Serialize)] struct Receipt { order: u64, ledger: &'static str }
+///
+/// #[derive(Clone)]
+/// struct Ledger(&'static str);
+///
+/// /// Bills an order and publishes its receipt to the customer's group.
+/// #[subscriber("orders", outputs(receipts = "receipts.fifo"))]
+/// async fn bill(
+///     order: &Order,
+///     State(ledger): State<Ledger>,
+///     receipts: &Output<Receipt>,
+///     ctx: &mut Context<'_>,
+/// ) -> HandlerOutcome {
+///     if ctx.receive_count() > 3 {
+///         return HandlerOutcome::dead_letter("billed too often");
+///     }
+///     let customer = ctx.header("customer").unwrap_or("anonymous").to_owned();
+///     ctx.publish(receipts.message(&Receipt { order: order.id, ledger: ledger.0 }).group_id(customer));
+///     HandlerOutcome::ack()
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut ctx = TestContext::new()
+///     .message_id("m-1")
+///     .receive_count(2)
+///     .header("customer", "ada")
+///     .build();
+/// let receipts = Output::new("receipts.fifo");
+/// let outcome = bill::call(&Order { id: 7 }, State(Ledger("main")), &receipts, &mut ctx).await;
+///
+/// assert_eq!(outcome, HandlerOutcome::ack());
+/// let published = ctx.published();
+/// assert_eq!(published.len(), 1);
+/// assert_eq!(published[0].queue().name(), "receipts.fifo");
+/// assert_eq!(published[0].body().unwrap(), r#"{"order":7,"ledger":"main"}"#);
+/// assert_eq!(published[0].group_id(), Some("ada"));
+/// assert_eq!(published[0].dedup_id(), Some("m-1-0"));
+/// # }
+/// ```
+///
+/// The state a handler reads through its context (a `Handle` impl's `ctx.state::<T>()`, or a
+/// `#[subscriber]` called as a `Handle`) is given with [`state`](Self::state).
+#[derive(Debug, Clone)]
+#[must_use = "call `.build()` for the context"]
+pub struct TestContext {
+    queue: String,
+    message: ReceivedMessage,
+    sent_at: Option<SystemTime>,
+    states: States,
+}
+
+impl Default for TestContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestContext {
+    /// A first delivery from the standard queue `test-queue`, of the message `test-message`,
+    /// without group, headers, send time or state.
+    pub fn new() -> Self {
+        Self {
+            queue: "test-queue".to_owned(),
+            message: ReceivedMessage {
+                message_id: "test-message".to_owned(),
+                receipt_handle: String::new(),
+                body: String::new(),
+                attributes: BTreeMap::from([(
+                    "ApproximateReceiveCount".to_owned(),
+                    "1".to_owned(),
+                )]),
+                message_attributes: MessageAttributes::new(),
+            },
+            sent_at: None,
+            states: States::default(),
+        }
+    }
+
+    /// The SQS message id; a FIFO output's deduplication id is made of it.
+    pub fn message_id(mut self, message_id: impl Into<String>) -> Self {
+        self.message.message_id = message_id.into();
+        self
+    }
+
+    /// The queue the message came from.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// The message group; the context also shows it in the
+    /// [`PARTITION_KEY_HEADER`](crate::PARTITION_KEY_HEADER) header, as it does for a delivery
+    /// from a FIFO queue.
+    pub fn group_id(self, group_id: impl Into<String>) -> Self {
+        self.attribute("MessageGroupId", group_id.into())
+    }
+
+    /// The deduplication id (FIFO queues).
+    pub fn dedup_id(self, dedup_id: impl Into<String>) -> Self {
+        self.attribute("MessageDeduplicationId", dedup_id.into())
+    }
+
+    /// The sequence number (FIFO queues).
+    pub fn sequence_number(self, sequence_number: impl Into<String>) -> Self {
+        self.attribute("SequenceNumber", sequence_number.into())
+    }
+
+    /// How many times the message has been received, this time included (default 1).
+    pub fn receive_count(self, receive_count: u32) -> Self {
+        self.attribute("ApproximateReceiveCount", receive_count.to_string())
+    }
+
+    /// When the message was sent.
+    pub fn sent_at(mut self, sent_at: SystemTime) -> Self {
+        self.sent_at = Some(sent_at);
+        self
+    }
+
+    /// A header (a `String` message attribute).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.message
+            .message_attributes
+            .insert(name.into(), MessageAttributeValue::string(value));
+        self
+    }
+
+    /// Shared state of type `T`, as [`RustStream::with_state`](crate::RustStream::with_state)
+    /// registers it on an app.
+    pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.states.insert(value);
+        self
+    }
+
+    /// The context, owning the message and the state.
+    pub fn build(self) -> Context<'static> {
+        // The engine's own reading of a received message, so a test sees what a handler would.
+        let mut delivery = Delivery::new(&self.queue, self.message);
+        delivery.sent_at = self.sent_at;
+        Context::owned(delivery, self.states)
+    }
+
+    fn attribute(mut self, name: &str, value: String) -> Self {
+        self.message.attributes.insert(name.to_owned(), value);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PARTITION_KEY_HEADER;
+
+    #[test]
+    fn the_context_reads_the_message_as_the_engine_would() {
+        let sent_at = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_234);
+        let ctx = TestContext::new()
+            .message_id("m-1")
+            .queue("orders.fifo")
+            .group_id("customer-7")
+            .dedup_id("d-1")
+            .sequence_number("18")
+            .receive_count(3)
+            .sent_at(sent_at)
+            .header("trace", "t-1")
+            .state(7_u64)
+            .build();
+        assert_eq!(ctx.message_id(), "m-1");
+        assert_eq!(ctx.queue(), "orders.fifo");
+        assert_eq!(ctx.group_id(), Some("customer-7"));
+        assert_eq!(ctx.header(PARTITION_KEY_HEADER), Some("customer-7"));
+        assert_eq!(ctx.dedup_id(), Some("d-1"));
+        assert_eq!(ctx.sequence_number(), Some("18"));
+        assert_eq!(ctx.receive_count(), 3);
+        assert_eq!(ctx.sent_at(), Some(sent_at));
+        assert_eq!(ctx.header("trace"), Some("t-1"));
+        assert_eq!(ctx.state::<u64>().map(|state| state.0), Some(7));
+        assert!(ctx.published().is_empty());
+    }
+
+    #[test]
+    fn a_new_context_is_a_first_delivery_without_group_headers_or_state() {
+        let ctx = TestContext::new().build();
+        assert_eq!(ctx.message_id(), "test-message");
+        assert_eq!(ctx.queue(), "test-queue");
+        assert_eq!(ctx.receive_count(), 1);
+        assert_eq!(ctx.group_id(), None);
+        assert!(ctx.headers().is_empty());
+        assert_eq!(ctx.sent_at(), None);
+        assert!(ctx.state::<u64>().is_none());
+    }
+}
