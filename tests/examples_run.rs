@@ -21,9 +21,13 @@ fn cargo_run_example(name: &str, endpoint: Option<&str>) -> Output {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["run", "--quiet", "--offline", "--example", name])
         .env("NO_COLOR", "1");
+    // Every variable by which `SqsBroker::from_env_or_in_process` chooses SQS, so that a region
+    // or profile in the developer's shell does not send the in-process run to AWS.
     for name in [
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_SQS",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
         "AWS_PROFILE",
         "AWS_ACCESS_KEY_ID",
     ] {

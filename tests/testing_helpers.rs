@@ -95,3 +95,49 @@ async fn spawn_returns_the_startup_error_at_once() {
     assert!(matches!(error, RunError::QueueMissing { .. }), "{error}");
     assert!(started.elapsed() < std::time::Duration::from_secs(1));
 }
+
+#[test]
+fn one_body_runs_on_each_backend_with_the_librarys_helpers_alone() {
+    use rust_stream::testing::{on_each_backend, BackendKind};
+    use std::sync::Mutex;
+
+    let kinds = Mutex::new(Vec::new());
+    on_each_backend(async |backend| {
+        let broker = backend.broker().clone();
+        let recorder = broker.recorder();
+        let jobs = SqsQueue::new(backend.queue_name("jobs"))
+            .create_if_missing()
+            .dead_letter(backend.queue_name("jobs-dlq"), 5);
+        let receipts = SqsQueue::new(backend.queue_name("receipts")).create_if_missing();
+        let app = RustStream::new(AppInfo::new("billing", "0")).with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber(jobs.clone(), Bill)
+                    .outputs(Output::<Job>::new(receipts.clone()))
+                    .build(),
+            );
+        });
+        let running = TestApp::spawn(app).await.expect("the app starts");
+        broker
+            .publisher(jobs.clone())
+            .message(&Job::new("-", 3))
+            .send()
+            .await
+            .unwrap();
+        eventually("the receipt recorded", async || {
+            recorder.published(receipts.name()).len() == 1
+        })
+        .await;
+        running.drain().await;
+        running.stop().await.unwrap();
+        assert_eq!(
+            recorder.published_as::<Job>(receipts.name()),
+            [Job::new("-", 3)]
+        );
+        kinds.lock().unwrap().push(backend.kind());
+    });
+    let kinds = kinds.into_inner().unwrap();
+    assert_eq!(kinds[0], BackendKind::InProcess);
+    if std::env::var_os(rust_stream::testing::LIVE_ENDPOINT_VAR).is_some() {
+        assert_eq!(kinds, [BackendKind::InProcess, BackendKind::Live]);
+    }
+}

@@ -1,16 +1,16 @@
 //! What both FIFO examples do around their `service`: place three orders for each of two
 //! customers, run the service until the queue is empty, then shut it down.
 //!
-//! They run on the in-process SQS account by default, and on SQS when the environment names one:
-//! `AWS_ENDPOINT_URL` (a local stack such as LocalStack), or AWS credentials (`AWS_PROFILE`,
-//! `AWS_ACCESS_KEY_ID`), read as the AWS CLI reads them.
+//! They run where `SqsBroker::from_env_or_in_process` says: on SQS when the environment names one
+//! (`AWS_ENDPOINT_URL` for a local stack such as LocalStack; `AWS_REGION`, `AWS_PROFILE` or
+//! `AWS_ACCESS_KEY_ID` for Amazon SQS, configured as the AWS CLI reads it), on the in-process SQS
+//! account otherwise.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rust_stream::account::Account;
-use rust_stream::engine::transport::Transport;
 use rust_stream::prelude::*;
+use rust_stream::{QueueLoad, Readiness};
 use serde::{Deserialize, Serialize};
 
 /// An order of a customer.
@@ -33,32 +33,13 @@ const ORDERS: [(u64, &str); 6] = [
 /// How long the orders may take before the example gives up.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Whether the environment names an SQS to use instead of the in-process account.
-fn sqs_configured() -> bool {
-    [
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_SQS",
-        "AWS_PROFILE",
-        "AWS_ACCESS_KEY_ID",
-    ]
-    .iter()
-    .any(|name| std::env::var_os(name).is_some())
-}
-
 /// Runs the example around `service` and says how it went as the exit code.
 pub async fn run<A: App>(service: fn(SqsBroker) -> A) -> ExitCode {
     tracing_subscriber::fmt()
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    let outcome = if sqs_configured() {
-        tracing::info!("running on SQS, as the AWS environment configures it");
-        fulfil_orders(SqsBroker::aws().transport().await, service).await
-    } else {
-        tracing::info!("running on the in-process SQS account");
-        fulfil_orders(Account::new(), service).await
-    };
-    match outcome {
+    match fulfil_orders(service).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");
@@ -68,11 +49,10 @@ pub async fn run<A: App>(service: fn(SqsBroker) -> A) -> ExitCode {
 }
 
 /// Places the orders, runs the service until the queue is empty, then shuts it down.
-async fn fulfil_orders<T: Transport + Clone, A: App>(
-    transport: T,
+async fn fulfil_orders<A: App>(
     service: fn(SqsBroker) -> A,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let broker = SqsBroker::with_transport(transport.clone());
+    let broker = SqsBroker::from_env_or_in_process().await?;
     // `service` reads `orders.fifo` as a service reads a queue its infrastructure made: it does
     // not create it. Here the publisher creates it, before the service starts.
     let orders = broker.publisher(SqsQueue::new("orders.fifo").create_if_missing());
@@ -84,17 +64,17 @@ async fn fulfil_orders<T: Transport + Clone, A: App>(
         orders.message(&order).group_id(customer).send().await?;
         tracing::info!(order.id, order.customer, "order placed");
     }
-    let url = transport.get_queue_url("orders.fifo").await?;
 
     let app = service(broker);
     let shutdown = app.shutdown_handle();
+    let readiness = app.readiness();
     let mut running = tokio::spawn(app.run());
     tokio::select! {
         stopped = &mut running => {
             stopped??;
             return Err("the service stopped before every order was fulfilled".into());
         }
-        emptied = queue_emptied(&transport, &url) => emptied?,
+        emptied = queues_emptied(&readiness) => emptied?,
     }
     shutdown.shutdown();
     running.await??;
@@ -102,30 +82,32 @@ async fn fulfil_orders<T: Transport + Clone, A: App>(
     Ok(())
 }
 
-/// Resolves once the queue holds no message, visible, in flight or delayed: every order was
-/// fulfilled and deleted.
-async fn queue_emptied<T: Transport>(
-    transport: &T,
-    url: &str,
-) -> Result<(), Box<dyn std::error::Error>> {
-    const COUNTS: [&str; 3] = [
-        "ApproximateNumberOfMessages",
-        "ApproximateNumberOfMessagesNotVisible",
-        "ApproximateNumberOfMessagesDelayed",
-    ];
+/// Resolves once every queue the service uses holds no message, visible, in flight or delayed:
+/// every order was fulfilled and deleted.
+async fn queues_emptied(readiness: &Readiness) -> Result<(), Box<dyn std::error::Error>> {
+    // The counts are approximate: a message a receive is handing out can be counted neither
+    // visible nor in flight for a moment (LocalStack takes it from its group before it marks it
+    // in flight), so a single empty reading does not prove the work done.
+    const EMPTY_READINGS: u32 = 3;
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let attributes = transport.get_queue_attributes(url, &COUNTS).await?;
-        let held: u64 = COUNTS
-            .iter()
-            .filter_map(|name| attributes.get(*name)?.parse::<u64>().ok())
-            .sum();
-        if held == 0 {
-            return Ok(());
+    let mut empty_readings = 0;
+    if readiness.consuming().await {
+        while let Some(loads) = readiness.queues().await {
+            let loads = loads?;
+            if loads.iter().all(QueueLoad::is_empty) {
+                empty_readings += 1;
+                if empty_readings == EMPTY_READINGS {
+                    return Ok(());
+                }
+            } else {
+                empty_readings = 0;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("orders not fulfilled within {PATIENCE:?}: {loads:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("orders not fulfilled within {PATIENCE:?}: {attributes:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The service ended first: the error it ended with is the one to report.
+    std::future::pending().await
 }

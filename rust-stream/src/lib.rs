@@ -44,7 +44,8 @@
 //!   deduplication ids and headers (text, number, binary).
 //! - [`codec`]: [`Codec`] and the default, [`Json`].
 //! - [`broker`] and [`sqs`]: the [`Broker`] trait and [`SqsBroker`], over the in-process
-//!   [`account`] or Amazon SQS ([`SqsBroker::from_env`], [`sqs::aws`]), with the SQS
+//!   [`account`] or Amazon SQS ([`SqsBroker::from_env`], [`sqs::aws`]), or whichever the
+//!   environment names ([`SqsBroker::from_env_or_in_process`]), with the SQS
 //!   [`rules`](sqs::rules) both honour; [`ApiCalls`] counts what a workload costs.
 //! - [`engine`]: the consumer engine (receive, dispatch, settle, extend) and the
 //!   [`Transport`](engine::transport::Transport) seam under it.
@@ -54,7 +55,7 @@
 //!
 //! | Name | Description | Default |
 //! | --- | --- | --- |
-//! | `aws` | [`SqsBroker::from_env`] and [`SqsBroker::aws`]: Amazon SQS over aws-sdk-sqs | yes |
+//! | `aws` | [`SqsBroker::from_env`], [`SqsBroker::from_env_or_in_process`] and [`SqsBroker::aws`]: Amazon SQS over aws-sdk-sqs | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
 //! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext` | no |
 #![forbid(unsafe_code)]
@@ -102,5 +103,8 @@ pub use retry::RetryPolicy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use rust_stream_macros::subscriber;
+#[cfg(feature = "aws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+pub use sqs::ConnectError;
 pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue};
 pub use state::{State, States};

@@ -57,6 +57,9 @@ pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(30);
 /// How often a condition is looked at again.
 const STEP: Duration = Duration::from_millis(10);
 
+/// How many looks in a row must find the app's queues empty before [`TestApp::drain`] trusts it.
+const EMPTY_LOOKS: u32 = 3;
+
 /// A service running in the background of a test.
 #[derive(Debug)]
 pub struct TestApp {
@@ -124,13 +127,17 @@ impl TestApp {
     ///
     /// After [`DEFAULT_PATIENCE`], showing what the queues still held.
     pub async fn drain(&self) {
+        // A server may count a message it is handing out as neither visible nor in flight for an
+        // instant (LocalStack does), so emptiness must be seen on several looks in a row.
+        let mut empty_looks = 0;
         eventually("every queue the app consumes empty", async || {
             let loads = self.queues().await;
             let busy: Vec<QueueLoad> = loads
                 .into_iter()
                 .filter(|load| load.consumed && !load.is_empty())
                 .collect();
-            if busy.is_empty() {
+            empty_looks = if busy.is_empty() { empty_looks + 1 } else { 0 };
+            if empty_looks >= EMPTY_LOOKS {
                 Ok(())
             } else {
                 Err(busy)
@@ -291,6 +298,146 @@ impl Record for Recorder {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// Where [`on_each_backend`] runs a test body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// The in-process account, on a paused clock.
+    InProcess,
+    /// The SQS-compatible server named by [`LIVE_ENDPOINT_VAR`], in real time.
+    Live,
+}
+
+/// The environment variable that names a live SQS-compatible endpoint (LocalStack, say) for
+/// [`on_each_backend`]; the project's `scripts/test.sh` sets it.
+pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
+
+/// One backend a test body runs on: a fresh broker, and names that keep this run's queues apart
+/// from other runs on a shared server.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    broker: crate::SqsBroker,
+    kind: BackendKind,
+    run: String,
+}
+
+impl Backend {
+    /// The broker to build the service and its publishers on.
+    pub fn broker(&self) -> &crate::SqsBroker {
+        &self.broker
+    }
+
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// A queue name unique to this run: `base` with the run's id before any `.fifo`.
+    pub fn queue_name(&self, base: &str) -> String {
+        match base.strip_suffix(".fifo") {
+            Some(stem) => format!("{stem}-{}.fifo", self.run),
+            None => format!("{base}-{}", self.run),
+        }
+    }
+}
+
+/// Runs one test body on each backend: the in-process account on a paused clock, then, when
+/// [`LIVE_ENDPOINT_VAR`] names an endpoint, that server in real time (region `us-east-1`, test
+/// credentials). Call it from a plain `#[test]`, not from inside a runtime.
+///
+/// ```
+/// use rust_stream::prelude::*;
+/// use rust_stream::testing::on_each_backend;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Ping {}
+///
+/// struct Pong;
+///
+/// impl Handle<Ping> for Pong {
+///     async fn handle(&self, _: &Ping, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+///         Ok(())
+///     }
+/// }
+///
+/// # fn main() {
+/// on_each_backend(async |backend| {
+///     let pings = SqsQueue::new(backend.queue_name("pings")).create_if_missing();
+///     let app = RustStream::new(AppInfo::new("pong", "0.1.0")).with_broker(backend.broker().clone(), |b| {
+///         b.include(subscriber(pings.clone(), Pong).build());
+///     });
+///     let running = rust_stream::testing::TestApp::spawn(app).await.unwrap();
+///     backend.broker().publisher(pings).raw("{}").send().await.unwrap();
+///     running.drain().await;
+///     running.stop().await.unwrap();
+/// });
+/// # }
+/// ```
+///
+/// # Panics
+///
+/// When the body panics; and under `CI` when no live endpoint is named, so that a live leg is
+/// never skipped silently there. Elsewhere a missing endpoint is said on standard error.
+pub fn on_each_backend(body: impl AsyncFn(Backend)) {
+    let in_process = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a test runtime");
+    in_process.block_on(body(Backend {
+        broker: crate::SqsBroker::in_process(),
+        kind: BackendKind::InProcess,
+        run: run_id(),
+    }));
+    drop(in_process);
+    let Some(endpoint) = std::env::var(LIVE_ENDPOINT_VAR)
+        .ok()
+        .filter(|value| !value.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{LIVE_ENDPOINT_VAR} is not set under CI: start the live server (scripts/test.sh does) so the live leg runs"
+        );
+        eprintln!("SKIPPED (live leg): {LIVE_ENDPOINT_VAR} is not set");
+        return;
+    };
+    live(&endpoint, body);
+}
+
+#[cfg(feature = "aws")]
+fn live(endpoint: &str, body: impl AsyncFn(Backend)) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a test runtime");
+    runtime.block_on(async {
+        let broker = crate::SqsBroker::aws()
+            .endpoint(endpoint)
+            .region("us-east-1")
+            .test_credentials()
+            .connect()
+            .await
+            .expect("the live endpoint's broker");
+        body(Backend {
+            broker,
+            kind: BackendKind::Live,
+            run: run_id(),
+        })
+        .await;
+    });
+}
+
+#[cfg(not(feature = "aws"))]
+fn live(_endpoint: &str, _body: impl AsyncFn(Backend)) {
+    panic!("{LIVE_ENDPOINT_VAR} names a live endpoint, but rust-stream was built without its `aws` feature");
+}
+
+/// A short id, unique enough to keep concurrent runs' queues apart.
+fn run_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
 }
 
 /// What a condition of [`eventually`] observed: whether it holds, and what to show if it never

@@ -407,7 +407,8 @@ pub mod backend {
                 .region("us-east-1")
                 .test_credentials()
                 .transport()
-                .await;
+                .await
+                .expect("an endpoint, a region and test credentials are a complete configuration");
             let broker = SqsBroker::with_transport(transport.clone());
             Some(Self {
                 transport,

@@ -1,6 +1,11 @@
 //! [`AwsTransport`]: the [`Transport`] over aws-sdk-sqs, and [`AwsBrokerBuilder`], how a broker
 //! is configured for Amazon SQS or a local stand-in. This is the only file that names the SDK.
 //!
+//! Connecting checks, before any SQS call, that a region is configured and that the credentials
+//! provider answers with credentials, and fails with a [`ConnectError`] saying what to set: without
+//! the check a missing region or missing credentials would show only at the first SQS call, after
+//! the SDK's warnings about the instance metadata service, with a message naming neither.
+//!
 //! Every request is checked against the SQS rules before it is sent, with the same error kinds as
 //! the in-process account; batch entries that break a rule are answered as failed entries and the
 //! rest go out. The SDK retries throttling, 5xx and network errors with jittered backoff; each
@@ -10,6 +15,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use aws_sdk_sqs::config::ProvideCredentials;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
@@ -30,18 +36,56 @@ use crate::sqs::SqsBroker;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts per SDK call before its error reaches the engine (which backs off again).
 const SDK_ATTEMPTS: u32 = 4;
+/// How long connecting waits for the credentials provider: enough for SSO, STS or a container's
+/// credentials endpoint, while a provider that never answers (a credential process waiting for
+/// input, an instance metadata service behind a firewall that drops packets) fails the start
+/// within seconds instead of holding it.
+const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting waits for a region: of its providers only the last, the instance metadata
+/// service, goes to the network, where it may never be answered.
+const REGION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a broker over SQS could not be made: what its configuration lacks, found before any SQS
+/// call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// No region was given to the builder, and none is in the environment or the profile.
+    #[error(
+        "no AWS region is configured: set AWS_REGION (or AWS_DEFAULT_REGION, or a region in the \
+         profile), or give one to `SqsBroker::aws().region(..)`"
+    )]
+    MissingRegion,
+    /// The credentials provider chain (environment, profile, web identity, container, instance
+    /// metadata) found no credentials, failed, or did not answer in time.
+    #[error(
+        "no AWS credentials could be loaded: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+         AWS_PROFILE naming a profile with credentials (a local stand-in takes any, as \
+         `SqsBroker::aws().test_credentials()` gives); the credentials provider answered: {reason}"
+    )]
+    MissingCredentials {
+        /// What the credentials provider answered.
+        reason: String,
+    },
+}
 
 /// Configures a broker for Amazon SQS, or for a local stand-in such as LocalStack.
 ///
 /// ```no_run
 /// use rust_stream::SqsBroker;
 ///
-/// # async fn connect() {
+/// # async fn connect() -> Result<(), rust_stream::sqs::aws::ConnectError> {
 /// // Region, credentials and profile from the environment, as the AWS CLI reads them.
-/// let production = SqsBroker::from_env().await;
+/// let production = SqsBroker::from_env().await?;
 /// // A local stack.
-/// let local = SqsBroker::aws().endpoint("http://127.0.0.1:4566").region("us-east-1").test_credentials().connect().await;
+/// let local = SqsBroker::aws()
+///     .endpoint("http://127.0.0.1:4566")
+///     .region("us-east-1")
+///     .test_credentials()
+///     .connect()
+///     .await?;
 /// # let _ = (production, local);
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -79,15 +123,26 @@ impl AwsBrokerBuilder {
         self
     }
 
-    /// Loads the configuration and makes the broker. Makes no request: a missing queue or bad
-    /// credentials show when the app starts.
-    pub async fn connect(self) -> SqsBroker {
-        SqsBroker::with_transport(self.transport().await)
+    /// Loads the configuration, checks that it names a region and yields credentials, and makes
+    /// the broker. Makes no SQS request: a missing queue, or credentials SQS refuses, show when
+    /// the app starts.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError::MissingRegion`] when no region is set here, in the environment or in the
+    /// profile; [`ConnectError::MissingCredentials`] when the credentials provider finds none or
+    /// does not answer within 5 s.
+    pub async fn connect(self) -> Result<SqsBroker, ConnectError> {
+        Ok(SqsBroker::with_transport(self.transport().await?))
     }
 
-    /// Loads the configuration and makes the bare transport, for calls outside a broker (tests,
-    /// administration).
-    pub async fn transport(self) -> AwsTransport {
+    /// Loads and checks the configuration as [`connect`](Self::connect) does, and makes the bare
+    /// transport, for calls outside a broker (tests, administration).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn transport(self) -> Result<AwsTransport, ConnectError> {
         AwsTransport::load(self).await
     }
 }
@@ -101,7 +156,15 @@ pub struct AwsTransport {
 }
 
 impl AwsTransport {
-    async fn load(settings: AwsBrokerBuilder) -> Self {
+    async fn load(settings: AwsBrokerBuilder) -> Result<Self, ConnectError> {
+        let region = match settings.region {
+            Some(region) => Some(aws_config::Region::new(region)),
+            None => configured_region(settings.profile.as_deref()).await,
+        };
+        // An empty AWS_REGION is read as a region named "", which no endpoint serves.
+        let region = region
+            .filter(|region| !region.as_ref().trim().is_empty())
+            .ok_or(ConnectError::MissingRegion)?;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .timeout_config(
                 aws_config::timeout::TimeoutConfig::builder()
@@ -115,9 +178,7 @@ impl AwsTransport {
         if let Some(endpoint) = &settings.endpoint {
             loader = loader.endpoint_url(endpoint);
         }
-        if let Some(region) = settings.region {
-            loader = loader.region(aws_config::Region::new(region));
-        }
+        loader = loader.region(region);
         if let Some(profile) = settings.profile {
             loader = loader.profile_name(profile);
         }
@@ -131,13 +192,19 @@ impl AwsTransport {
             ));
         }
         let config = loader.load().await;
+        check_credentials(&config).await?;
         let endpoint = settings
             .endpoint
             .or_else(|| config.endpoint_url().map(str::to_owned));
-        Self {
+        tracing::debug!(
+            sqs.region = config.region().map_or("", |region| region.as_ref()),
+            sqs.endpoint = endpoint.as_deref().unwrap_or("default"),
+            "AWS configuration loaded"
+        );
+        Ok(Self {
             client: aws_sdk_sqs::Client::new(&config),
             endpoint,
-        }
+        })
     }
 
     /// A transport over an SDK client you configured yourself; `endpoint` is the one it was given,
@@ -159,6 +226,43 @@ impl AwsTransport {
             .find('/')
             .map_or("", |at| &url[after_scheme + at..]);
         format!("{}{}", endpoint.trim_end_matches('/'), path)
+    }
+}
+
+/// The region as the SDK resolves it (environment, then profile, then instance metadata), or
+/// `None` when it finds none in time.
+async fn configured_region(profile: Option<&str>) -> Option<aws_config::Region> {
+    let mut chain = aws_config::default_provider::region::DefaultRegionChain::builder();
+    if let Some(profile) = profile {
+        chain = chain.profile_name(profile);
+    }
+    let chain = chain.build();
+    tokio::time::timeout(REGION_TIMEOUT, chain.region())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Asks the configured credentials provider once, so that missing credentials fail the connect,
+/// not the first call after the SDK's retries.
+async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), ConnectError> {
+    let Some(provider) = config.credentials_provider() else {
+        return Err(ConnectError::MissingCredentials {
+            reason: "no credentials provider is configured".to_owned(),
+        });
+    };
+    match tokio::time::timeout(CREDENTIALS_TIMEOUT, provider.provide_credentials()).await {
+        Ok(Ok(_credentials)) => Ok(()),
+        Ok(Err(error)) => Err(ConnectError::MissingCredentials {
+            reason: describe(&error),
+        }),
+        Err(_elapsed) => Err(ConnectError::MissingCredentials {
+            reason: format!(
+                "no answer within {CREDENTIALS_TIMEOUT:?}; outside EC2 the last provider, the \
+                 instance metadata service, may be unreachable: AWS_EC2_METADATA_DISABLED=true \
+                 skips it"
+            ),
+        }),
     }
 }
 

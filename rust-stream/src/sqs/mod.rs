@@ -1,15 +1,18 @@
 //! Amazon SQS: [`SqsBroker`], the [`SqsQueue`] descriptor, and the SQS [`rules`] every backend
 //! honours.
 //!
-//! A broker holds one [`Transport`]: today the in-process [`Account`], tomorrow aws-sdk-sqs. It
-//! resolves each queue once (its URL, creating the queue when asked, and its `MaximumMessageSize`),
-//! and owns one batcher per queue and action, shared by every subscription and publisher of the
-//! broker.
+//! A broker holds one [`Transport`]: the in-process [`Account`], or Amazon SQS over aws-sdk-sqs
+//! ([`aws`], feature `aws`), chosen in code or, with [`SqsBroker::from_env_or_in_process`], by the
+//! environment. It resolves each queue once (its URL, creating the queue when asked, and its
+//! `MaximumMessageSize`), and owns one batcher per queue and action, shared by every subscription
+//! and publisher of the broker.
 
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub mod aws;
 pub(crate) mod declare;
+#[cfg(feature = "aws")]
+mod environment;
 pub(crate) mod queue;
 pub mod rules;
 
@@ -18,6 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+#[cfg(feature = "aws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+pub use aws::ConnectError;
 pub use queue::{ConfigError, ConfigErrors, SqsQueue};
 
 use crate::account::Account;
@@ -65,10 +71,91 @@ impl SqsBroker {
 
     /// A broker over Amazon SQS, configured from the environment as the AWS CLI is (region,
     /// credentials, profile, `AWS_ENDPOINT_URL`).
+    ///
+    /// ```no_run
+    /// use rust_stream::SqsBroker;
+    ///
+    /// # async fn connect() -> Result<(), rust_stream::sqs::ConnectError> {
+    /// let broker = SqsBroker::from_env().await?;
+    /// # let _ = broker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError::MissingRegion`] when neither `AWS_REGION`, `AWS_DEFAULT_REGION` nor the
+    /// profile names a region; [`ConnectError::MissingCredentials`] when the credentials provider
+    /// finds none, or does not answer within 5 s (an unreachable instance metadata service). Both
+    /// are found before any SQS call.
     #[cfg(feature = "aws")]
     #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
-    pub async fn from_env() -> Self {
+    pub async fn from_env() -> Result<Self, ConnectError> {
         Self::aws().connect().await
+    }
+
+    /// A broker over the SQS the environment names, or else over a fresh in-process account: one
+    /// service binary for a laptop, a local stack and AWS.
+    ///
+    /// The rule, on environment variables only (an empty one counts as unset):
+    ///
+    /// 1. `AWS_ENDPOINT_URL_SQS` or `AWS_ENDPOINT_URL` set: SQS at that endpoint, as
+    ///    [`from_env`](Self::from_env) configures it. An endpoint means a local stand-in such as
+    ///    LocalStack (or a VPC endpoint); it still needs a region and credentials from the
+    ///    environment, which a stand-in takes whatever their value.
+    /// 2. Else `AWS_REGION`, `AWS_DEFAULT_REGION`, `AWS_PROFILE` or `AWS_ACCESS_KEY_ID` set:
+    ///    Amazon SQS, as [`from_env`](Self::from_env) configures it. A region alone means real
+    ///    SQS; a profile or an access key says the service is meant for AWS, and connecting then
+    ///    asks for a region if none is set.
+    /// 3. Else the in-process account.
+    ///
+    /// It logs its choice at `info`, naming the variable that made it. A deployed service that
+    /// must never fall back to the in-process account (on EC2 with only an instance role, none of
+    /// these variables is set) calls [`from_env`](Self::from_env) instead.
+    ///
+    /// ```no_run
+    /// use rust_stream::SqsBroker;
+    ///
+    /// # async fn connect() -> Result<(), rust_stream::sqs::ConnectError> {
+    /// // `cargo run`: in process. `AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1
+    /// // AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test cargo run`: on LocalStack.
+    /// let broker = SqsBroker::from_env_or_in_process().await?;
+    /// # let _ = broker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the environment names SQS, as [`from_env`](Self::from_env); the in-process account
+    /// cannot fail.
+    #[cfg(feature = "aws")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+    pub async fn from_env_or_in_process() -> Result<Self, ConnectError> {
+        match environment::choose(|name| std::env::var(name).ok()) {
+            environment::Choice::Endpoint { variable, url } => {
+                tracing::info!(
+                    sqs.endpoint = %url,
+                    sqs.chosen_by = variable,
+                    "running on SQS at the endpoint the environment names"
+                );
+                Self::from_env().await
+            }
+            environment::Choice::Aws { variable } => {
+                tracing::info!(
+                    sqs.chosen_by = variable,
+                    "running on Amazon SQS, as the environment configures it"
+                );
+                Self::from_env().await
+            }
+            environment::Choice::InProcess => {
+                tracing::info!(
+                    "running on a fresh in-process SQS account; set AWS_REGION for Amazon SQS, or \
+                     AWS_ENDPOINT_URL for a local stand-in"
+                );
+                Ok(Self::in_process())
+            }
+        }
     }
 
     /// A broker over Amazon SQS or a local stand-in, to configure: endpoint, region, profile,
