@@ -1,5 +1,5 @@
-//! From tokens to our AST: the attribute into [`Attribute`] (in `attribute.rs`), the function
-//! into [`Handler`] (in `function.rs`).
+//! From tokens to our AST: the attribute into [`Attribute`] (the `attribute` module), the function
+//! into [`Handler`] (the `function` module).
 //!
 //! Each problem is pushed to [`Errors`] on the token that causes it and parsing goes on, so one
 //! compile shows every mistake; only tokens that cannot be read at all stop the attribute early.
