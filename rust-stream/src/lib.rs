@@ -51,6 +51,14 @@
 //!   [`Transport`](engine::transport::Transport) seam under it.
 //! - [`account`]: the in-process SQS account: SQS semantics on tokio's clock, for tests.
 //!
+//! # Guides
+//!
+//! The repository's `docs/` folder has a guide per topic, each opening with an example that runs
+//! as a test: FIFO queues and ordering (`docs/fifo.md`), retries and dead letters
+//! (`docs/retries.md`), testing a service (`docs/testing.md`), observability
+//! (`docs/observability.md`), running on AWS (`docs/aws.md`), and performance and cost
+//! (`docs/performance.md`).
+//!
 //! # Features
 //!
 //! | Name | Description | Default |
@@ -108,3 +116,32 @@ pub use rust_stream_macros::subscriber;
 pub use sqs::ConnectError;
 pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue};
 pub use state::{State, States};
+
+// Every Rust block of the README and of the guides in `docs/` is a doc test, so what a reader
+// copies compiles, and runs, as shown (blocks that need the network are `no_run`: compiled only).
+// Each file needs the features its blocks use; `cargo test --workspace` turns all of them on.
+#[cfg(all(doctest, feature = "aws", feature = "macros"))]
+#[doc = include_str!("../../README.md")]
+mod readme {}
+
+#[cfg(all(doctest, feature = "testing", feature = "macros"))]
+mod guides {
+    #[doc = include_str!("../../docs/fifo.md")]
+    mod fifo {}
+
+    #[doc = include_str!("../../docs/retries.md")]
+    mod retries {}
+
+    #[doc = include_str!("../../docs/testing.md")]
+    mod testing {}
+
+    #[doc = include_str!("../../docs/observability.md")]
+    mod observability {}
+
+    #[cfg(feature = "aws")]
+    #[doc = include_str!("../../docs/aws.md")]
+    mod aws {}
+
+    #[doc = include_str!("../../docs/performance.md")]
+    mod performance {}
+}
