@@ -23,6 +23,9 @@ use std::time::Duration;
 /// - [`retry`](Self::retry): attempted again after the subscription's
 ///   [`RetryPolicy`](crate::RetryPolicy) delay.
 /// - [`retry_after`](Self::retry_after): attempted again after this delay instead.
+/// - [`failed`](Self::failed): the handler's own error; retried as `retry` is, and the error's
+///   text is the reason a dead-letter copy carries if the message runs out of attempts. A handler
+///   returning `Err(e)` for any `e: Display` gives this.
 /// - [`dead_letter`](Self::dead_letter): moved to the subscription's dead-letter queue now: sent
 ///   there first, then deleted, so a crash in between duplicates rather than loses it.
 ///
@@ -40,6 +43,8 @@ pub enum HandlerOutcome {
     Retry,
     /// Release after this delay.
     RetryAfter(Duration),
+    /// The handler failed with this error; retry as [`Retry`](Self::Retry) does.
+    Failed(String),
     /// Move to the dead-letter queue, saying why.
     DeadLetter(String),
 }
@@ -53,6 +58,12 @@ impl HandlerOutcome {
     /// Attempt the message again after the subscription's retry delay.
     pub fn retry() -> Self {
         Self::Retry
+    }
+
+    /// The handler failed with `error`: attempted again after the subscription's retry delay,
+    /// and, once out of attempts, dead-lettered with `error` as its reason.
+    pub fn failed(error: impl fmt::Display) -> Self {
+        Self::Failed(error.to_string())
     }
 
     /// Attempt the message again after `delay` (on a standard queue rounded up to whole seconds;
@@ -98,7 +109,8 @@ impl IntoOutcome for Result<(), HandlerOutcome> {
     }
 }
 
-/// A handler's own error: `Err` is logged with its message and the message is retried.
+/// A handler's own error: `Err` is logged with its message and the message is retried; its text
+/// travels with the message if it is dead-lettered in the end.
 ///
 /// (`HandlerOutcome` has no `Display`, so `Result<(), HandlerOutcome>` takes the impl above.)
 impl<E: fmt::Display> IntoOutcome for Result<(), E> {
@@ -107,7 +119,7 @@ impl<E: fmt::Display> IntoOutcome for Result<(), E> {
             Ok(()) => HandlerOutcome::Ack,
             Err(error) => {
                 tracing::warn!(error = %error, "handler failed; the message will be retried");
-                HandlerOutcome::Retry
+                HandlerOutcome::failed(error)
             }
         }
     }
@@ -128,7 +140,10 @@ mod tests {
             Err(HandlerOutcome::dead_letter("bad")).into_outcome(),
             HandlerOutcome::DeadLetter("bad".into())
         );
-        assert_eq!(Err::<(), _>("boom").into_outcome(), HandlerOutcome::Retry);
+        assert_eq!(
+            Err::<(), _>("boom").into_outcome(),
+            HandlerOutcome::Failed("boom".into())
+        );
         assert_eq!(Ok::<(), &str>(()).into_outcome(), HandlerOutcome::Ack);
     }
 }

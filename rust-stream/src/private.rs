@@ -44,7 +44,10 @@ mod tests {
         assert_eq!(settle(()), Ok(()));
         assert_eq!(settle(HandlerOutcome::ack()), Ok(()));
         assert_eq!(settle(HandlerOutcome::retry()), Err(HandlerOutcome::Retry));
-        assert_eq!(settle(Err::<(), _>("boom")), Err(HandlerOutcome::Retry));
+        assert_eq!(
+            settle(Err::<(), _>("boom")),
+            Err(HandlerOutcome::failed("boom"))
+        );
         assert_eq!(
             settle(Err::<(), _>(HandlerOutcome::dead_letter("bad"))),
             Err(HandlerOutcome::dead_letter("bad"))

@@ -225,6 +225,10 @@ impl Consumer {
                 reason: "the handler asked to retry".to_owned(),
                 asked: None,
             },
+            HandlerOutcome::Failed(error) => Verdict::Failed {
+                reason: format!("the handler failed: {error}"),
+                asked: None,
+            },
             HandlerOutcome::RetryAfter(delay) => Verdict::Failed {
                 reason: format!("the handler asked to retry after {delay:?}"),
                 asked: Some(delay),
