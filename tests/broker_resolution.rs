@@ -6,82 +6,13 @@ mod common;
 use std::time::Duration;
 
 use common::attributes;
+use common::engine::Faulty;
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
-};
 use rust_stream::{SqsBroker, SqsQueue};
 use tokio::time::Instant;
 
 /// How long the slow queue's `GetQueueUrl` takes.
 const SLOW_LOOKUP: Duration = Duration::from_secs(10);
-
-/// The account, with `GetQueueUrl` for one queue taking [`SLOW_LOOKUP`].
-#[derive(Clone)]
-struct SlowLookup {
-    account: Account,
-    slow_queue: &'static str,
-}
-
-impl Transport for SlowLookup {
-    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-        if name == self.slow_queue {
-            tokio::time::sleep(SLOW_LOOKUP).await;
-        }
-        self.account.get_queue_url(name).await
-    }
-
-    async fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> Result<String, TransportError> {
-        self.account.create_queue(name, attributes).await
-    }
-
-    async fn get_queue_attributes(
-        &self,
-        url: &str,
-        names: &[&str],
-    ) -> Result<QueueAttributes, TransportError> {
-        self.account.get_queue_attributes(url, names).await
-    }
-
-    async fn send_message_batch(
-        &self,
-        url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> Result<BatchResult<SentMessage>, TransportError> {
-        self.account.send_message_batch(url, entries).await
-    }
-
-    async fn receive_message(
-        &self,
-        url: &str,
-        request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
-        self.account.receive_message(url, request).await
-    }
-
-    async fn delete_message_batch(
-        &self,
-        url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        self.account.delete_message_batch(url, entries).await
-    }
-
-    async fn change_message_visibility_batch(
-        &self,
-        url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        self.account
-            .change_message_visibility_batch(url, entries)
-            .await
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_queue_lookup_holds_up_no_other_queue() {
@@ -89,10 +20,7 @@ async fn a_slow_queue_lookup_holds_up_no_other_queue() {
     for name in ["slow", "fast"] {
         account.create_queue(name, attributes(&[])).await.unwrap();
     }
-    let broker = SqsBroker::with_transport(SlowLookup {
-        account: account.clone(),
-        slow_queue: "slow",
-    });
+    let broker = SqsBroker::with_transport(Faulty::with_slow_lookup(&account, "slow", SLOW_LOOKUP));
     let began = Instant::now();
     let slow = {
         let publisher = broker.publisher("slow");
@@ -126,10 +54,7 @@ async fn concurrent_publishes_to_one_queue_look_it_up_once() {
     let account = Account::new();
     account.create_queue("jobs", attributes(&[])).await.unwrap();
     // A slow lookup keeps every publish waiting on the first one's.
-    let broker = SqsBroker::with_transport(SlowLookup {
-        account: account.clone(),
-        slow_queue: "jobs",
-    });
+    let broker = SqsBroker::with_transport(Faulty::with_slow_lookup(&account, "jobs", SLOW_LOOKUP));
     let sends: Vec<_> = (0..20)
         .map(|n| {
             let publisher = broker.publisher("jobs");
@@ -149,10 +74,11 @@ async fn a_missing_queue_and_its_dead_letter_queue_are_created_once_under_concur
     let account = Account::new();
     // The dead-letter queue's lookup is slow, so the source's creation and the dead-letter
     // queue's own publishers all wait on it at once.
-    let broker = SqsBroker::with_transport(SlowLookup {
-        account: account.clone(),
-        slow_queue: "orders-dlq",
-    });
+    let broker = SqsBroker::with_transport(Faulty::with_slow_lookup(
+        &account,
+        "orders-dlq",
+        SLOW_LOOKUP,
+    ));
     let orders = SqsQueue::new("orders")
         .create_if_missing()
         .dead_letter("orders-dlq", 3);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::engine::{jobs, Faulty, Job, Scripted};
 use rust_stream::account::Account;
 use rust_stream::prelude::*;
-use rust_stream::testing::{eventually, TestApp};
+use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::Subscriber;
 use tokio::time::sleep;
 
@@ -81,16 +81,12 @@ async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
         events: events.clone(),
     };
     let running = start(&broker, subscriber(queue, recorder).build()).await;
-    let mut waited = 0;
-    while !(is_empty(&account, "ledger.fifo").await) {
-        sleep(Duration::from_millis(100)).await;
-        waited += 1;
-        assert!(
-            waited < 600,
-            "the queue never emptied: {:?}",
-            events.lock().unwrap()
-        );
-    }
+    eventually_within(
+        "`ledger.fifo` drained",
+        Duration::from_millis(100 * 600),
+        async || is_empty(&account, "ledger.fifo").await,
+    )
+    .await;
     running.stop().await.unwrap();
 
     let events = events.lock().unwrap().clone();
@@ -205,12 +201,12 @@ async fn transport_calls_that_panic_are_retried_and_the_service_goes_on() {
     faulty.delete_panics.store(2, Ordering::SeqCst);
     let (handler, log) = Scripted::new(|_, _| Ok(()));
     let running = start(&broker, subscriber(queue, handler).build()).await;
-    let mut waited = 0;
-    while !is_empty(&account, "panicky.fifo").await {
-        sleep(Duration::from_millis(100)).await;
-        waited += 1;
-        assert!(waited < 600, "stuck after panics: {:?}", jobs(&log));
-    }
+    eventually_within(
+        "`panicky.fifo` drained",
+        Duration::from_millis(100 * 600),
+        async || is_empty(&account, "panicky.fifo").await,
+    )
+    .await;
     let stopped = tokio::time::Instant::now();
     running.stop().await.unwrap();
     // The wrapper does not say its receives are cancel-safe, so shutdown lets the long poll in
@@ -469,12 +465,12 @@ async fn a_message_received_again_replaces_its_waiting_copy_in_the_lane() {
         events: events.clone(),
     };
     let running = start(&broker, subscriber(queue, handler).build()).await;
-    let mut waited = 0;
-    while !is_empty(&account, "again.fifo").await {
-        sleep(Duration::from_millis(100)).await;
-        waited += 1;
-        assert!(waited < 1200, "not drained: {:?}", events.lock().unwrap());
-    }
+    eventually_within(
+        "`again.fifo` drained",
+        Duration::from_millis(100 * 1200),
+        async || is_empty(&account, "again.fifo").await,
+    )
+    .await;
     running.stop().await.unwrap();
     let started: Vec<u32> = events
         .lock()

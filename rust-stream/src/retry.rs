@@ -196,12 +196,6 @@ impl Retries {
             _ => AfterFailure::RetryAfter(delay),
         }
     }
-
-    /// Whether a message whose handler asked to dead-letter it, or whose body does not decode,
-    /// can go to the dead-letter queue now.
-    pub(crate) fn can_dead_letter(&self) -> bool {
-        self.can_dead_letter
-    }
 }
 
 /// The wait before the `attempt`th retry of an SQS call the engine makes itself (a receive, a

@@ -204,6 +204,8 @@ pub mod engine {
         pub greedy: Arc<std::sync::atomic::AtomicBool>,
         /// Every visibility change fails (a service-side error), so held messages time out.
         pub visibility_fails: Arc<std::sync::atomic::AtomicBool>,
+        /// `GetQueueUrl` of this queue takes this long.
+        pub slow_lookup: Arc<Mutex<Option<(String, std::time::Duration)>>>,
     }
 
     impl Faulty {
@@ -212,6 +214,17 @@ pub mod engine {
                 account: account.clone(),
                 ..Self::default()
             }
+        }
+
+        /// The account, with `GetQueueUrl` of `queue` taking `delay`.
+        pub fn with_slow_lookup(
+            account: &Account,
+            queue: &str,
+            delay: std::time::Duration,
+        ) -> Self {
+            let faulty = Self::new(account);
+            *faulty.slow_lookup.lock().unwrap() = Some((queue.to_owned(), delay));
+            faulty
         }
     }
 
@@ -223,6 +236,16 @@ pub mod engine {
 
     impl Transport for Faulty {
         async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+            let delay = self
+                .slow_lookup
+                .lock()
+                .unwrap()
+                .as_ref()
+                .filter(|(queue, _)| queue == name)
+                .map(|(_, delay)| *delay);
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
             self.account.get_queue_url(name).await
         }
 

@@ -84,7 +84,7 @@ impl Consumer {
                 }
             },
             Verdict::Failed { reason, asked } => self.failed(held, attempts, asked, reason).await,
-            Verdict::DeadLetter { reason } if self.retries.can_dead_letter() => {
+            Verdict::DeadLetter { reason } if self.retries.can_dead_letter => {
                 self.dead_letter(held, reason, attempts).await
             }
             Verdict::DeadLetter { reason } => {
