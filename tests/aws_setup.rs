@@ -22,7 +22,6 @@ use rust_stream::{ConnectError, SqsBroker, SqsQueue};
 static ENVIRONMENT: Mutex<()> = Mutex::new(());
 
 /// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
-const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
 
 /// Every variable aws-config reads for a region, credentials, a profile or an endpoint: each test
 /// starts with all of them unset, so the developer's shell or a CI machine's role plays no part.
@@ -339,12 +338,7 @@ mod live {
 
     #[test]
     fn with_an_endpoint_the_chooser_picks_sqs_there() {
-        let Ok(endpoint) = std::env::var(LIVE_ENDPOINT_VAR) else {
-            assert!(
-                std::env::var("CI").is_err(),
-                "{LIVE_ENDPOINT_VAR} is not set under CI: run the tests through scripts/test.sh, which starts LocalStack"
-            );
-            eprintln!("SKIPPED (live): {LIVE_ENDPOINT_VAR} is not set; run scripts/test.sh to start LocalStack");
+        let Some(endpoint) = rust_stream::testing::live_endpoint("the live chooser test") else {
             return;
         };
         let name = format!(

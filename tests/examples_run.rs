@@ -13,7 +13,6 @@ use std::process::{Command, Output};
 const FIFO_EXAMPLES: [&str; 2] = ["sqs_subscriptions_fifo", "manual_sqs_subscriptions_fifo"];
 
 /// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
-const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
 
 fn cargo_run_example(name: &str, endpoint: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO"));
@@ -94,12 +93,7 @@ fn the_fifo_examples_fulfil_each_customers_orders_in_order_and_exit_0() {
 
 #[test]
 fn with_aws_endpoint_url_the_fifo_examples_run_on_localstack() {
-    let Ok(endpoint) = std::env::var(LIVE_ENDPOINT_VAR) else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "{LIVE_ENDPOINT_VAR} is not set under CI: run the tests through scripts/test.sh, which starts LocalStack"
-        );
-        eprintln!("SKIPPED (live): {LIVE_ENDPOINT_VAR} is not set; run scripts/test.sh to start LocalStack");
+    let Some(endpoint) = rust_stream::testing::live_endpoint("the live example run") else {
         return;
     };
     assert_examples_fulfil_in_order(Some(&endpoint));

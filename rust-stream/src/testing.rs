@@ -314,6 +314,35 @@ pub enum BackendKind {
 /// [`on_each_backend`]; the project's `scripts/test.sh` sets it.
 pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
 
+/// The live endpoint named by [`LIVE_ENDPOINT_VAR`], or `None` after saying that `what` (a live
+/// test or leg) is skipped.
+///
+/// The note is written straight to the terminal, past libtest's capture of `eprintln!`, so a
+/// skipped live test shows in the test output. Under `CI` a missing endpoint panics instead: a
+/// live test is never skipped there.
+///
+/// # Panics
+///
+/// Under `CI` when [`LIVE_ENDPOINT_VAR`] is unset or empty.
+pub fn live_endpoint(what: &str) -> Option<String> {
+    use std::io::Write as _;
+    let endpoint = std::env::var(LIVE_ENDPOINT_VAR)
+        .ok()
+        .filter(|value| !value.is_empty());
+    if endpoint.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{LIVE_ENDPOINT_VAR} is not set under CI: run the tests through scripts/test.sh, which \
+             starts LocalStack, so that {what} runs"
+        );
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED {what}: {LIVE_ENDPOINT_VAR} is not set; scripts/test.sh starts LocalStack and sets it"
+        );
+    }
+    endpoint
+}
+
 /// One backend a test body runs on: a fresh broker, and names that keep this run's queues apart
 /// from other runs on a shared server.
 #[derive(Debug, Clone)]
@@ -392,15 +421,7 @@ pub fn on_each_backend(body: impl AsyncFn(Backend)) {
         run: run_id(),
     }));
     drop(in_process);
-    let Some(endpoint) = std::env::var(LIVE_ENDPOINT_VAR)
-        .ok()
-        .filter(|value| !value.is_empty())
-    else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{LIVE_ENDPOINT_VAR} is not set under CI: start the live server (scripts/test.sh does) so the live leg runs"
-        );
-        eprintln!("SKIPPED (live leg): {LIVE_ENDPOINT_VAR} is not set");
+    let Some(endpoint) = live_endpoint("live leg") else {
         return;
     };
     live(&endpoint, body);

@@ -367,7 +367,6 @@ pub mod backend {
     use rust_stream::SqsBroker;
 
     /// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
-    pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
 
     /// Which backend a test body runs on, for the places where LocalStack deviates from SQS.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -417,14 +416,7 @@ pub mod backend {
         /// The live backend, or `None` (with a loud note) when no LocalStack was started. Under CI
         /// a missing endpoint fails the test: a live test is never skipped silently there.
         pub async fn live() -> Option<Self> {
-            let Ok(endpoint) = std::env::var(LIVE_ENDPOINT_VAR) else {
-                assert!(
-                    std::env::var("CI").is_err(),
-                    "{LIVE_ENDPOINT_VAR} is not set under CI: run the tests through scripts/test.sh, which starts LocalStack"
-                );
-                eprintln!("SKIPPED (live): {LIVE_ENDPOINT_VAR} is not set; run scripts/test.sh to start LocalStack");
-                return None;
-            };
+            let endpoint = rust_stream::testing::live_endpoint("live test")?;
             let transport = SqsBroker::aws()
                 .endpoint(&endpoint)
                 .region("us-east-1")
