@@ -25,11 +25,14 @@ STATE_DIR="$ROOT/target/localstack"      # venv, log, pid: build output, git-ign
 VENV="$STATE_DIR/venv"
 MARKER="$VENV/.requirements"             # records what the venv was built from
 LOCK="$STATE_DIR/install.lock"
-LOG="$STATE_DIR/localstack.log"
-PIDFILE="$STATE_DIR/localstack.pid"
-DATA_DIR="$ROOT/.localstack"             # LocalStack's own files, git-ignored via /.localstack
-
 PORT="${LOCALSTACK_PORT:-4566}"
+# One server per port, each with its own log, pid and files, so that test runs on different
+# ports (scripts/test.sh picks a free one per run) share nothing but the venv.
+RUN_DIR="$STATE_DIR/port-$PORT"
+LOG="$RUN_DIR/localstack.log"
+PIDFILE="$RUN_DIR/localstack.pid"
+DATA_DIR="$ROOT/.localstack/port-$PORT"  # LocalStack's own files, git-ignored via /.localstack
+
 HOST="127.0.0.1"
 ENDPOINT="http://$HOST:$PORT"
 START_TIMEOUT="${LOCALSTACK_START_TIMEOUT:-90}"
@@ -149,12 +152,12 @@ port_in_use() {
 # --- start / stop ----------------------------------------------------------
 
 do_start() {
-  mkdir -p "$STATE_DIR"
+  mkdir -p "$STATE_DIR" "$RUN_DIR"
   # One `start` at a time: two racing starts would both see a free port, both
   # launch, and the loser would overwrite the pid file. The second caller
   # waits here and then finds the first one healthy. (fd 8 is closed for the
   # server below, so the lock is released when this script exits.)
-  exec 8>"$STATE_DIR/start.lock"
+  exec 8>"$RUN_DIR/start.lock"
   flock 8
 
   if healthy; then

@@ -6,12 +6,20 @@
 # It must pass on a fresh machine with nothing installed by hand, so everything the tests need is
 # installed and started from here. Extra arguments go to `cargo test`.
 #
+#   LOCALSTACK_PORT=4566     reuse (or start) the LocalStack on this port instead of a fresh one
+#                            on a free port
 #   RUST_STREAM_SKIP_LIVE=1  run without LocalStack (live tests then say they were skipped;
 #                            under CI=true they fail instead)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [[ "${RUST_STREAM_SKIP_LIVE:-0}" != "1" ]]; then
+  # Each run starts its own LocalStack on a free port (or on LOCALSTACK_PORT), so two runs on one
+  # machine never share queues: the examples use fixed names such as `orders.fifo`.
+  if [[ -z "${LOCALSTACK_PORT:-}" ]]; then
+    LOCALSTACK_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  fi
+  export LOCALSTACK_PORT
   started_here=0
   if ! scripts/localstack.sh status >/dev/null 2>&1; then
     started_here=1

@@ -247,7 +247,8 @@ fn missing_credentials_are_an_error_that_names_what_to_set() {
     for what in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"] {
         assert!(message.contains(what), "{message:?} does not name {what}");
     }
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    // Found without waiting: under the 5 s a credentials provider may take to answer.
+    assert!(took < Duration::from_secs(4), "{took:?}");
 }
 
 #[test]

@@ -4,15 +4,23 @@
 //! error when the endpoint it names is unreachable.
 //!
 //! The examples are built by `cargo test` already, so the nested `cargo run` (offline, same
-//! target directory and profile) only finds them fresh and runs them.
+//! target directory and profile) only finds them fresh and runs them; it is killed, and the test
+//! fails with what it printed, if it runs past [`PATIENCE`].
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::process::output_within;
+
+/// How long one nested `cargo run` may take: the examples give up on their own after 60 s, and a
+/// loaded machine may still be linking one.
+const PATIENCE: Duration = Duration::from_secs(300);
 
 /// The examples of `FIFO` in the seed, with the macro and by hand.
 const FIFO_EXAMPLES: [&str; 2] = ["sqs_subscriptions_fifo", "manual_sqs_subscriptions_fifo"];
-
-/// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
 
 fn cargo_run_example(name: &str, endpoint: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO"));
@@ -40,7 +48,7 @@ fn cargo_run_example(name: &str, endpoint: Option<&str>) -> Output {
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test");
     }
-    command.output().expect("run cargo")
+    output_within(&mut command, PATIENCE)
 }
 
 /// The order ids fulfilled, by customer, in the order the log shows them.

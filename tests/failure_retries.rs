@@ -380,9 +380,10 @@ async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transpo
     );
     let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
     let back = backend.drain(&url, 1).await;
+    // Far under the 60 s visibility timeout, with room for a loaded machine.
     assert!(
-        returned.elapsed() < Duration::from_secs(3),
-        "drained within a few seconds of run returning"
+        returned.elapsed() < Duration::from_secs(15),
+        "drained within seconds of run returning, not after the visibility timeout"
     );
     let back: Vec<Job> = back
         .iter()

@@ -93,7 +93,8 @@ async fn spawn_returns_the_startup_error_at_once() {
     let started = tokio::time::Instant::now();
     let error = TestApp::spawn(app).await.unwrap_err();
     assert!(matches!(error, RunError::QueueMissing { .. }), "{error}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Refused at once, not after waiting out the 30 s patience for a start.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
 #[test]

@@ -491,7 +491,8 @@ impl<T: Debug, E: Debug> Observation for Result<T, E> {
 
 /// Waits until `condition` holds, looking every 10 ms of tokio time, for at most
 /// [`DEFAULT_PATIENCE`]. The condition is async, so it may read queues; return `bool`, or a
-/// `Result` whose `Err` shows what was seen last.
+/// `Result` whose `Err` shows what was seen last. The patience bounds the looks too: a look
+/// that does not answer (a stalled server) fails the wait when the patience runs out.
 ///
 /// # Panics
 ///
@@ -510,13 +511,17 @@ pub async fn eventually_within<O: Observation>(
     patience: Duration,
     mut condition: impl AsyncFnMut() -> O,
 ) {
-    let started = Instant::now();
+    let deadline = Instant::now() + patience;
     loop {
-        let observed = condition().await;
+        // A look that itself hangs (a call to a stalled server) must not outlast the patience:
+        // in real time nothing else would ever end the wait.
+        let Ok(observed) = tokio::time::timeout_at(deadline, condition()).await else {
+            panic!("waited {patience:?} for {what}; the last look did not answer in that time");
+        };
         if observed.holds() {
             return;
         }
-        if started.elapsed() >= patience {
+        if Instant::now() >= deadline {
             panic!(
                 "waited {patience:?} for {what}; last observed: {}",
                 observed.shown()
@@ -540,6 +545,17 @@ mod tests {
         })
         .await;
         assert_eq!(started.elapsed(), STEP * 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(
+        expected = "waited 1s for a hung look; the last look did not answer in that time"
+    )]
+    async fn a_look_that_never_answers_fails_when_the_patience_runs_out() {
+        eventually_within("a hung look", Duration::from_secs(1), async || {
+            std::future::pending::<bool>().await
+        })
+        .await;
     }
 
     #[tokio::test(start_paused = true)]

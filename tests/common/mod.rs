@@ -491,3 +491,72 @@ pub mod backend {
         }
     }
 }
+
+pub mod process {
+    //! Child processes of tests, bounded in time.
+
+    use std::io::Read;
+    use std::process::{Command, Output, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// Runs `command` to its end as [`Command::output`] does, but kills it and fails the test,
+    /// showing what it printed so far, when it runs past `limit`: a hung child must not hang the
+    /// test run.
+    ///
+    /// # Panics
+    ///
+    /// When the command cannot start, or runs past `limit`.
+    pub fn output_within(command: &mut Command, limit: Duration) -> Output {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {command:?}: {error}"));
+        // Read both pipes meanwhile, so a child that prints much never blocks on a full pipe.
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = drain(
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let stderr = drain(
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            match child.try_wait().expect("wait for the child") {
+                Some(status) => break status,
+                None if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let stdout = stdout.join().unwrap_or_default();
+                    let stderr = stderr.join().unwrap_or_default();
+                    panic!(
+                        "{command:?} still running after {limit:?}, killed; it printed:\n{}\n{}",
+                        String::from_utf8_lossy(&stdout),
+                        String::from_utf8_lossy(&stderr)
+                    );
+                }
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        Output {
+            status,
+            stdout: stdout.join().expect("stdout reader"),
+            stderr: stderr.join().expect("stderr reader"),
+        }
+    }
+}
