@@ -223,7 +223,7 @@ async fn a_timed_out_group_comes_back_with_its_unacknowledged_messages_first<T: 
     backend: Backend<T>,
 ) {
     let url = backend
-        .queue("timeout.fifo", &[("VisibilityTimeout", "2")])
+        .queue("timeout.fifo", &[("VisibilityTimeout", "4")])
         .await;
     send(
         &backend,
@@ -235,8 +235,9 @@ async fn a_timed_out_group_comes_back_with_its_unacknowledged_messages_first<T: 
     assert_eq!(bodies(&got), ["m1", "m2", "m3"]);
     delete(&backend, &url, &got[1..2]).await;
     send(&backend, &url, vec![fifo("m4", "g")]).await;
+    // The long poll waits past the 4 s timeout, so a slow machine only makes it wait less.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let again = receive_all(&backend, &url, 3, 2).await;
+    let again = receive_all(&backend, &url, 3, 4).await;
     assert_eq!(bodies(&again), ["m1", "m3", "m4"]);
     assert_eq!(again[0].receive_count(), Some(2));
     assert_eq!(again[2].receive_count(), Some(1));
@@ -312,8 +313,11 @@ async fn deduplication_holds_within_one_batch<T: Transport>(backend: Backend<T>)
 }
 
 async fn visibility_timeouts_and_receive_counts<T: Transport>(backend: Backend<T>) {
+    // LocalStack's timer ticks once a second and a loaded machine stalls for a second or more:
+    // every "still invisible" look comes at least 3 s before the timeout ends, and every "back
+    // again" look is a long poll that waits past it.
     let url = backend
-        .queue("visibility", &[("VisibilityTimeout", "2")])
+        .queue("visibility", &[("VisibilityTimeout", "4")])
         .await;
     send(&backend, &url, vec![SendMessage::new("m")]).await;
     let first = receive(&backend, &url, 1, 1).await;
@@ -323,27 +327,26 @@ async fn visibility_timeouts_and_receive_counts<T: Transport>(backend: Backend<T
         "invisible while in flight"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let second = receive(&backend, &url, 1, 2).await;
+    let second = receive(&backend, &url, 1, 5).await;
     assert_eq!(second[0].receive_count(), Some(2));
     assert_ne!(second[0].receipt_handle, first[0].receipt_handle);
 
     // Extending keeps it invisible past the queue's timeout; releasing brings it back at once.
-    change_visibility(&backend, &url, &[&second[0]], 4).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    change_visibility(&backend, &url, &[&second[0]], 9).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(
         receive(&backend, &url, 1, 0).await.is_empty(),
-        "extended to 4 s"
+        "extended to 9 s, past the queue's 4 s"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let third = receive(&backend, &url, 1, 2).await;
+    let third = receive(&backend, &url, 1, 8).await;
     assert_eq!(third[0].receive_count(), Some(3));
     change_visibility(&backend, &url, &[&third[0]], 0).await;
     let fourth = receive(&backend, &url, 1, 1).await;
     assert_eq!(fourth[0].receive_count(), Some(4));
     delete(&backend, &url, &fourth).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Longer than the visibility timeout: a delete that did not hold would show here.
     assert!(
-        receive(&backend, &url, 1, 0).await.is_empty(),
+        receive(&backend, &url, 1, 6).await.is_empty(),
         "deleted for good"
     );
 }
@@ -387,15 +390,15 @@ async fn per_message_delays_hold_messages_back<T: Transport>(backend: Backend<T>
         &backend,
         &url,
         vec![
-            SendMessage::new("later").delay_seconds(3),
+            SendMessage::new("later").delay_seconds(5),
             SendMessage::new("now"),
         ],
     )
     .await;
+    // Seconds of room before "later" is due, for a loaded machine.
     let got = receive(&backend, &url, 10, 1).await;
     assert_eq!(bodies(&got), ["now"]);
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let got = receive(&backend, &url, 10, 2).await;
+    let got = receive(&backend, &url, 10, 8).await;
     assert_eq!(bodies(&got), ["later"]);
 }
 
