@@ -2,9 +2,13 @@
 //! release and time passing, checked against a model after every step.
 //!
 //! Invariants: no message is lost (everything sent is eventually received and deleted); none is
-//! handed out while it is in flight, so a message repeats only by redelivery; deduplicated sends
-//! answer the original; and on FIFO queues a group is never handed out out of order nor to two
-//! receivers at once.
+//! handed out while it is in flight, so a message repeats only by redelivery; each received body is
+//! the body sent with that message id (a deduplicated resend keeps the original's); each receive
+//! raises the message's `ApproximateReceiveCount` by exactly one; deduplicated sends answer the
+//! original; and on FIFO queues a group is never handed out out of order nor to two receivers at
+//! once.
+//!
+//! `PROPTEST_CASES` sets the number of cases of each property (default 256).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,6 +27,7 @@ enum Op {
     Send {
         group: u8,
         resend: Option<usize>,
+        text: String,
     },
     Receive {
         max: i32,
@@ -41,7 +46,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u8..4, proptest::option::weighted(0.2, 0usize..64)).prop_map(|(group, resend)| Op::Send { group, resend }),
+        4 => (0u8..4, proptest::option::weighted(0.2, 0usize..64), text()).prop_map(|(group, resend, text)| Op::Send { group, resend, text }),
         3 => (1i32..=10, prop_oneof![Just(0), 1i32..=20]).prop_map(|(max, visibility)| Op::Receive { max, visibility }),
         3 => any::<usize>().prop_map(|pick| Op::Delete { pick }),
         1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
@@ -49,10 +54,28 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Text in any of the characters SQS allows in a body, across the Unicode planes.
+fn text() -> impl Strategy<Value = String> {
+    let allowed = prop_oneof![
+        Just('\t'),
+        Just('\n'),
+        Just('\r'),
+        proptest::char::range(' ', '~'),
+        proptest::char::range('\u{a0}', '\u{d7ff}'),
+        proptest::char::range('\u{e000}', '\u{fffd}'),
+        proptest::char::range('\u{10000}', '\u{10ffff}'),
+    ];
+    proptest::collection::vec(allowed, 0..24).prop_map(|chars| chars.into_iter().collect())
+}
+
 /// What the test knows of one stored message.
 #[derive(Debug)]
 struct Known {
     group: u8,
+    /// The body it was stored with.
+    body: String,
+    /// How many times it was handed out.
+    receives: u32,
     /// Position in its group's storage order.
     position: usize,
     deleted: bool,
@@ -95,6 +118,14 @@ impl Model {
                 .get(id)
                 .ok_or_else(|| TestCaseError::fail(format!("unknown message {id}")))?;
             prop_assert!(!known.deleted, "deleted message {} handed out again", id);
+            prop_assert_eq!(&message.body, &known.body, "the body of message {}", id);
+            prop_assert_eq!(
+                message.receive_count(),
+                Some(known.receives + 1),
+                "the receive count of message {} after {} receives",
+                id,
+                known.receives
+            );
             prop_assert!(
                 !self.in_flight(id, now),
                 "message {} handed out while in flight",
@@ -132,6 +163,7 @@ impl Model {
                 .get_mut(&message.message_id)
                 .expect("checked above");
             known.latest = Some((message.receipt_handle.clone(), until));
+            known.receives += 1;
             self.held
                 .push((message.message_id.clone(), message.receipt_handle.clone()));
         }
@@ -163,7 +195,11 @@ async fn run(fifo: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
     for op in ops {
         let now = Instant::now();
         match op {
-            Op::Send { group, resend } => {
+            Op::Send {
+                group,
+                resend,
+                text,
+            } => {
                 let dedup_id = match resend.filter(|_| fifo && !model.sends.is_empty()) {
                     Some(n) => model.sends[n % model.sends.len()].clone(),
                     None => {
@@ -171,7 +207,10 @@ async fn run(fifo: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         format!("d{fresh}")
                     }
                 };
-                let mut message = SendMessage::new(format!("body of {dedup_id}"));
+                // Unique to this send, so a resend that was deduplicated shows if it replaced the
+                // original's body.
+                let body = format!("send {} of {dedup_id}: {text}", model.sends.len());
+                let mut message = SendMessage::new(body.clone());
                 if fifo {
                     message = message
                         .group_id(format!("g{group}"))
@@ -194,6 +233,8 @@ async fn run(fifo: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         ids.push(sent.message_id.clone());
                         let known = Known {
                             group,
+                            body,
+                            receives: 0,
                             position: ids.len() - 1,
                             deleted: false,
                             latest: None,
@@ -277,8 +318,16 @@ fn run_paused(fifo: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
     runtime.block_on(run(fifo, ops))
 }
 
+/// `PROPTEST_CASES` from the environment, or `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
 
     #[test]
     fn fifo_queues_lose_nothing_and_keep_each_group_in_order_and_exclusive(ops in proptest::collection::vec(op(), 1..120)) {
