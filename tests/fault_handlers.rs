@@ -301,13 +301,23 @@ async fn drawn_handler_faults_on_a_standard_queue_end_each_message_handled_or_de
 
 async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
     let seed = seed();
-    println!("handler faults on {base} ({:?}): seed {seed} (set {SEED_VAR} to replay)", backend.kind);
+    println!(
+        "handler faults on {base} ({:?}): seed {seed} (set {SEED_VAR} to replay)",
+        backend.kind
+    );
     let plan = Arc::new(Plan::draw(seed));
     let fifo = base.ends_with(".fifo");
-    let dlq_base = if fifo { "faults-dlq.fifo" } else { "faults-dlq" };
+    let dlq_base = if fifo {
+        "faults-dlq.fifo"
+    } else {
+        "faults-dlq"
+    };
     let queue = SqsQueue::new(backend.name(base))
         .create_if_missing()
-        .retry(RetryPolicy::exponential(Duration::from_millis(100), Duration::from_millis(400)).seeded(seed))
+        .retry(
+            RetryPolicy::exponential(Duration::from_millis(100), Duration::from_millis(400))
+                .seeded(seed),
+        )
         .dead_letter(backend.name(dlq_base), MAX_ATTEMPTS)
         .timeout(TIMEOUT)
         // Stopping lets the long poll in flight end: a short one keeps LocalStack's run short.
@@ -335,7 +345,11 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
         for n in numbers {
             let job = job(n);
             let message = publisher.message(&job);
-            let message = if fifo { message.group_id(&job.group) } else { message };
+            let message = if fifo {
+                message.group_id(&job.group)
+            } else {
+                message
+            };
             message.send().await.expect("send");
         }
     };
@@ -490,7 +504,9 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
                 .collect();
             firsts.sort_unstable();
             let order: Vec<u32> = firsts.into_iter().map(|(_, n)| n).collect();
-            let sent: Vec<u32> = (0..plan.messages()).filter(|n| n % GROUPS == group).collect();
+            let sent: Vec<u32> = (0..plan.messages())
+                .filter(|n| n % GROUPS == group)
+                .collect();
             assert_eq!(order, sent, "first completions of group g{group}");
         }
     }
@@ -525,7 +541,11 @@ async fn take_all<T: Transport>(
         let request = ReceiveMessage::new(10)
             .wait_time_seconds(1)
             .visibility_timeout(30);
-        let batch = backend.transport.receive_message(url, request).await.unwrap();
+        let batch = backend
+            .transport
+            .receive_message(url, request)
+            .await
+            .unwrap();
         if batch.is_empty() {
             if got.len() >= want {
                 break;

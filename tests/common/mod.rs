@@ -192,13 +192,16 @@ pub mod engine {
 
     /// A real account behind a transport that can be told to fail: the next `n` entries of
     /// delete batches fail as a service-side error (`SenderFault: false`), or with a permanent one;
-    /// the next `n` receives or delete calls panic; receives can answer more than was asked.
+    /// the next `n` receives fail (the network is down), or receives or delete calls panic;
+    /// receives can answer more than was asked.
     #[derive(Clone, Default)]
     pub struct Faulty {
         pub account: Account,
         pub transient_delete_failures: Arc<AtomicUsize>,
         pub permanent_delete_failures: Arc<AtomicUsize>,
         pub receive_panics: Arc<AtomicUsize>,
+        /// The next `n` receives fail as `Unavailable`, as when the network is down.
+        pub receive_failures: Arc<AtomicUsize>,
         pub delete_panics: Arc<AtomicUsize>,
         /// Receives ask the account for 10, whatever the caller asked.
         pub greedy: Arc<std::sync::atomic::AtomicBool>,
@@ -280,6 +283,11 @@ pub mod engine {
         ) -> Result<Vec<ReceivedMessage>, TransportError> {
             if take_one(&self.receive_panics) {
                 panic!("injected panic in a receive");
+            }
+            if take_one(&self.receive_failures) {
+                return Err(TransportError::Unavailable {
+                    message: "injected receive failure".into(),
+                });
             }
             let mut request = request;
             if self.greedy.load(Ordering::Acquire) {
@@ -365,8 +373,6 @@ pub mod backend {
     };
     use rust_stream::sqs::aws::AwsTransport;
     use rust_stream::SqsBroker;
-
-    /// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
 
     /// Which backend a test body runs on, for the places where LocalStack deviates from SQS.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
