@@ -474,14 +474,19 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
                 .get(name)
                 .and_then(|value| value.string_value.clone())
         };
-        assert_eq!(attribute(ATTEMPTS_HEADER).as_deref(), Some("3"), "{n}");
+        assert_eq!(
+            attribute(ATTEMPTS_HEADER),
+            Some(MAX_ATTEMPTS.to_string()),
+            "{n}"
+        );
         assert_eq!(
             attribute(ORIGINAL_MESSAGE_ID_HEADER).as_ref(),
             Some(&message_ids[n])
         );
         let reason = attribute(DEAD_LETTER_REASON_HEADER).expect("a reason");
         assert!(
-            reason.contains(last.reason()) && reason.ends_with("(after 3 attempts)"),
+            reason.contains(last.reason())
+                && reason.ends_with(&format!("(after {MAX_ATTEMPTS} attempts)")),
             "message {n}, last fault {last:?}: {reason}"
         );
         if fifo {
