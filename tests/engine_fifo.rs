@@ -17,7 +17,7 @@
 //! the queue's redrive, and a message its script dead-letters is never acked. With a sound
 //! transport it checks exactly: one call of a group at a time, each message ends once, after
 //! exactly the calls its script and the policy allow, and the dead-letter queue holds exactly the
-//! dead-lettered messages, in order. `PROPTEST_CASES` sets the number of cases (default 128).
+//! dead-lettered messages, in order. `PROPTEST_CASES` sets the number of cases (default 256).
 
 mod common;
 
@@ -1426,7 +1426,7 @@ fn cases(default: u32) -> u32 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(128), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
 
     #[test]
     fn every_message_ends_at_least_once_in_group_order_and_per_policy_whatever_its_handlers_and_transport_do(
