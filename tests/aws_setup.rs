@@ -21,8 +21,6 @@ use rust_stream::{ConnectError, SqsBroker, SqsQueue};
 /// Held by the test that has the process environment to itself.
 static ENVIRONMENT: Mutex<()> = Mutex::new(());
 
-/// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
-
 /// Every variable aws-config reads for a region, credentials, a profile or an endpoint: each test
 /// starts with all of them unset, so the developer's shell or a CI machine's role plays no part.
 const AWS_VARIABLES: [&str; 22] = [

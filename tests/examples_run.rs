@@ -12,8 +12,6 @@ use std::process::{Command, Output};
 /// The examples of `FIFO` in the seed, with the macro and by hand.
 const FIFO_EXAMPLES: [&str; 2] = ["sqs_subscriptions_fifo", "manual_sqs_subscriptions_fifo"];
 
-/// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
-
 fn cargo_run_example(name: &str, endpoint: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO"));
     command

@@ -366,8 +366,6 @@ pub mod backend {
     use rust_stream::sqs::aws::AwsTransport;
     use rust_stream::SqsBroker;
 
-    /// Where the live tests find LocalStack; `scripts/test.sh` sets it after starting one.
-
     /// Which backend a test body runs on, for the places where LocalStack deviates from SQS.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Kind {
