@@ -96,7 +96,8 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
         self
     }
 
-    /// How many handlers run at once (default 10); FIFO groups still run one message at a time.
+    /// How many handlers run at once, 1–100,000 (default 10); FIFO groups still run one message
+    /// at a time.
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.queue = self.queue.concurrency(handlers);
         self
@@ -120,7 +121,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
         self
     }
 
-    /// Receive loops (default 1).
+    /// Receive loops, 1–1,000 (default 1).
     pub fn pollers(mut self, pollers: usize) -> Self {
         self.queue = self.queue.pollers(pollers);
         self

@@ -144,4 +144,7 @@ mod guides {
 
     #[doc = include_str!("../../docs/performance.md")]
     mod performance {}
+
+    #[doc = include_str!("../../docs/bad-input.md")]
+    mod bad_input {}
 }

@@ -124,12 +124,12 @@ impl RetryPolicy {
             Some("the first delay is 0, which would retry at once; give it at least 1 ms".into())
         } else if self.max < self.initial {
             Some(format!(
-                "the longest delay {:?} is shorter than the first {:?}",
+                "the longest delay {:?} is shorter than the first {:?}; make the longest at least the first",
                 self.max, self.initial
             ))
         } else if self.max > cap {
             Some(format!(
-                "the longest delay {:?} is over SQS's 12-hour visibility cap",
+                "the longest delay {:?} is over SQS's 12-hour visibility cap; keep it within 12 h",
                 self.max
             ))
         } else {

@@ -88,7 +88,7 @@ pub enum ConnectError {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 #[must_use = "call `.connect().await`"]
 pub struct AwsBrokerBuilder {
     endpoint: Option<String>,
@@ -147,12 +147,56 @@ impl AwsBrokerBuilder {
     }
 }
 
+// Debug output goes to logs and panic messages: it shows the endpoint without the user info of
+// its URL (a password or token), and nothing of the SDK client, whose configuration holds the
+// credentials provider (the SDK's own `Debug` of credentials shows the access key id).
+impl std::fmt::Debug for AwsBrokerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsBrokerBuilder")
+            .field("endpoint", &self.endpoint.as_deref().map(shown_endpoint))
+            .field("region", &self.region)
+            .field("profile", &self.profile)
+            .field("test_credentials", &self.test_credentials)
+            .finish()
+    }
+}
+
 /// The [`Transport`] over aws-sdk-sqs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AwsTransport {
     client: aws_sdk_sqs::Client,
     /// The configured endpoint, onto which queue URLs are rebased.
     endpoint: Option<String>,
+}
+
+impl std::fmt::Debug for AwsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let config = self.client.config();
+        f.debug_struct("AwsTransport")
+            .field("endpoint", &self.endpoint.as_deref().map(shown_endpoint))
+            .field("region", &config.region().map(|region| region.as_ref()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// An endpoint URL as logs and `Debug` may show it: its user info, if any (a user and password,
+/// or a token), is replaced by `***`.
+pub(crate) fn shown_endpoint(url: &str) -> String {
+    let Some(after_scheme) = url.find("://").map(|at| at + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[after_scheme..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |at| after_scheme + at);
+    let authority = &url[after_scheme..authority_end];
+    match authority.rsplit_once('@') {
+        Some((_user_info, host)) => format!(
+            "{}***@{host}{}",
+            &url[..after_scheme],
+            &url[authority_end..]
+        ),
+        None => url.to_owned(),
+    }
 }
 
 impl AwsTransport {
@@ -198,7 +242,7 @@ impl AwsTransport {
             .or_else(|| config.endpoint_url().map(str::to_owned));
         tracing::debug!(
             sqs.region = config.region().map_or("", |region| region.as_ref()),
-            sqs.endpoint = endpoint.as_deref().unwrap_or("default"),
+            sqs.endpoint = %endpoint.as_deref().map_or("default".to_owned(), shown_endpoint),
             "AWS configuration loaded"
         );
         Ok(Self {
@@ -675,6 +719,20 @@ mod tests {
             transport.rebase("http://127.0.0.1:4566/queue/us-east-1/000000000000/q".to_owned()),
             "http://127.0.0.1:4566/queue/us-east-1/000000000000/q"
         );
+    }
+
+    #[test]
+    fn an_endpoint_is_shown_without_its_user_info() {
+        assert_eq!(
+            shown_endpoint("http://user:hunter2@127.0.0.1:4566/path?q=1"),
+            "http://***@127.0.0.1:4566/path?q=1"
+        );
+        assert_eq!(shown_endpoint("https://token@host"), "https://***@host");
+        assert_eq!(
+            shown_endpoint("http://127.0.0.1:4566/a@b"),
+            "http://127.0.0.1:4566/a@b"
+        );
+        assert_eq!(shown_endpoint("not a url"), "not a url");
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl SqsBroker {
         match environment::choose(|name| std::env::var(name).ok()) {
             environment::Choice::Endpoint { variable, url } => {
                 tracing::info!(
-                    sqs.endpoint = %url,
+                    sqs.endpoint = %aws::shown_endpoint(&url),
                     sqs.chosen_by = variable,
                     "running on SQS at the endpoint the environment names"
                 );

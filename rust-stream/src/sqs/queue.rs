@@ -30,6 +30,11 @@ pub struct SqsQueue {
     pub(crate) consumer: ConsumerSettings,
 }
 
+/// Most handlers one subscription runs at once.
+pub(crate) const MAX_CONCURRENCY: usize = 100_000;
+/// Most receive loops of one subscription.
+pub(crate) const MAX_POLLERS: usize = 1_000;
+
 /// Where a subscription's failed messages go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DeadLetter {
@@ -121,8 +126,8 @@ impl SqsQueue {
         self
     }
 
-    /// How many handlers run at once (default 10). On a FIFO queue each group still runs one
-    /// message at a time.
+    /// How many handlers run at once, 1–100,000 (default 10). On a FIFO queue each group still
+    /// runs one message at a time.
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.consumer.concurrency = handlers;
         self
@@ -147,7 +152,7 @@ impl SqsQueue {
         self
     }
 
-    /// How many receive loops run at once (default 1).
+    /// How many receive loops run at once, 1–1,000 (default 1).
     pub fn pollers(mut self, pollers: usize) -> Self {
         self.consumer.pollers = pollers;
         self
@@ -208,11 +213,19 @@ impl SqsQueue {
                 });
             }
         }
-        if consumer.concurrency == 0 {
-            problems.push(ConfigError::Concurrency { queue: queue() });
+        // Upper bounds keep the consumer's capacity (concurrency plus a batch per poller) far from
+        // overflowing, and a typo such as `usize::MAX` from spawning pollers until memory runs out.
+        if !(1..=MAX_CONCURRENCY).contains(&consumer.concurrency) {
+            problems.push(ConfigError::Concurrency {
+                queue: queue(),
+                got: consumer.concurrency,
+            });
         }
-        if consumer.pollers == 0 {
-            problems.push(ConfigError::Pollers { queue: queue() });
+        if !(1..=MAX_POLLERS).contains(&consumer.pollers) {
+            problems.push(ConfigError::Pollers {
+                queue: queue(),
+                got: consumer.pollers,
+            });
         }
         if let Some(reason) = consumer.retry.problem() {
             problems.push(ConfigError::Retry {
@@ -306,19 +319,21 @@ pub enum ConfigError {
         /// The timeout given.
         got: Duration,
     },
-    /// Concurrency 0 would never handle a message.
-    #[error("queue `{queue}`: concurrency 0 would never handle a message; set `.concurrency(..)` to 1 or more")]
+    /// Concurrency is 0, which would never handle a message, or over 100,000.
+    #[error("queue `{queue}`: concurrency {got} is outside 1..=100000; set `.concurrency(..)` within it")]
     Concurrency {
         /// The queue.
         queue: String,
+        /// The concurrency given.
+        got: usize,
     },
-    /// No pollers would never receive a message.
-    #[error(
-        "queue `{queue}`: 0 pollers would never receive a message; set `.pollers(..)` to 1 or more"
-    )]
+    /// Pollers are 0, which would never receive a message, or over 1,000.
+    #[error("queue `{queue}`: {got} pollers is outside 1..=1000; set `.pollers(..)` within it")]
     Pollers {
         /// The queue.
         queue: String,
+        /// The number of pollers given.
+        got: usize,
     },
     /// The retry policy would retry at once or past SQS's limits.
     #[error("queue `{queue}`: retry policy: {reason}; change `.retry(..)`")]

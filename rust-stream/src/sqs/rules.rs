@@ -174,8 +174,9 @@ pub(crate) fn check_queue_name(name: &str) -> Result<(), TransportError> {
         return fail(
             ErrorKind::InvalidParameterValue,
             format!(
-                "queue name `{name}` is invalid: use 1 to 80 characters of letters, digits, `-` and `_`, \
-                 and end a FIFO queue's name in `.fifo` (counted in the 80)"
+                "queue name `{name}` is invalid ({} characters): use 1 to 80 characters of letters, \
+                 digits, `-` and `_`, and end a FIFO queue's name in `.fifo` (counted in the 80)",
+                name.chars().count()
             ),
         );
     }
@@ -201,7 +202,8 @@ pub(crate) fn check_token(parameter: &str, value: &str) -> Result<(), TransportE
         fail(
             ErrorKind::InvalidParameterValue,
             format!(
-                "{parameter} `{value}` is invalid: use 1 to 128 characters of letters, digits and ASCII punctuation"
+                "{parameter} `{value}` is invalid ({} characters): use 1 to {MAX_TOKEN_LEN} characters of letters, digits and ASCII punctuation",
+                value.chars().count()
             ),
         )
     }
@@ -257,7 +259,7 @@ pub(crate) fn check_message_attributes(
         return fail(
             ErrorKind::InvalidParameterValue,
             format!(
-                "the message has {} attributes; SQS allows at most {MAX_MESSAGE_ATTRIBUTES}",
+                "the message has {} attributes; SQS allows at most {MAX_MESSAGE_ATTRIBUTES}: drop or merge some",
                 attributes.len()
             ),
         );
@@ -400,10 +402,17 @@ pub(crate) fn check_send(
     if let Some(dedup) = &message.dedup_id {
         check_token("MessageDeduplicationId", dedup)?;
     }
-    let delay = message
-        .delay_seconds
-        .map(|seconds| check_range("DelaySeconds", seconds, 0, MAX_DELAY_SECONDS))
-        .transpose()?;
+    let delay = match message.delay_seconds {
+        Some(seconds) if !(0..=MAX_DELAY_SECONDS).contains(&seconds) => {
+            return fail(
+                ErrorKind::InvalidParameterValue,
+                format!(
+                    "DelaySeconds {seconds} is outside 0..={MAX_DELAY_SECONDS}: delay a message by at most 15 minutes"
+                ),
+            )
+        }
+        seconds => seconds.map(|s| s as u32),
+    };
     if !target.fifo {
         if message.dedup_id.is_some() {
             return fail(

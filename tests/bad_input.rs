@@ -1,0 +1,632 @@
+//! Bad input, on both backends: every row of the table in `docs/bad-input.md` is one scenario
+//! here, run on the in-process account (paused clock) and on LocalStack (real time), so a failing
+//! row is reported by its name (`configuration::live::batch_size_0`).
+//!
+//! - **Configuration**: the app refuses to start with a typed [`ConfigError`] (one, of the
+//!   expected variant) whose message names the offending value and the limit or the fix; the
+//!   broker made no SQS call, and a broker over SQS at a closed port (127.0.0.1:9) answers the
+//!   same error, not a connection error: the check comes before the network.
+//! - **Publishing**: the send fails with [`PublishError::Rejected`] carrying the SQS
+//!   [`ErrorKind`], its message names the queue, the offending value and the limit or fix; no SQS
+//!   call was made, and the closed port answers the same. Two inputs SQS accepts are rows too, with
+//!   what they become.
+//! - **Received messages**: garbage (not JSON, the wrong shape, huge, odd attributes) never
+//!   reaches the handler, never crashes the consumer and is never deleted: it is dead-lettered
+//!   whole with its reason, or, without a dead-letter queue, retried with backoff and left on
+//!   the queue.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use common::backend::Backend;
+use common::engine::{jobs, Job, Scripted};
+use rust_stream::engine::transport::{MessageAttributeValue, ReceivedMessage, Transport};
+use rust_stream::prelude::*;
+use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::testing::{eventually, TestApp};
+use rust_stream::{
+    ApiCalls, ConfigError, ConfigErrors, Outgoing, PublishError, Publisher, RetryPolicy, RunError,
+    Subscriber, DEAD_LETTER_REASON_HEADER,
+};
+
+/// A broker over SQS at a port nothing listens on: any call it made would fail to connect, so an
+/// error other than a connection error came before the network.
+async fn unreachable() -> SqsBroker {
+    SqsBroker::aws()
+        .endpoint("http://127.0.0.1:9")
+        .region("us-east-1")
+        .test_credentials()
+        .connect()
+        .await
+        .expect("an endpoint, a region and test credentials are a complete configuration")
+}
+
+/// The brokers a refusal is checked on: the backend's, and one at a closed port.
+async fn brokers<T: Transport>(backend: &Backend<T>) -> [(SqsBroker, &'static str); 2] {
+    [
+        (backend.broker.clone(), "the backend"),
+        (unreachable().await, "a closed port"),
+    ]
+}
+
+/// The control of every "before the network" check: at the closed port, a valid start and a
+/// valid send do reach for the network, and fail to connect.
+#[tokio::test]
+async fn valid_input_at_the_closed_port_fails_to_connect() {
+    let broker = unreachable().await;
+    let (handler, _) = Scripted::new(|_, _| Ok(()));
+    let app = RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker.clone(), |b| {
+        b.include(subscriber(SqsQueue::new("orders"), handler).build());
+    });
+    // Together: each waits out the SDK's retries.
+    let (sent, started) = tokio::join!(
+        broker.publisher("events").raw("valid").send(),
+        app.run_until(std::future::pending()),
+    );
+    let sent = sent.unwrap_err();
+    assert!(
+        sent.to_string().contains("SQS unreachable"),
+        "a connection error: {sent}"
+    );
+    let started = started.unwrap_err();
+    assert!(
+        !matches!(started, RunError::Config(_)) && started.to_string().contains("SQS unreachable"),
+        "a connection error: {started}"
+    );
+    assert!(
+        broker.api_calls().get_queue_url >= 2,
+        "{:?}",
+        broker.api_calls()
+    );
+}
+
+mod configuration {
+    use super::*;
+
+    /// Starts an app subscribed to `queue` on each broker and asserts the start fails with exactly
+    /// one problem, `expected`, saying `says`, before any SQS call.
+    async fn refused_at_start<T: Transport>(
+        backend: &Backend<T>,
+        queue: SqsQueue,
+        expected: fn(&ConfigError) -> bool,
+        says: &[&str],
+    ) {
+        for (broker, on) in brokers(backend).await {
+            let (handler, log) = Scripted::new(|_, _| Ok(()));
+            let app =
+                RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker.clone(), |b| {
+                    b.include(subscriber(queue.clone(), handler).build());
+                });
+            let error = app.run_until(std::future::pending()).await.unwrap_err();
+            let RunError::Config(ConfigErrors(problems)) = &error else {
+                panic!("on {on}: expected a configuration error, got: {error}")
+            };
+            assert_eq!(problems.len(), 1, "on {on}: one problem: {problems:#?}");
+            let problem = &problems[0];
+            assert!(
+                expected(problem),
+                "on {on}: unexpected variant: {problem:?}"
+            );
+            let text = problem.to_string();
+            for needle in says {
+                assert!(
+                    text.contains(needle),
+                    "on {on}: `{needle}` missing in: {text}"
+                );
+            }
+            assert_eq!(
+                broker.api_calls(),
+                ApiCalls::default(),
+                "on {on}: refused before any SQS call"
+            );
+            assert!(log.lock().unwrap().is_empty());
+        }
+    }
+
+    /// One row: `name: queue => variant, [what the message says];`.
+    macro_rules! rows {
+        ($($name:ident: $queue:expr => $variant:pat, [$($says:expr),* $(,)?];)*) => {
+            $(
+                async fn $name<T: Transport>(backend: Backend<T>) {
+                    refused_at_start(
+                        &backend,
+                        $queue,
+                        |problem| matches!(problem, $variant),
+                        &[$($says),*],
+                    )
+                    .await;
+                }
+            )*
+            both_backends!($($name),*);
+        };
+    }
+
+    fn long(n: usize) -> String {
+        "q".repeat(n)
+    }
+
+    fn retry(initial: Duration, max: Duration) -> SqsQueue {
+        SqsQueue::new("orders").retry(RetryPolicy::exponential(initial, max))
+    }
+
+    const HOUR: u64 = 3600;
+
+    rows! {
+        queue_name_of_81_characters: SqsQueue::new(long(81))
+            => ConfigError::QueueName { .. }, ["81 characters", "1 to 80"];
+        fifo_queue_name_of_81_characters_with_its_suffix: SqsQueue::new(format!("{}.fifo", long(76)))
+            => ConfigError::QueueName { .. }, ["81 characters", "counted in the 80"];
+        queue_name_with_a_bad_character: SqsQueue::new("orders!")
+            => ConfigError::QueueName { .. }, ["`orders!`", "letters, digits, `-` and `_`"];
+        queue_name_with_a_space: SqsQueue::new("my orders")
+            => ConfigError::QueueName { .. }, ["`my orders`", "letters, digits, `-` and `_`"];
+        empty_queue_name: SqsQueue::new("")
+            => ConfigError::QueueName { .. }, ["0 characters", "1 to 80"];
+        queue_name_that_is_only_the_fifo_suffix: SqsQueue::new(".fifo")
+            => ConfigError::QueueName { .. }, ["`.fifo`", "1 to 80"];
+        fifo_suffix_in_capitals: SqsQueue::new("orders.FIFO")
+            => ConfigError::QueueName { .. }, ["`orders.FIFO`", "end a FIFO queue's name in `.fifo`"];
+        dead_letter_queue_name_with_a_bad_character: SqsQueue::new("orders").dead_letter("orders dlq", 3)
+            => ConfigError::QueueName { .. }, ["`orders dlq`", "letters, digits, `-` and `_`"];
+        wait_of_21_seconds: SqsQueue::new("orders").wait(Duration::from_secs(21))
+            => ConfigError::Wait { .. }, ["21s", "20 s", "`.wait(..)`"];
+        wait_of_duration_max: SqsQueue::new("orders").wait(Duration::MAX)
+            => ConfigError::Wait { .. }, ["20 s", "`.wait(..)`"];
+        batch_size_0: SqsQueue::new("orders").batch_size(0)
+            => ConfigError::BatchSize { got: 0, .. }, ["batch size 0", "1..=10", "`.batch_size(..)`"];
+        batch_size_11: SqsQueue::new("orders").batch_size(11)
+            => ConfigError::BatchSize { got: 11, .. }, ["batch size 11", "1..=10"];
+        batch_size_usize_max: SqsQueue::new("orders").batch_size(usize::MAX)
+            => ConfigError::BatchSize { .. }, [&usize::MAX.to_string(), "1..=10"];
+        sub_second_visibility_timeout: SqsQueue::new("orders").visibility_timeout(Duration::from_millis(500))
+            => ConfigError::VisibilityTimeout { .. }, ["500ms", "1 s..=12 h", "`.visibility_timeout(..)`"];
+        fractional_visibility_timeout: SqsQueue::new("orders").visibility_timeout(Duration::from_millis(1500))
+            => ConfigError::VisibilityTimeout { .. }, ["1.5s", "whole number of seconds"];
+        zero_visibility_timeout: SqsQueue::new("orders").visibility_timeout(Duration::ZERO)
+            => ConfigError::VisibilityTimeout { .. }, ["0ns", "1 s..=12 h"];
+        visibility_timeout_over_12_hours: SqsQueue::new("orders").visibility_timeout(Duration::from_secs(12 * HOUR + 1))
+            => ConfigError::VisibilityTimeout { .. }, ["43201s", "1 s..=12 h"];
+        visibility_timeout_of_duration_max: SqsQueue::new("orders").visibility_timeout(Duration::MAX)
+            => ConfigError::VisibilityTimeout { .. }, ["1 s..=12 h"];
+        fifo_queue_with_a_standard_dead_letter_queue: SqsQueue::new("orders.fifo").dead_letter("orders-dlq", 3)
+            => ConfigError::DeadLetterType { .. }, ["`orders-dlq`", "a FIFO queue needs a `.fifo` dead-letter queue"];
+        standard_queue_with_a_fifo_dead_letter_queue: SqsQueue::new("orders").dead_letter("orders-dlq.fifo", 3)
+            => ConfigError::DeadLetterType { .. }, ["`orders-dlq.fifo`", "a standard queue a standard one"];
+        queue_as_its_own_dead_letter_queue: SqsQueue::new("orders").dead_letter("orders", 3)
+            => ConfigError::DeadLetterType { .. }, ["must be another queue"];
+        max_receive_count_0: SqsQueue::new("orders").dead_letter("orders-dlq", 0)
+            => ConfigError::MaxReceiveCount { got: 0, .. }, ["max receive count 0", "1..=1000", "`.dead_letter(..)`"];
+        max_receive_count_1001: SqsQueue::new("orders").dead_letter("orders-dlq", 1001)
+            => ConfigError::MaxReceiveCount { got: 1001, .. }, ["1001", "1..=1000"];
+        max_receive_count_u32_max: SqsQueue::new("orders").dead_letter("orders-dlq", u32::MAX)
+            => ConfigError::MaxReceiveCount { .. }, [&u32::MAX.to_string(), "1..=1000"];
+        retry_with_a_zero_first_delay: retry(Duration::ZERO, Duration::from_secs(1))
+            => ConfigError::Retry { .. }, ["the first delay is 0", "at least 1 ms", "`.retry(..)`"];
+        retry_with_the_longest_delay_shorter_than_the_first: retry(Duration::from_secs(10), Duration::from_secs(1))
+            => ConfigError::Retry { .. }, ["1s is shorter than the first 10s", "make the longest at least the first"];
+        retry_longer_than_12_hours: retry(Duration::from_secs(1), Duration::from_secs(12 * HOUR + 1))
+            => ConfigError::Retry { .. }, ["43201s", "keep it within 12 h"];
+        retry_of_duration_max: retry(Duration::MAX, Duration::MAX)
+            => ConfigError::Retry { .. }, ["12-hour", "keep it within 12 h"];
+        concurrency_0: SqsQueue::new("orders").concurrency(0)
+            => ConfigError::Concurrency { got: 0, .. }, ["concurrency 0", "1..=100000", "`.concurrency(..)`"];
+        concurrency_usize_max: SqsQueue::new("orders").concurrency(usize::MAX)
+            => ConfigError::Concurrency { .. }, [&usize::MAX.to_string(), "1..=100000"];
+        pollers_0: SqsQueue::new("orders").pollers(0)
+            => ConfigError::Pollers { got: 0, .. }, ["0 pollers", "1..=1000", "`.pollers(..)`"];
+        pollers_usize_max: SqsQueue::new("orders").pollers(usize::MAX)
+            => ConfigError::Pollers { .. }, [&usize::MAX.to_string(), "1..=1000"];
+        handler_timeout_0: SqsQueue::new("orders").timeout(Duration::ZERO)
+            => ConfigError::HandlerTimeout { .. }, ["timeout of 0", "`.timeout(..)`"];
+        content_based_dedup_on_a_standard_queue: SqsQueue::new("orders").content_based_dedup()
+            => ConfigError::ContentBasedDedup { .. }, ["needs a FIFO queue", "`.fifo`"];
+    }
+}
+
+mod publishing {
+    use super::*;
+
+    /// Sends the message `build` makes on each broker and asserts it is refused with `kind`,
+    /// saying `says` and naming the queue, before any SQS call.
+    async fn refused_before_sending<T: Transport>(
+        backend: &Backend<T>,
+        queue: SqsQueue,
+        build: fn(&Publisher) -> Outgoing,
+        kind: ErrorKind,
+        says: &[&str],
+    ) {
+        for (broker, on) in brokers(backend).await {
+            let publisher = broker.publisher(queue.clone());
+            let error = build(&publisher).send().await.unwrap_err();
+            let PublishError::Rejected {
+                queue: named,
+                error: cause,
+            } = &error
+            else {
+                panic!("on {on}: expected a rejection, got: {error}")
+            };
+            assert_eq!(named, queue.name(), "on {on}");
+            assert_eq!(cause.kind(), Some(kind), "on {on}: {error}");
+            let text = error.to_string();
+            let shown: String = text.chars().take(400).collect();
+            assert!(
+                text.contains(&format!("`{}`", queue.name())),
+                "on {on}: the queue is named in: {shown}"
+            );
+            for needle in says {
+                assert!(
+                    text.contains(needle),
+                    "on {on}: `{needle}` missing in: {shown}"
+                );
+            }
+            assert_eq!(
+                broker.api_calls(),
+                ApiCalls::default(),
+                "on {on}: refused before any SQS call"
+            );
+        }
+    }
+
+    /// One row: `name: queue, |publisher| message => kind, [what the message says];`.
+    macro_rules! rows {
+        ($($name:ident: $queue:expr, $build:expr => $kind:ident, [$($says:expr),* $(,)?];)*) => {
+            $(
+                async fn $name<T: Transport>(backend: Backend<T>) {
+                    refused_before_sending(
+                        &backend,
+                        SqsQueue::from($queue),
+                        $build,
+                        ErrorKind::$kind,
+                        &[$($says),*],
+                    )
+                    .await;
+                }
+            )*
+            both_backends!(
+                $($name,)*
+                a_fifo_message_without_a_group_id_is_sent_in_the_default_group,
+                a_group_id_on_a_standard_queue_is_accepted,
+            );
+        };
+    }
+
+    const MIB: usize = 1_048_576;
+
+    fn eleven_headers(publisher: &Publisher) -> Outgoing {
+        (0..11).fold(publisher.raw("x"), |message, n| {
+            message.header(format!("h{n}"), "v")
+        })
+    }
+
+    rows! {
+        empty_body: "events", |p| p.raw("")
+            => MissingParameter, ["body is empty", "at least 1 character"];
+        body_of_one_byte_over_1_mib: "events", |p| p.raw("x".repeat(MIB + 1))
+            => InvalidParameterValue, ["1048577 bytes", "at most 1048576"];
+        body_with_a_control_character: "events", |p| p.raw("a\u{1}b")
+            => InvalidMessageContents, ["U+0001", "base64"];
+        body_with_a_nul: "events", |p| p.raw("a\u{0}b")
+            => InvalidMessageContents, ["U+0000", "base64"];
+        body_with_a_non_xml_character: "events", |p| p.raw("a\u{FFFE}b")
+            => InvalidMessageContents, ["U+FFFE", "base64"];
+        body_and_attributes_together_over_1_mib: "events", |p| p.raw("x".repeat(MIB - 10)).header("trace", "y".repeat(100))
+            => InvalidParameterValue, ["body and attributes", "at most 1048576"];
+        eleven_attributes: "events", eleven_headers
+            => InvalidParameterValue, ["11 attributes", "at most 10"];
+        attribute_name_with_the_reserved_aws_prefix: "events", |p| p.raw("x").header("AWS.trace", "v")
+            => InvalidParameterValue, ["`AWS.trace`", "reserves"];
+        attribute_name_with_the_reserved_amazon_prefix_in_lower_case: "events", |p| p.raw("x").header("amazon.trace", "v")
+            => InvalidParameterValue, ["`amazon.trace`", "reserves"];
+        attribute_name_ending_with_a_dot: "events", |p| p.raw("x").header("trace.", "v")
+            => InvalidParameterValue, ["`trace.`", "start or end with `.`"];
+        attribute_name_starting_with_a_dot: "events", |p| p.raw("x").header(".trace", "v")
+            => InvalidParameterValue, ["`.trace`", "start or end with `.`"];
+        attribute_name_with_two_dots_in_a_row: "events", |p| p.raw("x").header("trace..id", "v")
+            => InvalidParameterValue, ["`trace..id`", "`..`"];
+        attribute_name_of_257_characters: "events", |p| p.raw("x").header("n".repeat(257), "v")
+            => InvalidParameterValue, ["1 to 256 characters"];
+        attribute_name_with_a_space: "events", |p| p.raw("x").header("trace id", "v")
+            => InvalidParameterValue, ["`trace id`", "only letters, digits"];
+        number_attribute_that_is_not_a_number: "events", |p| p.raw("x").header_number("amount", "12abc")
+            => InvalidParameterValue, ["`amount`", "`12abc`", "not a number"];
+        number_attribute_that_is_nan: "events", |p| p.raw("x").header_number("amount", f64::NAN)
+            => InvalidParameterValue, ["`NaN`", "not a number"];
+        number_attribute_of_39_digits: "events", |p| p.raw("x").header_number("amount", i128::MAX)
+            => InvalidParameterValue, [&i128::MAX.to_string(), "up to 38 digits"];
+        empty_string_attribute: "events", |p| p.raw("x").header("trace", "")
+            => InvalidParameterValue, ["`trace`", "non-empty string"];
+        empty_binary_attribute: "events", |p| p.raw("x").header_binary("signature", Vec::new())
+            => InvalidParameterValue, ["`signature`", "non-empty binary"];
+        string_attribute_with_a_control_character: "events", |p| p.raw("x").header("trace", "a\u{7}b")
+            => InvalidParameterValue, ["`trace`", "U+0007"];
+        per_message_delay_on_a_fifo_queue: "orders.fifo", |p| p.raw("x").group_id("g").delay(Duration::from_secs(5))
+            => InvalidParameterValue, ["FIFO", "(5)", "the queue's DelaySeconds"];
+        delay_of_15_minutes_and_1_second: "events", |p| p.raw("x").delay(Duration::from_secs(901))
+            => InvalidParameterValue, ["DelaySeconds 901", "at most 15 minutes"];
+        delay_of_duration_max: "events", |p| p.raw("x").delay(Duration::MAX)
+            => InvalidParameterValue, ["DelaySeconds 2147483647", "at most 15 minutes"];
+        group_id_of_129_characters: "orders.fifo", |p| p.raw("x").group_id("g".repeat(129))
+            => InvalidParameterValue, ["MessageGroupId", "(129 characters)", "1 to 128"];
+        empty_group_id: "orders.fifo", |p| p.raw("x").group_id("")
+            => InvalidParameterValue, ["MessageGroupId", "(0 characters)", "1 to 128"];
+        group_id_with_a_space: "orders.fifo", |p| p.raw("x").group_id("customer 7")
+            => InvalidParameterValue, ["`customer 7`", "ASCII punctuation"];
+        group_id_with_a_non_ascii_letter: "orders.fifo", |p| p.raw("x").group_id("zoë")
+            => InvalidParameterValue, ["`zoë`", "ASCII punctuation"];
+        bad_group_id_on_a_standard_queue: "events", |p| p.raw("x").group_id("customer 7")
+            => InvalidParameterValue, ["MessageGroupId", "`customer 7`"];
+        dedup_id_of_129_characters: "orders.fifo", |p| p.raw("x").group_id("g").dedup_id("d".repeat(129))
+            => InvalidParameterValue, ["MessageDeduplicationId", "(129 characters)", "1 to 128"];
+        dedup_id_with_a_tab: "orders.fifo", |p| p.raw("x").group_id("g").dedup_id("a\tb")
+            => InvalidParameterValue, ["MessageDeduplicationId", "ASCII punctuation"];
+        dedup_id_on_a_standard_queue: "events", |p| p.raw("x").dedup_id("d-1")
+            => InvalidParameterValue, ["standard queue", "MessageDeduplicationId", "remove it"];
+    }
+
+    /// SQS needs a group on every FIFO message; the publisher gives one rather than fail: the
+    /// `partition_key` header, else `default`.
+    async fn a_fifo_message_without_a_group_id_is_sent_in_the_default_group<T: Transport>(
+        backend: Backend<T>,
+    ) {
+        let url = backend.queue("groupless.fifo", &[]).await;
+        let publisher = backend.broker.publisher(backend.name("groupless.fifo"));
+        publisher.raw("no group").send().await.unwrap();
+        publisher
+            .raw("keyed")
+            .header(rust_stream::PARTITION_KEY_HEADER, "customer-7")
+            .send()
+            .await
+            .unwrap();
+        let got = backend.drain(&url, 2).await;
+        let groups: Vec<(&str, Option<&str>)> = got
+            .iter()
+            .map(|m| (m.body.as_str(), m.group_id()))
+            .collect();
+        assert_eq!(
+            groups,
+            [("no group", Some("default")), ("keyed", Some("customer-7"))]
+        );
+    }
+
+    /// SQS takes a group id on a standard queue (fair queues); it is checked (a bad one is a row
+    /// above) and sent.
+    async fn a_group_id_on_a_standard_queue_is_accepted<T: Transport>(backend: Backend<T>) {
+        let url = backend.queue("grouped", &[]).await;
+        let publisher = backend.broker.publisher(backend.name("grouped"));
+        publisher
+            .raw("grouped")
+            .group_id("tenant-1")
+            .send()
+            .await
+            .unwrap();
+        let got = backend.drain(&url, 1).await;
+        assert_eq!(common::bodies(&got), ["grouped"]);
+    }
+}
+
+mod received {
+    use super::*;
+
+    /// The queue of a received-garbage row, with a dead-letter queue or without.
+    fn queue<T: Transport>(backend: &Backend<T>, dead_letter: bool) -> SqsQueue {
+        let queue = SqsQueue::new(backend.name("garbage"))
+            .create_if_missing()
+            .visibility_timeout(backend.short())
+            // Short long polls: shutdown waits for the one in flight.
+            .wait(Duration::from_secs(1))
+            .retry(RetryPolicy::exponential(
+                Duration::from_secs(1),
+                Duration::from_secs(4),
+            ));
+        if dead_letter {
+            queue.dead_letter(backend.name("garbage-dlq"), 3)
+        } else {
+            queue
+        }
+    }
+
+    async fn start<T: Transport>(backend: &Backend<T>, sub: Subscriber) -> TestApp {
+        TestApp::spawn(
+            RustStream::new(AppInfo::new("bad-input", "0"))
+                .shutdown_timeout(Duration::from_secs(5))
+                .with_broker(backend.broker.clone(), |b| {
+                    b.include(sub);
+                }),
+        )
+        .await
+        .expect("the app starts")
+    }
+
+    /// Sends `garbage` (with `attributes`) and then a valid job to a queue with a dead-letter
+    /// queue; runs the consumer until the job is handled and the garbage dead-lettered. Asserts
+    /// the handler saw only the job, the dead-letter queue holds the garbage unchanged with a
+    /// reason naming `reason`, and the source queue is left empty. Returns the dead letter.
+    async fn dead_lettered<T: Transport>(
+        backend: &Backend<T>,
+        garbage: String,
+        attributes: &[(&str, MessageAttributeValue)],
+        reason: &str,
+    ) -> ReceivedMessage {
+        let queue = queue(backend, true);
+        let (handler, log) = Scripted::new(|_, _| Ok(()));
+        let running = start(backend, subscriber(queue.clone(), handler).build()).await;
+        let publisher = backend.broker.publisher(queue.clone());
+        let mut message = publisher.raw(garbage.clone());
+        for (name, value) in attributes {
+            message = match value.data_type.as_str() {
+                "Binary" => message.header_binary(*name, value.binary_value.clone().unwrap()),
+                "Number" => message.header_number(*name, value.string_value.clone().unwrap()),
+                _ => message.header(*name, value.string_value.clone().unwrap()),
+            };
+        }
+        message.send().await.unwrap();
+        publisher.message(&Job::new("g", 1)).send().await.unwrap();
+        eventually("the valid job handled", async || !jobs(&log).is_empty()).await;
+        let dlq_url = backend
+            .transport
+            .get_queue_url(&backend.name("garbage-dlq"))
+            .await
+            .unwrap();
+        let dead = backend.drain(&dlq_url, 1).await;
+        // Nothing visible, in flight or delayed is left on the source queue.
+        running.drain().await;
+        running.stop().await.unwrap();
+
+        assert_eq!(
+            jobs(&log),
+            [Job::new("g", 1)],
+            "the handler saw only the job"
+        );
+        assert_eq!(dead.len(), 1, "the garbage is dead-lettered, once");
+        let letter = dead.into_iter().next().unwrap();
+        assert!(
+            letter.body == garbage,
+            "the dead letter's body is the garbage, unchanged"
+        );
+        for (name, value) in attributes {
+            assert_eq!(
+                letter.message_attributes.get(*name),
+                Some(value),
+                "the sender's attribute `{name}` is kept as sent"
+            );
+        }
+        if let Some(why) = letter.message_attributes.get(DEAD_LETTER_REASON_HEADER) {
+            let why = why.string_value.as_deref().unwrap_or_default();
+            assert!(why.contains(reason), "the reason names `{reason}`: {why}");
+        }
+        letter
+    }
+
+    fn reason_of(letter: &ReceivedMessage) -> Option<&str> {
+        letter
+            .message_attributes
+            .get(DEAD_LETTER_REASON_HEADER)?
+            .string_value
+            .as_deref()
+    }
+
+    async fn body_that_is_not_json<T: Transport>(backend: Backend<T>) {
+        let letter = dead_lettered(&backend, "not json".into(), &[], "expected").await;
+        assert!(
+            reason_of(&letter).is_some(),
+            "a small letter has its reason"
+        );
+    }
+
+    async fn json_of_the_wrong_shape<T: Transport>(backend: Backend<T>) {
+        let letter = dead_lettered(&backend, r#"{"id":1}"#.into(), &[], "missing field").await;
+        assert!(reason_of(&letter).is_some());
+    }
+
+    async fn json_null<T: Transport>(backend: Backend<T>) {
+        let letter = dead_lettered(&backend, "null".into(), &[], "invalid type: null").await;
+        assert!(reason_of(&letter).is_some());
+    }
+
+    /// A body of SQS's largest size: the dead letter keeps it whole, even though rust-stream's
+    /// own headers no longer fit beside it.
+    async fn body_of_the_largest_size_sqs_takes<T: Transport>(backend: Backend<T>) {
+        let huge = format!("[{}]", "7,".repeat(1_048_576 / 2 - 2) + "7");
+        assert_eq!(huge.len(), 1_048_575);
+        let letter = dead_lettered(&backend, huge, &[], "").await;
+        assert_eq!(letter.body.len(), 1_048_575);
+    }
+
+    /// Attributes of types a header is not: a binary `partition_key`, a `rust_stream.attempts`
+    /// that is text. The letter keeps them as sent; the engine's own are not forced over them.
+    async fn garbage_with_attributes_of_unexpected_types<T: Transport>(backend: Backend<T>) {
+        let attributes = [
+            (
+                rust_stream::PARTITION_KEY_HEADER,
+                MessageAttributeValue::binary([0xff, 0x00]),
+            ),
+            (
+                rust_stream::ATTEMPTS_HEADER,
+                MessageAttributeValue::string("many"),
+            ),
+            ("amount", MessageAttributeValue::number("-1e3")),
+        ];
+        dead_lettered(&backend, "<order/>".into(), &attributes, "expected").await;
+    }
+
+    /// A valid body with attributes of unexpected types is handled: a binary attribute is not a
+    /// header, the handler finds it among the attributes.
+    async fn valid_job_with_attributes_of_unexpected_types<T: Transport>(backend: Backend<T>) {
+        let queue = queue(&backend, true);
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (handler, log) = Scripted::new({
+            let seen = seen.clone();
+            move |_, ctx| {
+                seen.lock().unwrap().push((
+                    ctx.header("signature").map(str::to_owned),
+                    ctx.header(rust_stream::ATTEMPTS_HEADER).map(str::to_owned),
+                    ctx.attributes()
+                        .get("signature")
+                        .and_then(|value| value.binary_value.clone()),
+                ));
+                Ok(())
+            }
+        });
+        let running = start(&backend, subscriber(queue.clone(), handler).build()).await;
+        backend
+            .broker
+            .publisher(queue.clone())
+            .message(&Job::new("g", 1))
+            .header_binary("signature", [1, 2, 3])
+            .header(rust_stream::ATTEMPTS_HEADER, "many")
+            .send()
+            .await
+            .unwrap();
+        eventually("the job handled", async || !jobs(&log).is_empty()).await;
+        running.drain().await;
+        running.stop().await.unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(None, Some("many".to_owned()), Some(vec![1, 2, 3]))]
+        );
+        assert_eq!(jobs(&log).len(), 1, "handled once");
+    }
+
+    /// Without a dead-letter queue, garbage is retried by the backoff (1 s, 2 s, 4 s ...) and
+    /// stays on the queue: never deleted, never handled, and the consumer keeps handling the rest.
+    async fn garbage_without_a_dead_letter_queue_is_retried_and_kept<T: Transport>(
+        backend: Backend<T>,
+    ) {
+        let queue = queue(&backend, false);
+        let (handler, log) = Scripted::new(|_, _| Ok(()));
+        let running = start(&backend, subscriber(queue.clone(), handler).build()).await;
+        let publisher = backend.broker.publisher(queue.clone());
+        publisher.raw("not json").send().await.unwrap();
+        publisher.message(&Job::new("g", 1)).send().await.unwrap();
+        eventually("the valid job handled", async || !jobs(&log).is_empty()).await;
+        // Received at about 0, 1 and 3 s: three attempts within 4.5 s.
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        running.stop().await.unwrap();
+        assert_eq!(
+            jobs(&log),
+            [Job::new("g", 1)],
+            "the handler saw only the job"
+        );
+        let url = backend.transport.get_queue_url(queue.name()).await.unwrap();
+        // Released at shutdown, or visible again within its backoff.
+        let left = backend.drain(&url, 1).await;
+        assert_eq!(common::bodies(&left), ["not json"], "the garbage is kept");
+        let receives = left[0].receive_count().unwrap();
+        assert!(
+            (3..=6).contains(&receives),
+            "retried by the backoff, not in a loop: received {receives} times"
+        );
+    }
+
+    both_backends!(
+        body_that_is_not_json,
+        json_of_the_wrong_shape,
+        json_null,
+        body_of_the_largest_size_sqs_takes,
+        garbage_with_attributes_of_unexpected_types,
+        valid_job_with_attributes_of_unexpected_types,
+        garbage_without_a_dead_letter_queue_is_retried_and_kept,
+    );
+}
