@@ -1,0 +1,210 @@
+//! A consumer process to kill: the service the fault suite (`tests/fault_kills.rs`) kills with
+//! SIGKILL and stops with SIGTERM under load, to prove that nothing is lost, that each FIFO group
+//! keeps its order through a crash, and that a graceful stop settles or releases everything.
+//!
+//! It is a plain `RustStream` service on SQS (`SqsBroker::from_env`, so never the in-process
+//! account: another process must see its queues). Its one handler reads a job `{"group", "seq"}`,
+//! appends `start GROUP SEQ MESSAGE_ID RECEIVE_COUNT` to a journal file, waits the handler delay,
+//! appends `done GROUP SEQ MESSAGE_ID RECEIVE_COUNT` and syncs the file, then publishes an output
+//! naming the input and returns: the message is deleted only after its `done` line is on disk and
+//! its output sent. A kill between the `done` line and the delete therefore shows as a second
+//! `done` line of the same message (a re-delivery), never as a message without one (a loss).
+//!
+//! Configured by the environment:
+//!
+//! | Variable | Meaning | Default |
+//! | --- | --- | --- |
+//! | `FAULT_QUEUE` | the queue to consume (it must exist; FIFO when the name ends in `.fifo`) | required |
+//! | `FAULT_OUTPUT_QUEUE` | where each handled job's output goes (it must exist) | required |
+//! | `FAULT_JOURNAL` | the journal file, appended to | required |
+//! | `FAULT_HANDLER_DELAY_MS` | how long a handler works between its two lines | 0 |
+//! | `FAULT_CONCURRENCY` | handlers at once | 10 |
+//! | `FAULT_POLLERS` | receive loops | 1 |
+//! | `FAULT_BATCH_SIZE` | messages per receive | 10 |
+//! | `FAULT_WAIT_SECONDS` | long poll of a receive | 20 |
+//! | `FAULT_VISIBILITY_SECONDS` | visibility timeout of received messages | the queue's |
+//!
+//! and SQS as `SqsBroker::from_env` reads it (`AWS_ENDPOINT_URL`, `AWS_REGION`,
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`). It runs until SIGTERM or SIGINT:
+//!
+//! ```sh
+//! scripts/localstack.sh start   # prints the endpoint
+//! AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
+//!   AWS_SECRET_ACCESS_KEY=test FAULT_QUEUE=jobs.fifo FAULT_OUTPUT_QUEUE=jobs-done.fifo \
+//!   FAULT_JOURNAL=/tmp/journal cargo run --example fault_consumer
+//! ```
+
+use std::fs::File;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rust_stream::prelude::*;
+use rust_stream::{Output, State};
+use serde::{Deserialize, Serialize};
+
+/// A unit of work: the `seq`-th job of its `group` (on FIFO, its message group).
+#[derive(Debug, Serialize, Deserialize)]
+struct Job {
+    group: String,
+    seq: u32,
+}
+
+/// The output of a handled job: which input it came from.
+#[derive(Debug, Serialize, Deserialize)]
+struct Done {
+    group: String,
+    seq: u32,
+    input: String,
+}
+
+/// The journal file, shared by every handler.
+#[derive(Clone)]
+struct Journal(Arc<Mutex<File>>);
+
+impl Journal {
+    fn open(path: &str) -> std::io::Result<Self> {
+        let file = File::options().create(true).append(true).open(path)?;
+        Ok(Self(Arc::new(Mutex::new(file))))
+    }
+
+    /// Appends one line; `durable` also waits until it is on disk. The file is written off the
+    /// runtime's threads, since a sync may take milliseconds.
+    async fn append(&self, line: String, durable: bool) -> std::io::Result<()> {
+        let file = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            // One write of the whole line, so a kill leaves no line half written in the middle.
+            file.write_all(line.as_bytes())?;
+            if durable {
+                file.sync_data()?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+}
+
+/// How long a handler works.
+#[derive(Clone)]
+struct HandlerDelay(Duration);
+
+/// Handles a job: `start` line, the work, durable `done` line, then the output; the engine
+/// deletes the job only after all of it.
+#[subscriber(input_queue(), outputs(done = output_queue()))]
+async fn work(
+    job: &Job,
+    ctx: &mut Context<'_>,
+    State(journal): State<Journal>,
+    State(delay): State<HandlerDelay>,
+    done: &Output<Done>,
+) -> Result<(), std::io::Error> {
+    let record = |event: &str| {
+        format!(
+            "{event} {} {} {} {}\n",
+            job.group,
+            job.seq,
+            ctx.message_id(),
+            ctx.receive_count()
+        )
+    };
+    // The start line is a hint for the test (which handlers were running); only the done line
+    // must survive a crash of the machine, so only it is synced.
+    journal.append(record("start"), false).await?;
+    if !delay.0.is_zero() {
+        tokio::time::sleep(delay.0).await;
+    }
+    journal.append(record("done"), true).await?;
+    let output = Done {
+        group: job.group.clone(),
+        seq: job.seq,
+        input: ctx.message_id().to_owned(),
+    };
+    let mut message = done.message(&output);
+    if done.publisher().queue().is_fifo() {
+        // Deduplicated by the input: a re-delivered job's output is stored once.
+        message = message
+            .group_id(job.group.clone())
+            .dedup_id(ctx.message_id().to_owned());
+    }
+    ctx.publish(message);
+    Ok(())
+}
+
+/// The consumed queue, with the settings the environment gives.
+fn input_queue() -> SqsQueue {
+    let mut queue = SqsQueue::new(required("FAULT_QUEUE"))
+        .concurrency(setting("FAULT_CONCURRENCY", 10))
+        .pollers(setting("FAULT_POLLERS", 1))
+        .batch_size(setting("FAULT_BATCH_SIZE", 10))
+        .wait(Duration::from_secs(setting("FAULT_WAIT_SECONDS", 20)));
+    if let Some(seconds) = optional("FAULT_VISIBILITY_SECONDS") {
+        queue = queue.visibility_timeout(Duration::from_secs(seconds));
+    }
+    queue
+}
+
+fn output_queue() -> SqsQueue {
+    SqsQueue::new(required("FAULT_OUTPUT_QUEUE"))
+}
+
+/// A variable the example cannot run without; its absence ends the process with a message.
+fn required(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(value) if !value.is_empty() => value,
+        _ => exit_with(&format!("{name} is not set; see the example's docs")),
+    }
+}
+
+fn optional<T: FromStr>(name: &str) -> Option<T> {
+    let value = std::env::var(name).ok().filter(|value| !value.is_empty())?;
+    match value.parse() {
+        Ok(parsed) => Some(parsed),
+        Err(_) => exit_with(&format!("{name}={value:?} is not a valid number")),
+    }
+}
+
+fn setting<T: FromStr>(name: &str, default: T) -> T {
+    optional(name).unwrap_or(default)
+}
+
+fn exit_with(message: &str) -> ! {
+    eprintln!("error: {message}");
+    std::process::exit(2)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_target(false)
+        .with_ansi(false)
+        .init();
+    let journal = match Journal::open(&required("FAULT_JOURNAL")) {
+        Ok(journal) => journal,
+        Err(error) => exit_with(&format!("cannot open the journal: {error}")),
+    };
+    let delay = HandlerDelay(Duration::from_millis(setting("FAULT_HANDLER_DELAY_MS", 0)));
+    let broker = match SqsBroker::from_env().await {
+        Ok(broker) => broker,
+        Err(error) => exit_with(&error.to_string()),
+    };
+    let app = RustStream::new(AppInfo::new("fault-consumer", "0.1.0"))
+        .with_state(journal)
+        .with_state(delay)
+        .with_broker(broker, |b| {
+            b.include(work);
+        });
+    match app.run().await {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,816 @@
+//! The fault suite's process faults, on LocalStack: a real consumer process
+//! (`examples/fault_consumer.rs`) killed with SIGKILL, and stopped with SIGTERM under load.
+//!
+//! - **Kills.** 2,000 messages over 20 FIFO groups; the consumer is killed with SIGKILL at five
+//!   seeded random points and restarted each time. In the end every message was handled at least
+//!   once, and in each group the first completions come in the order sent. The same on a
+//!   standard queue: nothing lost. The handler writes its `done` line (synced) before the engine
+//!   deletes, so a kill between the two shows as a re-delivery, which the test counts and prints.
+//! - **Stop under load.** SIGTERM while handlers run, messages wait unstarted behind them and
+//!   long polls are pending: the running handlers finish and are deleted, their outputs are in the
+//!   output queue, nothing is left in flight within a second of the process's exit (the queue's
+//!   visibility timeout is 20 s, so a message not released would stay hidden), and a restarted
+//!   consumer handles nothing that completed before the signal again.
+//!
+//! The consumer is the example binary, run as a person runs it (`SqsBroker::from_env` with
+//! `AWS_ENDPOINT_URL`), with its output in files beside its journal. `FAULT_SEED=N` replays a
+//! run's kill points. Without LocalStack the tests say they were skipped; under `CI=true` they
+//! fail.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::backend::Backend;
+use rust_stream::engine::transport::{DeleteEntry, ReceiveMessage, Transport};
+use rust_stream::sqs::aws::AwsTransport;
+use rust_stream::sqs::SqsQueue;
+
+/// The consumer process under test.
+const EXAMPLE: &str = "fault_consumer";
+
+/// How long the nested `cargo build` of the example may take (it is a no-op after `cargo test`
+/// built the examples, but may wait for the build lock or rebuild on a loaded machine).
+const BUILD_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long any one phase of a run (a kill point reached, a queue drained, a process exited) may
+/// take before the test fails, showing what it saw.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_consumer_killed_five_times_loses_nothing_and_keeps_each_groups_order() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let figures = kill_run(&backend, "kills.fifo", 20, 100).await;
+    figures.print("FIFO");
+    assert_eq!(figures.lost, 0, "messages lost");
+    assert_eq!(figures.order_violations, Some(0), "order violations");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standard_queue_consumer_killed_five_times_loses_nothing() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let figures = kill_run(&backend, "kills", 20, 100).await;
+    figures.print("standard");
+    assert_eq!(figures.lost, 0, "messages lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_finishes_running_handlers_releases_the_rest_and_repeats_nothing() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let endpoint = rust_stream::testing::live_endpoint("stop under load").expect("checked above");
+    let example = example_binary();
+    let dir = RunDir::new(&backend.name("stop"));
+    // A visibility timeout far longer than the one second the promise allows: a held message the
+    // consumer did not release stays hidden well past it.
+    let input = backend
+        .queue("stop.fifo", &[("VisibilityTimeout", "20")])
+        .await;
+    let output = backend.queue("stop-done.fifo", &[]).await;
+    let (groups, per_group) = (3, 20);
+    let sent = send_jobs(&backend, &backend.name("stop.fifo"), groups, per_group).await;
+    let total = sent.len();
+    let journal = Journal(dir.path.join("journal"));
+
+    // Receives of two messages of a group: the second waits unstarted behind the first in its
+    // group's lane. Room for 4 + 2 * 2 held messages: with every group's two held, one poller
+    // still has room for a receive, which long-polls since no group is free.
+    let settings = [
+        ("FAULT_QUEUE", backend.name("stop.fifo")),
+        ("FAULT_OUTPUT_QUEUE", backend.name("stop-done.fifo")),
+        ("FAULT_JOURNAL", journal.0.display().to_string()),
+        ("FAULT_HANDLER_DELAY_MS", "300".to_owned()),
+        ("FAULT_CONCURRENCY", "4".to_owned()),
+        ("FAULT_POLLERS", "2".to_owned()),
+        ("FAULT_BATCH_SIZE", "2".to_owned()),
+        ("FAULT_WAIT_SECONDS", "10".to_owned()),
+    ];
+    let mut first = Consumer::start(&example, &endpoint, &settings, &dir, 1);
+    // Signalled once some work is done and several handlers are running (start lines without
+    // done lines): a handler sleeps 300 ms, so those still run when the signal lands.
+    let running_at_signal = wait_for(&mut first, "handlers running after some work done", || {
+        let records = journal.read();
+        let running = running(&records);
+        (done_ids(&records).len() >= 10 && running.len() >= 2).then_some(running)
+    })
+    .await;
+    let signalled = Instant::now();
+    let status = first.terminate().await;
+    let exited = Instant::now();
+    assert!(
+        status.success(),
+        "the consumer exits 0 after SIGTERM ({status}):\n{}",
+        first.log()
+    );
+    let (loads, settled_after) = settled_within(&backend, &input, Duration::from_secs(1)).await;
+
+    let before = journal.read();
+    let completed_before: HashSet<String> = done_ids(&before);
+    let unfinished = running(&before);
+    assert!(
+        unfinished.is_empty(),
+        "handlers running at SIGTERM finish before the process exits; still running: {unfinished:?}"
+    );
+    for id in &running_at_signal {
+        assert!(
+            completed_before.contains(id),
+            "{id} was running at SIGTERM and has no done line"
+        );
+    }
+    assert_eq!(
+        loads,
+        QueueLoad {
+            visible: (total - completed_before.len()) as u64,
+            in_flight: 0,
+            delayed: 0
+        },
+        "within 1 s of exit every completed message is deleted and every other one visible \
+         (last reading {settled_after:?} after exit)"
+    );
+    let outputs: HashSet<String> = read_all(&backend, &output)
+        .await
+        .iter()
+        .map(|body| {
+            serde_json::from_str::<serde_json::Value>(body).unwrap()["input"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        outputs, completed_before,
+        "the output of every input completed before the exit is sent, and no other"
+    );
+
+    // The restart finishes the rest and repeats nothing that completed.
+    let settings = settings.map(|(name, value)| match name {
+        // Only what it handles matters now: no delay, and short long polls, since its final stop
+        // has no work to wake one.
+        "FAULT_HANDLER_DELAY_MS" => (name, "0".to_owned()),
+        "FAULT_WAIT_SECONDS" => (name, "1".to_owned()),
+        _ => (name, value),
+    });
+    let mut second = Consumer::start(&example, &endpoint, &settings, &dir, 2);
+    wait_for(&mut second, "every job done", || {
+        (done_ids(&journal.read()).len() == total).then_some(())
+    })
+    .await;
+    wait_until_empty(&backend, &input).await;
+    let status = second.terminate().await;
+    assert!(status.success(), "{status}:\n{}", second.log());
+    let after: Vec<Record> = journal.read()[before.len()..].to_vec();
+    let repeated: Vec<&Record> = after
+        .iter()
+        .filter(|record| completed_before.contains(&record.message_id))
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "nothing completed before SIGTERM is handled again: {repeated:?}"
+    );
+    // Messages the first consumer held but never started come back to the second one, received
+    // once more: the first consumer had some, or the release above proved nothing.
+    let held_unstarted: HashSet<&str> = after
+        .iter()
+        .filter(|record| record.event == Event::Start && record.receive_count > 1)
+        .map(|record| record.message_id.as_str())
+        .collect();
+    assert!(
+        !held_unstarted.is_empty(),
+        "the first consumer held unstarted messages at SIGTERM"
+    );
+    let records = journal.read();
+    assert_eq!(order_violations(&records, &sent), 0, "order violations");
+    println!(
+        "stop under load: {total} messages over {groups} FIFO groups; at SIGTERM {} handlers \
+         running, all finished and deleted; {} completed before exit, their {} outputs sent; \
+         {} held but unstarted released (in flight 0 {:?} after exit); exit {:?} after the \
+         signal; after the restart 0 handled again",
+        running_at_signal.len(),
+        completed_before.len(),
+        outputs.len(),
+        held_unstarted.len(),
+        settled_after,
+        exited - signalled,
+    );
+    dir.remove();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kill run
+// ---------------------------------------------------------------------------------------------
+
+/// What a kill run measured.
+#[derive(Debug)]
+struct Figures {
+    seed: u64,
+    kills: usize,
+    messages: usize,
+    completions: usize,
+    redelivered: usize,
+    duplicates: usize,
+    lost: usize,
+    /// `None` on a standard queue, which promises no order.
+    order_violations: Option<usize>,
+    outputs: u64,
+    elapsed: Duration,
+}
+
+impl Figures {
+    fn print(&self, kind: &str) {
+        println!(
+            "process kills ({kind}, seed {}): kills survived {}, messages {}, completions {}, \
+             re-deliveries (duplicate completions) {}, messages received again after a kill {}, \
+             lost {}, order violations {}, outputs stored {}, in {:.1?}",
+            self.seed,
+            self.kills,
+            self.messages,
+            self.completions,
+            self.duplicates,
+            self.redelivered,
+            self.lost,
+            self.order_violations
+                .map_or("not promised".to_owned(), |violations| violations
+                    .to_string()),
+            self.outputs,
+            self.elapsed,
+        );
+    }
+}
+
+/// Sends `groups * per_group` jobs, starts the consumer, kills it with SIGKILL at five seeded
+/// random points (restarting it each time), lets the last one finish, stops it with SIGTERM and
+/// reads the journal.
+async fn kill_run(
+    backend: &Backend<AwsTransport>,
+    base: &str,
+    groups: u32,
+    per_group: u32,
+) -> Figures {
+    const KILLS: usize = 5;
+    let started = Instant::now();
+    let endpoint = rust_stream::testing::live_endpoint("process kills").expect("checked by live()");
+    let example = example_binary();
+    let seed = std::env::var("FAULT_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("process kills ({base}): seed {seed} (FAULT_SEED={seed} replays the kill points)");
+    let mut random = SplitMix(seed);
+    let dir = RunDir::new(&backend.name(base.trim_end_matches(".fifo")));
+    let fifo = base.ends_with(".fifo");
+    let output_base = if fifo {
+        format!("{}-done.fifo", base.trim_end_matches(".fifo"))
+    } else {
+        format!("{base}-done")
+    };
+    // A short visibility timeout brings a killed consumer's messages back soon; the heartbeat of
+    // a live one extends at half of it, which a loaded machine still makes in time.
+    let input = backend.queue(base, &[("VisibilityTimeout", "5")]).await;
+    let output = backend.queue(&output_base, &[]).await;
+    let sent = send_jobs(backend, &backend.name(base), groups, per_group).await;
+    let total = sent.len();
+    let journal = Journal(dir.path.join("journal"));
+    let settings = [
+        ("FAULT_QUEUE", backend.name(base)),
+        ("FAULT_OUTPUT_QUEUE", backend.name(&output_base)),
+        ("FAULT_JOURNAL", journal.0.display().to_string()),
+        ("FAULT_CONCURRENCY", groups.to_string()),
+        // Short long polls, so the last stop does not wait on one.
+        ("FAULT_WAIT_SECONDS", "1".to_owned()),
+    ];
+
+    // Kill points: numbers of messages done, drawn at random across the run.
+    let mut points: Vec<usize> = (0..KILLS)
+        .map(|_| 50 + (random.next() % (total as u64 - 100)) as usize)
+        .collect();
+    points.sort_unstable();
+    println!("process kills ({base}): killed after {points:?} messages done");
+    let mut consumer = Consumer::start(&example, &endpoint, &settings, &dir, 0);
+    for (kill, point) in points.iter().enumerate() {
+        // Each process does some work of its own before it is killed, so no kill lands on a
+        // process that has not started consuming.
+        let lines_before = journal.read().len();
+        wait_for(&mut consumer, &format!("{point} messages done"), || {
+            let records = journal.read();
+            (records.len() > lines_before && done_ids(&records).len() >= *point).then_some(())
+        })
+        .await;
+        // A little more, at random, so the kill does not always follow a done line.
+        tokio::time::sleep(Duration::from_millis(random.next() % 50)).await;
+        consumer.kill();
+        consumer = Consumer::start(&example, &endpoint, &settings, &dir, kill + 1);
+    }
+    wait_for(&mut consumer, "every message done", || {
+        (done_ids(&journal.read()).len() == total).then_some(())
+    })
+    .await;
+    wait_until_empty(backend, &input).await;
+    let status = consumer.terminate().await;
+    assert!(status.success(), "{status}:\n{}", consumer.log());
+
+    let records = journal.read();
+    let done: Vec<&Record> = records
+        .iter()
+        .filter(|record| record.event == Event::Done)
+        .collect();
+    let distinct = done_ids(&records);
+    let lost = sent.iter().filter(|(id, _)| !distinct.contains(id)).count();
+    let redelivered: HashSet<&str> = records
+        .iter()
+        .filter(|record| record.event == Event::Start && record.receive_count > 1)
+        .map(|record| record.message_id.as_str())
+        .collect();
+    // The kills left messages in flight, which came back: otherwise they proved nothing.
+    assert!(
+        !redelivered.is_empty(),
+        "no message was received again after a kill"
+    );
+    let outputs = queue_load(backend, &output).await.visible;
+    if fifo {
+        // Outputs are deduplicated by their input's id: one each, whatever was re-delivered.
+        assert_eq!(outputs, total as u64, "outputs stored");
+    } else {
+        assert!(outputs >= total as u64, "outputs stored: {outputs}");
+    }
+    let figures = Figures {
+        seed,
+        kills: KILLS,
+        messages: total,
+        completions: done.len(),
+        redelivered: redelivered.len(),
+        duplicates: done.len() - distinct.len(),
+        lost,
+        order_violations: fifo.then(|| order_violations(&records, &sent)),
+        outputs,
+        elapsed: started.elapsed(),
+    };
+    dir.remove();
+    figures
+}
+
+/// In each group, the number of first completions that came before one sent earlier.
+fn order_violations(records: &[Record], sent: &[(String, (String, u32))]) -> usize {
+    let mut first: HashSet<&str> = HashSet::new();
+    let mut by_group: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for record in records.iter().filter(|record| record.event == Event::Done) {
+        if first.insert(&record.message_id) {
+            by_group.entry(&record.group).or_default().push(record.seq);
+        }
+    }
+    let sent_by_group: BTreeMap<&str, Vec<u32>> =
+        sent.iter()
+            .fold(BTreeMap::new(), |mut groups, (_, (group, seq))| {
+                groups
+                    .entry(group.as_str())
+                    .or_insert_with(Vec::new)
+                    .push(*seq);
+                groups
+            });
+    let mut violations = 0;
+    for (group, completed) in &by_group {
+        let out_of_order = completed
+            .windows(2)
+            .filter(|pair| pair[1] < pair[0])
+            .count();
+        if out_of_order > 0 || Some(completed) != sent_by_group.get(group) {
+            println!("group {group}: completed first in the order {completed:?}");
+        }
+        violations += out_of_order;
+    }
+    violations
+}
+
+// ---------------------------------------------------------------------------------------------
+// The consumer process
+// ---------------------------------------------------------------------------------------------
+
+/// A running consumer process; dropped (a test that panics), it is killed and reaped.
+struct Consumer {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Consumer {
+    /// Starts the example on `endpoint` with `settings`, its output in `consumer-{n}.log`.
+    fn start(
+        example: &Path,
+        endpoint: &str,
+        settings: &[(&str, String)],
+        dir: &RunDir,
+        n: usize,
+    ) -> Self {
+        let log = dir.path.join(format!("consumer-{n}.log"));
+        let file = std::fs::File::create(&log).expect("create the consumer's log");
+        let mut command = Command::new(example);
+        // Every variable by which the SDK might reach another SQS or account than LocalStack.
+        for name in [
+            "AWS_ENDPOINT_URL_SQS",
+            "AWS_DEFAULT_REGION",
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+        ] {
+            command.env_remove(name);
+        }
+        command
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .envs(settings.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("the log file"))
+            .stderr(file);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("start {}: {error}", example.display()));
+        Self {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("the consumer runs")
+    }
+
+    /// SIGKILL, and the process reaped.
+    fn kill(mut self) {
+        let mut child = self.child.take().expect("the consumer runs");
+        child.kill().expect("SIGKILL the consumer");
+        child.wait().expect("reap the consumer");
+    }
+
+    /// SIGTERM, and waits for the process to exit.
+    async fn terminate(&mut self) -> ExitStatus {
+        let pid = self.child().id().to_string();
+        let signalled = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(signalled.success(), "kill -TERM {pid}");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child().try_wait().expect("the consumer's status") {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the consumer did not exit within {PATIENCE:?} of SIGTERM:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// The process's output so far (its last 60 lines).
+    fn log(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits until `condition` gives a value, failing when the consumer exits first or after
+/// [`PATIENCE`].
+async fn wait_for<T>(
+    consumer: &mut Consumer,
+    what: &str,
+    mut condition: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = condition() {
+            return value;
+        }
+        if let Some(status) = consumer.child().try_wait().expect("the consumer's status") {
+            panic!(
+                "the consumer exited ({status}) before {what}:\n{}",
+                consumer.log()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {what} within {PATIENCE:?}:\n{}",
+            consumer.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The example's binary, built if need be: `cargo test` builds the examples, but not when only
+/// this test target is asked for.
+fn example_binary() -> PathBuf {
+    // target/<profile>/deps/<this test> -> target/<profile>/examples/<example>
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in target/<profile>/deps");
+    let mut command = Command::new(env!("CARGO"));
+    command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "--quiet",
+        "--offline",
+        "--example",
+        EXAMPLE,
+    ]);
+    if profile_dir.ends_with("release") {
+        command.arg("--release");
+    }
+    let mut build = command.spawn().expect("run cargo build");
+    let deadline = Instant::now() + BUILD_TIMEOUT;
+    let status = loop {
+        if let Some(status) = build.try_wait().expect("cargo build's status") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = build.kill();
+            let _ = build.wait();
+            panic!("`cargo build --example {EXAMPLE}` took more than {BUILD_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        status.success(),
+        "cargo build --example {EXAMPLE}: {status}"
+    );
+    let binary = profile_dir.join("examples").join(EXAMPLE);
+    assert!(binary.exists(), "{} was not built", binary.display());
+    binary
+}
+
+/// A directory of one run's journal and logs, under the system's temporary directory; kept when
+/// the test fails, for a look.
+struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    fn new(name: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("rust-stream-{name}"));
+        std::fs::create_dir_all(&path).expect("create the run's directory");
+        Self { path }
+    }
+
+    fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The journal
+// ---------------------------------------------------------------------------------------------
+
+/// The consumer's journal file: `start|done GROUP SEQ MESSAGE_ID RECEIVE_COUNT` lines.
+struct Journal(PathBuf);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Start,
+    Done,
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    event: Event,
+    group: String,
+    seq: u32,
+    message_id: String,
+    receive_count: u32,
+}
+
+impl Journal {
+    /// The complete lines written so far (a line a kill cut short has no newline, and no effect:
+    /// its message was not deleted).
+    fn read(&self) -> Vec<Record> {
+        let text = std::fs::read_to_string(&self.0).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
+            .lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                let [event, group, seq, message_id, receive_count] = fields[..] else {
+                    panic!("journal line {line:?}");
+                };
+                Record {
+                    event: match event {
+                        "start" => Event::Start,
+                        "done" => Event::Done,
+                        _ => panic!("journal line {line:?}"),
+                    },
+                    group: group.to_owned(),
+                    seq: seq.parse().expect("a sequence number"),
+                    message_id: message_id.to_owned(),
+                    receive_count: receive_count.parse().expect("a receive count"),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The messages with a done line.
+fn done_ids(records: &[Record]) -> HashSet<String> {
+    records
+        .iter()
+        .filter(|record| record.event == Event::Done)
+        .map(|record| record.message_id.clone())
+        .collect()
+}
+
+/// The messages whose last attempt started and has not finished.
+fn running(records: &[Record]) -> Vec<String> {
+    let mut open: HashMap<&str, usize> = HashMap::new();
+    for record in records {
+        let count = open.entry(&record.message_id).or_default();
+        match record.event {
+            Event::Start => *count += 1,
+            Event::Done => *count = count.saturating_sub(1),
+        }
+    }
+    let mut running: Vec<String> = open
+        .into_iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(id, _)| id.to_owned())
+        .collect();
+    running.sort();
+    running
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queues
+// ---------------------------------------------------------------------------------------------
+
+/// Sends `per_group` jobs to each of `groups` groups, the groups interleaved; returns each
+/// message's id with its job `(group, seq)`, in the order sent.
+async fn send_jobs(
+    backend: &Backend<AwsTransport>,
+    queue: &str,
+    groups: u32,
+    per_group: u32,
+) -> Vec<(String, (String, u32))> {
+    let publisher = backend.broker.publisher(SqsQueue::new(queue));
+    let fifo = queue.ends_with(".fifo");
+    let jobs: Vec<(String, u32)> = (0..per_group)
+        .flat_map(|seq| (0..groups).map(move |group| (format!("g{group:02}"), seq)))
+        .collect();
+    let messages = jobs.iter().map(|(group, seq)| {
+        let message = publisher.message(&serde_json::json!({ "group": group, "seq": seq }));
+        if fifo {
+            message
+                .group_id(group.clone())
+                .dedup_id(format!("{group}-{seq}"))
+        } else {
+            message
+        }
+    });
+    let sent = publisher.send_batch(messages).await;
+    jobs.into_iter()
+        .zip(sent)
+        .map(|(job, sent)| (sent.expect("send a job").message_id, job))
+        .collect()
+}
+
+/// What a queue holds, as `GetQueueAttributes` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct QueueLoad {
+    visible: u64,
+    in_flight: u64,
+    delayed: u64,
+}
+
+async fn queue_load(backend: &Backend<AwsTransport>, url: &str) -> QueueLoad {
+    let attributes = backend
+        .transport
+        .get_queue_attributes(
+            url,
+            &[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )
+        .await
+        .expect("read the queue's counts");
+    let count = |name: &str| attributes[name].parse::<u64>().expect("a count");
+    QueueLoad {
+        visible: count("ApproximateNumberOfMessages"),
+        in_flight: count("ApproximateNumberOfMessagesNotVisible"),
+        delayed: count("ApproximateNumberOfMessagesDelayed"),
+    }
+}
+
+/// Reads the queue's counts until nothing is in flight or delayed, for at most `patience`;
+/// returns the last reading and when it was made, measured from the call.
+async fn settled_within(
+    backend: &Backend<AwsTransport>,
+    url: &str,
+    patience: Duration,
+) -> (QueueLoad, Duration) {
+    let start = Instant::now();
+    loop {
+        let load = queue_load(backend, url).await;
+        let at = start.elapsed();
+        if (load.in_flight == 0 && load.delayed == 0) || at >= patience {
+            return (load, at);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the queue holds nothing, visible, in flight or delayed, on three readings in a
+/// row (LocalStack counts a message it is handing out as neither for an instant).
+async fn wait_until_empty(backend: &Backend<AwsTransport>, url: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    let mut empty = 0;
+    while empty < 3 {
+        let load = queue_load(backend, url).await;
+        empty = if load
+            == (QueueLoad {
+                visible: 0,
+                in_flight: 0,
+                delayed: 0,
+            }) {
+            empty + 1
+        } else {
+            0
+        };
+        assert!(
+            Instant::now() < deadline,
+            "the queue is not empty after {PATIENCE:?}: {load:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Receives and deletes everything a queue holds, until a receive finds nothing; the bodies.
+async fn read_all(backend: &Backend<AwsTransport>, url: &str) -> Vec<String> {
+    let mut bodies = Vec::new();
+    loop {
+        let request = ReceiveMessage::new(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(30);
+        let received = backend
+            .transport
+            .receive_message(url, request)
+            .await
+            .expect("receive");
+        if received.is_empty() {
+            return bodies;
+        }
+        let entries = received
+            .iter()
+            .enumerate()
+            .map(|(index, message)| DeleteEntry {
+                id: index.to_string(),
+                receipt_handle: message.receipt_handle.clone(),
+            })
+            .collect();
+        let deleted = backend
+            .transport
+            .delete_message_batch(url, entries)
+            .await
+            .expect("delete");
+        assert!(deleted.failed.is_empty(), "{:?}", deleted.failed);
+        bodies.extend(received.into_iter().map(|message| message.body));
+    }
+}
+
+/// A small seeded generator (SplitMix64): the kill points of a run, replayable from its seed.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
