@@ -25,6 +25,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::backend::Backend;
+use common::process::output_within;
 use rust_stream::engine::transport::{DeleteEntry, ReceiveMessage, Transport};
 use rust_stream::sqs::aws::AwsTransport;
 use rust_stream::sqs::SqsQueue;
@@ -544,22 +545,12 @@ fn example_binary() -> PathBuf {
     if profile_dir.ends_with("release") {
         command.arg("--release");
     }
-    let mut build = command.spawn().expect("run cargo build");
-    let deadline = Instant::now() + BUILD_TIMEOUT;
-    let status = loop {
-        if let Some(status) = build.try_wait().expect("cargo build's status") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = build.kill();
-            let _ = build.wait();
-            panic!("`cargo build --example {EXAMPLE}` took more than {BUILD_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let built = output_within(&mut command, BUILD_TIMEOUT);
     assert!(
-        status.success(),
-        "cargo build --example {EXAMPLE}: {status}"
+        built.status.success(),
+        "cargo build --example {EXAMPLE}: {}\n{}",
+        built.status,
+        String::from_utf8_lossy(&built.stderr)
     );
     let binary = profile_dir.join("examples").join(EXAMPLE);
     assert!(binary.exists(), "{} was not built", binary.display());
