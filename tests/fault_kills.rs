@@ -10,7 +10,10 @@
 //!   long polls are pending: the running handlers finish and are deleted, their outputs are in the
 //!   output queue, nothing is left in flight within a second of the process's exit (the queue's
 //!   visibility timeout is 20 s, so a message not released would stay hidden), and a restarted
-//!   consumer handles nothing that completed before the signal again.
+//!   consumer handles nothing that completed before the signal again. LocalStack applies a
+//!   release (visibility 0) at once, not on its one-second timer (which only returns messages
+//!   whose visibility ran out), so the second is asserted as it is; the first reading after exit
+//!   already holds, a few milliseconds after it.
 //!
 //! The consumer is the example binary, run as a person runs it (`SqsBroker::from_env` with
 //! `AWS_ENDPOINT_URL`), with its output in files beside its journal. `FAULT_SEED=N` replays a
@@ -191,17 +194,25 @@ async fn sigterm_under_load_finishes_running_handlers_releases_the_rest_and_repe
         !held_unstarted.is_empty(),
         "the first consumer held unstarted messages at SIGTERM"
     );
+    // Received twice before the restart: released at the signal, taken by a long poll that was
+    // pending then, and released again.
+    let caught_by_long_poll = after
+        .iter()
+        .filter(|record| record.event == Event::Start && record.receive_count > 2)
+        .count();
     let records = journal.read();
     assert_eq!(order_violations(&records, &sent), 0, "order violations");
     println!(
         "stop under load: {total} messages over {groups} FIFO groups; at SIGTERM {} handlers \
          running, all finished and deleted; {} completed before exit, their {} outputs sent; \
-         {} held but unstarted released (in flight 0 {:?} after exit); exit {:?} after the \
-         signal; after the restart 0 handled again",
+         {} held but unstarted released ({} of them taken by a long poll pending at the signal \
+         and released again; in flight 0 {:?} after exit); exit {:?} after the signal; after \
+         the restart 0 handled again",
         running_at_signal.len(),
         completed_before.len(),
         outputs.len(),
         held_unstarted.len(),
+        caught_by_long_poll,
         settled_after,
         exited - signalled,
     );
