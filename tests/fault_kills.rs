@@ -274,10 +274,14 @@ struct Figures {
 
 impl Figures {
     fn print(&self, kind: &str) {
+        let order = match self.order_violations {
+            Some(violations) => violations.to_string(),
+            None => "not promised".to_owned(),
+        };
         println!(
             "process kills ({kind}, seed {}): kills survived {}, messages {}, completions {}, \
              re-deliveries (duplicate completions) {}, messages received again after a kill {}, \
-             lost {}, order violations {}, outputs stored {}, in {:.1?}",
+             lost {}, order violations {order}, outputs stored {}, in {:.1?}",
             self.seed,
             self.kills,
             self.messages,
@@ -285,9 +289,6 @@ impl Figures {
             self.duplicates,
             self.redelivered,
             self.lost,
-            self.order_violations
-                .map_or("not promised".to_owned(), |violations| violations
-                    .to_string()),
             self.outputs,
             self.elapsed,
         );
