@@ -1,0 +1,404 @@
+//! On LocalStack: consuming pre-filled queues and publishing, through rust-stream and through a
+//! plain aws-sdk-sqs loop (the limit) in the same run, with the SQS API calls each made.
+//!
+//! Every run gets fresh queues, named after this process so that runs never share one, and
+//! deletes them afterwards.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
+};
+use rust_stream::prelude::*;
+use rust_stream::sqs::aws::AwsTransport;
+use rust_stream::testing::TestApp;
+use rust_stream::ApiCalls;
+
+use crate::deletes::{CountingDeletes, Deleted};
+use crate::options::Options;
+use crate::orders::{service, Order, Workload, PROBE};
+use crate::report::{thousands, CallsPerMessage, ConsumeRow, LocalStackReport, PublishRow};
+use crate::Fallible;
+
+const WORKLOADS: [Workload; 2] = [Workload::Standard, Workload::Fifo { groups: 50 }];
+
+/// Pollers of the consume rows; the plain loop runs as many loops.
+const POLLERS: [usize; 2] = [1, 4];
+
+/// The subscription's handlers: enough that every FIFO group can be busy at once.
+const CONCURRENCY: usize = 50;
+
+/// Long-poll wait of the subscription and of the plain loop. Receives return as soon as messages
+/// are there, so the wait shows only once the queue is empty: short, so that stopping after a
+/// run does not wait out a 20 s poll.
+const WAIT: Duration = Duration::from_secs(1);
+
+/// Loops of the plain publisher (and of the pre-fills): as many calls in flight as the broker's
+/// batcher has on a standard queue.
+const PUBLISH_LOOPS: u64 = 4;
+
+/// How long one run may take.
+const PATIENCE: Duration = Duration::from_secs(300);
+
+pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport> {
+    let messages = options.localstack_messages;
+    let client = plain_client(endpoint).await;
+    let transport = SqsBroker::aws()
+        .endpoint(endpoint)
+        .region("us-east-1")
+        .test_credentials()
+        .transport()
+        .await?;
+    let mut queues = Queues {
+        client: client.clone(),
+        endpoint: endpoint.to_owned(),
+        prefix: format!(
+            "bench-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis()
+        ),
+        made: 0,
+    };
+
+    let mut consume = Vec::new();
+    for workload in WORKLOADS {
+        for pollers in POLLERS {
+            let (_, url) = queues.filled(workload, messages).await?;
+            let limit = plain_consume(&client, &url, pollers, messages).await?;
+            queues.delete(&url).await?;
+            let (name, url) = queues.filled(workload, messages).await?;
+            let engine = engine_consume(&transport, &name, pollers, messages).await?;
+            queues.delete(&url).await?;
+            let row = ConsumeRow {
+                workload: workload.label(),
+                pollers,
+                concurrency: CONCURRENCY,
+                messages,
+                msgs_per_sec: engine.msgs_per_sec,
+                limit_msgs_per_sec: limit.msgs_per_sec,
+                ratio: engine.msgs_per_sec / limit.msgs_per_sec,
+                calls_per_message: engine.calls,
+                limit_calls_per_message: limit.calls,
+            };
+            eprintln!(
+                "localstack consume {}, {pollers} poller(s): {} msg/s, limit {} msg/s ({:.2}x); {:.3} calls a message, limit {:.3}",
+                row.workload,
+                thousands(row.msgs_per_sec as u64),
+                thousands(row.limit_msgs_per_sec as u64),
+                row.ratio,
+                row.calls_per_message.total,
+                row.limit_calls_per_message.total
+            );
+            consume.push(row);
+        }
+    }
+
+    let mut publish = Vec::new();
+    for workload in WORKLOADS {
+        let (_, url) = queues.empty(workload).await?;
+        let limit = plain_publish(&client, &url, workload, messages).await?;
+        queues.delete(&url).await?;
+        let (name, url) = queues.empty(workload).await?;
+        let engine = engine_publish(&transport, &name, workload, messages).await?;
+        queues.delete(&url).await?;
+        let row = PublishRow {
+            workload: workload.label(),
+            messages,
+            msgs_per_sec: engine.msgs_per_sec,
+            limit_msgs_per_sec: limit.msgs_per_sec,
+            ratio: engine.msgs_per_sec / limit.msgs_per_sec,
+            calls_per_message: engine.calls,
+            limit_calls_per_message: limit.calls,
+        };
+        eprintln!(
+            "localstack publish {}: {} msg/s, limit {} msg/s ({:.2}x); {:.3} calls a message, limit {:.3}",
+            row.workload,
+            thousands(row.msgs_per_sec as u64),
+            thousands(row.limit_msgs_per_sec as u64),
+            row.ratio,
+            row.calls_per_message.total,
+            row.limit_calls_per_message.total
+        );
+        publish.push(row);
+    }
+
+    Ok(LocalStackReport {
+        endpoint: endpoint.to_owned(),
+        consume,
+        publish,
+    })
+}
+
+/// An SDK client as a plain program makes one for a local stack: its endpoint, a region, dummy
+/// credentials, the SDK's defaults otherwise.
+async fn plain_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "bench",
+        ))
+        .load()
+        .await;
+    aws_sdk_sqs::Client::new(&config)
+}
+
+/// The queues of this run.
+struct Queues {
+    client: aws_sdk_sqs::Client,
+    endpoint: String,
+    prefix: String,
+    made: u32,
+}
+
+impl Queues {
+    /// A fresh empty queue of this kind: its name and URL.
+    async fn empty(&mut self, workload: Workload) -> Fallible<(String, String)> {
+        self.made += 1;
+        let suffix = if workload.is_fifo() { ".fifo" } else { "" };
+        let name = format!("{}-{}{suffix}", self.prefix, self.made);
+        let mut request = self.client.create_queue().queue_name(&name);
+        if workload.is_fifo() {
+            request = request.attributes(QueueAttributeName::FifoQueue, "true");
+        }
+        let url = request
+            .send()
+            .await?
+            .queue_url()
+            .ok_or("CreateQueue answered no URL")?
+            .to_owned();
+        Ok((name, rebase(&url, &self.endpoint)))
+    }
+
+    /// A fresh queue holding `messages` orders, filled by the plain publisher.
+    async fn filled(&mut self, workload: Workload, messages: u64) -> Fallible<(String, String)> {
+        let (name, url) = self.empty(workload).await?;
+        plain_publish(&self.client, &url, workload, messages).await?;
+        Ok((name, url))
+    }
+
+    async fn delete(&self, url: &str) -> Fallible<()> {
+        self.client.delete_queue().queue_url(url).send().await?;
+        Ok(())
+    }
+}
+
+/// `url` on `endpoint`: LocalStack may name itself by a host that does not resolve here.
+fn rebase(url: &str, endpoint: &str) -> String {
+    let path = url
+        .find("://")
+        .and_then(|scheme| {
+            url[scheme + 3..]
+                .find('/')
+                .map(|at| &url[scheme + 3 + at..])
+        })
+        .unwrap_or("");
+    format!("{}{path}", endpoint.trim_end_matches('/'))
+}
+
+/// A run's speed and what it cost.
+struct Figures {
+    msgs_per_sec: f64,
+    calls: CallsPerMessage,
+}
+
+/// Consumes the queue with the subscriber (`pollers`, [`CONCURRENCY`], [`WAIT`]) from its start
+/// until the last message is deleted.
+async fn engine_consume(
+    transport: &AwsTransport,
+    queue: &str,
+    pollers: usize,
+    messages: u64,
+) -> Fallible<Figures> {
+    let deleted = Arc::new(Deleted::default());
+    let broker =
+        SqsBroker::with_transport(CountingDeletes::new(transport.clone(), deleted.clone()));
+    let queue = SqsQueue::new(queue)
+        .pollers(pollers)
+        .concurrency(CONCURRENCY)
+        .wait(WAIT);
+    PROBE.reset(false);
+    let started = Instant::now();
+    let running = TestApp::spawn(service(broker.clone(), queue)).await?;
+    let done = deleted.wait_for(messages, PATIENCE).await?;
+    let calls = broker.api_calls();
+    running.stop().await?;
+    assert!(PROBE.handled() >= messages);
+    Ok(Figures {
+        msgs_per_sec: messages as f64 / (done - started).as_secs_f64(),
+        calls: CallsPerMessage::of(calls, messages),
+    })
+}
+
+/// The limit for consuming: `loops` loops at once, each receiving up to 10 (long poll [`WAIT`]),
+/// decoding each body as the subscriber does, and deleting them in one `DeleteMessageBatch`.
+async fn plain_consume(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    loops: usize,
+    messages: u64,
+) -> Fallible<Figures> {
+    let deleted = Arc::new(AtomicU64::new(0));
+    let receives = Arc::new(AtomicU64::new(0));
+    let deletes = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(OnceLock::<Instant>::new());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..loops {
+        let (client, url) = (client.clone(), url.to_owned());
+        let (deleted, receives, deletes, done) = (
+            deleted.clone(),
+            receives.clone(),
+            deletes.clone(),
+            done.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while deleted.load(Ordering::SeqCst) < messages {
+                let received = client
+                    .receive_message()
+                    .queue_url(&url)
+                    .max_number_of_messages(10)
+                    .wait_time_seconds(WAIT.as_secs() as i32)
+                    .send()
+                    .await?;
+                receives.fetch_add(1, Ordering::SeqCst);
+                let mut entries = Vec::new();
+                for (index, message) in received.messages().iter().enumerate() {
+                    let order: Order = serde_json::from_str(message.body().unwrap_or_default())?;
+                    std::hint::black_box(&order);
+                    entries.push(
+                        DeleteMessageBatchRequestEntry::builder()
+                            .id(index.to_string())
+                            .receipt_handle(message.receipt_handle().unwrap_or_default())
+                            .build()?,
+                    );
+                }
+                if entries.is_empty() {
+                    continue;
+                }
+                let answer = client
+                    .delete_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await?;
+                deletes.fetch_add(1, Ordering::SeqCst);
+                if let Some(failed) = answer.failed().first() {
+                    return Err(format!("delete failed: {failed:?}").into());
+                }
+                let now = deleted.fetch_add(answer.successful().len() as u64, Ordering::SeqCst)
+                    + answer.successful().len() as u64;
+                if now >= messages {
+                    let _ = done.set(Instant::now());
+                }
+            }
+            Fallible::Ok(())
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(PATIENCE, task).await???;
+    }
+    let done = *done
+        .get()
+        .ok_or("the loops ended before every message was deleted")?;
+    let mut calls = ApiCalls::default();
+    calls.receive_message = receives.load(Ordering::SeqCst);
+    calls.delete_message_batch = deletes.load(Ordering::SeqCst);
+    Ok(Figures {
+        msgs_per_sec: messages as f64 / (done - started).as_secs_f64(),
+        calls: CallsPerMessage::of(calls, messages),
+    })
+}
+
+/// Publishes the orders with one `send_batch` through a fresh broker.
+async fn engine_publish(
+    transport: &AwsTransport,
+    queue: &str,
+    workload: Workload,
+    messages: u64,
+) -> Fallible<Figures> {
+    let broker = SqsBroker::with_transport(transport.clone());
+    let publisher = broker.publisher(SqsQueue::new(queue));
+    let orders: Vec<Order> = (0..messages)
+        .map(|id| Order::new(id, workload.customers(), 0))
+        .collect();
+    let started = Instant::now();
+    let batch = orders
+        .iter()
+        .map(|order| workload.outgoing(&publisher, order));
+    for result in publisher.send_batch(batch).await {
+        result?;
+    }
+    let took = started.elapsed();
+    Ok(Figures {
+        msgs_per_sec: messages as f64 / took.as_secs_f64(),
+        calls: CallsPerMessage::of(broker.api_calls(), messages),
+    })
+}
+
+/// The limit for publishing (and the pre-fill): [`PUBLISH_LOOPS`] loops at once, each sending its
+/// share in `SendMessageBatch` calls of 10. On FIFO a group's orders are all in one loop's share,
+/// in order, so every group keeps its order.
+async fn plain_publish(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    workload: Workload,
+    messages: u64,
+) -> Fallible<Figures> {
+    let sends = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for share in 0..PUBLISH_LOOPS {
+        let (client, url, sends) = (client.clone(), url.to_owned(), sends.clone());
+        let orders: Vec<Order> = (0..messages)
+            .filter(|id| (id % workload.customers()) % PUBLISH_LOOPS == share)
+            .map(|id| Order::new(id, workload.customers(), 0))
+            .collect();
+        tasks.push(tokio::spawn(async move {
+            for batch in orders.chunks(10) {
+                let entries = batch
+                    .iter()
+                    .enumerate()
+                    .map(|(index, order)| {
+                        let entry = SendMessageBatchRequestEntry::builder()
+                            .id(index.to_string())
+                            .message_body(order.body());
+                        let entry = if workload.is_fifo() {
+                            entry
+                                .message_group_id(&order.customer)
+                                .message_deduplication_id(order.id.to_string())
+                        } else {
+                            entry
+                        };
+                        entry.build()
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let answer = client
+                    .send_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await?;
+                sends.fetch_add(1, Ordering::SeqCst);
+                if let Some(failed) = answer.failed().first() {
+                    return Err(format!("send failed: {failed:?}").into());
+                }
+            }
+            Fallible::Ok(())
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(PATIENCE, task).await???;
+    }
+    let took = started.elapsed();
+    let mut calls = ApiCalls::default();
+    calls.send_message_batch = sends.load(Ordering::SeqCst);
+    Ok(Figures {
+        msgs_per_sec: messages as f64 / took.as_secs_f64(),
+        calls: CallsPerMessage::of(calls, messages),
+    })
+}

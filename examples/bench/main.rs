@@ -1,0 +1,123 @@
+//! The end-to-end benchmark of rust-stream: what the library does per message, each figure beside
+//! its limit, the limit measured in the same run, so that a loaded machine still gives true
+//! ratios.
+//!
+//! ```sh
+//! # Everything in process, full size (400,000 orders a throughput row, 1,000,000 queued for
+//! # memory): a few minutes.
+//! cargo run --release --example bench
+//! # The same, smaller: well under a minute.
+//! cargo run --release --example bench -- --quick
+//! # In process and on LocalStack (the project's script starts one and prints its URL).
+//! LOCALSTACK_PORT=4566 scripts/localstack.sh start
+//! cargo run --release --example bench -- --in-process --localstack http://127.0.0.1:4566
+//! # One section only, written where you say.
+//! cargo run --release --example bench -- --only latency --json /tmp/latency.json
+//! ```
+//!
+//! What it measures, each against its limit:
+//!
+//! - **Throughput, in process**: N orders (100-byte JSON, default 400,000) pre-published to a
+//!   queue of the in-process account, then consumed by one `#[subscriber]` that decodes (serde)
+//!   and acks, timed from its start until the last order is deleted: a standard queue, and FIFO
+//!   over 100 and over 10,000 groups, each at default settings and at `concurrency = 100` with 4
+//!   pollers. Limit: the same bodies waiting in a tokio mpsc channel, taken by a task that
+//!   decodes each with serde_json (the median of 5 runs, as one takes a fraction of a second).
+//! - **Latency, in process**: publish → handled, p50 and p99, at a fixed rate (10,000 msg/s: 10
+//!   single `send()`s each millisecond) for a few seconds, stamped in the body and read in the
+//!   handler against one `Instant`, on a multi-thread runtime in real time. Limit: the same
+//!   through a tokio mpsc channel.
+//! - **Memory, in process**: resident memory per queued message with 1,000,000 messages of 100
+//!   bytes waiting, standard and FIFO, each in a fresh child process (the resident set before
+//!   and after publishing, over the count). Limit: the same bodies waiting in a tokio mpsc
+//!   channel.
+//! - **On LocalStack** (`--localstack URL`, or RUST_STREAM_LIVE_ENDPOINT): consume 5,000
+//!   pre-filled messages, standard and FIFO over 50 groups, with 1 and 4 pollers; publish 5,000
+//!   with one `send_batch`; msgs/s and API calls per message by action (the broker's
+//!   `api_calls()`). Limit: a plain aws-sdk-sqs loop in the same run (ReceiveMessage of 10 +
+//!   DeleteMessageBatch, as many loops as pollers; SendMessageBatch of 10 from 4 loops at once).
+//!
+//! It prints markdown tables (with the date, the machine and its load at the start and the end)
+//! and writes the same as JSON (`--json PATH`, default `target/bench.json`). `--help` lists the
+//! options. docs/performance.md says what each row compares.
+
+mod deletes;
+mod in_process;
+mod localstack;
+mod memory;
+mod options;
+mod orders;
+mod report;
+
+use std::process::ExitCode;
+
+use options::{Options, Parsed, Section, USAGE};
+use report::{load_average, utc_now, Machine, Report};
+
+/// What the benchmark's steps return: any failure ends the run with its message.
+pub type Fallible<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let live_endpoint = std::env::var(rust_stream::testing::LIVE_ENDPOINT_VAR).ok();
+    let options = match Options::parse(args.clone(), live_endpoint) {
+        Ok(Parsed::Run(options)) => options,
+        Ok(Parsed::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("error: {error}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = match options.memory_probe {
+        Some(case) => memory::probe(case, options.memory_messages).await,
+        None => run(&options, &args).await,
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the sections asked for, then prints and writes the report.
+async fn run(options: &Options, args: &[String]) -> Fallible<()> {
+    let mut report = Report {
+        date: utc_now(),
+        command: format!("cargo run --release --example bench -- {}", args.join(" "))
+            .trim_end()
+            .to_owned(),
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        machine: Machine::now(),
+        throughput: Vec::new(),
+        latency: Vec::new(),
+        memory: Vec::new(),
+        localstack: None,
+    };
+    if options.runs(Section::Throughput) {
+        report.throughput = in_process::throughput(options).await?;
+    }
+    if options.runs(Section::Latency) {
+        report.latency = in_process::latency(options).await?;
+    }
+    if options.runs(Section::Memory) {
+        report.memory = memory::measure(options)?;
+    }
+    if let (true, Some(endpoint)) = (options.runs(Section::LocalStack), &options.localstack) {
+        report.localstack = Some(localstack::run(endpoint, options).await?);
+    }
+    report.machine.load_at_end = load_average();
+    println!("{}", report.tables());
+    report.write_json(&options.json)?;
+    eprintln!("written to {}", options.json.display());
+    Ok(())
+}

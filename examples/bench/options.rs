@@ -1,0 +1,182 @@
+//! The command line, read by hand from `std::env::args`.
+
+use std::path::PathBuf;
+
+use crate::memory::MemoryCase;
+
+pub const USAGE: &str = "\
+usage: cargo run --release --example bench -- [options]
+
+Where it runs (neither: in process, and on LocalStack too when RUST_STREAM_LIVE_ENDPOINT is set):
+  --in-process               the in-process sections
+  --localstack URL           the LocalStack sections, on the SQS endpoint URL
+                             (`scripts/localstack.sh start` starts one and prints its URL)
+
+What it runs:
+  --only LIST                only these sections, comma-separated: throughput, latency, memory,
+                             localstack
+  --quick                    smaller counts, for a first look or a test (the options below win)
+  --messages N               orders a throughput row consumes (400,000; quick 20,000)
+  --memory-messages N        messages queued for the memory rows (1,000,000; quick 100,000)
+  --latency-rate N           messages a second in the latency rows, a multiple of 1,000 (10,000)
+  --latency-secs S           how long each latency row publishes (3; quick 1)
+  --localstack-messages N    messages each LocalStack row consumes or publishes (5,000; quick 500)
+
+Output:
+  --json PATH                where the JSON goes (target/bench.json)
+  -h, --help                 this text
+";
+
+/// The sections of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Throughput,
+    Latency,
+    Memory,
+    LocalStack,
+}
+
+impl Section {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "throughput" => Some(Self::Throughput),
+            "latency" => Some(Self::Latency),
+            "memory" => Some(Self::Memory),
+            "localstack" => Some(Self::LocalStack),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Options {
+    pub sections: Vec<Section>,
+    /// The endpoint of the LocalStack sections.
+    pub localstack: Option<String>,
+    pub messages: u64,
+    pub memory_messages: u64,
+    pub latency_rate: u64,
+    pub latency_secs: f64,
+    pub localstack_messages: u64,
+    pub json: PathBuf,
+    /// Set in the child processes that measure memory: the one thing the process does.
+    pub memory_probe: Option<MemoryCase>,
+}
+
+/// What the command line asked for, or why it cannot be run.
+pub enum Parsed {
+    Run(Options),
+    Help,
+}
+
+impl Options {
+    /// Reads `args` (without the program name); `live_endpoint` is RUST_STREAM_LIVE_ENDPOINT.
+    pub fn parse(
+        args: impl IntoIterator<Item = String>,
+        live_endpoint: Option<String>,
+    ) -> Result<Parsed, String> {
+        let mut args = args.into_iter();
+        let mut in_process = false;
+        let mut localstack = None;
+        let mut only: Option<Vec<Section>> = None;
+        let mut quick = false;
+        let (mut messages, mut memory_messages, mut latency_rate) = (None, None, None);
+        let (mut latency_secs, mut localstack_messages) = (None, None);
+        let mut json = PathBuf::from("target/bench.json");
+        let mut memory_probe = None;
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "-h" | "--help" => return Ok(Parsed::Help),
+                "--in-process" => in_process = true,
+                "--quick" => quick = true,
+                "--localstack" => localstack = Some(value()?),
+                "--only" => {
+                    let list = value()?;
+                    let sections = list
+                        .split(',')
+                        .map(|name| {
+                            Section::parse(name.trim())
+                                .ok_or_else(|| format!("--only: no section named {name:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    only = Some(sections);
+                }
+                "--messages" => messages = Some(count(&arg, &value()?)?),
+                "--memory-messages" => memory_messages = Some(count(&arg, &value()?)?),
+                "--latency-rate" => {
+                    let rate = count(&arg, &value()?)?;
+                    if rate % 1000 != 0 {
+                        return Err(format!("--latency-rate {rate}: a multiple of 1,000"));
+                    }
+                    latency_rate = Some(rate);
+                }
+                "--latency-secs" => {
+                    let raw = value()?;
+                    let seconds: f64 = raw
+                        .parse()
+                        .map_err(|_| format!("--latency-secs {raw:?}: a number of seconds"))?;
+                    if !(seconds >= 0.01 && seconds.is_finite()) {
+                        return Err(format!("--latency-secs {raw}: at least 0.01"));
+                    }
+                    latency_secs = Some(seconds);
+                }
+                "--localstack-messages" => localstack_messages = Some(count(&arg, &value()?)?),
+                "--json" => json = PathBuf::from(value()?),
+                "--memory-probe" => {
+                    let name = value()?;
+                    memory_probe = Some(
+                        MemoryCase::parse(&name)
+                            .ok_or_else(|| format!("--memory-probe: no case named {name:?}"))?,
+                    );
+                }
+                other => return Err(format!("unknown option {other:?}")),
+            }
+        }
+
+        let neither = !in_process && localstack.is_none();
+        if neither {
+            localstack = live_endpoint.filter(|endpoint| !endpoint.is_empty());
+        }
+        let mut sections = Vec::new();
+        if in_process || neither {
+            sections.extend([Section::Throughput, Section::Latency, Section::Memory]);
+        }
+        if localstack.is_some() {
+            sections.push(Section::LocalStack);
+        }
+        if let Some(only) = only {
+            if only.contains(&Section::LocalStack) && localstack.is_none() {
+                return Err(
+                    "--only localstack needs --localstack URL (or RUST_STREAM_LIVE_ENDPOINT)"
+                        .to_owned(),
+                );
+            }
+            sections.retain(|section| only.contains(section));
+        }
+        Ok(Parsed::Run(Self {
+            sections,
+            localstack,
+            messages: messages.unwrap_or(if quick { 20_000 } else { 400_000 }),
+            memory_messages: memory_messages.unwrap_or(if quick { 100_000 } else { 1_000_000 }),
+            latency_rate: latency_rate.unwrap_or(10_000),
+            latency_secs: latency_secs.unwrap_or(if quick { 1.0 } else { 3.0 }),
+            localstack_messages: localstack_messages.unwrap_or(if quick { 500 } else { 5_000 }),
+            json,
+            memory_probe,
+        }))
+    }
+
+    pub fn runs(&self, section: Section) -> bool {
+        self.sections.contains(&section)
+    }
+}
+
+/// A count of at least 1, `_` and `,` allowed between digits.
+fn count(option: &str, raw: &str) -> Result<u64, String> {
+    raw.replace(['_', ','], "")
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{option} {raw:?}: a count of at least 1"))
+}

@@ -1,0 +1,475 @@
+//! What a run found: the rows of each table, the machine and the date, printed as markdown tables
+//! and written as JSON.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rust_stream::ApiCalls;
+use serde::Serialize;
+
+use crate::Fallible;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// When the run started, UTC.
+    pub date: String,
+    /// The command that ran it.
+    pub command: String,
+    /// `release`, or `debug` (whose figures mean little).
+    pub profile: &'static str,
+    pub machine: Machine,
+    pub throughput: Vec<ThroughputRow>,
+    pub latency: Vec<LatencyRow>,
+    pub memory: Vec<MemoryRow>,
+    pub localstack: Option<LocalStackReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    /// /proc/loadavg's 1, 5 and 15 minute averages when the run started and when it ended.
+    pub load_at_start: String,
+    pub load_at_end: String,
+}
+
+impl Machine {
+    pub fn now() -> Self {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split(':').nth(1))
+                    .map(|model| model.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        let load = load_average();
+        Self {
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            cpu_model,
+            load_at_start: load.clone(),
+            load_at_end: load,
+        }
+    }
+}
+
+/// /proc/loadavg's first three fields.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|load| {
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThroughputRow {
+    pub workload: String,
+    pub settings: String,
+    pub messages: u64,
+    pub msgs_per_sec: f64,
+    /// The same bodies through a tokio mpsc channel, decoded with serde_json (median of 5 runs).
+    pub limit_msgs_per_sec: f64,
+    /// `msgs_per_sec / limit_msgs_per_sec`.
+    pub ratio: f64,
+    /// How fast the orders were pre-published (`send_batch`, 10,000 at a time).
+    pub published_msgs_per_sec: f64,
+    /// Receive, delete and visibility calls per message consumed.
+    pub api_calls_per_message: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LatencyRow {
+    pub workload: String,
+    /// Messages a second, `rate / 1000` each millisecond.
+    pub rate: u64,
+    pub seconds: f64,
+    /// Latencies measured (the first tenth, a warm-up, left out).
+    pub messages: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// The same through a tokio mpsc channel.
+    pub limit_p50_us: u64,
+    pub limit_p99_us: u64,
+    pub limit_max_us: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemoryRow {
+    pub workload: String,
+    pub messages: u64,
+    pub body_bytes: u64,
+    /// Growth of the resident set per queued message.
+    pub bytes_per_message: f64,
+    /// `bytes_per_message - body_bytes`.
+    pub beyond_body: f64,
+    /// The same bodies waiting in a tokio mpsc channel.
+    pub limit_bytes_per_message: f64,
+    /// `bytes_per_message / limit_bytes_per_message`.
+    pub ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LocalStackReport {
+    pub endpoint: String,
+    pub consume: Vec<ConsumeRow>,
+    pub publish: Vec<PublishRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConsumeRow {
+    pub workload: String,
+    pub pollers: usize,
+    pub concurrency: usize,
+    pub messages: u64,
+    pub msgs_per_sec: f64,
+    /// As many plain receive + delete-batch loops as pollers.
+    pub limit_msgs_per_sec: f64,
+    pub ratio: f64,
+    pub calls_per_message: CallsPerMessage,
+    pub limit_calls_per_message: CallsPerMessage,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PublishRow {
+    pub workload: String,
+    pub messages: u64,
+    pub msgs_per_sec: f64,
+    /// Four plain `SendMessageBatch` loops.
+    pub limit_msgs_per_sec: f64,
+    pub ratio: f64,
+    pub calls_per_message: CallsPerMessage,
+    pub limit_calls_per_message: CallsPerMessage,
+}
+
+/// API calls per message by action.
+#[derive(Debug, Serialize)]
+pub struct CallsPerMessage {
+    pub send: f64,
+    pub receive: f64,
+    pub delete: f64,
+    pub change_visibility: f64,
+    /// The four above together.
+    pub total: f64,
+    /// Calls to find or create the queue (GetQueueUrl, GetQueueAttributes, CreateQueue), in all.
+    pub startup_calls: u64,
+}
+
+impl CallsPerMessage {
+    pub fn of(calls: ApiCalls, messages: u64) -> Self {
+        let per = |count: u64| count as f64 / messages as f64;
+        Self {
+            send: per(calls.send_message_batch),
+            receive: per(calls.receive_message),
+            delete: per(calls.delete_message_batch),
+            change_visibility: per(calls.change_message_visibility_batch),
+            total: per(calls.messaging()),
+            startup_calls: calls.get_queue_url + calls.get_queue_attributes + calls.create_queue,
+        }
+    }
+
+    /// `0.100 (r 0.100 + d 0.100)`: the total, and the actions that were called.
+    fn summary(&self) -> String {
+        let parts: Vec<String> = [
+            ("s", self.send),
+            ("r", self.receive),
+            ("d", self.delete),
+            ("v", self.change_visibility),
+        ]
+        .into_iter()
+        .filter(|&(_, per)| per > 0.0)
+        .map(|(action, per)| format!("{action} {per:.3}"))
+        .collect();
+        format!("{:.3} ({})", self.total, parts.join(" + "))
+    }
+}
+
+impl Report {
+    pub fn write_json(&self, path: &Path) -> Fallible<()> {
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(self)? + "\n")?;
+        Ok(())
+    }
+
+    /// The tables, in markdown.
+    pub fn tables(&self) -> String {
+        let mut out = String::new();
+        let machine = &self.machine;
+        let _ = writeln!(
+            out,
+            "rust-stream benchmark, {}: {} CPUs ({}), load {} at the start, {} at the end ({} build)",
+            self.date,
+            machine.cpus,
+            machine.cpu_model,
+            machine.load_at_start,
+            machine.load_at_end,
+            self.profile
+        );
+        let _ = writeln!(out, "`{}`", self.command);
+        if self.profile != "release" {
+            let _ = writeln!(
+                out,
+                "\nA debug build: these figures say little; run with `--release`."
+            );
+        }
+        if !self.throughput.is_empty() {
+            let messages = self.throughput[0].messages;
+            let _ = writeln!(
+                out,
+                "\nIn process: {} orders of 100 bytes pre-published, then consumed by one `#[subscriber]` (serde decode, ack) until the last is deleted. Limit: the same bodies through a tokio mpsc channel, decoded with serde_json (median of 5 runs).\n",
+                thousands(messages)
+            );
+            let rows = self
+                .throughput
+                .iter()
+                .map(|row| {
+                    vec![
+                        row.workload.clone(),
+                        row.settings.clone(),
+                        rate(row.msgs_per_sec),
+                        rate(row.limit_msgs_per_sec),
+                        format!("{:.3}x", row.ratio),
+                        format!("{:.3}", row.api_calls_per_message),
+                    ]
+                })
+                .collect();
+            out += &table(
+                &[
+                    "workload",
+                    "settings",
+                    "rust-stream msg/s",
+                    "limit: mpsc + serde_json msg/s",
+                    "ratio",
+                    "calls/msg",
+                ],
+                rows,
+            );
+        }
+        if let Some(first) = self.latency.first() {
+            let _ = writeln!(
+                out,
+                "\nIn process: latency publish → handled, each message sent on its own at {} msg/s ({} a millisecond) for {} s, default settings, first tenth left out. Limit: the same through a tokio mpsc channel.\n",
+                thousands(first.rate),
+                first.rate / 1000,
+                first.seconds
+            );
+            let rows = self
+                .latency
+                .iter()
+                .map(|row| {
+                    vec![
+                        row.workload.clone(),
+                        micros(row.p50_us),
+                        micros(row.p99_us),
+                        micros(row.max_us),
+                        micros(row.limit_p50_us),
+                        micros(row.limit_p99_us),
+                        format!("{:.1}x", row.p99_us as f64 / row.limit_p99_us.max(1) as f64),
+                    ]
+                })
+                .collect();
+            out += &table(
+                &[
+                    "workload",
+                    "p50",
+                    "p99",
+                    "max",
+                    "limit p50",
+                    "limit p99",
+                    "p99 / limit p99",
+                ],
+                rows,
+            );
+        }
+        if let Some(first) = self.memory.first() {
+            let _ = writeln!(
+                out,
+                "\nIn process: resident memory per queued message, {} messages of {} bytes waiting (each case in a fresh process). Limit: the same bodies in a tokio mpsc channel.\n",
+                thousands(first.messages),
+                first.body_bytes
+            );
+            let rows = self
+                .memory
+                .iter()
+                .map(|row| {
+                    vec![
+                        row.workload.clone(),
+                        format!("{:.0} B", row.bytes_per_message),
+                        format!("{:.0} B", row.beyond_body),
+                        format!("{:.0} B", row.limit_bytes_per_message),
+                        format!("{:.2}x", row.ratio),
+                    ]
+                })
+                .collect();
+            out += &table(
+                &[
+                    "workload",
+                    "per message",
+                    "beyond the body",
+                    "limit: mpsc",
+                    "ratio",
+                ],
+                rows,
+            );
+        }
+        if let Some(live) = &self.localstack {
+            if let Some(first) = live.consume.first() {
+                let _ = writeln!(
+                    out,
+                    "\nLocalStack ({}): consume {} pre-filled messages, concurrency {}, until the last is deleted. Limit: as many plain aws-sdk-sqs loops as pollers (ReceiveMessage of 10, DeleteMessageBatch). Calls per message: s send, r receive, d delete, v visibility.\n",
+                    live.endpoint,
+                    thousands(first.messages),
+                    first.concurrency
+                );
+                let rows = live
+                    .consume
+                    .iter()
+                    .map(|row| {
+                        vec![
+                            row.workload.clone(),
+                            row.pollers.to_string(),
+                            rate(row.msgs_per_sec),
+                            rate(row.limit_msgs_per_sec),
+                            format!("{:.2}x", row.ratio),
+                            row.calls_per_message.summary(),
+                            row.limit_calls_per_message.summary(),
+                        ]
+                    })
+                    .collect();
+                out += &table(
+                    &[
+                        "workload",
+                        "pollers",
+                        "rust-stream msg/s",
+                        "limit msg/s",
+                        "ratio",
+                        "calls/msg",
+                        "limit calls/msg",
+                    ],
+                    rows,
+                );
+            }
+            if let Some(first) = live.publish.first() {
+                let _ = writeln!(
+                    out,
+                    "\nLocalStack: publish {} messages with one `send_batch` (FIFO over 50 groups). Limit: 4 plain SendMessageBatch loops of 10 at once, each FIFO group in one loop.\n",
+                    thousands(first.messages)
+                );
+                let rows = live
+                    .publish
+                    .iter()
+                    .map(|row| {
+                        vec![
+                            row.workload.clone(),
+                            rate(row.msgs_per_sec),
+                            rate(row.limit_msgs_per_sec),
+                            format!("{:.2}x", row.ratio),
+                            row.calls_per_message.summary(),
+                            row.limit_calls_per_message.summary(),
+                        ]
+                    })
+                    .collect();
+                out += &table(
+                    &[
+                        "workload",
+                        "rust-stream msg/s",
+                        "limit msg/s",
+                        "ratio",
+                        "calls/msg",
+                        "limit calls/msg",
+                    ],
+                    rows,
+                );
+            }
+        }
+        out
+    }
+}
+
+/// A markdown table, its columns padded to line up.
+fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &width)| format!("{cell}{}", " ".repeat(width - cell.chars().count())))
+            .collect();
+        format!("| {} |\n", padded.join(" | "))
+    };
+    let mut out = line(headers.iter().map(|h| (*h).to_owned()).collect());
+    out += &line(widths.iter().map(|&width| "-".repeat(width)).collect());
+    for row in rows {
+        out += &line(row);
+    }
+    out
+}
+
+fn rate(per_sec: f64) -> String {
+    thousands(per_sec.round() as u64)
+}
+
+fn micros(us: u64) -> String {
+    if us >= 10_000 {
+        format!("{:.1} ms", us as f64 / 1000.0)
+    } else {
+        format!("{us} µs")
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// The current time, UTC, as `2026-11-30 09:40 UTC`.
+pub fn utc_now() -> String {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days as i64);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}

@@ -1,0 +1,237 @@
+//! The end-to-end benchmark (`examples/bench`) runs as its docs say and reports what it promises,
+//! so it cannot rot between the runs someone makes of it: a small in-process run prints every
+//! in-process table (with the date and the machine's load) and writes JSON in which each figure
+//! stands beside its limit, measured in the same run; on LocalStack the same for the consume and
+//! publish rows, with API calls per message by action; and a wrong option is refused with the
+//! usage.
+//!
+//! The figures themselves are not judged (this is a debug build on a loaded machine): only what
+//! holds whatever the speed, such as a queued message taking at least its body's bytes and a
+//! receive or a delete call carrying at most 10 messages.
+//!
+//! The nested `cargo run` (offline, same target directory and profile) builds the example if this
+//! test run has not, and is killed, failing the test with what it printed, past [`PATIENCE`].
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::process::output_within;
+use serde_json::Value;
+
+/// How long one nested `cargo run` may take: a loaded machine may still be building the example.
+const PATIENCE: Duration = Duration::from_secs(300);
+
+/// Runs the benchmark with `args`, its JSON written to a file of this test's own.
+fn run_bench(test: &str, args: &[&str]) -> (Output, PathBuf) {
+    let json = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bench-{test}-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&json);
+    let mut command = Command::new(env!("CARGO"));
+    command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--quiet", "--offline", "--example", "bench", "--"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .env("NO_COLOR", "1");
+    (output_within(&mut command, PATIENCE), json)
+}
+
+/// The run's JSON, after checking it succeeded.
+fn report(output: &Output, json: &PathBuf) -> (String, Value) {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the benchmark failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written = std::fs::read_to_string(json)
+        .unwrap_or_else(|error| panic!("no JSON at {}: {error}\n{stdout}", json.display()));
+    let _ = std::fs::remove_file(json);
+    (
+        stdout,
+        serde_json::from_str(&written).expect("the JSON parses"),
+    )
+}
+
+fn number(row: &Value, field: &str) -> f64 {
+    row[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {field} in {row}"))
+}
+
+fn rows<'a>(report: &'a Value, pointer: &str) -> &'a Vec<Value> {
+    report
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("no {pointer} rows in {report:#}"))
+}
+
+/// A figure beside its limit: both measured (positive), and the ratio theirs.
+fn assert_beside_limit(row: &Value, figure: &str, limit: &str) {
+    let (figure, limit) = (number(row, figure), number(row, limit));
+    assert!(figure > 0.0 && limit > 0.0, "{row}");
+    let ratio = number(row, "ratio");
+    assert!(
+        (ratio - figure / limit).abs() <= 1e-9 * ratio.abs().max(1.0),
+        "the ratio is not figure / limit: {row}"
+    );
+}
+
+#[test]
+fn a_small_in_process_run_reports_each_figure_beside_its_limit() {
+    let (output, json) = run_bench(
+        "in-process",
+        &[
+            "--quick",
+            "--in-process",
+            "--messages",
+            "2000",
+            "--memory-messages",
+            "20000",
+            "--latency-secs",
+            "0.3",
+        ],
+    );
+    let (stdout, report) = report(&output, &json);
+
+    for heading in [
+        "load",
+        "| workload",
+        "limit: mpsc + serde_json msg/s",
+        "limit p99",
+        "beyond the body",
+    ] {
+        assert!(stdout.contains(heading), "no {heading:?} in:\n{stdout}");
+    }
+    assert!(report["date"].as_str().is_some_and(|d| d.ends_with("UTC")));
+    assert!(report["machine"]["load_at_start"]
+        .as_str()
+        .is_some_and(|load| load.split(' ').count() == 3));
+    assert!(
+        report["localstack"].is_null(),
+        "--in-process runs no LocalStack row"
+    );
+
+    let throughput = rows(&report, "/throughput");
+    let workloads: Vec<&str> = throughput
+        .iter()
+        .map(|row| row["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        workloads,
+        [
+            "standard",
+            "standard",
+            "FIFO, 100 groups",
+            "FIFO, 100 groups",
+            "FIFO, 10,000 groups",
+            "FIFO, 10,000 groups"
+        ]
+    );
+    for row in throughput {
+        assert_eq!(row["messages"], 2000, "{row}");
+        assert_beside_limit(row, "msgs_per_sec", "limit_msgs_per_sec");
+        // A receive returns at most 10 messages and a delete call deletes at most 10.
+        assert!(number(row, "api_calls_per_message") >= 0.2, "{row}");
+    }
+
+    let latency = rows(&report, "/latency");
+    assert_eq!(latency.len(), 2);
+    for row in latency {
+        assert_eq!(row["rate"], 10_000, "{row}");
+        assert!(number(row, "messages") > 0.0, "{row}");
+        for prefix in ["", "limit_"] {
+            let at = |name: &str| number(row, &format!("{prefix}{name}_us"));
+            assert!(at("p50") <= at("p99") && at("p99") <= at("max"), "{row}");
+        }
+        assert!(number(row, "p50_us") > 0.0, "{row}");
+    }
+
+    let memory = rows(&report, "/memory");
+    assert_eq!(memory.len(), 2);
+    for row in memory {
+        assert_beside_limit(row, "bytes_per_message", "limit_bytes_per_message");
+        // Wherever a message waits, it holds at least its body.
+        assert!(number(row, "bytes_per_message") >= 100.0, "{row}");
+        assert!(number(row, "limit_bytes_per_message") >= 100.0, "{row}");
+    }
+}
+
+#[test]
+fn on_localstack_a_small_run_reports_the_engine_beside_a_plain_sdk_loop() {
+    let Some(endpoint) = rust_stream::testing::live_endpoint("the benchmark's LocalStack rows")
+    else {
+        return;
+    };
+    let (output, json) = run_bench(
+        "localstack",
+        &["--localstack", &endpoint, "--localstack-messages", "100"],
+    );
+    let (stdout, report) = report(&output, &json);
+    assert!(stdout.contains("plain aws-sdk-sqs loops"), "{stdout}");
+    assert!(
+        rows(&report, "/throughput").is_empty(),
+        "--localstack alone runs no in-process row"
+    );
+
+    let consume = rows(&report, "/localstack/consume");
+    let cases: Vec<(&str, u64)> = consume
+        .iter()
+        .map(|row| {
+            (
+                row["workload"].as_str().unwrap(),
+                row["pollers"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        cases,
+        [
+            ("standard", 1),
+            ("standard", 4),
+            ("FIFO, 50 groups", 1),
+            ("FIFO, 50 groups", 4)
+        ]
+    );
+    for row in consume {
+        assert_beside_limit(row, "msgs_per_sec", "limit_msgs_per_sec");
+        for calls in ["calls_per_message", "limit_calls_per_message"] {
+            // Every message was received and deleted, at most 10 a call, and nothing sent.
+            let per = |action: &str| number(&row[calls], action);
+            assert!(per("receive") >= 0.1 && per("delete") >= 0.1, "{row}");
+            assert_eq!(per("send"), 0.0, "{row}");
+            assert!(
+                per("total") + 1e-9 >= per("receive") + per("delete"),
+                "{row}"
+            );
+        }
+    }
+
+    let publish = rows(&report, "/localstack/publish");
+    assert_eq!(publish.len(), 2);
+    for row in publish {
+        assert_beside_limit(row, "msgs_per_sec", "limit_msgs_per_sec");
+        for calls in ["calls_per_message", "limit_calls_per_message"] {
+            let per = |action: &str| number(&row[calls], action);
+            assert!(per("send") >= 0.1, "{row}");
+            assert_eq!(per("receive") + per("delete"), 0.0, "{row}");
+        }
+    }
+}
+
+#[test]
+fn an_unknown_option_is_refused_with_the_usage() {
+    let (output, _) = run_bench("refused", &["--fast"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unknown option \"--fast\""), "{stderr}");
+    assert!(
+        stderr.contains("usage: cargo run --release --example bench"),
+        "{stderr}"
+    );
+}
