@@ -71,6 +71,23 @@ fn rows<'a>(report: &'a Value, pointer: &str) -> &'a Vec<Value> {
         .unwrap_or_else(|| panic!("no {pointer} rows in {report:#}"))
 }
 
+/// A LocalStack row: the median of its runs, each side run as often as the other.
+fn assert_median_of_runs(row: &Value, runs: usize) {
+    for (figure, all) in [
+        ("msgs_per_sec", "runs_msgs_per_sec"),
+        ("limit_msgs_per_sec", "limit_runs_msgs_per_sec"),
+    ] {
+        let all: Vec<f64> = row[all]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {all} in {row}"))
+            .iter()
+            .map(|run| run.as_f64().unwrap())
+            .collect();
+        assert_eq!(all.len(), runs, "{row}");
+        assert!(all.contains(&number(row, figure)), "{row}");
+    }
+}
+
 /// A figure beside its limit: both measured (positive), and the ratio theirs.
 fn assert_beside_limit(row: &Value, figure: &str, limit: &str) {
     let (figure, limit) = (number(row, figure), number(row, limit));
@@ -170,7 +187,14 @@ fn on_localstack_a_small_run_reports_the_engine_beside_a_plain_sdk_loop() {
     };
     let (output, json) = run_bench(
         "localstack",
-        &["--localstack", &endpoint, "--localstack-messages", "100"],
+        &[
+            "--localstack",
+            &endpoint,
+            "--localstack-messages",
+            "100",
+            "--localstack-repeats",
+            "2",
+        ],
     );
     let (stdout, report) = report(&output, &json);
     assert!(stdout.contains("plain aws-sdk-sqs loops"), "{stdout}");
@@ -200,6 +224,7 @@ fn on_localstack_a_small_run_reports_the_engine_beside_a_plain_sdk_loop() {
     );
     for row in consume {
         assert_beside_limit(row, "msgs_per_sec", "limit_msgs_per_sec");
+        assert_median_of_runs(row, 2);
         for calls in ["calls_per_message", "limit_calls_per_message"] {
             // Every message was received and deleted, at most 10 a call, and nothing sent.
             let per = |action: &str| number(&row[calls], action);
@@ -216,6 +241,7 @@ fn on_localstack_a_small_run_reports_the_engine_beside_a_plain_sdk_loop() {
     assert_eq!(publish.len(), 2);
     for row in publish {
         assert_beside_limit(row, "msgs_per_sec", "limit_msgs_per_sec");
+        assert_median_of_runs(row, 2);
         for calls in ["calls_per_message", "limit_calls_per_message"] {
             let per = |action: &str| number(&row[calls], action);
             assert!(per("send") >= 0.1, "{row}");

@@ -64,25 +64,32 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
         made: 0,
     };
 
+    let repeats = options.localstack_repeats;
     let mut consume = Vec::new();
     for workload in WORKLOADS {
         for pollers in POLLERS {
-            let (_, url) = queues.filled(workload, messages).await?;
-            let limit = plain_consume(&client, &url, pollers, messages).await?;
-            queues.delete(&url).await?;
-            let (name, url) = queues.filled(workload, messages).await?;
-            let engine = engine_consume(&transport, &name, pollers, messages).await?;
-            queues.delete(&url).await?;
+            let pair = median_pair(repeats, async |side| {
+                let (name, url) = queues.filled(workload, messages).await?;
+                let figures = match side {
+                    Side::Limit => plain_consume(&client, &url, pollers, messages).await,
+                    Side::Engine => engine_consume(&transport, &name, pollers, messages).await,
+                };
+                queues.delete(&url).await?;
+                figures
+            })
+            .await?;
             let row = ConsumeRow {
                 workload: workload.label(),
                 pollers,
                 concurrency: CONCURRENCY,
                 messages,
-                msgs_per_sec: engine.msgs_per_sec,
-                limit_msgs_per_sec: limit.msgs_per_sec,
-                ratio: engine.msgs_per_sec / limit.msgs_per_sec,
-                calls_per_message: engine.calls,
-                limit_calls_per_message: limit.calls,
+                msgs_per_sec: pair.engine.msgs_per_sec,
+                limit_msgs_per_sec: pair.limit.msgs_per_sec,
+                ratio: pair.engine.msgs_per_sec / pair.limit.msgs_per_sec,
+                calls_per_message: pair.engine.calls,
+                limit_calls_per_message: pair.limit.calls,
+                runs_msgs_per_sec: pair.engine_runs,
+                limit_runs_msgs_per_sec: pair.limit_runs,
             };
             eprintln!(
                 "localstack consume {}, {pollers} poller(s): {} msg/s, limit {} msg/s ({:.2}x); {:.3} calls a message, limit {:.3}",
@@ -99,20 +106,26 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
 
     let mut publish = Vec::new();
     for workload in WORKLOADS {
-        let (_, url) = queues.empty(workload).await?;
-        let limit = plain_publish(&client, &url, workload, messages).await?;
-        queues.delete(&url).await?;
-        let (name, url) = queues.empty(workload).await?;
-        let engine = engine_publish(&transport, &name, workload, messages).await?;
-        queues.delete(&url).await?;
+        let pair = median_pair(repeats, async |side| {
+            let (name, url) = queues.empty(workload).await?;
+            let figures = match side {
+                Side::Limit => plain_publish(&client, &url, workload, messages).await,
+                Side::Engine => engine_publish(&transport, &name, workload, messages).await,
+            };
+            queues.delete(&url).await?;
+            figures
+        })
+        .await?;
         let row = PublishRow {
             workload: workload.label(),
             messages,
-            msgs_per_sec: engine.msgs_per_sec,
-            limit_msgs_per_sec: limit.msgs_per_sec,
-            ratio: engine.msgs_per_sec / limit.msgs_per_sec,
-            calls_per_message: engine.calls,
-            limit_calls_per_message: limit.calls,
+            msgs_per_sec: pair.engine.msgs_per_sec,
+            limit_msgs_per_sec: pair.limit.msgs_per_sec,
+            ratio: pair.engine.msgs_per_sec / pair.limit.msgs_per_sec,
+            calls_per_message: pair.engine.calls,
+            limit_calls_per_message: pair.limit.calls,
+            runs_msgs_per_sec: pair.engine_runs,
+            limit_runs_msgs_per_sec: pair.limit_runs,
         };
         eprintln!(
             "localstack publish {}: {} msg/s, limit {} msg/s ({:.2}x); {:.3} calls a message, limit {:.3}",
@@ -204,6 +217,47 @@ fn rebase(url: &str, endpoint: &str) -> String {
 struct Figures {
     msgs_per_sec: f64,
     calls: CallsPerMessage,
+}
+
+/// Which side of a row a run measures.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Limit,
+    Engine,
+}
+
+/// The median run of each side, and every run's speed in the order run.
+struct Pair {
+    limit: Figures,
+    engine: Figures,
+    limit_runs: Vec<f64>,
+    engine_runs: Vec<f64>,
+}
+
+/// Runs the limit and the engine in turn, `repeats` times each: a run takes seconds, and LocalStack
+/// shares the machine's cores with whatever else runs, so one pair alone says less than the
+/// median of a few.
+async fn median_pair(
+    repeats: usize,
+    mut run: impl AsyncFnMut(Side) -> Fallible<Figures>,
+) -> Fallible<Pair> {
+    let (mut limits, mut engines) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        limits.push(run(Side::Limit).await?);
+        engines.push(run(Side::Engine).await?);
+    }
+    let speeds = |runs: &[Figures]| runs.iter().map(|run| run.msgs_per_sec).collect::<Vec<_>>();
+    let (limit_runs, engine_runs) = (speeds(&limits), speeds(&engines));
+    let median = |mut runs: Vec<Figures>| {
+        runs.sort_by(|a, b| a.msgs_per_sec.total_cmp(&b.msgs_per_sec));
+        runs.swap_remove(runs.len() / 2)
+    };
+    Ok(Pair {
+        limit: median(limits),
+        engine: median(engines),
+        limit_runs,
+        engine_runs,
+    })
 }
 
 /// Consumes the queue with the subscriber (`pollers`, [`CONCURRENCY`], [`WAIT`]) from its start

@@ -36,6 +36,7 @@
 //!   with one `send_batch`; msgs/s and API calls per message by action (the broker's
 //!   `api_calls()`). Limit: a plain aws-sdk-sqs loop in the same run (ReceiveMessage of 10 +
 //!   DeleteMessageBatch, as many loops as pollers; SendMessageBatch of 10 from 4 loops at once).
+//!   Each row is the median of 3 runs, alternating with its limit's.
 //!
 //! It prints markdown tables (with the date, the machine and its load at the start and the end)
 //! and writes the same as JSON (`--json PATH`, default `target/bench.json`). `--help` lists the

@@ -20,7 +20,9 @@ What it runs:
   --memory-messages N        messages queued for the memory rows (1,000,000; quick 100,000)
   --latency-rate N           messages a second in the latency rows, a multiple of 1,000 (10,000)
   --latency-secs S           how long each latency row publishes (3; quick 1)
-  --localstack-messages N    messages each LocalStack row consumes or publishes (5,000; quick 500)
+  --localstack-messages N    messages each LocalStack run consumes or publishes (5,000; quick 500)
+  --localstack-repeats N     runs of each LocalStack row and of its limit, alternating; the row
+                             shows the medians (3; quick 1)
 
 Output:
   --json PATH                where the JSON goes (target/bench.json)
@@ -58,6 +60,7 @@ pub struct Options {
     pub latency_rate: u64,
     pub latency_secs: f64,
     pub localstack_messages: u64,
+    pub localstack_repeats: usize,
     pub json: PathBuf,
     /// Set in the child processes that measure memory: the one thing the process does.
     pub memory_probe: Option<MemoryCase>,
@@ -81,7 +84,8 @@ impl Options {
         let mut only: Option<Vec<Section>> = None;
         let mut quick = false;
         let (mut messages, mut memory_messages, mut latency_rate) = (None, None, None);
-        let (mut latency_secs, mut localstack_messages) = (None, None);
+        let (mut latency_secs, mut localstack_messages, mut localstack_repeats) =
+            (None, None, None);
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
         while let Some(arg) = args.next() {
@@ -122,6 +126,7 @@ impl Options {
                     latency_secs = Some(seconds);
                 }
                 "--localstack-messages" => localstack_messages = Some(count(&arg, &value()?)?),
+                "--localstack-repeats" => localstack_repeats = Some(count(&arg, &value()?)?),
                 "--json" => json = PathBuf::from(value()?),
                 "--memory-probe" => {
                     let name = value()?;
@@ -162,6 +167,7 @@ impl Options {
             latency_rate: latency_rate.unwrap_or(10_000),
             latency_secs: latency_secs.unwrap_or(if quick { 1.0 } else { 3.0 }),
             localstack_messages: localstack_messages.unwrap_or(if quick { 500 } else { 5_000 }),
+            localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             json,
             memory_probe,
         }))

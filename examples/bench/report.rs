@@ -134,6 +134,9 @@ pub struct ConsumeRow {
     pub ratio: f64,
     pub calls_per_message: CallsPerMessage,
     pub limit_calls_per_message: CallsPerMessage,
+    /// Every run's speed, in the order run; the row shows the median.
+    pub runs_msgs_per_sec: Vec<f64>,
+    pub limit_runs_msgs_per_sec: Vec<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -146,6 +149,9 @@ pub struct PublishRow {
     pub ratio: f64,
     pub calls_per_message: CallsPerMessage,
     pub limit_calls_per_message: CallsPerMessage,
+    /// Every run's speed, in the order run; the row shows the median.
+    pub runs_msgs_per_sec: Vec<f64>,
+    pub limit_runs_msgs_per_sec: Vec<f64>,
 }
 
 /// API calls per message by action.
@@ -327,10 +333,11 @@ impl Report {
             if let Some(first) = live.consume.first() {
                 let _ = writeln!(
                     out,
-                    "\nLocalStack ({}): consume {} pre-filled messages, concurrency {}, until the last is deleted. Limit: as many plain aws-sdk-sqs loops as pollers (ReceiveMessage of 10, DeleteMessageBatch). Calls per message: s send, r receive, d delete, v visibility.\n",
+                    "\nLocalStack ({}): consume {} pre-filled messages, concurrency {}, until the last is deleted; the median of {} runs, alternating with the limit's. Limit: as many plain aws-sdk-sqs loops as pollers (ReceiveMessage of 10, DeleteMessageBatch). Calls per message: s send, r receive, d delete, v visibility.\n",
                     live.endpoint,
                     thousands(first.messages),
-                    first.concurrency
+                    first.concurrency,
+                    first.runs_msgs_per_sec.len()
                 );
                 let rows = live
                     .consume
@@ -363,8 +370,9 @@ impl Report {
             if let Some(first) = live.publish.first() {
                 let _ = writeln!(
                     out,
-                    "\nLocalStack: publish {} messages with one `send_batch` (FIFO over 50 groups). Limit: 4 plain SendMessageBatch loops of 10 at once, each FIFO group in one loop.\n",
-                    thousands(first.messages)
+                    "\nLocalStack: publish {} messages with one `send_batch` (FIFO over 50 groups); the median of {} runs. Limit: 4 plain SendMessageBatch loops of 10 at once, each FIFO group in one loop.\n",
+                    thousands(first.messages),
+                    first.runs_msgs_per_sec.len()
                 );
                 let rows = live
                     .publish
