@@ -97,6 +97,8 @@ pub async fn release(
         .await
 }
 
+pub mod proxy;
+
 pub mod engine {
     //! Helpers for tests of services: a job type, a scripted handler, and a fault-injecting
     //! transport over a real account.

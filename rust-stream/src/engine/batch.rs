@@ -7,8 +7,9 @@
 //! the first entry has waited the linger. A job of up to 10 entries that fits in 1 MiB always goes
 //! out in one call (a FIFO group's release must be one `ChangeMessageVisibilityBatch`), and jobs go
 //! out in submission order. Per-entry failures are read: a service-side failure
-//! (`SenderFault: false`) or a failed call that may be retried is retried with jittered backoff;
-//! anything else is answered as an error for the caller to log or act on.
+//! (`SenderFault: false`) or a failed call that may be retried is retried with jittered backoff
+//! for up to 20 s, with the same entries (a FIFO send keeps its deduplication id, so SQS stores
+//! it once however many of its answers were lost); anything else is answered as an error for the caller to log or act on.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -23,8 +24,15 @@ use crate::engine::transport::{
 };
 use crate::sqs::rules::{self, ErrorKind, MAX_BATCH_ENTRIES, MAX_BATCH_PAYLOAD_SIZE};
 
-/// How many times one entry is tried before its error is answered.
-const MAX_ATTEMPTS: u32 = 5;
+/// How long a failure that may pass (throttling, a service-side failure, a network fault) is
+/// retried before its error is answered. The SDK's own retries stop once its retry quota is spent,
+/// which an outage of a few seconds does; this is what lets a send, a delete or a release ride one
+/// out, each entry keeping its content (a FIFO send its deduplication id), while a caller still
+/// hears of a lasting outage. A try that starts within it runs to its end.
+const RETRY_FOR: Duration = Duration::from_secs(20);
+/// The backoff between tries: jittered, doubling from the first to the longest.
+const RETRY_FIRST_DELAY: Duration = Duration::from_millis(50);
+const RETRY_LONGEST_DELAY: Duration = Duration::from_secs(2);
 
 /// One batched SQS action.
 pub(crate) trait Action: Send + Sync + 'static {
@@ -324,12 +332,14 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
     let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
         entries.iter().map(|_| None).collect();
     let mut todo: Vec<usize> = (0..entries.len()).collect();
-    for attempt in 1..=MAX_ATTEMPTS {
+    let started = Instant::now();
+    let mut attempt = 0;
+    while !todo.is_empty() {
+        attempt += 1;
         let call: Vec<(String, A::Entry)> = todo
             .iter()
             .map(|&i| (i.to_string(), entries[i].clone()))
             .collect();
-        let last = attempt == MAX_ATTEMPTS;
         // A transport that panics fails this call (retried as a service fault), not the batcher,
         // which every later delete, release and send of the queue waits on.
         let answer = crate::engine::CatchUnwind::new(A::call(&transport, &queue_url, call))
@@ -340,6 +350,8 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
                     format!("the call panicked: {panic}"),
                 ))
             });
+        // The entries that failed in a way that may pass, with what to answer if no try is left.
+        let mut again: Vec<(usize, TransportError)> = Vec::new();
         match answer {
             Ok(result) => {
                 for (id, output) in result.successful {
@@ -347,7 +359,6 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
                         *slot = Some(Ok(output));
                     }
                 }
-                let mut again = Vec::new();
                 for failure in result.failed {
                     let Some(i) = failure
                         .id
@@ -357,34 +368,39 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
                     else {
                         continue;
                     };
-                    if !failure.sender_fault && !last {
-                        again.push(i);
+                    let error = TransportError::service(failure.kind, failure.message);
+                    if failure.sender_fault {
+                        answers[i] = Some(Err(error));
                     } else {
-                        answers[i] =
-                            Some(Err(TransportError::service(failure.kind, failure.message)));
+                        again.push((i, error));
                     }
                 }
-                todo = again;
             }
-            Err(error) if error.is_retryable() && !last => {
-                tracing::debug!(error = %error, attempt, "batch call failed; retrying");
+            Err(error) if error.is_retryable() => {
+                again = todo.iter().map(|&i| (i, error.clone())).collect();
             }
             Err(error) => {
                 for &i in &todo {
                     answers[i] = Some(Err(error.clone()));
                 }
-                todo.clear();
             }
         }
-        if todo.is_empty() {
+        let delay = crate::retry::backoff(attempt, RETRY_FIRST_DELAY, RETRY_LONGEST_DELAY);
+        if again.is_empty() || started.elapsed() + delay > RETRY_FOR {
+            for (i, error) in again {
+                answers[i] = Some(Err(error));
+            }
             break;
         }
-        tokio::time::sleep(crate::retry::backoff(
+        tracing::debug!(
             attempt,
-            Duration::from_millis(50),
-            Duration::from_secs(2),
-        ))
-        .await;
+            entries = again.len(),
+            error = %again[0].1,
+            retry_in_ms = delay.as_millis() as u64,
+            "batch call failed; retrying"
+        );
+        todo = again.into_iter().map(|(i, _)| i).collect();
+        tokio::time::sleep(delay).await;
     }
     let mut answers = answers.into_iter();
     for job in batch {

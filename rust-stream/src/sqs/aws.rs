@@ -9,7 +9,8 @@
 //! Every request is checked against the SQS rules before it is sent, with the same error kinds as
 //! the in-process account; batch entries that break a rule are answered as failed entries and the
 //! rest go out. The SDK retries throttling, 5xx and network errors with jittered backoff; each
-//! attempt may take longer than a 20 s long poll. Queue URLs that a local stack returns with
+//! attempt may take longer than a 20 s long poll, and no longer than its attempt timeout (30 s
+//! unless set), so a connection that stalls is given up and tried again. Queue URLs that a local stack returns with
 //! another host are rebased onto the configured endpoint.
 
 use std::collections::HashMap;
@@ -32,7 +33,8 @@ use crate::engine::transport::{
 use crate::sqs::rules::{self, ErrorKind};
 use crate::sqs::SqsBroker;
 
-/// How long one SDK attempt may take: longer than the 20 s long poll, so a long poll is never cut.
+/// How long one SDK attempt may take unless set: longer than the 20 s long poll, so a long poll is
+/// never cut, and short enough that a stalled connection is given up within half a minute.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts per SDK call before its error reaches the engine (which backs off again).
 const SDK_ATTEMPTS: u32 = 4;
@@ -95,6 +97,7 @@ pub struct AwsBrokerBuilder {
     region: Option<String>,
     profile: Option<String>,
     test_credentials: bool,
+    attempt_timeout: Option<Duration>,
 }
 
 impl AwsBrokerBuilder {
@@ -120,6 +123,15 @@ impl AwsBrokerBuilder {
     /// Fixed dummy credentials (`test`/`test`), as local stacks accept; never for AWS itself.
     pub fn test_credentials(mut self) -> Self {
         self.test_credentials = true;
+        self
+    }
+
+    /// How long one attempt of an SQS call may take before it is abandoned and retried (default
+    /// 30 s): a connection that stalls (a dead peer, a firewall that drops packets) holds a call
+    /// no longer than this. Keep it longer than the longest long poll a subscription asks for
+    /// (its `wait`, at most 20 s), or every long poll is cut short and retried.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = Some(timeout);
         self
     }
 
@@ -213,7 +225,7 @@ impl AwsTransport {
             .timeout_config(
                 aws_config::timeout::TimeoutConfig::builder()
                     .connect_timeout(Duration::from_secs(5))
-                    .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                    .operation_attempt_timeout(settings.attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT))
                     .build(),
             )
             .retry_config(
