@@ -169,6 +169,7 @@ impl std::fmt::Debug for AwsBrokerBuilder {
             .field("region", &self.region)
             .field("profile", &self.profile)
             .field("test_credentials", &self.test_credentials)
+            .field("attempt_timeout", &self.attempt_timeout)
             .finish()
     }
 }
