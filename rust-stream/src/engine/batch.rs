@@ -438,6 +438,10 @@ mod tests {
         sends: Arc<Mutex<Vec<Vec<String>>>>,
         /// How long each send call takes, as a network round trip would.
         round_trip: Duration,
+        /// Until then every send call fails as the network would: stored, but its answer lost.
+        lost_answers_until: Option<Instant>,
+        /// The deduplication ids of each send call.
+        dedup_ids: Arc<Mutex<Vec<Vec<Option<String>>>>>,
     }
 
     impl Recorder {
@@ -475,8 +479,23 @@ mod tests {
                     .map(|entry| entry.message.body.clone())
                     .collect(),
             );
+            self.dedup_ids.lock().unwrap().push(
+                entries
+                    .iter()
+                    .map(|entry| entry.message.dedup_id.clone())
+                    .collect(),
+            );
             tokio::time::sleep(self.round_trip).await;
-            self.account.send_message_batch(queue_url, entries).await
+            let stored = self.account.send_message_batch(queue_url, entries).await;
+            if self
+                .lost_answers_until
+                .is_some_and(|until| Instant::now() < until)
+            {
+                return Err(TransportError::Unavailable {
+                    message: "connection closed before the answer".into(),
+                });
+            }
+            stored
         }
         async fn receive_message(
             &self,
@@ -549,6 +568,69 @@ mod tests {
         assert_eq!((chunks, total), (vec![1, 1], vec![600 * KIB, 500 * KIB]));
         let receipts: Vec<String> = (0..25).map(|n| n.to_string()).collect();
         assert_eq!(chunk_lengths::<DeleteBatch>(receipts), [10, 10, 5]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_send_rides_out_lost_answers_for_seconds_with_its_deduplication_id_then_fails() {
+        let account = Account::new();
+        let mut attributes = QueueAttributes::new();
+        attributes.insert("FifoQueue".into(), "true".into());
+        let url = account
+            .create_queue("ledger.fifo", attributes)
+            .await
+            .unwrap();
+        let settings = BatchSettings {
+            linger: Duration::ZERO,
+            max_in_flight: 1,
+        };
+        let send = |recorder: &Recorder, id: &str| {
+            let batcher =
+                Batcher::<SendBatch>::spawn(Arc::new(recorder.clone()), url.clone(), settings);
+            let message = SendMessage::new(id).group_id("g").dedup_id(id);
+            async move { batcher.submit_one(message).await }
+        };
+
+        let brief = Recorder {
+            account: account.clone(),
+            lost_answers_until: Some(Instant::now() + Duration::from_secs(10)),
+            ..Recorder::default()
+        };
+        send(&brief, "brief")
+            .await
+            .expect("a 10 s outage is ridden out");
+        let tries = brief.dedup_ids.lock().unwrap().clone();
+        assert!(tries.len() > 2, "{tries:?}");
+        assert!(
+            tries.iter().all(|ids| ids == &[Some("brief".to_owned())]),
+            "{tries:?}"
+        );
+
+        let started = Instant::now();
+        let lasting = Recorder {
+            account: account.clone(),
+            lost_answers_until: Some(Instant::now() + Duration::from_secs(3600)),
+            ..Recorder::default()
+        };
+        let error = send(&lasting, "lasting")
+            .await
+            .expect_err("an outage of an hour is not");
+        assert!(
+            matches!(error, TransportError::Unavailable { .. }),
+            "{error}"
+        );
+        let gave_up_after = started.elapsed();
+        assert!(
+            gave_up_after <= RETRY_FOR && gave_up_after >= RETRY_FOR - RETRY_LONGEST_DELAY,
+            "{gave_up_after:?}"
+        );
+
+        // Every try was stored once: SQS took the retries for the same message.
+        let stored = account
+            .receive_message(&url, ReceiveMessage::new(10))
+            .await
+            .unwrap();
+        let bodies: Vec<&str> = stored.iter().map(|message| message.body.as_str()).collect();
+        assert_eq!(bodies, ["brief", "lasting"]);
     }
 
     #[tokio::test(start_paused = true)]
