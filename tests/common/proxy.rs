@@ -257,19 +257,15 @@ async fn serve(client: TcpStream, upstream: SocketAddr, state: &State) -> std::i
                 return Ok(());
             }
             Some(Fault::CutRequest) => {
-                let mut partial = request.head.clone();
-                partial.extend_from_slice(&request.body[..request.body.len() / 2]);
                 let mut to_upstream = TcpStream::connect(upstream).await?;
-                to_upstream.write_all(&partial).await?;
+                to_upstream.write_all(&request.cut()).await?;
                 to_upstream.shutdown().await?;
                 client.shutdown().await?;
                 return Ok(());
             }
             Some(Fault::CutResponse) => {
                 let response = exchange(upstream, &request).await?;
-                let bytes = response.bytes();
-                let cut = response.head.len() + response.body.len() / 2;
-                client.write_all(&bytes[..cut]).await?;
+                client.write_all(&response.cut()).await?;
                 client.shutdown().await?;
                 return Ok(());
             }
@@ -330,6 +326,15 @@ struct Message {
 impl Message {
     fn bytes(&self) -> Vec<u8> {
         [self.head.as_slice(), self.body.as_slice()].concat()
+    }
+
+    /// The message cut in the middle: its head and half of its body, or half of its head when it
+    /// has no body, so the peer never reads a whole message.
+    fn cut(&self) -> Vec<u8> {
+        if self.body.is_empty() {
+            return self.head[..self.head.len() / 2].to_vec();
+        }
+        [self.head.as_slice(), &self.body[..self.body.len() / 2]].concat()
     }
 
     fn header(&self, name: &str) -> Option<String> {
