@@ -5,18 +5,15 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::attributes;
 use common::engine::{Faulty, Job};
+use common::recording::Recording;
 use rust_stream::account::{Account, QueueCounts};
-use rust_stream::engine::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SendMessage, SentMessage, Transport, TransportError,
-};
+use rust_stream::engine::transport::{ReceiveMessage, ReceivedMessage, SendMessage};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::{Service, Subscriber};
@@ -143,145 +140,6 @@ where
         probe.running.fetch_sub(1, Ordering::SeqCst);
         probe.finished.fetch_add(1, Ordering::SeqCst);
         Ok(())
-    }
-}
-
-/// What a [`Recording`] transport saw.
-#[derive(Debug, Default)]
-struct Seen {
-    /// Receipt handles by message id, in receive order.
-    receipts: HashMap<String, Vec<String>>,
-    /// `(when, receipt handle)` of every delete entry.
-    deletes: Vec<(Instant, String)>,
-    /// `(when, receipt handle, seconds, succeeded)` of every visibility change entry.
-    visibility_changes: Vec<(Instant, String, i32, bool)>,
-}
-
-/// A real account behind a transport that records receipts, deletes and visibility changes.
-#[derive(Clone, Default)]
-struct Recording {
-    account: Account,
-    seen: Arc<Mutex<Seen>>,
-}
-
-impl Recording {
-    fn new(account: &Account) -> Self {
-        Self {
-            account: account.clone(),
-            seen: Arc::default(),
-        }
-    }
-
-    /// The visibility changes made for any receive of `message_id`: `(seconds, succeeded)`.
-    fn visibility_changes_of(&self, message_id: &str) -> Vec<(i32, bool)> {
-        let seen = self.seen.lock().unwrap();
-        let handles = seen.receipts.get(message_id).cloned().unwrap_or_default();
-        seen.visibility_changes
-            .iter()
-            .filter(|(_, handle, _, _)| handles.contains(handle))
-            .map(|(_, _, seconds, ok)| (*seconds, *ok))
-            .collect()
-    }
-
-    fn failed_visibility_changes(&self) -> usize {
-        let seen = self.seen.lock().unwrap();
-        seen.visibility_changes
-            .iter()
-            .filter(|(_, _, _, ok)| !ok)
-            .count()
-    }
-
-    /// Visibility changes sent for a receipt handle at or after its delete was sent.
-    fn visibility_changes_after_delete(&self) -> Vec<(Instant, String)> {
-        let seen = self.seen.lock().unwrap();
-        seen.visibility_changes
-            .iter()
-            .filter(|(at, handle, _, _)| {
-                seen.deletes
-                    .iter()
-                    .any(|(deleted, gone)| gone == handle && at >= deleted)
-            })
-            .map(|(at, handle, _, _)| (*at, handle.clone()))
-            .collect()
-    }
-}
-
-impl Transport for Recording {
-    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-        self.account.get_queue_url(name).await
-    }
-
-    async fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> Result<String, TransportError> {
-        self.account.create_queue(name, attributes).await
-    }
-
-    async fn get_queue_attributes(
-        &self,
-        url: &str,
-        names: &[&str],
-    ) -> Result<QueueAttributes, TransportError> {
-        self.account.get_queue_attributes(url, names).await
-    }
-
-    async fn send_message_batch(
-        &self,
-        url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> Result<BatchResult<SentMessage>, TransportError> {
-        self.account.send_message_batch(url, entries).await
-    }
-
-    async fn receive_message(
-        &self,
-        url: &str,
-        request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
-        let received = self.account.receive_message(url, request).await?;
-        let mut seen = self.seen.lock().unwrap();
-        for message in &received {
-            seen.receipts
-                .entry(message.message_id.clone())
-                .or_default()
-                .push(message.receipt_handle.clone());
-        }
-        Ok(received)
-    }
-
-    async fn delete_message_batch(
-        &self,
-        url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        let now = Instant::now();
-        self.seen.lock().unwrap().deletes.extend(
-            entries
-                .iter()
-                .map(|entry| (now, entry.receipt_handle.clone())),
-        );
-        self.account.delete_message_batch(url, entries).await
-    }
-
-    async fn change_message_visibility_batch(
-        &self,
-        url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        let now = Instant::now();
-        let result = self
-            .account
-            .change_message_visibility_batch(url, entries.clone())
-            .await?;
-        let mut seen = self.seen.lock().unwrap();
-        for entry in entries {
-            let ok = result.successful.iter().any(|(id, ())| *id == entry.id);
-            seen.visibility_changes
-                .push((now, entry.receipt_handle, entry.visibility_timeout, ok));
-        }
-        Ok(result)
     }
 }
 
@@ -550,7 +408,7 @@ async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_han
 async fn a_handler_slower_than_half_its_visibility_timeout_keeps_its_message() {
     let account = Account::new();
     let url = standard_queue(&account, "slow", 1).await;
-    let recording = Recording::new(&account);
+    let recording = Recording::new(account.clone());
     let broker = SqsBroker::with_transport(recording.clone());
     let (handler, probe) = slow(|_, _| Hold::For(secs(35)));
     let sub = subscriber("slow", handler)
@@ -587,7 +445,7 @@ async fn a_handler_slower_than_half_its_visibility_timeout_keeps_its_message() {
 async fn the_held_rest_of_a_fifo_group_is_extended_behind_its_slow_message() {
     let account = Account::new();
     let url = fifo_queue(&account, "lane.fifo", &["g"], 4).await;
-    let recording = Recording::new(&account);
+    let recording = Recording::new(account.clone());
     let (handler, probe) =
         slow(|job, _| Hold::For(if job.n == 0 { secs(35) } else { Duration::ZERO }));
     let sub = subscriber("lane.fifo", handler)
@@ -630,7 +488,7 @@ async fn the_held_rest_of_a_fifo_group_is_extended_behind_its_slow_message() {
 async fn no_visibility_change_reaches_a_message_after_it_is_settled() {
     let account = Account::new();
     let url = standard_queue(&account, "settled", 10).await;
-    let recording = Recording::new(&account);
+    let recording = Recording::new(account.clone());
     let broker = SqsBroker::with_transport(recording.clone());
     // Handlers end at staggered times, between heartbeats and on them.
     let (handler, probe) = slow(|job, _| Hold::For(Duration::from_millis(1500) * job.n));
@@ -668,7 +526,7 @@ async fn no_visibility_change_reaches_a_message_after_it_is_settled() {
 async fn a_handler_past_the_twelve_hour_cap_sees_its_message_delivered_again() {
     let account = Account::new();
     let url = standard_queue(&account, "marathon", 1).await;
-    let recording = Recording::new(&account);
+    let recording = Recording::new(account.clone());
     let (handler, probe) = slow(|_, receive_count| {
         Hold::For(if receive_count == 1 {
             secs(13 * HOUR)

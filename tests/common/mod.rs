@@ -3,7 +3,7 @@
 
 use rust_stream::account::Account;
 use rust_stream::engine::transport::{
-    QueueAttributes, ReceiveMessage, ReceivedMessage, SendMessage, TransportError,
+    QueueAttributes, ReceiveMessage, ReceivedMessage, SendMessage, Transport, TransportError,
 };
 
 /// Runs each named scenario (an `async fn(Backend<T>)` of the test file) on both backends: the
@@ -31,6 +31,35 @@ macro_rules! both_backends {
             )*
         }
     };
+}
+
+/// Visible, in flight and delayed messages, as the queue reports them
+/// (`ApproximateNumberOfMessages`, `...NotVisible`, `...Delayed`): `(0, 0, 0)` is a queue whose
+/// every message was deleted, which no receive can tell from one whose messages are in flight.
+pub async fn left<T: Transport>(transport: &T, url: &str) -> (u64, u64, u64) {
+    let attributes = transport
+        .get_queue_attributes(
+            url,
+            &[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )
+        .await
+        .unwrap();
+    let count = |name: &str| -> u64 {
+        attributes
+            .get(name)
+            .unwrap_or_else(|| panic!("the queue reports no {name}: {attributes:?}"))
+            .parse()
+            .expect("a count")
+    };
+    (
+        count("ApproximateNumberOfMessages"),
+        count("ApproximateNumberOfMessagesNotVisible"),
+        count("ApproximateNumberOfMessagesDelayed"),
+    )
 }
 
 /// Queue attributes from `(name, value)` pairs.
@@ -363,6 +392,277 @@ pub mod engine {
     }
 }
 
+pub mod recording {
+    //! A transport that records, in the order they happen, the receives, sends, deletes and
+    //! visibility changes that go through it, over any other transport (the in-process account
+    //! or the aws-sdk one): what a test needs to prove an order ("deleted only after its outputs
+    //! were sent") or a call ("extended while its handler ran") rather than an end state.
+
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use rust_stream::engine::transport::{
+        BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
+        ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    };
+
+    /// One call, as the recording saw it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Call {
+        /// A receive answered these `(message id, receipt handle)`s.
+        Received {
+            queue_url: String,
+            messages: Vec<(String, String)>,
+        },
+        /// A send batch was answered (recorded after the answer: the sends are confirmed): the
+        /// entries that succeeded, `(dedup id, message id)`.
+        Sent {
+            queue_url: String,
+            messages: Vec<(Option<String>, String)>,
+        },
+        /// A delete batch went out with these receipt handles (recorded before the call).
+        Delete {
+            queue_url: String,
+            receipt_handles: Vec<String>,
+        },
+        /// A visibility change batch went out (recorded before the call, its outcome filled in
+        /// after): `(receipt handle, seconds, succeeded)` of each entry.
+        ChangeVisibility {
+            queue_url: String,
+            changes: Vec<(String, i32, bool)>,
+        },
+    }
+
+    /// A transport that records its calls, over `T`.
+    #[derive(Clone)]
+    pub struct Recording<T> {
+        pub inner: T,
+        calls: Arc<Mutex<Vec<Call>>>,
+    }
+
+    impl<T: Transport> Recording<T> {
+        pub fn new(inner: T) -> Self {
+            Self {
+                inner,
+                calls: Arc::default(),
+            }
+        }
+
+        /// Every call so far, in order.
+        pub fn calls(&self) -> Vec<Call> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        fn record(&self, call: Call) -> usize {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(call);
+            calls.len() - 1
+        }
+
+        /// The receipt handles each message id was received with, in receive order.
+        pub fn receipts(&self) -> HashMap<String, Vec<String>> {
+            let mut receipts: HashMap<String, Vec<String>> = HashMap::new();
+            for call in self.calls.lock().unwrap().iter() {
+                if let Call::Received { messages, .. } = call {
+                    for (id, handle) in messages {
+                        receipts.entry(id.clone()).or_default().push(handle.clone());
+                    }
+                }
+            }
+            receipts
+        }
+
+        /// How many times `message_id` was received.
+        pub fn receives_of(&self, message_id: &str) -> usize {
+            self.receipts().get(message_id).map_or(0, Vec::len)
+        }
+
+        /// The positions (in [`Self::calls`]) of the delete calls naming any receipt of
+        /// `message_id`.
+        pub fn deletes_of(&self, message_id: &str) -> Vec<usize> {
+            let handles = self.receipts().remove(message_id).unwrap_or_default();
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .filter(|(_, call)| {
+                    matches!(call, Call::Delete { receipt_handles, .. }
+                        if receipt_handles.iter().any(|h| handles.contains(h)))
+                })
+                .map(|(at, _)| at)
+                .collect()
+        }
+
+        /// The positions of the confirmed sends of a message with this deduplication id.
+        pub fn sends_with_dedup_id(&self, dedup_id: &str) -> Vec<usize> {
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .filter(|(_, call)| {
+                    matches!(call, Call::Sent { messages, .. }
+                        if messages.iter().any(|(dedup, _)| dedup.as_deref() == Some(dedup_id)))
+                })
+                .map(|(at, _)| at)
+                .collect()
+        }
+
+        /// The visibility changes made for any receive of `message_id`: `(seconds, succeeded)`.
+        pub fn visibility_changes_of(&self, message_id: &str) -> Vec<(i32, bool)> {
+            let handles = self.receipts().remove(message_id).unwrap_or_default();
+            self.visibility_changes()
+                .into_iter()
+                .filter(|(_, handle, _, _)| handles.contains(handle))
+                .map(|(_, _, seconds, ok)| (seconds, ok))
+                .collect()
+        }
+
+        pub fn failed_visibility_changes(&self) -> usize {
+            self.visibility_changes()
+                .iter()
+                .filter(|(_, _, _, ok)| !ok)
+                .count()
+        }
+
+        /// Visibility changes sent for a receipt handle after its delete was sent:
+        /// `(position, receipt handle)`.
+        pub fn visibility_changes_after_delete(&self) -> Vec<(usize, String)> {
+            let changes = self.visibility_changes();
+            let calls = self.calls.lock().unwrap();
+            let deleted_at = |handle: &str| {
+                calls.iter().position(|call| {
+                    matches!(call, Call::Delete { receipt_handles, .. }
+                        if receipt_handles.iter().any(|h| h == handle))
+                })
+            };
+            changes
+                .into_iter()
+                .filter(|(at, handle, _, _)| deleted_at(handle).is_some_and(|d| d < *at))
+                .map(|(at, handle, _, _)| (at, handle))
+                .collect()
+        }
+
+        /// `(position, receipt handle, seconds, succeeded)` of every visibility change entry.
+        fn visibility_changes(&self) -> Vec<(usize, String, i32, bool)> {
+            let calls = self.calls.lock().unwrap();
+            let mut changes = Vec::new();
+            for (at, call) in calls.iter().enumerate() {
+                if let Call::ChangeVisibility {
+                    changes: entries, ..
+                } = call
+                {
+                    for (handle, seconds, ok) in entries {
+                        changes.push((at, handle.clone(), *seconds, *ok));
+                    }
+                }
+            }
+            changes
+        }
+    }
+
+    impl<T: Transport> Transport for Recording<T> {
+        async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+            self.inner.get_queue_url(name).await
+        }
+
+        async fn create_queue(
+            &self,
+            name: &str,
+            attributes: QueueAttributes,
+        ) -> Result<String, TransportError> {
+            self.inner.create_queue(name, attributes).await
+        }
+
+        async fn get_queue_attributes(
+            &self,
+            url: &str,
+            names: &[&str],
+        ) -> Result<QueueAttributes, TransportError> {
+            self.inner.get_queue_attributes(url, names).await
+        }
+
+        async fn send_message_batch(
+            &self,
+            url: &str,
+            entries: Vec<SendBatchEntry>,
+        ) -> Result<BatchResult<SentMessage>, TransportError> {
+            let dedup_ids: HashMap<String, Option<String>> = entries
+                .iter()
+                .map(|entry| (entry.id.clone(), entry.message.dedup_id.clone()))
+                .collect();
+            let result = self.inner.send_message_batch(url, entries).await?;
+            let messages = result
+                .successful
+                .iter()
+                .map(|(id, sent)| (dedup_ids[id].clone(), sent.message_id.clone()))
+                .collect();
+            self.record(Call::Sent {
+                queue_url: url.to_owned(),
+                messages,
+            });
+            Ok(result)
+        }
+
+        async fn receive_message(
+            &self,
+            url: &str,
+            request: ReceiveMessage,
+        ) -> Result<Vec<ReceivedMessage>, TransportError> {
+            let received = self.inner.receive_message(url, request).await?;
+            self.record(Call::Received {
+                queue_url: url.to_owned(),
+                messages: received
+                    .iter()
+                    .map(|m| (m.message_id.clone(), m.receipt_handle.clone()))
+                    .collect(),
+            });
+            Ok(received)
+        }
+
+        async fn delete_message_batch(
+            &self,
+            url: &str,
+            entries: Vec<DeleteEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            self.record(Call::Delete {
+                queue_url: url.to_owned(),
+                receipt_handles: entries.iter().map(|e| e.receipt_handle.clone()).collect(),
+            });
+            self.inner.delete_message_batch(url, entries).await
+        }
+
+        async fn change_message_visibility_batch(
+            &self,
+            url: &str,
+            entries: Vec<ChangeVisibilityEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            let at = self.record(Call::ChangeVisibility {
+                queue_url: url.to_owned(),
+                changes: entries
+                    .iter()
+                    .map(|e| (e.receipt_handle.clone(), e.visibility_timeout, false))
+                    .collect(),
+            });
+            let result = self
+                .inner
+                .change_message_visibility_batch(url, entries.clone())
+                .await?;
+            if let Call::ChangeVisibility { changes, .. } = &mut self.calls.lock().unwrap()[at] {
+                for (change, entry) in changes.iter_mut().zip(&entries) {
+                    change.2 = result.successful.iter().any(|(id, ())| *id == entry.id);
+                }
+            }
+            Ok(result)
+        }
+
+        fn abandoned_receive_takes_nothing(&self) -> bool {
+            self.inner.abandoned_receive_takes_nothing()
+        }
+    }
+}
+
 pub mod backend {
     //! One test body, two backends: the in-process account (on a paused clock) and a live
     //! LocalStack (real time), reached through the same `Transport`.
@@ -375,6 +675,8 @@ pub mod backend {
     };
     use rust_stream::sqs::aws::AwsTransport;
     use rust_stream::SqsBroker;
+
+    use super::recording::Recording;
 
     /// Which backend a test body runs on, for the places where LocalStack deviates from SQS.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -442,6 +744,20 @@ pub mod backend {
         }
     }
 
+    impl<T: Transport + Clone> Backend<T> {
+        /// The same backend behind a [`Recording`] transport, with a broker over it: what the
+        /// services of the test do is recorded call by call.
+        pub fn recorded(self) -> Backend<Recording<T>> {
+            let transport = Recording::new(self.transport);
+            Backend {
+                broker: SqsBroker::with_transport(transport.clone()),
+                transport,
+                kind: self.kind,
+                run: self.run,
+            }
+        }
+    }
+
     impl<T: Transport> Backend<T> {
         /// A unique queue name for this run: `{base}-{run}`, with `.fifo` kept at the end.
         pub fn name(&self, base: &str) -> String {
@@ -491,6 +807,11 @@ pub mod backend {
                 }
             }
             got
+        }
+
+        /// Visible, in flight and delayed messages of a queue: see [`super::left`].
+        pub async fn left(&self, url: &str) -> (u64, u64, u64) {
+            super::left(&self.transport, url).await
         }
 
         /// A visibility timeout long enough for LocalStack's ~1 s timer resolution.
