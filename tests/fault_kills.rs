@@ -742,23 +742,11 @@ struct QueueLoad {
 }
 
 async fn queue_load(backend: &Backend<AwsTransport>, url: &str) -> QueueLoad {
-    let attributes = backend
-        .transport
-        .get_queue_attributes(
-            url,
-            &[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )
-        .await
-        .expect("read the queue's counts");
-    let count = |name: &str| attributes[name].parse::<u64>().expect("a count");
+    let (visible, in_flight, delayed) = backend.left(url).await;
     QueueLoad {
-        visible: count("ApproximateNumberOfMessages"),
-        in_flight: count("ApproximateNumberOfMessagesNotVisible"),
-        delayed: count("ApproximateNumberOfMessagesDelayed"),
+        visible,
+        in_flight,
+        delayed,
     }
 }
 
