@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use common::backend::Backend;
 use common::engine::Job;
-use rust_stream::engine::transport::{DeleteEntry, ReceiveMessage, ReceivedMessage, Transport};
+use rust_stream::engine::transport::{ReceivedMessage, Transport};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually_within, Recorder, Settled, TestApp};
 use rust_stream::{
@@ -452,7 +452,7 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
         .get_queue_url(&backend.name(dlq_base))
         .await
         .unwrap();
-    let copies = take_all(backend, &dlq_url, dead_expected.len()).await;
+    let copies = backend.take_all(&dlq_url, dead_expected.len()).await;
     let mut copied: BTreeMap<u32, &ReceivedMessage> = BTreeMap::new();
     for copy in &copies {
         let job: Job = serde_json::from_str(&copy.body).expect("a job");
@@ -531,48 +531,4 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
         plan.messages() as usize - dead_expected.len(),
         dead_expected.len()
     );
-}
-
-/// Receives and deletes what a queue holds, until `want` messages came or it stays empty, then
-/// checks nothing more comes.
-async fn take_all<T: Transport>(
-    backend: &Backend<T>,
-    url: &str,
-    want: usize,
-) -> Vec<ReceivedMessage> {
-    let mut got = Vec::new();
-    let mut empty_looks = 0;
-    while empty_looks < 3 {
-        let request = ReceiveMessage::new(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(30);
-        let batch = backend
-            .transport
-            .receive_message(url, request)
-            .await
-            .unwrap();
-        if batch.is_empty() {
-            if got.len() >= want {
-                break;
-            }
-            empty_looks += 1;
-            continue;
-        }
-        let entries = batch
-            .iter()
-            .enumerate()
-            .map(|(i, message)| DeleteEntry {
-                id: i.to_string(),
-                receipt_handle: message.receipt_handle.clone(),
-            })
-            .collect();
-        let deleted = backend
-            .transport
-            .delete_message_batch(url, entries)
-            .await
-            .unwrap();
-        assert!(deleted.failed.is_empty(), "{:?}", deleted.failed);
-        got.extend(batch);
-    }
-    got
 }

@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use common::backend::Backend;
 use common::process::output_within;
-use rust_stream::engine::transport::{DeleteEntry, ReceiveMessage, Transport};
 use rust_stream::sqs::aws::AwsTransport;
 use rust_stream::sqs::SqsQueue;
 
@@ -171,11 +170,12 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
         "within 1 s of exit every completed message is deleted and every other one visible \
          (last reading {settled_after:?} after exit)"
     );
-    let outputs: HashSet<String> = read_all(backend, &output)
+    let outputs: HashSet<String> = backend
+        .take_all(&output, 0)
         .await
         .iter()
-        .map(|body| {
-            serde_json::from_str::<serde_json::Value>(body).unwrap()["input"]
+        .map(|message| {
+            serde_json::from_str::<serde_json::Value>(&message.body).unwrap()["input"]
                 .as_str()
                 .unwrap()
                 .to_owned()
@@ -790,39 +790,6 @@ async fn wait_until_empty(backend: &Backend<AwsTransport>, url: &str) {
             "the queue is not empty after {PATIENCE:?}: {load:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Receives and deletes everything a queue holds, until a receive finds nothing; the bodies.
-async fn read_all(backend: &Backend<AwsTransport>, url: &str) -> Vec<String> {
-    let mut bodies = Vec::new();
-    loop {
-        let request = ReceiveMessage::new(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(30);
-        let received = backend
-            .transport
-            .receive_message(url, request)
-            .await
-            .expect("receive");
-        if received.is_empty() {
-            return bodies;
-        }
-        let entries = received
-            .iter()
-            .enumerate()
-            .map(|(index, message)| DeleteEntry {
-                id: index.to_string(),
-                receipt_handle: message.receipt_handle.clone(),
-            })
-            .collect();
-        let deleted = backend
-            .transport
-            .delete_message_batch(url, entries)
-            .await
-            .expect("delete");
-        assert!(deleted.failed.is_empty(), "{:?}", deleted.failed);
-        bodies.extend(received.into_iter().map(|message| message.body));
     }
 }
 

@@ -809,6 +809,42 @@ pub mod backend {
             got
         }
 
+        /// Receives and deletes what a queue holds: until a long poll of 1 s finds nothing once
+        /// `want` messages came, or three find nothing before (the caller then sees fewer).
+        pub async fn take_all(&self, url: &str, want: usize) -> Vec<ReceivedMessage> {
+            let mut got = Vec::new();
+            let mut empty_looks = 0;
+            while empty_looks < 3 {
+                let request = ReceiveMessage::new(10)
+                    .wait_time_seconds(1)
+                    .visibility_timeout(30);
+                let batch = self.transport.receive_message(url, request).await.unwrap();
+                if batch.is_empty() {
+                    if got.len() >= want {
+                        break;
+                    }
+                    empty_looks += 1;
+                    continue;
+                }
+                let entries = batch
+                    .iter()
+                    .enumerate()
+                    .map(|(i, message)| rust_stream::engine::transport::DeleteEntry {
+                        id: i.to_string(),
+                        receipt_handle: message.receipt_handle.clone(),
+                    })
+                    .collect();
+                let deleted = self
+                    .transport
+                    .delete_message_batch(url, entries)
+                    .await
+                    .unwrap();
+                assert!(deleted.failed.is_empty(), "{:?}", deleted.failed);
+                got.extend(batch);
+            }
+            got
+        }
+
         /// Visible, in flight and delayed messages of a queue: see [`super::left`].
         pub async fn left(&self, url: &str) -> (u64, u64, u64) {
             super::left(&self.transport, url).await
