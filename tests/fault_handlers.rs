@@ -301,10 +301,10 @@ async fn drawn_handler_faults_on_a_standard_queue_end_each_message_handled_or_de
 
 async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
     let seed = seed();
-    println!(
+    common::report(format_args!(
         "handler faults on {base} ({:?}): seed {seed} (set {SEED_VAR} to replay)",
         backend.kind
-    );
+    ));
     let plan = Arc::new(Plan::draw(seed));
     let fifo = base.ends_with(".fifo");
     let dlq_base = if fifo {
@@ -525,10 +525,10 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
     for kind in FAULTS {
         assert!(tried.contains_key(&kind), "{kind:?} was never tried");
     }
-    println!(
+    common::report(format_args!(
         "handler faults on {base} ({:?}): attempts by kind {tried:?}; {} handled, {} dead-lettered, 0 lost",
         backend.kind,
         plan.messages() as usize - dead_expected.len(),
         dead_expected.len()
-    );
+    ));
 }

@@ -235,7 +235,7 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
     } else {
         "order not promised".to_owned()
     };
-    println!(
+    common::report(format_args!(
         "stop under load ({base}): {total} messages over {groups} groups; at SIGTERM {} handlers \
          running, all finished and deleted; {} completed before exit, their {} outputs sent; \
          {} held but unstarted released ({} of them taken by a long poll pending at the signal \
@@ -248,7 +248,7 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
         caught_by_long_poll,
         settled_after,
         exited - signalled,
-    );
+    ));
     dir.remove();
 }
 
@@ -278,7 +278,7 @@ impl Figures {
             Some(violations) => violations.to_string(),
             None => "not promised".to_owned(),
         };
-        println!(
+        common::report(format_args!(
             "process kills ({kind}, seed {}): kills survived {}, messages {}, completions {}, \
              re-deliveries (duplicate completions) {}, messages received again after a kill {}, \
              lost {}, order violations {order}, outputs stored {}, in {:.1?}",
@@ -291,7 +291,7 @@ impl Figures {
             self.lost,
             self.outputs,
             self.elapsed,
-        );
+        ));
     }
 }
 
@@ -317,7 +317,9 @@ async fn kill_run(
                 .unwrap()
                 .as_nanos() as u64
         });
-    println!("process kills ({base}): seed {seed} (FAULT_SEED={seed} replays the kill points)");
+    common::report(format_args!(
+        "process kills ({base}): seed {seed} (FAULT_SEED={seed} replays the kill points)"
+    ));
     let mut random = SplitMix(seed);
     let dir = RunDir::new(&backend.name(base.trim_end_matches(".fifo")));
     let fifo = base.ends_with(".fifo");
@@ -347,7 +349,9 @@ async fn kill_run(
         .map(|_| 50 + (random.next() % (total as u64 - 100)) as usize)
         .collect();
     points.sort_unstable();
-    println!("process kills ({base}): killed after {points:?} messages done");
+    common::report(format_args!(
+        "process kills ({base}): killed after {points:?} messages done"
+    ));
     let mut consumer = Consumer::start(&example, &endpoint, &settings, &dir, 0);
     for (kill, point) in points.iter().enumerate() {
         // Each process does some work of its own before it is killed, so no kill lands on a
@@ -436,7 +440,9 @@ fn order_violations(records: &[Record], sent: &[(String, (String, u32))]) -> usi
             .filter(|pair| pair[1] < pair[0])
             .count();
         if out_of_order > 0 || Some(completed) != sent_by_group.get(group) {
-            println!("group {group}: completed first in the order {completed:?}");
+            common::report(format_args!(
+                "group {group}: completed first in the order {completed:?}"
+            ));
         }
         violations += out_of_order;
     }

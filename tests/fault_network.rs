@@ -14,7 +14,6 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -465,10 +464,7 @@ async fn the_service_rides_out_network_faults_without_loss_duplicates_or_reorder
         "  redeliveries: FIFO {fifo_redeliveries}, standard {standard_duplicates} (at least once)"
     );
 
-    std::io::stderr()
-        .lock()
-        .write_all(report.as_bytes())
-        .expect("stderr takes the report");
+    common::report(report.trim_end());
 
     for period in &periods {
         assert!(

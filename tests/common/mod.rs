@@ -62,6 +62,13 @@ pub async fn left<T: Transport>(transport: &T, url: &str) -> (u64, u64, u64) {
     )
 }
 
+/// Writes a test's figures (a seed, counts of faults, re-deliveries) straight to the terminal,
+/// past libtest's capture of `println!`, so that every run shows them, not only a failing one.
+pub fn report(figures: impl std::fmt::Display) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{figures}");
+}
+
 /// Queue attributes from `(name, value)` pairs.
 pub fn attributes(pairs: &[(&str, &str)]) -> QueueAttributes {
     pairs
