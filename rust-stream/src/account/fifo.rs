@@ -6,13 +6,13 @@
 //! receive takes the oldest ready group in O(log groups) without looking at the others; a group
 //! whose head is held or delayed is simply not in the index.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::Hash;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::queue::Key;
+use super::queue::{Key, MessageId};
 
 /// The messages of one group, in storage order, and how many of them are in flight.
 #[derive(Debug, Default)]
@@ -33,14 +33,79 @@ pub(super) struct Fifo {
     ready: BTreeSet<(Key, Arc<str>)>,
     /// Deduplication ids (or body digests) seen in the last 5 minutes, with the original's
     /// message id and sequence.
-    pub(super) dedup: Window<DedupKey, (String, Key)>,
+    pub(super) dedup: DedupWindow,
 }
 
-/// What a FIFO queue deduplicates on: the id, scoped to the group when the queue says so.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct DedupKey {
+/// A deduplication id (or body digest) and the message first sent with it. One allocation,
+/// shared by the window and the stored message (which reports the id).
+#[derive(Debug)]
+pub(super) struct Dedup {
+    /// The group the id is scoped to, when the queue deduplicates per group.
     pub(super) group: Option<Arc<str>>,
-    pub(super) id: String,
+    pub(super) id: Box<str>,
+    pub(super) message_id: MessageId,
+    pub(super) key: Key,
+    pub(super) expires: Instant,
+}
+
+/// A window entry, equal to another with the same id in the same scope.
+#[derive(Debug)]
+struct ById(Arc<Dedup>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.group == other.0.group && self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.group.hash(state);
+        self.0.id.hash(state);
+    }
+}
+
+/// The deduplication ids of the last 5 minutes: a set for finding one, and the same entries in
+/// the order they expire (the order they were sent) for forgetting them.
+#[derive(Debug, Default)]
+pub(super) struct DedupWindow {
+    live: HashSet<ById>,
+    expiries: VecDeque<Arc<Dedup>>,
+}
+
+impl DedupWindow {
+    /// The live entry with the id (and scope) of `candidate`.
+    pub(super) fn get(&mut self, candidate: &Arc<Dedup>, now: Instant) -> Option<&Arc<Dedup>> {
+        self.prune(now);
+        self.live
+            .get(&ById(candidate.clone()))
+            .map(|entry| &entry.0)
+    }
+
+    /// Remembers an entry until its `expires`, which must not be earlier than any earlier one's.
+    pub(super) fn insert(&mut self, entry: Arc<Dedup>) {
+        self.expiries.push_back(entry.clone());
+        self.live.replace(ById(entry));
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while let Some(oldest) = self.expiries.front() {
+            if oldest.expires > now {
+                break;
+            }
+            let oldest = ById(self.expiries.pop_front().expect("front exists"));
+            // An id sent again after it expired has a newer entry, which must stay.
+            if self
+                .live
+                .get(&oldest)
+                .is_some_and(|live| Arc::ptr_eq(&live.0, &oldest.0))
+            {
+                self.live.remove(&oldest);
+            }
+        }
+    }
 }
 
 impl Fifo {

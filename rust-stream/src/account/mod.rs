@@ -46,6 +46,7 @@
 
 mod fifo;
 mod queue;
+mod store;
 mod transport;
 
 use std::collections::HashMap;
@@ -55,7 +56,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 pub use queue::QueueCounts;
-use queue::{Config, Now, Queue, Take};
+use queue::{Config, Now, Queue, Take, Wanted};
 
 use crate::engine::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
@@ -327,7 +328,7 @@ impl Account {
         let mut all = queue.config.attributes();
         let counts = queue.counts();
         for (name, value) in [
-            ("QueueArn", queue.arn.clone()),
+            ("QueueArn", queue.arn.to_string()),
             ("ApproximateNumberOfMessages", counts.visible.to_string()),
             (
                 "ApproximateNumberOfMessagesNotVisible",
@@ -482,6 +483,7 @@ impl Account {
             request.receive_request_attempt_id.as_deref(),
         )?;
         rules::check_system_attribute_names(&request.system_attribute_names)?;
+        let wanted = Wanted::new(&request);
         let mut deadline = None;
         loop {
             let notify = self.state().queue(queue_url)?.notify.clone();
@@ -509,7 +511,7 @@ impl Account {
                     max,
                     visibility: 0,
                     redrive_at: usable_dlq.map(|policy| policy.max_receive_count),
-                    request: &request,
+                    wanted: &wanted,
                 };
                 let queue = state.queue(queue_url)?;
                 let take = Take {
@@ -536,7 +538,8 @@ impl Account {
                     dlq.notify.notify_waiters();
                 }
                 if !received.is_empty() || now.instant >= deadline {
-                    return Ok(received);
+                    drop(state);
+                    return Ok(received.into_messages(&wanted));
                 }
                 (received, next_timer.map_or(deadline, |t| t.min(deadline)))
             };
