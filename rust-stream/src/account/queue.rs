@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::fifo::{Dedup, Fifo, Window};
@@ -264,14 +263,12 @@ enum Order {
 #[derive(Debug)]
 pub(super) struct Queue {
     pub(super) name: String,
-    pub(super) url: String,
     pub(super) arn: Arc<str>,
     /// Unique per queue created in the account, so a receipt handle never fits another queue.
-    incarnation: u64,
+    pub(super) incarnation: u64,
     pub(super) config: Config,
     pub(super) created_epoch_s: u64,
     pub(super) last_modified_epoch_s: u64,
-    pub(super) notify: Arc<Notify>,
     messages: Messages,
     next_key: Key,
     /// Every delayed or in-flight message, by the instant its state ends.
@@ -315,7 +312,6 @@ pub struct QueueCounts {
 impl Queue {
     pub(super) fn new(
         name: String,
-        url: String,
         arn: String,
         incarnation: u64,
         config: Config,
@@ -328,13 +324,11 @@ impl Queue {
         };
         Self {
             name,
-            url,
             arn: Arc::from(arn),
             incarnation,
             config,
             created_epoch_s: now.epoch_ms / 1000,
             last_modified_epoch_s: now.epoch_ms / 1000,
-            notify: Arc::new(Notify::new()),
             messages: Messages::new(1),
             next_key: 1,
             timers: BTreeSet::new(),
@@ -503,7 +497,10 @@ impl Queue {
         self.messages.insert(key, message);
         // Sends come in time order, but a message redriven to a standard queue keeps its older
         // enqueue time, so it may expire before messages stored earlier.
-        if self.latest_stored_at.is_some_and(|latest| stored_at < latest) {
+        if self
+            .latest_stored_at
+            .is_some_and(|latest| stored_at < latest)
+        {
             self.stored_early.insert((stored_at, key));
         } else {
             self.latest_stored_at = Some(stored_at);
@@ -788,12 +785,7 @@ impl Queue {
     /// The messages of an earlier receive with this attempt id, if all are still in flight from it.
     /// SQS restarts their visibility timeout, as the retry stands for a receive whose answer was
     /// lost; it is no receive of its own, so counts, handles and the 12-hour cap stay.
-    fn repeat_attempt(
-        &mut self,
-        attempt: &str,
-        take: &Take<'_>,
-        now: Instant,
-    ) -> Option<Received> {
+    fn repeat_attempt(&mut self, attempt: &str, take: &Take<'_>, now: Instant) -> Option<Received> {
         let generations = self.attempts.get(&attempt.to_owned(), now)?.clone();
         let mut in_flight = Vec::with_capacity(generations.len());
         for &(key, count) in &generations {

@@ -103,8 +103,7 @@ impl Messages {
         }) {
             *chunk = None;
             // Drop empty chunks at the front, but not the one new keys still go to.
-            while matches!(self.chunks.front(), Some(None))
-                && self.base + CHUNK as Key <= self.end
+            while matches!(self.chunks.front(), Some(None)) && self.base + CHUNK as Key <= self.end
             {
                 self.chunks.pop_front();
                 self.base += CHUNK as Key;
