@@ -6,31 +6,62 @@
 //! receive takes the oldest ready group in O(log groups) without looking at the others; a group
 //! whose head is held or delayed is simply not in the index.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::queue::{Key, MessageId};
+use super::queue::{Key, MessageId, Moment};
 
 /// The messages of one group, in storage order, and how many of them are in flight.
 #[derive(Debug, Default)]
 pub(super) struct Group {
-    /// Every stored message of the group (visible, delayed or in flight), by sequence.
-    pub(super) keys: BTreeSet<Key>,
+    /// Every stored message of the group (visible, delayed or in flight), by sequence. A deque:
+    /// messages join at the end, and leave from the front or near it (the group's received
+    /// messages are its first ones).
+    pub(super) keys: VecDeque<Key>,
     /// While non-zero, no receive gets this group.
     pub(super) in_flight: usize,
     /// The head under which the group sits in the ready index, if it does.
     ready_at: Option<Key>,
 }
 
+/// A group's name, interned per queue: one allocation that the group's messages share, behind a
+/// thin pointer (a queue keeps one per message).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct GroupName(Arc<Box<str>>);
+
+impl From<&str> for GroupName {
+    fn from(name: &str) -> Self {
+        Self(Arc::new(Box::from(name)))
+    }
+}
+
+impl Deref for GroupName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+// Hashes and compares as the `str` (the derives go through `Box<str>` to `str`), so a map keyed
+// by names is searched with a `&str`.
+impl Borrow<str> for GroupName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The FIFO state of a queue.
 #[derive(Debug, Default)]
 pub(super) struct Fifo {
-    pub(super) groups: HashMap<Arc<str>, Group>,
+    pub(super) groups: HashMap<GroupName, Group>,
     /// Ready groups by the sequence of their first message: the oldest is served first.
-    ready: BTreeSet<(Key, Arc<str>)>,
+    ready: BTreeSet<(Key, GroupName)>,
     /// Deduplication ids (or body digests) seen in the last 5 minutes, with the original's
     /// message id and sequence.
     pub(super) dedup: DedupWindow,
@@ -41,11 +72,11 @@ pub(super) struct Fifo {
 #[derive(Debug)]
 pub(super) struct Dedup {
     /// The group the id is scoped to, when the queue deduplicates per group.
-    pub(super) group: Option<Arc<str>>,
+    pub(super) group: Option<GroupName>,
     pub(super) id: Box<str>,
     pub(super) message_id: MessageId,
     pub(super) key: Key,
-    pub(super) expires: Instant,
+    pub(super) expires: Moment,
 }
 
 /// A window entry, equal to another with the same id in the same scope.
@@ -77,7 +108,7 @@ pub(super) struct DedupWindow {
 
 impl DedupWindow {
     /// The live entry with the id (and scope) of `candidate`.
-    pub(super) fn get(&mut self, candidate: &Arc<Dedup>, now: Instant) -> Option<&Arc<Dedup>> {
+    pub(super) fn get(&mut self, candidate: &Arc<Dedup>, now: Moment) -> Option<&Arc<Dedup>> {
         self.prune(now);
         self.live
             .get(&ById(candidate.clone()))
@@ -90,7 +121,7 @@ impl DedupWindow {
         self.live.replace(ById(entry));
     }
 
-    fn prune(&mut self, now: Instant) {
+    fn prune(&mut self, now: Moment) {
         while let Some(oldest) = self.expiries.front() {
             if oldest.expires > now {
                 break;
@@ -108,13 +139,33 @@ impl DedupWindow {
     }
 }
 
+impl Group {
+    /// Adds a message stored after every other of the group.
+    pub(super) fn push(&mut self, key: Key) {
+        debug_assert!(self.keys.back().is_none_or(|&last| last < key));
+        self.keys.push_back(key);
+    }
+
+    pub(super) fn remove(&mut self, key: Key) {
+        if let Ok(at) = self.keys.binary_search(&key) {
+            self.keys.remove(at);
+        }
+    }
+
+    /// The group's first message after `key`, or its first of all.
+    pub(super) fn next_after(&self, key: Option<Key>) -> Option<Key> {
+        let at = key.map_or(0, |key| self.keys.partition_point(|&k| k <= key));
+        self.keys.get(at).copied()
+    }
+}
+
 impl Fifo {
     /// The interned name of a group, creating the group if it is new.
-    pub(super) fn group_name(&mut self, name: &str) -> Arc<str> {
+    pub(super) fn group_name(&mut self, name: &str) -> GroupName {
         match self.groups.get_key_value(name) {
             Some((interned, _)) => interned.clone(),
             None => {
-                let interned: Arc<str> = Arc::from(name);
+                let interned = GroupName::from(name);
                 self.groups.insert(interned.clone(), Group::default());
                 interned
             }
@@ -122,17 +173,17 @@ impl Fifo {
     }
 
     /// The oldest ready group.
-    pub(super) fn first_ready(&self) -> Option<Arc<str>> {
+    pub(super) fn first_ready(&self) -> Option<GroupName> {
         self.ready.first().map(|(_, name)| name.clone())
     }
 
     /// Re-files a group in the ready index after any change to it; drops it when empty.
     /// `head_visible` says whether a message (by key) is visible now.
-    pub(super) fn refresh(&mut self, name: &Arc<str>, head_visible: impl Fn(Key) -> bool) {
+    pub(super) fn refresh(&mut self, name: &GroupName, head_visible: impl Fn(Key) -> bool) {
         let Some(group) = self.groups.get_mut(name) else {
             return;
         };
-        let want = match group.keys.first() {
+        let want = match group.keys.front() {
             Some(&head) if group.in_flight == 0 && head_visible(head) => Some(head),
             _ => None,
         };

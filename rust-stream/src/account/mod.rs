@@ -57,7 +57,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use queue::QueueCounts;
-use queue::{Config, Now, Queue, Take, Wanted};
+use queue::{Config, Moment, Now, Queue, Take, Wanted};
 
 use crate::engine::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
@@ -141,7 +141,7 @@ impl Slot {
     }
 
     /// The queue, brought up to `now`.
-    fn lock_at(&self, now: Instant) -> MutexGuard<'_, Queue> {
+    fn lock_at(&self, now: Moment) -> MutexGuard<'_, Queue> {
         let mut queue = self.lock();
         queue.advance(now);
         queue
@@ -210,6 +210,7 @@ impl Account {
             .as_millis() as u64;
         Now {
             instant,
+            moment: Moment::since(self.inner.started, instant),
             epoch_ms: self.inner.epoch_ms_at_start + since,
         }
     }
@@ -360,7 +361,7 @@ impl Account {
     ) -> Result<QueueAttributes, TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        let queue = slot.lock_at(now.instant);
+        let queue = slot.lock_at(now.moment);
         let mut all = queue.config.attributes();
         let counts = queue.counts();
         for (name, value) in [
@@ -413,7 +414,7 @@ impl Account {
     /// `QueueDoesNotExist`.
     pub async fn counts(&self, queue_url: &str) -> Result<QueueCounts, TransportError> {
         let now = self.now();
-        Ok(self.slot(queue_url)?.lock_at(now.instant).counts())
+        Ok(self.slot(queue_url)?.lock_at(now.moment).counts())
     }
 
     /// `SetQueueAttributes`: all or nothing.
@@ -429,7 +430,7 @@ impl Account {
     ) -> Result<(), TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        let mut queue = slot.lock_at(now.instant);
+        let mut queue = slot.lock_at(now.moment);
         let mut config = queue.config.clone();
         for (attribute, value) in &attributes {
             if attribute == "FifoQueue" {
@@ -467,7 +468,7 @@ impl Account {
     ) -> Result<SentMessage, TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        let sent = slot.lock_at(now.instant).send(message, now)?;
+        let sent = slot.lock_at(now.moment).send(message, now)?;
         slot.notify.notify_waiters();
         Ok(sent)
     }
@@ -486,7 +487,7 @@ impl Account {
         rules::check_send_batch(&entries)?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        let mut queue = slot.lock_at(now.instant);
+        let mut queue = slot.lock_at(now.moment);
         let mut result = BatchResult::default();
         for entry in entries {
             match queue.send(entry.message, now) {
@@ -551,7 +552,7 @@ impl Account {
                         }
                     }
                 }
-                queue.advance(now.instant);
+                queue.advance(now.moment);
                 let deadline = *deadline.get_or_insert_with(|| {
                     now.instant
                         + Duration::from_secs(wait.unwrap_or(queue.config.wait_time_seconds).into())
@@ -566,7 +567,9 @@ impl Account {
                     wanted: &wanted,
                 };
                 let (received, dead) = queue.receive(&take, now);
-                let next_timer = queue.next_timer();
+                let next_timer = queue
+                    .next_timer()
+                    .map(|moment| moment.to_instant(self.inner.started));
                 if let (false, Some(dlq), Some(policy)) = (dead.is_empty(), &dlq, &redrive) {
                     let source_arn = queue.arn.clone();
                     let target = match &mut dlq_queue {
@@ -580,7 +583,7 @@ impl Account {
                             max_receive_count = policy.max_receive_count,
                             "message moved to its dead-letter queue"
                         );
-                        target.accept_dead_letter(message, &source_arn, now.instant);
+                        target.accept_dead_letter(message, &source_arn, now.moment);
                     }
                     drop(dlq_queue);
                     dlq.notify.notify_waiters();
@@ -611,7 +614,7 @@ impl Account {
     ) -> Result<(), TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        slot.lock_at(now.instant).delete(receipt_handle)?;
+        slot.lock_at(now.moment).delete(receipt_handle)?;
         // Deleting a FIFO group's last in-flight message frees the group for waiting receivers.
         slot.notify.notify_waiters();
         Ok(())
@@ -630,7 +633,7 @@ impl Account {
         rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        let mut queue = slot.lock_at(now.instant);
+        let mut queue = slot.lock_at(now.moment);
         let mut result = BatchResult::default();
         for entry in entries {
             match queue.delete(&entry.receipt_handle) {
@@ -657,10 +660,10 @@ impl Account {
     ) -> Result<(), TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        slot.lock_at(now.instant).change_visibility(
+        slot.lock_at(now.moment).change_visibility(
             receipt_handle,
             visibility_timeout,
-            now.instant,
+            now.moment,
         )?;
         slot.notify.notify_waiters();
         Ok(())
@@ -679,13 +682,13 @@ impl Account {
         rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        let mut queue = slot.lock_at(now.instant);
+        let mut queue = slot.lock_at(now.moment);
         let mut result = BatchResult::default();
         for entry in entries {
             match queue.change_visibility(
                 &entry.receipt_handle,
                 entry.visibility_timeout,
-                now.instant,
+                now.moment,
             ) {
                 Ok(()) => result.successful.push((entry.id, ())),
                 Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
@@ -704,7 +707,7 @@ impl Account {
     pub async fn purge_queue(&self, queue_url: &str) -> Result<(), TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        slot.lock_at(now.instant).purge(now.instant)?;
+        slot.lock_at(now.moment).purge(now.instant)?;
         slot.notify.notify_waiters();
         Ok(())
     }

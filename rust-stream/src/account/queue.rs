@@ -14,7 +14,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use super::fifo::{Dedup, Fifo, Window};
+use super::fifo::{Dedup, Fifo, GroupName, Window};
 use super::store::Messages;
 use crate::engine::transport::{
     MessageAttributes, ReceiveMessage, ReceivedMessage, SendMessage, SentMessage, TransportError,
@@ -29,24 +29,49 @@ pub(super) type Key = u64;
 pub(super) struct Now {
     /// Tokio's clock, which tests can pause and advance.
     pub(super) instant: Instant,
+    /// The same, as the account's queues keep it.
+    pub(super) moment: Moment,
     /// Milliseconds since the Unix epoch, for timestamps shown to callers.
     pub(super) epoch_ms: u64,
 }
 
+/// A point on tokio's clock as nanoseconds since the account started: half the size of an
+/// `Instant`, and a queue keeps several per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct Moment(u64);
+
+impl Moment {
+    pub(super) fn since(origin: Instant, at: Instant) -> Self {
+        Self(u64::try_from(at.saturating_duration_since(origin).as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn to_instant(self, origin: Instant) -> Instant {
+        origin + Duration::from_nanos(self.0)
+    }
+
+    fn saturating_since(self, earlier: Self) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl std::ops::Add<Duration> for Moment {
+    type Output = Self;
+
+    fn add(self, duration: Duration) -> Self {
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        Self(self.0.saturating_add(nanos))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum State {
-    Delayed {
-        until: Instant,
-    },
+    Delayed { until: Moment },
     Visible,
-    InFlight {
-        until: Instant,
-        received_at: Instant,
-    },
+    InFlight { until: Moment, received_at: Moment },
 }
 
 impl State {
-    fn timer(self) -> Option<Instant> {
+    fn timer(self) -> Option<Moment> {
         match self {
             Self::Delayed { until } | Self::InFlight { until, .. } => Some(until),
             Self::Visible => None,
@@ -60,7 +85,7 @@ pub(super) struct Stored {
     pub(super) message_id: MessageId,
     pub(super) body: Box<str>,
     /// The queue's interned name of the group (FIFO), shared by the group's messages.
-    pub(super) group_id: Option<Arc<str>>,
+    pub(super) group_id: Option<GroupName>,
     /// The deduplication entry the message was stored under (FIFO), shared with the queue's
     /// deduplication window.
     pub(super) dedup: Option<Arc<Dedup>>,
@@ -69,8 +94,9 @@ pub(super) struct Stored {
     pub(super) sent_epoch_ms: u64,
     /// The enqueue time, where the retention clock starts; set by the sender, or by the
     /// dead-letter queue a message is moved to.
-    pub(super) stored_at: Instant,
-    pub(super) first_receive_epoch_ms: Option<u64>,
+    pub(super) stored_at: Moment,
+    /// 0 until the first receive.
+    pub(super) first_receive_epoch_ms: u64,
     pub(super) receive_count: u32,
     pub(super) state: State,
 }
@@ -88,7 +114,7 @@ pub(super) struct Extra {
 pub(super) struct MessageId([u64; 2]);
 
 impl MessageId {
-    fn random() -> Self {
+    pub(super) fn random() -> Self {
         // fastrand (per-thread wyrand, seeded from the OS) instead of a getrandom call per message.
         let uuid = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid();
         let bits = uuid.as_u128();
@@ -272,13 +298,13 @@ pub(super) struct Queue {
     messages: Messages,
     next_key: Key,
     /// Every delayed or in-flight message, by the instant its state ends.
-    timers: BTreeSet<(Instant, Key)>,
+    timers: BTreeSet<(Moment, Key)>,
     /// The latest retention start among messages stored in key order: those whose start is not
     /// earlier than every such message's before them expire from the front of `messages`.
-    latest_stored_at: Option<Instant>,
+    latest_stored_at: Option<Moment>,
     /// The other messages (moved here from another queue with an older start, or stored a
     /// moment after a concurrent send that read the clock later) by retention start.
-    stored_early: BTreeSet<(Instant, Key)>,
+    stored_early: BTreeSet<(Moment, Key)>,
     order: Order,
     in_flight: usize,
     delayed: usize,
@@ -351,13 +377,13 @@ impl Queue {
     }
 
     /// When the next delay or visibility timeout ends.
-    pub(super) fn next_timer(&self) -> Option<Instant> {
+    pub(super) fn next_timer(&self) -> Option<Moment> {
         self.timers.first().map(|(at, _)| *at)
     }
 
     /// Brings the queue up to `now`: ends delays and visibility timeouts that are due, and drops
     /// messages past their retention period.
-    pub(super) fn advance(&mut self, now: Instant) {
+    pub(super) fn advance(&mut self, now: Moment) {
         while let Some(&(at, key)) = self.timers.first() {
             if at > now {
                 break;
@@ -396,7 +422,7 @@ impl Queue {
     }
 
     /// Takes a message out of the indexes and counts of the state it is leaving.
-    fn leave(&mut self, key: Key, group: Option<&Arc<str>>, old: State) {
+    fn leave(&mut self, key: Key, group: Option<&GroupName>, old: State) {
         if let Some(at) = old.timer() {
             self.timers.remove(&(at, key));
         }
@@ -415,7 +441,7 @@ impl Queue {
     }
 
     /// Puts a message into the indexes and counts of the state it enters.
-    fn enter(&mut self, key: Key, group: Option<&Arc<str>>, new: State) {
+    fn enter(&mut self, key: Key, group: Option<&GroupName>, new: State) {
         if let Some(at) = new.timer() {
             self.timers.insert((at, key));
         }
@@ -433,7 +459,7 @@ impl Queue {
         }
     }
 
-    fn group_in_flight(&mut self, group: Option<&Arc<str>>, change: impl FnOnce(usize) -> usize) {
+    fn group_in_flight(&mut self, group: Option<&GroupName>, change: impl FnOnce(usize) -> usize) {
         if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, group) {
             if let Some(entry) = fifo.groups.get_mut(group) {
                 entry.in_flight = change(entry.in_flight);
@@ -442,7 +468,7 @@ impl Queue {
     }
 
     /// Re-files a FIFO message's group in the ready index after a change to it.
-    fn refresh(&mut self, group: Option<&Arc<str>>) {
+    fn refresh(&mut self, group: Option<&GroupName>) {
         if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, group) {
             let messages = &self.messages;
             fifo.refresh(group, |k| {
@@ -458,7 +484,7 @@ impl Queue {
         self.leave(key, group.as_ref(), message.state);
         if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, &group) {
             if let Some(entry) = fifo.groups.get_mut(group) {
-                entry.keys.remove(&key);
+                entry.remove(key);
             }
         }
         self.refresh(group.as_ref());
@@ -467,7 +493,7 @@ impl Queue {
 
     /// Stores a new message at the end of the queue (and of its group), its retention counted from
     /// its `stored_at`. A FIFO message's `group_id` is replaced by the queue's interned name.
-    fn store(&mut self, mut message: Stored, delay: u32, now: Instant) -> Key {
+    fn store(&mut self, mut message: Stored, delay: u32, now: Moment) -> Key {
         let key = self.next_key;
         self.next_key += 1;
         if let Order::Fifo(fifo) = &mut self.order {
@@ -477,11 +503,7 @@ impl Queue {
                     .as_deref()
                     .expect("FIFO messages have a group"),
             );
-            fifo.groups
-                .get_mut(&name)
-                .expect("just created")
-                .keys
-                .insert(key);
+            fifo.groups.get_mut(&name).expect("just created").push(key);
             message.group_id = Some(name);
         }
         let state = if delay > 0 {
@@ -536,17 +558,17 @@ impl Queue {
                     message_id,
                     body: request.body.into_boxed_str(),
                     // A standard queue keeps a sender's group only to return it.
-                    group_id: request.group_id.as_deref().map(Arc::from),
+                    group_id: request.group_id.as_deref().map(GroupName::from),
                     dedup: None,
                     extra,
                     sent_epoch_ms: now.epoch_ms,
-                    stored_at: now.instant,
-                    first_receive_epoch_ms: None,
+                    stored_at: now.moment,
+                    first_receive_epoch_ms: 0,
                     receive_count: 0,
                     state: State::Visible,
                 },
                 delay,
-                now.instant,
+                now.moment,
             );
             return Ok(SentMessage {
                 message_id: message_id.text(),
@@ -582,9 +604,9 @@ impl Queue {
             id: dedup_id,
             message_id,
             key,
-            expires: now.instant + rules::DEDUP_WINDOW,
+            expires: now.moment + rules::DEDUP_WINDOW,
         });
-        if let Some(original) = fifo.dedup.get(&dedup, now.instant) {
+        if let Some(original) = fifo.dedup.get(&dedup, now.moment) {
             let message_id = original.message_id.text();
             let key = original.key;
             // A send whose group was new created it: an empty group must not linger.
@@ -607,13 +629,13 @@ impl Queue {
                 dedup: Some(dedup),
                 extra,
                 sent_epoch_ms: now.epoch_ms,
-                stored_at: now.instant,
-                first_receive_epoch_ms: None,
+                stored_at: now.moment,
+                first_receive_epoch_ms: 0,
                 receive_count: 0,
                 state: State::Visible,
             },
             delay,
-            now.instant,
+            now.moment,
         );
         debug_assert_eq!(stored_key, key);
         Ok(SentMessage {
@@ -633,7 +655,7 @@ impl Queue {
             .clone()
             .filter(|_| self.config.fifo);
         if let Some(attempt) = &attempt {
-            if let Some(again) = self.repeat_attempt(attempt, take, now.instant) {
+            if let Some(again) = self.repeat_attempt(attempt, take, now) {
                 return (again, Vec::new());
             }
         }
@@ -722,7 +744,7 @@ impl Queue {
     /// Takes consecutive visible messages of one ready group, in order.
     fn take_group(
         &mut self,
-        group: &Arc<str>,
+        group: &GroupName,
         take: &Take<'_>,
         now: Now,
         taken: &mut Vec<Key>,
@@ -736,11 +758,9 @@ impl Queue {
             let Some(entry) = fifo.groups.get(group) else {
                 break;
             };
-            let next = match after {
-                None => entry.keys.first(),
-                Some(last) => entry.keys.range(last + 1..).next(),
+            let Some(key) = entry.next_after(after) else {
+                break;
             };
-            let Some(&key) = next else { break };
             if self.stored(key).state != State::Visible {
                 break;
             }
@@ -769,13 +789,15 @@ impl Queue {
             return false;
         }
         message.receive_count += 1;
-        message.first_receive_epoch_ms.get_or_insert(now.epoch_ms);
-        let until = now.instant + Duration::from_secs(take.visibility.into());
+        if message.first_receive_epoch_ms == 0 {
+            message.first_receive_epoch_ms = now.epoch_ms;
+        }
+        let until = now.moment + Duration::from_secs(take.visibility.into());
         self.set_state(
             key,
             State::InFlight {
                 until,
-                received_at: now.instant,
+                received_at: now.moment,
             },
         );
         taken.push(key);
@@ -785,8 +807,8 @@ impl Queue {
     /// The messages of an earlier receive with this attempt id, if all are still in flight from it.
     /// SQS restarts their visibility timeout, as the retry stands for a receive whose answer was
     /// lost; it is no receive of its own, so counts, handles and the 12-hour cap stay.
-    fn repeat_attempt(&mut self, attempt: &str, take: &Take<'_>, now: Instant) -> Option<Received> {
-        let generations = self.attempts.get(&attempt.to_owned(), now)?.clone();
+    fn repeat_attempt(&mut self, attempt: &str, take: &Take<'_>, now: Now) -> Option<Received> {
+        let generations = self.attempts.get(&attempt.to_owned(), now.instant)?.clone();
         let mut in_flight = Vec::with_capacity(generations.len());
         for &(key, count) in &generations {
             let message = self.messages.get(key)?;
@@ -798,7 +820,7 @@ impl Queue {
             }
             in_flight.push((key, received_at));
         }
-        let until = now + Duration::from_secs(take.visibility.into());
+        let until = now.moment + Duration::from_secs(take.visibility.into());
         for (key, received_at) in in_flight {
             let until = until.min(visibility_cap(received_at));
             self.set_state(key, State::InFlight { until, received_at });
@@ -840,7 +862,7 @@ impl Queue {
         &mut self,
         receipt_handle: &str,
         timeout: i32,
-        now: Instant,
+        now: Moment,
     ) -> Result<(), TransportError> {
         let timeout = rules::check_range(
             "VisibilityTimeout",
@@ -871,7 +893,7 @@ impl Queue {
                 format!(
                     "VisibilityTimeout {timeout} would keep the message invisible past 12 hours after its receive; \
                      at most {} seconds remain",
-                    cap.saturating_duration_since(now).as_secs()
+                    cap.saturating_since(now).as_secs()
                 ),
             );
         }
@@ -889,10 +911,10 @@ impl Queue {
         &mut self,
         mut message: Stored,
         source_arn: &Arc<str>,
-        now: Instant,
+        now: Moment,
     ) {
         message.receive_count = 0;
-        message.first_receive_epoch_ms = None;
+        message.first_receive_epoch_ms = 0;
         message
             .extra
             .get_or_insert_with(Box::default)
@@ -901,7 +923,9 @@ impl Queue {
             // SQS resets the enqueue time on a FIFO dead-letter queue; a standard one keeps the
             // original, so the message expires on its first send's clock.
             message.stored_at = now;
-            message.group_id.get_or_insert_with(|| Arc::from("default"));
+            message
+                .group_id
+                .get_or_insert_with(|| GroupName::from("default"));
         } else {
             message.group_id = None;
         }
@@ -938,7 +962,7 @@ impl Queue {
 }
 
 /// The latest a message received at `received_at` may stay invisible: SQS caps it at 12 hours.
-fn visibility_cap(received_at: Instant) -> Instant {
+fn visibility_cap(received_at: Moment) -> Moment {
     received_at + Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64)
 }
 
@@ -1103,10 +1127,10 @@ struct Copied {
     key: Key,
     message_id: MessageId,
     receive_count: u32,
-    first_receive_epoch_ms: Option<u64>,
+    first_receive_epoch_ms: u64,
     sent_epoch_ms: u64,
     body: String,
-    group_id: Option<Arc<str>>,
+    group_id: Option<GroupName>,
     dedup: Option<Arc<Dedup>>,
     dead_letter_source_arn: Option<Arc<str>>,
     /// Already filtered to the requested ones.
@@ -1140,7 +1164,8 @@ impl Received {
                     Some(decimal(message.receive_count.into()))
                 });
                 put(SystemAttribute::ApproximateFirstReceiveTimestamp, &|| {
-                    message.first_receive_epoch_ms.map(decimal)
+                    (message.first_receive_epoch_ms != 0)
+                        .then(|| decimal(message.first_receive_epoch_ms))
                 });
                 put(SystemAttribute::SentTimestamp, &|| {
                     Some(decimal(message.sent_epoch_ms))
@@ -1169,5 +1194,36 @@ impl Received {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipt_handles_read_back_what_they_were_written_from_and_nothing_else() {
+        let handle = receipt_handle(7, u64::MAX - 1, 3);
+        assert_eq!(handle.len(), 40);
+        assert_eq!(parse_receipt_handle(&handle), Some((7, u64::MAX - 1, 3)));
+        assert_eq!(
+            parse_receipt_handle(&handle.to_uppercase()),
+            Some((7, u64::MAX - 1, 3))
+        );
+        assert_eq!(parse_receipt_handle(&handle[1..]), None);
+        assert_eq!(parse_receipt_handle(&format!("{}g", &handle[1..])), None);
+        assert_eq!(parse_receipt_handle(&"é".repeat(20)), None);
+    }
+
+    #[test]
+    fn numbers_are_written_as_sqs_writes_them() {
+        assert_eq!(sequence_number(42), "00000000000000000042");
+        assert_eq!(sequence_number(u64::MAX), u64::MAX.to_string());
+        for n in [0, 7, 10, 1_700_000_000_123, u64::MAX] {
+            assert_eq!(decimal(n), n.to_string());
+        }
+        let id = MessageId::random();
+        assert_eq!(id.text(), id.to_string());
+        assert_eq!(id.to_uuid().get_version_num(), 4);
     }
 }

@@ -126,3 +126,72 @@ impl Messages {
         self.len = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::account::fifo::Dedup;
+    use crate::account::queue::{MessageId, Moment, State};
+
+    fn message(body: &str) -> Stored {
+        let origin = tokio::time::Instant::now();
+        Stored {
+            message_id: MessageId::random(),
+            body: body.into(),
+            group_id: None,
+            dedup: None,
+            extra: None,
+            sent_epoch_ms: 0,
+            stored_at: Moment::since(origin, origin),
+            first_receive_epoch_ms: 0,
+            receive_count: 0,
+            state: State::Visible,
+        }
+    }
+
+    #[test]
+    fn messages_are_found_by_key_in_key_order_across_chunks_and_freed_chunks() {
+        let mut messages = Messages::new(1);
+        let keys = 1..=(3 * CHUNK as Key + 5);
+        for key in keys.clone() {
+            messages.insert(key, message(&key.to_string()));
+        }
+        assert_eq!(messages.len(), keys.clone().count());
+        // Empty the first chunk and a middle one, and leave one message in between.
+        for key in (1..=CHUNK as Key).chain(CHUNK as Key + 2..=2 * CHUNK as Key + 3) {
+            assert!(messages.remove(key).is_some());
+        }
+        assert!(messages.remove(1).is_none(), "a removed message is gone");
+        assert_eq!(messages.first(), Some(CHUNK as Key + 1));
+        assert_eq!(
+            messages.get(2 * CHUNK as Key + 4).map(|m| &*m.body),
+            Some(&*(2 * CHUNK + 4).to_string())
+        );
+        assert!(messages.get(0).is_none() && messages.get(1_000).is_none());
+        assert!(messages.remove(CHUNK as Key + 1).is_some());
+        assert_eq!(messages.first(), Some(2 * CHUNK as Key + 4));
+        let next = 3 * CHUNK as Key + 6;
+        messages.insert(next, message("next"));
+        assert_eq!(messages.get(next).map(|m| &*m.body), Some("next"));
+        messages.clear();
+        assert_eq!((messages.len(), messages.first()), (0, None));
+        messages.insert(next + 1, message("after the purge"));
+        assert_eq!(messages.first(), Some(next + 1));
+    }
+
+    #[test]
+    fn stored_messages_and_their_deduplication_entries_stay_small() {
+        // A queue keeps one `Stored` a message (and a FIFO queue one `Dedup`, behind an `Arc`
+        // whose counts take 16 more): these bound the memory a queued message costs.
+        assert!(
+            std::mem::size_of::<Stored>() <= 112,
+            "{}",
+            std::mem::size_of::<Stored>()
+        );
+        assert!(
+            std::mem::size_of::<Dedup>() <= 56,
+            "{}",
+            std::mem::size_of::<Dedup>()
+        );
+    }
+}
