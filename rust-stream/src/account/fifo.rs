@@ -7,8 +7,9 @@
 //! whose head is held or delayed is simply not in the index.
 
 use std::borrow::Borrow;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -27,6 +28,55 @@ pub(super) struct Group {
     pub(super) in_flight: usize,
     /// The head under which the group sits in the ready index, if it does.
     ready_at: Option<Key>,
+}
+
+/// The hash of the account's FIFO maps (FxHash's, as `rustc-hash` 2 writes it): their keys are
+/// the application's group and deduplication ids, and SipHash's resistance to chosen keys cost
+/// more than the rest of a lookup.
+pub(super) type FastHash = BuildHasherDefault<FastHasher>;
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = self
+            .0
+            .wrapping_add(word)
+            .wrapping_mul(0xf135_7aea_2e62_a9c5);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.add(byte.into());
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.add(word);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.add(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply leaves the low bits, which pick the bucket, the weakest.
+        self.0.rotate_left(26)
+    }
 }
 
 /// A group's name, interned per queue: one allocation that the group's messages share, behind a
@@ -59,7 +109,7 @@ impl Borrow<str> for GroupName {
 /// The FIFO state of a queue.
 #[derive(Debug, Default)]
 pub(super) struct Fifo {
-    pub(super) groups: HashMap<GroupName, Group>,
+    pub(super) groups: HashMap<GroupName, Group, FastHash>,
     /// Ready groups by the sequence of their first message: the oldest is served first.
     ready: BTreeSet<(Key, GroupName)>,
     /// Deduplication ids (or body digests) seen in the last 5 minutes, with the original's
@@ -102,7 +152,7 @@ impl Hash for ById {
 /// the order they expire (the order they were sent) for forgetting them.
 #[derive(Debug, Default)]
 pub(super) struct DedupWindow {
-    live: HashSet<ById>,
+    live: HashSet<ById, FastHash>,
     expiries: VecDeque<Arc<Dedup>>,
 }
 
@@ -160,14 +210,25 @@ impl Group {
 }
 
 impl Fifo {
-    /// The interned name of a group, creating the group if it is new.
-    pub(super) fn group_name(&mut self, name: &str) -> GroupName {
-        match self.groups.get_key_value(name) {
-            Some((interned, _)) => interned.clone(),
-            None => {
-                let interned = GroupName::from(name);
-                self.groups.insert(interned.clone(), Group::default());
-                interned
+    /// The queue's interned name for a group, when it has the group.
+    pub(super) fn interned(&self, name: &str) -> Option<GroupName> {
+        self.groups
+            .get_key_value(name)
+            .map(|(interned, _)| interned.clone())
+    }
+
+    /// Adds a message stored after every other to its group, creating the group if it is new;
+    /// returns the group's interned name.
+    pub(super) fn join(&mut self, name: GroupName, key: Key) -> GroupName {
+        match self.groups.entry(name) {
+            Entry::Occupied(mut group) => {
+                group.get_mut().push(key);
+                group.key().clone()
+            }
+            Entry::Vacant(group) => {
+                let name = group.key().clone();
+                group.insert(Group::default()).push(key);
+                name
             }
         }
     }
@@ -274,8 +335,9 @@ mod tests {
     #[test]
     fn a_group_is_ready_only_when_nothing_is_in_flight_and_its_head_is_visible() {
         let mut fifo = Fifo::default();
-        let name = fifo.group_name("g");
-        fifo.groups.get_mut(&name).unwrap().keys.extend([3, 5]);
+        let name = fifo.join(GroupName::from("g"), 3);
+        fifo.join(GroupName::from("g"), 5);
+        assert!(Arc::ptr_eq(&fifo.interned("g").unwrap().0, &name.0));
         fifo.refresh(&name, |_| true);
         assert_eq!(fifo.first_ready().as_deref(), Some("g"));
         fifo.groups.get_mut(&name).unwrap().in_flight = 1;

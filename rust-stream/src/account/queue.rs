@@ -497,14 +497,8 @@ impl Queue {
         let key = self.next_key;
         self.next_key += 1;
         if let Order::Fifo(fifo) = &mut self.order {
-            let name = fifo.group_name(
-                message
-                    .group_id
-                    .as_deref()
-                    .expect("FIFO messages have a group"),
-            );
-            fifo.groups.get_mut(&name).expect("just created").push(key);
-            message.group_id = Some(name);
+            let name = message.group_id.take().expect("FIFO messages have a group");
+            message.group_id = Some(fifo.join(name, key));
         }
         let state = if delay > 0 {
             State::Delayed {
@@ -576,12 +570,13 @@ impl Queue {
                 duplicate: false,
             });
         };
-        let group = fifo.group_name(
-            request
-                .group_id
-                .as_deref()
-                .expect("check_send requires a group on FIFO"),
-        );
+        let group = request
+            .group_id
+            .as_deref()
+            .expect("check_send requires a group on FIFO");
+        let group = fifo
+            .interned(group)
+            .unwrap_or_else(|| GroupName::from(group));
         let dedup_id = match request.dedup_id {
             Some(id) => id.into_boxed_str(),
             None if self.config.content_based_dedup => {
@@ -609,11 +604,6 @@ impl Queue {
         if let Some(original) = fifo.dedup.get(&dedup, now.moment) {
             let message_id = original.message_id.text();
             let key = original.key;
-            // A send whose group was new created it: an empty group must not linger.
-            let messages = &self.messages;
-            fifo.refresh(&group, |k| {
-                messages.get(k).is_some_and(|m| m.state == State::Visible)
-            });
             return Ok(SentMessage {
                 message_id,
                 sequence_number: Some(sequence_number(key)),
