@@ -30,9 +30,10 @@ pub(super) struct Group {
     ready_at: Option<Key>,
 }
 
-/// The hash of the account's FIFO maps (FxHash's, as `rustc-hash` 2 writes it): their keys are
-/// the application's group and deduplication ids, and SipHash's resistance to chosen keys cost
-/// more than the rest of a lookup.
+/// The hash of the account's FIFO maps: FxHash's word step, and MurmurHash3's finaliser so that
+/// ids differing in a word's high bytes still land apart. Their keys are the application's group
+/// and deduplication ids, and SipHash's resistance to chosen keys cost more than the rest of a
+/// lookup.
 pub(super) type FastHash = BuildHasherDefault<FastHasher>;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -40,10 +41,7 @@ pub(super) struct FastHasher(u64);
 
 impl FastHasher {
     fn add(&mut self, word: u64) {
-        self.0 = self
-            .0
-            .wrapping_add(word)
-            .wrapping_mul(0xf135_7aea_2e62_a9c5);
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
 }
 
@@ -74,8 +72,12 @@ impl Hasher for FastHasher {
     }
 
     fn finish(&self) -> u64 {
-        // The multiply leaves the low bits, which pick the bucket, the weakest.
-        self.0.rotate_left(26)
+        let mut hash = self.0;
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        hash ^ (hash >> 33)
     }
 }
 

@@ -804,8 +804,8 @@ mod tests {
             [a, b]
         });
         // Each receive moves messages to the other queue, holding both locks: taken in one
-        // order they never wait for each other (in the order of each receive's own queue first,
-        // this deadlocks within a few hundred rounds).
+        // order they never wait for each other (taking each receive's own queue first, this
+        // test deadlocks).
         let (done, finished) = std::sync::mpsc::channel();
         for url in urls.clone() {
             let (account, done) = (account.clone(), done.clone());
