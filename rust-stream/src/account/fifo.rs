@@ -6,68 +6,247 @@
 //! receive takes the oldest ready group in O(log groups) without looking at the others; a group
 //! whose head is held or delayed is simply not in the index.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::Hash;
+use std::borrow::Borrow;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::queue::Key;
+use super::queue::{Key, MessageId, Moment};
 
 /// The messages of one group, in storage order, and how many of them are in flight.
 #[derive(Debug, Default)]
 pub(super) struct Group {
-    /// Every stored message of the group (visible, delayed or in flight), by sequence.
-    pub(super) keys: BTreeSet<Key>,
+    /// Every stored message of the group (visible, delayed or in flight), by sequence. A deque:
+    /// messages join at the end, and leave from the front or near it (the group's received
+    /// messages are its first ones).
+    pub(super) keys: VecDeque<Key>,
     /// While non-zero, no receive gets this group.
     pub(super) in_flight: usize,
     /// The head under which the group sits in the ready index, if it does.
     ready_at: Option<Key>,
 }
 
+/// The hash of the account's FIFO maps: FxHash's word step, and MurmurHash3's finaliser so that
+/// ids differing in a word's high bytes still land apart. Their keys are the application's group
+/// and deduplication ids, and SipHash's resistance to chosen keys cost more than the rest of a
+/// lookup.
+pub(super) type FastHash = BuildHasherDefault<FastHasher>;
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.add(byte.into());
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.add(word);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.add(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        let mut hash = self.0;
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        hash ^ (hash >> 33)
+    }
+}
+
+/// A group's name, interned per queue: one allocation that the group's messages share, behind a
+/// thin pointer (a queue keeps one per message).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct GroupName(Arc<Box<str>>);
+
+impl From<&str> for GroupName {
+    fn from(name: &str) -> Self {
+        Self(Arc::new(Box::from(name)))
+    }
+}
+
+impl Deref for GroupName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+// Hashes and compares as the `str` (the derives go through `Box<str>` to `str`), so a map keyed
+// by names is searched with a `&str`.
+impl Borrow<str> for GroupName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The FIFO state of a queue.
 #[derive(Debug, Default)]
 pub(super) struct Fifo {
-    pub(super) groups: HashMap<Arc<str>, Group>,
+    pub(super) groups: HashMap<GroupName, Group, FastHash>,
     /// Ready groups by the sequence of their first message: the oldest is served first.
-    ready: BTreeSet<(Key, Arc<str>)>,
+    ready: BTreeSet<(Key, GroupName)>,
     /// Deduplication ids (or body digests) seen in the last 5 minutes, with the original's
     /// message id and sequence.
-    pub(super) dedup: Window<DedupKey, (String, Key)>,
+    pub(super) dedup: DedupWindow,
 }
 
-/// What a FIFO queue deduplicates on: the id, scoped to the group when the queue says so.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct DedupKey {
-    pub(super) group: Option<Arc<str>>,
-    pub(super) id: String,
+/// A deduplication id (or body digest) and the message first sent with it. One allocation,
+/// shared by the window and the stored message (which reports the id).
+#[derive(Debug)]
+pub(super) struct Dedup {
+    /// The group the id is scoped to, when the queue deduplicates per group.
+    pub(super) group: Option<GroupName>,
+    pub(super) id: Box<str>,
+    pub(super) message_id: MessageId,
+    pub(super) key: Key,
+    pub(super) expires: Moment,
+}
+
+/// A window entry, equal to another with the same id in the same scope.
+#[derive(Debug)]
+struct ById(Arc<Dedup>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.group == other.0.group && self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.group.hash(state);
+        self.0.id.hash(state);
+    }
+}
+
+/// The deduplication ids of the last 5 minutes: a set for finding one, and the same entries in
+/// the order they expire (the order they were sent) for forgetting them.
+#[derive(Debug, Default)]
+pub(super) struct DedupWindow {
+    live: HashSet<ById, FastHash>,
+    expiries: VecDeque<Arc<Dedup>>,
+}
+
+impl DedupWindow {
+    /// The live entry with the id (and scope) of `candidate`.
+    pub(super) fn get(&mut self, candidate: &Arc<Dedup>, now: Moment) -> Option<&Arc<Dedup>> {
+        self.prune(now);
+        self.live
+            .get(&ById(candidate.clone()))
+            .map(|entry| &entry.0)
+    }
+
+    /// Remembers an entry until its `expires`, which must not be earlier than any earlier one's.
+    pub(super) fn insert(&mut self, entry: Arc<Dedup>) {
+        self.expiries.push_back(entry.clone());
+        self.live.replace(ById(entry));
+    }
+
+    fn prune(&mut self, now: Moment) {
+        while let Some(oldest) = self.expiries.front() {
+            if oldest.expires > now {
+                break;
+            }
+            let oldest = ById(self.expiries.pop_front().expect("front exists"));
+            // An id sent again after it expired has a newer entry, which must stay.
+            if self
+                .live
+                .get(&oldest)
+                .is_some_and(|live| Arc::ptr_eq(&live.0, &oldest.0))
+            {
+                self.live.remove(&oldest);
+            }
+        }
+    }
+}
+
+impl Group {
+    /// Adds a message stored after every other of the group.
+    pub(super) fn push(&mut self, key: Key) {
+        debug_assert!(self.keys.back().is_none_or(|&last| last < key));
+        self.keys.push_back(key);
+    }
+
+    pub(super) fn remove(&mut self, key: Key) {
+        if let Ok(at) = self.keys.binary_search(&key) {
+            self.keys.remove(at);
+        }
+    }
+
+    /// The group's first message after `key`, or its first of all.
+    pub(super) fn next_after(&self, key: Option<Key>) -> Option<Key> {
+        let at = key.map_or(0, |key| self.keys.partition_point(|&k| k <= key));
+        self.keys.get(at).copied()
+    }
 }
 
 impl Fifo {
-    /// The interned name of a group, creating the group if it is new.
-    pub(super) fn group_name(&mut self, name: &str) -> Arc<str> {
-        match self.groups.get_key_value(name) {
-            Some((interned, _)) => interned.clone(),
-            None => {
-                let interned: Arc<str> = Arc::from(name);
-                self.groups.insert(interned.clone(), Group::default());
-                interned
+    /// The queue's interned name for a group, when it has the group.
+    pub(super) fn interned(&self, name: &str) -> Option<GroupName> {
+        self.groups
+            .get_key_value(name)
+            .map(|(interned, _)| interned.clone())
+    }
+
+    /// Adds a message stored after every other to its group, creating the group if it is new;
+    /// returns the group's interned name.
+    pub(super) fn join(&mut self, name: GroupName, key: Key) -> GroupName {
+        match self.groups.entry(name) {
+            Entry::Occupied(mut group) => {
+                group.get_mut().push(key);
+                group.key().clone()
+            }
+            Entry::Vacant(group) => {
+                let name = group.key().clone();
+                group.insert(Group::default()).push(key);
+                name
             }
         }
     }
 
     /// The oldest ready group.
-    pub(super) fn first_ready(&self) -> Option<Arc<str>> {
+    pub(super) fn first_ready(&self) -> Option<GroupName> {
         self.ready.first().map(|(_, name)| name.clone())
     }
 
     /// Re-files a group in the ready index after any change to it; drops it when empty.
     /// `head_visible` says whether a message (by key) is visible now.
-    pub(super) fn refresh(&mut self, name: &Arc<str>, head_visible: impl Fn(Key) -> bool) {
+    pub(super) fn refresh(&mut self, name: &GroupName, head_visible: impl Fn(Key) -> bool) {
         let Some(group) = self.groups.get_mut(name) else {
             return;
         };
-        let want = match group.keys.first() {
+        let want = match group.keys.front() {
             Some(&head) if group.in_flight == 0 && head_visible(head) => Some(head),
             _ => None,
         };
@@ -158,8 +337,9 @@ mod tests {
     #[test]
     fn a_group_is_ready_only_when_nothing_is_in_flight_and_its_head_is_visible() {
         let mut fifo = Fifo::default();
-        let name = fifo.group_name("g");
-        fifo.groups.get_mut(&name).unwrap().keys.extend([3, 5]);
+        let name = fifo.join(GroupName::from("g"), 3);
+        fifo.join(GroupName::from("g"), 5);
+        assert!(Arc::ptr_eq(&fifo.interned("g").unwrap().0, &name.0));
         fifo.refresh(&name, |_| true);
         assert_eq!(fifo.first_ready().as_deref(), Some("g"));
         fifo.groups.get_mut(&name).unwrap().in_flight = 1;

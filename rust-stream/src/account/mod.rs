@@ -46,16 +46,18 @@
 
 mod fifo;
 mod queue;
+mod store;
 mod transport;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use queue::QueueCounts;
-use queue::{Config, Now, Queue, Take};
+use queue::{Config, Moment, Now, Queue, Take, Wanted};
 
 use crate::engine::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
@@ -86,6 +88,11 @@ impl std::fmt::Debug for Account {
     }
 }
 
+// Locking: the account's map of queues and each queue have a lock of their own, so operations on
+// different queues do not wait for each other. The map's lock is only ever held alone (never
+// while waiting for a queue's), and a receive that may move messages to a dead-letter queue
+// holds both queues' locks, taking the newer queue's first: no two calls wait for each other.
+
 struct Inner {
     state: Mutex<State>,
     /// Maps tokio's clock to wall-clock time, so timestamps advance with a paused clock.
@@ -109,29 +116,48 @@ impl Default for Inner {
 
 #[derive(Default)]
 struct State {
-    queues: HashMap<String, Queue>,
+    queues: HashMap<String, Arc<Slot>>,
     /// When each recently deleted queue name was deleted.
     deleted: HashMap<String, Instant>,
     next_incarnation: u64,
 }
 
+/// A queue and what is known of it without its lock.
+struct Slot {
+    url: String,
+    fifo: bool,
+    /// The queue's incarnation: the newer of two queues is locked first.
+    incarnation: u64,
+    /// Wakes long polls on the queue: a message arrived or became available, or the queue went.
+    notify: Notify,
+    queue: Mutex<Queue>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panic elsewhere while holding the lock leaves consistent state: every operation
+        // validates before it mutates.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The queue, brought up to `now`.
+    fn lock_at(&self, now: Moment) -> MutexGuard<'_, Queue> {
+        let mut queue = self.lock();
+        queue.advance(now);
+        queue
+    }
+}
+
 impl State {
-    fn queue(&mut self, url: &str) -> Result<&mut Queue, TransportError> {
+    fn slot(&self, url: &str) -> Result<Arc<Slot>, TransportError> {
         let name = url.rsplit('/').next().unwrap_or_default();
-        match self.queues.get_mut(name) {
-            Some(queue) if queue.url == url => Ok(queue),
+        match self.queues.get(name) {
+            Some(slot) if slot.url == url => Ok(slot.clone()),
             _ => fail(
                 ErrorKind::QueueDoesNotExist,
                 format!("no queue has URL `{url}`; create it first or check the name"),
             ),
         }
-    }
-
-    /// The queue at `url`, brought up to `now`.
-    fn queue_at(&mut self, url: &str, now: Instant) -> Result<&mut Queue, TransportError> {
-        let queue = self.queue(url)?;
-        queue.advance(now);
-        Ok(queue)
     }
 
     /// Checks a redrive policy against the account: the target exists and is of the same type.
@@ -145,7 +171,7 @@ impl State {
                 ErrorKind::InvalidParameterValue,
                 format!("RedrivePolicy of `{queue_name}` names dead-letter queue `{target}`, which does not exist; create it first"),
             ),
-            Some(dlq) if dlq.config.fifo != config.fifo => fail(
+            Some(dlq) if dlq.fifo != config.fifo => fail(
                 ErrorKind::InvalidParameterValue,
                 format!(
                     "RedrivePolicy of `{queue_name}` names `{target}`, but the dead-letter queue of a {} queue must be {} too",
@@ -165,12 +191,16 @@ impl Account {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // A panic elsewhere while holding the lock leaves consistent state: every operation
-        // validates before it mutates.
+        // As for a queue's lock: the map is consistent whenever it is unlocked.
         self.inner
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The queue at `url`, for locking.
+    fn slot(&self, url: &str) -> Result<Arc<Slot>, TransportError> {
+        self.state().slot(url)
     }
 
     fn now(&self) -> Now {
@@ -180,6 +210,7 @@ impl Account {
             .as_millis() as u64;
         Now {
             instant,
+            moment: Moment::since(self.inner.started, instant),
             epoch_ms: self.inner.epoch_ms_at_start + since,
         }
     }
@@ -226,8 +257,9 @@ impl Account {
         config.check()?;
         let now = self.now();
         let mut state = self.state();
-        if let Some(existing) = state.queues.get(name) {
-            let current = existing.config.attributes();
+        if let Some(existing) = state.queues.get(name).cloned() {
+            drop(state);
+            let current = existing.lock().config.attributes();
             let wanted = config.attributes();
             return match attributes.keys().find(|attribute| current.get(*attribute) != wanted.get(*attribute)) {
                 Some(differs) => fail(
@@ -251,14 +283,20 @@ impl Account {
         let url = self.queue_url_for(name);
         let queue = Queue::new(
             name.to_owned(),
-            url.clone(),
             self.queue_arn_for(name),
             incarnation,
             config,
             now,
         );
         state.deleted.remove(name);
-        state.queues.insert(name.to_owned(), queue);
+        let slot = Slot {
+            url: url.clone(),
+            fifo,
+            incarnation,
+            notify: Notify::new(),
+            queue: Mutex::new(queue),
+        };
+        state.queues.insert(name.to_owned(), Arc::new(slot));
         tracing::debug!(messaging.destination.name = name, fifo, "queue created");
         Ok(url)
     }
@@ -290,7 +328,7 @@ impl Account {
     pub async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
         rules::check_queue_name(name)?;
         match self.state().queues.get(name) {
-            Some(queue) => Ok(queue.url.clone()),
+            Some(slot) => Ok(slot.url.clone()),
             None => fail(
                 ErrorKind::QueueDoesNotExist,
                 format!("queue `{name}` does not exist; create it first"),
@@ -303,9 +341,9 @@ impl Account {
         let state = self.state();
         let mut urls: Vec<String> = state
             .queues
-            .values()
-            .filter(|q| q.name.starts_with(prefix))
-            .map(|q| q.url.clone())
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, slot)| slot.url.clone())
             .collect();
         urls.sort();
         urls
@@ -322,12 +360,12 @@ impl Account {
         names: &[&str],
     ) -> Result<QueueAttributes, TransportError> {
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
+        let slot = self.slot(queue_url)?;
+        let queue = slot.lock_at(now.moment);
         let mut all = queue.config.attributes();
         let counts = queue.counts();
         for (name, value) in [
-            ("QueueArn", queue.arn.clone()),
+            ("QueueArn", queue.arn.to_string()),
             ("ApproximateNumberOfMessages", counts.visible.to_string()),
             (
                 "ApproximateNumberOfMessagesNotVisible",
@@ -376,7 +414,7 @@ impl Account {
     /// `QueueDoesNotExist`.
     pub async fn counts(&self, queue_url: &str) -> Result<QueueCounts, TransportError> {
         let now = self.now();
-        Ok(self.state().queue_at(queue_url, now.instant)?.counts())
+        Ok(self.slot(queue_url)?.lock_at(now.moment).counts())
     }
 
     /// `SetQueueAttributes`: all or nothing.
@@ -391,8 +429,8 @@ impl Account {
         attributes: QueueAttributes,
     ) -> Result<(), TransportError> {
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
+        let slot = self.slot(queue_url)?;
+        let mut queue = slot.lock_at(now.moment);
         let mut config = queue.config.clone();
         for (attribute, value) in &attributes {
             if attribute == "FifoQueue" {
@@ -404,16 +442,15 @@ impl Account {
             config.apply(attribute, rules::parse_queue_attribute(attribute, value)?)?;
         }
         config.check()?;
-        let name = queue.name.clone();
         // Only a new policy is checked: a dead-letter queue deleted since must not block
         // unrelated changes.
         if attributes.contains_key("RedrivePolicy") {
-            state.check_redrive(&config, &name)?;
+            self.state().check_redrive(&config, &queue.name)?;
         }
-        let queue = state.queue(queue_url)?;
         queue.config = config;
         queue.last_modified_epoch_s = now.epoch_ms / 1000;
-        queue.notify.notify_waiters();
+        drop(queue);
+        slot.notify.notify_waiters();
         Ok(())
     }
 
@@ -430,10 +467,9 @@ impl Account {
         message: SendMessage,
     ) -> Result<SentMessage, TransportError> {
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
-        let sent = queue.send(message, now)?;
-        queue.notify.notify_waiters();
+        let slot = self.slot(queue_url)?;
+        let sent = slot.lock_at(now.moment).send(message, now)?;
+        slot.notify.notify_waiters();
         Ok(sent)
     }
 
@@ -450,8 +486,8 @@ impl Account {
     ) -> Result<BatchResult<SentMessage>, TransportError> {
         rules::check_send_batch(&entries)?;
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
+        let slot = self.slot(queue_url)?;
+        let mut queue = slot.lock_at(now.moment);
         let mut result = BatchResult::default();
         for entry in entries {
             match queue.send(entry.message, now) {
@@ -459,7 +495,8 @@ impl Account {
                 Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
             }
         }
-        queue.notify.notify_waiters();
+        drop(queue);
+        slot.notify.notify_waiters();
         Ok(result)
     }
 
@@ -482,61 +519,78 @@ impl Account {
             request.receive_request_attempt_id.as_deref(),
         )?;
         rules::check_system_attribute_names(&request.system_attribute_names)?;
+        let wanted = Wanted::new(&request);
         let mut deadline = None;
         loop {
-            let notify = self.state().queue(queue_url)?.notify.clone();
+            let slot = self.slot(queue_url)?;
             // Registered before looking, so a send between the look and the wait still wakes us.
-            let notified = notify.notified();
+            let notified = slot.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let now = self.now();
+            // The locks are held in this block only, never across the wait.
             let (received, next_timer) = {
-                let mut state = self.state();
-                let queue = state.queue_at(queue_url, now.instant)?;
+                let mut queue = slot.lock();
+                let redrive = queue.config.redrive.clone();
+                let dlq = redrive.as_ref().and_then(|policy| {
+                    let state = self.state();
+                    let dlq = state.queues.get(policy.target_name())?;
+                    (dlq.fifo == slot.fifo).then(|| dlq.clone())
+                });
+                // A receive may move messages to the dead-letter queue, so it holds that queue's lock
+                // too, taken in the account's order (the newer queue first).
+                let mut dlq_queue = None;
+                if let Some(dlq) = dlq.as_ref().filter(|dlq| !Arc::ptr_eq(dlq, &slot)) {
+                    if dlq.incarnation < slot.incarnation {
+                        dlq_queue = Some(dlq.lock());
+                    } else {
+                        drop(queue);
+                        dlq_queue = Some(dlq.lock());
+                        queue = slot.lock();
+                        if queue.config.redrive != redrive {
+                            continue; // changed while unlocked: look again
+                        }
+                    }
+                }
+                queue.advance(now.moment);
                 let deadline = *deadline.get_or_insert_with(|| {
                     now.instant
                         + Duration::from_secs(wait.unwrap_or(queue.config.wait_time_seconds).into())
                 });
-                let redrive = queue.config.redrive.clone();
-                let fifo = queue.config.fifo;
-                let usable_dlq = redrive.as_ref().filter(|policy| {
-                    state
-                        .queues
-                        .get(policy.target_name())
-                        .is_some_and(|dlq| dlq.config.fifo == fifo)
-                });
                 let take = Take {
                     max,
-                    visibility: 0,
-                    redrive_at: usable_dlq.map(|policy| policy.max_receive_count),
-                    request: &request,
-                };
-                let queue = state.queue(queue_url)?;
-                let take = Take {
                     visibility: visibility.unwrap_or(queue.config.visibility_timeout),
-                    ..take
+                    redrive_at: dlq
+                        .as_ref()
+                        .and(redrive.as_ref())
+                        .map(|policy| policy.max_receive_count),
+                    wanted: &wanted,
                 };
                 let (received, dead) = queue.receive(&take, now);
-                let source_arn = queue.arn.clone();
-                let next_timer = queue.next_timer();
-                if let (false, Some(policy)) = (dead.is_empty(), usable_dlq) {
-                    let dlq = state
-                        .queues
-                        .get_mut(policy.target_name())
-                        .expect("checked above");
+                let next_timer = queue
+                    .next_timer()
+                    .map(|moment| moment.to_instant(self.inner.started));
+                if let (false, Some(dlq), Some(policy)) = (dead.is_empty(), &dlq, &redrive) {
+                    let source_arn = queue.arn.clone();
+                    let target = match &mut dlq_queue {
+                        Some(other) => &mut **other,
+                        None => &mut *queue, // the queue is its own dead-letter queue
+                    };
                     for message in dead {
                         tracing::warn!(
                             messaging.message.id = %message.message_id,
-                            messaging.destination.name = %dlq.name,
+                            messaging.destination.name = %target.name,
                             max_receive_count = policy.max_receive_count,
                             "message moved to its dead-letter queue"
                         );
-                        dlq.accept_dead_letter(message, &source_arn, now.instant);
+                        target.accept_dead_letter(message, &source_arn, now.moment);
                     }
+                    drop(dlq_queue);
                     dlq.notify.notify_waiters();
                 }
+                drop(queue);
                 if !received.is_empty() || now.instant >= deadline {
-                    return Ok(received);
+                    return Ok(received.into_messages(&wanted));
                 }
                 (received, next_timer.map_or(deadline, |t| t.min(deadline)))
             };
@@ -559,11 +613,10 @@ impl Account {
         receipt_handle: &str,
     ) -> Result<(), TransportError> {
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
-        queue.delete(receipt_handle)?;
+        let slot = self.slot(queue_url)?;
+        slot.lock_at(now.moment).delete(receipt_handle)?;
         // Deleting a FIFO group's last in-flight message frees the group for waiting receivers.
-        queue.notify.notify_waiters();
+        slot.notify.notify_waiters();
         Ok(())
     }
 
@@ -579,8 +632,8 @@ impl Account {
     ) -> Result<BatchResult<()>, TransportError> {
         rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
+        let slot = self.slot(queue_url)?;
+        let mut queue = slot.lock_at(now.moment);
         let mut result = BatchResult::default();
         for entry in entries {
             match queue.delete(&entry.receipt_handle) {
@@ -588,7 +641,8 @@ impl Account {
                 Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
             }
         }
-        queue.notify.notify_waiters();
+        drop(queue);
+        slot.notify.notify_waiters();
         Ok(result)
     }
 
@@ -605,10 +659,13 @@ impl Account {
         visibility_timeout: i32,
     ) -> Result<(), TransportError> {
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
-        queue.change_visibility(receipt_handle, visibility_timeout, now.instant)?;
-        queue.notify.notify_waiters();
+        let slot = self.slot(queue_url)?;
+        slot.lock_at(now.moment).change_visibility(
+            receipt_handle,
+            visibility_timeout,
+            now.moment,
+        )?;
+        slot.notify.notify_waiters();
         Ok(())
     }
 
@@ -624,20 +681,21 @@ impl Account {
     ) -> Result<BatchResult<()>, TransportError> {
         rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
+        let slot = self.slot(queue_url)?;
+        let mut queue = slot.lock_at(now.moment);
         let mut result = BatchResult::default();
         for entry in entries {
             match queue.change_visibility(
                 &entry.receipt_handle,
                 entry.visibility_timeout,
-                now.instant,
+                now.moment,
             ) {
                 Ok(()) => result.successful.push((entry.id, ())),
                 Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
             }
         }
-        queue.notify.notify_waiters();
+        drop(queue);
+        slot.notify.notify_waiters();
         Ok(result)
     }
 
@@ -648,10 +706,9 @@ impl Account {
     /// `QueueDoesNotExist`; `PurgeQueueInProgress`.
     pub async fn purge_queue(&self, queue_url: &str) -> Result<(), TransportError> {
         let now = self.now();
-        let mut state = self.state();
-        let queue = state.queue_at(queue_url, now.instant)?;
-        queue.purge(now.instant)?;
-        queue.notify.notify_waiters();
+        let slot = self.slot(queue_url)?;
+        slot.lock_at(now.moment).purge(now.instant)?;
+        slot.notify.notify_waiters();
         Ok(())
     }
 
@@ -663,11 +720,121 @@ impl Account {
     pub async fn delete_queue(&self, queue_url: &str) -> Result<(), TransportError> {
         let now = self.now();
         let mut state = self.state();
-        let name = state.queue(queue_url)?.name.clone();
-        let queue = state.queues.remove(&name).expect("found above");
+        state.slot(queue_url)?;
+        let name = queue_url.rsplit('/').next().unwrap_or_default().to_owned();
+        let slot = state.queues.remove(&name).expect("found above");
         state.deleted.insert(name, now.instant);
+        drop(state);
         // Long polls on the queue wake and report it gone.
-        queue.notify.notify_waiters();
+        slot.notify.notify_waiters();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn redrive(account: &Account, url: &str, target: &str, max_receive_count: u32) {
+        let policy = format!(
+            r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":{max_receive_count}}}"#,
+            account.queue_arn_for(target)
+        );
+        let attributes = QueueAttributes::from([("RedrivePolicy".to_owned(), policy)]);
+        account.set_queue_attributes(url, attributes).await.unwrap();
+    }
+
+    /// Receives once with a zero visibility timeout, so the message is visible again at once.
+    async fn receive_again(account: &Account, url: &str) -> Vec<ReceivedMessage> {
+        let request = ReceiveMessage::new(10).visibility_timeout(0);
+        account.receive_message(url, request).await.unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_letter_queue_created_after_its_source_or_the_source_itself_takes_the_message() {
+        let account = Account::new();
+        let source = account.create_standard_queue("source").await.unwrap();
+        // Newer than its source: the receive takes the locks in the other order.
+        let dlq = account.create_standard_queue("source-dlq").await.unwrap();
+        redrive(&account, &source, "source-dlq", 1).await;
+        account
+            .send_message(&source, SendMessage::new("poison"))
+            .await
+            .unwrap();
+        assert_eq!(receive_again(&account, &source).await.len(), 1);
+        assert!(receive_again(&account, &source).await.is_empty());
+        let dead = receive_again(&account, &dlq).await;
+        assert_eq!(dead.len(), 1);
+        assert_eq!(
+            dead[0].attributes["DeadLetterQueueSourceArn"],
+            account.queue_arn_for("source")
+        );
+
+        redrive(&account, &dlq, "source-dlq", 1).await;
+        assert!(
+            receive_again(&account, &dlq).await.is_empty(),
+            "the receive that would pass maxReceiveCount moves the message instead"
+        );
+        let again = receive_again(&account, &dlq).await;
+        assert_eq!(
+            again[0].receive_count(),
+            Some(1),
+            "moved to itself, its count starts over"
+        );
+        assert_eq!(again[0].message_id, dead[0].message_id);
+    }
+
+    #[test]
+    fn queues_that_are_each_others_dead_letter_queue_are_received_from_at_once_without_deadlock() {
+        let account = Account::new();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let urls = runtime.block_on(async {
+            let a = account.create_standard_queue("a").await.unwrap();
+            let b = account.create_standard_queue("b").await.unwrap();
+            redrive(&account, &a, "b", 1).await;
+            redrive(&account, &b, "a", 1).await;
+            for n in 0..10 {
+                let message = SendMessage::new(format!("m{n}"));
+                account.send_message(&a, message.clone()).await.unwrap();
+                account.send_message(&b, message).await.unwrap();
+            }
+            [a, b]
+        });
+        // Each receive moves messages to the other queue, holding both locks: taken in one
+        // order they never wait for each other (taking each receive's own queue first, this
+        // test deadlocks).
+        let (done, finished) = std::sync::mpsc::channel();
+        for url in urls.clone() {
+            let (account, done) = (account.clone(), done.clone());
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    for _ in 0..2_000 {
+                        receive_again(&account, &url).await;
+                    }
+                });
+                done.send(()).unwrap();
+            });
+        }
+        for _ in urls.iter() {
+            finished
+                .recv_timeout(Duration::from_secs(30))
+                .expect("both receivers finish: no deadlock");
+        }
+        let total: usize = runtime.block_on(async {
+            let mut total = 0;
+            for url in &urls {
+                let counts = account.counts(url).await.unwrap();
+                total += counts.visible + counts.in_flight + counts.delayed;
+            }
+            total
+        });
+        assert_eq!(total, 20, "no message is lost or duplicated in the moves");
     }
 }

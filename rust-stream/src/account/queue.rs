@@ -7,15 +7,15 @@
 //! ordered set by storage order; those of a FIFO queue are found through its ready groups
 //! ([`Fifo`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::fifo::{DedupKey, Fifo, Window};
+use super::fifo::{Dedup, Fifo, GroupName, Window};
+use super::store::Messages;
 use crate::engine::transport::{
     MessageAttributes, ReceiveMessage, ReceivedMessage, SendMessage, SentMessage, TransportError,
 };
@@ -29,24 +29,49 @@ pub(super) type Key = u64;
 pub(super) struct Now {
     /// Tokio's clock, which tests can pause and advance.
     pub(super) instant: Instant,
+    /// The same, as the account's queues keep it.
+    pub(super) moment: Moment,
     /// Milliseconds since the Unix epoch, for timestamps shown to callers.
     pub(super) epoch_ms: u64,
 }
 
+/// A point on tokio's clock as nanoseconds since the account started: half the size of an
+/// `Instant`, and a queue keeps several per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct Moment(u64);
+
+impl Moment {
+    pub(super) fn since(origin: Instant, at: Instant) -> Self {
+        Self(u64::try_from(at.saturating_duration_since(origin).as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn to_instant(self, origin: Instant) -> Instant {
+        origin + Duration::from_nanos(self.0)
+    }
+
+    fn saturating_since(self, earlier: Self) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl std::ops::Add<Duration> for Moment {
+    type Output = Self;
+
+    fn add(self, duration: Duration) -> Self {
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        Self(self.0.saturating_add(nanos))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum State {
-    Delayed {
-        until: Instant,
-    },
+    Delayed { until: Moment },
     Visible,
-    InFlight {
-        until: Instant,
-        received_at: Instant,
-    },
+    InFlight { until: Moment, received_at: Moment },
 }
 
 impl State {
-    fn timer(self) -> Option<Instant> {
+    fn timer(self) -> Option<Moment> {
         match self {
             Self::Delayed { until } | Self::InFlight { until, .. } => Some(until),
             Self::Visible => None,
@@ -54,22 +79,65 @@ impl State {
     }
 }
 
-/// A stored message.
-#[derive(Debug, Clone)]
+/// A stored message, kept small: a queue may hold millions.
+#[derive(Debug)]
 pub(super) struct Stored {
-    pub(super) message_id: String,
-    pub(super) body: String,
-    pub(super) message_attributes: MessageAttributes,
-    pub(super) group_id: Option<Arc<str>>,
-    pub(super) dedup_id: Option<String>,
+    pub(super) message_id: MessageId,
+    pub(super) body: Box<str>,
+    /// The queue's interned name of the group (FIFO), shared by the group's messages.
+    pub(super) group_id: Option<GroupName>,
+    /// The deduplication entry the message was stored under (FIFO), shared with the queue's
+    /// deduplication window.
+    pub(super) dedup: Option<Arc<Dedup>>,
+    /// What few messages have: message attributes, a dead-letter source.
+    pub(super) extra: Option<Box<Extra>>,
     pub(super) sent_epoch_ms: u64,
     /// The enqueue time, where the retention clock starts; set by the sender, or by the
     /// dead-letter queue a message is moved to.
-    pub(super) stored_at: Instant,
-    pub(super) first_receive_epoch_ms: Option<u64>,
+    pub(super) stored_at: Moment,
+    /// 0 until the first receive.
+    pub(super) first_receive_epoch_ms: u64,
     pub(super) receive_count: u32,
-    pub(super) dead_letter_source_arn: Option<String>,
     pub(super) state: State,
+}
+
+/// The rarer parts of a stored message.
+#[derive(Debug, Default)]
+pub(super) struct Extra {
+    pub(super) message_attributes: MessageAttributes,
+    pub(super) dead_letter_source_arn: Option<Arc<str>>,
+}
+
+/// A message id: a random (version 4) UUID, kept as its 128 bits and written out when a send or
+/// a receive returns it. Two words, not a `u128`, so a stored message stays 8-byte aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MessageId([u64; 2]);
+
+impl MessageId {
+    pub(super) fn random() -> Self {
+        // fastrand (per-thread wyrand, seeded from the OS) instead of a getrandom call per message.
+        let uuid = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid();
+        let bits = uuid.as_u128();
+        Self([(bits >> 64) as u64, bits as u64])
+    }
+
+    pub(super) fn to_uuid(self) -> uuid::Uuid {
+        uuid::Uuid::from_u128((u128::from(self.0[0]) << 64) | u128::from(self.0[1]))
+    }
+
+    pub(super) fn text(self) -> String {
+        let mut buffer = uuid::Uuid::encode_buffer();
+        self.to_uuid()
+            .hyphenated()
+            .encode_lower(&mut buffer)
+            .to_owned()
+    }
+}
+
+impl std::fmt::Display for MessageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_uuid().hyphenated().fmt(f)
+    }
 }
 
 /// A queue's settable attributes.
@@ -221,20 +289,22 @@ enum Order {
 #[derive(Debug)]
 pub(super) struct Queue {
     pub(super) name: String,
-    pub(super) url: String,
-    pub(super) arn: String,
+    pub(super) arn: Arc<str>,
     /// Unique per queue created in the account, so a receipt handle never fits another queue.
-    incarnation: u64,
+    pub(super) incarnation: u64,
     pub(super) config: Config,
     pub(super) created_epoch_s: u64,
     pub(super) last_modified_epoch_s: u64,
-    pub(super) notify: Arc<Notify>,
-    messages: HashMap<Key, Stored>,
+    messages: Messages,
     next_key: Key,
     /// Every delayed or in-flight message, by the instant its state ends.
-    timers: BTreeSet<(Instant, Key)>,
-    /// Messages by the instant their retention clock started, oldest first.
-    retention: VecDeque<(Instant, Key)>,
+    timers: BTreeSet<(Moment, Key)>,
+    /// The latest retention start among messages stored in key order: those whose start is not
+    /// earlier than every such message's before them expire from the front of `messages`.
+    latest_stored_at: Option<Moment>,
+    /// The other messages (moved here from another queue with an older start, or stored a
+    /// moment after a concurrent send that read the clock later) by retention start.
+    stored_early: BTreeSet<(Moment, Key)>,
     order: Order,
     in_flight: usize,
     delayed: usize,
@@ -251,7 +321,7 @@ pub(super) struct Take<'a> {
     /// Receive count at which a message moves to the dead-letter queue instead; `None` when the
     /// queue has no usable dead-letter queue.
     pub(super) redrive_at: Option<u32>,
-    pub(super) request: &'a ReceiveMessage,
+    pub(super) wanted: &'a Wanted<'a>,
 }
 
 /// Counts of a queue's messages by state.
@@ -268,7 +338,6 @@ pub struct QueueCounts {
 impl Queue {
     pub(super) fn new(
         name: String,
-        url: String,
         arn: String,
         incarnation: u64,
         config: Config,
@@ -281,17 +350,16 @@ impl Queue {
         };
         Self {
             name,
-            url,
-            arn,
+            arn: Arc::from(arn),
             incarnation,
             config,
             created_epoch_s: now.epoch_ms / 1000,
             last_modified_epoch_s: now.epoch_ms / 1000,
-            notify: Arc::new(Notify::new()),
-            messages: HashMap::new(),
+            messages: Messages::new(1),
             next_key: 1,
             timers: BTreeSet::new(),
-            retention: VecDeque::new(),
+            latest_stored_at: None,
+            stored_early: BTreeSet::new(),
             order,
             in_flight: 0,
             delayed: 0,
@@ -309,13 +377,13 @@ impl Queue {
     }
 
     /// When the next delay or visibility timeout ends.
-    pub(super) fn next_timer(&self) -> Option<Instant> {
+    pub(super) fn next_timer(&self) -> Option<Moment> {
         self.timers.first().map(|(at, _)| *at)
     }
 
     /// Brings the queue up to `now`: ends delays and visibility timeouts that are due, and drops
     /// messages past their retention period.
-    pub(super) fn advance(&mut self, now: Instant) {
+    pub(super) fn advance(&mut self, now: Moment) {
         while let Some(&(at, key)) = self.timers.first() {
             if at > now {
                 break;
@@ -325,24 +393,25 @@ impl Queue {
             self.set_state(key, State::Visible);
         }
         let retention = Duration::from_secs(self.config.retention_seconds.into());
-        while let Some(&(stored_at, key)) = self.retention.front() {
+        // Messages stored in key order expire in key order; see `latest_stored_at`.
+        while let Some(key) = self.messages.first() {
+            if self.messages.get(key).expect("first exists").stored_at + retention > now {
+                break;
+            }
+            self.remove(key);
+        }
+        while let Some(&(stored_at, key)) = self.stored_early.first() {
             if stored_at + retention > now {
                 break;
             }
-            self.retention.pop_front();
-            if self
-                .messages
-                .get(&key)
-                .is_some_and(|m| m.stored_at == stored_at)
-            {
-                self.remove(key);
-            }
+            self.stored_early.pop_first();
+            self.remove(key);
         }
     }
 
     /// Moves a message to a new state, keeping every index and count in step.
     fn set_state(&mut self, key: Key, new: State) {
-        let Some(message) = self.messages.get_mut(&key) else {
+        let Some(message) = self.messages.get_mut(key) else {
             return;
         };
         let old = std::mem::replace(&mut message.state, new);
@@ -353,7 +422,7 @@ impl Queue {
     }
 
     /// Takes a message out of the indexes and counts of the state it is leaving.
-    fn leave(&mut self, key: Key, group: Option<&Arc<str>>, old: State) {
+    fn leave(&mut self, key: Key, group: Option<&GroupName>, old: State) {
         if let Some(at) = old.timer() {
             self.timers.remove(&(at, key));
         }
@@ -372,7 +441,7 @@ impl Queue {
     }
 
     /// Puts a message into the indexes and counts of the state it enters.
-    fn enter(&mut self, key: Key, group: Option<&Arc<str>>, new: State) {
+    fn enter(&mut self, key: Key, group: Option<&GroupName>, new: State) {
         if let Some(at) = new.timer() {
             self.timers.insert((at, key));
         }
@@ -390,7 +459,7 @@ impl Queue {
         }
     }
 
-    fn group_in_flight(&mut self, group: Option<&Arc<str>>, change: impl FnOnce(usize) -> usize) {
+    fn group_in_flight(&mut self, group: Option<&GroupName>, change: impl FnOnce(usize) -> usize) {
         if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, group) {
             if let Some(entry) = fifo.groups.get_mut(group) {
                 entry.in_flight = change(entry.in_flight);
@@ -399,23 +468,23 @@ impl Queue {
     }
 
     /// Re-files a FIFO message's group in the ready index after a change to it.
-    fn refresh(&mut self, group: Option<&Arc<str>>) {
+    fn refresh(&mut self, group: Option<&GroupName>) {
         if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, group) {
             let messages = &self.messages;
             fifo.refresh(group, |k| {
-                messages.get(&k).is_some_and(|m| m.state == State::Visible)
+                messages.get(k).is_some_and(|m| m.state == State::Visible)
             });
         }
     }
 
     /// Removes a message from every index and returns it.
     fn remove(&mut self, key: Key) -> Option<Stored> {
-        let message = self.messages.remove(&key)?;
+        let message = self.messages.remove(key)?;
         let group = message.group_id.clone();
         self.leave(key, group.as_ref(), message.state);
         if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, &group) {
             if let Some(entry) = fifo.groups.get_mut(group) {
-                entry.keys.remove(&key);
+                entry.remove(key);
             }
         }
         self.refresh(group.as_ref());
@@ -423,24 +492,13 @@ impl Queue {
     }
 
     /// Stores a new message at the end of the queue (and of its group), its retention counted from
-    /// its `stored_at`.
-    fn store(&mut self, mut message: Stored, delay: u32, now: Instant) -> Key {
+    /// its `stored_at`. A FIFO message's `group_id` is replaced by the queue's interned name.
+    fn store(&mut self, mut message: Stored, delay: u32, now: Moment) -> Key {
         let key = self.next_key;
         self.next_key += 1;
         if let Order::Fifo(fifo) = &mut self.order {
-            let name = fifo.group_name(
-                message
-                    .group_id
-                    .as_deref()
-                    .expect("FIFO messages have a group"),
-            );
-            fifo.groups
-                .get_mut(&name)
-                .expect("just created")
-                .keys
-                .insert(key);
-            // Share one allocation of the group's name among its messages.
-            message.group_id = Some(name);
+            let name = message.group_id.take().expect("FIFO messages have a group");
+            message.group_id = Some(fifo.join(name, key));
         }
         let state = if delay > 0 {
             State::Delayed {
@@ -455,10 +513,14 @@ impl Queue {
         self.messages.insert(key, message);
         // Sends come in time order, but a message redriven to a standard queue keeps its older
         // enqueue time, so it may expire before messages stored earlier.
-        let at = self
-            .retention
-            .partition_point(|&(other, _)| other <= stored_at);
-        self.retention.insert(at, (stored_at, key));
+        if self
+            .latest_stored_at
+            .is_some_and(|latest| stored_at < latest)
+        {
+            self.stored_early.insert((stored_at, key));
+        } else {
+            self.latest_stored_at = Some(stored_at);
+        }
         self.enter(key, group.as_ref(), state);
         self.refresh(group.as_ref());
         key
@@ -477,70 +539,97 @@ impl Queue {
             maximum_message_size: self.config.maximum_message_size as usize,
         };
         let delay = rules::check_send(&request, target)?.unwrap_or(self.config.delay_seconds);
-        let mut stored = Stored {
-            message_id: uuid::Uuid::new_v4().to_string(),
-            body: request.body,
-            message_attributes: request.message_attributes,
-            group_id: request.group_id.as_deref().map(Arc::from),
-            dedup_id: None,
-            sent_epoch_ms: now.epoch_ms,
-            stored_at: now.instant,
-            first_receive_epoch_ms: None,
-            receive_count: 0,
-            dead_letter_source_arn: None,
-            state: State::Visible,
-        };
-        if !self.config.fifo {
-            let message_id = stored.message_id.clone();
-            self.store(stored, delay, now.instant);
+        let extra = (!request.message_attributes.is_empty()).then(|| {
+            Box::new(Extra {
+                message_attributes: request.message_attributes,
+                dead_letter_source_arn: None,
+            })
+        });
+        let message_id = MessageId::random();
+        let Order::Fifo(fifo) = &mut self.order else {
+            self.store(
+                Stored {
+                    message_id,
+                    body: request.body.into_boxed_str(),
+                    // A standard queue keeps a sender's group only to return it.
+                    group_id: request.group_id.as_deref().map(GroupName::from),
+                    dedup: None,
+                    extra,
+                    sent_epoch_ms: now.epoch_ms,
+                    stored_at: now.moment,
+                    first_receive_epoch_ms: 0,
+                    receive_count: 0,
+                    state: State::Visible,
+                },
+                delay,
+                now.moment,
+            );
             return Ok(SentMessage {
-                message_id,
+                message_id: message_id.text(),
                 sequence_number: None,
                 duplicate: false,
             });
-        }
-        let group = stored
+        };
+        let group = request
             .group_id
-            .clone()
+            .as_deref()
             .expect("check_send requires a group on FIFO");
+        let group = fifo
+            .interned(group)
+            .unwrap_or_else(|| GroupName::from(group));
         let dedup_id = match request.dedup_id {
-            Some(id) => id,
+            Some(id) => id.into_boxed_str(),
             None if self.config.content_based_dedup => {
                 // Attributes do not count: only the body identifies a duplicate.
-                let digest = Sha256::digest(stored.body.as_bytes());
-                digest.iter().map(|b| format!("{b:02x}")).collect()
+                let digest = Sha256::digest(request.body.as_bytes());
+                let mut hex = String::with_capacity(2 * digest.len());
+                for byte in digest {
+                    hex.push(char::from(HEX[usize::from(byte >> 4)]));
+                    hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+                }
+                hex.into_boxed_str()
             }
             None => {
                 unreachable!("check_send requires a dedup id without content-based deduplication")
             }
         };
-        let Order::Fifo(fifo) = &mut self.order else {
-            unreachable!("config.fifo matches the order")
-        };
-        let dedup_key = DedupKey {
+        let key = self.next_key;
+        let dedup = Arc::new(Dedup {
             group: (self.config.dedup_scope == DedupScope::MessageGroup).then(|| group.clone()),
-            id: dedup_id.clone(),
-        };
-        if let Some((message_id, key)) = fifo.dedup.get(&dedup_key, now.instant) {
+            id: dedup_id,
+            message_id,
+            key,
+            expires: now.moment + rules::DEDUP_WINDOW,
+        });
+        if let Some(original) = fifo.dedup.get(&dedup, now.moment) {
+            let message_id = original.message_id.text();
+            let key = original.key;
             return Ok(SentMessage {
-                message_id: message_id.clone(),
-                sequence_number: Some(sequence_number(*key)),
+                message_id,
+                sequence_number: Some(sequence_number(key)),
                 duplicate: true,
             });
         }
-        stored.dedup_id = Some(dedup_id);
-        let message_id = stored.message_id.clone();
-        let key = self.store(stored, delay, now.instant);
-        let Order::Fifo(fifo) = &mut self.order else {
-            unreachable!("config.fifo matches the order")
-        };
-        fifo.dedup.insert(
-            dedup_key,
-            (message_id.clone(), key),
-            now.instant + rules::DEDUP_WINDOW,
+        fifo.dedup.insert(dedup.clone());
+        let stored_key = self.store(
+            Stored {
+                message_id,
+                body: request.body.into_boxed_str(),
+                group_id: Some(group),
+                dedup: Some(dedup),
+                extra,
+                sent_epoch_ms: now.epoch_ms,
+                stored_at: now.moment,
+                first_receive_epoch_ms: 0,
+                receive_count: 0,
+                state: State::Visible,
+            },
+            delay,
+            now.moment,
         );
+        debug_assert_eq!(stored_key, key);
         Ok(SentMessage {
-            message_id,
+            message_id: message_id.text(),
             sequence_number: Some(sequence_number(key)),
             duplicate: false,
         })
@@ -548,18 +637,15 @@ impl Queue {
 
     /// Takes up to `take.max` messages; returns them and the messages that reached the receive
     /// count of the redrive policy, removed here for the dead-letter queue.
-    pub(super) fn receive(
-        &mut self,
-        take: &Take<'_>,
-        now: Now,
-    ) -> (Vec<ReceivedMessage>, Vec<Stored>) {
+    pub(super) fn receive(&mut self, take: &Take<'_>, now: Now) -> (Received, Vec<Stored>) {
         let attempt = take
+            .wanted
             .request
             .receive_request_attempt_id
             .clone()
             .filter(|_| self.config.fifo);
         if let Some(attempt) = &attempt {
-            if let Some(again) = self.repeat_attempt(attempt, take, now.instant) {
+            if let Some(again) = self.repeat_attempt(attempt, take, now) {
                 return (again, Vec::new());
             }
         }
@@ -593,22 +679,62 @@ impl Queue {
         if let Some(attempt) = attempt.filter(|_| !taken.is_empty()) {
             let generations = taken
                 .iter()
-                .map(|&key| (key, self.messages[&key].receive_count))
+                .map(|&key| (key, self.stored(key).receive_count))
                 .collect();
             self.attempts
                 .insert(attempt, generations, now.instant + rules::DEDUP_WINDOW);
         }
-        let received = taken
+        (self.copy_out(&taken, take.wanted), dead)
+    }
+
+    fn stored(&self, key: Key) -> &Stored {
+        self.messages.get(key).expect("indexed messages exist")
+    }
+
+    /// Copies out what the receive returns of these messages; the strings are written after the
+    /// lock is released ([`Received::into_messages`]).
+    fn copy_out(&self, keys: &[Key], wanted: &Wanted<'_>) -> Received {
+        let messages = keys
             .iter()
-            .map(|&key| self.received(key, take.request))
+            .map(|&key| {
+                let message = self.stored(key);
+                let (message_attributes, dead_letter_source_arn) = match &message.extra {
+                    None => (MessageAttributes::new(), None),
+                    Some(extra) => (
+                        extra
+                            .message_attributes
+                            .iter()
+                            .filter(|(name, _)| wanted.message_attribute(name))
+                            .map(|(name, value)| (name.clone(), value.clone()))
+                            .collect(),
+                        extra.dead_letter_source_arn.clone(),
+                    ),
+                };
+                Copied {
+                    key,
+                    message_id: message.message_id,
+                    receive_count: message.receive_count,
+                    first_receive_epoch_ms: message.first_receive_epoch_ms,
+                    sent_epoch_ms: message.sent_epoch_ms,
+                    body: String::from(&*message.body),
+                    group_id: message.group_id.clone(),
+                    dedup: message.dedup.clone(),
+                    dead_letter_source_arn,
+                    message_attributes,
+                }
+            })
             .collect();
-        (received, dead)
+        Received {
+            incarnation: self.incarnation,
+            fifo: self.config.fifo,
+            messages,
+        }
     }
 
     /// Takes consecutive visible messages of one ready group, in order.
     fn take_group(
         &mut self,
-        group: &Arc<str>,
+        group: &GroupName,
         take: &Take<'_>,
         now: Now,
         taken: &mut Vec<Key>,
@@ -622,12 +748,10 @@ impl Queue {
             let Some(entry) = fifo.groups.get(group) else {
                 break;
             };
-            let next = match after {
-                None => entry.keys.first(),
-                Some(last) => entry.keys.range(last + 1..).next(),
+            let Some(key) = entry.next_after(after) else {
+                break;
             };
-            let Some(&key) = next else { break };
-            if self.messages[&key].state != State::Visible {
+            if self.stored(key).state != State::Visible {
                 break;
             }
             if self.take_one(key, take, now, taken, dead) {
@@ -646,7 +770,7 @@ impl Queue {
         taken: &mut Vec<Key>,
         dead: &mut Vec<Stored>,
     ) -> bool {
-        let message = self.messages.get_mut(&key).expect("indexed messages exist");
+        let message = self.messages.get_mut(key).expect("indexed messages exist");
         if take
             .redrive_at
             .is_some_and(|max| message.receive_count >= max)
@@ -655,13 +779,15 @@ impl Queue {
             return false;
         }
         message.receive_count += 1;
-        message.first_receive_epoch_ms.get_or_insert(now.epoch_ms);
-        let until = now.instant + Duration::from_secs(take.visibility.into());
+        if message.first_receive_epoch_ms == 0 {
+            message.first_receive_epoch_ms = now.epoch_ms;
+        }
+        let until = now.moment + Duration::from_secs(take.visibility.into());
         self.set_state(
             key,
             State::InFlight {
                 until,
-                received_at: now.instant,
+                received_at: now.moment,
             },
         );
         taken.push(key);
@@ -671,16 +797,11 @@ impl Queue {
     /// The messages of an earlier receive with this attempt id, if all are still in flight from it.
     /// SQS restarts their visibility timeout, as the retry stands for a receive whose answer was
     /// lost; it is no receive of its own, so counts, handles and the 12-hour cap stay.
-    fn repeat_attempt(
-        &mut self,
-        attempt: &str,
-        take: &Take<'_>,
-        now: Instant,
-    ) -> Option<Vec<ReceivedMessage>> {
-        let generations = self.attempts.get(&attempt.to_owned(), now)?.clone();
+    fn repeat_attempt(&mut self, attempt: &str, take: &Take<'_>, now: Now) -> Option<Received> {
+        let generations = self.attempts.get(&attempt.to_owned(), now.instant)?.clone();
         let mut in_flight = Vec::with_capacity(generations.len());
         for &(key, count) in &generations {
-            let message = self.messages.get(&key)?;
+            let message = self.messages.get(key)?;
             let State::InFlight { received_at, .. } = message.state else {
                 return None;
             };
@@ -689,100 +810,23 @@ impl Queue {
             }
             in_flight.push((key, received_at));
         }
-        let until = now + Duration::from_secs(take.visibility.into());
+        let until = now.moment + Duration::from_secs(take.visibility.into());
         for (key, received_at) in in_flight {
             let until = until.min(visibility_cap(received_at));
             self.set_state(key, State::InFlight { until, received_at });
         }
-        Some(
-            generations
-                .iter()
-                .map(|&(key, _)| self.received(key, take.request))
-                .collect(),
-        )
-    }
-
-    /// A stored message as a receive returns it, with the requested attributes only.
-    fn received(&self, key: Key, request: &ReceiveMessage) -> ReceivedMessage {
-        let message = &self.messages[&key];
-        let wants = |name: &str| {
-            request
-                .system_attribute_names
-                .iter()
-                .any(|n| n == "All" || n == name)
-        };
-        let mut attributes = BTreeMap::new();
-        let mut put = |name: &str, value: Option<String>| {
-            if let Some(value) = value.filter(|_| wants(name)) {
-                attributes.insert(name.to_owned(), value);
-            }
-        };
-        put(
-            "ApproximateReceiveCount",
-            Some(message.receive_count.to_string()),
-        );
-        put(
-            "ApproximateFirstReceiveTimestamp",
-            message.first_receive_epoch_ms.map(|t| t.to_string()),
-        );
-        put("SentTimestamp", Some(message.sent_epoch_ms.to_string()));
-        put("SenderId", Some(super::ACCOUNT_ID.to_owned()));
-        put(
-            "MessageGroupId",
-            message.group_id.as_deref().map(str::to_owned),
-        );
-        put("MessageDeduplicationId", message.dedup_id.clone());
-        put(
-            "SequenceNumber",
-            self.config.fifo.then(|| sequence_number(key)),
-        );
-        put(
-            "DeadLetterQueueSourceArn",
-            message.dead_letter_source_arn.clone(),
-        );
-        let message_attributes = message
-            .message_attributes
-            .iter()
-            .filter(|(name, _)| {
-                request.message_attribute_names.iter().any(|wanted| {
-                    wanted == "All"
-                        || wanted == ".*"
-                        || wanted == *name
-                        || wanted.strip_suffix(".*").is_some_and(|prefix| {
-                            name.strip_prefix(prefix)
-                                .is_some_and(|rest| rest.starts_with('.'))
-                        })
-                })
-            })
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect();
-        ReceivedMessage {
-            message_id: message.message_id.clone(),
-            receipt_handle: format!(
-                "{:016x}{:016x}{:08x}",
-                self.incarnation, key, message.receive_count
-            ),
-            body: message.body.clone(),
-            attributes,
-            message_attributes,
-        }
+        let keys: Vec<Key> = generations.iter().map(|&(key, _)| key).collect();
+        Some(self.copy_out(&keys, take.wanted))
     }
 
     /// Finds the message a receipt handle names: `Ok(None)` when it is gone (deleted, moved,
     /// purged), `Ok(Some((key, true)))` when the handle is the latest receive's.
     fn resolve(&self, receipt_handle: &str) -> Result<Option<(Key, bool)>, TransportError> {
-        let parsed = (receipt_handle.len() == 40 && receipt_handle.is_ascii())
-            .then(|| {
-                let incarnation = u64::from_str_radix(&receipt_handle[..16], 16).ok()?;
-                let key = u64::from_str_radix(&receipt_handle[16..32], 16).ok()?;
-                let count = u32::from_str_radix(&receipt_handle[32..], 16).ok()?;
-                Some((incarnation, key, count))
-            })
-            .flatten();
-        match parsed {
-            Some((incarnation, key, count)) if incarnation == self.incarnation => {
-                Ok(self.messages.get(&key).map(|m| (key, m.receive_count == count)))
-            }
+        match parse_receipt_handle(receipt_handle) {
+            Some((incarnation, key, count)) if incarnation == self.incarnation => Ok(self
+                .messages
+                .get(key)
+                .map(|m| (key, m.receive_count == count))),
             _ => fail(
                 ErrorKind::ReceiptHandleIsInvalid,
                 format!(
@@ -808,7 +852,7 @@ impl Queue {
         &mut self,
         receipt_handle: &str,
         timeout: i32,
-        now: Instant,
+        now: Moment,
     ) -> Result<(), TransportError> {
         let timeout = rules::check_range(
             "VisibilityTimeout",
@@ -817,7 +861,7 @@ impl Queue {
             rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
         )?;
         let found = self.resolve(receipt_handle)?;
-        let received_at = match found.map(|(key, latest)| (key, latest, self.messages[&key].state)) {
+        let received_at = match found.map(|(key, latest)| (key, latest, self.stored(key).state)) {
             Some((key, true, State::InFlight { received_at, .. })) => (key, received_at),
             _ => {
                 return fail(
@@ -839,7 +883,7 @@ impl Queue {
                 format!(
                     "VisibilityTimeout {timeout} would keep the message invisible past 12 hours after its receive; \
                      at most {} seconds remain",
-                    cap.saturating_duration_since(now).as_secs()
+                    cap.saturating_since(now).as_secs()
                 ),
             );
         }
@@ -856,17 +900,22 @@ impl Queue {
     pub(super) fn accept_dead_letter(
         &mut self,
         mut message: Stored,
-        source_arn: &str,
-        now: Instant,
+        source_arn: &Arc<str>,
+        now: Moment,
     ) {
         message.receive_count = 0;
-        message.first_receive_epoch_ms = None;
-        message.dead_letter_source_arn = Some(source_arn.to_owned());
+        message.first_receive_epoch_ms = 0;
+        message
+            .extra
+            .get_or_insert_with(Box::default)
+            .dead_letter_source_arn = Some(source_arn.clone());
         if self.config.fifo {
             // SQS resets the enqueue time on a FIFO dead-letter queue; a standard one keeps the
             // original, so the message expires on its first send's clock.
             message.stored_at = now;
-            message.group_id.get_or_insert_with(|| Arc::from("default"));
+            message
+                .group_id
+                .get_or_insert_with(|| GroupName::from("default"));
         } else {
             message.group_id = None;
         }
@@ -890,7 +939,8 @@ impl Queue {
         self.last_purge = Some(now);
         self.messages.clear();
         self.timers.clear();
-        self.retention.clear();
+        self.latest_stored_at = None;
+        self.stored_early.clear();
         self.in_flight = 0;
         self.delayed = 0;
         match &mut self.order {
@@ -902,11 +952,268 @@ impl Queue {
 }
 
 /// The latest a message received at `received_at` may stay invisible: SQS caps it at 12 hours.
-fn visibility_cap(received_at: Instant) -> Instant {
+fn visibility_cap(received_at: Moment) -> Moment {
     received_at + Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64)
 }
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// A FIFO sequence number as SQS writes it: 20 digits, increasing within the queue.
 fn sequence_number(key: Key) -> String {
-    format!("{key:020}")
+    let mut digits = [b'0'; 20];
+    let mut rest = key;
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    String::from_utf8(digits.to_vec()).expect("ASCII digits")
+}
+
+/// A number in decimal, without the formatting machinery.
+fn decimal(number: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = number;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    String::from_utf8(digits[at..].to_vec()).expect("ASCII digits")
+}
+
+/// A receipt handle: the queue's incarnation, the message's key and its receive count, in 40
+/// hexadecimal digits. A new receive (a higher count) makes a new handle.
+fn receipt_handle(incarnation: u64, key: Key, receive_count: u32) -> String {
+    let mut text = [0u8; 40];
+    let mut put = |at: usize, width: usize, value: u64| {
+        for i in 0..width {
+            let nibble = (value >> (4 * (width - 1 - i))) & 0xf;
+            text[at + i] = HEX[nibble as usize];
+        }
+    };
+    put(0, 16, incarnation);
+    put(16, 16, key);
+    put(32, 8, receive_count.into());
+    String::from_utf8(text.to_vec()).expect("ASCII digits")
+}
+
+/// The parts of a receipt handle [`receipt_handle`] wrote; `None` for anything else.
+fn parse_receipt_handle(handle: &str) -> Option<(u64, Key, u32)> {
+    let bytes = handle.as_bytes();
+    if bytes.len() != 40 {
+        return None;
+    }
+    let hex = |range: std::ops::Range<usize>| {
+        bytes[range].iter().try_fold(0u64, |value, &byte| {
+            let nibble = match byte {
+                b'0'..=b'9' => byte - b'0',
+                b'a'..=b'f' => byte - b'a' + 10,
+                b'A'..=b'F' => byte - b'A' + 10,
+                _ => return None,
+            };
+            Some(value << 4 | u64::from(nibble))
+        })
+    };
+    Some((hex(0..16)?, hex(16..32)?, u32::try_from(hex(32..40)?).ok()?))
+}
+
+/// What a receive asked to have returned, worked out once per request.
+#[derive(Debug)]
+pub(super) struct Wanted<'a> {
+    pub(super) request: &'a ReceiveMessage,
+    /// The system attributes asked for, as [`SystemAttribute`] bits.
+    system: u16,
+}
+
+/// The system attributes the account returns, each a bit of [`Wanted::system`].
+#[derive(Debug, Clone, Copy)]
+enum SystemAttribute {
+    ApproximateReceiveCount,
+    ApproximateFirstReceiveTimestamp,
+    SentTimestamp,
+    SenderId,
+    MessageGroupId,
+    MessageDeduplicationId,
+    SequenceNumber,
+    DeadLetterQueueSourceArn,
+}
+
+impl SystemAttribute {
+    const ALL: [Self; 8] = [
+        Self::ApproximateReceiveCount,
+        Self::ApproximateFirstReceiveTimestamp,
+        Self::SentTimestamp,
+        Self::SenderId,
+        Self::MessageGroupId,
+        Self::MessageDeduplicationId,
+        Self::SequenceNumber,
+        Self::DeadLetterQueueSourceArn,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::ApproximateReceiveCount => "ApproximateReceiveCount",
+            Self::ApproximateFirstReceiveTimestamp => "ApproximateFirstReceiveTimestamp",
+            Self::SentTimestamp => "SentTimestamp",
+            Self::SenderId => "SenderId",
+            Self::MessageGroupId => "MessageGroupId",
+            Self::MessageDeduplicationId => "MessageDeduplicationId",
+            Self::SequenceNumber => "SequenceNumber",
+            Self::DeadLetterQueueSourceArn => "DeadLetterQueueSourceArn",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+impl<'a> Wanted<'a> {
+    pub(super) fn new(request: &'a ReceiveMessage) -> Self {
+        let system = SystemAttribute::ALL
+            .iter()
+            .filter(|attribute| {
+                request
+                    .system_attribute_names
+                    .iter()
+                    .any(|name| name == "All" || name == attribute.name())
+            })
+            .fold(0, |bits, attribute| bits | attribute.bit());
+        Self { request, system }
+    }
+
+    fn system(&self, attribute: SystemAttribute) -> bool {
+        self.system & attribute.bit() != 0
+    }
+
+    fn message_attribute(&self, name: &str) -> bool {
+        self.request.message_attribute_names.iter().any(|wanted| {
+            wanted == "All"
+                || wanted == ".*"
+                || wanted == name
+                || wanted.strip_suffix(".*").is_some_and(|prefix| {
+                    name.strip_prefix(prefix)
+                        .is_some_and(|rest| rest.starts_with('.'))
+                })
+        })
+    }
+}
+
+/// What a receive copied out of its queue under the lock.
+#[derive(Debug)]
+pub(super) struct Received {
+    incarnation: u64,
+    fifo: bool,
+    messages: Vec<Copied>,
+}
+
+/// One received message as copied out of the queue.
+#[derive(Debug)]
+struct Copied {
+    key: Key,
+    message_id: MessageId,
+    receive_count: u32,
+    first_receive_epoch_ms: u64,
+    sent_epoch_ms: u64,
+    body: String,
+    group_id: Option<GroupName>,
+    dedup: Option<Arc<Dedup>>,
+    dead_letter_source_arn: Option<Arc<str>>,
+    /// Already filtered to the requested ones.
+    message_attributes: MessageAttributes,
+}
+
+impl Received {
+    pub(super) fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The messages as a receive returns them, with the requested attributes only.
+    pub(super) fn into_messages(self, wanted: &Wanted<'_>) -> Vec<ReceivedMessage> {
+        let Self {
+            incarnation,
+            fifo,
+            messages,
+        } = self;
+        messages
+            .into_iter()
+            .map(|message| {
+                let mut attributes = BTreeMap::new();
+                let mut put = |attribute: SystemAttribute, value: &dyn Fn() -> Option<String>| {
+                    if wanted.system(attribute) {
+                        if let Some(value) = value() {
+                            attributes.insert(attribute.name().to_owned(), value);
+                        }
+                    }
+                };
+                put(SystemAttribute::ApproximateReceiveCount, &|| {
+                    Some(decimal(message.receive_count.into()))
+                });
+                put(SystemAttribute::ApproximateFirstReceiveTimestamp, &|| {
+                    (message.first_receive_epoch_ms != 0)
+                        .then(|| decimal(message.first_receive_epoch_ms))
+                });
+                put(SystemAttribute::SentTimestamp, &|| {
+                    Some(decimal(message.sent_epoch_ms))
+                });
+                put(SystemAttribute::SenderId, &|| {
+                    Some(super::ACCOUNT_ID.to_owned())
+                });
+                put(SystemAttribute::MessageGroupId, &|| {
+                    message.group_id.as_deref().map(str::to_owned)
+                });
+                put(SystemAttribute::MessageDeduplicationId, &|| {
+                    message.dedup.as_ref().map(|dedup| dedup.id.to_string())
+                });
+                put(SystemAttribute::SequenceNumber, &|| {
+                    fifo.then(|| sequence_number(message.key))
+                });
+                put(SystemAttribute::DeadLetterQueueSourceArn, &|| {
+                    message.dead_letter_source_arn.as_deref().map(str::to_owned)
+                });
+                ReceivedMessage {
+                    message_id: message.message_id.text(),
+                    receipt_handle: receipt_handle(incarnation, message.key, message.receive_count),
+                    body: message.body,
+                    attributes,
+                    message_attributes: message.message_attributes,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipt_handles_read_back_what_they_were_written_from_and_nothing_else() {
+        let handle = receipt_handle(7, u64::MAX - 1, 3);
+        assert_eq!(handle.len(), 40);
+        assert_eq!(parse_receipt_handle(&handle), Some((7, u64::MAX - 1, 3)));
+        assert_eq!(
+            parse_receipt_handle(&handle.to_uppercase()),
+            Some((7, u64::MAX - 1, 3))
+        );
+        assert_eq!(parse_receipt_handle(&handle[1..]), None);
+        assert_eq!(parse_receipt_handle(&format!("{}g", &handle[1..])), None);
+        assert_eq!(parse_receipt_handle(&"é".repeat(20)), None);
+    }
+
+    #[test]
+    fn numbers_are_written_as_sqs_writes_them() {
+        assert_eq!(sequence_number(42), "00000000000000000042");
+        assert_eq!(sequence_number(u64::MAX), u64::MAX.to_string());
+        for n in [0, 7, 10, 1_700_000_000_123, u64::MAX] {
+            assert_eq!(decimal(n), n.to_string());
+        }
+        let id = MessageId::random();
+        assert_eq!(id.text(), id.to_string());
+        assert_eq!(id.to_uuid().get_version_num(), 4);
+    }
 }
