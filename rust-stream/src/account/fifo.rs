@@ -9,7 +9,7 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -30,56 +30,10 @@ pub(super) struct Group {
     ready_at: Option<Key>,
 }
 
-/// The hash of the account's FIFO maps: FxHash's word step, and MurmurHash3's finaliser so that
-/// ids differing in a word's high bytes still land apart. Their keys are the application's group
+/// The hash of the account's FIFO maps (rustc's FxHash): their keys are the application's group
 /// and deduplication ids, and SipHash's resistance to chosen keys cost more than the rest of a
 /// lookup.
-pub(super) type FastHash = BuildHasherDefault<FastHasher>;
-
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct FastHasher(u64);
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        self.add(byte.into());
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.add(word);
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        self.add(word as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        let mut hash = self.0;
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        hash ^ (hash >> 33)
-    }
-}
+pub(super) type FastHash = rustc_hash::FxBuildHasher;
 
 /// A group's name, interned per queue: one allocation that the group's messages share, behind a
 /// thin pointer (a queue keeps one per message).
