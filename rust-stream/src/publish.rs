@@ -106,13 +106,14 @@ impl Publisher {
     }
 
     /// Sends many messages to this publisher's queue in as few `SendMessageBatch` calls as SQS
-    /// allows (10 messages and 1 MiB a call), in the order given, and answers each message in
-    /// that order: `results[i]` is what became of the `i`-th message.
+    /// allows (10 messages and 1 MiB a call), and answers each message in the order given:
+    /// `results[i]` is what became of the `i`-th message.
     ///
     /// Each message is checked before the network, as [`Outgoing::send`] checks it; one that
-    /// fails gets its own error and the others still go. On a FIFO queue the calls go out one at
-    /// a time, so every group keeps the order of the batch. An empty batch, or one whose every
-    /// message fails its check, makes no call.
+    /// fails gets its own error and the others still go. On a FIFO queue every group keeps the
+    /// order of the batch: a group's messages go out one call at a time, in that order, while
+    /// other groups' calls go out beside them. An empty batch, or one whose every message fails
+    /// its check, makes no call.
     ///
     /// Every message must be for this publisher's queue: make them with this publisher (or any
     /// publisher for a queue of the same name). A message for another queue is refused with

@@ -135,6 +135,8 @@ struct Job<A: Action> {
     /// The entries' payload, as [`Action::size`] counts it.
     size: usize,
     reply: oneshot::Sender<Answers<A>>,
+    /// The submitter has nothing to add: a call it starts goes without waiting the linger.
+    eager: bool,
 }
 
 /// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
@@ -179,6 +181,13 @@ impl<A: Action> Batcher<A> {
     /// Submits entries and waits for each one's answer, in order. Up to 10 entries within the
     /// payload limit go out in one call; more are split into calls, in order.
     pub(crate) async fn submit(&self, entries: Vec<A::Entry>) -> Answers<A> {
+        self.submit_with(entries, false).await
+    }
+
+    /// As [`submit`](Self::submit); when `eager`, a call that is not full does not wait the
+    /// linger for company, but takes only what is queued already: for the part of a larger
+    /// submission, whose company was the rest of it.
+    pub(crate) async fn submit_with(&self, entries: Vec<A::Entry>, eager: bool) -> Answers<A> {
         let mut waiting = Vec::new();
         for (chunk, size) in chunks::<A>(entries) {
             let count = chunk.len();
@@ -187,6 +196,7 @@ impl<A: Action> Batcher<A> {
                 entries: chunk,
                 size,
                 reply,
+                eager,
             });
             waiting.push((count, sent.is_ok().then_some(answer)));
         }
@@ -267,10 +277,12 @@ async fn gather<A: Action>(
         };
         let mut count = first.entries.len();
         let mut size = first.size;
+        // An eager job takes only what is queued already, as without a linger.
+        let mut eager = first.eager;
         let mut batch = vec![first];
         let deadline = Instant::now() + settings.linger;
         while count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
-            let job = if early_permit.is_some() {
+            let job = if early_permit.is_some() || eager {
                 match receiver.try_recv() {
                     Ok(job) => Some(job),
                     Err(mpsc::error::TryRecvError::Empty) => break,
@@ -295,6 +307,7 @@ async fn gather<A: Action>(
                 Some(job) => {
                     count += job.entries.len();
                     size += job.size;
+                    eager |= job.eager;
                     batch.push(job);
                 }
                 None => break,
@@ -670,6 +683,7 @@ mod tests {
                     size: entries.iter().map(SendBatch::size).sum(),
                     entries,
                     reply,
+                    eager: false,
                 })
                 .unwrap();
             answers.push(answer);

@@ -15,6 +15,7 @@ pub(crate) mod declare;
 mod environment;
 pub(crate) mod queue;
 pub mod rules;
+pub(crate) mod send;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -276,7 +277,7 @@ pub(crate) struct Resolved {
 
 #[derive(Default)]
 struct Batchers {
-    send: HashMap<String, Batcher<batch::SendBatch>>,
+    send: HashMap<String, send::Sender>,
     delete: HashMap<String, Batcher<batch::DeleteBatch>>,
     visibility: HashMap<String, Batcher<batch::VisibilityBatch>>,
 }
@@ -472,7 +473,7 @@ impl BrokerCore {
         })
     }
 
-    /// Sends messages to a queue through its batcher, in order.
+    /// Sends messages to a queue through its sender, each FIFO group in order.
     pub(crate) async fn send_many(
         &self,
         queue: &SqsQueue,
@@ -553,9 +554,23 @@ impl BrokerCore {
             .clone()
     }
 
-    fn sender(&self, url: &str, fifo: bool) -> Batcher<batch::SendBatch> {
-        // A FIFO queue's sends go out one call at a time, so no group is reordered.
-        self.batcher(url, self.settings(fifo), |batchers| &mut batchers.send)
+    /// The queue's sender, started on first use. A FIFO queue's sends go out one call at a time
+    /// per group, through in-order batchers picked by group, so no group is reordered while
+    /// groups go out side by side.
+    fn sender(&self, url: &str, fifo: bool) -> send::Sender {
+        let mut batchers = self.batchers();
+        batchers
+            .send
+            .entry(url.to_owned())
+            .or_insert_with(|| {
+                let transport = self.transport.clone();
+                if fifo {
+                    send::Sender::fifo(transport, url, self.settings(true), send::FIFO_SEND_SHARDS)
+                } else {
+                    send::Sender::standard(transport, url, self.settings(false))
+                }
+            })
+            .clone()
     }
 
     /// The queue's deleter. A FIFO queue's lanes each wait for their delete before going on, so
