@@ -32,8 +32,6 @@
 //! retrying, the retry lands behind it: the batcher cannot take back a stored message, and only
 //! one message of a group a call would prevent it, at ten times the calls.
 
-use std::future::Future;
-
 use crate::engine::batch::{BatchSettings, Batcher, SendBatch};
 use crate::engine::transport::{SendMessage, SentMessage, SharedTransport, TransportError};
 use crate::sqs::rules::MAX_BATCH_ENTRIES;
@@ -102,13 +100,17 @@ impl Sender {
         let eager = total >= MAX_BATCH_ENTRIES;
         for (batcher, (messages, at)) in self.shards.iter().zip(split) {
             if !messages.is_empty() {
-                waiting.push(Box::pin(batcher.submit_with(messages, eager)));
+                waiting.push(batcher.submit_with(messages, eager));
                 positions.push(at);
             }
         }
         let mut answers: Vec<Option<Result<SentMessage, TransportError>>> =
             (0..total).map(|_| None).collect();
-        for (answered, at) in all(waiting).await.into_iter().zip(positions) {
+        for (answered, at) in futures_util::future::join_all(waiting)
+            .await
+            .into_iter()
+            .zip(positions)
+        {
             for (answer, position) in answered.into_iter().zip(at) {
                 answers[position] = Some(answer);
             }
@@ -120,58 +122,17 @@ impl Sender {
     }
 }
 
-/// The shard of a group: FNV-1a of its id, mixed by MurmurHash3's finalizer, the same in every
-/// process and on every platform. Unmixed, FNV-1a's low bits depend only on the low bits of each
-/// byte (`"a"` and `"e"` would share a shard) and its high bits hardly move with the last byte
-/// (`"group-1"` and `"group-2"` would). A message without a group (which a FIFO queue refuses)
-/// goes to the first.
+/// The shard of a group: a hash of its id (rustc's FxHash, fixed within a process, which is all
+/// a group's order needs). A message without a group (which a FIFO queue refuses) goes to the
+/// first.
 fn shard(group: Option<&str>, shards: usize) -> usize {
+    use std::hash::BuildHasher as _;
     if shards <= 1 {
         return 0;
     }
     let Some(group) = group else { return 0 };
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in group.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash ^= hash >> 33;
-    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    hash ^= hash >> 33;
-    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    hash ^= hash >> 33;
+    let hash = rustc_hash::FxBuildHasher.hash_one(group);
     (hash % shards as u64) as usize
-}
-
-/// Waits for every future at once and answers their outputs in order: each shard's jobs are
-/// queued when its `submit` is first polled, so all of them are polled together.
-async fn all<F: Future + Unpin>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Option<F>> = futures.into_iter().map(Some).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|context| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if let Some(running) = future {
-                match std::pin::Pin::new(running).poll(context) {
-                    std::task::Poll::Ready(done) => {
-                        *output = Some(done);
-                        *future = None;
-                    }
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs
-        .into_iter()
-        .map(|output| output.expect("every future finished"))
-        .collect()
 }
 
 #[cfg(test)]
