@@ -29,16 +29,12 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::backend::Backend;
-use common::process::output_within;
+use common::process::example_binary;
 use rust_stream::sqs::aws::AwsTransport;
 use rust_stream::sqs::SqsQueue;
 
 /// The consumer process under test.
 const EXAMPLE: &str = "fault_consumer";
-
-/// How long the nested `cargo build` of the example may take (it is a no-op after `cargo test`
-/// built the examples, but may wait for the build lock or rebuild on a loaded machine).
-const BUILD_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long any one phase of a run (a kill point reached, a queue drained, a process exited) may
 /// take before the test fails, showing what it saw.
@@ -95,7 +91,7 @@ async fn sigterm_under_load_on_standard_finishes_handlers_releases_the_rest_repe
 async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
     let endpoint =
         rust_stream::testing::live_endpoint("stop under load").expect("checked by live()");
-    let example = example_binary();
+    let example = example_binary(EXAMPLE);
     let fifo = base.ends_with(".fifo");
     let stem = base.trim_end_matches(".fifo");
     let output_base = if fifo {
@@ -307,7 +303,7 @@ async fn kill_run(
     const KILLS: usize = 5;
     let started = Instant::now();
     let endpoint = rust_stream::testing::live_endpoint("process kills").expect("checked by live()");
-    let example = example_binary();
+    let example = example_binary(EXAMPLE);
     let seed = std::env::var("FAULT_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
@@ -574,38 +570,6 @@ async fn wait_for<T>(
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// The example's binary, built if need be: `cargo test` builds the examples, but not when only
-/// this test target is asked for.
-fn example_binary() -> PathBuf {
-    // target/<profile>/deps/<this test> -> target/<profile>/examples/<example>
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lies in target/<profile>/deps");
-    let mut command = Command::new(env!("CARGO"));
-    command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-        "build",
-        "--quiet",
-        "--offline",
-        "--example",
-        EXAMPLE,
-    ]);
-    if profile_dir.ends_with("release") {
-        command.arg("--release");
-    }
-    let built = output_within(&mut command, BUILD_TIMEOUT);
-    assert!(
-        built.status.success(),
-        "cargo build --example {EXAMPLE}: {}\n{}",
-        built.status,
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let binary = profile_dir.join("examples").join(EXAMPLE);
-    assert!(binary.exists(), "{} was not built", binary.display());
-    binary
 }
 
 /// A directory of one run's journal and logs, under the system's temporary directory; kept when

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use crate::broker::{Broker, Include};
 use crate::engine::transport::BoxFuture;
 use crate::engine::transport::TransportError;
+use crate::health::{AppState, Health, Probes, SubscriptionProbe};
 use crate::sqs::rules::ErrorKind;
 use crate::sqs::ConfigErrors;
 use crate::state::States;
@@ -114,6 +115,7 @@ impl RustStream {
                 sender: Arc::new(sender),
             },
             stage: Arc::new(stage),
+            probes: Probes::default(),
         }
     }
 }
@@ -126,6 +128,10 @@ pub trait App: Send + Sized + 'static {
     /// A handle that tells when the running service consumes every subscription, and what its
     /// queues hold.
     fn readiness(&self) -> Readiness;
+
+    /// The service's health, readable from any task: its state (starting, running, draining,
+    /// stopped) and each subscription's; what liveness and readiness probes read.
+    fn health(&self) -> Health;
 
     /// Runs until `signal` resolves or the shutdown handle fires, then shuts down gracefully.
     fn run_until(
@@ -174,6 +180,7 @@ pub struct Service<B: Broker> {
     shutdown_timeout: Duration,
     shutdown: ShutdownHandle,
     stage: Arc<watch::Sender<Stage>>,
+    probes: Probes,
 }
 
 impl<B: Broker> App for Service<B> {
@@ -185,6 +192,10 @@ impl<B: Broker> App for Service<B> {
         Readiness {
             stage: self.stage.subscribe(),
         }
+    }
+
+    fn health(&self) -> Health {
+        Health::new(self.stage.subscribe(), self.probes.clone())
     }
 
     async fn run_until(
@@ -202,6 +213,7 @@ impl<B: Broker> App for Service<B> {
             states: self.states,
             shutdown,
             stage: self.stage,
+            probes: self.probes,
         };
         let run = self.broker.run(app, self.subscribers);
         tokio::pin!(run);
@@ -219,19 +231,27 @@ impl<B: Broker> App for Service<B> {
 
 /// Where a running app is.
 #[derive(Clone)]
-enum Stage {
+pub(crate) enum Stage {
     Starting,
     Consuming(Arc<dyn Inspect>),
+    Draining,
     Ended,
+}
+
+impl Stage {
+    pub(crate) fn state(&self) -> AppState {
+        match self {
+            Self::Starting => AppState::Starting,
+            Self::Consuming(_) => AppState::Running,
+            Self::Draining => AppState::Draining,
+            Self::Ended => AppState::Stopped,
+        }
+    }
 }
 
 impl std::fmt::Debug for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Starting => "starting",
-            Self::Consuming(_) => "consuming",
-            Self::Ended => "ended",
-        })
+        f.write_str(self.state().as_str())
     }
 }
 
@@ -326,6 +346,7 @@ pub struct AppContext {
     states: Arc<States>,
     shutdown: Shutdown,
     stage: Arc<watch::Sender<Stage>>,
+    probes: Probes,
 }
 
 impl std::fmt::Debug for AppContext {
@@ -356,6 +377,18 @@ impl AppContext {
     /// Says that every subscription consumes; `inspect` reports what the broker's queues hold.
     pub fn consuming(&self, inspect: Arc<dyn Inspect>) {
         self.stage.send_replace(Stage::Consuming(inspect));
+    }
+
+    /// Says that shutdown has begun: no new receive starts, and what is held is being settled
+    /// or released.
+    pub fn draining(&self) {
+        self.stage.send_replace(Stage::Draining);
+    }
+
+    /// The probe through which the subscription of `queue` reports its health (see
+    /// [`App::health`]).
+    pub fn subscription_probe(&self, queue: &str) -> Arc<SubscriptionProbe> {
+        self.probes.add(queue)
     }
 }
 

@@ -34,6 +34,8 @@
 //!
 //! - [`app`]: [`RustStream`] and [`AppInfo`] describe a service; [`App::run`] runs it until a
 //!   signal or a [`ShutdownHandle`], then shuts down gracefully.
+//! - [`health`]: [`App::health`], the service's state (starting, running, draining, stopped) and
+//!   each subscription's, for liveness and readiness probes.
 //! - [`handler`]: the [`Handle`] trait and [`subscriber`](fn@subscriber), which mounts a handler
 //!   on a queue; the [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`.
 //! - [`outcome`]: [`HandlerOutcome`]: ack, retry, retry after a delay, dead-letter.
@@ -81,6 +83,7 @@ pub mod codec;
 pub mod context;
 pub mod engine;
 pub mod handler;
+pub mod health;
 pub mod outcome;
 pub mod prelude;
 pub mod publish;

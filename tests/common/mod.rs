@@ -868,8 +868,49 @@ pub mod process {
     //! Child processes of tests, bounded in time.
 
     use std::io::Read;
+    use std::path::{Path, PathBuf};
     use std::process::{Command, Output, Stdio};
     use std::time::{Duration, Instant};
+
+    /// How long the nested `cargo build` of an example may take (a no-op after `cargo test`
+    /// built the examples, but it may wait for the build lock or rebuild on a loaded machine).
+    const BUILD_TIMEOUT: Duration = Duration::from_secs(300);
+
+    /// The binary of example `name`, built if need be: `cargo test` builds the examples, but not
+    /// when only one test target is asked for.
+    ///
+    /// # Panics
+    ///
+    /// When the build fails or runs past five minutes.
+    pub fn example_binary(name: &str) -> PathBuf {
+        // target/<profile>/deps/<this test> -> target/<profile>/examples/<example>
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lies in target/<profile>/deps");
+        let mut command = Command::new(env!("CARGO"));
+        command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+            "build",
+            "--quiet",
+            "--offline",
+            "--example",
+            name,
+        ]);
+        if profile_dir.ends_with("release") {
+            command.arg("--release");
+        }
+        let built = output_within(&mut command, BUILD_TIMEOUT);
+        assert!(
+            built.status.success(),
+            "cargo build --example {name}: {}\n{}",
+            built.status,
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let binary = profile_dir.join("examples").join(name);
+        assert!(binary.exists(), "{} was not built", binary.display());
+        binary
+    }
 
     /// Runs `command` to its end as [`Command::output`] does, but kills it and fails the test,
     /// showing what it printed so far, when it runs past `limit`: a hung child must not hang the

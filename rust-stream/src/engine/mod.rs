@@ -59,6 +59,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{AppContext, RunError};
 use crate::handler::{ErasedHandler, Subscriber};
+use crate::health::SubscriptionProbe;
 use crate::publish::Publisher;
 use crate::retry::Retries;
 use crate::sqs::queue::{ConfigError, ConfigErrors};
@@ -106,7 +107,8 @@ pub(crate) async fn run(
     let shutdown = app.shutdown();
     let mut consumers = Vec::new();
     for subscriber in subscribers {
-        match Consumer::start(&core, subscriber, app.states().clone()).await {
+        let probe = app.subscription_probe(&subscriber.queue.name);
+        match Consumer::start(&core, subscriber, app.states().clone(), probe).await {
             Ok(consumer) => consumers.push(consumer),
             Err(error) => {
                 // Nothing the app started may outlive its failed start.
@@ -125,6 +127,7 @@ pub(crate) async fn run(
     }));
     shutdown.requested().await;
     tracing::info!("shutting down");
+    app.draining();
     stop_all(consumers, shutdown.timeout()).await;
     Ok(())
 }
@@ -168,6 +171,8 @@ pub(crate) struct Consumer {
     pub(crate) cancel_handlers: CancellationToken,
     /// Every message is settled or released: the heartbeat stops.
     pub(crate) heartbeat_stop: CancellationToken,
+    /// What the subscription tells the app's health.
+    pub(crate) probe: Arc<SubscriptionProbe>,
     tasks: TaskTracker,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
@@ -188,6 +193,7 @@ impl Consumer {
         core: &Arc<BrokerCore>,
         subscriber: Subscriber,
         states: Arc<States>,
+        probe: Arc<SubscriptionProbe>,
     ) -> Result<Arc<Self>, RunError> {
         let queue = subscriber.queue;
         let failed = |queue: &SqsQueue| {
@@ -254,6 +260,7 @@ impl Consumer {
             stopping: CancellationToken::new(),
             cancel_handlers: CancellationToken::new(),
             heartbeat_stop: CancellationToken::new(),
+            probe,
             tasks: TaskTracker::new(),
             heartbeat: Mutex::new(None),
             url,
@@ -262,6 +269,7 @@ impl Consumer {
         for _ in 0..consumer.queue.consumer.pollers {
             consumer.spawn(consumer.clone().poll());
         }
+        consumer.probe.started();
         let heartbeat = tokio::spawn(guarded(consumer.clone().heartbeat()));
         *consumer
             .heartbeat
@@ -282,6 +290,7 @@ impl Consumer {
     /// still held, and returns once no task of the consumer is left.
     async fn stop(self: Arc<Self>, timeout: Duration) {
         self.stopping.cancel();
+        self.probe.stopped();
         self.tasks.close();
         if tokio::time::timeout(timeout, self.tasks.wait())
             .await

@@ -63,6 +63,7 @@ impl Consumer {
             let delay = match received {
                 Ok(messages) => {
                     failures = 0;
+                    self.probe.received(messages.len());
                     span.record("messaging.batch.message_count", messages.len());
                     if messages.is_empty() && wait.is_zero() {
                         empty += 1;
@@ -79,6 +80,7 @@ impl Consumer {
                 }
                 Err(error) => {
                     failures += 1;
+                    self.probe.receive_failed();
                     let delay = backoff(failures, Duration::from_secs(1), Duration::from_secs(30));
                     tracing::warn!(
                         messaging.destination.name = %self.queue.name,
