@@ -110,6 +110,16 @@ fn split_attributes(
     (docs, cfgs, rest)
 }
 
+/// The AsyncAPI payload of `ty`: its JSON Schema when it has one (and rust-stream has its
+/// `schemars` feature), else its name; chosen by method resolution on the concrete type.
+fn describe(ty: &syn::Type) -> TokenStream {
+    quote! {{
+        #[allow(unused_imports)]
+        use ::rust_stream::__private::{ByName as _, WithSchema as _};
+        ::rust_stream::__private::describe::<#ty>().payload()
+    }}
+}
+
 /// The doc comment as one text: each line without the space after `///`.
 fn description(docs: &[&syn::Attribute]) -> Option<String> {
     let lines: Vec<String> = docs
@@ -236,9 +246,10 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         })
         .collect();
     let output_types = outputs.iter().map(|(output, _, _)| output);
-    let output_values = outputs
-        .iter()
-        .map(|(output, _, source)| quote!(<#output>::new(#source)));
+    let output_values = outputs.iter().map(|(output, value, source)| {
+        let payload = describe(value);
+        quote!(<#output>::new(#source).payload(#payload))
+    });
     let output_bindings: Vec<_> = (0..outputs.len())
         .map(|index| format_ident!("__rust_stream_output_{}", index))
         .collect();
@@ -402,6 +413,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
     });
     let description = description(&docs).map(|text| quote!(.description(#text)));
     let outputs_call = outs_value.map(|value| quote!(.outputs(#value)));
+    let message_payload = describe(msg_ty);
     // A body whose future is not `Send` is reported on the function's name.
     let returns = quote_spanned! {item.sig.ident.span()=>
         -> ::core::result::Result<(), ::rust_stream::HandlerOutcome>
@@ -448,6 +460,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
                     #codec
                     #(.requires_state::<#state_types>())*
                     #description
+                    .payload(#message_payload)
                     #outputs_call
                     .build::<#msg_ty>()
             }

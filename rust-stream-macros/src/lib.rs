@@ -56,7 +56,10 @@ mod parse;
 /// | `codec = MyCodec` | a `Codec` | `.codec(MyCodec)` |
 /// | `outputs(receipts = "receipts.fifo", ...)` | one source per `&Output<U>` parameter | `.outputs(..)` |
 ///
-/// The function's doc comment becomes the subscriber's description.
+/// The function's doc comment becomes the subscriber's description: its operation's in the app's
+/// AsyncAPI document (`rust_stream::asyncapi`). There, the message and each output are described
+/// by their JSON Schema when their type implements `schemars::JsonSchema` and rust-stream has its
+/// `schemars` feature, and by their type's name otherwise.
 ///
 /// # The function
 ///
@@ -164,7 +167,8 @@ mod parse;
 /// `Handle<T, O>` impl (`O` is `()`, the one `Output<U>`, or the tuple of them in parameter
 /// order), which reads the states from the context and awaits `call`; and `From<name> for
 /// Subscriber`, which is `subscriber(SOURCE, name)` with the settings, `.outputs(..)`,
-/// `.requires_state::<S>()` for each state, `.description(..)` and `.build()`.
+/// `.requires_state::<S>()` for each state, `.description(..)`, `.payload(..)` (the message's,
+/// and each output's on its `Output::new(..)`) and `.build()`.
 #[proc_macro_attribute]
 pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::subscriber(args.into(), item.into()).into()

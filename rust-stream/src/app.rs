@@ -34,11 +34,13 @@ use crate::sqs::rules::ErrorKind;
 use crate::sqs::ConfigErrors;
 use crate::state::States;
 
-/// A service's name and version.
+/// A service's name, version and, optionally, what it does: the `info` of its AsyncAPI
+/// document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppInfo {
     name: String,
     version: String,
+    description: Option<String>,
 }
 
 impl AppInfo {
@@ -47,7 +49,14 @@ impl AppInfo {
         Self {
             name: name.into(),
             version: version.into(),
+            description: None,
         }
+    }
+
+    /// What the service does, for its AsyncAPI document (CommonMark).
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
     }
 
     /// The service's name.
@@ -58,6 +67,11 @@ impl AppInfo {
     /// The service's version.
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// What the service does, if it says.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
     }
 }
 
@@ -133,6 +147,10 @@ pub trait App: Send + Sized + 'static {
     /// stopped) and each subscription's; what liveness and readiness probes read.
     fn health(&self) -> Health;
 
+    /// The service's AsyncAPI 3.0 document: its queues, what it receives and sends on each, and
+    /// the messages' payloads. See [`asyncapi`](crate::asyncapi).
+    fn asyncapi(&self) -> serde_json::Value;
+
     /// Runs until `signal` resolves or the shutdown handle fires, then shuts down gracefully.
     fn run_until(
         self,
@@ -196,6 +214,10 @@ impl<B: Broker> App for Service<B> {
 
     fn health(&self) -> Health {
         Health::new(self.stage.subscribe(), self.probes.clone())
+    }
+
+    fn asyncapi(&self) -> serde_json::Value {
+        self.broker.asyncapi(&self.info, &self.subscribers)
     }
 
     async fn run_until(

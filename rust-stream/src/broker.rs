@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use crate::app::{AppContext, RunError};
+use crate::app::{AppContext, AppInfo, RunError};
 
 /// A message broker an app runs on.
 pub trait Broker: Send + 'static {
@@ -17,6 +17,13 @@ pub trait Broker: Send + 'static {
     /// what the broker does before then (a publisher creating a queue) already follows them.
     fn declare(&self, subscribers: &[Self::Subscriber]) {
         let _ = subscribers;
+    }
+
+    /// The AsyncAPI document of an app with these subscribers on this broker; by default, the
+    /// app's info and no channel.
+    fn asyncapi(&self, info: &AppInfo, subscribers: &[Self::Subscriber]) -> serde_json::Value {
+        let _ = subscribers;
+        crate::asyncapi::info_only(info)
     }
 
     /// Runs the subscribers until the app's shutdown is requested, then stops them gracefully.

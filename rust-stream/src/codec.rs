@@ -22,6 +22,12 @@ pub trait Codec: Clone + Send + Sync + 'static {
     ///
     /// [`EncodeError`] when the value cannot be written (a map with non-string keys, for JSON).
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<String, EncodeError>;
+
+    /// The media type of the bodies, for the AsyncAPI document (`application/json` for [`Json`]);
+    /// `None`, the default, leaves it unsaid.
+    fn content_type(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// JSON via serde: the default codec.
@@ -41,6 +47,10 @@ impl Codec for Json {
             type_name: std::any::type_name::<T>(),
             reason: error.to_string(),
         })
+    }
+
+    fn content_type(&self) -> Option<&'static str> {
+        Some("application/json")
     }
 }
 

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
+use crate::asyncapi::Payload;
 use crate::codec::{Codec, DecodeError, Json};
 use crate::context::{Context, Delivery};
 use crate::engine::transport::BoxFuture;
@@ -72,6 +73,7 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
         outputs: (),
         codec: Json,
         description: None,
+        payload: None,
         requirements: Vec::new(),
     }
 }
@@ -85,6 +87,7 @@ pub struct SubscriberBuilder<H, O = (), C = Json> {
     outputs: O,
     codec: C,
     description: Option<String>,
+    payload: Option<Payload>,
     requirements: Vec<Requirement>,
 }
 
@@ -147,9 +150,23 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
         self
     }
 
-    /// What this subscriber does, for generated documentation.
+    /// What this subscriber does: the description of its operation in the app's
+    /// [AsyncAPI document](crate::asyncapi) (CommonMark). A `#[subscriber]` function's doc
+    /// comment becomes it.
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
+        self
+    }
+
+    /// How the [AsyncAPI document](crate::asyncapi) describes the messages (default: by their
+    /// type's name). With the `schemars` feature, `Payload::schema::<T>()` gives their JSON Schema.
+    ///
+    /// # Panics
+    ///
+    /// [`build`](Self::build) panics when the payload describes another type than the handler's
+    /// messages.
+    pub fn payload(mut self, payload: Payload) -> Self {
+        self.payload = Some(payload);
         self
     }
 
@@ -161,6 +178,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             outputs,
             codec: self.codec,
             description: self.description,
+            payload: self.payload,
             requirements: self.requirements,
         }
     }
@@ -173,11 +191,16 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             outputs: self.outputs,
             codec,
             description: self.description,
+            payload: self.payload,
             requirements: self.requirements,
         }
     }
 
     /// The subscriber, ready for `b.include(..)`.
+    ///
+    /// # Panics
+    ///
+    /// When a [`payload`](Self::payload) was given that describes another type than `T`.
     pub fn build<T>(self) -> Subscriber
     where
         H: Handle<T, O>,
@@ -186,10 +209,16 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
         C: Codec,
     {
         let publishers = self.outputs.publishers();
+        let payload = self.payload.unwrap_or_else(Payload::named::<T>);
+        payload.check_describes::<T>();
         Subscriber {
             queue: self.queue,
             description: self.description,
             message_type: std::any::type_name::<T>(),
+            handler_type: std::any::type_name::<H>(),
+            payload,
+            content_type: self.codec.content_type(),
+            output_payloads: self.outputs.payloads(),
             outputs: publishers,
             requirements: self.requirements,
             handler: Arc::new(Typed {
@@ -207,6 +236,12 @@ pub struct Subscriber {
     pub(crate) queue: SqsQueue,
     pub(crate) description: Option<String>,
     pub(crate) message_type: &'static str,
+    /// The handler's Rust type: a `#[subscriber]` function's name.
+    pub(crate) handler_type: &'static str,
+    pub(crate) payload: Payload,
+    pub(crate) content_type: Option<&'static str>,
+    /// How each output's messages are described, in the order of `outputs`.
+    pub(crate) output_payloads: Vec<Payload>,
     pub(crate) outputs: Vec<Publisher>,
     pub(crate) requirements: Vec<Requirement>,
     pub(crate) handler: Arc<dyn ErasedHandler>,

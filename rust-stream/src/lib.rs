@@ -49,6 +49,8 @@
 //!   [`account`] or Amazon SQS ([`SqsBroker::from_env`], [`sqs::aws`]), or whichever the
 //!   environment names ([`SqsBroker::from_env_or_in_process`]), with the SQS
 //!   [`rules`](sqs::rules) both honour; [`ApiCalls`] counts what a workload costs.
+//! - [`asyncapi`]: the app's AsyncAPI 3.0 document ([`App::asyncapi`]): its queues with their SQS
+//!   bindings, what it receives and sends, the payloads' JSON Schemas (feature `schemars`).
 //! - [`engine`]: the consumer engine (receive, dispatch, settle, extend) and the
 //!   [`Transport`](engine::transport::Transport) seam under it.
 //! - [`account`]: the in-process SQS account: SQS semantics on tokio's clock, for tests.
@@ -67,6 +69,7 @@
 //! | --- | --- | --- |
 //! | `aws` | [`SqsBroker::from_env`], [`SqsBroker::from_env_or_in_process`] and [`SqsBroker::aws`]: Amazon SQS over aws-sdk-sqs | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
+//! | `schemars` | JSON Schemas of message payloads in the [`asyncapi`] document, for types that implement `schemars::JsonSchema` | no |
 //! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext` | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
@@ -78,6 +81,7 @@
 pub mod __private;
 pub mod account;
 pub mod app;
+pub mod asyncapi;
 pub mod broker;
 pub mod codec;
 pub mod context;

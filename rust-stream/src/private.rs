@@ -3,7 +3,10 @@
 
 pub use serde::{Deserialize, Serialize};
 
+use std::marker::PhantomData;
 use std::time::Duration;
+
+use crate::asyncapi::Payload;
 
 use crate::context::Context;
 use crate::outcome::{HandlerOutcome, IntoOutcome};
@@ -35,9 +38,68 @@ pub fn state<T: Clone + Send + Sync + 'static>(
     })
 }
 
+/// How the AsyncAPI document describes `T`: by its JSON Schema when `T` implements
+/// `schemars::JsonSchema` (feature `schemars`), else by its name. Chosen at compile time by
+/// method resolution on a concrete `T`: `describe::<T>().payload()` finds [`WithSchema`] on
+/// `Describe<T>` before [`ByName`] on `&Describe<T>`, which takes one more auto-reference.
+#[allow(missing_debug_implementations)]
+pub struct Describe<T: ?Sized>(PhantomData<fn() -> PhantomData<T>>);
+
+/// The describer of `T`, borrowed: the receiver [`WithSchema`] and [`ByName`] are chosen on.
+pub const fn describe<T: ?Sized>() -> &'static Describe<T> {
+    &Describe(PhantomData)
+}
+
+/// The first choice of [`Describe`]: a JSON Schema.
+pub trait WithSchema {
+    /// `T` by its JSON Schema.
+    fn payload(&self) -> Payload;
+}
+
+#[cfg(feature = "schemars")]
+impl<T: schemars::JsonSchema + ?Sized> WithSchema for Describe<T> {
+    fn payload(&self) -> Payload {
+        Payload::schema::<T>()
+    }
+}
+
+/// The fallback of [`Describe`]: the type's name.
+pub trait ByName {
+    /// `T` by its name.
+    fn payload(&self) -> Payload;
+}
+
+impl<T: ?Sized> ByName for &Describe<T> {
+    fn payload(&self) -> Payload {
+        Payload::named::<T>()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn describe_takes_the_schema_when_there_is_one_and_the_name_otherwise() {
+        #[allow(unused_imports)]
+        use super::{ByName as _, WithSchema as _};
+        struct Plain;
+        let plain = describe::<Plain>().payload();
+        assert!(plain.type_name().ends_with("Plain"));
+        assert!(!format!("{plain:?}").contains("schema: true"));
+        #[cfg(feature = "schemars")]
+        {
+            #[derive(schemars::JsonSchema)]
+            struct Schemed {
+                _id: u64,
+            }
+            let schemed = describe::<Schemed>().payload();
+            assert!(
+                format!("{schemed:?}").contains("schema: true"),
+                "{schemed:?}"
+            );
+        }
+    }
 
     #[test]
     fn ack_is_ok_and_every_other_outcome_is_err() {

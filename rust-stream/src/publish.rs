@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::asyncapi::Payload;
 use crate::codec::{Codec, EncodeError, Json};
 use crate::engine::transport::{
     MessageAttributeValue, MessageAttributes, SendMessage, SentMessage, TransportError,
@@ -505,6 +506,7 @@ impl PublishError {
 /// ```
 pub struct Output<U> {
     publisher: Publisher,
+    payload: Payload,
     _values: PhantomData<fn(&U)>,
 }
 
@@ -520,6 +522,7 @@ impl<U> Clone for Output<U> {
     fn clone(&self) -> Self {
         Self {
             publisher: self.publisher.clone(),
+            payload: self.payload,
             _values: PhantomData,
         }
     }
@@ -530,8 +533,22 @@ impl<U: Serialize> Output<U> {
     pub fn new(queue: impl Into<SqsQueue>) -> Self {
         Self {
             publisher: Publisher::new(queue),
+            payload: Payload::named::<U>(),
             _values: PhantomData,
         }
+    }
+
+    /// How the [AsyncAPI document](crate::asyncapi) describes this output's messages (default:
+    /// by their type's name). With the `schemars` feature, `Payload::schema::<U>()` gives their
+    /// JSON Schema.
+    ///
+    /// # Panics
+    ///
+    /// When `payload` describes another type than `U`.
+    pub fn payload(mut self, payload: Payload) -> Self {
+        payload.check_describes::<U>();
+        self.payload = payload;
+        self
     }
 
     /// A message carrying `value`; give it to [`Context::publish`](crate::Context::publish).
@@ -553,6 +570,12 @@ impl<U: Serialize> Output<U> {
 pub trait Outputs: Send + Sync + 'static {
     /// The publishers of these outputs.
     fn publishers(&self) -> Vec<Publisher>;
+
+    /// How each output's messages are described in the AsyncAPI document, in the order of
+    /// [`publishers`](Self::publishers); by default none is.
+    fn payloads(&self) -> Vec<Payload> {
+        Vec::new()
+    }
 }
 
 impl Outputs for () {
@@ -565,6 +588,10 @@ impl<U: 'static> Outputs for Output<U> {
     fn publishers(&self) -> Vec<Publisher> {
         vec![self.publisher.clone()]
     }
+
+    fn payloads(&self) -> Vec<Payload> {
+        vec![self.payload]
+    }
 }
 
 macro_rules! tuple_outputs {
@@ -575,6 +602,14 @@ macro_rules! tuple_outputs {
                 let ($($name,)+) = self;
                 let mut all = Vec::new();
                 $(all.extend($name.publishers());)+
+                all
+            }
+
+            #[allow(non_snake_case)]
+            fn payloads(&self) -> Vec<Payload> {
+                let ($($name,)+) = self;
+                let mut all = Vec::new();
+                $(all.extend($name.payloads());)+
                 all
             }
         }

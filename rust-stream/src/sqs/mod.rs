@@ -28,7 +28,7 @@ pub use aws::ConnectError;
 pub use queue::{ConfigError, ConfigErrors, SqsQueue};
 
 use crate::account::Account;
-use crate::app::{AppContext, Inspect, QueueLoad, RunError};
+use crate::app::{AppContext, AppInfo, Inspect, QueueLoad, RunError};
 use crate::broker::Broker;
 use crate::engine::batch::{self, BatchSettings, Batcher};
 use crate::engine::meter::{ApiCalls, CallCounter, Metered};
@@ -221,6 +221,11 @@ impl SqsBroker {
         let queue = queue.into();
         self.core
             .declare(&queue, "a publisher made with `broker.publisher(..)`");
+        self.core
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(queue.name.clone());
         Publisher::bound(queue, self.core.clone())
     }
 }
@@ -246,6 +251,24 @@ impl Broker for SqsBroker {
         }
     }
 
+    fn asyncapi(&self, info: &AppInfo, subscribers: &[Subscriber]) -> serde_json::Value {
+        let merged = |queue: &SqsQueue| self.core.declarations().merged(queue);
+        let mut writer = crate::asyncapi::Writer::new(info, &merged);
+        for subscriber in subscribers {
+            writer.subscriber(subscriber);
+        }
+        let published = self
+            .core
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for queue in published {
+            writer.publisher(&SqsQueue::new(queue));
+        }
+        writer.finish()
+    }
+
     async fn run(self, app: AppContext, subscribers: Vec<Subscriber>) -> Result<(), RunError> {
         tracing::info!(app.name = %app.info().name(), app.version = %app.info().version(), "starting");
         crate::engine::run(self.core, subscribers, app).await
@@ -261,6 +284,8 @@ pub(crate) struct BrokerCore {
     /// no other, and callers asking for the same queue at once share one lookup.
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
     declarations: Mutex<declare::Declarations>,
+    /// The queues of publishers made with `SqsBroker::publisher`, for the AsyncAPI document.
+    published: Mutex<std::collections::BTreeSet<String>>,
     batchers: Mutex<Batchers>,
     /// Told what the engine does, when a test asked for a recorder.
     recorder: std::sync::OnceLock<Arc<dyn crate::engine::record::Record>>,
@@ -297,6 +322,7 @@ impl BrokerCore {
             linger_nanos: AtomicU64::new(5_000_000),
             queues: Mutex::new(HashMap::new()),
             declarations: Mutex::new(declare::Declarations::default()),
+            published: Mutex::default(),
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
         }

@@ -1,0 +1,517 @@
+//! The AsyncAPI 3.0 document of an app: what it receives, what it sends, on which queues.
+//!
+//! ```
+//! use rust_stream::prelude::*;
+//! # #[derive(serde::Deserialize)] struct Order { id: u64 }
+//!
+//! struct Fulfil;
+//!
+//! impl Handle<Order> for Fulfil {
+//!     async fn handle(&self, order: &Order, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+//!         tracing::info!(order.id, "order fulfilled");
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let info = AppInfo::new("fulfillment", "0.1.0").with_description("Ships orders.");
+//! let app = RustStream::new(info).with_broker(SqsBroker::in_process(), |b| {
+//!     let orders = SqsQueue::new("orders.fifo").dead_letter("orders-dlq.fifo", 5);
+//!     b.include(subscriber(orders, Fulfil).description("Ships an order.").build());
+//! });
+//!
+//! let document = app.asyncapi();
+//! assert_eq!(document["asyncapi"], "3.0.0");
+//! assert_eq!(document["info"]["description"], "Ships orders.");
+//! let receive = &document["operations"]["Fulfil"];
+//! assert_eq!(receive["action"], "receive");
+//! assert_eq!(receive["description"], "Ships an order.");
+//! let queue = &document["channels"]["orders.fifo"]["bindings"]["sqs"]["queue"];
+//! assert_eq!(queue["fifoQueue"], true);
+//! assert_eq!(queue["redrivePolicy"]["maxReceiveCount"], 5);
+//! println!("{}", serde_json::to_string_pretty(&document).unwrap());
+//! ```
+//!
+//! [`App::asyncapi`](crate::App::asyncapi) writes it from what the app declares, before it runs
+//! and without a network call:
+//!
+//! - `info`: the [`AppInfo`]: name (the title), version, description.
+//! - `channels`: one per queue, named and addressed by the queue's name, with its SQS binding
+//!   (version 0.2.0, the one AsyncAPI 3.0.0 defines): the queue's name, whether it is FIFO, the
+//!   visibility timeout and dead-letter queue (with `maxReceiveCount`) when declared, and the
+//!   messages that travel on it.
+//! - `operations`: a `receive` per subscription, named after its handler (the function of a
+//!   `#[subscriber]`; its full path in `x-rust-handler`) and described by its doc comment
+//!   ([`SubscriberBuilder::description`](crate::SubscriberBuilder::description)); a
+//!   `send` per output of a subscription (`HANDLER.QUEUE`), per dead-letter queue
+//!   (`HANDLER.dead_letter`: the consumer moves failing messages there itself), and per queue a
+//!   publisher made with [`SqsBroker::publisher`](crate::SqsBroker::publisher) sends to
+//!   (`publish.QUEUE`; such a publisher takes any type, so its messages are not listed).
+//! - messages: named after their Rust type (the full path in `x-rust-type`), with the codec's
+//!   content type. With the `schemars` feature, a payload whose type implements
+//!   `schemars::JsonSchema` is its JSON Schema (draft 7, the types it uses under
+//!   `components/schemas`); otherwise the payload names the type.
+//!
+//! A `#[subscriber]` picks up the schemas of its message and outputs by itself. A subscriber or an
+//! [`Output`](crate::Output) made by hand says it with `.payload(Payload::schema::<T>())`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::app::AppInfo;
+use crate::handler::Subscriber;
+use crate::sqs::SqsQueue;
+
+/// The AsyncAPI version of the documents written here.
+pub const ASYNCAPI_VERSION: &str = "3.0.0";
+
+/// The version of the SQS bindings used: the one the AsyncAPI 3.0.0 schema knows.
+pub const SQS_BINDING_VERSION: &str = "0.2.0";
+
+/// How a message type is described in the document: its Rust type, and with the `schemars`
+/// feature its JSON Schema.
+///
+/// ```
+/// use rust_stream::asyncapi::Payload;
+///
+/// struct Order;
+/// assert!(Payload::named::<Order>().type_name().ends_with("Order"));
+/// ```
+#[derive(Clone, Copy)]
+pub struct Payload {
+    type_name: &'static str,
+    #[cfg(feature = "schemars")]
+    schema: Option<fn(&mut schemars::SchemaGenerator) -> schemars::Schema>,
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("Payload");
+        debug.field("type_name", &self.type_name);
+        #[cfg(feature = "schemars")]
+        debug.field("schema", &self.schema.is_some());
+        debug.finish()
+    }
+}
+
+impl Payload {
+    /// `T`, described by its name only.
+    pub fn named<T: ?Sized>() -> Self {
+        Self {
+            type_name: std::any::type_name::<T>(),
+            #[cfg(feature = "schemars")]
+            schema: None,
+        }
+    }
+
+    /// `T`, described by its JSON Schema.
+    #[cfg(feature = "schemars")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "schemars")))]
+    pub fn schema<T: schemars::JsonSchema + ?Sized>() -> Self {
+        fn subschema<T: schemars::JsonSchema + ?Sized>(
+            generator: &mut schemars::SchemaGenerator,
+        ) -> schemars::Schema {
+            generator.subschema_for::<T>()
+        }
+        Self {
+            type_name: std::any::type_name::<T>(),
+            schema: Some(subschema::<T>),
+        }
+    }
+
+    /// The Rust type described.
+    pub fn type_name(&self) -> &'static str {
+        self.type_name
+    }
+
+    /// Panics unless this describes `T`: a payload given by hand must describe the values sent.
+    pub(crate) fn check_describes<T: ?Sized>(&self) {
+        let expected = std::any::type_name::<T>();
+        assert!(
+            self.type_name == expected,
+            "the payload given describes `{}`, but the messages are `{expected}`",
+            self.type_name
+        );
+    }
+}
+
+/// A name fit for an AsyncAPI key (`^[\w\d.\-_]+$`): the last path segment of a Rust type,
+/// outside its generic arguments, with any other character replaced by `_`.
+fn short_name(type_name: &str) -> String {
+    let outer = type_name.split('<').next().unwrap_or(type_name);
+    let last = outer.rsplit("::").next().unwrap_or(outer);
+    let name: String = last
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "message".to_owned()
+    } else {
+        name
+    }
+}
+
+/// `base`, or `base-2`, `base-3`... when taken.
+fn unique(base: String, taken: impl Fn(&str) -> bool) -> String {
+    if !taken(&base) {
+        return base;
+    }
+    (2..)
+        .map(|n| format!("{base}-{n}"))
+        .find(|name| !taken(name))
+        .expect("a free name")
+}
+
+/// One queue of the document.
+struct Channel {
+    queue: SqsQueue,
+    /// Messages by key: the message object.
+    messages: BTreeMap<String, Value>,
+}
+
+/// Writes the document of an app on SQS.
+pub(crate) struct Writer<'a> {
+    info: &'a AppInfo,
+    /// Each queue as all its declarations together describe it.
+    merged: &'a dyn Fn(&SqsQueue) -> SqsQueue,
+    channels: BTreeMap<String, Channel>,
+    operations: Map<String, Value>,
+    #[cfg(feature = "schemars")]
+    generator: schemars::SchemaGenerator,
+}
+
+impl<'a> Writer<'a> {
+    pub(crate) fn new(info: &'a AppInfo, merged: &'a dyn Fn(&SqsQueue) -> SqsQueue) -> Self {
+        Self {
+            info,
+            merged,
+            channels: BTreeMap::new(),
+            operations: Map::new(),
+            #[cfg(feature = "schemars")]
+            generator: {
+                let mut settings = schemars::generate::SchemaSettings::draft07();
+                // Shared types go where the document's `$ref`s find them.
+                settings.definitions_path = "/components/schemas".into();
+                settings.into_generator()
+            },
+        }
+    }
+
+    /// A subscription: its receive operation, its dead-letter queue's, its outputs'.
+    pub(crate) fn subscriber(&mut self, subscriber: &Subscriber) {
+        let handler = short_name(subscriber.handler_type);
+        let id = unique(handler, |name| self.operations.contains_key(name));
+        let queue = subscriber.queue.name.clone();
+        let message = self.message(&queue, &subscriber.payload, subscriber.content_type);
+        let mut receive = json!({
+            "action": "receive",
+            "channel": { "$ref": channel_ref(&queue) },
+            "messages": [{ "$ref": message_ref(&queue, &message) }],
+            "x-rust-handler": subscriber.handler_type,
+        });
+        if let Some(description) = &subscriber.description {
+            receive["description"] = json!(description);
+        }
+        self.operations.insert(id.clone(), receive);
+
+        let merged = (self.merged)(&subscriber.queue);
+        if let Some(dead_letter) = &merged.dead_letter {
+            let message = self.message(
+                &dead_letter.queue,
+                &subscriber.payload,
+                subscriber.content_type,
+            );
+            let send = json!({
+                "action": "send",
+                "channel": { "$ref": channel_ref(&dead_letter.queue) },
+                "messages": [{ "$ref": message_ref(&dead_letter.queue, &message) }],
+                "description": format!(
+                    "Messages of `{queue}` that fail {} attempts, that the handler dead-letters, \
+                     or that do not decode, moved here by the consumer.",
+                    dead_letter.max_receive_count
+                ),
+            });
+            let send_id = unique(format!("{id}.dead_letter"), |name| {
+                self.operations.contains_key(name)
+            });
+            self.operations.insert(send_id, send);
+        }
+
+        for (index, output) in subscriber.outputs.iter().enumerate() {
+            let target = output.queue().name.clone();
+            let payload = subscriber.output_payloads.get(index);
+            let message = payload.map(|payload| {
+                self.message(
+                    &target,
+                    payload,
+                    crate::codec::Codec::content_type(&crate::codec::Json),
+                )
+            });
+            self.channel(&target);
+            let mut send = json!({
+                "action": "send",
+                "channel": { "$ref": channel_ref(&target) },
+                "description": format!("Published as part of handling a message of `{queue}`."),
+            });
+            if let Some(message) = message {
+                send["messages"] = json!([{ "$ref": message_ref(&target, &message) }]);
+            }
+            let send_id = unique(format!("{id}.{target}"), |name| {
+                self.operations.contains_key(name)
+            });
+            self.operations.insert(send_id, send);
+        }
+    }
+
+    /// A queue a publisher made from the broker sends to.
+    pub(crate) fn publisher(&mut self, queue: &SqsQueue) {
+        self.channel(&queue.name);
+        let send = json!({
+            "action": "send",
+            "channel": { "$ref": channel_ref(&queue.name) },
+            "description": "Sent by a publisher made with `SqsBroker::publisher`, which takes \
+                            messages of any type.",
+        });
+        let id = unique(format!("publish.{}", queue.name), |name| {
+            self.operations.contains_key(name)
+        });
+        self.operations.insert(id, send);
+    }
+
+    /// The channel of `queue`, made on first use.
+    fn channel(&mut self, queue: &str) -> &mut Channel {
+        let merged = self.merged;
+        self.channels
+            .entry(queue.to_owned())
+            .or_insert_with(|| Channel {
+                queue: merged(&SqsQueue::new(queue)),
+                messages: BTreeMap::new(),
+            })
+    }
+
+    /// Adds the message `payload` to the channel of `queue`, once; answers its key there.
+    fn message(&mut self, queue: &str, payload: &Payload, content_type: Option<&str>) -> String {
+        let channel = self.channel(queue);
+        let same = |message: &Value| {
+            message["x-rust-type"] == payload.type_name
+                && message.get("contentType").and_then(Value::as_str) == content_type
+        };
+        if let Some((key, _)) = channel.messages.iter().find(|(_, message)| same(message)) {
+            return key.clone();
+        }
+        let key = unique(short_name(payload.type_name), |name| {
+            channel.messages.contains_key(name)
+        });
+        let mut message = json!({
+            "name": key,
+            "x-rust-type": payload.type_name,
+        });
+        if let Some(content_type) = content_type {
+            message["contentType"] = json!(content_type);
+        }
+        message["payload"] = self.payload(payload);
+        self.channel(queue).messages.insert(key.clone(), message);
+        key
+    }
+
+    /// The payload's schema: its JSON Schema when known, else a schema that names the type.
+    fn payload(&mut self, payload: &Payload) -> Value {
+        #[cfg(feature = "schemars")]
+        if let Some(schema) = payload.schema {
+            let mut schema = schema(&mut self.generator);
+            for transform in self.generator.transforms_mut() {
+                transform.transform(&mut schema);
+            }
+            return schema.to_value();
+        }
+        json!({
+            "title": short_name(payload.type_name),
+            "description": format!("A `{}`.", payload.type_name),
+        })
+    }
+
+    /// The document.
+    pub(crate) fn finish(mut self) -> Value {
+        let mut info = json!({
+            "title": self.info.name(),
+            "version": self.info.version(),
+        });
+        if let Some(description) = self.info.description() {
+            info["description"] = json!(description);
+        }
+        let channels: Map<String, Value> = self
+            .channels
+            .iter()
+            .map(|(name, channel)| (name.clone(), channel_object(channel)))
+            .collect();
+        let schemas = self.schemas();
+        let mut document = json!({
+            "asyncapi": ASYNCAPI_VERSION,
+            "info": info,
+            "channels": channels,
+            "operations": self.operations,
+        });
+        if !schemas.is_empty() {
+            document["components"] = json!({ "schemas": schemas });
+        }
+        document
+    }
+
+    /// The schemas the payloads refer to, by name.
+    #[cfg(feature = "schemars")]
+    fn schemas(&mut self) -> Map<String, Value> {
+        self.generator.take_definitions(true)
+    }
+
+    #[cfg(not(feature = "schemars"))]
+    fn schemas(&mut self) -> Map<String, Value> {
+        Map::new()
+    }
+}
+
+fn channel_ref(queue: &str) -> String {
+    format!("#/channels/{queue}")
+}
+
+fn message_ref(queue: &str, message: &str) -> String {
+    format!("#/channels/{queue}/messages/{message}")
+}
+
+/// A channel object: the queue's address, its messages and its SQS binding.
+fn channel_object(channel: &Channel) -> Value {
+    let queue = &channel.queue;
+    let mut binding_queue = json!({
+        "name": queue.name,
+        "fifoQueue": queue.is_fifo(),
+    });
+    if let Some(timeout) = queue.consumer.visibility_timeout {
+        binding_queue["visibilityTimeout"] = json!(timeout.as_secs());
+    }
+    if queue.content_based_dedup {
+        binding_queue["x-contentBasedDeduplication"] = json!(true);
+    }
+    let mut binding = json!({ "bindingVersion": SQS_BINDING_VERSION });
+    if let Some(dead_letter) = &queue.dead_letter {
+        binding_queue["redrivePolicy"] = json!({
+            "deadLetterQueue": { "name": dead_letter.queue },
+            "maxReceiveCount": dead_letter.max_receive_count,
+        });
+        binding["deadLetterQueue"] = json!({
+            "name": dead_letter.queue,
+            "fifoQueue": crate::sqs::rules::is_fifo_name(&dead_letter.queue),
+        });
+    }
+    binding["queue"] = binding_queue;
+    let kind = if queue.is_fifo() { "FIFO" } else { "standard" };
+    json!({
+        "address": queue.name,
+        "description": format!("The {kind} SQS queue `{}`.", queue.name),
+        "messages": channel.messages,
+        "bindings": { "sqs": binding },
+    })
+}
+
+/// The document of an app whose broker says nothing of its channels.
+pub(crate) fn info_only(info: &AppInfo) -> Value {
+    Writer::new(info, &|queue: &SqsQueue| queue.clone()).finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{subscriber, App, Context, Handle, HandlerOutcome, RustStream, SqsBroker};
+
+    #[derive(serde::Deserialize)]
+    struct Ping {}
+
+    struct Pong;
+
+    impl Handle<Ping> for Pong {
+        async fn handle(
+            &self,
+            _: &Ping,
+            _: &(),
+            _: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_subscription_made_by_hand_is_described_by_its_settings_and_its_type_name() {
+        let broker = SqsBroker::in_process();
+        // A publisher's declaration of the queue joins the subscription's, as the queue is made.
+        let _ = broker.publisher(SqsQueue::new("pings").dead_letter("pings-dlq", 4));
+        let document = RustStream::new(AppInfo::new("pinger", "1.0.0"))
+            .with_broker(broker, |b| {
+                b.include(
+                    subscriber("pings", Pong)
+                        .visibility_timeout(Duration::from_secs(45))
+                        .description("Answers pings.")
+                        .build(),
+                );
+            })
+            .asyncapi();
+        assert_eq!(
+            document["info"],
+            json!({"title": "pinger", "version": "1.0.0"})
+        );
+        let queue = &document["channels"]["pings"]["bindings"]["sqs"]["queue"];
+        assert_eq!(queue["fifoQueue"], false);
+        assert_eq!(queue["visibilityTimeout"], 45);
+        assert_eq!(queue["redrivePolicy"]["maxReceiveCount"], 4);
+        let operations = &document["operations"];
+        assert_eq!(operations["Pong"]["description"], "Answers pings.");
+        assert_eq!(
+            operations["Pong"]["messages"][0]["$ref"],
+            "#/channels/pings/messages/Ping"
+        );
+        assert_eq!(operations["Pong.dead_letter"]["action"], "send");
+        assert_eq!(operations["publish.pings"]["action"], "send");
+        let ping = &document["channels"]["pings"]["messages"]["Ping"];
+        assert_eq!(ping["contentType"], "application/json");
+        assert_eq!(ping["x-rust-type"], std::any::type_name::<Ping>());
+        assert_eq!(ping["payload"]["title"], "Ping");
+        assert!(document.get("components").is_none(), "{document}");
+    }
+
+    #[test]
+    fn without_subscriptions_the_document_holds_the_info() {
+        let info = AppInfo::new("quiet", "0.0.1").with_description("Does nothing.");
+        let document = info_only(&info);
+        assert_eq!(document["info"]["description"], "Does nothing.");
+        assert_eq!(document["channels"], json!({}));
+        assert_eq!(document["operations"], json!({}));
+    }
+
+    #[test]
+    #[should_panic(expected = "describes `u32`, but the messages are")]
+    fn a_subscriber_given_the_payload_of_another_type_is_refused() {
+        let _ = subscriber("pings", Pong)
+            .payload(Payload::named::<u32>())
+            .build();
+    }
+
+    #[test]
+    fn keys_are_short_rust_names_made_unique() {
+        assert_eq!(short_name("shop::orders::Order"), "Order");
+        assert_eq!(short_name("shop::Wrapper<shop::Order>"), "Wrapper");
+        assert_eq!(short_name("(u32, u64)"), "_u32__u64_");
+        assert_eq!(unique("a".into(), |name| name == "a"), "a-2");
+        assert_eq!(unique("b".into(), |_| false), "b");
+    }
+
+    #[test]
+    #[should_panic(expected = "describes `u32`, but the messages are `u64`")]
+    fn a_payload_of_another_type_is_refused() {
+        Payload::named::<u32>().check_describes::<u64>();
+    }
+}
