@@ -33,6 +33,12 @@
 //!   AWS_SECRET_ACCESS_KEY=test FAULT_QUEUE=jobs.fifo FAULT_OUTPUT_QUEUE=jobs-done.fifo \
 //!   FAULT_JOURNAL=/tmp/journal cargo run --example fault_consumer
 //! ```
+//!
+//! With `--asyncapi` it prints its AsyncAPI document (for the queues `FAULT_QUEUE` and
+//! `FAULT_OUTPUT_QUEUE` name) and exits, without connecting.
+
+#[path = "common/asyncapi.rs"]
+mod asyncapi;
 
 use std::fs::File;
 use std::io::Write as _;
@@ -46,14 +52,14 @@ use rust_stream::{Output, State};
 use serde::{Deserialize, Serialize};
 
 /// A unit of work: the `seq`-th job of its `group` (on FIFO, its message group).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 struct Job {
     group: String,
     seq: u32,
 }
 
 /// The output of a handled job: which input it came from.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 struct Done {
     group: String,
     seq: u32,
@@ -176,8 +182,23 @@ fn exit_with(message: &str) -> ! {
     std::process::exit(2)
 }
 
+/// The service on `broker`, with the state `app` carries.
+fn service(app: RustStream, broker: SqsBroker) -> impl App {
+    app.with_broker(broker, |b| {
+        b.include(work);
+    })
+}
+
+fn info() -> AppInfo {
+    AppInfo::new("fault-consumer", "0.1.0")
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    if asyncapi::requested() {
+        asyncapi::print(&service(RustStream::new(info()), SqsBroker::in_process()));
+        return ExitCode::SUCCESS;
+    }
     tracing_subscriber::fmt()
         .with_target(false)
         .with_ansi(false)
@@ -191,12 +212,12 @@ async fn main() -> ExitCode {
         Ok(broker) => broker,
         Err(error) => exit_with(&error.to_string()),
     };
-    let app = RustStream::new(AppInfo::new("fault-consumer", "0.1.0"))
-        .with_state(journal)
-        .with_state(delay)
-        .with_broker(broker, |b| {
-            b.include(work);
-        });
+    let app = service(
+        RustStream::new(info())
+            .with_state(journal)
+            .with_state(delay),
+        broker,
+    );
     match app.run().await {
         Ok(()) => {
             tracing::info!("stopped");

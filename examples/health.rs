@@ -15,7 +15,10 @@
 //! when it last received, and how many receives failed in a row. The service runs until SIGTERM
 //! or Ctrl-C, on SQS when the environment names one and on the in-process account otherwise
 //! (as `SqsBroker::from_env_or_in_process` chooses). `HEALTH_ADDR` defaults to
-//! `127.0.0.1:8080`.
+//! `127.0.0.1:8080`. With `--asyncapi` it prints its AsyncAPI document instead, and exits.
+
+#[path = "common/asyncapi.rs"]
+mod asyncapi;
 
 use std::process::ExitCode;
 use std::time::UNIX_EPOCH;
@@ -26,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// A ping someone sent.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Ping {
     from: String,
 }
@@ -38,8 +41,18 @@ async fn pong(ping: &Ping) -> HandlerOutcome {
     HandlerOutcome::ack()
 }
 
+fn service(broker: SqsBroker) -> impl App {
+    RustStream::new(AppInfo::new("pings", "0.1.0")).with_broker(broker, |b| {
+        b.include(pong);
+    })
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    if asyncapi::requested() {
+        asyncapi::print(&service(SqsBroker::in_process()));
+        return ExitCode::SUCCESS;
+    }
     tracing_subscriber::fmt().with_target(false).init();
     match serve().await {
         Ok(()) => ExitCode::SUCCESS,
@@ -56,9 +69,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!(address = %listener.local_addr()?, "health probes listening");
 
     let broker = SqsBroker::from_env_or_in_process().await?;
-    let app = RustStream::new(AppInfo::new("pings", "0.1.0")).with_broker(broker, |b| {
-        b.include(pong);
-    });
+    let app = service(broker);
     let health = app.health();
     // The probes answer for as long as the process lives, so they show the drain too.
     tokio::spawn(probes(listener, health));

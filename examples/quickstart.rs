@@ -6,7 +6,11 @@
 //!
 //! ```sh
 //! cargo run --example quickstart
+//! cargo run --example quickstart -- --asyncapi   # its AsyncAPI document, instead of running
 //! ```
+
+#[path = "common/asyncapi.rs"]
+mod asyncapi;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,7 +20,7 @@ use rust_stream::State;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 struct Order {
     id: u64,
     customer: String,
@@ -49,6 +53,21 @@ async fn fulfil(
     HandlerOutcome::ack()
 }
 
+fn progress_of(orders: usize) -> Progress {
+    Progress {
+        left: Arc::new(AtomicUsize::new(orders)),
+        all_fulfilled: Arc::new(Notify::new()),
+    }
+}
+
+fn service(broker: SqsBroker, progress: Progress) -> impl App {
+    RustStream::new(AppInfo::new("fulfillment", "0.1.0"))
+        .with_state(progress)
+        .with_broker(broker, |b| {
+            b.include(fulfil);
+        })
+}
+
 const ORDERS: [(u64, &str); 6] = [
     (1, "ada"),
     (2, "grace"),
@@ -60,8 +79,12 @@ const ORDERS: [(u64, &str); 6] = [
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt().with_target(false).init();
     let broker = SqsBroker::in_process();
+    if asyncapi::requested() {
+        asyncapi::print(&service(broker, progress_of(0)));
+        return Ok(());
+    }
+    tracing_subscriber::fmt().with_target(false).init();
 
     let orders = broker.publisher(SqsQueue::new("orders.fifo").create_if_missing());
     for (id, customer) in ORDERS {
@@ -76,16 +99,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::info!(order.id = id, message_id = %sent.message_id, "order placed");
     }
 
-    let progress = Progress {
-        left: Arc::new(AtomicUsize::new(ORDERS.len())),
-        all_fulfilled: Arc::new(Notify::new()),
-    };
+    let progress = progress_of(ORDERS.len());
     let all_fulfilled = progress.all_fulfilled.clone();
-    let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0"))
-        .with_state(progress)
-        .with_broker(broker, |b| {
-            b.include(fulfil);
-        });
+    let app = service(broker, progress);
     let shutdown = app.shutdown_handle();
     tokio::spawn(async move {
         all_fulfilled.notified().await;

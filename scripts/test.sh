@@ -4,7 +4,8 @@
 # and LocalStack, and stops LocalStack again.
 #
 # It must pass on a fresh machine with nothing installed by hand, so everything the tests need is
-# installed and started from here. Extra arguments go to `cargo test`.
+# installed and started from here (the AsyncAPI test installs its parser, Node's @asyncapi/parser,
+# itself with scripts/asyncapi-parser.sh). Extra arguments go to `cargo test`.
 #
 #   LOCALSTACK_PORT=4566     reuse (or start) the LocalStack on this port instead of a fresh one
 #                            on a free port

@@ -4,7 +4,9 @@
 //! They run where `SqsBroker::from_env_or_in_process` says: on SQS when the environment names one
 //! (`AWS_ENDPOINT_URL` for a local stack such as LocalStack; `AWS_REGION`, `AWS_PROFILE` or
 //! `AWS_ACCESS_KEY_ID` for Amazon SQS, configured as the AWS CLI reads it), on the in-process SQS
-//! account otherwise.
+//! account otherwise. With `--asyncapi` they print their service's AsyncAPI document instead.
+
+pub mod asyncapi;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use rust_stream::{QueueLoad, Readiness};
 use serde::{Deserialize, Serialize};
 
 /// An order of a customer.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Order {
     pub id: u64,
     pub customer: String,
@@ -33,8 +35,13 @@ const ORDERS: [(u64, &str); 6] = [
 /// How long the orders may take before the example gives up.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Runs the example around `service` and says how it went as the exit code.
+/// Runs the example around `service` and says how it went as the exit code; with `--asyncapi`,
+/// prints the service's AsyncAPI document instead.
 pub async fn run<A: App>(service: fn(SqsBroker) -> A) -> ExitCode {
+    if asyncapi::requested() {
+        asyncapi::print(&service(SqsBroker::in_process()));
+        return ExitCode::SUCCESS;
+    }
     tracing_subscriber::fmt()
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))

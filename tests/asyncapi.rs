@@ -1,0 +1,444 @@
+//! The AsyncAPI 3.0 documents rust-stream writes are valid by the official AsyncAPI parser
+//! (`@asyncapi/parser`, run by Node, installed under `target/` by `scripts/asyncapi-parser.sh`):
+//! the document every example prints with `--asyncapi`, and that of an app using every kind of
+//! declaration (outputs, dead-letter queues, a broker's publisher, schemas and plain type names),
+//! each with zero diagnostics of any severity but the one justified in [`JUSTIFIED`]. Each
+//! document also says what its app declares: the queues with their SQS bindings, the operations
+//! with their handlers' doc comments, the payloads' JSON Schemas. And the parser does catch a
+//! broken document, so a clean result means something.
+//!
+//! Without Node and npm (and no root to install them) the tests say SKIPPED on the terminal;
+//! under `CI=true` they fail instead.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::process::{example_binary, output_within};
+use rust_stream::asyncapi::Payload;
+use rust_stream::prelude::*;
+use rust_stream::Output;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How long installing the parser (npm, maybe apt-get) or running an example may take.
+const PATIENCE: Duration = Duration::from_secs(300);
+
+/// Diagnostics accepted, each with why.
+///
+/// - `asyncapi-latest-version` (severity 2, information): the parser suggests AsyncAPI 3.1.0 to
+///   any 3.0.0 document. The documents are 3.0.0 on purpose: it is the version asked for, and
+///   the one whose schema defines the SQS bindings they use (0.2.0).
+const JUSTIFIED: [(&str, u64); 1] = [("asyncapi-latest-version", 2)];
+
+/// One diagnostic of the parser.
+#[derive(Debug, Deserialize)]
+struct Diagnostic {
+    file: String,
+    code: String,
+    /// 0 error, 1 warning, 2 information, 3 hint.
+    severity: u64,
+    message: String,
+    path: Vec<Value>,
+}
+
+/// The installed parser.
+struct Parser {
+    script: PathBuf,
+    dir: PathBuf,
+}
+
+impl Parser {
+    /// The parser, installed if need be; `None` (said on the terminal) when it cannot be, which
+    /// fails the test under CI.
+    fn installed(test: &str) -> Option<Self> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/asyncapi-parser.sh");
+        let output = output_within(Command::new(&script).arg("install"), PATIENCE);
+        if !output.status.success() {
+            let why = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "the AsyncAPI parser cannot be installed under CI, so {test} cannot run:\n{why}"
+            );
+            common::report(format!(
+                "SKIPPED {test}: the AsyncAPI parser cannot be installed (scripts/asyncapi-parser.sh \
+                 needs Node.js and npm):\n{why}"
+            ));
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "rust-stream-asyncapi-{}-{test}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the documents");
+        Some(Self { script, dir })
+    }
+
+    /// Whether every document parses, and what the parser says of each.
+    fn parse(&self, documents: &[(String, Value)]) -> (bool, Vec<Diagnostic>) {
+        let files: Vec<PathBuf> = documents
+            .iter()
+            .map(|(name, document)| {
+                let file = self.dir.join(format!("{name}.json"));
+                let text = serde_json::to_string_pretty(document).expect("JSON prints");
+                std::fs::write(&file, text).expect("write the document");
+                file
+            })
+            .collect();
+        let output = output_within(
+            Command::new(&self.script).arg("validate").args(&files),
+            PATIENCE,
+        );
+        let diagnostics = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|error| panic!("not a diagnostic ({error}): {line}"))
+            })
+            .collect();
+        (output.status.success(), diagnostics)
+    }
+
+    /// Asserts that the parser has nothing to say of the documents but what [`JUSTIFIED`]
+    /// accepts.
+    fn assert_clean(&self, documents: &[(String, Value)]) {
+        let (parsed, diagnostics) = self.parse(documents);
+        let unjustified: Vec<String> = diagnostics
+            .into_iter()
+            .filter(|diagnostic| {
+                !JUSTIFIED.contains(&(diagnostic.code.as_str(), diagnostic.severity))
+            })
+            .map(|d| {
+                format!(
+                    "{}: {} (severity {}) at {:?}: {}",
+                    d.file, d.code, d.severity, d.path, d.message
+                )
+            })
+            .collect();
+        assert!(
+            parsed && unjustified.is_empty(),
+            "the parser finds:\n{}",
+            unjustified.join("\n")
+        );
+    }
+}
+
+impl Drop for Parser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The document an example prints with `--asyncapi`.
+fn example_document(name: &str, env: &[(&str, &str)]) -> Value {
+    let mut command = Command::new(example_binary(name));
+    command.arg("--asyncapi").envs(env.iter().copied());
+    let output = output_within(&mut command, PATIENCE);
+    assert!(
+        output.status.success(),
+        "{name} --asyncapi: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "{name} --asyncapi prints no JSON document ({error}):\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+#[test]
+fn every_example_prints_a_document_the_official_parser_accepts() {
+    let Some(parser) = Parser::installed("examples") else {
+        return;
+    };
+    let documents = vec![
+        ("quickstart".to_owned(), example_document("quickstart", &[])),
+        (
+            "sqs_subscriptions_fifo".to_owned(),
+            example_document("sqs_subscriptions_fifo", &[]),
+        ),
+        (
+            "manual_sqs_subscriptions_fifo".to_owned(),
+            example_document("manual_sqs_subscriptions_fifo", &[]),
+        ),
+        ("health".to_owned(), example_document("health", &[])),
+        (
+            "fault_consumer".to_owned(),
+            example_document(
+                "fault_consumer",
+                &[
+                    ("FAULT_QUEUE", "jobs.fifo"),
+                    ("FAULT_OUTPUT_QUEUE", "jobs-done.fifo"),
+                ],
+            ),
+        ),
+    ];
+    for (name, document) in &documents {
+        assert_eq!(document["asyncapi"], "3.0.0", "{name}");
+        assert_eq!(document["info"]["version"], "0.1.0", "{name}");
+    }
+
+    // The quickstart: its handler's doc comment, its dead-letter queue, its payload's schema.
+    let quickstart = &documents[0].1;
+    let fulfil = &quickstart["operations"]["fulfil"];
+    assert_eq!(fulfil["action"], "receive");
+    assert!(
+        fulfil["description"]
+            .as_str()
+            .is_some_and(|text| text.starts_with("Reads the FIFO queue `orders.fifo`.")),
+        "{fulfil}"
+    );
+    let binding = &quickstart["channels"]["orders.fifo"]["bindings"]["sqs"];
+    assert_eq!(binding["queue"]["fifoQueue"], true);
+    assert_eq!(
+        binding["queue"]["redrivePolicy"]["deadLetterQueue"]["name"],
+        "orders-dlq.fifo"
+    );
+    assert_eq!(binding["queue"]["redrivePolicy"]["maxReceiveCount"], 5);
+    assert_eq!(
+        quickstart["operations"]["fulfil.dead_letter"]["channel"]["$ref"],
+        "#/channels/orders-dlq.fifo"
+    );
+    let order = &quickstart["channels"]["orders.fifo"]["messages"]["Order"];
+    assert_eq!(order["payload"]["$ref"], "#/components/schemas/Order");
+    assert_eq!(
+        quickstart["components"]["schemas"]["Order"]["required"],
+        serde_json::json!(["id", "customer"])
+    );
+
+    // The subscriber made by hand gives no schema: its payload names the type.
+    let manual = &documents[2].1;
+    assert_eq!(manual["operations"]["Fulfil"]["action"], "receive");
+    let payload = &manual["channels"]["orders.fifo"]["messages"]["Order"]["payload"];
+    assert_eq!(payload["title"], "Order");
+    assert!(manual.get("components").is_none(), "{manual}");
+
+    // The health example's one subscription, on a standard queue.
+    let health = &documents[3].1;
+    assert_eq!(health["operations"]["pong"]["action"], "receive");
+    assert_eq!(
+        health["channels"]["pings"]["bindings"]["sqs"]["queue"]["fifoQueue"],
+        false
+    );
+
+    // The fault consumer's output: a send operation with the output's schema.
+    let fault = &documents[4].1;
+    let send = &fault["operations"]["work.jobs-done.fifo"];
+    assert_eq!(send["action"], "send");
+    assert_eq!(
+        send["messages"][0]["$ref"],
+        "#/channels/jobs-done.fifo/messages/Done"
+    );
+    assert!(
+        fault["components"]["schemas"]["Done"].is_object(),
+        "{fault}"
+    );
+
+    parser.assert_clean(&documents);
+}
+
+// ---------------------------------------------------------------------------------------------
+// An app using every kind of declaration
+// ---------------------------------------------------------------------------------------------
+
+/// A payment to book.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct Payment {
+    id: u64,
+    amount_cents: i64,
+    method: Method,
+    note: Option<String>,
+    /// Where the money came from, as a tree of accounts.
+    source: Account,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+enum Method {
+    Card { last4: String },
+    Transfer,
+}
+
+/// A recursive type: its schema refers to itself.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct Account {
+    name: String,
+    parents: Vec<Account>,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct LedgerEntry {
+    payment: u64,
+}
+
+/// A type without a schema: described by its name.
+#[derive(Debug, Serialize, Deserialize)]
+struct Receipt {
+    payment: u64,
+}
+
+/// Books a payment in the ledger and sends its receipt.
+#[subscriber(
+    SqsQueue::new("payments.fifo").visibility_timeout(Duration::from_secs(60)),
+    dead_letter("payments-dlq.fifo", 3),
+    outputs(ledger = "ledger.fifo", receipts = "receipts")
+)]
+async fn book(
+    payment: &Payment,
+    ledger: &Output<LedgerEntry>,
+    receipts: &Output<Receipt>,
+    ctx: &mut Context<'_>,
+) -> HandlerOutcome {
+    ctx.publish(ledger.message(&LedgerEntry {
+        payment: payment.id,
+    }));
+    ctx.publish(receipts.message(&Receipt {
+        payment: payment.id,
+    }));
+    HandlerOutcome::ack()
+}
+
+/// Audits what it reads; mounted twice, so two operations share its name.
+struct Audit;
+
+impl Handle<Payment> for Audit {
+    async fn handle(&self, _: &Payment, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        Ok(())
+    }
+}
+
+fn every_declaration() -> Value {
+    let broker = SqsBroker::in_process();
+    let _refunds = broker.publisher(SqsQueue::new("refunds.fifo").content_based_dedup());
+    RustStream::new(
+        AppInfo::new("payments", "2.1.0").with_description("Books payments; **sends** receipts."),
+    )
+    .with_broker(broker, |b| {
+        b.include(book);
+        b.include(
+            subscriber(SqsQueue::new("audit").dead_letter("audit-dlq", 2), Audit)
+                .payload(Payload::schema::<Payment>())
+                .description("Audits payments.")
+                .build(),
+        );
+        b.include(subscriber("audit-again", Audit).build());
+    })
+    .asyncapi()
+}
+
+#[test]
+fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts_it() {
+    let document = every_declaration();
+    assert_eq!(document["info"]["title"], "payments");
+    assert_eq!(
+        document["info"]["description"],
+        "Books payments; **sends** receipts."
+    );
+
+    let channels = &document["channels"];
+    let mut names: Vec<&String> = channels.as_object().expect("channels").keys().collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "audit",
+            "audit-again",
+            "audit-dlq",
+            "ledger.fifo",
+            "payments-dlq.fifo",
+            "payments.fifo",
+            "receipts",
+            "refunds.fifo"
+        ]
+    );
+    let payments = &channels["payments.fifo"]["bindings"]["sqs"];
+    assert_eq!(payments["queue"]["visibilityTimeout"], 60);
+    assert_eq!(payments["queue"]["redrivePolicy"]["maxReceiveCount"], 3);
+    assert_eq!(payments["deadLetterQueue"]["fifoQueue"], true);
+    assert_eq!(
+        channels["audit"]["bindings"]["sqs"]["queue"]["fifoQueue"],
+        false
+    );
+    assert_eq!(
+        channels["refunds.fifo"]["bindings"]["sqs"]["queue"]["x-contentBasedDeduplication"],
+        true
+    );
+
+    let operations = &document["operations"];
+    let mut ids: Vec<&String> = operations.as_object().expect("operations").keys().collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            "Audit",
+            "Audit-2",
+            "Audit.dead_letter",
+            "book",
+            "book.dead_letter",
+            "book.ledger.fifo",
+            "book.receipts",
+            "publish.refunds.fifo"
+        ]
+    );
+    assert_eq!(
+        operations["book"]["description"],
+        "Books a payment in the ledger and sends its receipt."
+    );
+    assert_eq!(operations["Audit"]["description"], "Audits payments.");
+    assert!(operations["Audit-2"].get("description").is_none());
+    assert!(operations["publish.refunds.fifo"].get("messages").is_none());
+
+    // Schemas where the type has one, by `#[subscriber]` and by hand; the name otherwise.
+    let message = |channel: &str, name: &str| channels[channel]["messages"][name].clone();
+    assert_eq!(
+        message("payments.fifo", "Payment")["payload"]["$ref"],
+        "#/components/schemas/Payment"
+    );
+    assert_eq!(
+        message("audit", "Payment")["payload"]["$ref"],
+        "#/components/schemas/Payment"
+    );
+    assert_eq!(
+        message("ledger.fifo", "LedgerEntry")["payload"]["$ref"],
+        "#/components/schemas/LedgerEntry"
+    );
+    assert_eq!(
+        message("receipts", "Receipt")["payload"]["title"],
+        "Receipt"
+    );
+    assert!(message("audit-again", "Payment")["payload"]["$ref"].is_null());
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(
+        schemas["Account"]["properties"]["parents"]["items"]["$ref"],
+        "#/components/schemas/Account"
+    );
+    assert!(schemas["Method"].is_object(), "{schemas}");
+
+    let Some(parser) = Parser::installed("every_declaration") else {
+        return;
+    };
+    parser.assert_clean(&[("every_declaration".to_owned(), document)]);
+}
+
+#[test]
+fn the_parser_reports_a_broken_document() {
+    let Some(parser) = Parser::installed("broken") else {
+        return;
+    };
+    let mut document = every_declaration();
+    document["channels"]["payments.fifo"]["bindings"]["sqs"]["queue"]
+        .as_object_mut()
+        .expect("a queue binding")
+        .remove("fifoQueue");
+    let (parsed, diagnostics) = parser.parse(&[("broken".to_owned(), document)]);
+    assert!(!parsed, "a queue binding without `fifoQueue` parses");
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.severity == 0 && d.message.contains("fifoQueue")),
+        "{diagnostics:?}"
+    );
+}
