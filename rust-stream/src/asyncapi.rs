@@ -243,9 +243,13 @@ impl<'a> Writer<'a> {
             self.operations.insert(send_id, send);
         }
 
+        // An `Outputs` of one's own may not say its payloads; then none is shown, rather than
+        // one against the wrong queue.
+        let payloads = &subscriber.output_payloads;
+        let described = payloads.len() == subscriber.outputs.len();
         for (index, output) in subscriber.outputs.iter().enumerate() {
             let target = output.queue().name.clone();
-            let payload = subscriber.output_payloads.get(index);
+            let payload = payloads.get(index).filter(|_| described);
             let message = payload.map(|payload| {
                 self.message(
                     &target,
