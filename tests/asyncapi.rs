@@ -165,7 +165,10 @@ fn every_example_prints_a_document_the_official_parser_accepts() {
             "manual_sqs_subscriptions_fifo".to_owned(),
             example_document("manual_sqs_subscriptions_fifo", &[]),
         ),
-        ("health".to_owned(), example_document("health", &[])),
+        (
+            "observability".to_owned(),
+            example_document("observability", &[]),
+        ),
         (
             "fault_consumer".to_owned(),
             example_document(

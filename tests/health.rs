@@ -1,6 +1,7 @@
 //! A service's health (`App::health`), produced by what changes it: the life of a service from
 //! start to stop, with a handler still running while it drains (both backends); a start that
-//! fails; and receives that fail and recover (a transport wrapper, in process).
+//! fails; and receives that fail and recover (a transport wrapper, in process). The probes over
+//! HTTP are tested with their example, in `tests/observability_example.rs`.
 
 mod common;
 
@@ -170,99 +171,4 @@ async fn a_subscription_whose_receives_fail_is_not_consuming_until_one_answers()
 
     stop.shutdown();
     running.await.unwrap().unwrap();
-}
-
-/// `examples/health.rs` as an orchestrator sees it: `/readyz` answers 200 once the service
-/// consumes, `/healthz` 200 with the state, and after SIGTERM the process exits 0.
-#[test]
-fn the_health_example_serves_its_probes_over_http() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        listener.local_addr().expect("an address").port()
-    };
-    let mut command = std::process::Command::new(common::process::example_binary("health"));
-    command
-        .env("HEALTH_ADDR", format!("127.0.0.1:{port}"))
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // Whatever the developer's shell names, the example runs in process here.
-    for name in [
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_SQS",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_PROFILE",
-        "AWS_ACCESS_KEY_ID",
-    ] {
-        command.env_remove(name);
-    }
-    let mut service = KillOnDrop(command.spawn().expect("start the example"));
-
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let ready = loop {
-        if let Some(answer) =
-            get(port, "/readyz").filter(|answer| answer.starts_with("HTTP/1.1 200"))
-        {
-            break answer;
-        }
-        assert!(
-            service.0.try_wait().expect("its status").is_none(),
-            "the example exited before it was ready"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not ready within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(ready.contains(r#""state":"running""#), "{ready}");
-    assert!(ready.contains(r#""queue":"pings""#), "{ready}");
-    assert!(ready.contains(r#""consuming":true"#), "{ready}");
-    let live = get(port, "/healthz").expect("an answer");
-    assert!(live.starts_with("HTTP/1.1 200"), "{live}");
-    let unknown = get(port, "/metrics").expect("an answer");
-    assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
-
-    let pid = service.0.id().to_string();
-    let signalled = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("run kill");
-    assert!(signalled.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = service.0.try_wait().expect("its status") {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no exit within 60 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
-}
-
-/// One HTTP request; `None` when nothing answers (not listening yet).
-fn get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut connection = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    connection
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(connection, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").ok()?;
-    let mut answer = String::new();
-    connection.read_to_string(&mut answer).ok()?;
-    Some(answer)
-}
-
-/// A child process killed if the test fails before it exits.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -88,6 +88,7 @@ pub mod context;
 pub mod engine;
 pub mod handler;
 pub mod health;
+pub mod metrics;
 pub mod outcome;
 pub mod prelude;
 pub mod publish;

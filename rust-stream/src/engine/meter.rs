@@ -1,6 +1,8 @@
 //! Counts of SQS API calls by action, kept by every broker over whatever transport it has, so
-//! tests and benchmarks can see what a workload costs (SQS bills per request).
+//! tests and benchmarks can see what a workload costs (SQS bills per request); each call is also
+//! recorded as a metric (see [`crate::metrics`]).
 
+use std::future::Future;
 use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -90,6 +92,19 @@ fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Runs one call of `action` on `queue` (a URL, or a name before there is one), and records its
+/// duration and failure as the `messaging.client.operation.duration` metric.
+async fn timed<T>(
+    action: &'static str,
+    queue: &str,
+    call: impl Future<Output = Result<T, TransportError>>,
+) -> Result<T, TransportError> {
+    let started = tokio::time::Instant::now();
+    let result = call.await;
+    crate::metrics::call(action, queue, started.elapsed(), &result);
+    result
+}
+
 /// A transport that counts its calls.
 pub(crate) struct Metered<T> {
     inner: T,
@@ -108,7 +123,7 @@ impl<T> Metered<T> {
 impl<T: Transport> Transport for Metered<T> {
     async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
         count(&self.calls.get_queue_url);
-        self.inner.get_queue_url(name).await
+        timed("GetQueueUrl", name, self.inner.get_queue_url(name)).await
     }
 
     async fn create_queue(
@@ -117,7 +132,12 @@ impl<T: Transport> Transport for Metered<T> {
         attributes: QueueAttributes,
     ) -> Result<String, TransportError> {
         count(&self.calls.create_queue);
-        self.inner.create_queue(name, attributes).await
+        timed(
+            "CreateQueue",
+            name,
+            self.inner.create_queue(name, attributes),
+        )
+        .await
     }
 
     async fn get_queue_attributes(
@@ -126,7 +146,12 @@ impl<T: Transport> Transport for Metered<T> {
         names: &[&str],
     ) -> Result<QueueAttributes, TransportError> {
         count(&self.calls.get_queue_attributes);
-        self.inner.get_queue_attributes(queue_url, names).await
+        timed(
+            "GetQueueAttributes",
+            queue_url,
+            self.inner.get_queue_attributes(queue_url, names),
+        )
+        .await
     }
 
     async fn send_message_batch(
@@ -135,7 +160,12 @@ impl<T: Transport> Transport for Metered<T> {
         entries: Vec<SendBatchEntry>,
     ) -> Result<BatchResult<SentMessage>, TransportError> {
         count(&self.calls.send_message_batch);
-        self.inner.send_message_batch(queue_url, entries).await
+        timed(
+            "SendMessageBatch",
+            queue_url,
+            self.inner.send_message_batch(queue_url, entries),
+        )
+        .await
     }
 
     async fn receive_message(
@@ -144,7 +174,12 @@ impl<T: Transport> Transport for Metered<T> {
         request: ReceiveMessage,
     ) -> Result<Vec<ReceivedMessage>, TransportError> {
         count(&self.calls.receive_message);
-        self.inner.receive_message(queue_url, request).await
+        timed(
+            "ReceiveMessage",
+            queue_url,
+            self.inner.receive_message(queue_url, request),
+        )
+        .await
     }
 
     async fn delete_message_batch(
@@ -153,7 +188,12 @@ impl<T: Transport> Transport for Metered<T> {
         entries: Vec<DeleteEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
         count(&self.calls.delete_message_batch);
-        self.inner.delete_message_batch(queue_url, entries).await
+        timed(
+            "DeleteMessageBatch",
+            queue_url,
+            self.inner.delete_message_batch(queue_url, entries),
+        )
+        .await
     }
 
     async fn change_message_visibility_batch(
@@ -162,9 +202,13 @@ impl<T: Transport> Transport for Metered<T> {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
         count(&self.calls.change_message_visibility_batch);
-        self.inner
-            .change_message_visibility_batch(queue_url, entries)
-            .await
+        timed(
+            "ChangeMessageVisibilityBatch",
+            queue_url,
+            self.inner
+                .change_message_visibility_batch(queue_url, entries),
+        )
+        .await
     }
 
     fn abandoned_receive_takes_nothing(&self) -> bool {

@@ -60,6 +60,7 @@ use tokio_util::task::TaskTracker;
 use crate::app::{AppContext, RunError};
 use crate::handler::{ErasedHandler, Subscriber};
 use crate::health::SubscriptionProbe;
+use crate::metrics::SubscriptionMetrics;
 use crate::publish::Publisher;
 use crate::retry::Retries;
 use crate::sqs::queue::{ConfigError, ConfigErrors};
@@ -173,6 +174,8 @@ pub(crate) struct Consumer {
     pub(crate) heartbeat_stop: CancellationToken,
     /// What the subscription tells the app's health.
     pub(crate) probe: Arc<SubscriptionProbe>,
+    /// The subscription's metrics.
+    pub(crate) metrics: SubscriptionMetrics,
     tasks: TaskTracker,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
@@ -261,6 +264,7 @@ impl Consumer {
             cancel_handlers: CancellationToken::new(),
             heartbeat_stop: CancellationToken::new(),
             probe,
+            metrics: SubscriptionMetrics::new(&queue.name),
             tasks: TaskTracker::new(),
             heartbeat: Mutex::new(None),
             url,

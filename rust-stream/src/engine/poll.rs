@@ -64,6 +64,7 @@ impl Consumer {
                 Ok(messages) => {
                     failures = 0;
                     self.probe.received(messages.len());
+                    self.metrics.received(&messages);
                     span.record("messaging.batch.message_count", messages.len());
                     if messages.is_empty() && wait.is_zero() {
                         empty += 1;

@@ -133,8 +133,9 @@ impl Consumer {
         }
     }
 
-    /// Tells a test's recorder, if there is one, how an attempt ended.
+    /// Counts how an attempt ended, and tells a test's recorder, if there is one.
     fn record_settled(&self, held: &Held, settled: Settled) {
+        self.metrics.settled(settled);
         self.core.record(|| Event::Settled {
             queue: self.queue.name.clone(),
             message_id: held.delivery.message_id.clone(),

@@ -538,15 +538,23 @@ impl BrokerCore {
                 .await
         }
         .into_iter();
-        checks
+        let answered: Vec<Result<SentMessage, TransportError>> = checks
             .into_iter()
             .map(|check| match check {
-                Ok(()) => answers
-                    .next()
-                    .expect("the batcher answers every entry")
-                    .map_err(reject),
-                Err(error) => Err(reject(error)),
+                Ok(()) => answers.next().expect("the batcher answers every entry"),
+                Err(error) => Err(error),
             })
+            .collect();
+        let sent = answered.iter().filter(|answer| answer.is_ok()).count();
+        if sent > 0 {
+            crate::metrics::sent(&queue.name, sent, None);
+        }
+        for error in answered.iter().filter_map(|answer| answer.as_ref().err()) {
+            crate::metrics::sent(&queue.name, 1, Some(error));
+        }
+        answered
+            .into_iter()
+            .map(|answer| answer.map_err(reject))
             .collect()
     }
 

@@ -1,0 +1,217 @@
+//! The metrics rust-stream records, through the [`metrics`](::metrics) facade: no exporter is
+//! built in; install the recorder of your choice (Prometheus, StatsD, OpenTelemetry) before the
+//! app starts, and every figure below reaches it.
+//!
+//! ```
+//! use rust_stream::metrics::{MESSAGES_CONSUMED, DESTINATION, SYSTEM};
+//!
+//! // Names follow OpenTelemetry's messaging conventions where they have one.
+//! assert_eq!(MESSAGES_CONSUMED, "messaging.client.consumed.messages");
+//! assert_eq!((SYSTEM, DESTINATION), ("messaging.system", "messaging.destination.name"));
+//! ```
+//!
+//! Every metric carries `messaging.system = "aws_sqs"` and the queue as
+//! `messaging.destination.name` (an app has one subscription per queue, so the queue names the
+//! subscription too); durations are in seconds.
+//!
+//! | Metric | Kind | Labels besides the two | What |
+//! | --- | --- | --- | --- |
+//! | `messaging.client.consumed.messages` | counter | | messages received, each receive |
+//! | `messaging.process.duration` | histogram | `error.type` unless it succeeded: `failed` (an error, a retry, a panic, a timeout), `dead_letter`, `cancelled` (at shutdown) | one attempt: decoding and the handler |
+//! | `rust_stream.messages.settled` | counter | `rust_stream.outcome`: `acked`, `retried`, `dead_lettered` | attempts settled, by how |
+//! | `rust_stream.messages.undecodable` | counter | | bodies that did not decode (then dead-lettered, or retried without a dead-letter queue) |
+//! | `rust_stream.messages.in_flight` | gauge | | handlers running |
+//! | `rust_stream.messages.held` | gauge | | messages received and not yet settled or released (running, waiting for a slot, or behind their group) |
+//! | `rust_stream.message.age` | histogram | | at receive, now − `SentTimestamp` |
+//! | `rust_stream.receive.batch_size` | histogram | | messages each receive brought, empty ones included |
+//! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `CreateQueue` |
+//! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered |
+//!
+//! `error.type` is the [`ErrorKind`](crate::sqs::rules::ErrorKind) SQS answered (its `Debug`
+//! name, e.g. `Throttled`), the code of an error it does not know (e.g. `AccessDenied`), or
+//! `unavailable` when no answer came.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ::metrics::{Counter, Gauge, Histogram};
+
+use crate::engine::record::Settled;
+use crate::engine::transport::{ReceivedMessage, TransportError};
+
+/// `messaging.system`, always `aws_sqs`.
+pub const SYSTEM: &str = "messaging.system";
+/// `messaging.destination.name`: the queue.
+pub const DESTINATION: &str = "messaging.destination.name";
+/// `messaging.operation.name`: the SQS action of a call.
+pub const OPERATION: &str = "messaging.operation.name";
+/// `error.type`: why a call or a send failed.
+pub const ERROR_TYPE: &str = "error.type";
+/// `rust_stream.outcome`: how a message was settled.
+pub const OUTCOME: &str = "rust_stream.outcome";
+
+/// Messages received.
+pub const MESSAGES_CONSUMED: &str = "messaging.client.consumed.messages";
+/// Handler call durations.
+pub const PROCESS_DURATION: &str = "messaging.process.duration";
+/// Messages settled, by outcome.
+pub const MESSAGES_SETTLED: &str = "rust_stream.messages.settled";
+/// Bodies that did not decode.
+pub const MESSAGES_UNDECODABLE: &str = "rust_stream.messages.undecodable";
+/// Handlers running.
+pub const MESSAGES_IN_FLIGHT: &str = "rust_stream.messages.in_flight";
+/// Messages held.
+pub const MESSAGES_HELD: &str = "rust_stream.messages.held";
+/// Message age at receive.
+pub const MESSAGE_AGE: &str = "rust_stream.message.age";
+/// Messages per receive.
+pub const RECEIVE_BATCH_SIZE: &str = "rust_stream.receive.batch_size";
+/// SQS API call durations (and counts).
+pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
+/// Messages published.
+pub const MESSAGES_SENT: &str = "messaging.client.sent.messages";
+
+/// The value of `messaging.system`.
+const AWS_SQS: &str = "aws_sqs";
+
+/// One subscription's instruments, registered once when it starts, so that recording a message
+/// costs no label building.
+pub(crate) struct SubscriptionMetrics {
+    consumed: Counter,
+    /// By [`Settled`], in its order.
+    settled: [Counter; 3],
+    undecodable: Counter,
+    /// By [`Attempt`], in its order.
+    process: [Histogram; 4],
+    pub(crate) in_flight: Gauge,
+    pub(crate) held: Gauge,
+    age: Histogram,
+    batch_size: Histogram,
+}
+
+/// How one attempt ended, as `messaging.process.duration` labels it (`error.type`, absent on
+/// success).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Succeeded,
+    Failed,
+    DeadLetter,
+    Cancelled,
+}
+
+impl SubscriptionMetrics {
+    pub(crate) fn new(queue: &str) -> Self {
+        let base = [
+            (SYSTEM, AWS_SQS.to_owned()),
+            (DESTINATION, queue.to_owned()),
+        ];
+        let with = |name: &'static str, value: &str| {
+            let mut labels = base.to_vec();
+            labels.push((name, value.to_owned()));
+            labels
+        };
+        let settled =
+            |outcome: &str| ::metrics::counter!(MESSAGES_SETTLED, &with(OUTCOME, outcome));
+        let process = |error: Option<&str>| match error {
+            None => ::metrics::histogram!(PROCESS_DURATION, &base),
+            Some(error) => ::metrics::histogram!(PROCESS_DURATION, &with(ERROR_TYPE, error)),
+        };
+        Self {
+            consumed: ::metrics::counter!(MESSAGES_CONSUMED, &base),
+            settled: [
+                settled("acked"),
+                settled("retried"),
+                settled("dead_lettered"),
+            ],
+            undecodable: ::metrics::counter!(MESSAGES_UNDECODABLE, &base),
+            process: [
+                process(None),
+                process(Some("failed")),
+                process(Some("dead_letter")),
+                process(Some("cancelled")),
+            ],
+            in_flight: ::metrics::gauge!(MESSAGES_IN_FLIGHT, &base),
+            held: ::metrics::gauge!(MESSAGES_HELD, &base),
+            age: ::metrics::histogram!(MESSAGE_AGE, &base),
+            batch_size: ::metrics::histogram!(RECEIVE_BATCH_SIZE, &base),
+        }
+    }
+
+    /// A receive brought these messages.
+    pub(crate) fn received(&self, messages: &[ReceivedMessage]) {
+        self.consumed.increment(messages.len() as u64);
+        self.batch_size.record(messages.len() as f64);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        for message in messages {
+            let sent = message.attributes.get("SentTimestamp");
+            if let Some(sent) = sent.and_then(|sent| sent.parse::<u128>().ok()) {
+                self.age.record(now.saturating_sub(sent) as f64 / 1000.0);
+            }
+        }
+    }
+
+    /// An attempt took `took` and ended as `attempt`.
+    pub(crate) fn processed(&self, attempt: Attempt, took: Duration) {
+        self.process[attempt as usize].record(took.as_secs_f64());
+    }
+
+    /// A body did not decode.
+    pub(crate) fn undecodable(&self) {
+        self.undecodable.increment(1);
+    }
+
+    /// An attempt at a message was settled.
+    pub(crate) fn settled(&self, settled: Settled) {
+        let index = match settled {
+            Settled::Acked => 0,
+            Settled::Retried => 1,
+            Settled::DeadLettered => 2,
+        };
+        self.settled[index].increment(1);
+    }
+}
+
+/// Records one SQS API call of `action` on the queue at `queue_url`.
+pub(crate) fn call<T>(
+    action: &'static str,
+    queue_url: &str,
+    took: Duration,
+    result: &Result<T, TransportError>,
+) {
+    let mut labels = vec![
+        (SYSTEM, AWS_SQS.to_owned()),
+        (OPERATION, action.to_owned()),
+        (DESTINATION, queue_name(queue_url).to_owned()),
+    ];
+    if let Err(error) = result {
+        labels.push((ERROR_TYPE, error_type(error)));
+    }
+    ::metrics::histogram!(OPERATION_DURATION, &labels).record(took.as_secs_f64());
+}
+
+/// Records `count` messages published to `queue`, failed with `error` if any.
+pub(crate) fn sent(queue: &str, count: usize, error: Option<&TransportError>) {
+    let mut labels = vec![
+        (SYSTEM, AWS_SQS.to_owned()),
+        (DESTINATION, queue.to_owned()),
+    ];
+    if let Some(error) = error {
+        labels.push((ERROR_TYPE, error_type(error)));
+    }
+    ::metrics::counter!(MESSAGES_SENT, &labels).increment(count as u64);
+}
+
+/// A queue's name from its URL (its last segment), or the name itself.
+fn queue_name(queue_url: &str) -> &str {
+    queue_url.rsplit('/').next().unwrap_or(queue_url)
+}
+
+fn error_type(error: &TransportError) -> String {
+    match error {
+        TransportError::Service { kind, .. } => format!("{kind:?}"),
+        TransportError::Other { code, .. } => code.clone(),
+        TransportError::Unavailable { .. } => "unavailable".to_owned(),
+    }
+}
