@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
+use crate::engine::extend::Lease;
 use crate::engine::transport::{
     BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, SendBatchEntry, SendMessage,
     SentMessage, SharedTransport, TransportError,
@@ -73,47 +74,50 @@ impl Action for SendBatch {
     }
 }
 
-/// `DeleteMessageBatch`; the entry is a receipt handle.
+/// `DeleteMessageBatch`; the entry is the lease of the message to delete, whose receipt handle is
+/// copied once per call.
 #[derive(Debug)]
 pub(crate) struct DeleteBatch;
 
 impl Action for DeleteBatch {
-    type Entry = String;
+    type Entry = Arc<Lease>;
     type Output = ();
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, String)>,
+        entries: Vec<(String, Arc<Lease>)>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
         let entries = entries
             .into_iter()
-            .map(|(id, receipt_handle)| DeleteEntry { id, receipt_handle })
+            .map(|(id, lease)| DeleteEntry {
+                id,
+                receipt_handle: lease.receipt_handle.clone(),
+            })
             .collect();
         transport.delete_message_batch(queue_url, entries)
     }
 }
 
-/// `ChangeMessageVisibilityBatch`; the entry is a receipt handle and the new timeout in seconds.
+/// `ChangeMessageVisibilityBatch`; the entry is the message's lease and the new timeout in
+/// seconds.
 #[derive(Debug)]
 pub(crate) struct VisibilityBatch;
 
 impl Action for VisibilityBatch {
-    type Entry = (String, i32);
+    type Entry = (Arc<Lease>, i32);
     type Output = ();
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, (String, i32))>,
+        entries: Vec<(String, (Arc<Lease>, i32))>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
         let entries = entries
             .into_iter()
-            .map(
-                |(id, (receipt_handle, visibility_timeout))| ChangeVisibilityEntry {
-                    id,
-                    receipt_handle,
-                    visibility_timeout,
-                },
-            )
+            .map(|(id, (lease, visibility_timeout))| ChangeVisibilityEntry {
+                id,
+                receipt_handle: lease.receipt_handle.clone(),
+                visibility_timeout,
+            })
             .collect();
         transport.change_message_visibility_batch(queue_url, entries)
     }
@@ -134,9 +138,28 @@ struct Job<A: Action> {
     entries: Vec<A::Entry>,
     /// The entries' payload, as [`Action::size`] counts it.
     size: usize,
-    reply: oneshot::Sender<Answers<A>>,
+    reply: Reply<A>,
     /// The submitter has nothing to add: a call it starts goes without waiting the linger.
     eager: bool,
+}
+
+/// Where a job's answers go.
+enum Reply<A: Action> {
+    /// To a caller awaiting them.
+    Wait(oneshot::Sender<Answers<A>>),
+    /// To a callback run by the batcher once answered, for a caller that does not wait (a
+    /// standard queue's delete); it must be quick, as it runs where the call's answer is read.
+    Then(Box<dyn FnOnce(Answers<A>) + Send>),
+}
+
+impl<A: Action> Reply<A> {
+    fn answer(self, answers: Answers<A>) {
+        match self {
+            // A caller that stopped waiting has nothing to learn.
+            Self::Wait(reply) => drop(reply.send(answers)),
+            Self::Then(then) => then(answers),
+        }
+    }
 }
 
 /// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
@@ -195,7 +218,7 @@ impl<A: Action> Batcher<A> {
             let sent = self.jobs.send(Job {
                 entries: chunk,
                 size,
-                reply,
+                reply: Reply::Wait(reply),
                 eager,
             });
             waiting.push((count, sent.is_ok().then_some(answer)));
@@ -211,6 +234,29 @@ impl<A: Action> Batcher<A> {
             }
         }
         answers
+    }
+
+    /// Submits entries that nobody waits for: `then` is called with their answers, in order, once
+    /// they are answered (with errors if the batcher stopped first). Up to 10 entries within the
+    /// payload limit go out in one call.
+    pub(crate) fn submit_then(
+        &self,
+        entries: Vec<A::Entry>,
+        then: impl FnOnce(Answers<A>) + Send + 'static,
+    ) {
+        let count = entries.len();
+        let size = entries.iter().map(A::size).sum();
+        debug_assert!(count <= MAX_BATCH_ENTRIES && size <= MAX_BATCH_PAYLOAD_SIZE);
+        let job = Job {
+            entries,
+            size,
+            reply: Reply::Then(Box::new(then)),
+            eager: false,
+        };
+        if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
+            job.reply
+                .answer((0..count).map(|_| Err(stopped())).collect());
+        }
     }
 
     /// Submits one entry and waits for its answer.
@@ -338,10 +384,8 @@ async fn gather<A: Action>(
 
 /// Makes one call for a batch of jobs (retrying what may be retried) and answers each job.
 async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch: Vec<Job<A>>) {
-    let entries: Vec<A::Entry> = batch
-        .iter()
-        .flat_map(|job| job.entries.iter().cloned())
-        .collect();
+    // Each try copies its entries from the jobs, once.
+    let entries: Vec<&A::Entry> = batch.iter().flat_map(|job| job.entries.iter()).collect();
     let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
         entries.iter().map(|_| None).collect();
     let mut todo: Vec<usize> = (0..entries.len()).collect();
@@ -351,7 +395,7 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
         attempt += 1;
         let call: Vec<(String, A::Entry)> = todo
             .iter()
-            .map(|&i| (i.to_string(), entries[i].clone()))
+            .map(|&i| (i.to_string(), A::Entry::clone(entries[i])))
             .collect();
         // A transport that panics fails this call (retried as a service fault), not the batcher,
         // which every later delete, release and send of the queue waits on.
@@ -415,6 +459,7 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
         todo = again.into_iter().map(|(i, _)| i).collect();
         tokio::time::sleep(delay).await;
     }
+    drop(entries);
     let mut answers = answers.into_iter();
     for job in batch {
         let mine: Answers<A> = answers
@@ -429,8 +474,7 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
                 })
             })
             .collect();
-        // A caller that stopped waiting has nothing to learn.
-        let _ = job.reply.send(mine);
+        job.reply.answer(mine);
     }
 }
 
@@ -579,8 +623,11 @@ mod tests {
             .map(|(chunk, size)| (chunk.len(), size))
             .unzip();
         assert_eq!((chunks, total), (vec![1, 1], vec![600 * KIB, 500 * KIB]));
-        let receipts: Vec<String> = (0..25).map(|n| n.to_string()).collect();
-        assert_eq!(chunk_lengths::<DeleteBatch>(receipts), [10, 10, 5]);
+        let leases = crate::engine::extend::Leases::default();
+        let deletes: Vec<Arc<Lease>> = (0..25)
+            .map(|n| leases.open(n.to_string(), n.to_string(), Duration::from_secs(30)))
+            .collect();
+        assert_eq!(chunk_lengths::<DeleteBatch>(deletes), [10, 10, 5]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -682,7 +729,7 @@ mod tests {
                 .send(Job {
                     size: entries.iter().map(SendBatch::size).sum(),
                     entries,
-                    reply,
+                    reply: Reply::Wait(reply),
                     eager: false,
                 })
                 .unwrap();

@@ -198,7 +198,7 @@ impl Consumer {
         }
         let entries = due
             .iter()
-            .map(|(lease, _, seconds)| (lease.receipt_handle.clone(), *seconds))
+            .map(|(lease, _, seconds)| (lease.clone(), *seconds))
             .collect();
         let answers = self.visibility_batcher.submit(entries).await;
         for ((lease, mut state, seconds), answer) in due.into_iter().zip(answers) {

@@ -8,8 +8,8 @@
 //!    long-polls, and opens a lease per message.
 //! 2. **Dispatch**: on a standard queue each message waits for a handler slot; on a FIFO queue
 //!    it joins its group's *lane*, which runs one message at a time in sequence order, while
-//!    lanes of different groups run in parallel. Decoding and the handler run in their own task,
-//!    so a panic is caught, a handler timeout cancels it, and so does the shutdown timeout.
+//!    lanes of different groups run in parallel. Decoding and the handler run in the message's task behind a
+//!    panic catch; a handler timeout cancels it, and so does the shutdown timeout.
 //! 3. **Settle**: ack sends the handler's staged outputs, then deletes; dead-letter sends a
 //!    copy to the dead-letter queue, then deletes. Every failure goes to the one
 //!    [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding the
@@ -335,6 +335,12 @@ impl Consumer {
     pub(crate) fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(guarded(task));
     }
+
+    /// Counts as an engine task until dropped: shutdown waits for work that runs outside a task
+    /// (a delete nobody awaits) as it waits for the tasks.
+    pub(crate) fn tracker_token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.tasks.token()
+    }
 }
 
 /// Checks an existing queue against its declaration: a difference the consumer makes up for is a
@@ -436,25 +442,24 @@ async fn dead_letter_decision(
     }
 }
 
-/// A future whose panic is caught and answered as `Err(message)`, so an engine task or a
-/// transport call that panics is logged and recovered from instead of wedging what waits on it.
+/// A future whose panic is caught and answered as `Err(message)`, so an engine task, a handler or
+/// a transport call that panics is logged and recovered from instead of wedging what waits on it.
+/// The future is polled in place (boxed futures are `Unpin`; box others first).
 pub(crate) struct CatchUnwind<F> {
-    inner: Pin<Box<F>>,
+    inner: F,
 }
 
-impl<F: Future> CatchUnwind<F> {
+impl<F: Future + Unpin> CatchUnwind<F> {
     pub(crate) fn new(inner: F) -> Self {
-        Self {
-            inner: Box::pin(inner),
-        }
+        Self { inner }
     }
 }
 
-impl<F: Future> Future for CatchUnwind<F> {
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Result<F::Output, String>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.inner.as_mut();
+        let inner = Pin::new(&mut self.inner);
         match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(poll) => poll.map(Ok),
             Err(panic) => Poll::Ready(Err(panic_message(panic.as_ref()))),
@@ -464,7 +469,7 @@ impl<F: Future> Future for CatchUnwind<F> {
 
 /// An engine task whose panic is logged; the messages it held are released by the heartbeat.
 async fn guarded(task: impl Future<Output = ()>) {
-    if let Err(panic) = CatchUnwind::new(task).await {
+    if let Err(panic) = CatchUnwind::new(Box::pin(task)).await {
         tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
     }
 }
