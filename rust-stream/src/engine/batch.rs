@@ -123,6 +123,16 @@ impl Action for VisibilityBatch {
     }
 }
 
+/// What a batcher for callers that each wait for their answer (a FIFO lane for its delete) is
+/// told, so that their entries share calls: how many more entries are on their way (lanes whose
+/// handler runs), and how long a call may wait for them.
+#[derive(Clone)]
+pub(crate) struct Company {
+    pub(crate) coming: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// The longest a call that is not full waits for entries on their way.
+    pub(crate) wait: Duration,
+}
+
 /// How a batcher gathers and flushes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BatchSettings {
@@ -195,6 +205,31 @@ impl<A: Action> Batcher<A> {
     ) -> Self {
         let (jobs, receiver) = mpsc::unbounded_channel();
         tokio::spawn(gather::<A>(transport, queue_url, receiver, settings));
+        Self {
+            jobs,
+            _action: PhantomData,
+        }
+    }
+
+    /// Starts a batcher whose callers each wait for their answer, and whose calls therefore carry
+    /// as many of them as are ready: a full call goes out at once (up to `max_in_flight` calls at
+    /// a time); one that is not full goes out when no call is in flight and no entry is on its way
+    /// (or it waited [`Company::wait`] for them), gathering what arrives meanwhile. So callers
+    /// that run in step (lanes whose deletes were confirmed by one call) share the next call too.
+    pub(crate) fn spawn_with_company(
+        transport: SharedTransport,
+        queue_url: String,
+        max_in_flight: usize,
+        company: Company,
+    ) -> Self {
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(gather_with_company::<A>(
+            transport,
+            queue_url,
+            receiver,
+            max_in_flight,
+            company,
+        ));
         Self {
             jobs,
             _action: PhantomData,
@@ -377,6 +412,95 @@ async fn gather<A: Action>(
                 drop(permit);
             });
         }
+    }
+    // Wait for calls still in flight before the batcher counts as stopped.
+    let _ = calls.acquire_many(max_in_flight as u32).await;
+}
+
+/// Gathers jobs into calls for callers that wait for their answers; see
+/// [`Batcher::spawn_with_company`].
+async fn gather_with_company<A: Action>(
+    transport: SharedTransport,
+    queue_url: String,
+    mut receiver: mpsc::UnboundedReceiver<Job<A>>,
+    max_in_flight: usize,
+    company: Company,
+) {
+    let max_in_flight = max_in_flight.max(1);
+    let calls = Arc::new(Semaphore::new(max_in_flight));
+    let queue_url: Arc<str> = Arc::from(queue_url);
+    let mut left_over: Option<Job<A>> = None;
+    let mut open = true;
+    while open {
+        let first = match left_over.take() {
+            Some(job) => job,
+            None => match receiver.recv().await {
+                Some(job) => job,
+                None => break,
+            },
+        };
+        let mut count = first.entries.len();
+        let mut size = first.size;
+        let mut batch = vec![first];
+        let mut waited = None;
+        let mut wait_over = false;
+        loop {
+            if count >= MAX_BATCH_ENTRIES || size >= MAX_BATCH_PAYLOAD_SIZE || !open {
+                break;
+            }
+            let job = match receiver.try_recv() {
+                Ok(job) => Some(job),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    let idle = calls.available_permits() == max_in_flight;
+                    let coming = !wait_over && (company.coming)() > 0;
+                    if idle && !coming {
+                        break;
+                    }
+                    let wait =
+                        waited.get_or_insert_with(|| Box::pin(tokio::time::sleep(company.wait)));
+                    tokio::select! {
+                        biased;
+                        job = receiver.recv() => job,
+                        // Every call in flight answered: this one may go, unless company is coming.
+                        all = calls.clone().acquire_many_owned(max_in_flight as u32), if !idle => {
+                            drop(all);
+                            continue;
+                        }
+                        () = wait.as_mut(), if coming => {
+                            wait_over = true;
+                            continue;
+                        }
+                    }
+                }
+            };
+            match job {
+                // A job is never split across calls, so one that does not fit starts the next.
+                Some(job)
+                    if count + job.entries.len() > MAX_BATCH_ENTRIES
+                        || size + job.size > MAX_BATCH_PAYLOAD_SIZE =>
+                {
+                    left_over = Some(job);
+                    break;
+                }
+                Some(job) => {
+                    count += job.entries.len();
+                    size += job.size;
+                    batch.push(job);
+                }
+                None => open = false,
+            }
+        }
+        let permit = calls
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let flush = flush::<A>(transport.clone(), queue_url.clone(), batch);
+        tokio::spawn(async move {
+            flush.await;
+            drop(permit);
+        });
     }
     // Wait for calls still in flight before the batcher counts as stopped.
     let _ = calls.acquire_many(max_in_flight as u32).await;

@@ -8,7 +8,8 @@
 //! replaces the older, whose lease is forgotten, since only the newest receipt handle settles it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::dispatch::Held;
 use super::extend::Leases;
@@ -20,9 +21,49 @@ type Pending = BTreeMap<(u128, String), Held>;
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
     table: Mutex<HashMap<String, Pending>>,
+    counts: Arc<LaneCounts>,
+}
+
+/// How many lanes run, and how many of them wait for a delete: what the deleter reads to know
+/// whether more deletes are on their way.
+#[derive(Debug, Default)]
+pub(crate) struct LaneCounts {
+    running: AtomicUsize,
+    awaiting_delete: AtomicUsize,
+}
+
+impl LaneCounts {
+    /// Lanes that run and are not waiting for a delete: each may submit one soon.
+    pub(crate) fn may_delete_soon(&self) -> usize {
+        // Two loads, so a lane that changes between them may be miscounted for a moment: a hint,
+        // which at worst makes one call smaller or later by the deleter's wait.
+        let awaiting = self.awaiting_delete.load(Ordering::Acquire);
+        self.running
+            .load(Ordering::Acquire)
+            .saturating_sub(awaiting)
+    }
+
+    /// Counts a lane as waiting for its delete until the guard is dropped.
+    pub(crate) fn awaiting_delete(&self) -> AwaitingDelete<'_> {
+        self.awaiting_delete.fetch_add(1, Ordering::AcqRel);
+        AwaitingDelete(self)
+    }
+}
+
+/// A lane waiting for its delete; see [`LaneCounts::awaiting_delete`].
+pub(crate) struct AwaitingDelete<'a>(&'a LaneCounts);
+
+impl Drop for AwaitingDelete<'_> {
+    fn drop(&mut self) {
+        self.0.awaiting_delete.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Lanes {
+    pub(crate) fn counts(&self) -> &Arc<LaneCounts> {
+        &self.counts
+    }
+
     /// Puts a message in its group's lane; `true` when the lane is new and needs a task.
     pub(crate) fn join(&self, held: Held, leases: &Leases) -> bool {
         let group = held.delivery.group_id.clone().unwrap_or_default();
@@ -35,6 +76,9 @@ impl Lanes {
         let key = (sequence, held.delivery.message_id.clone());
         let mut table = self.lock();
         let started = !table.contains_key(&group);
+        if started {
+            self.counts.running.fetch_add(1, Ordering::AcqRel);
+        }
         if let Some(older) = table.entry(group).or_default().insert(key, held) {
             leases.forget(&older.lease);
         }
@@ -48,6 +92,7 @@ impl Lanes {
         let next = pending.pop_first().map(|(_, held)| held);
         if next.is_none() {
             table.remove(group);
+            self.counts.running.fetch_sub(1, Ordering::AcqRel);
         }
         next
     }
@@ -62,10 +107,11 @@ impl Lanes {
 
     /// Ends the lane, returning what was still waiting in it.
     pub(crate) fn end(&self, group: &str) -> Vec<Held> {
-        self.lock()
-            .remove(group)
-            .map(|pending| pending.into_values().collect())
-            .unwrap_or_default()
+        let Some(pending) = self.lock().remove(group) else {
+            return Vec::new();
+        };
+        self.counts.running.fetch_sub(1, Ordering::AcqRel);
+        pending.into_values().collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Pending>> {

@@ -241,6 +241,13 @@ impl Consumer {
             max_attempts,
             can_dead_letter: dead_letter.is_some(),
         };
+        let lanes = Lanes::default();
+        let deleter = if queue.is_fifo() {
+            let counts = lanes.counts().clone();
+            core.confirmed_deleter(&url, Arc::new(move || counts.may_delete_soon()))
+        } else {
+            core.deleter(&url)
+        };
         let consumer = Arc::new(Self {
             core: core.clone(),
             fifo: queue.is_fifo(),
@@ -249,14 +256,14 @@ impl Consumer {
             retries,
             handler: subscriber.handler,
             states,
-            deleter: core.deleter(&url, queue.is_fifo()),
+            deleter,
             visibility_batcher: core.visibility_batcher(&url),
             leases: Leases::default(),
             capacity: Arc::new(Semaphore::new(
                 settings.concurrency + settings.pollers * settings.batch_size,
             )),
             running: Arc::new(Semaphore::new(settings.concurrency)),
-            lanes: Lanes::default(),
+            lanes,
             stopping: CancellationToken::new(),
             cancel_handlers: CancellationToken::new(),
             heartbeat_stop: CancellationToken::new(),
