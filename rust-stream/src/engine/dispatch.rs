@@ -59,11 +59,13 @@ impl Drop for LaneTask<'_> {
 }
 
 impl Consumer {
-    /// Hands a received message to a handler slot, or to its group's lane on FIFO.
-    pub(crate) fn dispatch(self: &Arc<Self>, held: Held) {
+    /// Hands a received message to a handler slot, or to its group's lane on FIFO. On a standard
+    /// queue, `inline` runs the message in the calling task until it first waits (a handler ready
+    /// at once costs no task); otherwise it gets a task of its own.
+    pub(crate) fn dispatch(self: &Arc<Self>, held: Held, inline: bool) {
         if !self.fifo {
             let consumer = self.clone();
-            self.spawn(async move {
+            let work = async move {
                 let Some(slot) = consumer.slot().await else {
                     return consumer.release(vec![held], 0).await;
                 };
@@ -73,7 +75,12 @@ impl Consumer {
                 if let Next::Again(held, _) = consumer.settle(held, verdict, 1).await {
                     consumer.release(vec![held], 0).await;
                 }
-            });
+            };
+            if inline {
+                self.run_inline_first(work);
+            } else {
+                self.spawn(work);
+            }
             return;
         }
         let group = held.delivery.group_id.clone().unwrap_or_default();

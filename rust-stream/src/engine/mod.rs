@@ -343,6 +343,30 @@ impl Consumer {
         self.tasks.spawn(guarded(task));
     }
 
+    /// Runs an engine task in the calling task until it first waits, and only then spawns it:
+    /// work that is ready at once (a handler that does not wait, settled at once) costs no task.
+    /// A panic is caught and logged as in [`spawn`](Self::spawn).
+    pub(crate) fn run_inline_first(
+        self: &Arc<Self>,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let mut task = CatchUnwind::new(Box::pin(task));
+        // A waker that wakes nothing: a task left pending is spawned, and its first poll there
+        // registers the task's own waker wherever this one was registered.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut task).poll(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(panic)) => log_engine_panic(&panic),
+            Poll::Pending => {
+                self.tasks.spawn(async move {
+                    if let Err(panic) = task.await {
+                        log_engine_panic(&panic);
+                    }
+                });
+            }
+        }
+    }
+
     /// Counts as an engine task until dropped: shutdown waits for work that runs outside a task
     /// (a delete nobody awaits) as it waits for the tasks.
     pub(crate) fn tracker_token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
@@ -477,8 +501,12 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
 /// An engine task whose panic is logged; the messages it held are released by the heartbeat.
 async fn guarded(task: impl Future<Output = ()>) {
     if let Err(panic) = CatchUnwind::new(Box::pin(task)).await {
-        tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
+        log_engine_panic(&panic);
     }
+}
+
+fn log_engine_panic(panic: &str) {
+    tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
 }
 
 /// The message a panic was raised with.
