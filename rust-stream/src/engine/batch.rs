@@ -12,6 +12,7 @@
 //! it once however many of its answers were lost); anything else is answered as an error for the caller to log or act on.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,11 +125,13 @@ impl Action for VisibilityBatch {
 }
 
 /// What a batcher for callers that each wait for their answer (a FIFO lane for its delete) is
-/// told, so that their entries share calls: how many more entries are on their way (lanes whose
-/// handler runs), and how long a call may wait for them.
+/// told, so that their entries share calls: how many callers there are (lanes that run), and how
+/// long a call may wait for those whose entry is not in yet.
 #[derive(Clone)]
 pub(crate) struct Company {
-    pub(crate) coming: Arc<dyn Fn() -> usize + Send + Sync>,
+    pub(crate) callers: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// Notified when callers leave, so a call stops waiting for them.
+    pub(crate) left: Arc<tokio::sync::Notify>,
     /// The longest a call that is not full waits for entries on their way.
     pub(crate) wait: Duration,
 }
@@ -296,9 +299,21 @@ impl<A: Action> Batcher<A> {
 
     /// Submits one entry and waits for its answer.
     pub(crate) async fn submit_one(&self, entry: A::Entry) -> Result<A::Output, TransportError> {
-        self.submit(vec![entry])
+        let size = A::size(&entry);
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            entries: vec![entry],
+            size,
+            reply: Reply::Wait(reply),
+            eager: false,
+        };
+        if self.jobs.send(job).is_err() {
+            return Err(stopped());
+        }
+        answer
             .await
-            .pop()
+            .ok()
+            .and_then(|mut answers| answers.pop())
             .unwrap_or_else(|| Err(stopped()))
     }
 }
@@ -431,6 +446,8 @@ async fn gather_with_company<A: Action>(
     let queue_url: Arc<str> = Arc::from(queue_url);
     let mut left_over: Option<Job<A>> = None;
     let mut open = true;
+    // Entries in calls not answered yet: their callers are waiting, not about to submit.
+    let in_flight = Arc::new(AtomicUsize::new(0));
     while open {
         let first = match left_over.take() {
             Some(job) => job,
@@ -452,8 +469,13 @@ async fn gather_with_company<A: Action>(
                 Ok(job) => Some(job),
                 Err(mpsc::error::TryRecvError::Disconnected) => None,
                 Err(mpsc::error::TryRecvError::Empty) => {
+                    // Made before the count is read, so a caller leaving after it still wakes us.
+                    let left = company.left.notified();
+                    tokio::pin!(left);
+                    left.as_mut().enable();
                     let idle = calls.available_permits() == max_in_flight;
-                    let coming = !wait_over && (company.coming)() > 0;
+                    let coming = !wait_over
+                        && (company.callers)() > in_flight.load(Ordering::Acquire) + count;
                     if idle && !coming {
                         break;
                     }
@@ -471,6 +493,7 @@ async fn gather_with_company<A: Action>(
                             wait_over = true;
                             continue;
                         }
+                        () = left, if coming => continue,
                     }
                 }
             };
@@ -496,11 +519,22 @@ async fn gather_with_company<A: Action>(
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
+        in_flight.fetch_add(count, Ordering::AcqRel);
         let flush = flush::<A>(transport.clone(), queue_url.clone(), batch);
-        tokio::spawn(async move {
+        if count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
+            // A call that is not full goes when no other is in flight, so this task has nothing
+            // to send meanwhile: it makes the call itself, without a task of its own.
             flush.await;
+            in_flight.fetch_sub(count, Ordering::AcqRel);
             drop(permit);
-        });
+        } else {
+            let in_flight = in_flight.clone();
+            tokio::spawn(async move {
+                flush.await;
+                in_flight.fetch_sub(count, Ordering::AcqRel);
+                drop(permit);
+            });
+        }
     }
     // Wait for calls still in flight before the batcher counts as stopped.
     let _ = calls.acquire_many(max_in_flight as u32).await;

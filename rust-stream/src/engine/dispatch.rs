@@ -128,6 +128,8 @@ impl Consumer {
                     Next::Again(again, delay) => {
                         held = again;
                         attempt = attempt.saturating_add(1);
+                        // Other lanes' deletes do not wait for this one while it rests.
+                        let _resting = self.lanes.counts().resting();
                         tokio::select! {
                             biased;
                             () = self.stopping.cancelled() => {

@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use tokio::sync::Notify;
+
 use super::dispatch::Held;
 use super::extend::Leases;
 
@@ -24,38 +26,41 @@ pub(crate) struct Lanes {
     counts: Arc<LaneCounts>,
 }
 
-/// How many lanes run, and how many of them wait for a delete: what the deleter reads to know
-/// whether more deletes are on their way.
+/// How many lanes run and are not resting (waiting out a retry delay): what the deleter reads to
+/// know how many deletes may come at once; `left` tells it when that number falls.
 #[derive(Debug, Default)]
 pub(crate) struct LaneCounts {
     running: AtomicUsize,
-    awaiting_delete: AtomicUsize,
+    resting: AtomicUsize,
+    pub(crate) left: Arc<Notify>,
 }
 
 impl LaneCounts {
-    /// Lanes that run and are not waiting for a delete: each may submit one soon.
-    pub(crate) fn may_delete_soon(&self) -> usize {
-        // Two loads, so a lane that changes between them may be miscounted for a moment: a hint,
-        // which at worst makes one call smaller or later by the deleter's wait.
-        let awaiting = self.awaiting_delete.load(Ordering::Acquire);
-        self.running
-            .load(Ordering::Acquire)
-            .saturating_sub(awaiting)
+    /// Lanes that may submit a delete soon.
+    pub(crate) fn active(&self) -> usize {
+        let resting = self.resting.load(Ordering::Acquire);
+        self.running.load(Ordering::Acquire).saturating_sub(resting)
     }
 
-    /// Counts a lane as waiting for its delete until the guard is dropped.
-    pub(crate) fn awaiting_delete(&self) -> AwaitingDelete<'_> {
-        self.awaiting_delete.fetch_add(1, Ordering::AcqRel);
-        AwaitingDelete(self)
+    /// Counts a lane as resting until the guard is dropped.
+    pub(crate) fn resting(&self) -> Resting<'_> {
+        self.resting.fetch_add(1, Ordering::AcqRel);
+        self.left.notify_waiters();
+        Resting(self)
+    }
+
+    fn ended(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        self.left.notify_waiters();
     }
 }
 
-/// A lane waiting for its delete; see [`LaneCounts::awaiting_delete`].
-pub(crate) struct AwaitingDelete<'a>(&'a LaneCounts);
+/// A lane waiting out a retry delay; see [`LaneCounts::resting`].
+pub(crate) struct Resting<'a>(&'a LaneCounts);
 
-impl Drop for AwaitingDelete<'_> {
+impl Drop for Resting<'_> {
     fn drop(&mut self) {
-        self.0.awaiting_delete.fetch_sub(1, Ordering::AcqRel);
+        self.0.resting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -92,7 +97,8 @@ impl Lanes {
         let next = pending.pop_first().map(|(_, held)| held);
         if next.is_none() {
             table.remove(group);
-            self.counts.running.fetch_sub(1, Ordering::AcqRel);
+            drop(table);
+            self.counts.ended();
         }
         next
     }
@@ -110,7 +116,7 @@ impl Lanes {
         let Some(pending) = self.lock().remove(group) else {
             return Vec::new();
         };
-        self.counts.running.fetch_sub(1, Ordering::AcqRel);
+        self.counts.ended();
         pending.into_values().collect()
     }
 

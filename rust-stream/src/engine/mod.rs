@@ -244,7 +244,8 @@ impl Consumer {
         let lanes = Lanes::default();
         let deleter = if queue.is_fifo() {
             let counts = lanes.counts().clone();
-            core.confirmed_deleter(&url, Arc::new(move || counts.may_delete_soon()))
+            let left = counts.left.clone();
+            core.confirmed_deleter(&url, Arc::new(move || counts.active()), left)
         } else {
             core.deleter(&url)
         };

@@ -146,9 +146,10 @@ impl Consumer {
         // taken this long together the rest get tasks, so handlers that compute for long still
         // run in parallel and the next receive is not held up.
         let mut inline_left = INLINE_BUDGET;
-        for message in messages {
+        for mut message in messages {
+            // The delivery has no use for the receipt handle: the lease takes it.
             let lease = self.leases.open(
-                message.receipt_handle.clone(),
+                std::mem::take(&mut message.receipt_handle),
                 message.message_id.clone(),
                 self.visibility,
             );

@@ -313,7 +313,6 @@ impl Consumer {
             return Next::Done;
         }
         if self.fifo {
-            let _awaiting = self.lanes.counts().awaiting_delete();
             return match self.deleter.submit_one(held.lease.clone()).await {
                 Ok(()) => Next::Done,
                 Err(error) => {

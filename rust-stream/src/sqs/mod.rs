@@ -612,20 +612,22 @@ impl BrokerCore {
 
     /// A FIFO subscription's own deleter. Its lanes each wait for their delete before going on,
     /// so a delete never waits for a linger: a full call goes out at once, and one that is not
-    /// full as soon as no call is in flight, with the deletes that queued meanwhile and those
-    /// `company` says are on their way (lanes whose handler runs), waiting for these at most
-    /// `CONFIRMED_DELETE_WAIT`. Lanes whose deletes one call confirmed thus share the next call.
+    /// full as soon as no call is in flight, with the deletes that queued meanwhile, and waiting
+    /// at most `CONFIRMED_DELETE_WAIT` for the other running lanes (`lanes` counts them, and
+    /// `lanes_left` says when one ended or rests) whose delete is not in yet. Lanes whose deletes one call confirmed thus share the next call.
     pub(crate) fn confirmed_deleter(
         &self,
         url: &str,
-        company: Arc<dyn Fn() -> usize + Send + Sync>,
+        lanes: Arc<dyn Fn() -> usize + Send + Sync>,
+        lanes_left: Arc<tokio::sync::Notify>,
     ) -> Batcher<batch::DeleteBatch> {
         Batcher::spawn_with_company(
             self.transport.clone(),
             url.to_owned(),
             CONFIRMED_DELETES_IN_FLIGHT,
             batch::Company {
-                coming: company,
+                callers: lanes,
+                left: lanes_left,
                 wait: CONFIRMED_DELETE_WAIT.min(self.linger()),
             },
         )
