@@ -15,7 +15,9 @@
 //!    [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding the
 //!    group; on a standard queue by a visibility change), or dead-letter once the message has had
 //!    its attempts. On FIFO the lane goes on only once the delete is confirmed. Deletes,
-//!    visibility changes and sends all go through the one batcher.
+//!    visibility changes and sends all go through the one batcher; a standard queue's deletes
+//!    are not awaited (the message keeps its room until answered), a FIFO subscription's go
+//!    through a deleter of its own that keeps lanes confirmed together sharing their next call.
 //! 4. **Extend**: a heartbeat keeps every held lease from timing out, and releases the messages
 //!    of an engine task that ended without settling them.
 //!
