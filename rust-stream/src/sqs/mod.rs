@@ -317,7 +317,7 @@ const CONFIRMED_DELETES_IN_FLIGHT: usize = 4;
 /// The longest a FIFO delete waits for the deletes of other lanes whose handler runs (never more
 /// than the broker's linger): short against a handler's own time, long enough for lanes that are
 /// quick to share the call.
-const CONFIRMED_DELETE_WAIT: Duration = Duration::from_millis(1);
+const CONFIRMED_DELETE_WAIT: Duration = Duration::from_micros(250);
 
 impl BrokerCore {
     fn new(transport: SharedTransport, calls: Arc<CallCounter>) -> Self {
