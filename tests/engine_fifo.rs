@@ -385,6 +385,51 @@ async fn each_group_is_handled_in_order_one_message_at_a_time_while_groups_run_i
     );
 }
 
+/// Lanes whose deletes one call confirmed go on in step, and their next deletes share the next
+/// call: the deletes of four groups held at once take about a quarter of a call each, where one
+/// call per delete would be 100, while every group is still handled in order. On two threads in
+/// real time, where lanes drift apart unless the deleter keeps them in step (on one thread they
+/// never drift).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deletes_of_groups_handled_in_step_share_calls_and_each_group_stays_in_order() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new(QUEUE).create_if_missing();
+    let publisher = broker.publisher(queue.clone());
+    let groups: Vec<String> = (0..20).map(|g| format!("g{g}")).collect();
+    for n in 1..=5 {
+        send_jobs(&publisher, groups.iter().map(|g| Job::new(g, n))).await;
+    }
+    // A receive takes a group's 5 messages together, so the capacity of 20 (concurrency 10 and
+    // one batch of 10) holds four groups at a time.
+    let (handler, record) = probe(|_, _| (Duration::ZERO, Step::Ack));
+    let before = broker.api_calls();
+    let running = start(&broker, subscriber(queue, handler).build()).await;
+    eventually("100 jobs acked", async || {
+        lock(&record).acked().len() == 100
+    })
+    .await;
+    until("every delete answered", async || {
+        is_empty(&account, QUEUE).await
+    })
+    .await;
+    running.stop().await.unwrap();
+
+    let deletes = (broker.api_calls() - before).delete_message_batch;
+    assert!(
+        (10..=40).contains(&deletes),
+        "{deletes} delete calls for 100 messages of four groups at a time"
+    );
+    let record = take(&record);
+    for g in &groups {
+        assert_eq!(
+            record.calls(g),
+            (1..=5).map(|n| (n, 1)).collect::<Vec<_>>(),
+            "group {g} is handled once each, in the order sent"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_slow_group_does_not_hold_up_the_others() {
     let account = Account::new();

@@ -12,12 +12,14 @@
 //! it once however many of its answers were lost); anything else is answered as an error for the caller to log or act on.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
+use crate::engine::extend::Lease;
 use crate::engine::transport::{
     BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, SendBatchEntry, SendMessage,
     SentMessage, SharedTransport, TransportError,
@@ -73,50 +75,65 @@ impl Action for SendBatch {
     }
 }
 
-/// `DeleteMessageBatch`; the entry is a receipt handle.
+/// `DeleteMessageBatch`; the entry is the lease of the message to delete, whose receipt handle is
+/// copied once per call.
 #[derive(Debug)]
 pub(crate) struct DeleteBatch;
 
 impl Action for DeleteBatch {
-    type Entry = String;
+    type Entry = Arc<Lease>;
     type Output = ();
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, String)>,
+        entries: Vec<(String, Arc<Lease>)>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
         let entries = entries
             .into_iter()
-            .map(|(id, receipt_handle)| DeleteEntry { id, receipt_handle })
+            .map(|(id, lease)| DeleteEntry {
+                id,
+                receipt_handle: lease.receipt_handle.clone(),
+            })
             .collect();
         transport.delete_message_batch(queue_url, entries)
     }
 }
 
-/// `ChangeMessageVisibilityBatch`; the entry is a receipt handle and the new timeout in seconds.
+/// `ChangeMessageVisibilityBatch`; the entry is the message's lease and the new timeout in
+/// seconds.
 #[derive(Debug)]
 pub(crate) struct VisibilityBatch;
 
 impl Action for VisibilityBatch {
-    type Entry = (String, i32);
+    type Entry = (Arc<Lease>, i32);
     type Output = ();
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, (String, i32))>,
+        entries: Vec<(String, (Arc<Lease>, i32))>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
         let entries = entries
             .into_iter()
-            .map(
-                |(id, (receipt_handle, visibility_timeout))| ChangeVisibilityEntry {
-                    id,
-                    receipt_handle,
-                    visibility_timeout,
-                },
-            )
+            .map(|(id, (lease, visibility_timeout))| ChangeVisibilityEntry {
+                id,
+                receipt_handle: lease.receipt_handle.clone(),
+                visibility_timeout,
+            })
             .collect();
         transport.change_message_visibility_batch(queue_url, entries)
     }
+}
+
+/// What a batcher for callers that each wait for their answer (a FIFO lane for its delete) is
+/// told, so that their entries share calls: how many callers there are (lanes that run), and how
+/// long a call may wait for those whose entry is not in yet.
+#[derive(Clone)]
+pub(crate) struct Company {
+    pub(crate) callers: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// Notified when callers leave, so a call stops waiting for them.
+    pub(crate) left: Arc<tokio::sync::Notify>,
+    /// The longest a call that is not full waits for entries on their way.
+    pub(crate) wait: Duration,
 }
 
 /// How a batcher gathers and flushes.
@@ -134,9 +151,28 @@ struct Job<A: Action> {
     entries: Vec<A::Entry>,
     /// The entries' payload, as [`Action::size`] counts it.
     size: usize,
-    reply: oneshot::Sender<Answers<A>>,
+    reply: Reply<A>,
     /// The submitter has nothing to add: a call it starts goes without waiting the linger.
     eager: bool,
+}
+
+/// Where a job's answers go.
+enum Reply<A: Action> {
+    /// To a caller awaiting them.
+    Wait(oneshot::Sender<Answers<A>>),
+    /// To a callback run by the batcher once answered, for a caller that does not wait (a
+    /// standard queue's delete); it must be quick, as it runs where the call's answer is read.
+    Then(Box<dyn FnOnce(Answers<A>) + Send>),
+}
+
+impl<A: Action> Reply<A> {
+    fn answer(self, answers: Answers<A>) {
+        match self {
+            // A caller that stopped waiting has nothing to learn.
+            Self::Wait(reply) => drop(reply.send(answers)),
+            Self::Then(then) => then(answers),
+        }
+    }
 }
 
 /// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
@@ -178,6 +214,31 @@ impl<A: Action> Batcher<A> {
         }
     }
 
+    /// Starts a batcher whose callers each wait for their answer, and whose calls therefore carry
+    /// as many of them as are ready: a full call goes out at once (up to `max_in_flight` calls at
+    /// a time); one that is not full goes out when no call is in flight and no entry is on its way
+    /// (or it waited [`Company::wait`] for them), gathering what arrives meanwhile. So callers
+    /// that run in step (lanes whose deletes were confirmed by one call) share the next call too.
+    pub(crate) fn spawn_with_company(
+        transport: SharedTransport,
+        queue_url: String,
+        max_in_flight: usize,
+        company: Company,
+    ) -> Self {
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(gather_with_company::<A>(
+            transport,
+            queue_url,
+            receiver,
+            max_in_flight,
+            company,
+        ));
+        Self {
+            jobs,
+            _action: PhantomData,
+        }
+    }
+
     /// Submits entries and waits for each one's answer, in order. Up to 10 entries within the
     /// payload limit go out in one call; more are split into calls, in order.
     pub(crate) async fn submit(&self, entries: Vec<A::Entry>) -> Answers<A> {
@@ -195,7 +256,7 @@ impl<A: Action> Batcher<A> {
             let sent = self.jobs.send(Job {
                 entries: chunk,
                 size,
-                reply,
+                reply: Reply::Wait(reply),
                 eager,
             });
             waiting.push((count, sent.is_ok().then_some(answer)));
@@ -213,11 +274,46 @@ impl<A: Action> Batcher<A> {
         answers
     }
 
+    /// Submits entries that nobody waits for: `then` is called with their answers, in order, once
+    /// they are answered (with errors if the batcher stopped first). Up to 10 entries within the
+    /// payload limit go out in one call.
+    pub(crate) fn submit_then(
+        &self,
+        entries: Vec<A::Entry>,
+        then: impl FnOnce(Answers<A>) + Send + 'static,
+    ) {
+        let count = entries.len();
+        let size = entries.iter().map(A::size).sum();
+        debug_assert!(count <= MAX_BATCH_ENTRIES && size <= MAX_BATCH_PAYLOAD_SIZE);
+        let job = Job {
+            entries,
+            size,
+            reply: Reply::Then(Box::new(then)),
+            eager: false,
+        };
+        if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
+            job.reply
+                .answer((0..count).map(|_| Err(stopped())).collect());
+        }
+    }
+
     /// Submits one entry and waits for its answer.
     pub(crate) async fn submit_one(&self, entry: A::Entry) -> Result<A::Output, TransportError> {
-        self.submit(vec![entry])
+        let size = A::size(&entry);
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            entries: vec![entry],
+            size,
+            reply: Reply::Wait(reply),
+            eager: false,
+        };
+        if self.jobs.send(job).is_err() {
+            return Err(stopped());
+        }
+        answer
             .await
-            .pop()
+            .ok()
+            .and_then(|mut answers| answers.pop())
             .unwrap_or_else(|| Err(stopped()))
     }
 }
@@ -336,12 +432,118 @@ async fn gather<A: Action>(
     let _ = calls.acquire_many(max_in_flight as u32).await;
 }
 
+/// Gathers jobs into calls for callers that wait for their answers; see
+/// [`Batcher::spawn_with_company`].
+async fn gather_with_company<A: Action>(
+    transport: SharedTransport,
+    queue_url: String,
+    mut receiver: mpsc::UnboundedReceiver<Job<A>>,
+    max_in_flight: usize,
+    company: Company,
+) {
+    let max_in_flight = max_in_flight.max(1);
+    let calls = Arc::new(Semaphore::new(max_in_flight));
+    let queue_url: Arc<str> = Arc::from(queue_url);
+    let mut left_over: Option<Job<A>> = None;
+    let mut open = true;
+    // Entries in calls not answered yet: their callers are waiting, not about to submit.
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    while open {
+        let first = match left_over.take() {
+            Some(job) => job,
+            None => match receiver.recv().await {
+                Some(job) => job,
+                None => break,
+            },
+        };
+        let mut count = first.entries.len();
+        let mut size = first.size;
+        let mut batch = vec![first];
+        let mut waited = None;
+        let mut wait_over = false;
+        loop {
+            if count >= MAX_BATCH_ENTRIES || size >= MAX_BATCH_PAYLOAD_SIZE || !open {
+                break;
+            }
+            let job = match receiver.try_recv() {
+                Ok(job) => Some(job),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    // Made before the count is read, so a caller leaving after it still wakes us.
+                    let left = company.left.notified();
+                    tokio::pin!(left);
+                    left.as_mut().enable();
+                    let idle = calls.available_permits() == max_in_flight;
+                    let coming = !wait_over
+                        && (company.callers)() > in_flight.load(Ordering::Acquire) + count;
+                    if idle && !coming {
+                        break;
+                    }
+                    let wait =
+                        waited.get_or_insert_with(|| Box::pin(tokio::time::sleep(company.wait)));
+                    tokio::select! {
+                        biased;
+                        job = receiver.recv() => job,
+                        // Every call in flight answered: this one may go, unless company is coming.
+                        all = calls.clone().acquire_many_owned(max_in_flight as u32), if !idle => {
+                            drop(all);
+                            continue;
+                        }
+                        () = wait.as_mut(), if coming => {
+                            wait_over = true;
+                            continue;
+                        }
+                        () = left, if coming => continue,
+                    }
+                }
+            };
+            match job {
+                // A job is never split across calls, so one that does not fit starts the next.
+                Some(job)
+                    if count + job.entries.len() > MAX_BATCH_ENTRIES
+                        || size + job.size > MAX_BATCH_PAYLOAD_SIZE =>
+                {
+                    left_over = Some(job);
+                    break;
+                }
+                Some(job) => {
+                    count += job.entries.len();
+                    size += job.size;
+                    batch.push(job);
+                }
+                None => open = false,
+            }
+        }
+        let permit = calls
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        in_flight.fetch_add(count, Ordering::AcqRel);
+        let flush = flush::<A>(transport.clone(), queue_url.clone(), batch);
+        if count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
+            // A call that is not full goes when no other is in flight, so this task has nothing
+            // to send meanwhile: it makes the call itself, without a task of its own.
+            flush.await;
+            in_flight.fetch_sub(count, Ordering::AcqRel);
+            drop(permit);
+        } else {
+            let in_flight = in_flight.clone();
+            tokio::spawn(async move {
+                flush.await;
+                in_flight.fetch_sub(count, Ordering::AcqRel);
+                drop(permit);
+            });
+        }
+    }
+    // Wait for calls still in flight before the batcher counts as stopped.
+    let _ = calls.acquire_many(max_in_flight as u32).await;
+}
+
 /// Makes one call for a batch of jobs (retrying what may be retried) and answers each job.
 async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch: Vec<Job<A>>) {
-    let entries: Vec<A::Entry> = batch
-        .iter()
-        .flat_map(|job| job.entries.iter().cloned())
-        .collect();
+    // Each try copies its entries from the jobs, once.
+    let entries: Vec<&A::Entry> = batch.iter().flat_map(|job| job.entries.iter()).collect();
     let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
         entries.iter().map(|_| None).collect();
     let mut todo: Vec<usize> = (0..entries.len()).collect();
@@ -351,7 +553,7 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
         attempt += 1;
         let call: Vec<(String, A::Entry)> = todo
             .iter()
-            .map(|&i| (i.to_string(), entries[i].clone()))
+            .map(|&i| (i.to_string(), A::Entry::clone(entries[i])))
             .collect();
         // A transport that panics fails this call (retried as a service fault), not the batcher,
         // which every later delete, release and send of the queue waits on.
@@ -415,6 +617,7 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
         todo = again.into_iter().map(|(i, _)| i).collect();
         tokio::time::sleep(delay).await;
     }
+    drop(entries);
     let mut answers = answers.into_iter();
     for job in batch {
         let mine: Answers<A> = answers
@@ -429,8 +632,7 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
                 })
             })
             .collect();
-        // A caller that stopped waiting has nothing to learn.
-        let _ = job.reply.send(mine);
+        job.reply.answer(mine);
     }
 }
 
@@ -579,8 +781,11 @@ mod tests {
             .map(|(chunk, size)| (chunk.len(), size))
             .unzip();
         assert_eq!((chunks, total), (vec![1, 1], vec![600 * KIB, 500 * KIB]));
-        let receipts: Vec<String> = (0..25).map(|n| n.to_string()).collect();
-        assert_eq!(chunk_lengths::<DeleteBatch>(receipts), [10, 10, 5]);
+        let leases = crate::engine::extend::Leases::default();
+        let deletes: Vec<Arc<Lease>> = (0..25)
+            .map(|n| leases.open(n.to_string(), n.to_string(), Duration::from_secs(30)))
+            .collect();
+        assert_eq!(chunk_lengths::<DeleteBatch>(deletes), [10, 10, 5]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -682,7 +887,7 @@ mod tests {
                 .send(Job {
                     size: entries.iter().map(SendBatch::size).sum(),
                     entries,
-                    reply,
+                    reply: Reply::Wait(reply),
                     eager: false,
                 })
                 .unwrap();

@@ -1,4 +1,4 @@
-//! Dispatch: handler slots, FIFO group lanes, retries in place, the handler's own task (panic
+//! Dispatch: handler slots, FIFO group lanes, retries in place, running the handler (panic
 //! catch, timeout, cancellation at shutdown) and the decode-failure path.
 //!
 //! On a standard queue each message waits for a handler slot on its own. On a FIFO queue each
@@ -9,13 +9,16 @@
 //! delete confirmed) or dead-lettered. Groups are independent: a slow or failing lane holds up
 //! nobody else.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::settle::{Next, Verdict};
-use super::Consumer;
+use super::{CatchUnwind, Consumer};
 use crate::context::Delivery;
 use crate::engine::extend::Lease;
 use crate::handler::Handled;
@@ -56,11 +59,13 @@ impl Drop for LaneTask<'_> {
 }
 
 impl Consumer {
-    /// Hands a received message to a handler slot, or to its group's lane on FIFO.
-    pub(crate) fn dispatch(self: &Arc<Self>, held: Held) {
+    /// Hands a received message to a handler slot, or to its group's lane on FIFO. On a standard
+    /// queue, `inline` runs the message in the calling task until it first waits (a handler ready
+    /// at once costs no task); otherwise it gets a task of its own.
+    pub(crate) fn dispatch(self: &Arc<Self>, held: Held, inline: bool) {
         if !self.fifo {
             let consumer = self.clone();
-            self.spawn(async move {
+            let work = async move {
                 let Some(slot) = consumer.slot().await else {
                     return consumer.release(vec![held], 0).await;
                 };
@@ -70,7 +75,12 @@ impl Consumer {
                 if let Next::Again(held, _) = consumer.settle(held, verdict, 1).await {
                     consumer.release(vec![held], 0).await;
                 }
-            });
+            };
+            if inline {
+                self.run_inline_first(work);
+            } else {
+                self.spawn(work);
+            }
             return;
         }
         let group = held.delivery.group_id.clone().unwrap_or_default();
@@ -82,6 +92,13 @@ impl Consumer {
 
     /// A handler slot, or `None` once shutdown has begun.
     async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        if self.stopping.is_cancelled() {
+            return None;
+        }
+        // A free slot is taken without waiting (and without registering for shutdown).
+        if let Ok(slot) = self.running.clone().try_acquire_owned() {
+            return Some(slot);
+        }
         // Biased: once shutdown has begun a free slot must not start another handler.
         tokio::select! {
             biased;
@@ -111,6 +128,8 @@ impl Consumer {
                     Next::Again(again, delay) => {
                         held = again;
                         attempt = attempt.saturating_add(1);
+                        // Other lanes' deletes do not wait for this one while it rests.
+                        let _resting = self.lanes.counts().resting();
                         tokio::select! {
                             biased;
                             () = self.stopping.cancelled() => {
@@ -147,8 +166,10 @@ impl Consumer {
         self.release(all, seconds).await;
     }
 
-    /// Decodes and handles one message in a task of its own, and says how to settle it. The task
-    /// is cancelled when it outlives the handler timeout, or the shutdown timeout.
+    /// Decodes and handles one message, and says how to settle it. The handler runs in the
+    /// caller's task, behind a panic catch, and is dropped (cancelled) when it outlives the handler
+    /// timeout, or the shutdown timeout. A handler that is ready at its first poll costs no timer
+    /// and no wait on the shutdown signal.
     pub(crate) async fn process(&self, held: &Held) -> Verdict {
         let delivery = &held.delivery;
         let span = tracing::info_span!(
@@ -160,39 +181,43 @@ impl Consumer {
             sqs.group_id = delivery.group_id.as_deref(),
             sqs.receive_count = delivery.receive_count,
         );
-        let call = self
-            .handler
-            .clone()
-            .call(delivery.clone(), self.states.clone())
-            .instrument(span.clone());
-        let mut task = tokio::spawn(call);
-        let timeout = self.queue.consumer.handler_timeout;
-        let timed_out = async {
-            match timeout {
-                Some(timeout) => tokio::time::sleep(timeout).await,
-                None => std::future::pending().await,
-            }
-        };
-        let handled = tokio::select! {
-            handled = &mut task => handled,
-            () = timed_out => {
-                task.abort();
-                let _ = task.await;
-                let timeout = timeout.unwrap_or_default();
-                let _entered = span.enter();
-                tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
-                return Verdict::Failed {
-                    reason: format!("the handler did not finish within its timeout of {timeout:?}"),
-                    asked: None,
+        let mut call = CatchUnwind::new(
+            self.handler
+                .clone()
+                .call(delivery.clone(), self.states.clone())
+                .instrument(span.clone()),
+        );
+        let handled = match poll_once(&mut call).await {
+            Some(handled) => handled,
+            None => {
+                let timeout = self.queue.consumer.handler_timeout;
+                let timed_out = async {
+                    match timeout {
+                        Some(timeout) => tokio::time::sleep(timeout).await,
+                        None => std::future::pending().await,
+                    }
                 };
-            }
-            () = self.cancel_handlers.cancelled() => {
-                task.abort();
-                // Awaited, so the handler no longer runs once its message is released.
-                let _ = task.await;
-                let _entered = span.enter();
-                tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
-                return Verdict::Cancelled;
+                tokio::select! {
+                    handled = &mut call => handled,
+                    () = timed_out => {
+                        // Dropped here, so the handler no longer runs once its message is settled.
+                        drop(call);
+                        let timeout = timeout.unwrap_or_default();
+                        let _entered = span.enter();
+                        tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
+                        return Verdict::Failed {
+                            reason: format!("the handler did not finish within its timeout of {timeout:?}"),
+                            asked: None,
+                        };
+                    }
+                    () = self.cancel_handlers.cancelled() => {
+                        // Dropped here, so the handler no longer runs once its message is released.
+                        drop(call);
+                        let _entered = span.enter();
+                        tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
+                        return Verdict::Cancelled;
+                    }
+                }
             }
         };
         let _entered = span.enter();
@@ -204,14 +229,10 @@ impl Consumer {
                     reason: error.to_string(),
                 }
             }
-            Err(join) => {
-                let reason = join
-                    .try_into_panic()
-                    .map(|panic| super::panic_message(panic.as_ref()))
-                    .unwrap_or_else(|_| "the handler task was cancelled".to_owned());
-                tracing::error!(panic = %reason, "handler panicked");
+            Err(panic) => {
+                tracing::error!(panic = %panic, "handler panicked");
                 Verdict::Failed {
-                    reason: format!("the handler panicked: {reason}"),
+                    reason: format!("the handler panicked: {panic}"),
                     asked: None,
                 }
             }
@@ -236,4 +257,16 @@ impl Consumer {
             HandlerOutcome::DeadLetter(reason) => Verdict::DeadLetter { reason },
         }
     }
+}
+
+/// Polls `future` once, in the calling task: its output when it is ready at once, `None` when it
+/// is pending (its waker then wakes the calling task, which polls it again).
+pub(crate) async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *future).poll(cx) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => None,
+        })
+    })
+    .await
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 
 use super::Consumer;
@@ -37,7 +37,7 @@ pub(crate) struct Lease {
     settled: AtomicBool,
     orphaned: AtomicBool,
     /// Held by the heartbeat across an extension, and by a claim while it settles.
-    state: Arc<tokio::sync::Mutex<LeaseState>>,
+    state: tokio::sync::Mutex<LeaseState>,
 }
 
 #[derive(Debug)]
@@ -102,10 +102,10 @@ impl Leases {
             received_at: now,
             settled: AtomicBool::new(false),
             orphaned: AtomicBool::new(false),
-            state: Arc::new(tokio::sync::Mutex::new(LeaseState {
+            state: tokio::sync::Mutex::new(LeaseState {
                 visible_at: now + visibility,
                 capped: false,
-            })),
+            }),
         });
         self.lock().insert(lease.id, lease.clone());
         lease
@@ -164,15 +164,16 @@ impl Consumer {
     async fn extend_due(&self) {
         let now = Instant::now();
         let half = self.visibility / 2;
-        let mut due: Vec<(Arc<Lease>, OwnedMutexGuard<LeaseState>, i32)> = Vec::new();
+        let held = self.leases.all();
+        let mut due: Vec<(&Arc<Lease>, MutexGuard<'_, LeaseState>, i32)> = Vec::new();
         let mut orphans = Vec::new();
-        for lease in self.leases.all() {
+        for lease in &held {
             if lease.orphaned.load(Ordering::Acquire) {
-                orphans.push(lease);
+                orphans.push(lease.clone());
                 continue;
             }
             // A lease being settled is locked; it needs no extension.
-            let Ok(state) = lease.state.clone().try_lock_owned() else {
+            let Ok(state) = lease.state.try_lock() else {
                 continue;
             };
             if lease.is_settled()
@@ -198,7 +199,7 @@ impl Consumer {
         }
         let entries = due
             .iter()
-            .map(|(lease, _, seconds)| (lease.receipt_handle.clone(), *seconds))
+            .map(|(lease, _, seconds)| (Arc::clone(lease), *seconds))
             .collect();
         let answers = self.visibility_batcher.submit(entries).await;
         for ((lease, mut state, seconds), answer) in due.into_iter().zip(answers) {

@@ -8,7 +8,10 @@
 //! replaces the older, whose lease is forgotten, since only the newest receipt handle settles it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::Notify;
 
 use super::dispatch::Held;
 use super::extend::Leases;
@@ -20,9 +23,52 @@ type Pending = BTreeMap<(u128, String), Held>;
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
     table: Mutex<HashMap<String, Pending>>,
+    counts: Arc<LaneCounts>,
+}
+
+/// How many lanes run and are not resting (waiting out a retry delay): what the deleter reads to
+/// know how many deletes may come at once; `left` tells it when that number falls.
+#[derive(Debug, Default)]
+pub(crate) struct LaneCounts {
+    running: AtomicUsize,
+    resting: AtomicUsize,
+    pub(crate) left: Arc<Notify>,
+}
+
+impl LaneCounts {
+    /// Lanes that may submit a delete soon.
+    pub(crate) fn active(&self) -> usize {
+        let resting = self.resting.load(Ordering::Acquire);
+        self.running.load(Ordering::Acquire).saturating_sub(resting)
+    }
+
+    /// Counts a lane as resting until the guard is dropped.
+    pub(crate) fn resting(&self) -> Resting<'_> {
+        self.resting.fetch_add(1, Ordering::AcqRel);
+        self.left.notify_waiters();
+        Resting(self)
+    }
+
+    fn ended(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        self.left.notify_waiters();
+    }
+}
+
+/// A lane waiting out a retry delay; see [`LaneCounts::resting`].
+pub(crate) struct Resting<'a>(&'a LaneCounts);
+
+impl Drop for Resting<'_> {
+    fn drop(&mut self) {
+        self.0.resting.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Lanes {
+    pub(crate) fn counts(&self) -> &Arc<LaneCounts> {
+        &self.counts
+    }
+
     /// Puts a message in its group's lane; `true` when the lane is new and needs a task.
     pub(crate) fn join(&self, held: Held, leases: &Leases) -> bool {
         let group = held.delivery.group_id.clone().unwrap_or_default();
@@ -35,6 +81,9 @@ impl Lanes {
         let key = (sequence, held.delivery.message_id.clone());
         let mut table = self.lock();
         let started = !table.contains_key(&group);
+        if started {
+            self.counts.running.fetch_add(1, Ordering::AcqRel);
+        }
         if let Some(older) = table.entry(group).or_default().insert(key, held) {
             leases.forget(&older.lease);
         }
@@ -48,6 +97,8 @@ impl Lanes {
         let next = pending.pop_first().map(|(_, held)| held);
         if next.is_none() {
             table.remove(group);
+            drop(table);
+            self.counts.ended();
         }
         next
     }
@@ -62,10 +113,11 @@ impl Lanes {
 
     /// Ends the lane, returning what was still waiting in it.
     pub(crate) fn end(&self, group: &str) -> Vec<Held> {
-        self.lock()
-            .remove(group)
-            .map(|pending| pending.into_values().collect())
-            .unwrap_or_default()
+        let Some(pending) = self.lock().remove(group) else {
+            return Vec::new();
+        };
+        self.counts.ended();
+        pending.into_values().collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Pending>> {

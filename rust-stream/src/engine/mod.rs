@@ -8,14 +8,16 @@
 //!    long-polls, and opens a lease per message.
 //! 2. **Dispatch**: on a standard queue each message waits for a handler slot; on a FIFO queue
 //!    it joins its group's *lane*, which runs one message at a time in sequence order, while
-//!    lanes of different groups run in parallel. Decoding and the handler run in their own task,
-//!    so a panic is caught, a handler timeout cancels it, and so does the shutdown timeout.
+//!    lanes of different groups run in parallel. Decoding and the handler run in the message's task behind a
+//!    panic catch; a handler timeout cancels it, and so does the shutdown timeout.
 //! 3. **Settle**: ack sends the handler's staged outputs, then deletes; dead-letter sends a
 //!    copy to the dead-letter queue, then deletes. Every failure goes to the one
 //!    [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding the
 //!    group; on a standard queue by a visibility change), or dead-letter once the message has had
 //!    its attempts. On FIFO the lane goes on only once the delete is confirmed. Deletes,
-//!    visibility changes and sends all go through the one batcher.
+//!    visibility changes and sends all go through the one batcher; a standard queue's deletes
+//!    are not awaited (the message keeps its room until answered), a FIFO subscription's go
+//!    through a deleter of its own that keeps lanes confirmed together sharing their next call.
 //! 4. **Extend**: a heartbeat keeps every held lease from timing out, and releases the messages
 //!    of an engine task that ended without settling them.
 //!
@@ -244,6 +246,14 @@ impl Consumer {
             max_attempts,
             can_dead_letter: dead_letter.is_some(),
         };
+        let lanes = Lanes::default();
+        let deleter = if queue.is_fifo() {
+            let counts = lanes.counts().clone();
+            let left = counts.left.clone();
+            core.confirmed_deleter(&url, Arc::new(move || counts.active()), left)
+        } else {
+            core.deleter(&url)
+        };
         let consumer = Arc::new(Self {
             core: core.clone(),
             fifo: queue.is_fifo(),
@@ -252,14 +262,14 @@ impl Consumer {
             retries,
             handler: subscriber.handler,
             states,
-            deleter: core.deleter(&url, queue.is_fifo()),
+            deleter,
             visibility_batcher: core.visibility_batcher(&url),
             leases: Leases::default(),
             capacity: Arc::new(Semaphore::new(
                 settings.concurrency + settings.pollers * settings.batch_size,
             )),
             running: Arc::new(Semaphore::new(settings.concurrency)),
-            lanes: Lanes::default(),
+            lanes,
             stopping: CancellationToken::new(),
             cancel_handlers: CancellationToken::new(),
             heartbeat_stop: CancellationToken::new(),
@@ -338,6 +348,36 @@ impl Consumer {
     /// it held are released by the heartbeat.
     pub(crate) fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(guarded(task));
+    }
+
+    /// Runs an engine task in the calling task until it first waits, and only then spawns it:
+    /// work that is ready at once (a handler that does not wait, settled at once) costs no task.
+    /// A panic is caught and logged as in [`spawn`](Self::spawn).
+    pub(crate) fn run_inline_first(
+        self: &Arc<Self>,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let mut task = CatchUnwind::new(Box::pin(task));
+        // A waker that wakes nothing: a task left pending is spawned, and its first poll there
+        // registers the task's own waker wherever this one was registered.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut task).poll(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(panic)) => log_engine_panic(&panic),
+            Poll::Pending => {
+                self.tasks.spawn(async move {
+                    if let Err(panic) = task.await {
+                        log_engine_panic(&panic);
+                    }
+                });
+            }
+        }
+    }
+
+    /// Counts as an engine task until dropped: shutdown waits for work that runs outside a task
+    /// (a delete nobody awaits) as it waits for the tasks.
+    pub(crate) fn tracker_token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.tasks.token()
     }
 }
 
@@ -440,25 +480,24 @@ async fn dead_letter_decision(
     }
 }
 
-/// A future whose panic is caught and answered as `Err(message)`, so an engine task or a
-/// transport call that panics is logged and recovered from instead of wedging what waits on it.
+/// A future whose panic is caught and answered as `Err(message)`, so an engine task, a handler or
+/// a transport call that panics is logged and recovered from instead of wedging what waits on it.
+/// The future is polled in place (boxed futures are `Unpin`; box others first).
 pub(crate) struct CatchUnwind<F> {
-    inner: Pin<Box<F>>,
+    inner: F,
 }
 
-impl<F: Future> CatchUnwind<F> {
+impl<F: Future + Unpin> CatchUnwind<F> {
     pub(crate) fn new(inner: F) -> Self {
-        Self {
-            inner: Box::pin(inner),
-        }
+        Self { inner }
     }
 }
 
-impl<F: Future> Future for CatchUnwind<F> {
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Result<F::Output, String>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.inner.as_mut();
+        let inner = Pin::new(&mut self.inner);
         match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(poll) => poll.map(Ok),
             Err(panic) => Poll::Ready(Err(panic_message(panic.as_ref()))),
@@ -468,9 +507,13 @@ impl<F: Future> Future for CatchUnwind<F> {
 
 /// An engine task whose panic is logged; the messages it held are released by the heartbeat.
 async fn guarded(task: impl Future<Output = ()>) {
-    if let Err(panic) = CatchUnwind::new(task).await {
-        tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
+    if let Err(panic) = CatchUnwind::new(Box::pin(task)).await {
+        log_engine_panic(&panic);
     }
+}
+
+fn log_engine_panic(panic: &str) {
+    tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
 }
 
 /// The message a panic was raised with.

@@ -22,6 +22,10 @@ use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
 use crate::retry::backoff;
 use crate::sqs::rules::ErrorKind;
 
+/// How long the messages of one receive may run in the poller's task (on a standard queue) before
+/// the rest get tasks of their own.
+const INLINE_BUDGET: Duration = Duration::from_micros(200);
+
 impl Consumer {
     /// One receive loop, until shutdown.
     pub(crate) async fn poll(self: Arc<Self>) {
@@ -139,9 +143,14 @@ impl Consumer {
     ) {
         let mut extra = Vec::new();
         let mut late = Vec::new();
-        for message in messages {
+        // Messages run in this task until they first wait while they are quick; once they have
+        // taken this long together the rest get tasks, so handlers that compute for long still
+        // run in parallel and the next receive is not held up.
+        let mut inline_left = INLINE_BUDGET;
+        for mut message in messages {
+            // The delivery has no use for the receipt handle: the lease takes it.
             let lease = self.leases.open(
-                message.receipt_handle.clone(),
+                std::mem::take(&mut message.receipt_handle),
                 message.message_id.clone(),
                 self.visibility,
             );
@@ -161,8 +170,12 @@ impl Consumer {
             };
             if self.stopping.is_cancelled() {
                 late.push(held);
+            } else if inline_left.is_zero() {
+                self.dispatch(held, false);
             } else {
-                self.dispatch(held);
+                let started = std::time::Instant::now();
+                self.dispatch(held, true);
+                inline_left = inline_left.saturating_sub(started.elapsed());
             }
         }
         if !extra.is_empty() {

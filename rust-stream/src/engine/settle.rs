@@ -306,18 +306,15 @@ impl Consumer {
     }
 
     /// Deletes a settled message. On FIFO the delete is confirmed before the lane goes on (deletes
-    /// of different groups still share calls); on a standard queue the caller goes on at once and
-    /// the message keeps its room in the pipeline until the delete is answered.
+    /// of different groups still share calls); on a standard queue the caller goes on at once,
+    /// nothing waits for the answer, and the message keeps its room in the pipeline until the
+    /// delete is answered.
     async fn delete(self: &Arc<Self>, held: Held) -> Next {
         if !self.leases.claim(&held.lease).await {
             return Next::Done;
         }
         if self.fifo {
-            return match self
-                .deleter
-                .submit_one(held.lease.receipt_handle.clone())
-                .await
-            {
+            return match self.deleter.submit_one(held.lease.clone()).await {
                 Ok(()) => Next::Done,
                 Err(error) => {
                     tracing::warn!(
@@ -329,14 +326,18 @@ impl Consumer {
                 }
             };
         }
-        let deleter = self.deleter.clone();
-        self.spawn(async move {
-            let lease = &held.lease;
-            if let Err(error) = deleter.submit_one(lease.receipt_handle.clone()).await {
-                // Not deleted: it comes back after its visibility timeout and is handled again.
-                tracing::warn!(messaging.message.id = %lease.message_id, error = %error, "delete failed");
-            }
-        });
+        // Shutdown waits for the answer as it waits for a task.
+        let pending = self.tracker_token();
+        self.deleter
+            .submit_then(vec![held.lease.clone()], move |answers| {
+                if let Some(Err(error)) = answers.into_iter().next() {
+                    // Not deleted: it comes back after its visibility timeout and is handled again.
+                    tracing::warn!(messaging.message.id = %held.lease.message_id, error = %error, "delete failed");
+                }
+                // Its room goes back only now.
+                drop(held);
+                drop(pending);
+            });
         Next::Done
     }
 
@@ -359,7 +360,7 @@ impl Consumer {
         }
         let entries = claimed
             .iter()
-            .map(|lease| (lease.receipt_handle.clone(), seconds))
+            .map(|lease| (lease.clone(), seconds))
             .collect();
         let answers = self.visibility_batcher.submit(entries).await;
         for (lease, answer) in claimed.iter().zip(answers) {

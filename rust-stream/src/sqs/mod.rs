@@ -310,9 +310,14 @@ struct Batchers {
 /// Calls in flight per batcher where order does not matter.
 const PARALLEL_CALLS: usize = 4;
 
-/// Delete calls in flight for a FIFO queue, whose lanes wait for each delete: two keep a lane's
-/// wait to about one call while the deletes of other groups gather for the next call.
-const CONFIRMED_DELETES_IN_FLIGHT: usize = 2;
+/// Full delete calls in flight for a FIFO queue (a call that is not full waits for the calls in
+/// flight, gathering the deletes of other lanes meanwhile).
+const CONFIRMED_DELETES_IN_FLIGHT: usize = 4;
+
+/// The longest a FIFO delete waits for the deletes of other lanes whose handler runs (never more
+/// than the broker's linger): short against a handler's own time, long enough for lanes that are
+/// quick to share the call.
+const CONFIRMED_DELETE_WAIT: Duration = Duration::from_micros(250);
 
 impl BrokerCore {
     fn new(transport: SharedTransport, calls: Arc<CallCounter>) -> Self {
@@ -607,19 +612,33 @@ impl BrokerCore {
             .clone()
     }
 
-    /// The queue's deleter. A FIFO queue's lanes each wait for their delete before going on, so
-    /// there a linger would only add latency to every message: its deletes go out as soon as a
-    /// call is free, and batch up by themselves while calls are in flight.
-    pub(crate) fn deleter(&self, url: &str, fifo: bool) -> Batcher<batch::DeleteBatch> {
-        let settings = if fifo {
-            BatchSettings {
-                linger: Duration::ZERO,
-                max_in_flight: CONFIRMED_DELETES_IN_FLIGHT,
-            }
-        } else {
-            self.settings(false)
-        };
-        self.batcher(url, settings, |batchers| &mut batchers.delete)
+    /// A standard queue's deleter: deletes nobody waits for wait out the linger and go out up to
+    /// 10 a call, several calls at once.
+    pub(crate) fn deleter(&self, url: &str) -> Batcher<batch::DeleteBatch> {
+        self.batcher(url, self.settings(false), |batchers| &mut batchers.delete)
+    }
+
+    /// A FIFO subscription's own deleter. Its lanes each wait for their delete before going on,
+    /// so a delete never waits for a linger: a full call goes out at once, and one that is not
+    /// full as soon as no call is in flight, with the deletes that queued meanwhile, and waiting
+    /// at most `CONFIRMED_DELETE_WAIT` for the other running lanes (`lanes` counts them, and
+    /// `lanes_left` says when one ended or rests) whose delete is not in yet. Lanes whose deletes one call confirmed thus share the next call.
+    pub(crate) fn confirmed_deleter(
+        &self,
+        url: &str,
+        lanes: Arc<dyn Fn() -> usize + Send + Sync>,
+        lanes_left: Arc<tokio::sync::Notify>,
+    ) -> Batcher<batch::DeleteBatch> {
+        Batcher::spawn_with_company(
+            self.transport.clone(),
+            url.to_owned(),
+            CONFIRMED_DELETES_IN_FLIGHT,
+            batch::Company {
+                callers: lanes,
+                left: lanes_left,
+                wait: CONFIRMED_DELETE_WAIT.min(self.linger()),
+            },
+        )
     }
 
     /// The queues resolved so far, by name, with their URLs.
