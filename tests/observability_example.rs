@@ -77,6 +77,11 @@ fn the_observability_example_serves_probes_and_the_metrics_of_its_workload() {
         Some(0.0),
         "{metrics}"
     );
+    assert_eq!(
+        value(&metrics, &format!("rust_stream_messages_held{pings}")),
+        Some(0.0),
+        "{metrics}"
+    );
     for outcome in ["retried", "dead_lettered"] {
         let settled = acked.replace(r#""acked""#, &format!("\"{outcome}\""));
         assert_eq!(value(&metrics, &settled), Some(0.0), "{outcome}: {metrics}");

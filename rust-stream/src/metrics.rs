@@ -1,4 +1,4 @@
-//! The metrics rust-stream records, through the [`metrics`](::metrics) facade: no exporter is
+//! The metrics rust-stream records, through the [`metrics`](https://docs.rs/metrics) facade: no exporter is
 //! built in; install the recorder of your choice (Prometheus, StatsD, OpenTelemetry) before the
 //! app starts, and every figure below reaches it.
 //!

@@ -22,6 +22,7 @@ use super::{CatchUnwind, Consumer};
 use crate::context::Delivery;
 use crate::engine::extend::Lease;
 use crate::handler::Handled;
+use crate::metrics::{Attempt, SubscriptionMetrics};
 use crate::outcome::HandlerOutcome;
 
 /// A message this consumer holds.
@@ -166,11 +167,28 @@ impl Consumer {
         self.release(all, seconds).await;
     }
 
+    /// Decodes and handles one message, and says how to settle it; counted in the subscription's
+    /// metrics (handlers running, the attempt's duration and how it ended).
+    pub(crate) async fn process(&self, held: &Held) -> Verdict {
+        let started = tokio::time::Instant::now();
+        let running = InFlight::new(&self.metrics);
+        let verdict = self.attempt(held).await;
+        drop(running);
+        let attempt = match &verdict {
+            Verdict::Ack { .. } => Attempt::Succeeded,
+            Verdict::Failed { .. } => Attempt::Failed,
+            Verdict::DeadLetter { .. } => Attempt::DeadLetter,
+            Verdict::Cancelled => Attempt::Cancelled,
+        };
+        self.metrics.processed(attempt, started.elapsed());
+        verdict
+    }
+
     /// Decodes and handles one message, and says how to settle it. The handler runs in the
     /// caller's task, behind a panic catch, and is dropped (cancelled) when it outlives the handler
     /// timeout, or the shutdown timeout. A handler that is ready at its first poll costs no timer
     /// and no wait on the shutdown signal.
-    pub(crate) async fn process(&self, held: &Held) -> Verdict {
+    async fn attempt(&self, held: &Held) -> Verdict {
         let delivery = &held.delivery;
         let span = tracing::info_span!(
             "process",
@@ -224,6 +242,7 @@ impl Consumer {
         match handled {
             Ok(Handled::Done { outcome, staged }) => Self::verdict(outcome, staged),
             Ok(Handled::Undecodable(error)) => {
+                self.metrics.undecodable();
                 tracing::error!(error = %error, "message body does not decode");
                 Verdict::DeadLetter {
                     reason: error.to_string(),
@@ -269,4 +288,21 @@ pub(crate) async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Ou
         })
     })
     .await
+}
+
+/// A handler counted as running while this lives, however its attempt ends (a dropped future
+/// included).
+struct InFlight<'a>(&'a SubscriptionMetrics);
+
+impl<'a> InFlight<'a> {
+    fn new(metrics: &'a SubscriptionMetrics) -> Self {
+        metrics.in_flight.increment(1.0);
+        Self(metrics)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.decrement(1.0);
+    }
 }

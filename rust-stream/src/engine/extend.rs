@@ -85,9 +85,19 @@ impl Lease {
 pub(crate) struct Leases {
     held: Mutex<HashMap<u64, Arc<Lease>>>,
     next_id: AtomicU64,
+    /// Set to the number held at each change (the `rust_stream.messages.held` metric).
+    counted_by: Option<metrics::Gauge>,
 }
 
 impl Leases {
+    /// Leases whose number is kept in `gauge`.
+    pub(crate) fn counted_by(gauge: metrics::Gauge) -> Self {
+        Self {
+            counted_by: Some(gauge),
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn open(
         &self,
         receipt_handle: String,
@@ -107,7 +117,9 @@ impl Leases {
                 capped: false,
             }),
         });
-        self.lock().insert(lease.id, lease.clone());
+        let mut held = self.lock();
+        held.insert(lease.id, lease.clone());
+        self.count(&held);
         lease
     }
 
@@ -115,7 +127,9 @@ impl Leases {
     pub(crate) async fn claim(&self, lease: &Lease) -> bool {
         let claimed = lease.claim().await;
         if claimed {
-            self.lock().remove(&lease.id);
+            let mut held = self.lock();
+            held.remove(&lease.id);
+            self.count(&held);
         }
         claimed
     }
@@ -124,7 +138,15 @@ impl Leases {
     /// receipt handle is no longer the one to use.
     pub(crate) fn forget(&self, lease: &Lease) {
         lease.settled.store(true, Ordering::Release);
-        self.lock().remove(&lease.id);
+        let mut held = self.lock();
+        held.remove(&lease.id);
+        self.count(&held);
+    }
+
+    fn count(&self, held: &HashMap<u64, Arc<Lease>>) {
+        if let Some(gauge) = &self.counted_by {
+            gauge.set(held.len() as f64);
+        }
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<Lease>> {

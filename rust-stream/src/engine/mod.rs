@@ -254,6 +254,7 @@ impl Consumer {
         } else {
             core.deleter(&url)
         };
+        let metrics = SubscriptionMetrics::new(&queue.name);
         let consumer = Arc::new(Self {
             core: core.clone(),
             fifo: queue.is_fifo(),
@@ -264,7 +265,7 @@ impl Consumer {
             states,
             deleter,
             visibility_batcher: core.visibility_batcher(&url),
-            leases: Leases::default(),
+            leases: Leases::counted_by(metrics.held.clone()),
             capacity: Arc::new(Semaphore::new(
                 settings.concurrency + settings.pollers * settings.batch_size,
             )),
@@ -274,7 +275,7 @@ impl Consumer {
             cancel_handlers: CancellationToken::new(),
             heartbeat_stop: CancellationToken::new(),
             probe,
-            metrics: SubscriptionMetrics::new(&queue.name),
+            metrics,
             tasks: TaskTracker::new(),
             heartbeat: Mutex::new(None),
             url,
