@@ -30,7 +30,10 @@ use rust_stream::Publisher;
 /// spent, so the library's own retries are what a send recovers by.
 const FAULT_PERIOD: Duration = Duration::from_secs(5);
 /// How long a cut response may be kept on waiting for it to hit a FIFO send and a FIFO receive.
-const LONGEST_FAULT_PERIOD: Duration = Duration::from_secs(15);
+/// The FIFO consumer receives only when it has room, and while every answer is cut its held
+/// messages wait for deletes the batcher retries for up to 20 s; once those give up, the groups
+/// are released, room frees and the next receive is cut. So the bound is past those 20 s.
+const LONGEST_FAULT_PERIOD: Duration = Duration::from_secs(45);
 /// Each SQS call attempt's bound, so that a stalled connection is given up; longer than the long
 /// poll below.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
