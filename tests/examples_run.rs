@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::process::output_within;
+use common::process::{output_within, sqs_at};
 
 /// How long one nested `cargo run` may take: the examples give up on their own after 60 s, and a
 /// loaded machine may still be linking one.
@@ -28,26 +28,7 @@ fn cargo_run_example(name: &str, endpoint: Option<&str>) -> Output {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["run", "--quiet", "--offline", "--example", name])
         .env("NO_COLOR", "1");
-    // Every variable by which `SqsBroker::from_env_or_in_process` chooses SQS, so that a region
-    // or profile in the developer's shell does not send the in-process run to AWS.
-    for name in [
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_SQS",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_PROFILE",
-        "AWS_ACCESS_KEY_ID",
-    ] {
-        command.env_remove(name);
-    }
-    if let Some(endpoint) = endpoint {
-        // As a local stack is configured: its endpoint, a region and dummy credentials.
-        command
-            .env("AWS_ENDPOINT_URL", endpoint)
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test");
-    }
+    sqs_at(&mut command, endpoint);
     output_within(&mut command, PATIENCE)
 }
 

@@ -29,7 +29,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::backend::Backend;
-use common::process::example_binary;
+use common::process::{example_binary, sqs_at};
 use rust_stream::sqs::aws::AwsTransport;
 use rust_stream::sqs::SqsQueue;
 
@@ -467,20 +467,8 @@ impl Consumer {
         let log = dir.path.join(format!("consumer-{n}.log"));
         let file = std::fs::File::create(&log).expect("create the consumer's log");
         let mut command = Command::new(example);
-        // Every variable by which the SDK might reach another SQS or account than LocalStack.
-        for name in [
-            "AWS_ENDPOINT_URL_SQS",
-            "AWS_DEFAULT_REGION",
-            "AWS_PROFILE",
-            "AWS_SESSION_TOKEN",
-        ] {
-            command.env_remove(name);
-        }
+        sqs_at(&mut command, Some(endpoint));
         command
-            .env("AWS_ENDPOINT_URL", endpoint)
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
             .envs(settings.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("the log file"))

@@ -10,7 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::example_binary;
+use common::process::{example_binary, sqs_at};
 
 const PINGS: u64 = 50;
 
@@ -30,17 +30,7 @@ fn the_observability_example_serves_probes_and_the_metrics_of_its_workload() {
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // Whatever the developer's shell names, the example runs in process here.
-    for name in [
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_SQS",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_PROFILE",
-        "AWS_ACCESS_KEY_ID",
-    ] {
-        command.env_remove(name);
-    }
+    sqs_at(&mut command, None);
     let mut service = KillOnDrop(command.spawn().expect("start the example"));
 
     let ready = wait_for(&mut service, "ready", || {

@@ -872,6 +872,31 @@ pub mod process {
     use std::process::{Command, Output, Stdio};
     use std::time::{Duration, Instant};
 
+    /// Points a child service at LocalStack's `endpoint` (with a region and test credentials),
+    /// or at the in-process account when `None`, whatever the developer's shell names: every
+    /// variable by which `SqsBroker::from_env_or_in_process` or the SDK would choose another SQS
+    /// or account is removed first.
+    pub fn sqs_at(command: &mut Command, endpoint: Option<&str>) {
+        for name in [
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_SQS",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_PROFILE",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SESSION_TOKEN",
+        ] {
+            command.env_remove(name);
+        }
+        if let Some(endpoint) = endpoint {
+            command
+                .env("AWS_ENDPOINT_URL", endpoint)
+                .env("AWS_REGION", "us-east-1")
+                .env("AWS_ACCESS_KEY_ID", "test")
+                .env("AWS_SECRET_ACCESS_KEY", "test");
+        }
+    }
+
     /// How long the nested `cargo build` of an example may take (a no-op after `cargo test`
     /// built the examples, but it may wait for the build lock or rebuild on a loaded machine).
     const BUILD_TIMEOUT: Duration = Duration::from_secs(300);
