@@ -277,24 +277,40 @@ async fn the_service_rides_out_network_faults_without_loss_duplicates_or_reorder
             .map(|seen| key(&seen.job))
             .collect()
     };
+    // Shown only if the test fails: how each period went before the final wait.
+    for period in &periods {
+        println!(
+            "{}: {} injected, {} requests in {:.1} s, recovered in {:.1} s",
+            period.fault,
+            period.injected,
+            period.requests,
+            period.seconds,
+            period.recovered_in.as_secs_f64()
+        );
+    }
     eventually_within(
         "every sent message is handled",
         RECOVERY_LIMIT,
         async || {
             let fifo = handled(&fifo_log);
             let standard = handled(&standard_log);
-            let missing = fifo_sent
+            // Per group, how many are missing and the first of them, so a stuck group shows.
+            let mut missing: BTreeMap<&str, (usize, u32)> = BTreeMap::new();
+            for job in fifo_sent.iter().filter(|job| !fifo.contains(&key(job))) {
+                missing.entry(&job.group).or_insert((0, job.n)).0 += 1;
+            }
+            for job in standard_sent
                 .iter()
-                .filter(|job| !fifo.contains(&key(job)))
-                .count()
-                + standard_sent
-                    .iter()
-                    .filter(|job| !standard.contains(&key(job)))
-                    .count();
-            if missing == 0 {
+                .filter(|job| !standard.contains(&key(job)))
+            {
+                missing.entry("standard").or_insert((0, job.n)).0 += 1;
+            }
+            if missing.is_empty() {
                 Ok(())
             } else {
-                Err(format!("{missing} not handled yet"))
+                Err(format!(
+                    "not handled yet, per group (count, first): {missing:?}"
+                ))
             }
         },
     )

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::engine::extend::Lease;
@@ -520,20 +520,14 @@ async fn gather_with_company<A: Action>(
             .await
             .expect("the semaphore is never closed");
         in_flight.fetch_add(count, Ordering::AcqRel);
-        let flush = flush::<A>(transport.clone(), queue_url.clone(), batch);
+        let flush = Flush::new(transport.clone(), queue_url.clone(), batch);
+        let first_try = flush.try_first(permit, in_flight.clone(), count);
         if count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
             // A call that is not full goes when no other is in flight, so this task has nothing
-            // to send meanwhile: it makes the call itself, without a task of its own.
-            flush.await;
-            in_flight.fetch_sub(count, Ordering::AcqRel);
-            drop(permit);
+            // to send meanwhile: it makes the first try itself, without a task of its own.
+            first_try.await;
         } else {
-            let in_flight = in_flight.clone();
-            tokio::spawn(async move {
-                flush.await;
-                in_flight.fetch_sub(count, Ordering::AcqRel);
-                drop(permit);
-            });
+            tokio::spawn(first_try);
         }
     }
     // Wait for calls still in flight before the batcher counts as stopped.
@@ -542,29 +536,102 @@ async fn gather_with_company<A: Action>(
 
 /// Makes one call for a batch of jobs (retrying what may be retried) and answers each job.
 async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch: Vec<Job<A>>) {
-    // Each try copies its entries from the jobs, once.
-    let entries: Vec<&A::Entry> = batch.iter().flat_map(|job| job.entries.iter()).collect();
-    let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
-        entries.iter().map(|_| None).collect();
-    let mut todo: Vec<usize> = (0..entries.len()).collect();
-    let started = Instant::now();
-    let mut attempt = 0;
-    while !todo.is_empty() {
-        attempt += 1;
-        let call: Vec<(String, A::Entry)> = todo
+    Flush::new(transport, queue_url, batch).run().await;
+}
+
+/// One batch's calls: its first try, then the retries of what may pass, then its answers.
+///
+/// Split in steps so that a batcher can make the first try itself and leave only the retries, which
+/// may take seconds, to a task of their own: a call that keeps failing must not hold up the calls of
+/// other callers behind it.
+struct Flush<A: Action> {
+    transport: SharedTransport,
+    queue_url: Arc<str>,
+    batch: Vec<Job<A>>,
+    /// Per entry, in the order the jobs hold them: its answer once it has one.
+    answers: Vec<Option<Result<A::Output, TransportError>>>,
+    /// The entries the next try sends.
+    todo: Vec<usize>,
+    attempt: u32,
+    started: Instant,
+}
+
+impl<A: Action> Flush<A> {
+    fn new(transport: SharedTransport, queue_url: Arc<str>, batch: Vec<Job<A>>) -> Self {
+        let entries = batch.iter().map(|job| job.entries.len()).sum();
+        Self {
+            transport,
+            queue_url,
+            batch,
+            answers: (0..entries).map(|_| None).collect(),
+            todo: (0..entries).collect(),
+            attempt: 0,
+            started: Instant::now(),
+        }
+    }
+
+    /// Tries until every entry has its answer, then answers each job.
+    async fn run(mut self) {
+        while let Some(delay) = self.try_once().await {
+            tokio::time::sleep(delay).await;
+        }
+        self.answer();
+    }
+
+    /// Makes the first try in the call's place (`permit`), then gives the place up: retries, which
+    /// may take seconds, go on in a task of their own, so a call that keeps failing (a delete
+    /// whose receipt handle expired, an outage) does not hold up the other callers' entries
+    /// (other FIFO groups' deletes) behind it. `in_flight` counts the batch's `entries` until
+    /// they are answered: their callers wait and are not about to submit.
+    async fn try_first(
+        mut self,
+        permit: OwnedSemaphorePermit,
+        in_flight: Arc<AtomicUsize>,
+        entries: usize,
+    ) {
+        let retry = self.try_once().await;
+        drop(permit);
+        match retry {
+            None => {
+                self.answer();
+                in_flight.fetch_sub(entries, Ordering::AcqRel);
+            }
+            Some(delay) => {
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    self.run().await;
+                    in_flight.fetch_sub(entries, Ordering::AcqRel);
+                });
+            }
+        }
+    }
+
+    /// Makes one call with the entries not answered yet. Returns how long to wait before the next
+    /// try, or `None` once every entry has its answer (given up ones answered with their error).
+    async fn try_once(&mut self) -> Option<Duration> {
+        self.attempt += 1;
+        let entries: Vec<&A::Entry> = self
+            .batch
+            .iter()
+            .flat_map(|job| job.entries.iter())
+            .collect();
+        let call: Vec<(String, A::Entry)> = self
+            .todo
             .iter()
             .map(|&i| (i.to_string(), A::Entry::clone(entries[i])))
             .collect();
         // A transport that panics fails this call (retried as a service fault), not the batcher,
         // which every later delete, release and send of the queue waits on.
-        let answer = crate::engine::CatchUnwind::new(A::call(&transport, &queue_url, call))
-            .await
-            .unwrap_or_else(|panic| {
-                Err(TransportError::service(
-                    ErrorKind::InternalError,
-                    format!("the call panicked: {panic}"),
-                ))
-            });
+        let answer =
+            crate::engine::CatchUnwind::new(A::call(&self.transport, &self.queue_url, call))
+                .await
+                .unwrap_or_else(|panic| {
+                    Err(TransportError::service(
+                        ErrorKind::InternalError,
+                        format!("the call panicked: {panic}"),
+                    ))
+                });
+        let answers = &mut self.answers;
         // The entries that failed in a way that may pass, with what to answer if no try is left.
         let mut again: Vec<(usize, TransportError)> = Vec::new();
         match answer {
@@ -592,47 +659,51 @@ async fn flush<A: Action>(transport: SharedTransport, queue_url: Arc<str>, batch
                 }
             }
             Err(error) if error.is_retryable() => {
-                again = todo.iter().map(|&i| (i, error.clone())).collect();
+                again = self.todo.iter().map(|&i| (i, error.clone())).collect();
             }
             Err(error) => {
-                for &i in &todo {
+                for &i in &self.todo {
                     answers[i] = Some(Err(error.clone()));
                 }
             }
         }
-        let delay = crate::retry::backoff(attempt, RETRY_FIRST_DELAY, RETRY_LONGEST_DELAY);
-        if again.is_empty() || started.elapsed() + delay > RETRY_FOR {
+        let delay = crate::retry::backoff(self.attempt, RETRY_FIRST_DELAY, RETRY_LONGEST_DELAY);
+        if again.is_empty() || self.started.elapsed() + delay > RETRY_FOR {
             for (i, error) in again {
                 answers[i] = Some(Err(error));
             }
-            break;
+            self.todo.clear();
+            return None;
         }
         tracing::debug!(
-            attempt,
+            attempt = self.attempt,
             entries = again.len(),
             error = %again[0].1,
             retry_in_ms = delay.as_millis() as u64,
             "batch call failed; retrying"
         );
-        todo = again.into_iter().map(|(i, _)| i).collect();
-        tokio::time::sleep(delay).await;
+        self.todo = again.into_iter().map(|(i, _)| i).collect();
+        Some(delay)
     }
-    drop(entries);
-    let mut answers = answers.into_iter();
-    for job in batch {
-        let mine: Answers<A> = answers
-            .by_ref()
-            .take(job.entries.len())
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Err(TransportError::service(
-                        ErrorKind::InternalError,
-                        "SQS answered neither success nor failure for this entry",
-                    ))
+
+    /// Answers each job with its entries' answers.
+    fn answer(self) {
+        let mut answers = self.answers.into_iter();
+        for job in self.batch {
+            let mine: Answers<A> = answers
+                .by_ref()
+                .take(job.entries.len())
+                .map(|answer| {
+                    answer.unwrap_or_else(|| {
+                        Err(TransportError::service(
+                            ErrorKind::InternalError,
+                            "SQS answered neither success nor failure for this entry",
+                        ))
+                    })
                 })
-            })
-            .collect();
-        job.reply.answer(mine);
+                .collect();
+            job.reply.answer(mine);
+        }
     }
 }
 
@@ -642,7 +713,10 @@ mod tests {
 
     use super::*;
     use crate::account::Account;
-    use crate::engine::transport::{QueueAttributes, ReceiveMessage, ReceivedMessage, Transport};
+    use crate::engine::extend::Leases;
+    use crate::engine::transport::{
+        BatchFailure, QueueAttributes, ReceiveMessage, ReceivedMessage, Transport,
+    };
 
     const KIB: usize = 1024;
 
@@ -657,6 +731,10 @@ mod tests {
         lost_answers_until: Option<Instant>,
         /// The deduplication ids of each send call.
         dedup_ids: Arc<Mutex<Vec<Vec<Option<String>>>>>,
+        /// Receipt handles whose deletes fail every time, as the service's fault.
+        failing_deletes: Arc<Mutex<Vec<String>>>,
+        /// The receipt handles of each delete call.
+        deletes: Arc<Mutex<Vec<Vec<String>>>>,
     }
 
     impl Recorder {
@@ -724,7 +802,30 @@ mod tests {
             queue_url: &str,
             entries: Vec<DeleteEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
-            self.account.delete_message_batch(queue_url, entries).await
+            self.deletes.lock().unwrap().push(
+                entries
+                    .iter()
+                    .map(|entry| entry.receipt_handle.clone())
+                    .collect(),
+            );
+            let failing = self.failing_deletes.lock().unwrap().clone();
+            let (fail, pass): (Vec<_>, Vec<_>) = entries
+                .into_iter()
+                .partition(|entry| failing.contains(&entry.receipt_handle));
+            let mut result = if pass.is_empty() {
+                BatchResult::default()
+            } else {
+                self.account.delete_message_batch(queue_url, pass).await?
+            };
+            result
+                .failed
+                .extend(fail.into_iter().map(|entry| BatchFailure {
+                    id: entry.id,
+                    kind: ErrorKind::InternalError,
+                    sender_fault: false,
+                    message: "the service failed".into(),
+                }));
+            Ok(result)
         }
         async fn change_message_visibility_batch(
             &self,
@@ -990,6 +1091,74 @@ mod tests {
             recorder.calls(),
             [vec!["a"], vec!["b", "c", "d"]],
             "what arrived during the first call went out together in the next"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_that_keeps_failing_does_not_hold_up_the_deletes_of_other_callers() {
+        let recorder = Recorder::default();
+        let url = recorder
+            .create_queue("deletes", QueueAttributes::default())
+            .await
+            .unwrap();
+        recorder
+            .failing_deletes
+            .lock()
+            .unwrap()
+            .push("stuck".to_owned());
+        let shared: SharedTransport = Arc::new(recorder.clone());
+        let callers = Arc::new(AtomicUsize::new(2));
+        let company = Company {
+            callers: {
+                let callers = callers.clone();
+                Arc::new(move || callers.load(Ordering::Acquire))
+            },
+            left: Arc::default(),
+            wait: Duration::from_millis(5),
+        };
+        let deleter = Batcher::<DeleteBatch>::spawn_with_company(shared, url, 4, company);
+        let leases = Leases::default();
+        let lease = |handle: &str| {
+            leases.open(
+                handle.to_owned(),
+                handle.to_owned(),
+                Duration::from_secs(30),
+            )
+        };
+
+        let stuck = tokio::spawn({
+            let deleter = deleter.clone();
+            let lease = lease("stuck");
+            async move { deleter.submit_one(lease).await }
+        });
+        // The stuck delete's first try has failed and its retries are under way.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let started = Instant::now();
+        // An unknown receipt handle: the account answers it at once.
+        let answer = deleter.submit_one(lease("another group's")).await;
+        assert!(answer.is_err(), "the account knows no such receipt handle");
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "another caller's delete waited {:?} behind a call that keeps failing",
+            started.elapsed()
+        );
+        assert!(
+            !stuck.is_finished(),
+            "the failing delete is still being retried"
+        );
+        let stuck_answer = stuck.await.unwrap();
+        assert!(
+            matches!(&stuck_answer, Err(error) if error.kind() == Some(ErrorKind::InternalError)),
+            "a delete that fails every time is answered with its error at last: {stuck_answer:?}"
+        );
+        let calls = recorder.deletes.lock().unwrap().clone();
+        assert!(
+            calls
+                .iter()
+                .filter(|call| call.contains(&"stuck".to_owned()))
+                .count()
+                > 3,
+            "the failing delete was retried: {calls:?}"
         );
     }
 }

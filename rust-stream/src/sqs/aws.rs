@@ -396,11 +396,17 @@ fn from_sdk_attributes(attributes: Option<&HashMap<String, SdkAttribute>>) -> Me
 fn failures(failed: &[aws_sdk_sqs::types::BatchResultErrorEntry]) -> Vec<BatchFailure> {
     failed
         .iter()
-        .map(|entry| BatchFailure {
-            id: entry.id().to_owned(),
-            kind: ErrorKind::from_code(entry.code()).unwrap_or(ErrorKind::InternalError),
-            sender_fault: entry.sender_fault(),
-            message: format!("{}: {}", entry.code(), entry.message().unwrap_or_default()),
+        .map(|entry| {
+            let known = ErrorKind::from_code(entry.code());
+            BatchFailure {
+                id: entry.id().to_owned(),
+                kind: known.unwrap_or(ErrorKind::InternalError),
+                // A code that names the request's fault is never retried, whatever the entry's
+                // flag says: LocalStack flags an expired receipt handle as the service's fault,
+                // and retrying that delete for seconds would hold its FIFO group for nothing.
+                sender_fault: entry.sender_fault() || known.is_some_and(ErrorKind::sender_fault),
+                message: format!("{}: {}", entry.code(), entry.message().unwrap_or_default()),
+            }
         })
         .collect()
 }
@@ -712,6 +718,31 @@ impl Transport for AwsTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_entry_whose_code_names_the_requests_fault_is_never_retried() {
+        let entry = |code: &str, sender_fault: bool| {
+            aws_sdk_sqs::types::BatchResultErrorEntry::builder()
+                .id("0")
+                .code(code)
+                .sender_fault(sender_fault)
+                .message("why")
+                .build()
+                .expect("id, code and sender fault are set")
+        };
+        let read = failures(&[
+            // LocalStack's answer to the delete of an expired receipt handle.
+            entry("InvalidParameterValue", false),
+            entry("ReceiptHandleIsInvalid", true),
+            entry("InternalError", false),
+            // A code we do not know: SQS's flag decides.
+            entry("SomethingNew", false),
+            entry("SomethingElse", true),
+        ]);
+        let flags: Vec<bool> = read.iter().map(|failure| failure.sender_fault).collect();
+        assert_eq!(flags, [true, true, false, false, true]);
+        assert_eq!(read[0].kind, ErrorKind::InvalidParameterValue);
+    }
 
     #[test]
     fn queue_urls_are_rebased_onto_the_configured_endpoint() {
