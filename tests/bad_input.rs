@@ -174,6 +174,10 @@ mod configuration {
             => ConfigError::Wait { .. }, ["21s", "20 s", "`.wait(..)`"];
         wait_of_duration_max: SqsQueue::new("orders").wait(Duration::MAX)
             => ConfigError::Wait { .. }, ["20 s", "`.wait(..)`"];
+        sub_second_wait: SqsQueue::new("orders").wait(Duration::from_millis(500))
+            => ConfigError::Wait { .. }, ["500ms", "whole number of seconds", "`.wait(..)`"];
+        fractional_wait: SqsQueue::new("orders").wait(Duration::from_millis(1500))
+            => ConfigError::Wait { .. }, ["1.5s", "whole number of seconds"];
         batch_size_0: SqsQueue::new("orders").batch_size(0)
             => ConfigError::BatchSize { got: 0, .. }, ["batch size 0", "1..=10", "`.batch_size(..)`"];
         batch_size_11: SqsQueue::new("orders").batch_size(11)

@@ -110,10 +110,10 @@ async fn publish(
     }
 }
 
-/// How far the run has got: sends answered and messages handled, per queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How far the run has got: sends answered (per FIFO group) and messages handled, per queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Progress {
-    fifo_sent: usize,
+    fifo_sent: BTreeMap<String, usize>,
     standard_sent: usize,
     fifo_handled: usize,
     standard_handled: usize,
@@ -122,18 +122,27 @@ struct Progress {
 impl Progress {
     fn of(sent: &SharedSent, fifo: &Log, standard: &Log) -> Self {
         let sent = sent.lock().unwrap();
+        let mut fifo_sent = BTreeMap::new();
+        for job in &sent.fifo {
+            *fifo_sent.entry(job.group.clone()).or_default() += 1;
+        }
         Self {
-            fifo_sent: sent.fifo.len(),
+            fifo_sent,
             standard_sent: sent.standard.len(),
             fifo_handled: fifo.lock().unwrap().len(),
             standard_handled: standard.lock().unwrap().len(),
         }
     }
 
-    /// Whether publishing and consuming both went on since `earlier`, on both queues.
+    /// Whether every publishing task had a send answered, and both queues' consumers handled
+    /// more, since `earlier`. Every publisher, not only one: a send still retrying when the next
+    /// fault starts would ride out two faults in a row, longer than the 20 s a send is retried.
     fn beyond(&self, earlier: &Self) -> bool {
-        self.fifo_sent > earlier.fifo_sent
-            && self.standard_sent > earlier.standard_sent
+        (0..GROUPS).all(|group| {
+            let group = format!("g{group}");
+            self.fifo_sent.get(&group).copied().unwrap_or(0)
+                > earlier.fifo_sent.get(&group).copied().unwrap_or(0)
+        }) && self.standard_sent > earlier.standard_sent
             && self.fifo_handled > earlier.fifo_handled
             && self.standard_handled > earlier.standard_handled
     }
@@ -153,6 +162,23 @@ async fn the_service_rides_out_network_faults_without_loss_duplicates_or_reorder
     let Some(endpoint) = live_endpoint("fault_network (network faults through a proxy)") else {
         return;
     };
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let _ = tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(std::sync::Mutex::new(
+                        std::fs::File::create("/tmp/fn/trace.log").unwrap(),
+                    )),
+            )
+            .with(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("rust_stream", tracing::Level::DEBUG),
+            )
+            .try_init();
+    }
     // Queues are looked at directly, past the proxy.
     let direct = Backend::live().await.expect("the live endpoint is named");
     let proxy = Proxy::start(&endpoint).await;

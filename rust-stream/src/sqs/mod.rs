@@ -190,9 +190,10 @@ impl SqsBroker {
     /// batchers the broker starts from now on; set it before the app runs.
     #[must_use]
     pub fn batch_linger(self, linger: Duration) -> Self {
-        self.core
-            .linger_nanos
-            .store(linger.as_nanos() as u64, Ordering::Relaxed);
+        self.core.linger_nanos.store(
+            u64::try_from(linger.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         self
     }
 

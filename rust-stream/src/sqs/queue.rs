@@ -139,7 +139,7 @@ impl SqsQueue {
         self
     }
 
-    /// How long a receive waits for messages (long poll), up to 20 s (default 20 s).
+    /// How long a receive waits for messages (long poll): whole seconds, up to 20 s (default 20 s).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.consumer.wait = wait;
         self
@@ -197,7 +197,11 @@ impl SqsQueue {
                 got: consumer.batch_size,
             });
         }
-        if consumer.wait > Duration::from_secs(rules::MAX_WAIT_TIME_SECONDS as u64) {
+        // SQS takes whole seconds: a fraction would be cut off without a word, and a wait under a
+        // second would become a short poll, a call per empty receive.
+        if consumer.wait > Duration::from_secs(rules::MAX_WAIT_TIME_SECONDS as u64)
+            || consumer.wait.subsec_nanos() != 0
+        {
             problems.push(ConfigError::Wait {
                 queue: queue(),
                 got: consumer.wait,
@@ -303,8 +307,8 @@ pub enum ConfigError {
         /// The batch size given.
         got: usize,
     },
-    /// The long-poll wait is over 20 s.
-    #[error("queue `{queue}`: wait {got:?} is over SQS's 20 s long poll; lower `.wait(..)`")]
+    /// The long-poll wait is over 20 s, or not a whole number of seconds.
+    #[error("queue `{queue}`: wait {got:?} is not a whole number of seconds within SQS's 0..=20 s long poll; change `.wait(..)`")]
     Wait {
         /// The queue.
         queue: String,
