@@ -162,23 +162,6 @@ async fn the_service_rides_out_network_faults_without_loss_duplicates_or_reorder
     let Some(endpoint) = live_endpoint("fault_network (network faults through a proxy)") else {
         return;
     };
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        let _ = tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(false)
-                    .with_writer(std::sync::Mutex::new(
-                        std::fs::File::create("/tmp/fn/trace.log").unwrap(),
-                    )),
-            )
-            .with(
-                tracing_subscriber::filter::Targets::new()
-                    .with_target("rust_stream", tracing::Level::DEBUG),
-            )
-            .try_init();
-    }
     // Queues are looked at directly, past the proxy.
     let direct = Backend::live().await.expect("the live endpoint is named");
     let proxy = Proxy::start(&endpoint).await;
