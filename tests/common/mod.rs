@@ -396,6 +396,10 @@ pub mod engine {
                 .change_message_visibility_batch(url, entries)
                 .await
         }
+
+        fn abandoned_receive_takes_nothing(&self) -> bool {
+            self.account.abandoned_receive_takes_nothing()
+        }
     }
 }
 
