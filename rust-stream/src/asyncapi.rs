@@ -137,7 +137,7 @@ impl Payload {
 
 /// A name fit for an AsyncAPI key (`^[\w\d.\-_]+$`): the last path segment of a Rust type,
 /// outside its generic arguments, with any other character replaced by `_`.
-fn short_name(type_name: &str) -> String {
+pub(crate) fn short_name(type_name: &str) -> String {
     let outer = type_name.split('<').next().unwrap_or(type_name);
     let last = outer.rsplit("::").next().unwrap_or(outer);
     let name: String = last

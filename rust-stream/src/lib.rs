@@ -91,6 +91,7 @@ pub mod health;
 pub mod metrics;
 pub mod outcome;
 pub mod prelude;
+pub mod propagation;
 pub mod publish;
 pub mod retry;
 pub mod sqs;

@@ -24,6 +24,8 @@ use crate::engine::extend::Lease;
 use crate::handler::Handled;
 use crate::metrics::{Attempt, SubscriptionMetrics};
 use crate::outcome::HandlerOutcome;
+use crate::propagation;
+use crate::retry;
 
 /// A message this consumer holds.
 ///
@@ -35,6 +37,9 @@ pub(crate) struct Held {
     pub(crate) lease: Arc<Lease>,
     /// Its place in the subscription's capacity, given back when it is settled.
     pub(crate) _room: OwnedSemaphorePermit,
+    /// The `process` span of its current attempt (none before the first): what the engine logs
+    /// about the message until the attempt is settled goes inside it.
+    pub(crate) span: tracing::Span,
 }
 
 impl Drop for Held {
@@ -67,14 +72,18 @@ impl Consumer {
         if !self.fifo {
             let consumer = self.clone();
             let work = async move {
+                let mut held = held;
                 let Some(slot) = consumer.slot().await else {
                     return consumer.release(vec![held], 0).await;
                 };
+                consumer.open_process_span(&mut held, 1);
                 let verdict = consumer.process(&held).await;
                 drop(slot);
+                let span = held.span.clone();
                 // A standard queue retries by a visibility change, never in place.
-                if let Next::Again(held, _) = consumer.settle(held, verdict, 1).await {
-                    consumer.release(vec![held], 0).await;
+                let settled = consumer.settle(held, verdict, 1).instrument(span.clone());
+                if let Next::Again(held, _) = settled.await {
+                    consumer.release(vec![held], 0).instrument(span).await;
                 }
             };
             if inline {
@@ -122,9 +131,15 @@ impl Consumer {
                     // Shutdown: the message and the rest of its group go back, in order.
                     return self.release_group(held, &group, 0).await;
                 };
+                self.open_process_span(&mut held, attempt);
                 let verdict = self.process(&held).await;
                 drop(slot);
-                match self.settle(held, verdict, attempt).await {
+                let span = held.span.clone();
+                match self
+                    .settle(held, verdict, attempt)
+                    .instrument(span.clone())
+                    .await
+                {
                     Next::Done => break,
                     Next::Again(again, delay) => {
                         held = again;
@@ -144,13 +159,16 @@ impl Consumer {
                         // it comes back, so it goes back to the queue behind it.
                         let rest = self.lanes.take_rest(&group);
                         if !rest.is_empty() {
-                            tracing::warn!(
-                                messaging.destination.name = %self.queue.name,
-                                sqs.group_id = %group,
-                                held_back = rest.len(),
-                                "releasing the rest of the group"
-                            );
-                            self.release(rest, 0).await;
+                            // In the span of the attempt that stopped the group: it is why.
+                            span.in_scope(|| {
+                                tracing::warn!(
+                                    messaging.destination.name = %self.queue.name,
+                                    sqs.group_id = %group,
+                                    held_back = rest.len(),
+                                    "releasing the rest of the group"
+                                );
+                            });
+                            self.release(rest, 0).instrument(span).await;
                         }
                         break;
                     }
@@ -167,8 +185,33 @@ impl Consumer {
         self.release(all, seconds).await;
     }
 
-    /// Decodes and handles one message, and says how to settle it; counted in the subscription's
-    /// metrics (handlers running, the attempt's duration and how it ended).
+    /// Opens the `process` span of attempt `attempt` (1 for the first since this consumer
+    /// received it) at `held`; with the `opentelemetry` feature it continues the trace the message
+    /// carries. Its fields cost nothing when the span is disabled.
+    fn open_process_span(&self, held: &mut Held, attempt: u32) {
+        let delivery = &held.delivery;
+        let span = tracing::info_span!(
+            "process",
+            messaging.system = "aws_sqs",
+            messaging.destination.name = %self.queue.name,
+            messaging.operation.type = "process",
+            messaging.message.id = %delivery.message_id,
+            sqs.group_id = delivery.group_id.as_deref(),
+            sqs.receive_count = delivery.receive_count,
+            rust_stream.handler = %self.handler_name,
+            rust_stream.attempt = retry::attempts(delivery.receive_count, attempt),
+            rust_stream.outcome = tracing::field::Empty,
+            traceparent = propagation::traceparent(&delivery.attributes),
+        );
+        #[cfg(feature = "opentelemetry")]
+        if !span.is_disabled() {
+            propagation::continue_trace(&span, &delivery.attributes);
+        }
+        held.span = span;
+    }
+
+    /// Decodes and handles one message in its `process` span, and says how to settle it; counted
+    /// in the subscription's metrics (handlers running, the attempt's duration and how it ended).
     pub(crate) async fn process(&self, held: &Held) -> Verdict {
         let started = tokio::time::Instant::now();
         let running = InFlight::new(&self.metrics);
@@ -190,15 +233,7 @@ impl Consumer {
     /// and no wait on the shutdown signal.
     async fn attempt(&self, held: &Held) -> Verdict {
         let delivery = &held.delivery;
-        let span = tracing::info_span!(
-            "process",
-            messaging.system = "aws_sqs",
-            messaging.destination.name = %self.queue.name,
-            messaging.operation.type = "process",
-            messaging.message.id = %delivery.message_id,
-            sqs.group_id = delivery.group_id.as_deref(),
-            sqs.receive_count = delivery.receive_count,
-        );
+        let span = &held.span;
         let mut call = CatchUnwind::new(
             self.handler
                 .clone()
@@ -246,6 +281,7 @@ impl Consumer {
                 tracing::error!(error = %error, "message body does not decode");
                 Verdict::DeadLetter {
                     reason: error.to_string(),
+                    undecodable: true,
                 }
             }
             Err(panic) => {
@@ -273,7 +309,10 @@ impl Consumer {
                 reason: format!("the handler asked to retry after {delay:?}"),
                 asked: Some(delay),
             },
-            HandlerOutcome::DeadLetter(reason) => Verdict::DeadLetter { reason },
+            HandlerOutcome::DeadLetter(reason) => Verdict::DeadLetter {
+                reason,
+                undecodable: false,
+            },
         }
     }
 }

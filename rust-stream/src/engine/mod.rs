@@ -32,7 +32,12 @@
 //! | span | fields |
 //! | --- | --- |
 //! | `receive` | `messaging.system`, `messaging.destination.name`, `messaging.operation.type`, `messaging.batch.message_count` |
-//! | `process` | `messaging.system`, `messaging.destination.name`, `messaging.operation.type`, `messaging.message.id`, `sqs.group_id`, `sqs.receive_count` |
+//! | `process` | `messaging.system`, `messaging.destination.name`, `messaging.operation.type`, `messaging.message.id`, `sqs.group_id`, `sqs.receive_count`, `rust_stream.handler`, `rust_stream.attempt`, `rust_stream.outcome` (recorded once the attempt is settled), `traceparent` (the incoming one) |
+//!
+//! A `process` span lasts from the start of an attempt until the attempt is settled (deleted,
+//! retried, dead-lettered or released), so every event the engine logs about the message (a
+//! retry and its reason, the dead-letter move, a release, a failed delete) is inside it. With the
+//! `opentelemetry` feature it continues the trace the message carries ([`crate::propagation`]).
 
 pub(crate) mod batch;
 pub(crate) mod dispatch;
@@ -159,6 +164,8 @@ pub(crate) struct Consumer {
     pub(crate) dead_letter: Option<Publisher>,
     pub(crate) retries: Retries,
     pub(crate) handler: Arc<dyn ErasedHandler>,
+    /// The handler's name, as the `process` span records it: a `#[subscriber]` function's name.
+    pub(crate) handler_name: String,
     pub(crate) states: Arc<States>,
     pub(crate) deleter: batch::Batcher<batch::DeleteBatch>,
     pub(crate) visibility_batcher: batch::Batcher<batch::VisibilityBatch>,
@@ -262,6 +269,7 @@ impl Consumer {
             dead_letter,
             retries,
             handler: subscriber.handler,
+            handler_name: crate::asyncapi::short_name(subscriber.handler_type),
             states,
             deleter,
             visibility_batcher: core.visibility_batcher(&url),

@@ -167,6 +167,7 @@ impl Consumer {
                 delivery: Arc::new(Delivery::new(&self.queue.name, message)),
                 lease,
                 _room: permit,
+                span: tracing::Span::none(),
             };
             if self.stopping.is_cancelled() {
                 late.push(held);

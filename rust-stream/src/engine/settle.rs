@@ -44,10 +44,46 @@ pub(crate) enum Verdict {
         reason: String,
         asked: Option<Duration>,
     },
-    /// Send it to the dead-letter queue, then delete.
-    DeadLetter { reason: String },
+    /// Send it to the dead-letter queue, then delete; `undecodable` when its body did not decode.
+    DeadLetter { reason: String, undecodable: bool },
     /// The handler was cancelled at the shutdown timeout: release it.
     Cancelled,
+}
+
+/// How an attempt ended, as the `process` span's `rust_stream.outcome` field (and the
+/// `rust_stream.messages.settled` metric's label of the same name) says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Acked,
+    Retried,
+    DeadLettered,
+    /// Dead-lettered because its body did not decode.
+    Undecodable,
+    /// Given back to the queue untouched (the handler was cancelled at shutdown).
+    Released,
+}
+
+impl Outcome {
+    /// The field's value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Acked => "acked",
+            Self::Retried => "retried",
+            Self::DeadLettered => "dead_lettered",
+            Self::Undecodable => "undecodable",
+            Self::Released => "released",
+        }
+    }
+
+    /// How a test's recorder and the metrics count it, when they do.
+    fn settled(self) -> Option<Settled> {
+        match self {
+            Self::Acked => Some(Settled::Acked),
+            Self::Retried => Some(Settled::Retried),
+            Self::DeadLettered | Self::Undecodable => Some(Settled::DeadLettered),
+            Self::Released => None,
+        }
+    }
 }
 
 /// What the message's lane does next.
@@ -75,7 +111,7 @@ impl Consumer {
         match verdict {
             Verdict::Ack { staged } => match self.publish_staged(staged).await {
                 Ok(()) => {
-                    self.record_settled(&held, Settled::Acked);
+                    self.record_settled(&held, Outcome::Acked);
                     self.delete(held).await
                 }
                 Err(error) => {
@@ -84,10 +120,18 @@ impl Consumer {
                 }
             },
             Verdict::Failed { reason, asked } => self.failed(held, attempts, asked, reason).await,
-            Verdict::DeadLetter { reason } if self.retries.can_dead_letter => {
-                self.dead_letter(held, reason, attempts).await
+            Verdict::DeadLetter {
+                reason,
+                undecodable,
+            } if self.retries.can_dead_letter => {
+                let outcome = if undecodable {
+                    Outcome::Undecodable
+                } else {
+                    Outcome::DeadLettered
+                };
+                self.dead_letter(held, reason, attempts, outcome).await
             }
-            Verdict::DeadLetter { reason } => {
+            Verdict::DeadLetter { reason, .. } => {
                 tracing::error!(
                     messaging.message.id = %held.delivery.message_id,
                     reason = %reason,
@@ -97,6 +141,7 @@ impl Consumer {
                 self.failed(held, attempts, None, reason).await
             }
             Verdict::Cancelled => {
+                self.record_settled(&held, Outcome::Released);
                 self.release(vec![held], 0).await;
                 Next::StopGroup
             }
@@ -115,7 +160,8 @@ impl Consumer {
         match self.retries.after_failure(attempts, asked) {
             AfterFailure::DeadLetter => {
                 let reason = format!("{reason} (after {attempts} attempts)");
-                self.dead_letter(held, reason, attempts).await
+                self.dead_letter(held, reason, attempts, Outcome::DeadLettered)
+                    .await
             }
             AfterFailure::RetryAfter(delay) => self.retry(held, delay, attempts, &reason).await,
             AfterFailure::LeaveToRedrive(delay) => {
@@ -125,7 +171,7 @@ impl Consumer {
                     reason = %reason,
                     "message has had its attempts; released for the queue's redrive policy to move it"
                 );
-                self.record_settled(&held, Settled::Retried);
+                self.record_settled(&held, Outcome::Retried);
                 let seconds = held.lease.visibility_seconds(delay);
                 self.release(vec![held], seconds).await;
                 Next::StopGroup
@@ -133,8 +179,13 @@ impl Consumer {
         }
     }
 
-    /// Counts how an attempt ended, and tells a test's recorder, if there is one.
-    fn record_settled(&self, held: &Held, settled: Settled) {
+    /// Records how an attempt ended in its `process` span, counts it, and tells a test's
+    /// recorder, if there is one.
+    fn record_settled(&self, held: &Held, outcome: Outcome) {
+        held.span.record("rust_stream.outcome", outcome.as_str());
+        let Some(settled) = outcome.settled() else {
+            return;
+        };
         self.metrics.settled(settled);
         self.core.record(|| Event::Settled {
             queue: self.queue.name.clone(),
@@ -145,7 +196,7 @@ impl Consumer {
     }
 
     async fn retry(&self, held: Held, delay: Duration, attempts: u32, reason: &str) -> Next {
-        self.record_settled(&held, Settled::Retried);
+        self.record_settled(&held, Outcome::Retried);
         tracing::warn!(
             messaging.message.id = %held.delivery.message_id,
             attempts,
@@ -165,9 +216,16 @@ impl Consumer {
     }
 
     /// Moves a message to the dead-letter queue: the copy first, then the delete.
-    async fn dead_letter(self: &Arc<Self>, held: Held, reason: String, attempts: u32) -> Next {
+    async fn dead_letter(
+        self: &Arc<Self>,
+        held: Held,
+        reason: String,
+        attempts: u32,
+        outcome: Outcome,
+    ) -> Next {
         match self.send_to_dead_letter(&held, &reason, attempts).await {
             Ok(sent) => {
+                self.record_settled(&held, outcome);
                 tracing::warn!(
                     messaging.message.id = %held.delivery.message_id,
                     dead_letter.message_id = %sent.message_id,
@@ -175,7 +233,6 @@ impl Consumer {
                     reason = %reason,
                     "message dead-lettered"
                 );
-                self.record_settled(&held, Settled::DeadLettered);
                 self.core.record(|| Event::DeadLettered {
                     queue: self.queue.name.clone(),
                     message_id: held.delivery.message_id.clone(),
@@ -332,6 +389,7 @@ impl Consumer {
             .submit_then(vec![held.lease.clone()], move |answers| {
                 if let Some(Err(error)) = answers.into_iter().next() {
                     // Not deleted: it comes back after its visibility timeout and is handled again.
+                    let _entered = held.span.enter();
                     tracing::warn!(messaging.message.id = %held.lease.message_id, error = %error, "delete failed");
                 }
                 // Its room goes back only now.
@@ -341,18 +399,30 @@ impl Consumer {
         Next::Done
     }
 
-    /// Sets the visibility of held messages, in one call per 10.
+    /// Sets the visibility of held messages, in one call per 10; each message's own events are
+    /// logged in its `process` span, if it had an attempt.
     pub(crate) async fn release(&self, held: Vec<Held>, seconds: i32) {
-        let leases = held.iter().map(|held| held.lease.clone()).collect();
-        self.release_leases(leases, seconds).await;
+        let leases = held
+            .iter()
+            .map(|held| (held.lease.clone(), held.span.clone()))
+            .collect();
+        self.release_in_spans(leases, seconds).await;
     }
 
     /// Sets the visibility of messages in one call per 10; leases already settled are skipped.
     pub(crate) async fn release_leases(&self, leases: Vec<Arc<Lease>>, seconds: i32) {
+        let leases = leases
+            .into_iter()
+            .map(|lease| (lease, tracing::Span::none()))
+            .collect();
+        self.release_in_spans(leases, seconds).await;
+    }
+
+    async fn release_in_spans(&self, leases: Vec<(Arc<Lease>, tracing::Span)>, seconds: i32) {
         let mut claimed = Vec::new();
-        for lease in leases {
+        for (lease, span) in leases {
             if self.leases.claim(&lease).await {
-                claimed.push(lease);
+                claimed.push((lease, span));
             }
         }
         if claimed.is_empty() {
@@ -360,10 +430,11 @@ impl Consumer {
         }
         let entries = claimed
             .iter()
-            .map(|lease| (lease.clone(), seconds))
+            .map(|(lease, _)| (lease.clone(), seconds))
             .collect();
         let answers = self.visibility_batcher.submit(entries).await;
-        for (lease, answer) in claimed.iter().zip(answers) {
+        for ((lease, span), answer) in claimed.iter().zip(answers) {
+            let _entered = span.enter();
             match answer {
                 Ok(()) => {
                     tracing::debug!(messaging.message.id = %lease.message_id, visibility_s = seconds, "released")

@@ -37,6 +37,7 @@ use crate::engine::transport::{
     TransportError,
 };
 use crate::handler::Subscriber;
+use crate::propagation::TraceHeaders;
 use crate::publish::{self, PublishError, Publisher};
 use rules::ErrorKind;
 
@@ -509,8 +510,10 @@ impl BrokerCore {
     pub(crate) async fn send_many(
         &self,
         queue: &SqsQueue,
-        messages: Vec<SendMessage>,
+        mut messages: Vec<SendMessage>,
     ) -> Vec<Result<SentMessage, PublishError>> {
+        // Read before the first wait, while the caller's span is the current one.
+        let trace = TraceHeaders::current();
         let reject = |error: TransportError| PublishError::Rejected {
             queue: queue.name.clone(),
             error,
@@ -524,6 +527,11 @@ impl BrokerCore {
                     .collect()
             }
         };
+        if let Some(trace) = &trace {
+            for message in &mut messages {
+                trace.inject(message, resolved.maximum_message_size);
+            }
+        }
         // SQS refuses a message over the queue's own MaximumMessageSize (which may be as low as
         // 1 KiB); finding it here saves the call and names both sizes.
         let checks: Vec<Result<(), TransportError>> = messages

@@ -1,0 +1,414 @@
+//! Tracing that joins across services (feature `opentelemetry`), on both backends:
+//!
+//! - a payment published inside a span is handled in a `process` span that is that span's child,
+//!   in the same trace, and the ledger entry its handler publishes is handled in a `process` span
+//!   that is the first one's child: publisher → payments (FIFO) → ledger (standard), one trace;
+//! - a message whose own attributes already take SQS's 10 leaves without trace context, unchanged
+//!   and without error, and a sender's own `traceparent` is never overwritten;
+//! - the engine's retry and dead-letter log lines are written inside the message's `process`
+//!   span, so they carry its handler, attempt, message id and incoming `traceparent`.
+//!
+//! Spans are exported to OpenTelemetry's in-memory exporter through one process-wide subscriber
+//! (the live runs spread over worker threads), which also writes every log line to a buffer; each
+//! test picks its own spans and lines out by its queue names and message ids.
+
+#[macro_use]
+mod common;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::backend::Backend;
+use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TracerProvider as _};
+use opentelemetry::Value;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use rust_stream::engine::transport::{ReceiveMessage, Transport};
+use rust_stream::prelude::*;
+use rust_stream::propagation::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
+use rust_stream::testing::{eventually, TestApp};
+use rust_stream::{Output, RetryPolicy};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+
+both_backends!(
+    a_payment_and_its_ledger_entry_are_one_trace,
+    a_message_with_ten_attributes_is_sent_unchanged_and_a_senders_traceparent_is_kept,
+    retry_and_dead_letter_lines_are_inside_the_process_span,
+);
+
+/// What the process-wide subscriber exports and writes.
+struct Telemetry {
+    spans: InMemorySpanExporter,
+    lines: Arc<Mutex<Vec<u8>>>,
+}
+
+/// Installs, once, a subscriber that exports spans to memory and writes log lines to a buffer.
+fn telemetry() -> &'static Telemetry {
+    static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
+    TELEMETRY.get_or_init(|| {
+        let spans = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .build();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let writer = Captured(lines.clone());
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace_propagation")))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || writer.clone())
+                    .with_ansi(false),
+            );
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        Telemetry { spans, lines }
+    })
+}
+
+/// Log lines written, shared by every test of the binary.
+#[derive(Clone)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The ended `process` spans of `queue`.
+fn process_spans(queue: &str) -> Vec<SpanData> {
+    telemetry()
+        .spans
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|span| {
+            span.name == "process"
+                && attribute(span, "messaging.destination.name") == Some(queue.to_owned())
+        })
+        .collect()
+}
+
+fn attribute(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|pair| pair.key.as_str() == key)
+        .map(|pair| match &pair.value {
+            Value::String(text) => text.as_str().to_owned(),
+            other => other.to_string(),
+        })
+}
+
+/// The trace and span id of a `tracing` span, as OpenTelemetry sees it.
+fn ids(span: &tracing::Span) -> (TraceId, SpanId) {
+    let context = span.context();
+    let span_context = context.span().span_context().clone();
+    assert!(
+        span_context.is_valid(),
+        "the span has an OpenTelemetry context"
+    );
+    (span_context.trace_id(), span_context.span_id())
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Payment {
+    id: u32,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LedgerEntry {
+    payment: u32,
+}
+
+/// Books each payment: publishes its ledger entry as part of handling it.
+struct RecordPayment;
+
+impl Handle<Payment, Output<LedgerEntry>> for RecordPayment {
+    async fn handle(
+        &self,
+        payment: &Payment,
+        ledger: &Output<LedgerEntry>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        ctx.publish(ledger.message(&LedgerEntry {
+            payment: payment.id,
+        }));
+        Ok(())
+    }
+}
+
+/// Writes ledger entries.
+#[derive(Clone, Default)]
+struct WriteLedger(Arc<Mutex<Vec<u32>>>);
+
+impl Handle<LedgerEntry> for WriteLedger {
+    async fn handle(
+        &self,
+        entry: &LedgerEntry,
+        _outputs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.0.lock().unwrap().push(entry.payment);
+        Ok(())
+    }
+}
+
+async fn a_payment_and_its_ledger_entry_are_one_trace<T: Transport>(backend: Backend<T>) {
+    telemetry();
+    let payments = backend.name("payments.fifo");
+    let ledger = backend.name("ledger");
+    let written = WriteLedger::default();
+    let app = TestApp::spawn(RustStream::new(AppInfo::new("bank", "0")).with_broker(
+        backend.broker.clone(),
+        |b| {
+            b.include(
+                subscriber(SqsQueue::new(&payments).create_if_missing(), RecordPayment)
+                    .outputs(Output::new(SqsQueue::new(&ledger).create_if_missing()))
+                    .build(),
+            );
+            b.include(
+                subscriber(SqsQueue::new(&ledger).create_if_missing(), written.clone()).build(),
+            );
+        },
+    ))
+    .await
+    .expect("the app starts");
+
+    let checkout = tracing::info_span!("checkout");
+    let publisher = backend.broker.publisher(SqsQueue::new(&payments));
+    publisher
+        .message(&Payment { id: 7 })
+        .group_id("account-1")
+        .send()
+        .instrument(checkout.clone())
+        .await
+        .expect("sent");
+    let (trace, checkout_id) = ids(&checkout);
+    drop(checkout);
+
+    eventually("the ledger entry is written", async || {
+        written.0.lock().unwrap().clone() == [7]
+    })
+    .await;
+    eventually("both process spans ended", async || {
+        process_spans(&payments).len() == 1 && process_spans(&ledger).len() == 1
+    })
+    .await;
+    app.stop().await.unwrap();
+
+    let booked = &process_spans(&payments)[0];
+    let entered = &process_spans(&ledger)[0];
+    assert_eq!(booked.span_context.trace_id(), trace, "payment: same trace");
+    assert_eq!(
+        booked.parent_span_id, checkout_id,
+        "payment: child of the publisher's span"
+    );
+    assert!(booked.parent_span_is_remote, "its parent came over SQS");
+    assert_eq!(
+        entered.span_context.trace_id(),
+        trace,
+        "ledger entry: same trace"
+    );
+    assert_eq!(
+        entered.parent_span_id,
+        booked.span_context.span_id(),
+        "ledger entry: child of the payment's process span, which published it"
+    );
+    assert_eq!(
+        attribute(entered, TRACEPARENT_HEADER),
+        Some(format!("00-{trace}-{}-01", booked.span_context.span_id())),
+        "the incoming traceparent is a field of the process span"
+    );
+    for (span, handler) in [(booked, "RecordPayment"), (entered, "WriteLedger")] {
+        assert_eq!(
+            attribute(span, "rust_stream.handler").as_deref(),
+            Some(handler)
+        );
+        assert_eq!(
+            attribute(span, "rust_stream.outcome").as_deref(),
+            Some("acked")
+        );
+        assert_eq!(attribute(span, "rust_stream.attempt").as_deref(), Some("1"));
+        assert_eq!(
+            attribute(span, "messaging.system").as_deref(),
+            Some("aws_sqs")
+        );
+        assert_eq!(
+            attribute(span, "messaging.operation.type").as_deref(),
+            Some("process")
+        );
+        assert!(attribute(span, "messaging.message.id").is_some());
+    }
+    assert_eq!(
+        attribute(booked, "sqs.group_id").as_deref(),
+        Some("account-1")
+    );
+}
+
+async fn a_message_with_ten_attributes_is_sent_unchanged_and_a_senders_traceparent_is_kept<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    telemetry();
+    let url = backend.queue("attributes", &[]).await;
+    let publisher = backend
+        .broker
+        .publisher(SqsQueue::new(backend.name("attributes")));
+    let full = (0..10).fold(publisher.raw("full"), |message, n| {
+        message.header(format!("h{n}"), "x")
+    });
+    let own = publisher.raw("own").header(
+        TRACEPARENT_HEADER,
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    );
+    let traced = publisher.raw("traced");
+    let sent = async {
+        let full = full.send().await;
+        let others = publisher.send_batch([own, traced]).await;
+        (full, others)
+    }
+    .instrument(tracing::info_span!("checkout"))
+    .await;
+    sent.0.expect("a message with 10 attributes is sent");
+    assert!(sent.1.iter().all(Result::is_ok), "{:?}", sent.1);
+
+    let mut received = Vec::new();
+    eventually("the three messages are received", async || {
+        let request = ReceiveMessage::new(10).visibility_timeout(60);
+        received.extend(
+            backend
+                .transport
+                .receive_message(&url, request)
+                .await
+                .unwrap(),
+        );
+        received.len() >= 3
+    })
+    .await;
+    let by_body = |body: &str| {
+        received
+            .iter()
+            .find(|message| message.body == body)
+            .unwrap_or_else(|| panic!("`{body}` received"))
+            .message_attributes
+            .clone()
+    };
+    let full = by_body("full");
+    assert_eq!(full.len(), 10, "{:?}", full.keys());
+    assert!(!full.contains_key(TRACEPARENT_HEADER));
+    let own = by_body("own");
+    assert_eq!(
+        own[TRACEPARENT_HEADER].string_value.as_deref(),
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        "the sender's own traceparent is kept"
+    );
+    assert_eq!(own.len(), 1, "{:?}", own.keys());
+    // The same send with room left does carry the trace: the rule above is what kept it out.
+    let traced = by_body("traced");
+    assert!(
+        traced[TRACEPARENT_HEADER]
+            .string_value
+            .as_deref()
+            .is_some_and(|value| value.starts_with("00-")),
+        "{traced:?}"
+    );
+    assert!(
+        !traced.contains_key(TRACESTATE_HEADER),
+        "no vendor state, no tracestate"
+    );
+}
+
+/// Fails every attempt.
+struct AlwaysDeclines;
+
+impl Handle<Payment> for AlwaysDeclines {
+    async fn handle(
+        &self,
+        _payment: &Payment,
+        _outputs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        Err(HandlerOutcome::failed("card declined"))
+    }
+}
+
+async fn retry_and_dead_letter_lines_are_inside_the_process_span<T: Transport>(
+    backend: Backend<T>,
+) {
+    telemetry();
+    let payments = backend.name("declined");
+    let dead = backend.name("declined-dlq");
+    let queue = SqsQueue::new(&payments)
+        .dead_letter(&dead, 2)
+        .retry(RetryPolicy::exponential(
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+        ))
+        .visibility_timeout(Duration::from_secs(5))
+        .create_if_missing();
+    let app = TestApp::spawn(RustStream::new(AppInfo::new("cards", "0")).with_broker(
+        backend.broker.clone(),
+        |b| {
+            b.include(subscriber(queue, AlwaysDeclines).build());
+        },
+    ))
+    .await
+    .expect("the app starts");
+    let checkout = tracing::info_span!("checkout");
+    let sent = backend
+        .broker
+        .publisher(SqsQueue::new(&payments))
+        .message(&Payment { id: 9 })
+        .send()
+        .instrument(checkout.clone())
+        .await
+        .expect("sent");
+    let (trace, _) = ids(&checkout);
+    drop(checkout);
+    let id = sent.message_id;
+
+    let line = |message: &str| {
+        let lines = telemetry().lines.lock().unwrap().clone();
+        String::from_utf8(lines)
+            .unwrap()
+            .lines()
+            .find(|line| line.contains(message) && line.contains(&id))
+            .map(str::to_owned)
+    };
+    eventually("the payment is dead-lettered", async || {
+        line("message dead-lettered").is_some()
+    })
+    .await;
+    app.stop().await.unwrap();
+
+    let retried = line("message failed; it will be retried").expect("a retry line");
+    let dead_lettered = line("message dead-lettered").expect("a dead-letter line");
+    for (logged, attempt, outcome) in [
+        (&retried, 1, "retried"),
+        (&dead_lettered, 2, "dead_lettered"),
+    ] {
+        let span = logged
+            .split_once("process{")
+            .map(|(_, rest)| rest.split_once('}').expect("the span's fields close").0)
+            .unwrap_or_else(|| panic!("the line is inside a process span: {logged}"));
+        for field in [
+            format!("messaging.message.id={id}"),
+            format!("messaging.destination.name={payments}"),
+            "rust_stream.handler=AlwaysDeclines".to_owned(),
+            format!("rust_stream.attempt={attempt}"),
+            format!("rust_stream.outcome=\"{outcome}\""),
+            format!("traceparent=\"00-{trace}-"),
+        ] {
+            assert!(
+                span.contains(&field),
+                "`{field}` missing from the span of: {logged}"
+            );
+        }
+    }
+    assert!(retried.contains("card declined"), "the reason: {retried}");
+}
