@@ -44,6 +44,9 @@
 //! - [`context`]: [`Context`], the message in hand and publishing as part of handling it.
 //! - [`publish`]: [`Publisher`] and [`Output`]: sending one message or a batch, with FIFO groups,
 //!   deduplication ids and headers (text, number, binary).
+//! - [`propagation`]: traces that join across services: publishes carry the W3C trace context
+//!   (`traceparent`, `tracestate`) of the span they are made in, and each message's `process`
+//!   span continues it (feature `opentelemetry`).
 //! - [`codec`]: [`Codec`] and the default, [`Json`].
 //! - [`broker`] and [`sqs`]: the [`Broker`] trait and [`SqsBroker`], over the in-process
 //!   [`account`] or Amazon SQS ([`SqsBroker::from_env`], [`sqs::aws`]), or whichever the
@@ -69,6 +72,7 @@
 //! | --- | --- | --- |
 //! | `aws` | [`SqsBroker::from_env`], [`SqsBroker::from_env_or_in_process`] and [`SqsBroker::aws`]: Amazon SQS over aws-sdk-sqs | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
+//! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes, and `process` spans continue it, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
 //! | `schemars` | JSON Schemas of message payloads in the [`asyncapi`] document, for types that implement `schemars::JsonSchema` | no |
 //! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext` | no |
 #![forbid(unsafe_code)]
