@@ -79,6 +79,14 @@ impl std::io::Write for Captured {
     }
 }
 
+/// A queue the test's service creates, polled briefly so that a stop does not wait out a long
+/// poll on LocalStack.
+fn queue(name: &str) -> SqsQueue {
+    SqsQueue::new(name)
+        .wait(Duration::from_secs(1))
+        .create_if_missing()
+}
+
 /// The ended `process` spans of `queue`.
 fn process_spans(queue: &str) -> Vec<SpanData> {
     telemetry()
@@ -166,13 +174,11 @@ async fn a_payment_and_its_ledger_entry_are_one_trace<T: Transport>(backend: Bac
         backend.broker.clone(),
         |b| {
             b.include(
-                subscriber(SqsQueue::new(&payments).create_if_missing(), RecordPayment)
-                    .outputs(Output::new(SqsQueue::new(&ledger).create_if_missing()))
+                subscriber(queue(&payments), RecordPayment)
+                    .outputs(Output::new(queue(&ledger)))
                     .build(),
             );
-            b.include(
-                subscriber(SqsQueue::new(&ledger).create_if_missing(), written.clone()).build(),
-            );
+            b.include(subscriber(queue(&ledger), written.clone()).build());
         },
     ))
     .await
@@ -343,14 +349,13 @@ async fn retry_and_dead_letter_lines_are_inside_the_process_span<T: Transport>(
     telemetry();
     let payments = backend.name("declined");
     let dead = backend.name("declined-dlq");
-    let queue = SqsQueue::new(&payments)
+    let queue = queue(&payments)
         .dead_letter(&dead, 2)
         .retry(RetryPolicy::exponential(
             Duration::from_millis(100),
             Duration::from_millis(200),
         ))
-        .visibility_timeout(Duration::from_secs(5))
-        .create_if_missing();
+        .visibility_timeout(Duration::from_secs(5));
     let app = TestApp::spawn(RustStream::new(AppInfo::new("cards", "0")).with_broker(
         backend.broker.clone(),
         |b| {
