@@ -6,7 +6,9 @@
 //! - a message whose own attributes already take SQS's 10 leaves without trace context, unchanged
 //!   and without error, and a sender's own `traceparent` is never overwritten;
 //! - the engine's retry and dead-letter log lines are written inside the message's `process`
-//!   span, so they carry its handler, attempt, message id and incoming `traceparent`.
+//!   span, so they carry its handler, attempt, message id and incoming `traceparent`; so is a
+//!   standard queue's failed delete, logged when the batcher answers after the attempt (in
+//!   process only: the delete fails through a faulty transport).
 //!
 //! Spans are exported to OpenTelemetry's in-memory exporter through one process-wide subscriber
 //! (the live runs spread over worker threads), which also writes every log line to a buffer; each
@@ -416,4 +418,52 @@ async fn retry_and_dead_letter_lines_are_inside_the_process_span<T: Transport>(
         }
     }
     assert!(retried.contains("card declined"), "the reason: {retried}");
+}
+
+/// A standard queue's delete is answered after the attempt, in the batcher's callback: its
+/// failure is still logged inside the message's `process` span.
+#[tokio::test(start_paused = true)]
+async fn a_failed_delete_is_logged_inside_the_process_span() {
+    telemetry();
+    let account = rust_stream::account::Account::new();
+    let faulty = common::engine::Faulty::new(&account);
+    faulty
+        .permanent_delete_failures
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let broker = SqsBroker::with_transport(faulty.clone());
+    let payments = "payments-delete-fails";
+    let written = WriteLedger::default();
+    let app = TestApp::spawn(RustStream::new(AppInfo::new("ledger", "0")).with_broker(
+        broker.clone(),
+        |b| {
+            b.include(subscriber(queue(payments), written.clone()).build());
+        },
+    ))
+    .await
+    .expect("the app starts");
+    let id = broker
+        .publisher(SqsQueue::new(payments))
+        .message(&LedgerEntry { payment: 3 })
+        .send()
+        .await
+        .expect("sent")
+        .message_id;
+    let line = || {
+        let lines = telemetry().lines.lock().unwrap().clone();
+        String::from_utf8(lines)
+            .unwrap()
+            .lines()
+            .find(|line| line.contains("delete failed") && line.contains(&id))
+            .map(str::to_owned)
+    };
+    eventually("the delete failure is logged", async || line().is_some()).await;
+    app.stop().await.unwrap();
+    let logged = line().unwrap();
+    for field in [
+        format!("process{{messaging.system=\"aws_sqs\" messaging.destination.name={payments}"),
+        "rust_stream.handler=WriteLedger".to_owned(),
+        "rust_stream.outcome=\"acked\"".to_owned(),
+    ] {
+        assert!(logged.contains(&field), "`{field}` missing from: {logged}");
+    }
 }
