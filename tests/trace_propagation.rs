@@ -5,10 +5,11 @@
 //!   that is the first one's child: publisher → payments (FIFO) → ledger (standard), one trace;
 //! - a message whose own attributes already take SQS's 10 leaves without trace context, unchanged
 //!   and without error, and a sender's own `traceparent` is never overwritten;
-//! - the engine's retry and dead-letter log lines are written inside the message's `process`
-//!   span, so they carry its handler, attempt, message id and incoming `traceparent`; so is a
-//!   standard queue's failed delete, logged when the batcher answers after the attempt (in
-//!   process only: the delete fails through a faulty transport).
+//! - the engine's retry and dead-letter log lines (a standard queue, and a FIFO queue retrying in
+//!   place) are written inside the message's `process` span, so they carry its handler, attempt,
+//!   outcome, message id and incoming `traceparent`; so is a standard queue's failed delete,
+//!   logged when the batcher answers after the attempt (in process only: the delete fails
+//!   through a faulty transport).
 //!
 //! Spans are exported to OpenTelemetry's in-memory exporter through one process-wide subscriber
 //! (the live runs spread over worker threads), which also writes every log line to a buffer; each
@@ -348,9 +349,23 @@ impl Handle<Payment> for AlwaysDeclines {
 async fn retry_and_dead_letter_lines_are_inside_the_process_span<T: Transport>(
     backend: Backend<T>,
 ) {
+    // A standard queue retries by a new receive, a FIFO queue in place: both count attempts.
+    for (base, dead) in [
+        ("declined", "declined-dlq"),
+        ("declined.fifo", "declined-dlq.fifo"),
+    ] {
+        retry_and_dead_letter_lines_in(&backend, base, dead).await;
+    }
+}
+
+async fn retry_and_dead_letter_lines_in<T: Transport>(
+    backend: &Backend<T>,
+    base: &str,
+    dead: &str,
+) {
     telemetry();
-    let payments = backend.name("declined");
-    let dead = backend.name("declined-dlq");
+    let payments = backend.name(base);
+    let dead = backend.name(dead);
     let queue = queue(&payments)
         .dead_letter(&dead, 2)
         .retry(RetryPolicy::exponential(

@@ -143,6 +143,9 @@ impl Consumer {
                     Next::Done => break,
                     Next::Again(again, delay) => {
                         held = again;
+                        // The attempt is settled: its span ends here, not after the backoff.
+                        held.span = tracing::Span::none();
+                        drop(span);
                         attempt = attempt.saturating_add(1);
                         // Other lanes' deletes do not wait for this one while it rests.
                         let _resting = self.lanes.counts().resting();
