@@ -50,8 +50,9 @@ pub(crate) enum Verdict {
     Cancelled,
 }
 
-/// How an attempt ended, as the `process` span's `rust_stream.outcome` field (and the
-/// `rust_stream.messages.settled` metric's label of the same name) says.
+/// How an attempt ended, as the `process` span's `rust_stream.outcome` field says; the
+/// `rust_stream.messages.settled` metric counts the settled ones under the label of the same name
+/// (an undecodable message as `dead_lettered`, a release not at all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
     Acked,
@@ -165,13 +166,13 @@ impl Consumer {
             }
             AfterFailure::RetryAfter(delay) => self.retry(held, delay, attempts, &reason).await,
             AfterFailure::LeaveToRedrive(delay) => {
+                self.record_settled(&held, Outcome::Retried);
                 tracing::warn!(
                     messaging.message.id = %held.delivery.message_id,
                     attempts,
                     reason = %reason,
                     "message has had its attempts; released for the queue's redrive policy to move it"
                 );
-                self.record_settled(&held, Outcome::Retried);
                 let seconds = held.lease.visibility_seconds(delay);
                 self.release(vec![held], seconds).await;
                 Next::StopGroup
