@@ -16,7 +16,9 @@
 //! across processes), unless the queue was declared with content-based deduplication. Sends are
 //! batched (up to 10 messages and 1 MiB per `SendMessageBatch`, after a short linger) without
 //! reordering a queue's messages, and every rule SQS would check is checked before the network,
-//! the queue's own `MaximumMessageSize` included.
+//! the queue's own `MaximumMessageSize` included. With the `opentelemetry` feature every send also
+//! carries the W3C trace context of the span it was made in, where the message has room for it
+//! ([`propagation`](crate::propagation)).
 
 use std::fmt;
 use std::marker::PhantomData;
