@@ -531,3 +531,67 @@ async fn the_service_rides_out_network_faults_without_loss_duplicates_or_reorder
         "per group, first completions differ from the sent order:\nsent {sent_order:?}\nfirst completions {first_completions:?}"
     );
 }
+
+/// A visibility change is tried once per call by the SDK, so the engine alone decides what is
+/// repeated: an extension whose answer was lost, never a release (a repeat with the old receipt
+/// handle could reach a newer receive of the message). A delete keeps the SDK's retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_does_not_repeat_a_visibility_change_itself() {
+    let Some(endpoint) = live_endpoint("fault_network (SDK attempts per call)") else {
+        return;
+    };
+    let direct = Backend::live().await.expect("the live endpoint is named");
+    let proxy = Proxy::start(&endpoint).await;
+    let transport = SqsBroker::aws()
+        .endpoint(proxy.url())
+        .region("us-east-1")
+        .test_credentials()
+        .transport()
+        .await
+        .expect("a complete configuration");
+    let url = direct
+        .transport
+        .create_queue(&direct.name("attempts"), Default::default())
+        .await
+        .expect("the queue is created");
+    proxy.set(Some(Fault::ServerError));
+
+    let before = proxy.counts();
+    let change = transport
+        .change_message_visibility_batch(
+            &url,
+            vec![rust_stream::engine::transport::ChangeVisibilityEntry {
+                id: "0".into(),
+                receipt_handle: "a-receipt-handle".into(),
+                visibility_timeout: 0,
+            }],
+        )
+        .await;
+    let visibility_requests = proxy.counts().since(&before).requests;
+
+    let before = proxy.counts();
+    let delete = transport
+        .delete_message_batch(
+            &url,
+            vec![rust_stream::engine::transport::DeleteEntry {
+                id: "0".into(),
+                receipt_handle: "a-receipt-handle".into(),
+            }],
+        )
+        .await;
+    let delete_requests = proxy.counts().since(&before).requests;
+    proxy.set(None);
+
+    assert!(
+        change.is_err() && delete.is_err(),
+        "every answer is HTTP 500"
+    );
+    assert_eq!(
+        visibility_requests, 1,
+        "a ChangeMessageVisibilityBatch went {visibility_requests} times"
+    );
+    assert!(
+        delete_requests > 1,
+        "a DeleteMessageBatch keeps the SDK's retries: {delete_requests} requests"
+    );
+}

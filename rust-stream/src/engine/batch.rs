@@ -9,7 +9,10 @@
 //! out in submission order. Per-entry failures are read: a service-side failure
 //! (`SenderFault: false`) or a failed call that may be retried is retried with jittered backoff
 //! for up to 20 s, with the same entries (a FIFO send keeps its deduplication id, so SQS stores
-//! it once however many of its answers were lost); anything else is answered as an error for the caller to log or act on.
+//! it once however many of its answers were lost), except an entry the action says may not be
+//! repeated without an answer (a release); anything else is answered as an error for the caller to
+//! log or act on. Retries never hold up other callers: a caller's retries go on in a task of their
+//! own, outside the call's place.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,6 +53,11 @@ pub(crate) trait Action: Send + Sync + 'static {
         queue_url: &'a str,
         entries: Vec<(String, Self::Entry)>,
     ) -> BoxFuture<'a, Result<BatchResult<Self::Output>, TransportError>>;
+    /// Whether the entry may be sent again after a try that got no answer (the connection failed
+    /// or timed out), when SQS may have acted on it.
+    fn may_repeat_unanswered(_entry: &Self::Entry) -> bool {
+        true
+    }
 }
 
 /// `SendMessageBatch`.
@@ -121,6 +129,16 @@ impl Action for VisibilityBatch {
             })
             .collect();
         transport.change_message_visibility_batch(queue_url, entries)
+    }
+
+    /// A release (visibility 0) is not repeated once its answer is lost: if SQS applied it, the
+    /// message may already have been received again, and a repeat with the old receipt handle
+    /// must not reach that newer receive (SQS ignores a stale receipt handle; LocalStack applies
+    /// it, and so made a FIFO group receivable while one of its messages was in flight). A
+    /// release that never arrived costs the message's visibility timeout, no more. An extension
+    /// is repeated: lost, the message would come back while its handler still runs.
+    fn may_repeat_unanswered((_, visibility_timeout): &Self::Entry) -> bool {
+        *visibility_timeout != 0
     }
 }
 
@@ -659,7 +677,14 @@ impl<A: Action> Flush<A> {
                 }
             }
             Err(error) if error.is_retryable() => {
-                again = self.todo.iter().map(|&i| (i, error.clone())).collect();
+                let unanswered = matches!(error, TransportError::Unavailable { .. });
+                for &i in &self.todo {
+                    if unanswered && !A::may_repeat_unanswered(entries[i]) {
+                        answers[i] = Some(Err(error.clone()));
+                    } else {
+                        again.push((i, error.clone()));
+                    }
+                }
             }
             Err(error) => {
                 for &i in &self.todo {
@@ -735,6 +760,10 @@ mod tests {
         failing_deletes: Arc<Mutex<Vec<String>>>,
         /// The receipt handles of each delete call.
         deletes: Arc<Mutex<Vec<Vec<String>>>>,
+        /// Every visibility change is applied, then its answer is lost.
+        lose_visibility_answers: bool,
+        /// The receipt handle and timeout of each visibility change, per call.
+        visibility_changes: Arc<Mutex<Vec<Vec<(String, i32)>>>>,
     }
 
     impl Recorder {
@@ -832,9 +861,22 @@ mod tests {
             queue_url: &str,
             entries: Vec<ChangeVisibilityEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
-            self.account
+            self.visibility_changes.lock().unwrap().push(
+                entries
+                    .iter()
+                    .map(|entry| (entry.receipt_handle.clone(), entry.visibility_timeout))
+                    .collect(),
+            );
+            let applied = self
+                .account
                 .change_message_visibility_batch(queue_url, entries)
-                .await
+                .await;
+            if self.lose_visibility_answers {
+                return Err(TransportError::Unavailable {
+                    message: "connection closed before the answer".into(),
+                });
+            }
+            applied
         }
     }
 
@@ -1159,6 +1201,53 @@ mod tests {
                 .count()
                 > 3,
             "the failing delete was retried: {calls:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_whose_answer_is_lost_is_not_repeated_but_an_extension_is() {
+        let recorder = Recorder {
+            lose_visibility_answers: true,
+            ..Recorder::default()
+        };
+        let url = recorder
+            .create_queue("releases", QueueAttributes::default())
+            .await
+            .unwrap();
+        let shared: SharedTransport = Arc::new(recorder.clone());
+        let settings = BatchSettings {
+            linger: Duration::ZERO,
+            max_in_flight: 1,
+        };
+        let visibility = Batcher::<VisibilityBatch>::spawn(shared, url, settings);
+        let leases = Leases::default();
+        let lease = |handle: &str| {
+            leases.open(
+                handle.to_owned(),
+                handle.to_owned(),
+                Duration::from_secs(30),
+            )
+        };
+
+        let released = visibility.submit_one((lease("released"), 0)).await;
+        assert!(
+            matches!(released, Err(TransportError::Unavailable { .. })),
+            "an unanswered release is answered with its error: {released:?}"
+        );
+        let extended = visibility.submit_one((lease("extended"), 30)).await;
+        assert!(extended.is_err(), "every answer is lost: {extended:?}");
+
+        let calls = recorder.visibility_changes.lock().unwrap().clone();
+        let tries = |handle: &str| {
+            calls
+                .iter()
+                .filter(|call| call.iter().any(|(sent, _)| sent == handle))
+                .count()
+        };
+        assert_eq!(tries("released"), 1, "the release went once: {calls:?}");
+        assert!(
+            tries("extended") > 3,
+            "the extension was repeated until the retries gave up: {calls:?}"
         );
     }
 }

@@ -701,6 +701,14 @@ impl Transport for AwsTransport {
             .change_message_visibility_batch()
             .queue_url(queue_url)
             .set_entries(Some(request))
+            // The engine's batcher is the one to retry a visibility change: it repeats an
+            // extension whose answer was lost, never a release (see `VisibilityBatch`), which the
+            // SDK's own retries cannot tell apart.
+            .customize()
+            .config_override(
+                aws_sdk_sqs::config::Config::builder()
+                    .retry_config(aws_config::retry::RetryConfig::disabled()),
+            )
             .send()
             .await
             .map_err(error)?;
