@@ -8,11 +8,12 @@
 //! sets the variables while no other thread of the binary does anything but wait, runs its
 //! scenario on a runtime of its own, stops that runtime, and only then restores them.
 
+mod common;
+
 use std::future::Future;
-use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use rust_stream::engine::transport::Transport;
@@ -65,30 +66,6 @@ impl Drop for Restore {
     }
 }
 
-/// A log written to memory, to read what a scenario logged.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
 /// A path where no file is, for the profile files: the developer's `~/.aws` plays no part.
 fn no_file() -> PathBuf {
     std::env::temp_dir().join("rust-stream-aws-setup-no-such-file")
@@ -121,7 +98,7 @@ fn in_environment<T>(variables: &[(&str, &str)], scenario: impl Future<Output = 
         std::env::set_var(name, value);
     }
 
-    let log = Log::default();
+    let log = common::CapturedLog::default();
     let writer = log.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)

@@ -284,23 +284,9 @@ async fn a_failed_startup_stops_the_consumers_it_had_started() {
     assert_eq!(account.counts(&url).await.unwrap().visible, 1);
 }
 
-/// Log lines written while a test runs, for the warnings a test expects.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_naming_both() {
-    let captured = Captured::default();
+    let captured = common::CapturedLog::default();
     let writer = captured.clone();
     let subscriber_log = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
@@ -335,7 +321,7 @@ fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_nami
             .await
             .unwrap();
     });
-    let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logged = captured.text();
     let warning = logged
         .lines()
         .find(|line| line.contains("RedrivePolicy disagrees"))

@@ -43,7 +43,7 @@ both_backends!(
 /// What the process-wide subscriber exports and writes.
 struct Telemetry {
     spans: InMemorySpanExporter,
-    lines: Arc<Mutex<Vec<u8>>>,
+    lines: common::CapturedLog,
 }
 
 /// Installs, once, a subscriber that exports spans to memory and writes log lines to a buffer.
@@ -54,8 +54,8 @@ fn telemetry() -> &'static Telemetry {
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(spans.clone())
             .build();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let writer = Captured(lines.clone());
+        let lines = common::CapturedLog::default();
+        let writer = lines.clone();
         let subscriber = tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace_propagation")))
             .with(
@@ -66,20 +66,6 @@ fn telemetry() -> &'static Telemetry {
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
         Telemetry { spans, lines }
     })
-}
-
-/// Log lines written, shared by every test of the binary.
-#[derive(Clone)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// A queue the test's service creates, polled briefly so that a stop does not wait out a long
@@ -395,9 +381,9 @@ async fn retry_and_dead_letter_lines_in<T: Transport>(
     let id = sent.message_id;
 
     let line = |message: &str| {
-        let lines = telemetry().lines.lock().unwrap().clone();
-        String::from_utf8(lines)
-            .unwrap()
+        telemetry()
+            .lines
+            .text()
             .lines()
             .find(|line| line.contains(message) && line.contains(&id))
             .map(str::to_owned)
@@ -464,9 +450,9 @@ async fn a_failed_delete_is_logged_inside_the_process_span() {
         .expect("sent")
         .message_id;
     let line = || {
-        let lines = telemetry().lines.lock().unwrap().clone();
-        String::from_utf8(lines)
-            .unwrap()
+        telemetry()
+            .lines
+            .text()
             .lines()
             .find(|line| line.contains("delete failed") && line.contains(&id))
             .map(str::to_owned)

@@ -62,6 +62,36 @@ pub async fn left<T: Transport>(transport: &T, url: &str) -> (u64, u64, u64) {
     )
 }
 
+/// Log lines written to memory (a `tracing_subscriber` writer: `.with_writer(move || log.clone())`),
+/// for a test to read what was logged.
+#[derive(Clone, Default)]
+pub struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes a test's figures (a seed, counts of faults, re-deliveries) straight to the terminal,
 /// past libtest's capture of `println!`, so that every run shows them, not only a failing one.
 pub fn report(figures: impl std::fmt::Display) {

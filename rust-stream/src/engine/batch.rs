@@ -880,6 +880,15 @@ mod tests {
         }
     }
 
+    /// A lease on a message whose receipt handle (and id) is `handle`.
+    fn lease(leases: &Leases, handle: &str) -> Arc<Lease> {
+        leases.open(
+            handle.to_owned(),
+            handle.to_owned(),
+            Duration::from_secs(30),
+        )
+    }
+
     /// A body of `size` bytes that starts with its label, so a call's contents can be read back.
     fn body(label: usize, size: usize) -> String {
         let mut body = format!("{label}:");
@@ -1160,13 +1169,7 @@ mod tests {
         };
         let deleter = Batcher::<DeleteBatch>::spawn_with_company(shared, url, 4, company);
         let leases = Leases::default();
-        let lease = |handle: &str| {
-            leases.open(
-                handle.to_owned(),
-                handle.to_owned(),
-                Duration::from_secs(30),
-            )
-        };
+        let lease = |handle: &str| lease(&leases, handle);
 
         let stuck = tokio::spawn({
             let deleter = deleter.clone();
@@ -1221,13 +1224,7 @@ mod tests {
         };
         let visibility = Batcher::<VisibilityBatch>::spawn(shared, url, settings);
         let leases = Leases::default();
-        let lease = |handle: &str| {
-            leases.open(
-                handle.to_owned(),
-                handle.to_owned(),
-                Duration::from_secs(30),
-            )
-        };
+        let lease = |handle: &str| lease(&leases, handle);
 
         let released = visibility.submit_one((lease("released"), 0)).await;
         assert!(
