@@ -512,15 +512,23 @@ pub async fn eventually_within<O: Observation>(
     mut condition: impl AsyncFnMut() -> O,
 ) {
     let deadline = Instant::now() + patience;
+    let mut last_seen: Option<String> = None;
     loop {
         // A look that itself hangs (a call to a stalled server) must not outlast the patience:
         // in real time nothing else would ever end the wait.
         let Ok(observed) = tokio::time::timeout_at(deadline, condition()).await else {
-            panic!("waited {patience:?} for {what}; the last look did not answer in that time");
+            match last_seen {
+                // The patience ran out during a look; the one before tells what was wrong.
+                Some(seen) => panic!("waited {patience:?} for {what}; last observed: {seen}"),
+                None => panic!(
+                    "waited {patience:?} for {what}; the first look did not answer in that time"
+                ),
+            }
         };
         if observed.holds() {
             return;
         }
+        last_seen = Some(observed.shown());
         if Instant::now() >= deadline {
             panic!(
                 "waited {patience:?} for {what}; last observed: {}",
@@ -549,11 +557,25 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     #[should_panic(
-        expected = "waited 1s for a hung look; the last look did not answer in that time"
+        expected = "waited 1s for a hung look; the first look did not answer in that time"
     )]
     async fn a_look_that_never_answers_fails_when_the_patience_runs_out() {
         eventually_within("a hung look", Duration::from_secs(1), async || {
             std::future::pending::<bool>().await
+        })
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "waited 1s for a slow look; last observed: Err(1)")]
+    async fn a_look_cut_short_by_the_patience_reports_the_one_before() {
+        let mut looks = 0;
+        eventually_within("a slow look", Duration::from_secs(1), async || {
+            looks += 1;
+            if looks > 1 {
+                std::future::pending::<()>().await;
+            }
+            Err::<(), u32>(looks)
         })
         .await;
     }
