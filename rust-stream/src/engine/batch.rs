@@ -58,6 +58,10 @@ pub(crate) trait Action: Send + Sync + 'static {
     fn may_repeat_unanswered(_entry: &Self::Entry) -> bool {
         true
     }
+    /// Why the entry must not be sent (any more), if it must not: checked before every try.
+    fn withheld(_entry: &Self::Entry) -> Option<TransportError> {
+        None
+    }
 }
 
 /// `SendMessageBatch`.
@@ -139,6 +143,17 @@ impl Action for VisibilityBatch {
     /// is repeated: lost, the message would come back while its handler still runs.
     fn may_repeat_unanswered((_, visibility_timeout): &Self::Entry) -> bool {
         *visibility_timeout != 0
+    }
+
+    /// A lease whose visibility has ended is not changed: see [`Lease::has_lapsed`].
+    fn withheld((lease, _): &Self::Entry) -> Option<TransportError> {
+        lease.has_lapsed().then(|| {
+            TransportError::service(
+                ErrorKind::MessageNotInflight,
+                "its visibility timeout has ended, so it may have been received again: its old \
+                 receipt handle is not used",
+            )
+        })
     }
 }
 
@@ -633,6 +648,17 @@ impl<A: Action> Flush<A> {
             .iter()
             .flat_map(|job| job.entries.iter())
             .collect();
+        let answers = &mut self.answers;
+        self.todo.retain(|&i| match A::withheld(entries[i]) {
+            Some(error) => {
+                answers[i] = Some(Err(error));
+                false
+            }
+            None => true,
+        });
+        if self.todo.is_empty() {
+            return None;
+        }
         let call: Vec<(String, A::Entry)> = self
             .todo
             .iter()
@@ -1245,6 +1271,42 @@ mod tests {
         assert!(
             tries("extended") > 3,
             "the extension was repeated until the retries gave up: {calls:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_whose_visibility_ended_is_never_changed_again() {
+        let recorder = Recorder::default();
+        let url = recorder
+            .create_queue("lapsed", QueueAttributes::default())
+            .await
+            .unwrap();
+        let shared: SharedTransport = Arc::new(recorder.clone());
+        let settings = BatchSettings {
+            linger: Duration::ZERO,
+            max_in_flight: 1,
+        };
+        let visibility = Batcher::<VisibilityBatch>::spawn(shared, url, settings);
+        let leases = Leases::default();
+        let lapsing = leases.open("lapsing".into(), "lapsing".into(), Duration::from_secs(5));
+        let fresh = leases.open("fresh".into(), "fresh".into(), Duration::from_secs(30));
+        // Within the last half second of its visibility: SQS may have handed it out again.
+        tokio::time::advance(Duration::from_millis(4_600)).await;
+
+        let answers = visibility
+            .submit(vec![(lapsing.clone(), 5), (lapsing, 0), (fresh, 5)])
+            .await;
+        for answer in &answers[..2] {
+            assert!(
+                matches!(answer, Err(error) if error.kind() == Some(ErrorKind::MessageNotInflight)),
+                "a lapsed lease is answered without a call: {answer:?}"
+            );
+        }
+        let calls = recorder.visibility_changes.lock().unwrap().clone();
+        assert_eq!(
+            calls,
+            [vec![("fresh".to_owned(), 5)]],
+            "only the lease still visible to this consumer went out"
         );
     }
 }

@@ -6,6 +6,12 @@
 //! timeout left, so nothing this consumer holds times out into another consumer's hands; it stops
 //! at the 12-hour cap with a warning.
 //!
+//! A lease whose visibility has ended (by this consumer's clock, less a margin for the receive's
+//! latency) has *lapsed*: the message may have been received again, by this consumer or another,
+//! and its old receipt handle is never used for a visibility change again. SQS refuses a
+//! superseded receipt handle; LocalStack applies it to the newer receive, and a stale release
+//! there made a FIFO group receivable while one of its messages was in flight.
+//!
 //! A lease is settled exactly once: by a delete, a release, or by being forgotten when a newer
 //! receive of the same message replaced it. [`Lease::claim`] waits for an extension in flight, so
 //! no extension ever reaches a message after it was settled. A lease whose holder went away
@@ -36,18 +42,47 @@ pub(crate) struct Lease {
     pub(crate) received_at: Instant,
     settled: AtomicBool,
     orphaned: AtomicBool,
+    /// When its visibility ends, as this consumer last set it: nanoseconds after `received_at`.
+    /// Atomic, so the batcher reads it without the state lock an extension holds.
+    visible_for_ns: AtomicU64,
+    /// How long before `visible_for_ns` the lease counts as lapsed.
+    lapse_margin: Duration,
+    /// The lapse was logged.
+    lapse_told: AtomicBool,
     /// Held by the heartbeat across an extension, and by a claim while it settles.
     state: tokio::sync::Mutex<LeaseState>,
 }
 
 #[derive(Debug)]
 struct LeaseState {
-    visible_at: Instant,
     /// The 12-hour cap was reached; no more extensions.
     capped: bool,
 }
 
+/// The margin before a lease's visibility ends at which it counts as lapsed: the server's clock
+/// started the visibility when it answered the receive, a little before this consumer read it.
+fn lapse_margin(visibility: Duration) -> Duration {
+    (visibility / 10).min(Duration::from_millis(500))
+}
+
 impl Lease {
+    /// When the message's visibility ends, as this consumer last set it.
+    pub(crate) fn visible_at(&self) -> Instant {
+        self.received_at + Duration::from_nanos(self.visible_for_ns.load(Ordering::Acquire))
+    }
+
+    fn set_visible_at(&self, at: Instant) {
+        let nanos = at.saturating_duration_since(self.received_at).as_nanos();
+        self.visible_for_ns
+            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Release);
+    }
+
+    /// Whether the visibility has ended (or ends within the margin): its receipt handle is not
+    /// used for a visibility change any more.
+    pub(crate) fn has_lapsed(&self) -> bool {
+        Instant::now() + self.lapse_margin >= self.visible_at()
+    }
+
     /// Claims the message for settling: `false` when it was already settled (by shutdown, say).
     pub(crate) async fn claim(&self) -> bool {
         let _extension_done = self.state.lock().await;
@@ -112,10 +147,12 @@ impl Leases {
             received_at: now,
             settled: AtomicBool::new(false),
             orphaned: AtomicBool::new(false),
-            state: tokio::sync::Mutex::new(LeaseState {
-                visible_at: now + visibility,
-                capped: false,
-            }),
+            visible_for_ns: AtomicU64::new(
+                u64::try_from(visibility.as_nanos()).unwrap_or(u64::MAX),
+            ),
+            lapse_margin: lapse_margin(visibility),
+            lapse_told: AtomicBool::new(false),
+            state: tokio::sync::Mutex::new(LeaseState { capped: false }),
         });
         let mut held = self.lock();
         held.insert(lease.id, lease.clone());
@@ -200,8 +237,18 @@ impl Consumer {
             };
             if lease.is_settled()
                 || state.capped
-                || state.visible_at.saturating_duration_since(now) > half
+                || lease.visible_at().saturating_duration_since(now) > half
             {
+                continue;
+            }
+            if lease.has_lapsed() {
+                if !lease.lapse_told.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(
+                        messaging.destination.name = %self.queue.name,
+                        messaging.message.id = %lease.message_id,
+                        "the message's visibility ended before it was extended: it may be received again and handled twice"
+                    );
+                }
                 continue;
             }
             let to_cap = (lease.received_at + VISIBILITY_CAP).saturating_duration_since(now);
@@ -227,7 +274,7 @@ impl Consumer {
         for ((lease, mut state, seconds), answer) in due.into_iter().zip(answers) {
             match answer {
                 Ok(()) => {
-                    state.visible_at = now + Duration::from_secs(seconds as u64);
+                    lease.set_visible_at(now + Duration::from_secs(seconds as u64));
                     if (seconds as u64) < self.visibility.as_secs() {
                         state.capped = true;
                         tracing::warn!(

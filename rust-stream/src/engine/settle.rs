@@ -440,6 +440,10 @@ impl Consumer {
                 Ok(()) => {
                     tracing::debug!(messaging.message.id = %lease.message_id, visibility_s = seconds, "released")
                 }
+                // Its visibility had ended: it is visible already, or received again.
+                Err(_) if lease.has_lapsed() => {
+                    tracing::debug!(messaging.message.id = %lease.message_id, "not released: its visibility had ended")
+                }
                 // Not released: it comes back when its current visibility ends.
                 Err(error) => {
                     tracing::warn!(messaging.message.id = %lease.message_id, error = %error, "release failed")
