@@ -733,7 +733,7 @@ impl<A: Action> Flush<A> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Mutex;
 
     use super::*;
@@ -747,11 +747,11 @@ mod tests {
 
     /// The account, recording the bodies of each `SendMessageBatch` call.
     #[derive(Clone, Default)]
-    struct Recorder {
-        account: Account,
+    pub(crate) struct Recorder {
+        pub(crate) account: Account,
         sends: Arc<Mutex<Vec<Vec<String>>>>,
         /// How long each send call takes, as a network round trip would.
-        round_trip: Duration,
+        pub(crate) round_trip: Duration,
         /// Until then every send call fails as the network would: stored, but its answer lost.
         lost_answers_until: Option<Instant>,
         /// The deduplication ids of each send call.
@@ -767,7 +767,8 @@ mod tests {
     }
 
     impl Recorder {
-        fn calls(&self) -> Vec<Vec<String>> {
+        /// The bodies of each `SendMessageBatch` call, in the order made.
+        pub(crate) fn calls(&self) -> Vec<Vec<String>> {
             self.sends.lock().unwrap().clone()
         }
     }
