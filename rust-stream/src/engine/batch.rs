@@ -745,6 +745,9 @@ pub(crate) mod tests {
 
     const KIB: usize = 1024;
 
+    /// A recorded visibility change: the receipt handle and the timeout.
+    type VisibilityChange = (String, i32);
+
     /// The account, recording the bodies of each `SendMessageBatch` call.
     #[derive(Clone, Default)]
     pub(crate) struct Recorder {
@@ -763,7 +766,7 @@ pub(crate) mod tests {
         /// Every visibility change is applied, then its answer is lost.
         lose_visibility_answers: bool,
         /// The receipt handle and timeout of each visibility change, per call.
-        visibility_changes: Arc<Mutex<Vec<Vec<(String, i32)>>>>,
+        visibility_changes: Arc<Mutex<Vec<Vec<VisibilityChange>>>>,
     }
 
     impl Recorder {
