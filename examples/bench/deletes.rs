@@ -16,10 +16,24 @@ use tokio::sync::Notify;
 use crate::Fallible;
 
 /// Messages deleted so far through a [`CountingDeletes`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Deleted {
     count: AtomicU64,
-    changed: Notify,
+    /// The count [`Deleted::wait_for`] waits for: only a delete that reaches it wakes the waiter,
+    /// so that the wait costs the run one wake-up, not one per call (the channel beside it pays
+    /// none).
+    target: AtomicU64,
+    reached: Notify,
+}
+
+impl Default for Deleted {
+    fn default() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            reached: Notify::new(),
+        }
+    }
 }
 
 impl Deleted {
@@ -27,13 +41,14 @@ impl Deleted {
     /// `patience`.
     pub async fn wait_for(&self, count: u64, patience: Duration) -> Fallible<Instant> {
         let waiting = async {
+            self.target.store(count, Ordering::SeqCst);
             loop {
                 // Made before the check, so a delete between the check and the wait still wakes it.
-                let changed = self.changed.notified();
+                let reached = self.reached.notified();
                 if self.count.load(Ordering::SeqCst) >= count {
                     return Instant::now();
                 }
-                changed.await;
+                reached.await;
             }
         };
         tokio::time::timeout(patience, waiting).await.map_err(|_| {
@@ -108,10 +123,11 @@ impl<T: Transport> Transport for CountingDeletes<T> {
         async move {
             let result = deleting.await;
             if let Ok(result) = &result {
-                self.deleted
-                    .count
-                    .fetch_add(result.successful.len() as u64, Ordering::SeqCst);
-                self.deleted.changed.notify_waiters();
+                let deleted = result.successful.len() as u64;
+                let count = self.deleted.count.fetch_add(deleted, Ordering::SeqCst) + deleted;
+                if count >= self.deleted.target.load(Ordering::SeqCst) {
+                    self.deleted.reached.notify_waiters();
+                }
             }
             result
         }

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::engine::transport::{MessageAttributes, ReceivedMessage};
@@ -15,7 +16,7 @@ use crate::state::{State, States};
 pub(crate) struct Delivery {
     pub(crate) message_id: String,
     pub(crate) body: String,
-    pub(crate) queue: String,
+    pub(crate) queue: Arc<str>,
     pub(crate) group_id: Option<String>,
     pub(crate) dedup_id: Option<String>,
     pub(crate) sequence_number: Option<String>,
@@ -26,13 +27,15 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn new(queue: &str, message: ReceivedMessage) -> Self {
+    /// The delivery of a received message from `queue`. The system attributes it keeps are moved
+    /// out of the message, not copied.
+    pub(crate) fn new(queue: &Arc<str>, mut message: ReceivedMessage) -> Self {
         let mut headers: BTreeMap<String, String> = message
             .message_attributes
             .iter()
             .filter_map(|(name, value)| Some((name.clone(), value.string_value.clone()?)))
             .collect();
-        let group_id = message.group_id().map(str::to_owned);
+        let group_id = message.attributes.remove("MessageGroupId");
         if let Some(group) = &group_id {
             // A delivery carries its group where a publisher may have put it.
             headers
@@ -41,18 +44,18 @@ impl Delivery {
         }
         Self {
             receive_count: message.receive_count().unwrap_or(1),
-            sequence_number: message.sequence_number().map(str::to_owned),
-            dedup_id: message.dedup_id().map(str::to_owned),
             sent_at: message
                 .attributes
                 .get("SentTimestamp")
                 .and_then(|ms| ms.parse::<u64>().ok())
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            sequence_number: message.attributes.remove("SequenceNumber"),
+            dedup_id: message.attributes.remove("MessageDeduplicationId"),
             group_id,
             headers,
             message_id: message.message_id,
             body: message.body,
-            queue: queue.to_owned(),
+            queue: queue.clone(),
             attributes: message.message_attributes,
         }
     }

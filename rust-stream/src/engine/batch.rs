@@ -759,7 +759,7 @@ impl<A: Action> Flush<A> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Mutex;
 
     use super::*;
@@ -771,13 +771,16 @@ mod tests {
 
     const KIB: usize = 1024;
 
+    /// A recorded visibility change: the receipt handle and the timeout.
+    type VisibilityChange = (String, i32);
+
     /// The account, recording the bodies of each `SendMessageBatch` call.
     #[derive(Clone, Default)]
-    struct Recorder {
-        account: Account,
+    pub(crate) struct Recorder {
+        pub(crate) account: Account,
         sends: Arc<Mutex<Vec<Vec<String>>>>,
         /// How long each send call takes, as a network round trip would.
-        round_trip: Duration,
+        pub(crate) round_trip: Duration,
         /// Until then every send call fails as the network would: stored, but its answer lost.
         lost_answers_until: Option<Instant>,
         /// The deduplication ids of each send call.
@@ -789,11 +792,12 @@ mod tests {
         /// Every visibility change is applied, then its answer is lost.
         lose_visibility_answers: bool,
         /// The receipt handle and timeout of each visibility change, per call.
-        visibility_changes: Arc<Mutex<Vec<Vec<(String, i32)>>>>,
+        visibility_changes: Arc<Mutex<Vec<Vec<VisibilityChange>>>>,
     }
 
     impl Recorder {
-        fn calls(&self) -> Vec<Vec<String>> {
+        /// The bodies of each `SendMessageBatch` call, in the order made.
+        pub(crate) fn calls(&self) -> Vec<Vec<String>> {
             self.sends.lock().unwrap().clone()
         }
     }

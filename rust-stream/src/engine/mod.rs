@@ -157,6 +157,8 @@ async fn stop_all(consumers: Vec<Arc<Consumer>>, timeout: Duration) {
 pub(crate) struct Consumer {
     pub(crate) core: Arc<BrokerCore>,
     pub(crate) queue: SqsQueue,
+    /// The queue's name, shared by every delivery.
+    pub(crate) queue_name: Arc<str>,
     pub(crate) url: String,
     pub(crate) fifo: bool,
     /// The visibility timeout of received messages: configured, or the queue's own.
@@ -287,6 +289,7 @@ impl Consumer {
             tasks: TaskTracker::new(),
             heartbeat: Mutex::new(None),
             url,
+            queue_name: Arc::from(queue.name.as_str()),
             queue,
         });
         for _ in 0..consumer.queue.consumer.pollers {

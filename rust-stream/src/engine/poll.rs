@@ -22,6 +22,16 @@ use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
 use crate::retry::backoff;
 use crate::sqs::rules::ErrorKind;
 
+/// The system attributes a delivery reads (`Delivery::new`, the message-age metric); asking for
+/// `All` would have each message carry the rest too, built and copied for nobody.
+const READ_ATTRIBUTES: [&str; 5] = [
+    "ApproximateReceiveCount",
+    "SentTimestamp",
+    "MessageGroupId",
+    "MessageDeduplicationId",
+    "SequenceNumber",
+];
+
 /// How long the messages of one receive may run in the poller's task (on a standard queue) before
 /// the rest get tasks of their own.
 const INLINE_BUDGET: Duration = Duration::from_micros(200);
@@ -47,7 +57,8 @@ impl Consumer {
             // whatever the queue's default is now.
             let mut request = ReceiveMessage::new(batch_size as i32)
                 .wait_time_seconds(wait.as_secs() as i32)
-                .visibility_timeout(self.visibility.as_secs() as i32);
+                .visibility_timeout(self.visibility.as_secs() as i32)
+                .system_attribute_names(READ_ATTRIBUTES);
             if self.fifo {
                 // A receive the SDK retries after a lost answer then gets the same messages back,
                 // instead of leaving them (and their groups) invisible for a visibility timeout.
@@ -164,7 +175,7 @@ impl Consumer {
                 continue;
             };
             let held = Held {
-                delivery: Arc::new(Delivery::new(&self.queue.name, message)),
+                delivery: Arc::new(Delivery::new(&self.queue_name, message)),
                 lease,
                 _room: permit,
                 span: tracing::Span::none(),

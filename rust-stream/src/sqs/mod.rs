@@ -187,8 +187,10 @@ impl SqsBroker {
         self.core.calls.snapshot()
     }
 
-    /// How long the first entry of a batched call waits for company (default 5 ms). Applies to
-    /// batchers the broker starts from now on; set it before the app runs.
+    /// How long the first entry of a batched call waits for company (default 5 ms): a standard
+    /// queue's sends and deletes. A FIFO queue's sends never wait it: each of its in-order
+    /// batchers sends at once when its call is free, and gathers while the call is out. Applies
+    /// to batchers the broker starts from now on; set it before the app runs.
     #[must_use]
     pub fn batch_linger(self, linger: Duration) -> Self {
         self.core.linger_nanos.store(
@@ -339,10 +341,11 @@ impl BrokerCore {
         Duration::from_nanos(self.linger_nanos.load(Ordering::Relaxed))
     }
 
-    fn settings(&self, in_order: bool) -> BatchSettings {
+    /// Batchers whose calls may go out in any order: each call's first entry waits the linger.
+    fn settings(&self) -> BatchSettings {
         BatchSettings {
             linger: self.linger(),
-            max_in_flight: if in_order { 1 } else { PARALLEL_CALLS },
+            max_in_flight: PARALLEL_CALLS,
         }
     }
 
@@ -613,9 +616,9 @@ impl BrokerCore {
             .or_insert_with(|| {
                 let transport = self.transport.clone();
                 if fifo {
-                    send::Sender::fifo(transport, url, self.settings(true), send::FIFO_SEND_SHARDS)
+                    send::Sender::fifo(transport, url, send::FIFO_SEND_SHARDS)
                 } else {
-                    send::Sender::standard(transport, url, self.settings(false))
+                    send::Sender::standard(transport, url, self.settings())
                 }
             })
             .clone()
@@ -624,7 +627,7 @@ impl BrokerCore {
     /// A standard queue's deleter: deletes nobody waits for wait out the linger and go out up to
     /// 10 a call, several calls at once.
     pub(crate) fn deleter(&self, url: &str) -> Batcher<batch::DeleteBatch> {
-        self.batcher(url, self.settings(false), |batchers| &mut batchers.delete)
+        self.batcher(url, self.settings(), |batchers| &mut batchers.delete)
     }
 
     /// A FIFO subscription's own deleter. Its lanes each wait for their delete before going on,
@@ -662,9 +665,7 @@ impl BrokerCore {
     }
 
     pub(crate) fn visibility_batcher(&self, url: &str) -> Batcher<batch::VisibilityBatch> {
-        self.batcher(url, self.settings(false), |batchers| {
-            &mut batchers.visibility
-        })
+        self.batcher(url, self.settings(), |batchers| &mut batchers.visibility)
     }
 }
 

@@ -157,7 +157,7 @@ impl TestContext {
     /// The context, owning the message and the state.
     pub fn build(self) -> Context<'static> {
         // The engine's own reading of a received message, so a test sees what a handler would.
-        let mut delivery = Delivery::new(&self.queue, self.message);
+        let mut delivery = Delivery::new(&self.queue.as_str().into(), self.message);
         delivery.sent_at = self.sent_at;
         Context::owned(delivery, self.states)
     }
