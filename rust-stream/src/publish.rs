@@ -14,8 +14,9 @@
 //! On a FIFO queue a message's group is its `group_id` step, else its [`PARTITION_KEY_HEADER`]
 //! header, else `"default"`; its deduplication id is its `dedup_id` step, else a new UUID (unique
 //! across processes), unless the queue was declared with content-based deduplication. Sends are
-//! batched (up to 10 messages and 1 MiB per `SendMessageBatch`, after a short linger) without
-//! reordering a queue's messages, and every rule SQS would check is checked before the network,
+//! batched (up to 10 messages and 1 MiB per `SendMessageBatch`: on a standard queue after a short
+//! linger, on a FIFO queue with whatever arrived while the group's previous call was out) without
+//! reordering a group's messages, and every rule SQS would check is checked before the network,
 //! the queue's own `MaximumMessageSize` included. With the `opentelemetry` feature every send also
 //! carries the W3C trace context of the span it was made in, where the message has room for it
 //! ([`propagation`](crate::propagation)).
