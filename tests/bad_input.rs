@@ -85,6 +85,70 @@ async fn valid_input_at_the_closed_port_fails_to_connect() {
 mod configuration {
     use super::*;
 
+    /// A long poll no shorter than the SQS client's attempt timeout would be cut every time, so
+    /// the start is refused before any call. The in-process account bounds no attempt, so this
+    /// row is the aws transport's alone; a wait a second shorter starts (and fails to connect).
+    #[tokio::test]
+    async fn wait_not_shorter_than_the_attempt_timeout() {
+        let broker_with = |attempt_timeout| async move {
+            SqsBroker::aws()
+                .endpoint("http://127.0.0.1:9")
+                .region("us-east-1")
+                .test_credentials()
+                .attempt_timeout(attempt_timeout)
+                .connect()
+                .await
+                .expect("a complete configuration")
+        };
+        let start = |broker: SqsBroker, wait| async move {
+            let (handler, _) = Scripted::new(|_, _| Ok(()));
+            RustStream::new(AppInfo::new("bad-input", "0"))
+                .with_broker(broker, |b| {
+                    b.include(subscriber(SqsQueue::new("orders").wait(wait), handler).build());
+                })
+                .run_until(std::future::pending())
+                .await
+                .unwrap_err()
+        };
+
+        let broker = broker_with(Duration::from_secs(5)).await;
+        let error = start(broker.clone(), Duration::from_secs(5)).await;
+        let RunError::Config(ConfigErrors(problems)) = &error else {
+            panic!("expected a configuration error, got: {error}")
+        };
+        assert!(
+            matches!(
+                problems.as_slice(),
+                [ConfigError::WaitPastAttemptTimeout { .. }]
+            ),
+            "{problems:#?}"
+        );
+        let text = problems[0].to_string();
+        for needle in [
+            "wait 5s",
+            "attempt timeout 5s",
+            "`.wait(..)`",
+            "`attempt_timeout(..)`",
+        ] {
+            assert!(text.contains(needle), "`{needle}` missing in: {text}");
+        }
+        assert_eq!(
+            broker.api_calls(),
+            ApiCalls::default(),
+            "refused before any SQS call"
+        );
+
+        let error = start(
+            broker_with(Duration::from_secs(5)).await,
+            Duration::from_secs(4),
+        )
+        .await;
+        assert!(
+            !matches!(error, RunError::Config(_)) && error.to_string().contains("SQS unreachable"),
+            "a wait under the attempt timeout starts, and fails to connect: {error}"
+        );
+    }
+
     /// Starts an app subscribed to `queue` on each broker and asserts the start fails with exactly
     /// one problem, `expected`, saying `says`, before any SQS call.
     async fn refused_at_start<T: Transport>(

@@ -701,6 +701,10 @@ pub mod recording {
         fn abandoned_receive_takes_nothing(&self) -> bool {
             self.inner.abandoned_receive_takes_nothing()
         }
+
+        fn attempt_timeout(&self) -> Option<std::time::Duration> {
+            self.inner.attempt_timeout()
+        }
     }
 }
 

@@ -214,4 +214,8 @@ impl<T: Transport> Transport for Metered<T> {
     fn abandoned_receive_takes_nothing(&self) -> bool {
         self.inner.abandoned_receive_takes_nothing()
     }
+
+    fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        self.inner.attempt_timeout()
+    }
 }

@@ -85,8 +85,17 @@ pub(crate) async fn run(
 ) -> Result<(), RunError> {
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
+    let attempt_timeout = core.transport.attempt_timeout();
     for subscriber in &subscribers {
         subscriber.queue.problems(&mut problems);
+        let wait = subscriber.queue.consumer.wait;
+        if let Some(attempt_timeout) = attempt_timeout.filter(|timeout| wait >= *timeout) {
+            problems.push(ConfigError::WaitPastAttemptTimeout {
+                queue: subscriber.queue.name.clone(),
+                wait,
+                attempt_timeout,
+            });
+        }
         for requirement in &subscriber.requirements {
             if !app.states().contains(requirement.type_id) {
                 problems.push(ConfigError::MissingState {

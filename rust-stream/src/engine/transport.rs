@@ -75,6 +75,12 @@ pub trait Transport: Send + Sync + 'static {
     fn abandoned_receive_takes_nothing(&self) -> bool {
         false
     }
+
+    /// The longest one attempt of a call may take before it is given up, if the transport bounds
+    /// it: a subscription's long poll must be shorter, or every receive is cut and retried.
+    fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A boxed, sendable future: what a trait object's async method returns.
@@ -115,6 +121,7 @@ pub(crate) trait DynTransport: Send + Sync + 'static {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
     fn abandoned_receive_takes_nothing(&self) -> bool;
+    fn attempt_timeout(&self) -> Option<std::time::Duration>;
 }
 
 impl<T: Transport> DynTransport for T {
@@ -167,6 +174,9 @@ impl<T: Transport> DynTransport for T {
     }
     fn abandoned_receive_takes_nothing(&self) -> bool {
         Transport::abandoned_receive_takes_nothing(self)
+    }
+    fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        Transport::attempt_timeout(self)
     }
 }
 

@@ -129,7 +129,9 @@ impl AwsBrokerBuilder {
     /// How long one attempt of an SQS call may take before it is abandoned and retried (default
     /// 30 s): a connection that stalls (a dead peer, a firewall that drops packets) holds a call
     /// no longer than this. Keep it longer than the longest long poll a subscription asks for
-    /// (its `wait`, at most 20 s), or every long poll is cut short and retried.
+    /// (its `wait`, at most 20 s): an app with a subscription whose wait is not shorter is refused
+    /// at start ([`ConfigError::WaitPastAttemptTimeout`](crate::ConfigError::WaitPastAttemptTimeout)),
+    /// since every long poll would be cut short and retried.
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = Some(timeout);
         self
@@ -436,6 +438,13 @@ fn is_fifo_url(url: &str) -> bool {
 }
 
 impl Transport for AwsTransport {
+    fn attempt_timeout(&self) -> Option<Duration> {
+        self.client
+            .config()
+            .timeout_config()
+            .and_then(|timeouts| timeouts.operation_attempt_timeout())
+    }
+
     async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
         rules::check_queue_name(name)?;
         let output = self

@@ -315,6 +315,17 @@ pub enum ConfigError {
         /// The wait given.
         got: Duration,
     },
+    /// The long-poll wait is not shorter than the transport's bound on one call attempt, so every
+    /// receive would be cut and retried.
+    #[error("queue `{queue}`: wait {wait:?} is not shorter than the SQS client's attempt timeout {attempt_timeout:?}, so every long poll would be cut and retried; lower `.wait(..)` or raise `attempt_timeout(..)`")]
+    WaitPastAttemptTimeout {
+        /// The queue.
+        queue: String,
+        /// The wait given.
+        wait: Duration,
+        /// The transport's attempt timeout.
+        attempt_timeout: Duration,
+    },
     /// The visibility timeout is outside 1 s..=12 h, or not a whole number of seconds.
     #[error("queue `{queue}`: visibility timeout {got:?} is not a whole number of seconds within 1 s..=12 h; change `.visibility_timeout(..)`")]
     VisibilityTimeout {
