@@ -378,6 +378,42 @@ fn stopped() -> TransportError {
     )
 }
 
+/// The jobs gathered for one call, and what they take of its limits.
+struct Gathering<A: Action> {
+    jobs: Vec<Job<A>>,
+    count: usize,
+    size: usize,
+}
+
+impl<A: Action> Gathering<A> {
+    fn new(first: Job<A>) -> Self {
+        Self {
+            count: first.entries.len(),
+            size: first.size,
+            jobs: vec![first],
+        }
+    }
+
+    /// Whether the call takes nothing more: 10 entries, or the payload limit.
+    fn is_full(&self) -> bool {
+        self.count >= MAX_BATCH_ENTRIES || self.size >= MAX_BATCH_PAYLOAD_SIZE
+    }
+
+    /// Adds `job` if it fits; a job is never split across calls, so one that does not fit is
+    /// handed back to start the next.
+    fn take(&mut self, job: Job<A>) -> Result<(), Job<A>> {
+        if self.count + job.entries.len() > MAX_BATCH_ENTRIES
+            || self.size + job.size > MAX_BATCH_PAYLOAD_SIZE
+        {
+            return Err(job);
+        }
+        self.count += job.entries.len();
+        self.size += job.size;
+        self.jobs.push(job);
+        Ok(())
+    }
+}
+
 /// Gathers jobs into calls until every handle is gone.
 async fn gather<A: Action>(
     transport: SharedTransport,
@@ -404,13 +440,11 @@ async fn gather<A: Action>(
         } else {
             None
         };
-        let mut count = first.entries.len();
-        let mut size = first.size;
         // An eager job takes only what is queued already, as without a linger.
         let mut eager = first.eager;
-        let mut batch = vec![first];
+        let mut call = Gathering::new(first);
         let deadline = Instant::now() + settings.linger;
-        while count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
+        while !call.is_full() {
             let job = if early_permit.is_some() || eager {
                 match receiver.try_recv() {
                     Ok(job) => Some(job),
@@ -425,23 +459,17 @@ async fn gather<A: Action>(
                 }
             };
             match job {
-                // A job is never split across calls, so one that does not fit starts the next.
-                Some(job)
-                    if count + job.entries.len() > MAX_BATCH_ENTRIES
-                        || size + job.size > MAX_BATCH_PAYLOAD_SIZE =>
-                {
-                    left_over = Some(job);
-                    break;
-                }
                 Some(job) => {
-                    count += job.entries.len();
-                    size += job.size;
                     eager |= job.eager;
-                    batch.push(job);
+                    if let Err(job) = call.take(job) {
+                        left_over = Some(job);
+                        break;
+                    }
                 }
                 None => break,
             }
         }
+        let batch = call.jobs;
         let permit = match early_permit {
             Some(permit) => permit,
             None => calls
@@ -489,13 +517,11 @@ async fn gather_with_company<A: Action>(
                 None => break,
             },
         };
-        let mut count = first.entries.len();
-        let mut size = first.size;
-        let mut batch = vec![first];
+        let mut call = Gathering::new(first);
         let mut waited = None;
         let mut wait_over = false;
         loop {
-            if count >= MAX_BATCH_ENTRIES || size >= MAX_BATCH_PAYLOAD_SIZE || !open {
+            if call.is_full() || !open {
                 break;
             }
             let job = match receiver.try_recv() {
@@ -508,7 +534,7 @@ async fn gather_with_company<A: Action>(
                     left.as_mut().enable();
                     let idle = calls.available_permits() == max_in_flight;
                     let coming = !wait_over
-                        && (company.callers)() > in_flight.load(Ordering::Acquire) + count;
+                        && (company.callers)() > in_flight.load(Ordering::Acquire) + call.count;
                     if idle && !coming {
                         break;
                     }
@@ -531,22 +557,19 @@ async fn gather_with_company<A: Action>(
                 }
             };
             match job {
-                // A job is never split across calls, so one that does not fit starts the next.
-                Some(job)
-                    if count + job.entries.len() > MAX_BATCH_ENTRIES
-                        || size + job.size > MAX_BATCH_PAYLOAD_SIZE =>
-                {
-                    left_over = Some(job);
-                    break;
-                }
                 Some(job) => {
-                    count += job.entries.len();
-                    size += job.size;
-                    batch.push(job);
+                    if let Err(job) = call.take(job) {
+                        left_over = Some(job);
+                        break;
+                    }
                 }
                 None => open = false,
             }
         }
+        let full = call.is_full();
+        let Gathering {
+            jobs: batch, count, ..
+        } = call;
         let permit = calls
             .clone()
             .acquire_owned()
@@ -555,7 +578,7 @@ async fn gather_with_company<A: Action>(
         in_flight.fetch_add(count, Ordering::AcqRel);
         let flush = Flush::new(transport.clone(), queue_url.clone(), batch);
         let first_try = flush.try_first(permit, in_flight.clone(), count);
-        if count < MAX_BATCH_ENTRIES && size < MAX_BATCH_PAYLOAD_SIZE {
+        if !full {
             // A call that is not full goes when no other is in flight, so this task has nothing
             // to send meanwhile: it makes the first try itself, without a task of its own.
             first_try.await;
