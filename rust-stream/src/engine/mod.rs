@@ -87,9 +87,16 @@ pub(crate) async fn run(
     let mut seen = HashSet::new();
     let attempt_timeout = core.transport.attempt_timeout();
     for subscriber in &subscribers {
+        let before = problems.len();
         subscriber.queue.problems(&mut problems);
+        // A wait refused on its own is one problem, not two.
+        let wait_refused = problems[before..]
+            .iter()
+            .any(|problem| matches!(problem, ConfigError::Wait { .. }));
         let wait = subscriber.queue.consumer.wait;
-        if let Some(attempt_timeout) = attempt_timeout.filter(|timeout| wait >= *timeout) {
+        if let Some(attempt_timeout) =
+            attempt_timeout.filter(|timeout| !wait_refused && wait >= *timeout)
+        {
             problems.push(ConfigError::WaitPastAttemptTimeout {
                 queue: subscriber.queue.name.clone(),
                 wait,
