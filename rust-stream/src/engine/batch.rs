@@ -933,6 +933,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// A visibility batcher over `recorder`, for a new queue `name`, sending at once.
+    async fn visibility_batcher(recorder: &Recorder, name: &str) -> Batcher<VisibilityBatch> {
+        let url = recorder
+            .create_queue(name, QueueAttributes::default())
+            .await
+            .unwrap();
+        let settings = BatchSettings {
+            linger: Duration::ZERO,
+            max_in_flight: 1,
+        };
+        Batcher::spawn(Arc::new(recorder.clone()), url, settings)
+    }
+
     /// A lease on a message whose receipt handle (and id) is `handle`.
     fn lease(leases: &Leases, handle: &str) -> Arc<Lease> {
         leases.open(
@@ -1266,16 +1279,7 @@ pub(crate) mod tests {
             lose_visibility_answers: true,
             ..Recorder::default()
         };
-        let url = recorder
-            .create_queue("releases", QueueAttributes::default())
-            .await
-            .unwrap();
-        let shared: SharedTransport = Arc::new(recorder.clone());
-        let settings = BatchSettings {
-            linger: Duration::ZERO,
-            max_in_flight: 1,
-        };
-        let visibility = Batcher::<VisibilityBatch>::spawn(shared, url, settings);
+        let visibility = visibility_batcher(&recorder, "releases").await;
         let leases = Leases::default();
         let lease = |handle: &str| lease(&leases, handle);
 
@@ -1304,16 +1308,7 @@ pub(crate) mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lease_whose_visibility_ended_is_never_changed_again() {
         let recorder = Recorder::default();
-        let url = recorder
-            .create_queue("lapsed", QueueAttributes::default())
-            .await
-            .unwrap();
-        let shared: SharedTransport = Arc::new(recorder.clone());
-        let settings = BatchSettings {
-            linger: Duration::ZERO,
-            max_in_flight: 1,
-        };
-        let visibility = Batcher::<VisibilityBatch>::spawn(shared, url, settings);
+        let visibility = visibility_batcher(&recorder, "lapsed").await;
         let leases = Leases::default();
         let lapsing = leases.open("lapsing".into(), "lapsing".into(), Duration::from_secs(5));
         let fresh = leases.open("fresh".into(), "fresh".into(), Duration::from_secs(30));
