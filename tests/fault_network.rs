@@ -157,6 +157,14 @@ struct Period {
     recovered_in: Duration,
 }
 
+/// An SQS client configuration that talks to LocalStack through the fault proxy.
+fn through(proxy: &Proxy) -> rust_stream::sqs::aws::AwsBrokerBuilder {
+    SqsBroker::aws()
+        .endpoint(proxy.url())
+        .region("us-east-1")
+        .test_credentials()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_rides_out_network_faults_without_loss_duplicates_or_reordering() {
     let Some(endpoint) = live_endpoint("fault_network (network faults through a proxy)") else {
@@ -165,10 +173,7 @@ async fn the_service_rides_out_network_faults_without_loss_duplicates_or_reorder
     // Queues are looked at directly, past the proxy.
     let direct = Backend::live().await.expect("the live endpoint is named");
     let proxy = Proxy::start(&endpoint).await;
-    let broker = SqsBroker::aws()
-        .endpoint(proxy.url())
-        .region("us-east-1")
-        .test_credentials()
+    let broker = through(&proxy)
         .attempt_timeout(ATTEMPT_TIMEOUT)
         .connect()
         .await
@@ -545,10 +550,7 @@ async fn the_sdk_does_not_repeat_a_visibility_change_itself() {
     };
     let direct = Backend::live().await.expect("the live endpoint is named");
     let proxy = Proxy::start(&endpoint).await;
-    let transport = SqsBroker::aws()
-        .endpoint(proxy.url())
-        .region("us-east-1")
-        .test_credentials()
+    let transport = through(&proxy)
         .transport()
         .await
         .expect("a complete configuration");
