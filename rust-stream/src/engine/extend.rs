@@ -147,13 +147,12 @@ impl Leases {
             received_at: now,
             settled: AtomicBool::new(false),
             orphaned: AtomicBool::new(false),
-            visible_for_ns: AtomicU64::new(
-                u64::try_from(visibility.as_nanos()).unwrap_or(u64::MAX),
-            ),
+            visible_for_ns: AtomicU64::new(0),
             lapse_margin: lapse_margin(visibility),
             lapse_told: AtomicBool::new(false),
             state: tokio::sync::Mutex::new(LeaseState { capped: false }),
         });
+        lease.set_visible_at(now + visibility);
         let mut held = self.lock();
         held.insert(lease.id, lease.clone());
         self.count(&held);
