@@ -385,9 +385,48 @@ async fn each_group_is_handled_in_order_one_message_at_a_time_while_groups_run_i
     );
 }
 
+/// A receive hands out a run of one group's messages, so a consumer whose room were counted in
+/// messages would hold two or three groups and leave most handler slots idle: room is counted in
+/// groups, and with a backlog of 20 in each of 10 groups, all 10 run at once on concurrency 10.
+#[tokio::test(start_paused = true)]
+async fn groups_with_a_backlog_fill_every_handler_slot() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new(QUEUE).create_if_missing();
+    let publisher = broker.publisher(queue.clone());
+    let groups: Vec<String> = (0..10).map(|g| format!("g{g}")).collect();
+    for n in 1..=20 {
+        send_jobs(&publisher, groups.iter().map(|g| Job::new(g, n))).await;
+    }
+    let (handler, record) = probe(|_, _| (Duration::from_millis(100), Step::Ack));
+    let running = start(&broker, subscriber(queue, handler).concurrency(10).build()).await;
+    eventually("200 jobs acked", async || {
+        lock(&record).acked().len() == 200
+    })
+    .await;
+    running.stop().await.unwrap();
+
+    let record = take(&record);
+    assert_eq!(
+        record.max_groups_at_once, 10,
+        "every handler slot runs a group while ten groups wait"
+    );
+    assert_eq!(
+        record.max_in_one_group, 1,
+        "two calls of one group overlapped"
+    );
+    for g in &groups {
+        assert_eq!(
+            record.calls(g),
+            (1..=20).map(|n| (n, 1)).collect::<Vec<_>>(),
+            "group {g} is handled once each, in the order sent"
+        );
+    }
+}
+
 /// Lanes whose deletes one call confirmed go on in step, and their next deletes share the next
-/// call: the deletes of four groups held at once take about a quarter of a call each, where one
-/// call per delete would be 100, while every group is still handled in order. On two threads in
+/// call: ten groups held at once (20 messages each) take about a tenth of a call per delete, where
+/// a call per delete would be 200, while every group is still handled in order. On two threads in
 /// real time, where lanes drift apart unless the deleter keeps them in step (on one thread they
 /// never drift).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,17 +435,15 @@ async fn the_deletes_of_groups_handled_in_step_share_calls_and_each_group_stays_
     let broker = SqsBroker::with_account(&account);
     let queue = SqsQueue::new(QUEUE).create_if_missing();
     let publisher = broker.publisher(queue.clone());
-    let groups: Vec<String> = (0..20).map(|g| format!("g{g}")).collect();
-    for n in 1..=5 {
+    let groups: Vec<String> = (0..10).map(|g| format!("g{g}")).collect();
+    for n in 1..=20 {
         send_jobs(&publisher, groups.iter().map(|g| Job::new(g, n))).await;
     }
-    // A receive takes a group's 5 messages together, so the capacity of 20 (concurrency 10 and
-    // one batch of 10) holds four groups at a time.
     let (handler, record) = probe(|_, _| (Duration::ZERO, Step::Ack));
     let before = broker.api_calls();
     let running = start(&broker, subscriber(queue, handler).build()).await;
-    eventually("100 jobs acked", async || {
-        lock(&record).acked().len() == 100
+    eventually("200 jobs acked", async || {
+        lock(&record).acked().len() == 200
     })
     .await;
     until("every delete answered", async || {
@@ -417,14 +454,14 @@ async fn the_deletes_of_groups_handled_in_step_share_calls_and_each_group_stays_
 
     let deletes = (broker.api_calls() - before).delete_message_batch;
     assert!(
-        (10..=40).contains(&deletes),
-        "{deletes} delete calls for 100 messages of four groups at a time"
+        (20..=50).contains(&deletes),
+        "{deletes} delete calls for 200 messages of ten groups at a time"
     );
     let record = take(&record);
     for g in &groups {
         assert_eq!(
             record.calls(g),
-            (1..=5).map(|n| (n, 1)).collect::<Vec<_>>(),
+            (1..=20).map(|n| (n, 1)).collect::<Vec<_>>(),
             "group {g} is handled once each, in the order sent"
         );
     }

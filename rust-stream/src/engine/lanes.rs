@@ -27,7 +27,8 @@ pub(crate) struct Lanes {
 }
 
 /// How many lanes run and are not resting (waiting out a retry delay): what the deleter reads to
-/// know how many deletes may come at once; `left` tells it when that number falls.
+/// know how many deletes may come at once, and the pollers to know whether to take new groups;
+/// `left` tells them when that number falls.
 #[derive(Debug, Default)]
 pub(crate) struct LaneCounts {
     running: AtomicUsize,
@@ -40,6 +41,22 @@ impl LaneCounts {
     pub(crate) fn active(&self) -> usize {
         let resting = self.resting.load(Ordering::Acquire);
         self.running.load(Ordering::Acquire).saturating_sub(resting)
+    }
+
+    /// Returns once fewer than `limit` lanes are active: a FIFO poller receives only while a group
+    /// it brings would find a handler slot soon, so the consumer holds about as many groups as it
+    /// runs, not groups that wait for a slot while other consumers could have them.
+    pub(crate) async fn below(&self, limit: usize) {
+        loop {
+            // Made before the count is read, so a lane ending after the read still wakes us.
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if self.active() < limit {
+                return;
+            }
+            left.await;
+        }
     }
 
     /// Counts a lane as resting until the guard is dropped.

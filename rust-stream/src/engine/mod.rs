@@ -4,8 +4,10 @@
 //! # A message's path
 //!
 //! 1. **Receive** (the pollers): each poller takes room for one batch from the subscription's
-//!    *capacity* (concurrency plus one batch per poller, so the consumer never holds more),
-//!    long-polls, and opens a lease per message.
+//!    *capacity* (one batch per poller beyond what the handlers work through: a message per
+//!    handler slot, on FIFO a batch per slot, as a slot there works through a group's run), and on
+//!    FIFO waits until fewer groups run than the concurrency; then it long-polls and opens a lease
+//!    per message.
 //! 2. **Dispatch**: on a standard queue each message waits for a handler slot; on a FIFO queue
 //!    it joins its group's *lane*, which runs one message at a time in sequence order, while
 //!    lanes of different groups run in parallel. Decoding and the handler run in the message's task behind a
@@ -70,7 +72,7 @@ use crate::health::SubscriptionProbe;
 use crate::metrics::SubscriptionMetrics;
 use crate::publish::Publisher;
 use crate::retry::Retries;
-use crate::sqs::queue::{ConfigError, ConfigErrors};
+use crate::sqs::queue::{ConfigError, ConfigErrors, ConsumerSettings};
 use crate::sqs::rules::{self, QueueAttribute, RedrivePolicy};
 use crate::sqs::{BrokerCore, SqsQueue};
 use crate::state::States;
@@ -188,7 +190,7 @@ pub(crate) struct Consumer {
     pub(crate) deleter: batch::Batcher<batch::DeleteBatch>,
     pub(crate) visibility_batcher: batch::Batcher<batch::VisibilityBatch>,
     pub(crate) leases: Leases,
-    /// Room for held messages: concurrency plus one batch per poller.
+    /// Room for held messages; see [`capacity`].
     pub(crate) capacity: Arc<Semaphore>,
     /// Handler slots.
     pub(crate) running: Arc<Semaphore>,
@@ -205,6 +207,16 @@ pub(crate) struct Consumer {
     pub(crate) metrics: SubscriptionMetrics,
     tasks: TaskTracker,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// How many messages a consumer holds at most: one batch per poller beyond what its handlers work
+/// through. A standard queue's handlers take a message each; a FIFO queue's take a lane each, and a
+/// receive hands out a run of one group's messages (up to a batch), so there each handler slot has
+/// room for a batch. Counting FIFO room in messages would hold two or three groups at a time and
+/// leave the other handler slots idle (and a delete call per message or two).
+fn capacity(settings: &ConsumerSettings, fifo: bool) -> usize {
+    let per_slot = if fifo { settings.batch_size } else { 1 };
+    settings.concurrency * per_slot + settings.pollers * settings.batch_size
 }
 
 impl std::fmt::Debug for Consumer {
@@ -292,9 +304,7 @@ impl Consumer {
             deleter,
             visibility_batcher: core.visibility_batcher(&url),
             leases: Leases::counted_by(metrics.held.clone()),
-            capacity: Arc::new(Semaphore::new(
-                settings.concurrency + settings.pollers * settings.batch_size,
-            )),
+            capacity: Arc::new(Semaphore::new(capacity(settings, queue.is_fifo()))),
             running: Arc::new(Semaphore::new(settings.concurrency)),
             lanes,
             stopping: CancellationToken::new(),

@@ -1,8 +1,11 @@
 //! Pollers: long-poll the queue and feed the pipeline, never holding more messages than the
-//! subscription's capacity (concurrency plus one receive batch per poller).
+//! subscription's capacity ([`capacity`](super::capacity)).
 //!
 //! A poller takes room for a whole batch before it receives and hands back what the receive did
 //! not fill, so a full pipeline stops receiving instead of piling up messages that would time out.
+//! On a FIFO queue it also waits until fewer lanes are active than the concurrency: there a
+//! receive brings runs of a group's messages, which wait in its lane, so room is counted in groups
+//! (a batch per handler slot) and what is received is what can run.
 //! A failed receive backs off with jitter, from 1 s to 30 s, and so does an empty short poll
 //! (`wait` of 0); neither loops tight.
 //!
@@ -53,6 +56,15 @@ impl Consumer {
                     Err(_) => return,
                 },
             };
+            // A FIFO receive may bring up to a batch of new groups: it waits for a lane to
+            // become free, so the groups held are about the groups that can run.
+            if self.fifo {
+                tokio::select! {
+                    biased;
+                    () = self.stopping.cancelled() => return,
+                    () = self.lanes.counts().below(self.queue.consumer.concurrency) => {}
+                }
+            }
             // The effective visibility is always sent, so the held messages' leases match it
             // whatever the queue's default is now.
             let mut request = ReceiveMessage::new(batch_size as i32)

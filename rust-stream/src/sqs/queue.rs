@@ -127,7 +127,9 @@ impl SqsQueue {
     }
 
     /// How many handlers run at once, 1–100,000 (default 10). On a FIFO queue each group still
-    /// runs one message at a time.
+    /// runs one message at a time, so this is how many groups run at once; the consumer holds up to
+    /// a receive batch of each (a receive hands out a run of one group's messages) and receives new
+    /// groups while fewer than this many run.
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.consumer.concurrency = handlers;
         self
@@ -217,8 +219,9 @@ impl SqsQueue {
                 });
             }
         }
-        // Upper bounds keep the consumer's capacity (concurrency plus a batch per poller) far from
-        // overflowing, and a typo such as `usize::MAX` from spawning pollers until memory runs out.
+        // Upper bounds keep the consumer's capacity (a message per handler, a batch per handler on
+        // FIFO, plus a batch per poller) far from overflowing, and a typo such as `usize::MAX` from
+        // spawning pollers until memory runs out.
         if !(1..=MAX_CONCURRENCY).contains(&consumer.concurrency) {
             problems.push(ConfigError::Concurrency {
                 queue: queue(),
