@@ -93,8 +93,7 @@ impl Consumer {
             }
             return;
         }
-        let group = held.delivery.group_id.clone().unwrap_or_default();
-        if self.lanes.join(held, &self.leases) {
+        if let Some(group) = self.lanes.join(held, &self.leases) {
             let consumer = self.clone();
             self.spawn(async move { consumer.run_lane(group).await });
         }

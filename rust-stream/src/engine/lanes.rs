@@ -16,8 +16,9 @@ use tokio::sync::Notify;
 use super::dispatch::Held;
 use super::extend::Leases;
 
-/// A lane's messages, by sequence number, then message id.
-type Pending = BTreeMap<(u128, String), Held>;
+/// A lane's messages, by sequence number (unique in a FIFO queue, and the same for a newer
+/// receive of the message); the message id tells apart messages without one.
+type Pending = BTreeMap<(u128, Option<String>), Held>;
 
 /// The lanes of one FIFO subscription, by group.
 #[derive(Debug, Default)]
@@ -86,22 +87,24 @@ impl Lanes {
         &self.counts
     }
 
-    /// Puts a message in its group's lane; `true` when the lane is new and needs a task.
-    pub(crate) fn join(&self, held: Held, leases: &Leases) -> bool {
-        let group = held.delivery.group_id.clone().unwrap_or_default();
-        let sequence = held
-            .delivery
-            .sequence_number
-            .as_deref()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(u128::MAX);
-        let key = (sequence, held.delivery.message_id.clone());
+    /// Puts a message in its group's lane; the group when the lane is new and needs a task.
+    pub(crate) fn join(&self, held: Held, leases: &Leases) -> Option<String> {
+        let key = match held.delivery.sequence_number.as_deref().map(str::parse) {
+            Some(Ok(sequence)) => (sequence, None),
+            _ => (u128::MAX, Some(held.delivery.message_id.clone())),
+        };
+        let group = held.delivery.group_id.as_deref().unwrap_or_default();
         let mut table = self.lock();
-        let started = !table.contains_key(&group);
-        if started {
-            self.counts.running.fetch_add(1, Ordering::AcqRel);
-        }
-        if let Some(older) = table.entry(group).or_default().insert(key, held) {
+        // The group's name is copied only for a new lane, not for every message of a running one.
+        let (pending, started) = match table.get_mut(group) {
+            Some(pending) => (pending, None),
+            None => {
+                self.counts.running.fetch_add(1, Ordering::AcqRel);
+                let pending = table.entry(group.to_owned()).or_default();
+                (pending, Some(group.to_owned()))
+            }
+        };
+        if let Some(older) = pending.insert(key, held) {
             leases.forget(&older.lease);
         }
         started
