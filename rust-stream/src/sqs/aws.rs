@@ -636,7 +636,7 @@ impl Transport for AwsTransport {
                         .attributes()
                         .into_iter()
                         .flatten()
-                        .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+                        .map(|(name, value)| (name.as_str(), value.as_str()))
                         .collect(),
                     message_attributes: from_sdk_attributes(message.message_attributes()),
                 })
