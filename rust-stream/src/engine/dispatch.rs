@@ -73,8 +73,10 @@ impl Consumer {
             let consumer = self.clone();
             let work = async move {
                 let mut held = held;
+                // Releases are boxed: they are rare here, and their state would make every
+                // message's task larger.
                 let Some(slot) = consumer.slot().await else {
-                    return consumer.release(vec![held], 0).await;
+                    return Box::pin(consumer.release(vec![held], 0)).await;
                 };
                 consumer.open_process_span(&mut held, 1);
                 let verdict = consumer.process(&held).await;
@@ -83,7 +85,7 @@ impl Consumer {
                 // A standard queue retries by a visibility change, never in place.
                 let settled = consumer.settle(held, verdict, 1).instrument(span.clone());
                 if let Next::Again(held, _) = settled.await {
-                    consumer.release(vec![held], 0).instrument(span).await;
+                    Box::pin(consumer.release(vec![held], 0).instrument(span)).await;
                 }
             };
             if inline {

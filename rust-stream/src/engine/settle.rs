@@ -109,18 +109,30 @@ impl Consumer {
         attempt: u32,
     ) -> Next {
         let attempts = retry::attempts(held.delivery.receive_count, attempt);
+        // Every path but a plain ack is boxed: their state (sends, above all) would make the
+        // future of every message's settling, and of the task that runs it, kilobytes larger,
+        // to be allocated and moved for each message; they allocate only when taken.
         match verdict {
-            Verdict::Ack { staged } => match self.publish_staged(staged).await {
-                Ok(()) => {
-                    self.record_settled(&held, Outcome::Acked);
-                    self.delete(held).await
+            Verdict::Ack { staged } => {
+                let published = if staged.is_empty() {
+                    Ok(())
+                } else {
+                    Box::pin(self.publish_staged(staged)).await
+                };
+                match published {
+                    Ok(()) => {
+                        self.record_settled(&held, Outcome::Acked);
+                        self.delete(held).await
+                    }
+                    Err(error) => {
+                        let reason = format!("an output could not be sent: {error}");
+                        Box::pin(self.failed(held, attempts, None, reason)).await
+                    }
                 }
-                Err(error) => {
-                    let reason = format!("an output could not be sent: {error}");
-                    self.failed(held, attempts, None, reason).await
-                }
-            },
-            Verdict::Failed { reason, asked } => self.failed(held, attempts, asked, reason).await,
+            }
+            Verdict::Failed { reason, asked } => {
+                Box::pin(self.failed(held, attempts, asked, reason)).await
+            }
             Verdict::DeadLetter {
                 reason,
                 undecodable,
@@ -130,7 +142,7 @@ impl Consumer {
                 } else {
                     Outcome::DeadLettered
                 };
-                self.dead_letter(held, reason, attempts, outcome).await
+                Box::pin(self.dead_letter(held, reason, attempts, outcome)).await
             }
             Verdict::DeadLetter { reason, .. } => {
                 tracing::error!(
@@ -139,11 +151,11 @@ impl Consumer {
                     "the message should be dead-lettered, but the subscription has no dead-letter queue; \
                      it is retried instead (declare `.dead_letter(..)`)"
                 );
-                self.failed(held, attempts, None, reason).await
+                Box::pin(self.failed(held, attempts, None, reason)).await
             }
             Verdict::Cancelled => {
                 self.record_settled(&held, Outcome::Released);
-                self.release(vec![held], 0).await;
+                Box::pin(self.release(vec![held], 0)).await;
                 Next::StopGroup
             }
         }
