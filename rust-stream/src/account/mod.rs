@@ -633,8 +633,11 @@ impl Account {
         rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
+        let mut result = BatchResult {
+            successful: Vec::with_capacity(entries.len()),
+            failed: Vec::new(),
+        };
         let mut queue = slot.lock_at(now.moment);
-        let mut result = BatchResult::default();
         for entry in entries {
             match queue.delete(&entry.receipt_handle) {
                 Ok(()) => result.successful.push((entry.id, ())),

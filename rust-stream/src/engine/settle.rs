@@ -399,8 +399,8 @@ impl Consumer {
         // Shutdown waits for the answer as it waits for a task.
         let pending = self.tracker_token();
         self.deleter
-            .submit_then(vec![held.lease.clone()], move |answers| {
-                if let Some(Err(error)) = answers.into_iter().next() {
+            .submit_one_then(held.lease.clone(), move |answer| {
+                if let Err(error) = answer {
                     // Not deleted: it comes back after its visibility timeout and is handled again.
                     let _entered = held.span.enter();
                     tracing::warn!(messaging.message.id = %held.lease.message_id, error = %error, "delete failed");
