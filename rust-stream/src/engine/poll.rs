@@ -158,6 +158,7 @@ impl Consumer {
         // taken this long together the rest get tasks, so handlers that compute for long still
         // run in parallel and the next receive is not held up.
         let mut inline_left = INLINE_BUDGET;
+        let deletes = self.gather_deletes(messages.len());
         for mut message in messages {
             // The delivery has no use for the receipt handle: the lease takes it.
             let lease = self.leases.open(
@@ -190,6 +191,7 @@ impl Consumer {
                 inline_left = inline_left.saturating_sub(started.elapsed());
             }
         }
+        drop(deletes);
         if !extra.is_empty() {
             self.release_leases(extra, 0).await;
         }
