@@ -534,10 +534,25 @@ async fn gather<A: Action>(
             flush.await;
             drop(permit);
         } else {
-            tokio::spawn(async move {
+            let flush = async move {
                 flush.await;
                 drop(permit);
-            });
+            };
+            if !receiver.is_empty() {
+                // The next call is waiting to be gathered: this one goes on beside it.
+                tokio::spawn(flush);
+                continue;
+            }
+            // Nothing else to gather: a call answered at once (the in-process account's) is made
+            // and answered here, as a task per call would cost more than the call. One that
+            // waits goes on in a task of its own.
+            let mut flush = Box::pin(flush);
+            if crate::engine::dispatch::poll_once(&mut flush)
+                .await
+                .is_none()
+            {
+                tokio::spawn(flush);
+            }
         }
     }
     // Wait for calls still in flight before the batcher counts as stopped.
