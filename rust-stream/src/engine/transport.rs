@@ -5,6 +5,7 @@
 //! transport answer the same questions in the same words. Nothing here knows which backend is
 //! underneath.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -337,9 +338,10 @@ pub struct ReceiveMessage {
     /// `VisibilityTimeout` for the received messages; `None` takes the queue's.
     pub visibility_timeout: Option<i32>,
     /// System attributes to return (`All`, `ApproximateReceiveCount`, `SequenceNumber`, ...).
-    pub system_attribute_names: Vec<String>,
+    /// Names known when the program is written are borrowed, not copied for each receive.
+    pub system_attribute_names: Vec<Cow<'static, str>>,
     /// Message attributes to return: `All`, `.*`, a `prefix.*`, or exact names.
-    pub message_attribute_names: Vec<String>,
+    pub message_attribute_names: Vec<Cow<'static, str>>,
     /// `ReceiveRequestAttemptId` (FIFO): a retried receive within 5 minutes returns the same messages.
     pub receive_request_attempt_id: Option<String>,
 }
@@ -351,8 +353,8 @@ impl ReceiveMessage {
             max_number_of_messages: max,
             wait_time_seconds: Some(0),
             visibility_timeout: None,
-            system_attribute_names: vec!["All".to_owned()],
-            message_attribute_names: vec!["All".to_owned()],
+            system_attribute_names: vec![Cow::Borrowed("All")],
+            message_attribute_names: vec![Cow::Borrowed("All")],
             receive_request_attempt_id: None,
         }
     }
@@ -376,7 +378,7 @@ impl ReceiveMessage {
     }
 
     /// Return only these system attributes.
-    pub fn system_attribute_names<I: IntoIterator<Item = S>, S: Into<String>>(
+    pub fn system_attribute_names<I: IntoIterator<Item = S>, S: Into<Cow<'static, str>>>(
         mut self,
         names: I,
     ) -> Self {
@@ -385,7 +387,7 @@ impl ReceiveMessage {
     }
 
     /// Return only these message attributes.
-    pub fn message_attribute_names<I: IntoIterator<Item = S>, S: Into<String>>(
+    pub fn message_attribute_names<I: IntoIterator<Item = S>, S: Into<Cow<'static, str>>>(
         mut self,
         names: I,
     ) -> Self {

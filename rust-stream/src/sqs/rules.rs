@@ -553,10 +553,12 @@ pub(crate) const SYSTEM_ATTRIBUTE_NAMES: &[&str] = &[
 ];
 
 /// Checks the system attribute names of a receive.
-pub(crate) fn check_system_attribute_names(names: &[String]) -> Result<(), TransportError> {
+pub(crate) fn check_system_attribute_names(
+    names: &[std::borrow::Cow<'static, str>],
+) -> Result<(), TransportError> {
     match names
         .iter()
-        .find(|n| !SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_str()))
+        .find(|n| !SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_ref()))
     {
         Some(unknown) => fail(
             ErrorKind::InvalidAttributeName,
