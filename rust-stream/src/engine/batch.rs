@@ -221,8 +221,14 @@ enum Reply<A: Action> {
     /// answer is read.
     Then(Box<dyn FnOnce(Answer<A>) + Send>),
     /// As `Then`, with the answers of each of the job's entries, in order.
-    ThenEach(Box<dyn FnOnce(&mut dyn Iterator<Item = Answer<A>>) + Send>),
+    ThenEach(ThenEach<A>),
 }
+
+/// The answers of a job's entries, in order, as a [`Reply::ThenEach`] callback reads them.
+pub(crate) type Answering<'a, A> = dyn Iterator<Item = Answer<A>> + 'a;
+
+/// What a [`Reply::ThenEach`] calls.
+type ThenEach<A> = Box<dyn FnOnce(&mut Answering<'_, A>) + Send>;
 
 impl<A: Action> Reply<A> {
     /// Answers the job with its entries' answers, in order.
@@ -345,7 +351,7 @@ impl<A: Action> Batcher<A> {
     pub(crate) fn submit_then(
         &self,
         entries: Vec<A::Entry>,
-        then: impl FnOnce(&mut dyn Iterator<Item = Answer<A>>) + Send + 'static,
+        then: impl FnOnce(&mut Answering<'_, A>) + Send + 'static,
     ) {
         let count = entries.len();
         let size = entries.iter().map(A::size).sum();

@@ -1,7 +1,7 @@
 //! The seam between the engine and a queue service: wire-neutral requests, responses and errors.
 //!
-//! These types are shaped like the SQS API (names, fields, seconds as integers, attributes as
-//! string maps) so that the in-process [`Account`](crate::account::Account) and the aws-sdk
+//! These types are shaped like the SQS API (names, fields, seconds as integers, attributes read
+//! as maps from names to text) so that the in-process [`Account`](crate::account::Account) and the aws-sdk
 //! transport answer the same questions in the same words. Nothing here knows which backend is
 //! underneath.
 
@@ -577,9 +577,10 @@ impl SystemAttributes {
         }
     }
 
-    /// Whether the attribute is here.
-    pub fn contains_key(&self, name: &str) -> bool {
-        self.get(name).is_some()
+    /// Whether the attribute is here. (Generic over the name's type as a map's is, so that code
+    /// written against the map this type replaced reads the same.)
+    pub fn contains_key<N: AsRef<str> + ?Sized>(&self, name: &N) -> bool {
+        self.get(name.as_ref()).is_some()
     }
 
     /// Sets an attribute to `value`, as a service returned it.
