@@ -247,36 +247,12 @@ impl Consumer {
         );
         let handled = match poll_once(&mut call).await {
             Some(handled) => handled,
-            None => {
-                let timeout = self.queue.consumer.handler_timeout;
-                let timed_out = async {
-                    match timeout {
-                        Some(timeout) => tokio::time::sleep(timeout).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    handled = &mut call => handled,
-                    () = timed_out => {
-                        // Dropped here, so the handler no longer runs once its message is settled.
-                        drop(call);
-                        let timeout = timeout.unwrap_or_default();
-                        let _entered = span.enter();
-                        tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
-                        return Verdict::Failed {
-                            reason: format!("the handler did not finish within its timeout of {timeout:?}"),
-                            asked: None,
-                        };
-                    }
-                    () = self.cancel_handlers.cancelled() => {
-                        // Dropped here, so the handler no longer runs once its message is released.
-                        drop(call);
-                        let _entered = span.enter();
-                        tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
-                        return Verdict::Cancelled;
-                    }
-                }
-            }
+            // Boxed: the wait's state (timers, the shutdown signal) would otherwise make every
+            // message's task larger, while a handler ready at once needs none of it.
+            None => match Box::pin(self.wait_for_handler(call, span)).await {
+                Ok(handled) => handled,
+                Err(verdict) => return verdict,
+            },
         };
         let _entered = span.enter();
         match handled {
@@ -295,6 +271,43 @@ impl Consumer {
                     reason: format!("the handler panicked: {panic}"),
                     asked: None,
                 }
+            }
+        }
+    }
+
+    /// Waits for a handler that was not ready at its first poll, at most its timeout and until
+    /// the shutdown timeout; the verdict when it was cancelled instead.
+    async fn wait_for_handler<F: Future + Unpin>(
+        &self,
+        mut call: F,
+        span: &tracing::Span,
+    ) -> Result<F::Output, Verdict> {
+        let timeout = self.queue.consumer.handler_timeout;
+        let timed_out = async {
+            match timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            handled = &mut call => Ok(handled),
+            () = timed_out => {
+                // Dropped here, so the handler no longer runs once its message is settled.
+                drop(call);
+                let timeout = timeout.unwrap_or_default();
+                let _entered = span.enter();
+                tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
+                Err(Verdict::Failed {
+                    reason: format!("the handler did not finish within its timeout of {timeout:?}"),
+                    asked: None,
+                })
+            }
+            () = self.cancel_handlers.cancelled() => {
+                // Dropped here, so the handler no longer runs once its message is released.
+                drop(call);
+                let _entered = span.enter();
+                tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
+                Err(Verdict::Cancelled)
             }
         }
     }

@@ -86,7 +86,12 @@ impl Lease {
 
     /// Claims the message for settling: `false` when it was already settled (by shutdown, say).
     pub(crate) async fn claim(&self) -> bool {
-        let _extension_done = self.state.lock().await;
+        // Free unless an extension is in flight: then the wait, boxed so that its state does not
+        // make every settling future larger.
+        let _extension_done = match self.state.try_lock() {
+            Ok(free) => free,
+            Err(_) => Box::pin(self.state.lock()).await,
+        };
         !self.settled.swap(true, Ordering::AcqRel)
     }
 
