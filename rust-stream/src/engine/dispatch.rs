@@ -34,7 +34,7 @@ use crate::retry;
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) delivery: Arc<Delivery>,
-    pub(crate) lease: Arc<Lease>,
+    pub(crate) lease: HeldLease,
     /// Its place in the subscription's capacity, given back when it is settled.
     pub(crate) _room: OwnedSemaphorePermit,
     /// The `process` span of its current attempt (none before the first): what the engine logs
@@ -42,9 +42,23 @@ pub(crate) struct Held {
     pub(crate) span: tracing::Span,
 }
 
-impl Drop for Held {
+/// A held message's lease, orphaned if dropped unsettled. The lease rather than the whole
+/// [`Held`] carries this, so that a settled message can give up its delivery before its delete
+/// is answered.
+#[derive(Debug)]
+pub(crate) struct HeldLease(pub(crate) Arc<Lease>);
+
+impl std::ops::Deref for HeldLease {
+    type Target = Arc<Lease>;
+
+    fn deref(&self) -> &Arc<Lease> {
+        &self.0
+    }
+}
+
+impl Drop for HeldLease {
     fn drop(&mut self) {
-        self.lease.orphan();
+        self.0.orphan();
     }
 }
 

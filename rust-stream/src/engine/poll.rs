@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::dispatch::Held;
+use super::dispatch::{Held, HeldLease};
 use super::{CatchUnwind, Consumer};
 use crate::context::Delivery;
 use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
@@ -177,7 +177,7 @@ impl Consumer {
             };
             let held = Held {
                 delivery: Arc::new(Delivery::new(&self.queue_name, message)),
-                lease,
+                lease: HeldLease(lease),
                 _room: permit,
                 span: tracing::Span::none(),
             };

@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::dispatch::Held;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::dispatch::{Held, HeldLease};
 use super::extend::Lease;
 use super::record::{Event, Settled};
 use super::Consumer;
@@ -33,14 +35,37 @@ pub const ATTEMPTS_HEADER: &str = "rust_stream.attempts";
 
 thread_local! {
     /// The deletes gathered while a [`GatheredDeletes`] guard lives in this thread.
-    static GATHERED_DELETES: RefCell<Option<Vec<Held>>> = const { RefCell::new(None) };
+    static GATHERED_DELETES: RefCell<Option<Vec<Deleting>>> = const { RefCell::new(None) };
+}
+
+/// A settled message on its way out of a standard queue: what its delete needs until answered.
+/// The delivery is let go as the delete is submitted, where it was used (and, run inline, where
+/// it was allocated), not in the batcher's task that reads the answer.
+struct Deleting {
+    lease: HeldLease,
+    /// Its place in the pipeline, given back once the delete is answered.
+    _room: OwnedSemaphorePermit,
+    span: tracing::Span,
+}
+
+impl From<Held> for Deleting {
+    fn from(held: Held) -> Self {
+        let Held {
+            delivery,
+            lease,
+            _room,
+            span,
+        } = held;
+        drop(delivery);
+        Self { lease, _room, span }
+    }
 }
 
 /// Gathers the deletes settled in this thread while it lives, and submits them when dropped; see
 /// [`Consumer::gather_deletes`].
 pub(crate) struct GatheredDeletes {
     consumer: Arc<Consumer>,
-    outer: Option<Vec<Held>>,
+    outer: Option<Vec<Deleting>>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -419,14 +444,15 @@ impl Consumer {
                 }
             };
         }
+        let deleting = Deleting::from(held);
         // Settled while the poller runs the messages of a receive: their deletes go to the
         // batcher together, once it is done with them.
         let Some(held) = GATHERED_DELETES.with(|gathered| match &mut *gathered.borrow_mut() {
             Some(gathered) => {
-                gathered.push(held);
+                gathered.push(deleting);
                 None
             }
-            None => Some(held),
+            None => Some(deleting),
         }) else {
             return Next::Done;
         };
@@ -463,7 +489,7 @@ impl Consumer {
 
     /// Deletes settled messages, at most 10 in one job; nothing waits for the answers, and each
     /// message keeps its room in the pipeline until its delete is answered.
-    fn submit_deletes(&self, mut held: Vec<Held>) {
+    fn submit_deletes(&self, mut held: Vec<Deleting>) {
         while !held.is_empty() {
             let rest = held.split_off(held.len().min(MAX_BATCH_ENTRIES));
             // Shutdown waits for the answers as it waits for a task.
