@@ -155,6 +155,10 @@ fn a_small_in_process_run_reports_each_figure_beside_its_limit() {
         assert_beside_limit(row, "msgs_per_sec", "limit_msgs_per_sec");
         // A receive returns at most 10 messages and a delete call deletes at most 10.
         assert!(number(row, "api_calls_per_message") >= 0.2, "{row}");
+        // Allocations are counted: each decoded order allocates its customer's name, on either
+        // side (the count misses at most a few dozen per thread).
+        assert!(number(row, "allocations_per_message") >= 1.0, "{row}");
+        assert!(number(row, "limit_allocations_per_message") >= 0.5, "{row}");
     }
 
     let latency = rows(&report, "/latency");

@@ -10,6 +10,7 @@ use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
 use tokio::sync::mpsc;
 
+use crate::allocations;
 use crate::deletes::{CountingDeletes, Deleted};
 use crate::options::Options;
 use crate::orders::{publish_orders, service, since_epoch_us, Order, Workload, PROBE};
@@ -60,20 +61,22 @@ pub async fn throughput(options: &Options) -> Fallible<Vec<ThroughputRow>> {
     let messages = options.messages;
     let mut rows = Vec::new();
     for workload in THROUGHPUT_WORKLOADS {
-        let limit = channel_throughput(workload, messages).await?;
+        let (limit, limit_allocations) = channel_throughput(workload, messages).await?;
         eprintln!(
-            "throughput {}: limit {} msg/s",
+            "throughput {}: limit {} msg/s, {:.1} allocations a message",
             workload.label(),
-            thousands(limit as u64)
+            thousands(limit as u64),
+            limit_allocations
         );
         for settings in [Settings::Default, Settings::High] {
             let run = engine_throughput(workload, settings, messages).await?;
             eprintln!(
-                "throughput {}, {}: {} msg/s ({:.3}x the limit)",
+                "throughput {}, {}: {} msg/s ({:.3}x the limit), {:.1} allocations a message",
                 workload.label(),
                 settings.label(),
                 thousands(run.msgs_per_sec as u64),
-                run.msgs_per_sec / limit
+                run.msgs_per_sec / limit,
+                run.allocations_per_message
             );
             rows.push(ThroughputRow {
                 workload: workload.label(),
@@ -84,6 +87,8 @@ pub async fn throughput(options: &Options) -> Fallible<Vec<ThroughputRow>> {
                 ratio: run.msgs_per_sec / limit,
                 published_msgs_per_sec: run.published_per_sec,
                 api_calls_per_message: run.calls_per_message,
+                allocations_per_message: run.allocations_per_message,
+                limit_allocations_per_message: limit_allocations,
             });
         }
     }
@@ -94,6 +99,7 @@ struct EngineThroughput {
     msgs_per_sec: f64,
     published_per_sec: f64,
     calls_per_message: f64,
+    allocations_per_message: f64,
 }
 
 /// Pre-publishes `messages` orders to a fresh account, then times the subscriber from its start
@@ -118,10 +124,12 @@ async fn engine_throughput(
 
     PROBE.reset(false);
     let before = broker.api_calls();
+    let allocated_before = allocations::so_far();
     let started = Instant::now();
     let running = TestApp::spawn(service(broker.clone(), settings.apply(queue))).await?;
     let done = deleted.wait_for(messages, patience(messages)).await?;
     let took = done - started;
+    let allocated = allocations::so_far() - allocated_before;
     let calls = broker.api_calls() - before;
     running.stop().await?;
     assert!(
@@ -133,6 +141,7 @@ async fn engine_throughput(
         msgs_per_sec: messages as f64 / took.as_secs_f64(),
         published_per_sec: messages as f64 / published_in.as_secs_f64(),
         calls_per_message: calls.messaging() as f64 / messages as f64,
+        allocations_per_message: allocated as f64 / messages as f64,
     })
 }
 
@@ -141,22 +150,27 @@ async fn engine_throughput(
 const LIMIT_RUNS: usize = 5;
 
 /// The limit: the same bodies waiting in an unbounded tokio mpsc channel, taken by a task that
-/// decodes each as the subscriber does; the median of [`LIMIT_RUNS`] runs.
-async fn channel_throughput(workload: Workload, messages: u64) -> Fallible<f64> {
+/// decodes each as the subscriber does; the median of [`LIMIT_RUNS`] runs, and the allocations a
+/// message of the last run.
+async fn channel_throughput(workload: Workload, messages: u64) -> Fallible<(f64, f64)> {
     let mut runs = Vec::new();
+    let mut allocations = 0.0;
     for _ in 0..LIMIT_RUNS {
-        runs.push(channel_throughput_once(workload, messages).await?);
+        let (run, allocated) = channel_throughput_once(workload, messages).await?;
+        runs.push(run);
+        allocations = allocated;
     }
     runs.sort_by(f64::total_cmp);
-    Ok(runs[LIMIT_RUNS / 2])
+    Ok((runs[LIMIT_RUNS / 2], allocations))
 }
 
-async fn channel_throughput_once(workload: Workload, messages: u64) -> Fallible<f64> {
+async fn channel_throughput_once(workload: Workload, messages: u64) -> Fallible<(f64, f64)> {
     let (sender, mut receiver) = mpsc::unbounded_channel::<String>();
     for id in 0..messages {
         sender.send(Order::new(id, workload.customers(), 0).body())?;
     }
     drop(sender);
+    let allocated_before = allocations::so_far();
     let started = Instant::now();
     let taken = tokio::spawn(async move {
         let mut taken = 0u64;
@@ -169,8 +183,12 @@ async fn channel_throughput_once(workload: Workload, messages: u64) -> Fallible<
     })
     .await?;
     let took = started.elapsed();
+    let allocated = allocations::so_far() - allocated_before;
     assert_eq!(taken, messages);
-    Ok(messages as f64 / took.as_secs_f64())
+    Ok((
+        messages as f64 / took.as_secs_f64(),
+        allocated as f64 / messages as f64,
+    ))
 }
 
 /// Latency publish → handled at `options.latency_rate` for `options.latency_secs`, on the engine

@@ -42,6 +42,7 @@
 //! and writes the same as JSON (`--json PATH`, default `target/bench.json`). `--help` lists the
 //! options. docs/performance.md says what each row compares.
 
+mod allocations;
 mod deletes;
 mod in_process;
 mod localstack;
@@ -54,6 +55,10 @@ use std::process::ExitCode;
 
 use options::{Options, Parsed, Section, USAGE};
 use report::{load_average, utc_now, Machine, Report};
+
+/// Every allocation counted, so a row can say what a message costs in allocations.
+#[global_allocator]
+static ALLOCATOR: allocations::Counting = allocations::Counting;
 
 /// What the benchmark's steps return: any failure ends the run with its message.
 pub type Fallible<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;

@@ -81,6 +81,11 @@ pub struct ThroughputRow {
     pub published_msgs_per_sec: f64,
     /// Receive, delete and visibility calls per message consumed.
     pub api_calls_per_message: f64,
+    /// Heap allocations in the whole process per message consumed, from the subscriber's start
+    /// until the last delete.
+    pub allocations_per_message: f64,
+    /// The same for the channel limit, while it is drained.
+    pub limit_allocations_per_message: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -247,6 +252,10 @@ impl Report {
                         rate(row.limit_msgs_per_sec),
                         format!("{:.3}x", row.ratio),
                         format!("{:.3}", row.api_calls_per_message),
+                        format!(
+                            "{:.1} ({:.1})",
+                            row.allocations_per_message, row.limit_allocations_per_message
+                        ),
                     ]
                 })
                 .collect();
@@ -258,6 +267,7 @@ impl Report {
                     "limit: mpsc + serde_json msg/s",
                     "ratio",
                     "calls/msg",
+                    "allocations/msg (limit)",
                 ],
                 rows,
             );

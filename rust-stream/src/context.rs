@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::engine::transport::{MessageAttributes, ReceivedMessage};
+use crate::engine::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 use crate::publish::{Outgoing, PublishedMessage, PARTITION_KEY_HEADER};
 use crate::state::{State, States};
 
@@ -46,8 +46,7 @@ impl Delivery {
             receive_count: message.receive_count().unwrap_or(1),
             sent_at: message
                 .attributes
-                .get("SentTimestamp")
-                .and_then(|ms| ms.parse::<u64>().ok())
+                .number(SystemAttribute::SentTimestamp)
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
             sequence_number: message.attributes.remove("SequenceNumber"),
             dedup_id: message.attributes.remove("MessageDeduplicationId"),

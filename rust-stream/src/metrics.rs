@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ::metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::engine::record::Settled;
-use crate::engine::transport::{ReceivedMessage, TransportError};
+use crate::engine::transport::{ReceivedMessage, SystemAttribute, TransportError};
 
 /// `messaging.system`, always `aws_sqs`.
 pub const SYSTEM: &str = "messaging.system";
@@ -145,8 +145,8 @@ impl SubscriptionMetrics {
             .unwrap_or_default()
             .as_millis();
         for message in messages {
-            let sent = message.attributes.get("SentTimestamp");
-            if let Some(sent) = sent.and_then(|sent| sent.parse::<u128>().ok()) {
+            let sent = message.attributes.number(SystemAttribute::SentTimestamp);
+            if let Some(sent) = sent.map(u128::from) {
                 self.age.record(now.saturating_sub(sent) as f64 / 1000.0);
             }
         }

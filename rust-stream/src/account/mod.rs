@@ -529,7 +529,7 @@ impl Account {
             notified.as_mut().enable();
             let now = self.now();
             // The locks are held in this block only, never across the wait.
-            let (received, next_timer) = {
+            let next_timer = {
                 let mut queue = slot.lock();
                 let redrive = queue.config.redrive.clone();
                 let dlq = redrive.as_ref().and_then(|policy| {
@@ -592,13 +592,19 @@ impl Account {
                 if !received.is_empty() || now.instant >= deadline {
                     return Ok(received.into_messages(&wanted));
                 }
-                (received, next_timer.map_or(deadline, |t| t.min(deadline)))
+                // Nothing received: nothing kept across the wait either.
+                debug_assert!(received.is_empty());
+                next_timer.map_or(deadline, |t| t.min(deadline))
             };
-            debug_assert!(received.is_empty());
-            tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep_until(next_timer) => {}
-            }
+            // Boxed: the timer's state would make every receive's future larger (it is allocated
+            // per call), while a receive that finds messages never waits.
+            Box::pin(async {
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep_until(next_timer) => {}
+                }
+            })
+            .await;
         }
     }
 
@@ -633,8 +639,11 @@ impl Account {
         rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
+        let mut result = BatchResult {
+            successful: Vec::with_capacity(entries.len()),
+            failed: Vec::new(),
+        };
         let mut queue = slot.lock_at(now.moment);
-        let mut result = BatchResult::default();
         for entry in entries {
             match queue.delete(&entry.receipt_handle) {
                 Ok(()) => result.successful.push((entry.id, ())),

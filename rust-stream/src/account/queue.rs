@@ -17,7 +17,8 @@ use tokio::time::Instant;
 use super::fifo::{Dedup, Fifo, GroupName, Window};
 use super::store::Messages;
 use crate::engine::transport::{
-    MessageAttributes, ReceiveMessage, ReceivedMessage, SendMessage, SentMessage, TransportError,
+    MessageAttributes, ReceiveMessage, ReceivedMessage, SendMessage, SentMessage, SystemAttribute,
+    SystemAttributes, TransportError,
 };
 use crate::sqs::rules::{self, fail, DedupScope, ErrorKind, QueueAttribute, RedrivePolicy};
 
@@ -958,31 +959,18 @@ fn visibility_cap(received_at: Moment) -> Moment {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The digits of a FIFO sequence number.
+const SEQUENCE_NUMBER_DIGITS: usize = 20;
+
 /// A FIFO sequence number as SQS writes it: 20 digits, increasing within the queue.
 fn sequence_number(key: Key) -> String {
-    let mut digits = [b'0'; 20];
+    let mut digits = [b'0'; SEQUENCE_NUMBER_DIGITS];
     let mut rest = key;
     for digit in digits.iter_mut().rev() {
         *digit = b'0' + (rest % 10) as u8;
         rest /= 10;
     }
     String::from_utf8(digits.to_vec()).expect("ASCII digits")
-}
-
-/// A number in decimal, without the formatting machinery.
-fn decimal(number: u64) -> String {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = number;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    String::from_utf8(digits[at..].to_vec()).expect("ASCII digits")
 }
 
 /// A receipt handle: the queue's incarnation, the message's key and its receive count, in 40
@@ -1029,47 +1017,9 @@ pub(super) struct Wanted<'a> {
     system: u16,
 }
 
-/// The system attributes the account returns, each a bit of [`Wanted::system`].
-#[derive(Debug, Clone, Copy)]
-enum SystemAttribute {
-    ApproximateReceiveCount,
-    ApproximateFirstReceiveTimestamp,
-    SentTimestamp,
-    SenderId,
-    MessageGroupId,
-    MessageDeduplicationId,
-    SequenceNumber,
-    DeadLetterQueueSourceArn,
-}
-
-impl SystemAttribute {
-    const ALL: [Self; 8] = [
-        Self::ApproximateReceiveCount,
-        Self::ApproximateFirstReceiveTimestamp,
-        Self::SentTimestamp,
-        Self::SenderId,
-        Self::MessageGroupId,
-        Self::MessageDeduplicationId,
-        Self::SequenceNumber,
-        Self::DeadLetterQueueSourceArn,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::ApproximateReceiveCount => "ApproximateReceiveCount",
-            Self::ApproximateFirstReceiveTimestamp => "ApproximateFirstReceiveTimestamp",
-            Self::SentTimestamp => "SentTimestamp",
-            Self::SenderId => "SenderId",
-            Self::MessageGroupId => "MessageGroupId",
-            Self::MessageDeduplicationId => "MessageDeduplicationId",
-            Self::SequenceNumber => "SequenceNumber",
-            Self::DeadLetterQueueSourceArn => "DeadLetterQueueSourceArn",
-        }
-    }
-
-    fn bit(self) -> u16 {
-        1 << self as u16
-    }
+/// A system attribute's bit in [`Wanted::system`].
+fn bit(attribute: SystemAttribute) -> u16 {
+    1 << attribute as u16
 }
 
 impl<'a> Wanted<'a> {
@@ -1082,12 +1032,12 @@ impl<'a> Wanted<'a> {
                     .iter()
                     .any(|name| name == "All" || name == attribute.name())
             })
-            .fold(0, |bits, attribute| bits | attribute.bit());
+            .fold(0, |bits, &attribute| bits | bit(attribute));
         Self { request, system }
     }
 
     fn system(&self, attribute: SystemAttribute) -> bool {
-        self.system & attribute.bit() != 0
+        self.system & bit(attribute) != 0
     }
 
     fn message_attribute(&self, name: &str) -> bool {
@@ -1142,39 +1092,60 @@ impl Received {
         messages
             .into_iter()
             .map(|message| {
-                let mut attributes = BTreeMap::new();
-                let mut put = |attribute: SystemAttribute, value: &dyn Fn() -> Option<String>| {
-                    if wanted.system(attribute) {
-                        if let Some(value) = value() {
-                            attributes.insert(attribute.name().to_owned(), value);
-                        }
-                    }
-                };
-                put(SystemAttribute::ApproximateReceiveCount, &|| {
-                    Some(decimal(message.receive_count.into()))
-                });
-                put(SystemAttribute::ApproximateFirstReceiveTimestamp, &|| {
-                    (message.first_receive_epoch_ms != 0)
-                        .then(|| decimal(message.first_receive_epoch_ms))
-                });
-                put(SystemAttribute::SentTimestamp, &|| {
-                    Some(decimal(message.sent_epoch_ms))
-                });
-                put(SystemAttribute::SenderId, &|| {
-                    Some(super::ACCOUNT_ID.to_owned())
-                });
-                put(SystemAttribute::MessageGroupId, &|| {
-                    message.group_id.as_deref().map(str::to_owned)
-                });
-                put(SystemAttribute::MessageDeduplicationId, &|| {
-                    message.dedup.as_ref().map(|dedup| dedup.id.to_string())
-                });
-                put(SystemAttribute::SequenceNumber, &|| {
-                    fifo.then(|| sequence_number(message.key))
-                });
-                put(SystemAttribute::DeadLetterQueueSourceArn, &|| {
-                    message.dead_letter_source_arn.as_deref().map(str::to_owned)
-                });
+                // Numbers are written in place: no map and no string per attribute.
+                let mut attributes = SystemAttributes::new();
+                let wants = |attribute| wanted.system(attribute);
+                if wants(SystemAttribute::ApproximateReceiveCount) {
+                    attributes.insert_number(
+                        SystemAttribute::ApproximateReceiveCount,
+                        message.receive_count.into(),
+                        0,
+                    );
+                }
+                if wants(SystemAttribute::ApproximateFirstReceiveTimestamp)
+                    && message.first_receive_epoch_ms != 0
+                {
+                    attributes.insert_number(
+                        SystemAttribute::ApproximateFirstReceiveTimestamp,
+                        message.first_receive_epoch_ms,
+                        0,
+                    );
+                }
+                if wants(SystemAttribute::SentTimestamp) {
+                    attributes.insert_number(
+                        SystemAttribute::SentTimestamp,
+                        message.sent_epoch_ms,
+                        0,
+                    );
+                }
+                if wants(SystemAttribute::SenderId) {
+                    attributes.insert(SystemAttribute::SenderId.name(), super::ACCOUNT_ID);
+                }
+                if let (true, Some(group)) = (
+                    wants(SystemAttribute::MessageGroupId),
+                    message.group_id.as_deref(),
+                ) {
+                    attributes.insert(SystemAttribute::MessageGroupId.name(), group);
+                }
+                if let (true, Some(dedup)) = (
+                    wants(SystemAttribute::MessageDeduplicationId),
+                    message.dedup.as_ref(),
+                ) {
+                    attributes.insert(SystemAttribute::MessageDeduplicationId.name(), &*dedup.id);
+                }
+                if fifo && wants(SystemAttribute::SequenceNumber) {
+                    attributes.insert_number(
+                        SystemAttribute::SequenceNumber,
+                        message.key,
+                        SEQUENCE_NUMBER_DIGITS,
+                    );
+                }
+                if let (true, Some(arn)) = (
+                    wants(SystemAttribute::DeadLetterQueueSourceArn),
+                    message.dead_letter_source_arn.as_deref(),
+                ) {
+                    attributes.insert(SystemAttribute::DeadLetterQueueSourceArn.name(), arn);
+                }
                 ReceivedMessage {
                     message_id: message.message_id.text(),
                     receipt_handle: receipt_handle(incarnation, message.key, message.receive_count),
@@ -1209,8 +1180,13 @@ mod tests {
     fn numbers_are_written_as_sqs_writes_them() {
         assert_eq!(sequence_number(42), "00000000000000000042");
         assert_eq!(sequence_number(u64::MAX), u64::MAX.to_string());
+        let mut attributes = SystemAttributes::new();
+        attributes.insert_number(SystemAttribute::SequenceNumber, 42, SEQUENCE_NUMBER_DIGITS);
+        assert_eq!(attributes["SequenceNumber"], sequence_number(42));
         for n in [0, 7, 10, 1_700_000_000_123, u64::MAX] {
-            assert_eq!(decimal(n), n.to_string());
+            attributes.insert_number(SystemAttribute::SentTimestamp, n, 0);
+            assert_eq!(attributes["SentTimestamp"], n.to_string());
+            assert_eq!(attributes.number(SystemAttribute::SentTimestamp), Some(n));
         }
         let id = MessageId::random();
         assert_eq!(id.text(), id.to_string());

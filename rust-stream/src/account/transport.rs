@@ -7,7 +7,10 @@ use crate::engine::transport::{
 };
 
 use super::Account;
+use std::future::Future;
 
+// The calls on the way of every message hand back the account's own futures, without an
+// `async fn` layer that would keep a second copy of the arguments.
 impl Transport for Account {
     async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
         Account::get_queue_url(self, name).await
@@ -29,36 +32,36 @@ impl Transport for Account {
         Account::get_queue_attributes(self, queue_url, names).await
     }
 
-    async fn send_message_batch(
+    fn send_message_batch(
         &self,
         queue_url: &str,
         entries: Vec<SendBatchEntry>,
-    ) -> Result<BatchResult<SentMessage>, TransportError> {
-        Account::send_message_batch(self, queue_url, entries).await
+    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
+        Account::send_message_batch(self, queue_url, entries)
     }
 
-    async fn receive_message(
+    fn receive_message(
         &self,
         queue_url: &str,
         request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
-        Account::receive_message(self, queue_url, request).await
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
+        Account::receive_message(self, queue_url, request)
     }
 
-    async fn delete_message_batch(
+    fn delete_message_batch(
         &self,
         queue_url: &str,
         entries: Vec<DeleteEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        Account::delete_message_batch(self, queue_url, entries).await
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        Account::delete_message_batch(self, queue_url, entries)
     }
 
-    async fn change_message_visibility_batch(
+    fn change_message_visibility_batch(
         &self,
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        Account::change_message_visibility_batch(self, queue_url, entries).await
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        Account::change_message_visibility_batch(self, queue_url, entries)
     }
 
     /// The account takes messages in the same step that answers, so a receive dropped before

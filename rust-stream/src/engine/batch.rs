@@ -181,7 +181,7 @@ pub(crate) struct BatchSettings {
 type Answers<A> = Vec<Result<<A as Action>::Output, TransportError>>;
 
 struct Job<A: Action> {
-    entries: Vec<A::Entry>,
+    entries: Entries<A::Entry>,
     /// The entries' payload, as [`Action::size`] counts it.
     size: usize,
     reply: Reply<A>,
@@ -189,21 +189,59 @@ struct Job<A: Action> {
     eager: bool,
 }
 
+/// A job's entries. Most jobs carry one (a settled message's delete), which needs no `Vec`.
+enum Entries<E> {
+    One(E),
+    Many(Vec<E>),
+}
+
+impl<E> Entries<E> {
+    fn as_slice(&self) -> &[E] {
+        match self {
+            Self::One(entry) => std::slice::from_ref(entry),
+            Self::Many(entries) => entries,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+}
+
+type Answer<A> = Result<<A as Action>::Output, TransportError>;
+
 /// Where a job's answers go.
 enum Reply<A: Action> {
     /// To a caller awaiting them.
     Wait(oneshot::Sender<Answers<A>>),
-    /// To a callback run by the batcher once answered, for a caller that does not wait (a
-    /// standard queue's delete); it must be quick, as it runs where the call's answer is read.
-    Then(Box<dyn FnOnce(Answers<A>) + Send>),
+    /// To a caller awaiting the answer of its job's one entry.
+    WaitOne(oneshot::Sender<Answer<A>>),
+    /// To a callback run by the batcher once the job's one entry is answered, for a caller that
+    /// does not wait (a standard queue's delete); it must be quick, as it runs where the call's
+    /// answer is read.
+    Then(Box<dyn FnOnce(Answer<A>) + Send>),
+    /// As `Then`, with the answers of each of the job's entries, in order.
+    ThenEach(ThenEach<A>),
 }
 
+/// The answers of a job's entries, in order, as a [`Reply::ThenEach`] callback reads them.
+pub(crate) type Answering<'a, A> = dyn Iterator<Item = Answer<A>> + 'a;
+
+/// What a [`Reply::ThenEach`] calls.
+type ThenEach<A> = Box<dyn FnOnce(&mut Answering<'_, A>) + Send>;
+
 impl<A: Action> Reply<A> {
-    fn answer(self, answers: Answers<A>) {
+    /// Answers the job with its entries' answers, in order.
+    fn answer(self, mut answers: impl Iterator<Item = Answer<A>>) {
+        let one = |answers: &mut dyn Iterator<Item = Answer<A>>| {
+            answers.next().unwrap_or_else(|| Err(stopped()))
+        };
         match self {
             // A caller that stopped waiting has nothing to learn.
-            Self::Wait(reply) => drop(reply.send(answers)),
-            Self::Then(then) => then(answers),
+            Self::Wait(reply) => drop(reply.send(answers.collect())),
+            Self::WaitOne(reply) => drop(reply.send(one(&mut answers))),
+            Self::Then(then) => then(one(&mut answers)),
+            Self::ThenEach(then) => then(&mut answers),
         }
     }
 }
@@ -287,7 +325,7 @@ impl<A: Action> Batcher<A> {
             let count = chunk.len();
             let (reply, answer) = oneshot::channel();
             let sent = self.jobs.send(Job {
-                entries: chunk,
+                entries: Entries::Many(chunk),
                 size,
                 reply: Reply::Wait(reply),
                 eager,
@@ -307,47 +345,59 @@ impl<A: Action> Batcher<A> {
         answers
     }
 
-    /// Submits entries that nobody waits for: `then` is called with their answers, in order, once
-    /// they are answered (with errors if the batcher stopped first). Up to 10 entries within the
-    /// payload limit go out in one call.
+    /// Submits entries that nobody waits for, in one call: `then` is called with their answers, in
+    /// order, once they are answered (with errors if the batcher stopped first). At most 10
+    /// entries within the payload limit.
     pub(crate) fn submit_then(
         &self,
         entries: Vec<A::Entry>,
-        then: impl FnOnce(Answers<A>) + Send + 'static,
+        then: impl FnOnce(&mut Answering<'_, A>) + Send + 'static,
     ) {
         let count = entries.len();
         let size = entries.iter().map(A::size).sum();
         debug_assert!(count <= MAX_BATCH_ENTRIES && size <= MAX_BATCH_PAYLOAD_SIZE);
         let job = Job {
-            entries,
+            entries: Entries::Many(entries),
             size,
+            reply: Reply::ThenEach(Box::new(then)),
+            eager: false,
+        };
+        if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
+            job.reply.answer((0..count).map(|_| Err(stopped())));
+        }
+    }
+
+    /// Submits one entry that nobody waits for: `then` is called with its answer once it is
+    /// answered (with an error if the batcher stopped first).
+    pub(crate) fn submit_one_then(
+        &self,
+        entry: A::Entry,
+        then: impl FnOnce(Answer<A>) + Send + 'static,
+    ) {
+        let job = Job {
+            size: A::size(&entry),
+            entries: Entries::One(entry),
             reply: Reply::Then(Box::new(then)),
             eager: false,
         };
         if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
-            job.reply
-                .answer((0..count).map(|_| Err(stopped())).collect());
+            job.reply.answer(std::iter::empty());
         }
     }
 
     /// Submits one entry and waits for its answer.
     pub(crate) async fn submit_one(&self, entry: A::Entry) -> Result<A::Output, TransportError> {
-        let size = A::size(&entry);
         let (reply, answer) = oneshot::channel();
         let job = Job {
-            entries: vec![entry],
-            size,
-            reply: Reply::Wait(reply),
+            size: A::size(&entry),
+            entries: Entries::One(entry),
+            reply: Reply::WaitOne(reply),
             eager: false,
         };
         if self.jobs.send(job).is_err() {
             return Err(stopped());
         }
-        answer
-            .await
-            .ok()
-            .and_then(|mut answers| answers.pop())
-            .unwrap_or_else(|| Err(stopped()))
+        answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 }
 
@@ -371,6 +421,13 @@ fn chunks<A: Action>(entries: Vec<A::Entry>) -> Vec<(Vec<A::Entry>, usize)> {
     chunks
 }
 
+/// The id of a call's entry `i`: its index, which the answer's ids are read back as.
+fn entry_id(i: usize) -> String {
+    const IDS: [&str; MAX_BATCH_ENTRIES] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    IDS.get(i)
+        .map_or_else(|| i.to_string(), |id| (*id).to_owned())
+}
+
 fn stopped() -> TransportError {
     TransportError::service(
         ErrorKind::InternalError,
@@ -387,11 +444,11 @@ struct Gathering<A: Action> {
 
 impl<A: Action> Gathering<A> {
     fn new(first: Job<A>) -> Self {
-        Self {
-            count: first.entries.len(),
-            size: first.size,
-            jobs: vec![first],
-        }
+        // Room for a full call of one-entry jobs, so gathering one does not grow the Vec.
+        let mut jobs = Vec::with_capacity(MAX_BATCH_ENTRIES);
+        let (count, size) = (first.entries.len(), first.size);
+        jobs.push(first);
+        Self { jobs, count, size }
     }
 
     /// Whether the call takes nothing more: 10 entries, or the payload limit.
@@ -483,10 +540,25 @@ async fn gather<A: Action>(
             flush.await;
             drop(permit);
         } else {
-            tokio::spawn(async move {
+            let flush = async move {
                 flush.await;
                 drop(permit);
-            });
+            };
+            if !receiver.is_empty() {
+                // The next call is waiting to be gathered: this one goes on beside it.
+                tokio::spawn(flush);
+                continue;
+            }
+            // Nothing else to gather: a call answered at once (the in-process account's) is made
+            // and answered here, as a task per call would cost more than the call. One that
+            // waits goes on in a task of its own.
+            let mut flush = Box::pin(flush);
+            if crate::engine::dispatch::poll_once(&mut flush)
+                .await
+                .is_none()
+            {
+                tokio::spawn(flush);
+            }
         }
     }
     // Wait for calls still in flight before the batcher counts as stopped.
@@ -683,7 +755,7 @@ impl<A: Action> Flush<A> {
         let entries: Vec<&A::Entry> = self
             .batch
             .iter()
-            .flat_map(|job| job.entries.iter())
+            .flat_map(|job| job.entries.as_slice())
             .collect();
         let answers = &mut self.answers;
         self.todo.retain(|&i| match A::withheld(entries[i]) {
@@ -699,7 +771,7 @@ impl<A: Action> Flush<A> {
         let call: Vec<(String, A::Entry)> = self
             .todo
             .iter()
-            .map(|&i| (i.to_string(), A::Entry::clone(entries[i])))
+            .map(|&i| (entry_id(i), A::Entry::clone(entries[i])))
             .collect();
         // A transport that panics fails this call (retried as a service fault), not the batcher,
         // which every later delete, release and send of the queue waits on.
@@ -776,21 +848,17 @@ impl<A: Action> Flush<A> {
 
     /// Answers each job with its entries' answers.
     fn answer(self) {
-        let mut answers = self.answers.into_iter();
+        let mut answers = self.answers.into_iter().map(|answer| {
+            answer.unwrap_or_else(|| {
+                Err(TransportError::service(
+                    ErrorKind::InternalError,
+                    "SQS answered neither success nor failure for this entry",
+                ))
+            })
+        });
         for job in self.batch {
-            let mine: Answers<A> = answers
-                .by_ref()
-                .take(job.entries.len())
-                .map(|answer| {
-                    answer.unwrap_or_else(|| {
-                        Err(TransportError::service(
-                            ErrorKind::InternalError,
-                            "SQS answered neither success nor failure for this entry",
-                        ))
-                    })
-                })
-                .collect();
-            job.reply.answer(mine);
+            let count = job.entries.len();
+            job.reply.answer(answers.by_ref().take(count));
         }
     }
 }
@@ -1118,7 +1186,7 @@ pub(crate) mod tests {
                 .jobs
                 .send(Job {
                     size: entries.iter().map(SendBatch::size).sum(),
-                    entries,
+                    entries: Entries::Many(entries),
                     reply: Reply::Wait(reply),
                     eager: false,
                 })

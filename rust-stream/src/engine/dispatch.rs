@@ -34,7 +34,7 @@ use crate::retry;
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) delivery: Arc<Delivery>,
-    pub(crate) lease: Arc<Lease>,
+    pub(crate) lease: HeldLease,
     /// Its place in the subscription's capacity, given back when it is settled.
     pub(crate) _room: OwnedSemaphorePermit,
     /// The `process` span of its current attempt (none before the first): what the engine logs
@@ -42,9 +42,23 @@ pub(crate) struct Held {
     pub(crate) span: tracing::Span,
 }
 
-impl Drop for Held {
+/// A held message's lease, orphaned if dropped unsettled. The lease rather than the whole
+/// [`Held`] carries this, so that a settled message can give up its delivery before its delete
+/// is answered.
+#[derive(Debug)]
+pub(crate) struct HeldLease(pub(crate) Arc<Lease>);
+
+impl std::ops::Deref for HeldLease {
+    type Target = Arc<Lease>;
+
+    fn deref(&self) -> &Arc<Lease> {
+        &self.0
+    }
+}
+
+impl Drop for HeldLease {
     fn drop(&mut self) {
-        self.lease.orphan();
+        self.0.orphan();
     }
 }
 
@@ -73,8 +87,10 @@ impl Consumer {
             let consumer = self.clone();
             let work = async move {
                 let mut held = held;
+                // Releases are boxed: they are rare here, and their state would make every
+                // message's task larger.
                 let Some(slot) = consumer.slot().await else {
-                    return consumer.release(vec![held], 0).await;
+                    return Box::pin(consumer.release(vec![held], 0)).await;
                 };
                 consumer.open_process_span(&mut held, 1);
                 let verdict = consumer.process(&held).await;
@@ -83,7 +99,7 @@ impl Consumer {
                 // A standard queue retries by a visibility change, never in place.
                 let settled = consumer.settle(held, verdict, 1).instrument(span.clone());
                 if let Next::Again(held, _) = settled.await {
-                    consumer.release(vec![held], 0).instrument(span).await;
+                    Box::pin(consumer.release(vec![held], 0).instrument(span)).await;
                 }
             };
             if inline {
@@ -244,36 +260,12 @@ impl Consumer {
         );
         let handled = match poll_once(&mut call).await {
             Some(handled) => handled,
-            None => {
-                let timeout = self.queue.consumer.handler_timeout;
-                let timed_out = async {
-                    match timeout {
-                        Some(timeout) => tokio::time::sleep(timeout).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    handled = &mut call => handled,
-                    () = timed_out => {
-                        // Dropped here, so the handler no longer runs once its message is settled.
-                        drop(call);
-                        let timeout = timeout.unwrap_or_default();
-                        let _entered = span.enter();
-                        tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
-                        return Verdict::Failed {
-                            reason: format!("the handler did not finish within its timeout of {timeout:?}"),
-                            asked: None,
-                        };
-                    }
-                    () = self.cancel_handlers.cancelled() => {
-                        // Dropped here, so the handler no longer runs once its message is released.
-                        drop(call);
-                        let _entered = span.enter();
-                        tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
-                        return Verdict::Cancelled;
-                    }
-                }
-            }
+            // Boxed: the wait's state (timers, the shutdown signal) would otherwise make every
+            // message's task larger, while a handler ready at once needs none of it.
+            None => match Box::pin(self.wait_for_handler(call, span)).await {
+                Ok(handled) => handled,
+                Err(verdict) => return verdict,
+            },
         };
         let _entered = span.enter();
         match handled {
@@ -292,6 +284,43 @@ impl Consumer {
                     reason: format!("the handler panicked: {panic}"),
                     asked: None,
                 }
+            }
+        }
+    }
+
+    /// Waits for a handler that was not ready at its first poll, at most its timeout and until
+    /// the shutdown timeout; the verdict when it was cancelled instead.
+    async fn wait_for_handler<F: Future + Unpin>(
+        &self,
+        mut call: F,
+        span: &tracing::Span,
+    ) -> Result<F::Output, Verdict> {
+        let timeout = self.queue.consumer.handler_timeout;
+        let timed_out = async {
+            match timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            handled = &mut call => Ok(handled),
+            () = timed_out => {
+                // Dropped here, so the handler no longer runs once its message is settled.
+                drop(call);
+                let timeout = timeout.unwrap_or_default();
+                let _entered = span.enter();
+                tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
+                Err(Verdict::Failed {
+                    reason: format!("the handler did not finish within its timeout of {timeout:?}"),
+                    asked: None,
+                })
+            }
+            () = self.cancel_handlers.cancelled() => {
+                // Dropped here, so the handler no longer runs once its message is released.
+                drop(call);
+                let _entered = span.enter();
+                tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
+                Err(Verdict::Cancelled)
             }
         }
     }

@@ -19,6 +19,7 @@
 //! next tick instead of extending it, so it is neither lost nor hidden for long.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -85,7 +86,12 @@ impl Lease {
 
     /// Claims the message for settling: `false` when it was already settled (by shutdown, say).
     pub(crate) async fn claim(&self) -> bool {
-        let _extension_done = self.state.lock().await;
+        // Free unless an extension is in flight: then the wait, boxed so that its state does not
+        // make every settling future larger.
+        let _extension_done = match self.state.try_lock() {
+            Ok(free) => free,
+            Err(_) => Box::pin(self.state.lock()).await,
+        };
         !self.settled.swap(true, Ordering::AcqRel)
     }
 
@@ -115,10 +121,35 @@ impl Lease {
     }
 }
 
+/// The held leases by id.
+type LeaseMap = HashMap<u64, Arc<Lease>, BuildHasherDefault<LeaseIdHasher>>;
+
+/// Hashes lease ids, which this consumer hands out in sequence: a multiplication spreads them,
+/// and SipHash's defence against chosen keys (the default, at twice the cost of an insert and a
+/// remove per message) would guard against nothing here.
+#[derive(Debug, Default, Clone, Copy)]
+struct LeaseIdHasher(u64);
+
+impl Hasher for LeaseIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// The leases a consumer holds: every message it received and has not settled.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
-    held: Mutex<HashMap<u64, Arc<Lease>>>,
+    held: Mutex<LeaseMap>,
     next_id: AtomicU64,
     /// Set to the number held at each change (the `rust_stream.messages.held` metric).
     counted_by: Option<metrics::Gauge>,
@@ -179,7 +210,7 @@ impl Leases {
         self.count(&held);
     }
 
-    fn count(&self, held: &HashMap<u64, Arc<Lease>>) {
+    fn count(&self, held: &LeaseMap) {
         if let Some(gauge) = &self.counted_by {
             gauge.set(held.len() as f64);
         }
@@ -194,7 +225,7 @@ impl Leases {
         self.lock().is_empty()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Lease>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LeaseMap> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

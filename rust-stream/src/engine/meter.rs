@@ -120,6 +120,9 @@ impl<T> Metered<T> {
     }
 }
 
+// The calls on the way of every message return the inner call's future wrapped once, not an
+// `async fn` around it: each layer of `async fn` would keep its own copy of the arguments in a
+// future that is allocated per call.
 impl<T: Transport> Transport for Metered<T> {
     async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
         count(&self.calls.get_queue_url);
@@ -154,53 +157,50 @@ impl<T: Transport> Transport for Metered<T> {
         .await
     }
 
-    async fn send_message_batch(
+    fn send_message_batch(
         &self,
         queue_url: &str,
         entries: Vec<SendBatchEntry>,
-    ) -> Result<BatchResult<SentMessage>, TransportError> {
+    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
         count(&self.calls.send_message_batch);
         timed(
             "SendMessageBatch",
             queue_url,
             self.inner.send_message_batch(queue_url, entries),
         )
-        .await
     }
 
-    async fn receive_message(
+    fn receive_message(
         &self,
         queue_url: &str,
         request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
         count(&self.calls.receive_message);
         timed(
             "ReceiveMessage",
             queue_url,
             self.inner.receive_message(queue_url, request),
         )
-        .await
     }
 
-    async fn delete_message_batch(
+    fn delete_message_batch(
         &self,
         queue_url: &str,
         entries: Vec<DeleteEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
         count(&self.calls.delete_message_batch);
         timed(
             "DeleteMessageBatch",
             queue_url,
             self.inner.delete_message_batch(queue_url, entries),
         )
-        .await
     }
 
-    async fn change_message_visibility_batch(
+    fn change_message_visibility_batch(
         &self,
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
         count(&self.calls.change_message_visibility_batch);
         timed(
             "ChangeMessageVisibilityBatch",
@@ -208,7 +208,6 @@ impl<T: Transport> Transport for Metered<T> {
             self.inner
                 .change_message_visibility_batch(queue_url, entries),
         )
-        .await
     }
 
     fn abandoned_receive_takes_nothing(&self) -> bool {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::dispatch::Held;
+use super::dispatch::{Held, HeldLease};
 use super::{CatchUnwind, Consumer};
 use crate::context::Delivery;
 use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
@@ -170,6 +170,7 @@ impl Consumer {
         // taken this long together the rest get tasks, so handlers that compute for long still
         // run in parallel and the next receive is not held up.
         let mut inline_left = INLINE_BUDGET;
+        let deletes = self.gather_deletes(messages.len());
         for mut message in messages {
             // The delivery has no use for the receipt handle: the lease takes it.
             let lease = self.leases.open(
@@ -188,7 +189,7 @@ impl Consumer {
             };
             let held = Held {
                 delivery: Arc::new(Delivery::new(&self.queue_name, message)),
-                lease,
+                lease: HeldLease(lease),
                 _room: permit,
                 span: tracing::Span::none(),
             };
@@ -202,6 +203,7 @@ impl Consumer {
                 inline_left = inline_left.saturating_sub(started.elapsed());
             }
         }
+        drop(deletes);
         if !extra.is_empty() {
             self.release_leases(extra, 0).await;
         }

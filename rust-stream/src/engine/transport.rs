@@ -1,10 +1,11 @@
 //! The seam between the engine and a queue service: wire-neutral requests, responses and errors.
 //!
-//! These types are shaped like the SQS API (names, fields, seconds as integers, attributes as
-//! string maps) so that the in-process [`Account`](crate::account::Account) and the aws-sdk
+//! These types are shaped like the SQS API (names, fields, seconds as integers, attributes read
+//! as maps from names to text) so that the in-process [`Account`](crate::account::Account) and the aws-sdk
 //! transport answer the same questions in the same words. Nothing here knows which backend is
 //! underneath.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -337,9 +338,10 @@ pub struct ReceiveMessage {
     /// `VisibilityTimeout` for the received messages; `None` takes the queue's.
     pub visibility_timeout: Option<i32>,
     /// System attributes to return (`All`, `ApproximateReceiveCount`, `SequenceNumber`, ...).
-    pub system_attribute_names: Vec<String>,
+    /// Names known when the program is written are borrowed, not copied for each receive.
+    pub system_attribute_names: Vec<Cow<'static, str>>,
     /// Message attributes to return: `All`, `.*`, a `prefix.*`, or exact names.
-    pub message_attribute_names: Vec<String>,
+    pub message_attribute_names: Vec<Cow<'static, str>>,
     /// `ReceiveRequestAttemptId` (FIFO): a retried receive within 5 minutes returns the same messages.
     pub receive_request_attempt_id: Option<String>,
 }
@@ -351,8 +353,8 @@ impl ReceiveMessage {
             max_number_of_messages: max,
             wait_time_seconds: Some(0),
             visibility_timeout: None,
-            system_attribute_names: vec!["All".to_owned()],
-            message_attribute_names: vec!["All".to_owned()],
+            system_attribute_names: vec![Cow::Borrowed("All")],
+            message_attribute_names: vec![Cow::Borrowed("All")],
             receive_request_attempt_id: None,
         }
     }
@@ -376,7 +378,7 @@ impl ReceiveMessage {
     }
 
     /// Return only these system attributes.
-    pub fn system_attribute_names<I: IntoIterator<Item = S>, S: Into<String>>(
+    pub fn system_attribute_names<I: IntoIterator<Item = S>, S: Into<Cow<'static, str>>>(
         mut self,
         names: I,
     ) -> Self {
@@ -385,7 +387,7 @@ impl ReceiveMessage {
     }
 
     /// Return only these message attributes.
-    pub fn message_attribute_names<I: IntoIterator<Item = S>, S: Into<String>>(
+    pub fn message_attribute_names<I: IntoIterator<Item = S>, S: Into<Cow<'static, str>>>(
         mut self,
         names: I,
     ) -> Self {
@@ -410,7 +412,7 @@ pub struct ReceivedMessage {
     /// The body.
     pub body: String,
     /// The requested system attributes, by SQS name.
-    pub attributes: BTreeMap<String, String>,
+    pub attributes: SystemAttributes,
     /// The requested message attributes.
     pub message_attributes: MessageAttributes,
 }
@@ -418,24 +420,257 @@ pub struct ReceivedMessage {
 impl ReceivedMessage {
     /// `ApproximateReceiveCount`, when it was requested.
     pub fn receive_count(&self) -> Option<u32> {
-        self.attributes.get("ApproximateReceiveCount")?.parse().ok()
+        self.attributes
+            .number(SystemAttribute::ApproximateReceiveCount)?
+            .try_into()
+            .ok()
     }
 
     /// `SequenceNumber`, when the queue is FIFO and it was requested.
     pub fn sequence_number(&self) -> Option<&str> {
-        self.attributes.get("SequenceNumber").map(String::as_str)
+        self.attributes.get("SequenceNumber")
     }
 
     /// `MessageGroupId`, when the message has one and it was requested.
     pub fn group_id(&self) -> Option<&str> {
-        self.attributes.get("MessageGroupId").map(String::as_str)
+        self.attributes.get("MessageGroupId")
     }
 
     /// `MessageDeduplicationId`, when the message has one and it was requested.
     pub fn dedup_id(&self) -> Option<&str> {
-        self.attributes
-            .get("MessageDeduplicationId")
-            .map(String::as_str)
+        self.attributes.get("MessageDeduplicationId")
+    }
+}
+
+/// A system attribute this crate knows by name; [`SystemAttributes`] holds these without a map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SystemAttribute {
+    /// `ApproximateFirstReceiveTimestamp`: milliseconds since the epoch.
+    ApproximateFirstReceiveTimestamp,
+    /// `ApproximateReceiveCount`.
+    ApproximateReceiveCount,
+    /// `DeadLetterQueueSourceArn`.
+    DeadLetterQueueSourceArn,
+    /// `MessageDeduplicationId`.
+    MessageDeduplicationId,
+    /// `MessageGroupId`.
+    MessageGroupId,
+    /// `SenderId`.
+    SenderId,
+    /// `SentTimestamp`: milliseconds since the epoch.
+    SentTimestamp,
+    /// `SequenceNumber`: 20 digits.
+    SequenceNumber,
+}
+
+impl SystemAttribute {
+    /// Every one, in the order of their names.
+    pub const ALL: [Self; 8] = [
+        Self::ApproximateFirstReceiveTimestamp,
+        Self::ApproximateReceiveCount,
+        Self::DeadLetterQueueSourceArn,
+        Self::MessageDeduplicationId,
+        Self::MessageGroupId,
+        Self::SenderId,
+        Self::SentTimestamp,
+        Self::SequenceNumber,
+    ];
+
+    /// The SQS name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ApproximateFirstReceiveTimestamp => "ApproximateFirstReceiveTimestamp",
+            Self::ApproximateReceiveCount => "ApproximateReceiveCount",
+            Self::DeadLetterQueueSourceArn => "DeadLetterQueueSourceArn",
+            Self::MessageDeduplicationId => "MessageDeduplicationId",
+            Self::MessageGroupId => "MessageGroupId",
+            Self::SenderId => "SenderId",
+            Self::SentTimestamp => "SentTimestamp",
+            Self::SequenceNumber => "SequenceNumber",
+        }
+    }
+
+    /// The one of this SQS name.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|known| known.name() == name)
+    }
+}
+
+/// A received message's system attributes, read as a map from SQS names to their text
+/// (`attributes["SentTimestamp"]`, [`get`](Self::get), [`keys`](Self::keys) in name order).
+///
+/// The attributes this crate knows ([`SystemAttribute`]) are held in place, numbers as numbers
+/// with their digits, so a receive returns them without allocating a map and a string for each;
+/// any other name a service returns is kept as sent.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SystemAttributes {
+    /// By [`SystemAttribute`], in the order of [`SystemAttribute::ALL`].
+    known: [Option<AttributeText>; SystemAttribute::ALL.len()],
+    other: BTreeMap<String, String>,
+}
+
+/// The text of one known attribute.
+#[derive(Clone, PartialEq, Eq)]
+enum AttributeText {
+    Number(Digits),
+    Text(String),
+}
+
+impl AttributeText {
+    fn as_str(&self) -> &str {
+        match self {
+            Self::Number(digits) => digits.as_str(),
+            Self::Text(text) => text,
+        }
+    }
+}
+
+/// A number and its decimal digits, written in place (at least `width` of them, zero-padded).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Digits {
+    value: u64,
+    text: [u8; 20],
+    start: u8,
+}
+
+impl Digits {
+    fn new(value: u64, width: usize) -> Self {
+        let mut text = [b'0'; 20];
+        let mut start = text.len();
+        let mut rest = value;
+        while rest > 0 || start == text.len() {
+            start -= 1;
+            text[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        let start = start.min(text.len().saturating_sub(width)) as u8;
+        Self { value, text, start }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.text[usize::from(self.start)..]).expect("ASCII digits")
+    }
+}
+
+impl SystemAttributes {
+    /// None.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The attribute's text, if it is here.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        match SystemAttribute::named(name) {
+            Some(known) => self.known[known as usize]
+                .as_ref()
+                .map(AttributeText::as_str),
+            None => self.other.get(name).map(String::as_str),
+        }
+    }
+
+    /// A known attribute's value as a number, if it is here and is one.
+    pub fn number(&self, attribute: SystemAttribute) -> Option<u64> {
+        match self.known[attribute as usize].as_ref()? {
+            AttributeText::Number(digits) => Some(digits.value),
+            AttributeText::Text(text) => text.parse().ok(),
+        }
+    }
+
+    /// Whether the attribute is here. (Generic over the name's type as a map's is, so that code
+    /// written against the map this type replaced reads the same.)
+    pub fn contains_key<N: AsRef<str> + ?Sized>(&self, name: &N) -> bool {
+        self.get(name.as_ref()).is_some()
+    }
+
+    /// Sets an attribute to `value`, as a service returned it.
+    pub fn insert(&mut self, name: impl AsRef<str>, value: impl Into<String>) {
+        let name = name.as_ref();
+        match SystemAttribute::named(name) {
+            Some(known) => self.known[known as usize] = Some(AttributeText::Text(value.into())),
+            None => {
+                self.other.insert(name.to_owned(), value.into());
+            }
+        }
+    }
+
+    /// Sets a known attribute to a number, written with at least `width` digits (zero-padded, as
+    /// SQS writes a sequence number); nothing is allocated.
+    pub fn insert_number(&mut self, attribute: SystemAttribute, value: u64, width: usize) {
+        self.known[attribute as usize] = Some(AttributeText::Number(Digits::new(value, width)));
+    }
+
+    /// Takes an attribute out, returning its text.
+    pub fn remove(&mut self, name: &str) -> Option<String> {
+        match SystemAttribute::named(name) {
+            Some(known) => match self.known[known as usize].take()? {
+                AttributeText::Number(digits) => Some(digits.as_str().to_owned()),
+                AttributeText::Text(text) => Some(text),
+            },
+            None => self.other.remove(name),
+        }
+    }
+
+    /// The attributes here, by name in name order, with their text.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut known = SystemAttribute::ALL
+            .into_iter()
+            .filter_map(|attribute| {
+                let text = self.known[attribute as usize].as_ref()?;
+                Some((attribute.name(), text.as_str()))
+            })
+            .peekable();
+        let mut other = self
+            .other
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .peekable();
+        std::iter::from_fn(move || match (known.peek(), other.peek()) {
+            (Some(a), Some(b)) if b.0 < a.0 => other.next(),
+            (Some(_), _) => known.next(),
+            (None, _) => other.next(),
+        })
+    }
+
+    /// The names of the attributes here, in name order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.iter().map(|(name, _)| name)
+    }
+
+    /// How many attributes are here.
+    pub fn len(&self) -> usize {
+        self.known.iter().flatten().count() + self.other.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::ops::Index<&str> for SystemAttributes {
+    type Output = str;
+
+    /// The attribute's text; panics when it is not here, as a map's index does.
+    fn index(&self, name: &str) -> &str {
+        self.get(name)
+            .unwrap_or_else(|| panic!("no system attribute {name:?}"))
+    }
+}
+
+impl fmt::Debug for SystemAttributes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<N: AsRef<str>, V: Into<String>> FromIterator<(N, V)> for SystemAttributes {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(pairs: I) -> Self {
+        let mut attributes = Self::new();
+        for (name, value) in pairs {
+            attributes.insert(name, value);
+        }
+        attributes
     }
 }
 
@@ -567,5 +802,45 @@ impl TransportError {
                 message,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_attributes_read_as_a_map_of_names_in_name_order() {
+        let mut attributes = SystemAttributes::new();
+        attributes.insert_number(SystemAttribute::SentTimestamp, 1_700_000_000_123, 0);
+        attributes.insert("MessageGroupId", "ada");
+        attributes.insert("AWSTraceHeader", "Root=1-abc");
+        attributes.insert("ApproximateReceiveCount", "3");
+        assert_eq!(
+            attributes.keys().collect::<Vec<_>>(),
+            [
+                "AWSTraceHeader",
+                "ApproximateReceiveCount",
+                "MessageGroupId",
+                "SentTimestamp"
+            ]
+        );
+        assert_eq!(attributes.len(), 4);
+        assert_eq!(&attributes["SentTimestamp"], "1700000000123");
+        assert_eq!(
+            attributes.number(SystemAttribute::ApproximateReceiveCount),
+            Some(3),
+            "a number a service sent as text reads as a number too"
+        );
+        assert_eq!(attributes.get("AWSTraceHeader"), Some("Root=1-abc"));
+        assert_eq!(
+            attributes.remove("SentTimestamp").as_deref(),
+            Some("1700000000123")
+        );
+        assert!(!attributes.contains_key("SentTimestamp"));
+        assert_eq!(
+            format!("{attributes:?}"),
+            r#"{"AWSTraceHeader": "Root=1-abc", "ApproximateReceiveCount": "3", "MessageGroupId": "ada"}"#
+        );
     }
 }

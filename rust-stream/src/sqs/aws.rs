@@ -610,10 +610,16 @@ impl Transport for AwsTransport {
                 request
                     .system_attribute_names
                     .iter()
-                    .map(|name| MessageSystemAttributeName::from(name.as_str()))
+                    .map(|name| MessageSystemAttributeName::from(name.as_ref()))
                     .collect(),
             ))
-            .set_message_attribute_names(Some(request.message_attribute_names.clone()))
+            .set_message_attribute_names(Some(
+                request
+                    .message_attribute_names
+                    .iter()
+                    .map(|name| name.to_string())
+                    .collect(),
+            ))
             .set_receive_request_attempt_id(request.receive_request_attempt_id.clone())
             .send()
             .await
@@ -636,7 +642,7 @@ impl Transport for AwsTransport {
                         .attributes()
                         .into_iter()
                         .flatten()
-                        .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+                        .map(|(name, value)| (name.as_str(), value.as_str()))
                         .collect(),
                     message_attributes: from_sdk_attributes(message.message_attributes()),
                 })

@@ -467,8 +467,9 @@ pub(crate) fn check_batch_ids<'a>(
             format!("the batch has {count} entries; split it into batches of at most {MAX_BATCH_ENTRIES}"),
         );
     }
-    let mut seen = std::collections::HashSet::with_capacity(count);
-    for id in ids {
+    // At most 10 ids: comparing each with those before it is cheaper than hashing them.
+    let mut seen = [""; MAX_BATCH_ENTRIES];
+    for (at, id) in ids.enumerate() {
         let valid = !id.is_empty()
             && id.len() <= MAX_BATCH_ENTRY_ID_LEN
             && id
@@ -480,12 +481,13 @@ pub(crate) fn check_batch_ids<'a>(
                 format!("batch entry id `{id}` is invalid: use 1 to 80 characters of letters, digits, `-` and `_`"),
             );
         }
-        if !seen.insert(id) {
+        if seen[..at].contains(&id) {
             return fail(
                 ErrorKind::BatchEntryIdsNotDistinct,
                 format!("batch entry id `{id}` appears twice; give each entry its own id"),
             );
         }
+        seen[at] = id;
     }
     Ok(())
 }
@@ -551,10 +553,12 @@ pub(crate) const SYSTEM_ATTRIBUTE_NAMES: &[&str] = &[
 ];
 
 /// Checks the system attribute names of a receive.
-pub(crate) fn check_system_attribute_names(names: &[String]) -> Result<(), TransportError> {
+pub(crate) fn check_system_attribute_names(
+    names: &[std::borrow::Cow<'static, str>],
+) -> Result<(), TransportError> {
     match names
         .iter()
-        .find(|n| !SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_str()))
+        .find(|n| !SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_ref()))
     {
         Some(unknown) => fail(
             ErrorKind::InvalidAttributeName,

@@ -1,10 +1,11 @@
 //! [`TestContext`]: a [`Context`] for calling a handler in a unit test, without a broker.
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use crate::context::{Context, Delivery};
-use crate::engine::transport::{MessageAttributeValue, MessageAttributes, ReceivedMessage};
+use crate::engine::transport::{
+    MessageAttributeValue, MessageAttributes, ReceivedMessage, SystemAttributes,
+};
 use crate::state::States;
 
 /// Builds the [`Context`] a handler is called with in a unit test: the message's ids, group,
@@ -88,10 +89,7 @@ impl TestContext {
                 message_id: "test-message".to_owned(),
                 receipt_handle: String::new(),
                 body: String::new(),
-                attributes: BTreeMap::from([(
-                    "ApproximateReceiveCount".to_owned(),
-                    "1".to_owned(),
-                )]),
+                attributes: SystemAttributes::from_iter([("ApproximateReceiveCount", "1")]),
                 message_attributes: MessageAttributes::new(),
             },
             sent_at: None,
@@ -163,7 +161,7 @@ impl TestContext {
     }
 
     fn attribute(mut self, name: &str, value: String) -> Self {
-        self.message.attributes.insert(name.to_owned(), value);
+        self.message.attributes.insert(name, value);
         self
     }
 }
