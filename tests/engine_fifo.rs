@@ -287,6 +287,28 @@ async fn send_jobs(publisher: &Publisher, jobs: impl IntoIterator<Item = Job>) {
     }
 }
 
+/// Sends `per_group` jobs to each of `groups` groups (`g0`, `g1`, ...), interleaved; returns the
+/// groups' names.
+async fn send_backlog(publisher: &Publisher, groups: usize, per_group: u32) -> Vec<String> {
+    let names: Vec<String> = (0..groups).map(|g| format!("g{g}")).collect();
+    for n in 1..=per_group {
+        send_jobs(publisher, names.iter().map(|g| Job::new(g, n))).await;
+    }
+    names
+}
+
+/// Each group's jobs 1..=`per_group` were handled once each, in the order sent.
+fn assert_each_group_in_order(record: &Record, groups: &[impl AsRef<str>], per_group: u32) {
+    for g in groups {
+        let g = g.as_ref();
+        assert_eq!(
+            record.calls(g),
+            (1..=per_group).map(|n| (n, 1)).collect::<Vec<_>>(),
+            "group {g} is handled once each, in the order sent"
+        );
+    }
+}
+
 fn group(name: &str, count: u32) -> impl Iterator<Item = Job> + '_ {
     (1..=count).map(move |n| Job::new(name, n))
 }
@@ -362,13 +384,7 @@ async fn each_group_is_handled_in_order_one_message_at_a_time_while_groups_run_i
     running.stop().await.unwrap();
 
     let record = take(&record);
-    for g in groups {
-        assert_eq!(
-            record.calls(g),
-            (1..=6).map(|n| (n, 1)).collect::<Vec<_>>(),
-            "group {g} is handled once each, in the order sent"
-        );
-    }
+    assert_each_group_in_order(&record, &groups, 6);
     assert_eq!(
         record.max_in_one_group, 1,
         "two calls of one group overlapped"
@@ -394,10 +410,7 @@ async fn groups_with_a_backlog_fill_every_handler_slot() {
     let broker = SqsBroker::with_account(&account);
     let queue = SqsQueue::new(QUEUE).create_if_missing();
     let publisher = broker.publisher(queue.clone());
-    let groups: Vec<String> = (0..10).map(|g| format!("g{g}")).collect();
-    for n in 1..=20 {
-        send_jobs(&publisher, groups.iter().map(|g| Job::new(g, n))).await;
-    }
+    let groups = send_backlog(&publisher, 10, 20).await;
     let (handler, record) = probe(|_, _| (Duration::from_millis(100), Step::Ack));
     let running = start(&broker, subscriber(queue, handler).concurrency(10).build()).await;
     eventually("200 jobs acked", async || {
@@ -415,13 +428,7 @@ async fn groups_with_a_backlog_fill_every_handler_slot() {
         record.max_in_one_group, 1,
         "two calls of one group overlapped"
     );
-    for g in &groups {
-        assert_eq!(
-            record.calls(g),
-            (1..=20).map(|n| (n, 1)).collect::<Vec<_>>(),
-            "group {g} is handled once each, in the order sent"
-        );
-    }
+    assert_each_group_in_order(&record, &groups, 20);
 }
 
 /// Lanes whose deletes one call confirmed go on in step, and their next deletes share the next
@@ -435,10 +442,7 @@ async fn the_deletes_of_groups_handled_in_step_share_calls_and_each_group_stays_
     let broker = SqsBroker::with_account(&account);
     let queue = SqsQueue::new(QUEUE).create_if_missing();
     let publisher = broker.publisher(queue.clone());
-    let groups: Vec<String> = (0..10).map(|g| format!("g{g}")).collect();
-    for n in 1..=20 {
-        send_jobs(&publisher, groups.iter().map(|g| Job::new(g, n))).await;
-    }
+    let groups = send_backlog(&publisher, 10, 20).await;
     let (handler, record) = probe(|_, _| (Duration::ZERO, Step::Ack));
     let before = broker.api_calls();
     let running = start(&broker, subscriber(queue, handler).build()).await;
@@ -458,13 +462,7 @@ async fn the_deletes_of_groups_handled_in_step_share_calls_and_each_group_stays_
         "{deletes} delete calls for 200 messages of ten groups at a time"
     );
     let record = take(&record);
-    for g in &groups {
-        assert_eq!(
-            record.calls(g),
-            (1..=20).map(|n| (n, 1)).collect::<Vec<_>>(),
-            "group {g} is handled once each, in the order sent"
-        );
-    }
+    assert_each_group_in_order(&record, &groups, 20);
 }
 
 #[tokio::test(start_paused = true)]
