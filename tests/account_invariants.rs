@@ -253,10 +253,21 @@ async fn run(fifo: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Delete { pick } if !model.held.is_empty() => {
                 let (id, handle) = model.held.swap_remove(pick % model.held.len());
-                account.delete_message(&url, &handle).await.unwrap();
-                // A superseded handle deletes nothing; the latest one deletes even after a timeout.
-                if model.is_latest(&id, &handle) {
+                let result = account.delete_message(&url, &handle).await;
+                // A superseded handle deletes nothing; the latest one deletes even after a timeout,
+                // but on FIFO only while the message is in flight: there it expires once its
+                // visibility ended (timed out or released).
+                if !model.is_latest(&id, &handle) || model.messages[&id].deleted {
+                    prop_assert!(result.is_ok(), "{:?}", result);
+                } else if !fifo || model.in_flight(&id, now) {
+                    prop_assert!(result.is_ok(), "{:?}", result);
                     model.messages.get_mut(&id).unwrap().deleted = true;
+                } else {
+                    prop_assert_eq!(
+                        result.unwrap_err().kind(),
+                        Some(ErrorKind::InvalidParameterValue),
+                        "an expired FIFO receipt handle"
+                    );
                 }
             }
             Op::Release { pick } if !model.held.is_empty() => {

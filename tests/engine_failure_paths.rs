@@ -322,12 +322,29 @@ fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_nami
             .unwrap();
     });
     let logged = captured.text();
-    let warning = logged
-        .lines()
-        .find(|line| line.contains("RedrivePolicy disagrees"))
-        .unwrap_or_else(|| panic!("no warning in:\n{logged}"));
-    for named in ["new-dlq", "old-dlq", "5", "3"] {
-        assert!(warning.contains(named), "{named} missing from: {warning}");
+    let warning = |about: &str| {
+        logged
+            .lines()
+            .find(|line| line.contains(about))
+            .unwrap_or_else(|| panic!("no warning about {about:?} in:\n{logged}"))
+            .to_owned()
+    };
+    let other_queue = warning("names another dead-letter queue");
+    for named in ["new-dlq", "old-dlq"] {
+        assert!(
+            other_queue.contains(named),
+            "{named} missing from: {other_queue}"
+        );
+    }
+    // The queue's count (3) would move messages before the subscription's 5 attempts, counting
+    // receives that were no attempt: the warning names the count to set, 5 + the margin.
+    let tight = warning("leaves no room for receives that are no attempt");
+    for named in [
+        "maxReceiveCount (3)",
+        "Set maxReceiveCount to 15",
+        "attempts=5",
+    ] {
+        assert!(tight.contains(named), "{named} missing from: {tight}");
     }
 }
 

@@ -589,7 +589,7 @@ async fn stopping_lets_a_running_handler_finish_and_acks_its_message() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn stopping_releases_prefetched_messages_at_once() {
+async fn a_stop_starts_prefetched_messages_for_half_its_budget_and_then_releases_the_rest() {
     let account = Account::new();
     let url = standard_queue(&account, "prefetched", 5).await;
     let (handler, probe) = slow(|_, _| Hold::For(secs(10)));
@@ -600,30 +600,51 @@ async fn stopping_releases_prefetched_messages_at_once() {
     eventually("started", async || probe.started() == 1).await;
     assert_eq!(counts(&account, &url).await.in_flight, 5, "all prefetched");
 
+    let asked = Instant::now();
     let stop = tokio::spawn(running.stop());
-    sleep(Duration::from_millis(100)).await;
+    // The first ends at 10 s, and the second starts: within the first half (15 s) of the budget.
+    sleep(secs(14)).await;
+    assert_eq!(
+        probe.started(),
+        2,
+        "a held message starts while the stop lets it"
+    );
     let during = counts(&account, &url).await;
     assert_eq!(
         (during.visible, during.in_flight),
-        (4, 1),
-        "released at once"
+        (0, 4),
+        "nothing given back yet"
     );
 
     stop.await.unwrap().unwrap();
+    let took = asked.elapsed();
+    assert!(
+        took >= secs(19) && took <= secs(21),
+        "the second finished: {took:?}"
+    );
     let after = counts(&account, &url).await;
-    assert_eq!((after.visible, after.in_flight), (4, 0));
-    assert_eq!(probe.started(), 1, "nothing started after stop");
+    assert_eq!(
+        (after.visible, after.in_flight),
+        (3, 0),
+        "the rest released"
+    );
+    assert_eq!(
+        probe.started(),
+        2,
+        "nothing started after the first half of the budget"
+    );
+    assert_eq!(probe.finished(), 2);
     let left = account
         .receive_message(&url, ReceiveMessage::new(10))
         .await
         .unwrap();
     // Received once by the service, now a second time.
     let receive_counts: Vec<_> = left.iter().map(ReceivedMessage::receive_count).collect();
-    assert_eq!(receive_counts, [Some(2); 4]);
+    assert_eq!(receive_counts, [Some(2); 3]);
 }
 
 #[tokio::test(start_paused = true)]
-async fn stopping_starts_no_further_message_of_a_fifo_group() {
+async fn a_stop_starts_held_fifo_messages_only_in_the_first_half_of_its_budget_and_in_order() {
     let groups = ["a", "b", "c", "d", "e", "f", "g", "h"];
     let account = Account::new();
     let url = fifo_queue(&account, "groups.fifo", &groups, 3).await;
@@ -644,14 +665,39 @@ async fn stopping_starts_no_further_message_of_a_fifo_group() {
         held > groups.len(),
         "later messages wait in their lanes: {held}"
     );
+    let asked = Instant::now();
     running.stop().await.unwrap();
 
-    assert_eq!(probe.started(), groups.len(), "{:?}", probe.calls());
-    assert_eq!(probe.finished(), groups.len());
+    let calls = probe.calls();
+    // The first messages end at 10 s and the second ones of the held groups start then; the third
+    // ones would start at 20 s, past the first half of the 30 s budget.
+    assert!(
+        calls.iter().all(|call| call.started <= asked + secs(15)),
+        "{calls:?}"
+    );
+    assert!(probe.started() > groups.len(), "{calls:?}");
+    assert!(calls.iter().all(|call| call.job.n < 2), "{calls:?}");
+    assert_eq!(
+        probe.finished(),
+        probe.started(),
+        "every started one finished"
+    );
+    for group in groups {
+        let order: Vec<u32> = calls
+            .iter()
+            .filter(|call| call.job.group == group)
+            .map(|call| call.job.n)
+            .collect();
+        assert_eq!(
+            order,
+            (0..order.len() as u32).collect::<Vec<_>>(),
+            "{group}"
+        );
+    }
     let after = counts(&account, &url).await;
     assert_eq!(
         (after.visible, after.in_flight),
-        (16, 0),
+        (24 - probe.finished(), 0),
         "the rest released"
     );
 }
@@ -672,7 +718,8 @@ async fn a_handler_outliving_the_shutdown_timeout_is_cancelled_before_its_messag
     running.stop().await.unwrap();
     let took = asked.elapsed();
 
-    assert!(took >= secs(5) && took < secs(6), "{took:?}");
+    // The whole stop fits its 5 s budget: handlers are cancelled with a fifth of it left.
+    assert!(took >= secs(4) && took <= secs(5), "{took:?}");
     let after = counts(&account, &url).await;
     assert_eq!((after.visible, after.in_flight), (1, 0), "released");
     // The handler was cancelled before its message was released: it never finishes, so it

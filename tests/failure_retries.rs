@@ -327,8 +327,10 @@ async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transpo
 ) {
     let backend = backend.recorded();
     // One handler slot and two pollers receiving one message each: one runs, the other waits for
-    // the slot, and the next long poll is in flight, empty, when shutdown comes. Shutdown releases
-    // the waiting one, which a real server may hand to that long poll.
+    // the slot, and the next long poll is in flight, empty, when shutdown comes. The running one
+    // (7 s) outlasts the first half of the 10 s budget, in which the stop still starts held
+    // messages, so the waiting one is given back; a real server would hand it to that long poll
+    // if the stop released it before the poll answered.
     let queue = SqsQueue::new(backend.name("poll-at-shutdown"))
         .create_if_missing()
         .concurrency(1)
@@ -342,7 +344,7 @@ async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transpo
     }
     let started = Arc::new(AtomicU32::new(0));
     let (handler, log) = Scripted::new(|_, _| Ok(()));
-    // The handler is slow: it runs for 3 s of whichever clock the backend uses.
+    // The handler is slow: it runs for 7 s of whichever clock the backend uses.
     let slow = SlowThen {
         inner: handler,
         started: started.clone(),
@@ -395,7 +397,7 @@ async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transpo
     );
 }
 
-/// A handler that counts its calls, works for 3 s, then lets the scripted one answer.
+/// A handler that counts its calls, works for 7 s, then lets the scripted one answer.
 struct SlowThen<H> {
     inner: H,
     started: Arc<AtomicU32>,
@@ -409,7 +411,7 @@ impl<H: Handle<Job>> Handle<Job> for SlowThen<H> {
         ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
         self.started.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(Duration::from_secs(7)).await;
         self.inner.handle(job, outs, ctx).await
     }
 }

@@ -306,7 +306,8 @@ async fn shutdown_finishes_running_handlers_and_releases_held_messages<T: Transp
             _ctx: &mut Context<'_>,
         ) -> Result<(), HandlerOutcome> {
             self.started.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            // Past the first half of the 10 s stop budget, in which held messages still start.
+            tokio::time::sleep(Duration::from_secs(7)).await;
             self.finished.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
@@ -316,7 +317,7 @@ async fn shutdown_finishes_running_handlers_and_releases_held_messages<T: Transp
         finished: finished.clone(),
     };
     let running = service(&backend, subscriber(queue.clone(), handler).build()).await;
-    // The first handler runs for 2 s, while the other two are held, unstarted.
+    // The first handler runs for 7 s, while the other two are held, unstarted.
     eventually("three held, one running", async || {
         backend.transport.receipts().len() == 3 && started.load(Ordering::SeqCst) == 1
     })

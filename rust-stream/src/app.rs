@@ -75,6 +75,10 @@ impl AppInfo {
     }
 }
 
+/// How long a stop takes at most unless set: within Kubernetes' default grace period of 30 s, and
+/// above the default long poll of 20 s.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+
 /// A service being described: its info and how long shutdown may take.
 #[derive(Debug, Clone)]
 #[must_use = "add a broker with `.with_broker(..)`"]
@@ -89,7 +93,7 @@ impl RustStream {
     pub fn new(info: AppInfo) -> Self {
         Self {
             info,
-            shutdown_timeout: Duration::from_secs(30),
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             states: States::default(),
         }
     }
@@ -101,8 +105,11 @@ impl RustStream {
         self
     }
 
-    /// How long running handlers may take to finish at shutdown (default 30 s); messages still
-    /// held then are released for other consumers.
+    /// How long a stop may take in all (default 25 s, within Kubernetes' default grace period of
+    /// 30 s): held messages go on starting for the first half, running handlers are cancelled
+    /// when a fifth of it (at most 3 s) is left, and what is still held is then released for
+    /// other consumers. On SQS keep it above the long poll (`wait`, 20 s by default): a stop
+    /// waits for a receive in flight, so that what it brings is not hidden.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self
@@ -442,7 +449,7 @@ impl Shutdown {
         let _ = requested.wait_for(|requested| *requested).await;
     }
 
-    /// How long running handlers may take to finish.
+    /// How long the whole stop may take.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }

@@ -22,6 +22,7 @@
 //! | `rust_stream.messages.undecodable` | counter | | bodies that did not decode (then dead-lettered, or retried without a dead-letter queue) |
 //! | `rust_stream.messages.in_flight` | gauge | | handlers running |
 //! | `rust_stream.messages.held` | gauge | | messages received and not yet settled or released (running, waiting for a slot, or behind their group) |
+//! | `rust_stream.groups.resting` | gauge | | FIFO groups waiting out a retry delay, held by this consumer |
 //! | `rust_stream.message.age` | histogram | | at receive, now − `SentTimestamp` |
 //! | `rust_stream.receive.batch_size` | histogram | | messages each receive brought, empty ones included |
 //! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `CreateQueue` |
@@ -57,6 +58,8 @@ pub const PROCESS_DURATION: &str = "messaging.process.duration";
 pub const MESSAGES_SETTLED: &str = "rust_stream.messages.settled";
 /// Bodies that did not decode.
 pub const MESSAGES_UNDECODABLE: &str = "rust_stream.messages.undecodable";
+/// FIFO groups resting between retries.
+pub const GROUPS_RESTING: &str = "rust_stream.groups.resting";
 /// Handlers running.
 pub const MESSAGES_IN_FLIGHT: &str = "rust_stream.messages.in_flight";
 /// Messages held.
@@ -84,6 +87,8 @@ pub(crate) struct SubscriptionMetrics {
     process: [Histogram; 4],
     pub(crate) in_flight: Gauge,
     pub(crate) held: Gauge,
+    /// FIFO groups resting between retries.
+    pub(crate) resting: Gauge,
     age: Histogram,
     batch_size: Histogram,
 }
@@ -131,6 +136,7 @@ impl SubscriptionMetrics {
             ],
             in_flight: ::metrics::gauge!(MESSAGES_IN_FLIGHT, &base),
             held: ::metrics::gauge!(MESSAGES_HELD, &base),
+            resting: ::metrics::gauge!(GROUPS_RESTING, &base),
             age: ::metrics::histogram!(MESSAGE_AGE, &base),
             batch_size: ::metrics::histogram!(RECEIVE_BATCH_SIZE, &base),
         }

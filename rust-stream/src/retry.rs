@@ -210,6 +210,85 @@ pub(crate) fn attempts(receive_count: u32, local: u32) -> u32 {
     receive_count.max(1).saturating_sub(1).saturating_add(local)
 }
 
+/// How many receives above a subscription's attempts a queue's `RedrivePolicy` leaves: receives
+/// that are no attempt (a graceful stop gives back what it could not start, a consumer crash, a
+/// receive whose answer was lost) must not move a message the consumer has not given up on.
+pub const REDRIVE_MARGIN: u32 = 10;
+
+/// The `maxReceiveCount` a queue's redrive needs to be a backstop for a subscription that makes
+/// `max_attempts` attempts: [`REDRIVE_MARGIN`] more receives, within SQS's 1,000.
+pub fn redrive_backstop(max_attempts: u32) -> u32 {
+    max_attempts.saturating_add(REDRIVE_MARGIN).min(1000)
+}
+
+/// How many message ids [`UnstartedReceives`] remembers.
+const REMEMBERED_UNSTARTED: usize = 10_000;
+
+/// The receives a consumer gave back without attempting the message (the rest of a FIFO group
+/// released behind a message that stopped it, what a stop could not start, a lapsed group's rest),
+/// by message id: SQS counts each as a receive, and the consumer's count of attempts takes them
+/// off again when the message comes back. Bounded: the oldest ids are forgotten first, and a
+/// forgotten one counts its receives as attempts, as SQS does.
+#[derive(Debug, Default)]
+pub(crate) struct UnstartedReceives {
+    remembered: std::sync::Mutex<Unstarted>,
+    /// Nothing was ever noted: the common case reads no lock.
+    any: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Unstarted {
+    counts: std::collections::HashMap<String, u32>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl UnstartedReceives {
+    /// Notes that the message's current receive goes back unattempted.
+    pub(crate) fn note(&self, message_id: &str) {
+        self.note_all(std::iter::once(message_id));
+    }
+
+    /// As [`note`](Self::note), for each of `message_ids`.
+    pub(crate) fn note_all<'a>(&self, message_ids: impl IntoIterator<Item = &'a str>) {
+        let mut remembered = self
+            .remembered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in message_ids {
+            self.any.store(true, std::sync::atomic::Ordering::Release);
+            match remembered.counts.get_mut(id) {
+                Some(count) => *count = count.saturating_add(1),
+                None => {
+                    if remembered.order.len() >= REMEMBERED_UNSTARTED {
+                        if let Some(oldest) = remembered.order.pop_front() {
+                            remembered.counts.remove(&oldest);
+                        }
+                    }
+                    remembered.counts.insert(id.to_owned(), 1);
+                    remembered.order.push_back(id.to_owned());
+                }
+            }
+        }
+    }
+
+    /// The message's attempts so far (see [`attempts`]), less the receives this consumer gave
+    /// back unattempted.
+    pub(crate) fn attempts(&self, message_id: &str, receive_count: u32, local: u32) -> u32 {
+        let unstarted = if self.any.load(std::sync::atomic::Ordering::Acquire) {
+            self.remembered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .counts
+                .get(message_id)
+                .copied()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        attempts(receive_count.saturating_sub(unstarted), local)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,6 +401,29 @@ mod tests {
         assert_eq!(attempts(3, 1), 3);
         assert_eq!(attempts(0, 1), 1);
         assert_eq!(attempts(u32::MAX, u32::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn receives_given_back_unattempted_are_not_attempts() {
+        let unstarted = UnstartedReceives::default();
+        assert_eq!(unstarted.attempts("m", 3, 1), 3);
+        unstarted.note("m");
+        unstarted.note_all(["m", "n"]);
+        assert_eq!(
+            unstarted.attempts("m", 3, 1),
+            1,
+            "two of its three receives went back"
+        );
+        assert_eq!(unstarted.attempts("n", 3, 1), 2);
+        assert_eq!(unstarted.attempts("other", 3, 1), 3);
+        for i in 0..REMEMBERED_UNSTARTED {
+            unstarted.note(&i.to_string());
+        }
+        assert_eq!(
+            unstarted.attempts("m", 3, 1),
+            3,
+            "the oldest ids are forgotten first"
+        );
     }
 
     #[test]

@@ -839,9 +839,21 @@ impl Queue {
     }
 
     /// `DeleteMessage`. Deleting twice succeeds; a handle superseded by a later receive succeeds
-    /// without deleting, as SQS documents, so the newer receiver keeps the message.
+    /// without deleting, as SQS documents, so the newer receiver keeps the message. On a FIFO
+    /// queue a handle expires with its visibility: once the message is visible again (timed out,
+    /// or released), its delete is refused, as SQS refuses it, and the message stays.
     pub(super) fn delete(&mut self, receipt_handle: &str) -> Result<(), TransportError> {
         if let Some((key, true)) = self.resolve(receipt_handle)? {
+            if self.config.fifo && !matches!(self.stored(key).state, State::InFlight { .. }) {
+                return fail(
+                    ErrorKind::InvalidParameterValue,
+                    format!(
+                        "Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired \
+                         (its visibility timeout ended on FIFO queue `{}`); receive the message again to delete it",
+                        self.name
+                    ),
+                );
+            }
             self.remove(key);
         }
         Ok(())

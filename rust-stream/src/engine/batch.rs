@@ -38,6 +38,17 @@ const RETRY_FOR: Duration = Duration::from_secs(20);
 /// The backoff between tries: jittered, doubling from the first to the longest.
 const RETRY_FIRST_DELAY: Duration = Duration::from_millis(50);
 const RETRY_LONGEST_DELAY: Duration = Duration::from_secs(2);
+/// The longest one try of a call may take before the engine gives it up and tries again. A
+/// transport may bound its own attempts more loosely (the SDK's are 30 s, repeated up to 4 times)
+/// or not at all, and a stalled connection must not hold a delete, an extension or a send for
+/// minutes: SQS answers a batch call in milliseconds.
+pub(crate) const CALL_DEADLINE: Duration = Duration::from_secs(10);
+/// The shortest deadline a try is given, however little visibility its entries have left.
+const SHORTEST_CALL_DEADLINE: Duration = Duration::from_millis(200);
+/// How long a FIFO delete call that is not full waits for the calls in flight to be answered (so
+/// that their lanes' next deletes share it) before it goes beside them: longer than an SQS round
+/// trip, short against a visibility timeout, so a stalled call holds up no other group's delete.
+const IN_FLIGHT_PATIENCE: Duration = Duration::from_millis(100);
 
 /// One batched SQS action.
 pub(crate) trait Action: Send + Sync + 'static {
@@ -62,6 +73,22 @@ pub(crate) trait Action: Send + Sync + 'static {
     fn withheld(_entry: &Self::Entry) -> Option<TransportError> {
         None
     }
+    /// When a try carrying the entry stops being of use (its message's visibility ends), if it
+    /// does: a try is given up well before, so another has time to reach SQS.
+    fn useful_until(_entry: &Self::Entry) -> Option<Instant> {
+        None
+    }
+}
+
+/// How long a try of a call whose entries are useful until `useful_until` may take: half the
+/// time left, so a second try still fits, within [`SHORTEST_CALL_DEADLINE`] and
+/// [`CALL_DEADLINE`].
+fn try_deadline(useful_until: Option<Instant>) -> Duration {
+    let Some(until) = useful_until else {
+        return CALL_DEADLINE;
+    };
+    (until.saturating_duration_since(Instant::now()) / 2)
+        .clamp(SHORTEST_CALL_DEADLINE, CALL_DEADLINE)
 }
 
 /// `SendMessageBatch`.
@@ -109,6 +136,10 @@ impl Action for DeleteBatch {
             .collect();
         transport.delete_message_batch(queue_url, entries)
     }
+
+    fn useful_until(lease: &Arc<Lease>) -> Option<Instant> {
+        Some(lease.lapses_at())
+    }
 }
 
 /// `ChangeMessageVisibilityBatch`; the entry is the message's lease and the new timeout in
@@ -154,6 +185,10 @@ impl Action for VisibilityBatch {
                  receipt handle is not used",
             )
         })
+    }
+
+    fn useful_until((lease, _): &Self::Entry) -> Option<Instant> {
+        Some(lease.lapses_at())
     }
 }
 
@@ -287,9 +322,11 @@ impl<A: Action> Batcher<A> {
 
     /// Starts a batcher whose callers each wait for their answer, and whose calls therefore carry
     /// as many of them as are ready: a full call goes out at once (up to `max_in_flight` calls at
-    /// a time); one that is not full goes out when no call is in flight and no entry is on its way
-    /// (or it waited [`Company::wait`] for them), gathering what arrives meanwhile. So callers
-    /// that run in step (lanes whose deletes were confirmed by one call) share the next call too.
+    /// a time); one that is not full goes out when no call is in flight (or the calls in flight
+    /// had [`IN_FLIGHT_PATIENCE`] to answer) and no entry is on its way (or it waited
+    /// [`Company::wait`] for them), gathering what arrives meanwhile. So callers that run in step
+    /// (lanes whose deletes were confirmed by one call) share the next call too, and a stalled
+    /// call holds up no other caller for longer than the patience.
     pub(crate) fn spawn_with_company(
         transport: SharedTransport,
         queue_url: String,
@@ -426,6 +463,16 @@ fn entry_id(i: usize) -> String {
     const IDS: [&str; MAX_BATCH_ENTRIES] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
     IDS.get(i)
         .map_or_else(|| i.to_string(), |id| (*id).to_owned())
+}
+
+/// A try the engine gave up on at its deadline: SQS may or may not have acted on it.
+pub(crate) fn unanswered_within(deadline: Duration) -> TransportError {
+    TransportError::Unavailable {
+        message: format!(
+            "no answer within {} ms; the engine gave the call up",
+            deadline.as_millis()
+        ),
+    }
 }
 
 fn stopped() -> TransportError {
@@ -592,6 +639,8 @@ async fn gather_with_company<A: Action>(
         let mut call = Gathering::new(first);
         let mut waited = None;
         let mut wait_over = false;
+        let mut patience = None;
+        let mut patience_over = false;
         loop {
             if call.is_full() || !open {
                 break;
@@ -604,7 +653,10 @@ async fn gather_with_company<A: Action>(
                     let left = company.left.notified();
                     tokio::pin!(left);
                     left.as_mut().enable();
-                    let idle = calls.available_permits() == max_in_flight;
+                    // Calls in flight are waited for a while (their callers' next entries may
+                    // share this call), but never for long: one stalled call must not hold every
+                    // other caller's entry.
+                    let idle = patience_over || calls.available_permits() == max_in_flight;
                     let coming = !wait_over
                         && (company.callers)() > in_flight.load(Ordering::Acquire) + call.count;
                     if idle && !coming {
@@ -612,12 +664,18 @@ async fn gather_with_company<A: Action>(
                     }
                     let wait =
                         waited.get_or_insert_with(|| Box::pin(tokio::time::sleep(company.wait)));
+                    let patience = patience
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(IN_FLIGHT_PATIENCE)));
                     tokio::select! {
                         biased;
                         job = receiver.recv() => job,
                         // Every call in flight answered: this one may go, unless company is coming.
                         all = calls.clone().acquire_many_owned(max_in_flight as u32), if !idle => {
                             drop(all);
+                            continue;
+                        }
+                        () = patience.as_mut(), if !idle => {
+                            patience_over = true;
                             continue;
                         }
                         () = wait.as_mut(), if coming => {
@@ -638,7 +696,6 @@ async fn gather_with_company<A: Action>(
                 None => open = false,
             }
         }
-        let full = call.is_full();
         let Gathering {
             jobs: batch, count, ..
         } = call;
@@ -649,12 +706,14 @@ async fn gather_with_company<A: Action>(
             .expect("the semaphore is never closed");
         in_flight.fetch_add(count, Ordering::AcqRel);
         let flush = Flush::new(transport.clone(), queue_url.clone(), batch);
-        let first_try = flush.try_first(permit, in_flight.clone(), count);
-        if !full {
-            // A call that is not full goes when no other is in flight, so this task has nothing
-            // to send meanwhile: it makes the first try itself, without a task of its own.
-            first_try.await;
-        } else {
+        // A call answered at once (the in-process account's) is made here, as a task per call
+        // would cost more than the call; one that waits goes on in a task of its own, so this
+        // batcher gathers the next call meanwhile and a stalled one holds up nobody.
+        let mut first_try = Box::pin(flush.try_first(permit, in_flight.clone(), count));
+        if crate::engine::dispatch::poll_once(&mut first_try)
+            .await
+            .is_none()
+        {
             tokio::spawn(first_try);
         }
     }
@@ -773,17 +832,27 @@ impl<A: Action> Flush<A> {
             .iter()
             .map(|&i| (entry_id(i), A::Entry::clone(entries[i])))
             .collect();
+        let deadline = try_deadline(
+            self.todo
+                .iter()
+                .filter_map(|&i| A::useful_until(entries[i]))
+                .min(),
+        );
         // A transport that panics fails this call (retried as a service fault), not the batcher,
-        // which every later delete, release and send of the queue waits on.
-        let answer =
-            crate::engine::CatchUnwind::new(A::call(&self.transport, &self.queue_url, call))
-                .await
-                .unwrap_or_else(|panic| {
-                    Err(TransportError::service(
-                        ErrorKind::InternalError,
-                        format!("the call panicked: {panic}"),
-                    ))
-                });
+        // which every later delete, release and send of the queue waits on. A try that is not
+        // answered by its deadline is given up as unanswered (repeated where that is safe).
+        let answer = tokio::time::timeout(
+            deadline,
+            crate::engine::CatchUnwind::new(A::call(&self.transport, &self.queue_url, call)),
+        )
+        .await
+        .unwrap_or_else(|_| Ok(Err(unanswered_within(deadline))))
+        .unwrap_or_else(|panic| {
+            Err(TransportError::service(
+                ErrorKind::InternalError,
+                format!("the call panicked: {panic}"),
+            ))
+        });
         let answers = &mut self.answers;
         // The entries that failed in a way that may pass, with what to answer if no try is left.
         let mut again: Vec<(usize, TransportError)> = Vec::new();

@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -62,6 +63,55 @@ impl Drop for HeldLease {
     }
 }
 
+/// How many resting FIFO groups, per handler slot, may lend their room to the pollers. A consumer
+/// so holds at most its capacity plus this many groups' runs a slot (a batch each): with the
+/// defaults, 110 + 40 × 10 messages.
+pub(crate) const MAX_LENT_GROUPS_PER_SLOT: usize = 4;
+
+/// A FIFO lane resting between retries; see [`Consumer::rest`].
+pub(crate) struct Rest<'a> {
+    consumer: &'a Consumer,
+    _counted: super::lanes::Resting<'a>,
+    /// Room lent to the pollers, to be taken back before the next attempt.
+    lent: usize,
+    /// Counted among the groups lending room.
+    lending: bool,
+}
+
+impl Rest<'_> {
+    /// Takes the lent room back (waiting for it, as a poller would) before the next attempt:
+    /// `false` when shutdown began meanwhile.
+    async fn end(mut self) -> bool {
+        if self.lent == 0 {
+            return true;
+        }
+        let room = tokio::select! {
+            biased;
+            () = self.consumer.stopping.cancelled() => return false,
+            room = self.consumer.capacity.acquire_many(self.lent as u32) => room,
+        };
+        if let Ok(room) = room {
+            room.forget();
+        }
+        self.lent = 0;
+        true
+    }
+}
+
+impl Drop for Rest<'_> {
+    fn drop(&mut self) {
+        if self.lent > 0 {
+            // Not taken back (shutdown, or the lane unwound): what is free of it is withdrawn, so
+            // the loan does not outlive the rest for long.
+            self.consumer.capacity.forget_permits(self.lent);
+        }
+        if self.lending {
+            self.consumer.lent_groups.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.consumer.metrics.resting.decrement(1.0);
+    }
+}
+
 /// Ends a lane whose task unwinds, so the group is not marked running for ever; what was
 /// waiting in it is orphaned, and released by the heartbeat.
 struct LaneTask<'a> {
@@ -90,7 +140,8 @@ impl Consumer {
                 // Releases are boxed: they are rare here, and their state would make every
                 // message's task larger.
                 let Some(slot) = consumer.slot().await else {
-                    return Box::pin(consumer.release(vec![held], 0)).await;
+                    consumer.unstarted.note(&held.delivery.message_id);
+                    return consumer.park(vec![held]);
                 };
                 consumer.open_process_span(&mut held, 1);
                 let verdict = consumer.process(&held).await;
@@ -115,19 +166,19 @@ impl Consumer {
         }
     }
 
-    /// A handler slot, or `None` once shutdown has begun.
+    /// A handler slot, or `None` once a stop no longer starts attempts.
     async fn slot(&self) -> Option<OwnedSemaphorePermit> {
-        if self.stopping.is_cancelled() {
+        if self.no_new_attempts.is_cancelled() {
             return None;
         }
         // A free slot is taken without waiting (and without registering for shutdown).
         if let Ok(slot) = self.running.clone().try_acquire_owned() {
             return Some(slot);
         }
-        // Biased: once shutdown has begun a free slot must not start another handler.
+        // Biased: once attempts stop a free slot must not start another handler.
         tokio::select! {
             biased;
-            () = self.stopping.cancelled() => None,
+            () = self.no_new_attempts.cancelled() => None,
             slot = self.running.clone().acquire_owned() => slot.ok(),
         }
     }
@@ -144,8 +195,18 @@ impl Consumer {
             loop {
                 let Some(slot) = self.slot().await else {
                     // Shutdown: the message and the rest of its group go back, in order.
-                    return self.release_group(held, &group, 0).await;
+                    if attempt == 1 {
+                        self.unstarted.note(&held.delivery.message_id);
+                    }
+                    return self.park_group(held, &group);
                 };
+                if held.lease.has_lapsed() {
+                    // SQS may have handed the message to another consumer: this one must not run
+                    // it, nor anything behind it.
+                    drop(slot);
+                    self.let_lapsed_go(held, &group).await;
+                    break;
+                }
                 self.open_process_span(&mut held, attempt);
                 let verdict = self.process(&held).await;
                 drop(slot);
@@ -162,14 +223,14 @@ impl Consumer {
                         held.span = tracing::Span::none();
                         drop(span);
                         attempt = attempt.saturating_add(1);
-                        // Other lanes' deletes do not wait for this one while it rests.
-                        let _resting = self.lanes.counts().resting();
-                        tokio::select! {
+                        let resting = self.rest(1 + self.lanes.waiting(&group));
+                        let rested = tokio::select! {
                             biased;
-                            () = self.stopping.cancelled() => {
-                                return self.release_group(held, &group, 0).await;
-                            }
-                            () = tokio::time::sleep(delay) => {}
+                            () = self.stopping.cancelled() => false,
+                            () = tokio::time::sleep(delay) => resting.end().await,
+                        };
+                        if !rested {
+                            return self.park_group(held, &group);
                         }
                     }
                     Next::StopGroup => {
@@ -177,6 +238,9 @@ impl Consumer {
                         // it comes back, so it goes back to the queue behind it.
                         let rest = self.lanes.take_rest(&group);
                         if !rest.is_empty() {
+                            self.unstarted.note_all(
+                                rest.iter().map(|held| held.delivery.message_id.as_str()),
+                            );
                             // In the span of the attempt that stopped the group: it is why.
                             span.in_scope(|| {
                                 tracing::warn!(
@@ -196,11 +260,70 @@ impl Consumer {
         task.finished = true;
     }
 
-    /// Releases a message and every message waiting behind it in its group, in one call per 10.
-    async fn release_group(&self, held: Held, group: &str, seconds: i32) {
+    /// Parks a message and every message waiting behind it in its group for the stop's final
+    /// release; those behind it were never attempted.
+    fn park_group(&self, held: Held, group: &str) {
+        let rest = self.lanes.take_rest(group);
+        self.unstarted
+            .note_all(rest.iter().map(|held| held.delivery.message_id.as_str()));
         let mut all = vec![held];
-        all.extend(self.lanes.take_rest(group));
-        self.release(all, seconds).await;
+        all.extend(rest);
+        self.park(all);
+    }
+
+    /// Keeps messages a stop will not start (held, and extended) until its final release, which
+    /// comes once every receive in flight has answered: a long poll still open would otherwise
+    /// take back what was just released, a second receive for nothing.
+    pub(crate) fn park(&self, held: Vec<Held>) {
+        self.parked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(held);
+    }
+
+    /// A message whose lease lapsed before its attempt: SQS may have handed it (and so its group)
+    /// to another consumer. It is let go without a call (its old receipt handle is not used), and
+    /// the rest of its group goes back behind it, so the group comes back whole and in order.
+    async fn let_lapsed_go(&self, held: Held, group: &str) {
+        tracing::warn!(
+            messaging.destination.name = %self.queue.name,
+            messaging.message.id = %held.delivery.message_id,
+            sqs.group_id = %group,
+            "the message's visibility ended before its attempt; it is left to SQS, with the rest of its group"
+        );
+        self.leases.forget(&held.lease);
+        let rest = self.lanes.take_rest(group);
+        if !rest.is_empty() {
+            self.unstarted
+                .note_all(rest.iter().map(|held| held.delivery.message_id.as_str()));
+            self.release(rest, 0).await;
+        }
+    }
+
+    /// Counts a FIFO lane as resting between retries of its message, which holds `held` messages
+    /// (the message and those behind it), until [`Rest::end`]. Their room is lent to the pollers
+    /// meanwhile, so resting groups never stop this consumer from receiving healthy ones; at most
+    /// [`MAX_LENT_GROUPS_PER_SLOT`] groups a handler slot are lent room at once, which bounds what
+    /// the consumer holds.
+    fn rest(&self, held: usize) -> Rest<'_> {
+        let limit = MAX_LENT_GROUPS_PER_SLOT.saturating_mul(self.queue.consumer.concurrency);
+        let lent = self
+            .lent_groups
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |lent| {
+                (lent < limit).then_some(lent + 1)
+            })
+            .is_ok();
+        if lent {
+            self.capacity.add_permits(held);
+        }
+        self.metrics.resting.increment(1.0);
+        Rest {
+            consumer: self,
+            // Other lanes' deletes do not wait for this one while it rests.
+            _counted: self.lanes.counts().resting(),
+            lent: if lent { held } else { 0 },
+            lending: lent,
+        }
     }
 
     /// Opens the `process` span of attempt `attempt` (1 for the first since this consumer

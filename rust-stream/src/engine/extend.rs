@@ -34,6 +34,10 @@ use crate::sqs::rules::MAX_VISIBILITY_TIMEOUT_SECONDS;
 pub(crate) const VISIBILITY_CAP: Duration =
     Duration::from_secs(MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
 
+/// How much earlier than the consumer's own clock says SQS may count a message's 12-hour cap:
+/// SQS starts it when it answers the receive, before the answer arrives.
+const CAP_MARGIN: Duration = Duration::from_secs(5);
+
 /// One held message's claim on its visibility.
 #[derive(Debug)]
 pub(crate) struct Lease {
@@ -42,6 +46,11 @@ pub(crate) struct Lease {
     pub(crate) message_id: String,
     pub(crate) received_at: Instant,
     settled: AtomicBool,
+    /// Settled by a delete whose answer has not come: still extended, so a slow delete does not
+    /// let the message time out into another consumer's hands.
+    deleting: AtomicBool,
+    /// When the delete was submitted: nanoseconds after `received_at`.
+    deleting_since_ns: AtomicU64,
     orphaned: AtomicBool,
     /// When its visibility ends, as this consumer last set it: nanoseconds after `received_at`.
     /// Atomic, so the batcher reads it without the state lock an extension holds.
@@ -81,7 +90,14 @@ impl Lease {
     /// Whether the visibility has ended (or ends within the margin): its receipt handle is not
     /// used for a visibility change any more.
     pub(crate) fn has_lapsed(&self) -> bool {
-        Instant::now() + self.lapse_margin >= self.visible_at()
+        Instant::now() >= self.lapses_at()
+    }
+
+    /// When the lease counts as lapsed: its visibility's end, less the margin.
+    pub(crate) fn lapses_at(&self) -> Instant {
+        self.visible_at()
+            .checked_sub(self.lapse_margin)
+            .unwrap_or_else(|| self.visible_at())
     }
 
     /// Claims the message for settling: `false` when it was already settled (by shutdown, say).
@@ -106,9 +122,14 @@ impl Lease {
         }
     }
 
-    /// How long until the 12-hour cap: no visibility may reach past it.
+    /// How long until the 12-hour cap: no visibility may reach past it. SQS counts the cap from
+    /// its receive, a little before this consumer opened the lease, so a margin is kept.
     pub(crate) fn time_to_cap(&self) -> Duration {
-        (self.received_at + VISIBILITY_CAP).saturating_duration_since(Instant::now())
+        self.time_to_cap_at(Instant::now())
+    }
+
+    fn time_to_cap_at(&self, now: Instant) -> Duration {
+        (self.received_at + VISIBILITY_CAP - CAP_MARGIN).saturating_duration_since(now)
     }
 
     /// A visibility change of `delay`, in SQS's whole seconds (rounded up), short of the cap.
@@ -177,6 +198,8 @@ impl Leases {
             message_id,
             received_at: now,
             settled: AtomicBool::new(false),
+            deleting: AtomicBool::new(false),
+            deleting_since_ns: AtomicU64::new(0),
             orphaned: AtomicBool::new(false),
             visible_for_ns: AtomicU64::new(0),
             lapse_margin: lapse_margin(visibility),
@@ -199,6 +222,27 @@ impl Leases {
             self.count(&held);
         }
         claimed
+    }
+
+    /// Claims a lease for its delete: `None` when it was settled already. Until the guard is
+    /// dropped (the delete answered) the lease stays held and the heartbeat goes on extending it.
+    pub(crate) async fn claim_for_delete(
+        self: &Arc<Self>,
+        lease: &Arc<Lease>,
+    ) -> Option<DeleteInFlight> {
+        if !lease.claim().await {
+            return None;
+        }
+        let since = Instant::now().saturating_duration_since(lease.received_at);
+        lease.deleting_since_ns.store(
+            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
+        lease.deleting.store(true, Ordering::Release);
+        Some(DeleteInFlight {
+            leases: self.clone(),
+            lease: lease.clone(),
+        })
     }
 
     /// Settles a lease without a call: a newer receive of its message replaced it, and the old
@@ -230,45 +274,99 @@ impl Leases {
     }
 }
 
+/// A lease whose delete is on its way: held (and extended) until this is dropped, whatever
+/// becomes of the delete.
+#[derive(Debug)]
+pub(crate) struct DeleteInFlight {
+    leases: Arc<Leases>,
+    lease: Arc<Lease>,
+}
+
+impl DeleteInFlight {
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+}
+
+impl Drop for DeleteInFlight {
+    fn drop(&mut self) {
+        self.lease.deleting.store(false, Ordering::Release);
+        let mut held = self.leases.lock();
+        held.remove(&self.lease.id);
+        self.leases.count(&held);
+    }
+}
+
 /// How often the heartbeat looks: often enough to catch a lease well before half its timeout.
 fn tick(visibility: Duration) -> Duration {
     (visibility / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
 }
 
 impl Consumer {
-    /// Extends due leases, and releases orphaned ones, until the consumer has stopped.
+    /// Extends due leases, and releases orphaned ones, until the consumer has stopped. Each round
+    /// runs in a task of its own, with a deadline below the visibility it protects: a stalled call
+    /// delays only the leases it carries (locked meanwhile, so later rounds pass them by), never
+    /// the next round, and a round that panics is logged and followed by the next.
     pub(crate) async fn heartbeat(self: Arc<Self>) {
         let tick = tick(self.visibility);
+        let rounds = tokio_util::task::TaskTracker::new();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(tick) => {}
-                () = self.heartbeat_stop.cancelled() => return,
+                () = self.heartbeat_stop.cancelled() => break,
             }
-            self.extend_due().await;
+            let consumer = self.clone();
+            rounds.spawn(super::guarded(async move { consumer.extend_due().await }));
         }
+        rounds.close();
+        rounds.wait().await;
     }
 
-    /// Extends, in batched calls, every lease with less than half its timeout left, and
-    /// releases the orphaned ones.
+    /// Whether a lease's delete has been on its way for long enough to be waited for with an
+    /// extension: since the last round, or so long that the lease would lapse before the next.
+    fn delete_is_slow(&self, lease: &Lease, now: Instant) -> bool {
+        let tick = tick(self.visibility);
+        let since = lease.received_at
+            + Duration::from_nanos(lease.deleting_since_ns.load(Ordering::Acquire));
+        now.saturating_duration_since(since) >= tick
+            || lease.lapses_at().saturating_duration_since(now) <= tick
+    }
+
+    /// Extends, in batched calls, every lease with less than half its timeout left (a lease whose
+    /// delete is slow to be answered included), and releases the orphaned ones.
     async fn extend_due(&self) {
+        let held = self.leases.all();
+        let orphans: Vec<Arc<Lease>> = held
+            .iter()
+            .filter(|lease| lease.orphaned.load(Ordering::Acquire))
+            .cloned()
+            .collect();
+        if !orphans.is_empty() {
+            tracing::warn!(
+                messaging.destination.name = %self.queue.name,
+                orphans = orphans.len(),
+                "releasing messages whose engine task ended without settling them"
+            );
+            self.release_leases(orphans, 0).await;
+        }
         let now = Instant::now();
         let half = self.visibility / 2;
-        let held = self.leases.all();
         let mut due: Vec<(&Arc<Lease>, MutexGuard<'_, LeaseState>, i32)> = Vec::new();
-        let mut orphans = Vec::new();
         for lease in &held {
             if lease.orphaned.load(Ordering::Acquire) {
-                orphans.push(lease.clone());
                 continue;
             }
-            // A lease being settled is locked; it needs no extension.
-            let Ok(state) = lease.state.try_lock() else {
+            // A lease being settled, or in a round still in flight, is locked: it is not due here.
+            let Ok(mut state) = lease.state.try_lock() else {
                 continue;
             };
-            if lease.is_settled()
-                || state.capped
-                || lease.visible_at().saturating_duration_since(now) > half
-            {
+            let settled = lease.is_settled() && !lease.deleting.load(Ordering::Acquire);
+            if settled || state.capped || lease.visible_at().saturating_duration_since(now) > half {
+                continue;
+            }
+            if lease.deleting.load(Ordering::Acquire) && !self.delete_is_slow(lease, now) {
+                // Its delete is on its way and will most likely be answered before the next
+                // round: an extension now would cost a call, and fail once the delete is in.
                 continue;
             }
             if lease.has_lapsed() {
@@ -281,17 +379,14 @@ impl Consumer {
                 }
                 continue;
             }
-            let to_cap = (lease.received_at + VISIBILITY_CAP).saturating_duration_since(now);
+            let to_cap = lease.time_to_cap_at(now);
             let seconds = self.visibility.as_secs().min(to_cap.as_secs()) as i32;
+            if seconds == 0 {
+                // Less than a second to the cap: a change of 0 would release a running message.
+                state.capped = true;
+                continue;
+            }
             due.push((lease, state, seconds));
-        }
-        if !orphans.is_empty() {
-            tracing::warn!(
-                messaging.destination.name = %self.queue.name,
-                orphans = orphans.len(),
-                "releasing messages whose engine task ended without settling them"
-            );
-            self.release_leases(orphans, 0).await;
         }
         if due.is_empty() {
             return;
@@ -314,6 +409,8 @@ impl Consumer {
                         );
                     }
                 }
+                // Its delete was answered meanwhile: nothing is left to extend.
+                Err(_) if lease.is_settled() && !lease.deleting.load(Ordering::Acquire) => {}
                 Err(error) => tracing::warn!(
                     messaging.destination.name = %self.queue.name,
                     messaging.message.id = %lease.message_id,
@@ -341,9 +438,9 @@ mod tests {
         let leases = Leases::default();
         let lease = leases.open("r".into(), "m".into(), Duration::from_secs(30));
         assert_eq!(lease.visibility_seconds(Duration::from_millis(1500)), 2);
-        assert_eq!(lease.visibility_seconds(Duration::MAX), 43_200);
+        assert_eq!(lease.visibility_seconds(Duration::MAX), 43_195);
         tokio::time::advance(Duration::from_secs(43_000)).await;
-        assert_eq!(lease.visibility_seconds(Duration::from_secs(3600)), 200);
+        assert_eq!(lease.visibility_seconds(Duration::from_secs(3600)), 195);
         assert!(leases.claim(&lease).await);
         assert!(!leases.claim(&lease).await, "a lease settles once");
         assert!(leases.is_empty());

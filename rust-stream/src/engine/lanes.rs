@@ -123,6 +123,11 @@ impl Lanes {
         next
     }
 
+    /// How many messages wait in the lane behind the one running.
+    pub(crate) fn waiting(&self, group: &str) -> usize {
+        self.lock().get(group).map_or(0, BTreeMap::len)
+    }
+
     /// Takes every message still waiting in the lane; the lane goes on (empty).
     pub(crate) fn take_rest(&self, group: &str) -> Vec<Held> {
         self.lock()

@@ -189,14 +189,25 @@ pub(crate) struct Consumer {
     pub(crate) states: Arc<States>,
     pub(crate) deleter: batch::Batcher<batch::DeleteBatch>,
     pub(crate) visibility_batcher: batch::Batcher<batch::VisibilityBatch>,
-    pub(crate) leases: Leases,
+    pub(crate) leases: Arc<Leases>,
     /// Room for held messages; see [`capacity`].
     pub(crate) capacity: Arc<Semaphore>,
     /// Handler slots.
     pub(crate) running: Arc<Semaphore>,
     pub(crate) lanes: Lanes,
-    /// Shutdown has begun: no new receive, no new handler.
+    /// Shutdown has begun: no new receive; held messages still start until `no_new_attempts`.
     pub(crate) stopping: CancellationToken,
+    /// The stop's time for starting held messages is over: no new attempt, what is held and not
+    /// running goes back.
+    pub(crate) no_new_attempts: CancellationToken,
+    /// Receives this consumer gave back without an attempt, taken off its count of attempts.
+    pub(crate) unstarted: crate::retry::UnstartedReceives,
+    /// FIFO groups resting between retries that lent their room to the pollers.
+    pub(crate) lent_groups: std::sync::atomic::AtomicUsize,
+    /// Receives in flight, which a stop waits for on a network backend.
+    pub(crate) receiving: std::sync::atomic::AtomicUsize,
+    /// Messages a stop did not start, released once no receive is in flight.
+    pub(crate) parked: Mutex<Vec<dispatch::Held>>,
     /// The shutdown timeout has passed: running handlers are cancelled.
     pub(crate) cancel_handlers: CancellationToken,
     /// Every message is settled or released: the heartbeat stops.
@@ -207,6 +218,26 @@ pub(crate) struct Consumer {
     pub(crate) metrics: SubscriptionMetrics,
     tasks: TaskTracker,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// When a stop, from its start, moves to its next step: see [`Consumer::stop`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StopPlan {
+    /// Until then held messages still start.
+    start_until: Duration,
+    /// Then running handlers are cancelled, leaving the rest of the budget for them to unwind and
+    /// for the final release.
+    cancel_at: Duration,
+}
+
+impl StopPlan {
+    fn new(budget: Duration) -> Self {
+        let reserve = (budget / 5).min(Duration::from_secs(3));
+        Self {
+            start_until: budget / 2,
+            cancel_at: budget.saturating_sub(reserve),
+        }
+    }
 }
 
 /// How many messages a consumer holds at most: one batch per poller beyond what its handlers work
@@ -303,11 +334,16 @@ impl Consumer {
             states,
             deleter,
             visibility_batcher: core.visibility_batcher(&url),
-            leases: Leases::counted_by(metrics.held.clone()),
+            leases: Arc::new(Leases::counted_by(metrics.held.clone())),
             capacity: Arc::new(Semaphore::new(capacity(settings, queue.is_fifo()))),
             running: Arc::new(Semaphore::new(settings.concurrency)),
             lanes,
             stopping: CancellationToken::new(),
+            no_new_attempts: CancellationToken::new(),
+            unstarted: crate::retry::UnstartedReceives::default(),
+            lent_groups: std::sync::atomic::AtomicUsize::new(0),
+            receiving: std::sync::atomic::AtomicUsize::new(0),
+            parked: Mutex::new(Vec::new()),
             cancel_handlers: CancellationToken::new(),
             heartbeat_stop: CancellationToken::new(),
             probe,
@@ -337,35 +373,72 @@ impl Consumer {
         Ok(consumer)
     }
 
-    /// Stops receiving (a receive in flight finishes and its messages are released), lets
-    /// running handlers finish within `timeout` and then cancels them, releases every message
-    /// still held, and returns once no task of the consumer is left.
-    async fn stop(self: Arc<Self>, timeout: Duration) {
+    /// Stops within `budget`, in steps. No new receive starts; held messages go on starting for
+    /// the first half of the budget (so a rolling restart gives back as little as it can, each
+    /// message given back costing it a receive at SQS); then what has not started is parked;
+    /// handlers still running when a reserve for the final release is all that is left are
+    /// cancelled; once no task of the consumer is left (a receive in flight answered: on SQS the
+    /// long poll, which a budget longer than the wait covers), every message still held is
+    /// released (visibility 0) in one round. What a receive in flight brings is handled like the
+    /// rest.
+    async fn stop(self: Arc<Self>, budget: Duration) {
+        let started = tokio::time::Instant::now();
+        let plan = StopPlan::new(budget);
         self.stopping.cancel();
         self.probe.stopped();
         self.tasks.close();
-        if tokio::time::timeout(timeout, self.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
+        let receiving = self.receiving.load(std::sync::atomic::Ordering::Acquire);
+        if receiving > 0 && !self.core.transport.abandoned_receive_takes_nothing() {
+            tracing::info!(
                 messaging.destination.name = %self.queue.name,
-                timeout_ms = timeout.as_millis() as u64,
-                "handlers still running at the shutdown timeout are cancelled; their messages are released"
+                receives = receiving,
+                long_poll_s = self.queue.consumer.wait.as_secs(),
+                "stopping: waiting for the receive in flight to answer, so what it brings is handled or released rather than hidden"
             );
-            self.cancel_handlers.cancel();
-            // What is left ends soon: cancelled handlers at their next await, a receive in flight
-            // within its long poll.
-            let bound = self.queue.consumer.wait + Duration::from_secs(30);
-            if tokio::time::timeout(bound, self.tasks.wait())
-                .await
-                .is_err()
-            {
-                tracing::error!(
+        }
+        let finished =
+            |until: Duration| tokio::time::timeout_at(started + until, self.tasks.wait());
+        if finished(plan.start_until).await.is_err() {
+            let held = self.leases.all().len();
+            tracing::info!(
+                messaging.destination.name = %self.queue.name,
+                held,
+                "stopping: no more attempts start; held messages not started go back to the queue"
+            );
+            self.no_new_attempts.cancel();
+            if finished(plan.cancel_at).await.is_err() {
+                tracing::warn!(
                     messaging.destination.name = %self.queue.name,
-                    "engine tasks still running after the shutdown timeout; a handler may block its thread"
+                    budget_ms = budget.as_millis() as u64,
+                    "handlers still running near the end of the shutdown budget are cancelled; their messages are released"
                 );
+                self.cancel_handlers.cancel();
+                if finished(budget).await.is_err() {
+                    // What is left is a receive in flight (a budget shorter than the long poll), or
+                    // a handler that blocks its thread: the final release waits for the receive,
+                    // or it would hand what it releases to that receive.
+                    tracing::warn!(
+                        messaging.destination.name = %self.queue.name,
+                        budget_ms = budget.as_millis() as u64,
+                        long_poll_s = self.queue.consumer.wait.as_secs(),
+                        "the stop runs past its budget waiting for a receive in flight; set the shutdown timeout above the long poll"
+                    );
+                    let bound = budget + self.queue.consumer.wait + poll::RECEIVE_MARGIN;
+                    if finished(bound).await.is_err() {
+                        tracing::error!(
+                            messaging.destination.name = %self.queue.name,
+                            "engine tasks still running long after the shutdown budget; a handler may block its thread"
+                        );
+                    }
+                }
             }
+        }
+        self.no_new_attempts.cancel();
+        self.cancel_handlers.cancel();
+        let parked =
+            std::mem::take(&mut *self.parked.lock().unwrap_or_else(PoisonError::into_inner));
+        if !parked.is_empty() {
+            self.release(parked, 0).await;
         }
         let held = self.leases.all();
         if !held.is_empty() {
@@ -465,20 +538,20 @@ async fn dead_letter_decision(
 ) -> Result<(Option<Publisher>, Option<u32>), RunError> {
     if let Some(declared) = &queue.dead_letter {
         if let Some(policy) = redrive {
-            if policy.target_name() != declared.queue
-                || policy.max_receive_count != declared.max_receive_count
-            {
-                // SQS's redrive stays the backstop; when it moves messages sooner than the
-                // subscription would, they reach the other queue without this consumer's record.
+            let backstop = crate::retry::redrive_backstop(declared.max_receive_count);
+            if policy.target_name() != declared.queue {
+                // SQS's redrive stays the backstop; when it moves messages, they reach the other
+                // queue without this consumer's record.
                 tracing::warn!(
                     messaging.destination.name = %queue.name,
                     subscription.dead_letter = %declared.queue,
-                    subscription.max_receive_count = declared.max_receive_count,
                     queue.dead_letter = %policy.target_name(),
-                    queue.max_receive_count = policy.max_receive_count,
-                    "the queue's RedrivePolicy disagrees with the subscription's `.dead_letter(..)`; \
+                    "the queue's RedrivePolicy names another dead-letter queue than the subscription's `.dead_letter(..)`; \
                      the consumer dead-letters by the subscription, SQS redrives by the queue's policy"
                 );
+            }
+            if policy.max_receive_count < backstop {
+                warn_tight_redrive(queue, policy, declared.max_receive_count);
             }
         }
         let target = queue.dead_letter_queue().expect("declared above");
@@ -499,6 +572,9 @@ async fn dead_letter_decision(
         );
         return Ok((None, None));
     };
+    // The queue's count is the consumer's too, so nothing is left for receives that were no
+    // attempt: say what to declare instead.
+    warn_tight_redrive(queue, policy, policy.max_receive_count);
     let target = SqsQueue::new(policy.target_name());
     match core.resolve(&target).await {
         Ok(_) => Ok((
@@ -516,6 +592,28 @@ async fn dead_letter_decision(
             Ok((None, Some(policy.max_receive_count)))
         }
     }
+}
+
+/// Warns that a queue's `RedrivePolicy` can move a message before the subscription's `attempts`
+/// were made, by counting receives that were no attempt (a graceful stop gives back what it
+/// could not start; a crash; a lost receive answer): names the count to set.
+fn warn_tight_redrive(queue: &SqsQueue, policy: &RedrivePolicy, attempts: u32) {
+    let backstop = crate::retry::redrive_backstop(attempts);
+    if policy.max_receive_count >= backstop {
+        return;
+    }
+    tracing::warn!(
+        messaging.destination.name = %queue.name,
+        queue.max_receive_count = policy.max_receive_count,
+        attempts,
+        recommended_max_receive_count = backstop,
+        "the queue's RedrivePolicy maxReceiveCount ({}) leaves no room for receives that are no attempt \
+         (a rolling restart gives back messages it did not start): SQS may dead-letter a message that was \
+         never tried and let its FIFO group go on past it. Set maxReceiveCount to {backstop} and declare \
+         `.dead_letter(\"{}\", {attempts})` so the consumer dead-letters by its own count",
+        policy.max_receive_count,
+        policy.target_name(),
+    );
 }
 
 /// A future whose panic is caught and answered as `Err(message)`, so an engine task, a handler or

@@ -35,6 +35,25 @@ const READ_ATTRIBUTES: [&str; 5] = [
     "SequenceNumber",
 ];
 
+/// How long past its long poll a receive may take before the engine gives it up.
+pub(crate) const RECEIVE_MARGIN: Duration = Duration::from_secs(10);
+
+/// Counts a receive in flight while it lives.
+struct Receiving<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Receiving<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for Receiving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// How long the messages of one receive may run in the poller's task (on a standard queue) before
 /// the rest get tasks of their own.
 const INLINE_BUDGET: Duration = Duration::from_micros(200);
@@ -135,18 +154,27 @@ impl Consumer {
         &self,
         request: ReceiveMessage,
     ) -> Option<Result<Vec<ReceivedMessage>, TransportError>> {
-        // A transport that panics fails this receive, not the poller.
+        // A transport that panics fails this receive, not the poller; one that does not answer
+        // within the long poll and a margin is given up, whatever the transport's own timeouts.
+        let deadline = self.queue.consumer.wait + RECEIVE_MARGIN;
         let receive = async {
-            CatchUnwind::new(self.core.transport.receive_message(&self.url, request))
-                .await
-                .unwrap_or_else(|panic| {
-                    Err(TransportError::service(
-                        ErrorKind::InternalError,
-                        format!("the receive panicked: {panic}"),
-                    ))
-                })
+            tokio::time::timeout(
+                deadline,
+                CatchUnwind::new(self.core.transport.receive_message(&self.url, request)),
+            )
+            .await
+            .unwrap_or_else(|_| Ok(Err(crate::engine::batch::unanswered_within(deadline))))
+            .unwrap_or_else(|panic| {
+                Err(TransportError::service(
+                    ErrorKind::InternalError,
+                    format!("the receive panicked: {panic}"),
+                ))
+            })
         };
+        let _receiving = Receiving::new(&self.receiving);
         if !self.core.transport.abandoned_receive_takes_nothing() {
+            // Waited for at shutdown (within its own deadline), so what it brings is handled or
+            // released rather than hidden for a visibility timeout.
             return Some(receive.await);
         }
         tokio::select! {
@@ -170,14 +198,22 @@ impl Consumer {
         // taken this long together the rest get tasks, so handlers that compute for long still
         // run in parallel and the next receive is not held up.
         let mut inline_left = INLINE_BUDGET;
-        let deletes = self.gather_deletes(messages.len());
-        for mut message in messages {
-            // The delivery has no use for the receipt handle: the lease takes it.
-            let lease = self.leases.open(
-                std::mem::take(&mut message.receipt_handle),
-                message.message_id.clone(),
-                self.visibility,
-            );
+        // Every lease opens before any message runs: a handler that takes its time in its first
+        // poll must not start the later messages' visibility clocks late.
+        let leased: Vec<_> = messages
+            .into_iter()
+            .map(|mut message| {
+                // The delivery has no use for the receipt handle: the lease takes it.
+                let lease = self.leases.open(
+                    std::mem::take(&mut message.receipt_handle),
+                    message.message_id.clone(),
+                    self.visibility,
+                );
+                (message, lease)
+            })
+            .collect();
+        let deletes = self.gather_deletes(leased.len());
+        for (message, lease) in leased {
             let Some(permit) = room.split(1) else {
                 tracing::warn!(
                     messaging.destination.name = %self.queue.name,
@@ -193,7 +229,7 @@ impl Consumer {
                 _room: permit,
                 span: tracing::Span::none(),
             };
-            if self.stopping.is_cancelled() {
+            if self.no_new_attempts.is_cancelled() {
                 late.push(held);
             } else if inline_left.is_zero() {
                 self.dispatch(held, false);
@@ -208,7 +244,9 @@ impl Consumer {
             self.release_leases(extra, 0).await;
         }
         if !late.is_empty() {
-            self.release(late, 0).await;
+            self.unstarted
+                .note_all(late.iter().map(|held| held.delivery.message_id.as_str()));
+            self.park(late);
         }
     }
 }

@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::dispatch::{Held, HeldLease};
-use super::extend::Lease;
+use super::dispatch::Held;
+use super::extend::{DeleteInFlight, Lease};
 use super::record::{Event, Settled};
 use super::Consumer;
 use crate::engine::transport::{MessageAttributeValue, SendMessage, SentMessage};
 use crate::publish::{Outgoing, PublishError};
-use crate::retry::{self, AfterFailure};
+use crate::retry::AfterFailure;
 use crate::sqs::rules::{self, MAX_BATCH_ENTRIES, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 
 /// The attribute a dead-lettered message carries the reason in.
@@ -42,17 +42,18 @@ thread_local! {
 /// The delivery is let go as the delete is submitted, where it was used (and, run inline, where
 /// it was allocated), not in the batcher's task that reads the answer.
 struct Deleting {
-    lease: HeldLease,
+    /// Held, and extended, until the delete is answered.
+    lease: DeleteInFlight,
     /// Its place in the pipeline, given back once the delete is answered.
     _room: OwnedSemaphorePermit,
     span: tracing::Span,
 }
 
-impl From<Held> for Deleting {
-    fn from(held: Held) -> Self {
+impl Deleting {
+    fn new(held: Held, lease: DeleteInFlight) -> Self {
         let Held {
             delivery,
-            lease,
+            lease: _,
             _room,
             span,
         } = held;
@@ -156,7 +157,11 @@ impl Consumer {
         verdict: Verdict,
         attempt: u32,
     ) -> Next {
-        let attempts = retry::attempts(held.delivery.receive_count, attempt);
+        let attempts = self.unstarted.attempts(
+            &held.delivery.message_id,
+            held.delivery.receive_count,
+            attempt,
+        );
         // Every path but a plain ack is boxed: their state (sends, above all) would make the
         // future of every message's settling, and of the task that runs it, kilobytes larger,
         // to be allocated and moved for each message; they allocate only when taken.
@@ -428,11 +433,13 @@ impl Consumer {
     /// nothing waits for the answer, and the message keeps its room in the pipeline until the
     /// delete is answered.
     async fn delete(self: &Arc<Self>, held: Held) -> Next {
-        if !self.leases.claim(&held.lease).await {
+        let Some(in_flight) = self.leases.claim_for_delete(&held.lease).await else {
             return Next::Done;
-        }
+        };
         if self.fifo {
-            return match self.deleter.submit_one(held.lease.clone()).await {
+            let answer = self.deleter.submit_one(held.lease.clone()).await;
+            drop(in_flight);
+            return match answer {
                 Ok(()) => Next::Done,
                 Err(error) => {
                     tracing::warn!(
@@ -444,7 +451,7 @@ impl Consumer {
                 }
             };
         }
-        let deleting = Deleting::from(held);
+        let deleting = Deleting::new(held, in_flight);
         // Settled while the poller runs the messages of a receive: their deletes go to the
         // batcher together, once it is done with them.
         let Some(held) = GATHERED_DELETES.with(|gathered| match &mut *gathered.borrow_mut() {
@@ -459,11 +466,11 @@ impl Consumer {
         // Shutdown waits for the answer as it waits for a task.
         let pending = self.tracker_token();
         self.deleter
-            .submit_one_then(held.lease.clone(), move |answer| {
+            .submit_one_then(held.lease.lease().clone(), move |answer| {
                 if let Err(error) = answer {
                     // Not deleted: it comes back after its visibility timeout and is handled again.
                     let _entered = held.span.enter();
-                    tracing::warn!(messaging.message.id = %held.lease.message_id, error = %error, "delete failed");
+                    tracing::warn!(messaging.message.id = %held.lease.lease().message_id, error = %error, "delete failed");
                 }
                 // Its room goes back only now.
                 drop(held);
@@ -494,14 +501,14 @@ impl Consumer {
             let rest = held.split_off(held.len().min(MAX_BATCH_ENTRIES));
             // Shutdown waits for the answers as it waits for a task.
             let pending = self.tracker_token();
-            let leases = held.iter().map(|held| held.lease.clone()).collect();
+            let leases = held.iter().map(|held| held.lease.lease().clone()).collect();
             self.deleter.submit_then(leases, move |answers| {
                 for (held, answer) in held.into_iter().zip(answers) {
                     if let Err(error) = answer {
                         // Not deleted: it comes back after its visibility timeout and is handled
                         // again.
                         let _entered = held.span.enter();
-                        tracing::warn!(messaging.message.id = %held.lease.message_id, error = %error, "delete failed");
+                        tracing::warn!(messaging.message.id = %held.lease.lease().message_id, error = %error, "delete failed");
                     }
                     // Its room goes back only now.
                     drop(held);

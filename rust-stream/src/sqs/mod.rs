@@ -453,7 +453,11 @@ impl BrokerCore {
                 .get_queue_attributes(&dead_letter_url, &["QueueArn"])
                 .await?;
             let arn = arn.get("QueueArn").cloned().unwrap_or_default();
-            let redrive = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": policy.max_receive_count });
+            // The consumer dead-letters by its own count; SQS's redrive is the backstop for what
+            // the consumer never sees fail (crashes), so it leaves room for receives that were no
+            // attempt.
+            let max_receive_count = crate::retry::redrive_backstop(policy.max_receive_count);
+            let redrive = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": max_receive_count });
             attributes.insert("RedrivePolicy".into(), redrive.to_string());
         }
         let url = self.transport.create_queue(&queue.name, attributes).await?;

@@ -115,7 +115,11 @@ impl SqsQueue {
     /// (its earlier receives plus the retries in place of this consumer), when its handler asks
     /// with `HandlerOutcome::dead_letter`, and when its body does not decode. This works on a
     /// queue that already exists; when the queue is created here, its `RedrivePolicy` gets the
-    /// same queue and count, as a backstop for consumers that crash. Must be FIFO for a FIFO queue.
+    /// same queue and a `maxReceiveCount` of `max_receive_count` +
+    /// [`REDRIVE_MARGIN`](crate::retry::REDRIVE_MARGIN), as a backstop for consumers that crash:
+    /// receives that were no attempt (a graceful stop giving back what it could not start) never
+    /// move a message there. An existing queue whose `maxReceiveCount` is lower is a startup
+    /// warning with the number to set. Must be FIFO for a FIFO queue.
     ///
     /// Without it, the queue's own `RedrivePolicy` (read at startup) decides both.
     pub fn dead_letter(mut self, queue: impl Into<String>, max_receive_count: u32) -> Self {

@@ -1,0 +1,851 @@
+//! Operations, not only failures: rolling restarts, stalled SQS calls, failing FIFO groups and
+//! stops, on the in-process account with a paused clock, through the public API.
+//!
+//! Each case is a reproduction from the 2026-12-01 engine review turned around: it asserts the
+//! promise the review found broken (and failed on the engine before the fix).
+//!
+//! - Restarts cost nothing: a graceful stop goes on starting held messages for half its budget
+//!   and gives back only what it could not start; receives it gave back are no attempts, and the
+//!   `RedrivePolicy` a subscription creates leaves room for them. Six rolling restarts during a
+//!   FIFO backlog dead-letter nothing, on a created queue and on an existing one with a
+//!   `maxReceiveCount` of 3, with a quick handler and (on the created queue) with one slower than
+//!   the stop's budget.
+//! - Failing groups never starve healthy ones: resting groups lend their room to the pollers, and
+//!   `rust_stream.groups.resting` counts them.
+//! - No single call holds everyone: a stalled delete or extension delays only its own entries,
+//!   for at most a deadline below the visibility it protects; a lease is extended until its delete
+//!   is answered. Nothing is handled twice.
+//! - Lapsed means gone: a FIFO message whose visibility ended before its attempt is not run on
+//!   that receive, and its group comes back whole.
+//! - Stops fit their budget: an idle service stops at once; a handler that never ends is
+//!   cancelled within the budget; a receive that never answers holds nothing up.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::engine::Job;
+use rust_stream::account::Account;
+use rust_stream::engine::transport::{
+    BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
+    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+};
+use rust_stream::prelude::*;
+use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::testing::TestApp;
+use rust_stream::RetryPolicy;
+use tokio::time::{sleep, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// A handler that works for a while and records each call.
+
+/// One handler call: the app that ran it, the job, its receive count, when it started and ended
+/// (seconds of tokio time since the test began).
+#[derive(Debug, Clone)]
+struct Call {
+    app: usize,
+    job: Job,
+    receive_count: u32,
+    start: f64,
+    end: Option<f64>,
+}
+
+type Calls = Arc<Mutex<Vec<Call>>>;
+
+struct Worker {
+    app: usize,
+    calls: Calls,
+    started: Instant,
+    work: fn(&Job) -> Duration,
+    fails: fn(&Job) -> bool,
+}
+
+impl Handle<Job> for Worker {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let index = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(Call {
+                app: self.app,
+                job: job.clone(),
+                receive_count: ctx.receive_count(),
+                start: self.started.elapsed().as_secs_f64(),
+                end: None,
+            });
+            calls.len() - 1
+        };
+        let work = (self.work)(job);
+        if !work.is_zero() {
+            sleep(work).await;
+        }
+        self.calls.lock().unwrap()[index].end = Some(self.started.elapsed().as_secs_f64());
+        if (self.fails)(job) {
+            Err(HandlerOutcome::retry())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+async fn send(broker: &SqsBroker, queue: &SqsQueue, group: &str, n: u32) {
+    broker
+        .publisher(queue.clone())
+        .message(&Job::new(group, n))
+        .group_id(group)
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn spawn(broker: &SqsBroker, queue: SqsQueue, worker: Worker) -> TestApp {
+    spawn_with(broker, queue, worker, Duration::from_secs(25)).await
+}
+
+async fn spawn_with(
+    broker: &SqsBroker,
+    queue: SqsQueue,
+    worker: Worker,
+    shutdown_timeout: Duration,
+) -> TestApp {
+    TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0"))
+            .shutdown_timeout(shutdown_timeout)
+            .with_broker(broker.clone(), |b| {
+                b.include(subscriber(queue, worker).build());
+            }),
+    )
+    .await
+    .expect("starts")
+}
+
+async fn bodies(account: &Account, queue: &str) -> Vec<Job> {
+    let url = account.get_queue_url(queue).await.unwrap();
+    let mut jobs = Vec::new();
+    loop {
+        let got = account
+            .receive_message(&url, ReceiveMessage::new(10).visibility_timeout(600))
+            .await
+            .unwrap();
+        if got.is_empty() {
+            return jobs;
+        }
+        jobs.extend(
+            got.iter()
+                .map(|m| serde_json::from_str::<Job>(&m.body).unwrap()),
+        );
+    }
+}
+
+/// The first completion of each job, per group, in the order they completed.
+fn first_completions(calls: &[Call]) -> BTreeMap<String, Vec<u32>> {
+    let mut done: Vec<&Call> = calls.iter().filter(|c| c.end.is_some()).collect();
+    done.sort_by(|a, b| a.end.partial_cmp(&b.end).unwrap());
+    let mut seen = std::collections::HashSet::new();
+    let mut groups: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for call in done {
+        if seen.insert((call.job.group.clone(), call.job.n)) {
+            groups
+                .entry(call.job.group.clone())
+                .or_default()
+                .push(call.job.n);
+        }
+    }
+    groups
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rolling restarts.
+
+/// `groups` × `per_group` FIFO messages, consumed by `restarts + 1` apps one after another, each
+/// stopped gracefully after `run_for`; the last one runs until the queue is empty.
+async fn rolling_restarts(
+    existing_queue: bool,
+    work: fn(&Job) -> Duration,
+    groups: u32,
+    per_group: u32,
+    restarts: usize,
+    run_for: Duration,
+) -> (Vec<Call>, Vec<Job>) {
+    let account = Account::new();
+    let queue = if existing_queue {
+        // An existing queue whose redrive moves a message on its fourth receive.
+        let source = account.create_fifo_queue("jobs.fifo").await.unwrap();
+        account.create_fifo_queue("jobs-dlq.fifo").await.unwrap();
+        let policy = format!(
+            r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+            account.queue_arn_for("jobs-dlq.fifo")
+        );
+        account
+            .set_queue_attributes(
+                &source,
+                QueueAttributes::from([("RedrivePolicy".to_owned(), policy)]),
+            )
+            .await
+            .unwrap();
+        SqsQueue::new("jobs.fifo").dead_letter("jobs-dlq.fifo", 3)
+    } else {
+        SqsQueue::new("jobs.fifo")
+            .create_if_missing()
+            .dead_letter("jobs-dlq.fifo", 3)
+    };
+    let broker = SqsBroker::with_account(&account);
+    // The queue exists before the backlog is sent (a created one is made by the first start).
+    if !existing_queue {
+        let app = spawn(&broker, queue.clone(), worker(0, &Calls::default(), work)).await;
+        app.stop().await.unwrap();
+    }
+    for n in 1..=per_group {
+        for g in 0..groups {
+            send(&broker, &queue, &format!("g{g}"), n).await;
+        }
+    }
+    let calls = Calls::default();
+    let started = Instant::now();
+    for app_index in 0..=restarts {
+        let broker = SqsBroker::with_account(&account);
+        let mut worker = worker(app_index, &calls, work);
+        worker.started = started;
+        let app = spawn(&broker, queue.clone(), worker).await;
+        if app_index < restarts {
+            sleep(run_for).await;
+        } else {
+            let url = account.get_queue_url("jobs.fifo").await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(3 * 3600);
+            loop {
+                let counts = account.counts(&url).await.unwrap();
+                if counts.visible + counts.in_flight + counts.delayed == 0
+                    || Instant::now() > deadline
+                {
+                    break;
+                }
+                sleep(Duration::from_secs(1)).await;
+            }
+        }
+        app.stop().await.unwrap();
+    }
+    let calls = calls.lock().unwrap().clone();
+    let dead = bodies(&account, "jobs-dlq.fifo").await;
+    (calls, dead)
+}
+
+fn worker(app: usize, calls: &Calls, work: fn(&Job) -> Duration) -> Worker {
+    Worker {
+        app,
+        calls: calls.clone(),
+        started: Instant::now(),
+        work,
+        fails: |_| false,
+    }
+}
+
+fn assert_restarts_cost_nothing(calls: &[Call], dead: &[Job], groups: u32, per_group: u32) {
+    assert!(
+        dead.is_empty(),
+        "dead-lettered without being given up on: {dead:?}"
+    );
+    let completions = first_completions(calls);
+    assert_eq!(completions.len(), groups as usize, "{completions:?}");
+    for (group, order) in &completions {
+        let expected: Vec<u32> = (1..=per_group).collect();
+        assert_eq!(
+            order, &expected,
+            "group {group}: first completions out of order or missing"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn six_rolling_restarts_dead_letter_nothing_on_a_created_queue() {
+    let (calls, dead) = rolling_restarts(
+        false,
+        |_| Duration::from_millis(500),
+        20,
+        50,
+        6,
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_restarts_cost_nothing(&calls, &dead, 20, 50);
+    let apps = calls
+        .iter()
+        .map(|c| c.app)
+        .collect::<std::collections::BTreeSet<_>>();
+    assert!(
+        apps.len() >= 6,
+        "the backlog was worked on across the restarts: {apps:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn six_rolling_restarts_dead_letter_nothing_on_an_existing_queue_with_a_redrive_of_3() {
+    let (calls, dead) = rolling_restarts(
+        true,
+        |_| Duration::from_millis(500),
+        20,
+        50,
+        6,
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_restarts_cost_nothing(&calls, &dead, 20, 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn six_rolling_restarts_with_handlers_that_outlive_each_stop_dead_letter_nothing() {
+    // 20 s a message: a stop's 25 s budget starts no more than one more message of a group, so
+    // every stop gives back most of what it holds, six times over.
+    let (calls, dead) = rolling_restarts(
+        false,
+        |_| Duration::from_secs(20),
+        4,
+        12,
+        6,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_restarts_cost_nothing(&calls, &dead, 4, 12);
+    let given_back = calls.iter().filter(|c| c.receive_count > 4).count();
+    assert!(
+        given_back > 0,
+        "the case gives messages back more often than the subscription's 3 attempts"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_starts_what_it_holds_before_giving_anything_back() {
+    let account = Account::new();
+    let queue = SqsQueue::new("jobs.fifo").create_if_missing();
+    let broker = SqsBroker::with_account(&account);
+    for n in 1..=5 {
+        send(&broker, &queue, "g", n).await;
+    }
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        worker(0, &calls, |_| Duration::from_secs(1)),
+    )
+    .await;
+    sleep(Duration::from_millis(500)).await;
+    let stopping = Instant::now();
+    app.stop().await.unwrap();
+    let took = stopping.elapsed();
+    let calls = calls.lock().unwrap().clone();
+    let handled: Vec<u32> = calls.iter().map(|c| c.job.n).collect();
+    assert_eq!(
+        handled,
+        [1, 2, 3, 4, 5],
+        "the held run was finished, not given back"
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    let url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(counts.visible + counts.in_flight, 0, "{counts:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failing groups beside healthy ones.
+
+/// Every recorder reading of this binary: the gauge is read back from its text.
+fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this test binary")
+    })
+}
+
+fn gauge(name: &str, queue: &str) -> Option<f64> {
+    let text = prometheus().render();
+    let metric = name.replace('.', "_");
+    text.lines()
+        .filter(|line| line.starts_with(&metric) && line.contains(&format!("\"{queue}\"")))
+        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_fifo_groups_never_starve_a_healthy_one() {
+    prometheus();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    // Default settings: concurrency 10, batch 10 (room for 11 groups' runs), no dead-letter
+    // queue, so the failing groups are retried for ever.
+    let queue = SqsQueue::new("starving.fifo").create_if_missing();
+    for g in 0..20 {
+        for n in 1..=10 {
+            send(&broker, &queue, &format!("poison-{g}"), n).await;
+        }
+    }
+    send(&broker, &queue, "healthy", 1).await;
+    let calls = Calls::default();
+    let started = Instant::now();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started,
+            work: |_| Duration::ZERO,
+            fails: |job| job.group.starts_with("poison"),
+        },
+    )
+    .await;
+    let mut healthy_at = None;
+    for _ in 0..600 {
+        sleep(Duration::from_millis(100)).await;
+        if let Some(call) = calls
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|c| c.job.group == "healthy")
+        {
+            healthy_at = Some(call.start);
+            break;
+        }
+    }
+    let healthy_at = healthy_at.expect("the healthy group was handled within a minute");
+    assert!(healthy_at < 10.0, "handled only at {healthy_at} s");
+    sleep(Duration::from_secs(30)).await;
+    let resting = gauge(rust_stream::metrics::GROUPS_RESTING, "starving.fifo");
+    let url = account.get_queue_url("starving.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    app.stop().await.unwrap();
+    assert_eq!(
+        resting,
+        Some(20.0),
+        "every failing group rests between its retries"
+    );
+    assert_eq!(
+        counts.in_flight, 200,
+        "the 20 failing groups are all held: {counts:?}"
+    );
+    let failing_started: std::collections::BTreeSet<String> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.job.group.starts_with("poison"))
+        .map(|c| c.job.group.clone())
+        .collect();
+    assert_eq!(
+        failing_started.len(),
+        20,
+        "every failing group is retried in place"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stalled calls.
+
+/// The account behind a transport that stalls chosen calls, as a connection that stops
+/// answering does, and fails the extensions of chosen jobs.
+#[derive(Clone, Default)]
+struct Stalling {
+    account: Account,
+    /// The next delete call (any entries) is answered only after this long.
+    stall_delete: Arc<Mutex<Option<Duration>>>,
+    /// The next visibility change call is answered only after this long.
+    stall_visibility: Arc<Mutex<Option<Duration>>>,
+    /// Visibility changes of these jobs' receipt handles fail (a service-side refusal).
+    refuse_extensions_of: Arc<Mutex<Vec<Job>>>,
+    /// Each receipt handle's job, from the receives.
+    jobs: Arc<Mutex<std::collections::HashMap<String, Job>>>,
+    /// Every receive never answers.
+    receives_hang: Arc<AtomicBool>,
+    started: Arc<OnceLock<Instant>>,
+    /// (seconds since start, entries) of each delete call.
+    deletes: Arc<Mutex<Vec<(f64, usize)>>>,
+}
+
+impl Stalling {
+    fn new(account: &Account) -> Self {
+        let stalling = Self {
+            account: account.clone(),
+            ..Self::default()
+        };
+        stalling.started.get_or_init(Instant::now);
+        stalling
+    }
+
+    fn at(&self) -> f64 {
+        self.started.get().unwrap().elapsed().as_secs_f64()
+    }
+}
+
+impl Transport for Stalling {
+    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        self.account.get_queue_url(name).await
+    }
+    async fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> Result<String, TransportError> {
+        self.account.create_queue(name, attributes).await
+    }
+    async fn get_queue_attributes(
+        &self,
+        url: &str,
+        names: &[&str],
+    ) -> Result<QueueAttributes, TransportError> {
+        self.account.get_queue_attributes(url, names).await
+    }
+    async fn send_message_batch(
+        &self,
+        url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> Result<BatchResult<SentMessage>, TransportError> {
+        self.account.send_message_batch(url, entries).await
+    }
+    async fn receive_message(
+        &self,
+        url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        if self.receives_hang.load(Ordering::Acquire) {
+            std::future::pending::<()>().await;
+        }
+        let received = self.account.receive_message(url, request).await?;
+        let mut jobs = self.jobs.lock().unwrap();
+        for message in &received {
+            if let Ok(job) = serde_json::from_str::<Job>(&message.body) {
+                jobs.insert(message.receipt_handle.clone(), job);
+            }
+        }
+        Ok(received)
+    }
+    async fn delete_message_batch(
+        &self,
+        url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        self.deletes
+            .lock()
+            .unwrap()
+            .push((self.at(), entries.len()));
+        let stall = self.stall_delete.lock().unwrap().take();
+        if let Some(stall) = stall {
+            sleep(stall).await;
+        }
+        self.account.delete_message_batch(url, entries).await
+    }
+    async fn change_message_visibility_batch(
+        &self,
+        url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        let stall = self.stall_visibility.lock().unwrap().take();
+        if let Some(stall) = stall {
+            sleep(stall).await;
+        }
+        let refused = self.refuse_extensions_of.lock().unwrap().clone();
+        let jobs = self.jobs.lock().unwrap().clone();
+        let (refuse, pass): (Vec<_>, Vec<_>) = entries.into_iter().partition(|entry| {
+            entry.visibility_timeout > 0
+                && jobs
+                    .get(&entry.receipt_handle)
+                    .is_some_and(|job| refused.contains(job))
+        });
+        let mut result = if pass.is_empty() {
+            BatchResult::default()
+        } else {
+            self.account
+                .change_message_visibility_batch(url, pass)
+                .await?
+        };
+        result
+            .failed
+            .extend(refuse.into_iter().map(|entry| BatchFailure {
+                id: entry.id,
+                kind: ErrorKind::InternalError,
+                sender_fault: true,
+                message: "refused by the test".into(),
+            }));
+        Ok(result)
+    }
+    fn abandoned_receive_takes_nothing(&self) -> bool {
+        // As over a network: a receive in flight at a stop is waited for.
+        false
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_fifo_delete_holds_up_no_other_group_and_nothing_runs_twice() {
+    let account = Account::new();
+    let transport = Stalling::new(&account);
+    *transport.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(transport.clone());
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(30));
+    for group in ["a", "b", "c", "d"] {
+        send(&broker, &queue, group, 1).await;
+    }
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            // "a" is done at once (its delete stalls); the others work for a second.
+            work: |job| {
+                if job.group == "a" {
+                    Duration::ZERO
+                } else {
+                    Duration::from_secs(1)
+                }
+            },
+            fails: |_| false,
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(300)).await;
+    app.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let deletes = transport.deletes.lock().unwrap().clone();
+    assert_eq!(calls.len(), 4, "each group handled once: {calls:?}");
+    assert!(calls.iter().all(|c| c.receive_count == 1), "{calls:?}");
+    assert!(
+        deletes
+            .iter()
+            .any(|(at, entries)| *entries == 3 && *at < 5.0),
+        "the other groups' deletes went while the first stalled: {deletes:?}"
+    );
+    assert!(
+        deletes.iter().all(|(at, _)| *at < 15.0),
+        "the stalled delete was given up and tried again well before the visibility ended: {deletes:?}"
+    );
+    let url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        counts.visible + counts.in_flight,
+        0,
+        "all deleted: {counts:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
+    let account = Account::new();
+    let transport = Stalling::new(&account);
+    *transport.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(transport.clone());
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(30));
+    for n in 1..=2 {
+        for group in ["a", "b", "c", "d"] {
+            send(&broker, &queue, group, n).await;
+        }
+    }
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::from_secs(40),
+            fails: |_| false,
+        },
+    )
+    .await;
+    // The first deletes (at 40 s) stall; then, while the second messages run, an extension.
+    sleep(Duration::from_secs(45)).await;
+    *transport.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
+    sleep(Duration::from_secs(400)).await;
+    app.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 8, "each message handled once: {calls:?}");
+    assert!(calls.iter().all(|c| c.receive_count == 1), "{calls:?}");
+    let url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        counts.visible + counts.in_flight,
+        0,
+        "all deleted: {counts:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_extension_lets_no_other_message_time_out() {
+    let account = Account::new();
+    let transport = Stalling::new(&account);
+    *transport.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(transport.clone());
+    let queue = SqsQueue::new("jobs")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(20));
+    let publisher = broker.publisher(queue.clone());
+    publisher.message(&Job::new("a", 1)).send().await.unwrap();
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::from_secs(60),
+            fails: |_| false,
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(5)).await;
+    publisher.message(&Job::new("b", 1)).send().await.unwrap();
+    sleep(Duration::from_secs(200)).await;
+    app.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "a and b each handled once: {calls:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lapsed leases.
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
+    let account = Account::new();
+    let transport = Stalling::new(&account);
+    // The second message is never extended: its visibility ends while the first runs.
+    transport
+        .refuse_extensions_of
+        .lock()
+        .unwrap()
+        .push(Job::new("g", 2));
+    let broker = SqsBroker::with_transport(transport.clone());
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(30));
+    for n in 1..=3 {
+        send(&broker, &queue, "g", n).await;
+    }
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |job| {
+                if job.n == 1 {
+                    Duration::from_secs(40)
+                } else {
+                    Duration::ZERO
+                }
+            },
+            fails: |_| false,
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(300)).await;
+    app.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let seen: Vec<(u32, u32)> = calls.iter().map(|c| (c.job.n, c.receive_count)).collect();
+    assert_eq!(
+        seen,
+        [(1, 1), (2, 2), (3, 2)],
+        "the second message ran only on its next receive, the third behind it"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stops.
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_service_stops_at_once() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("idle.fifo").create_if_missing();
+    let app = spawn(
+        &broker,
+        queue,
+        worker(0, &Calls::default(), |_| Duration::ZERO),
+    )
+    .await;
+    sleep(Duration::from_secs(3)).await;
+    let stopping = Instant::now();
+    app.stop().await.unwrap();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        stopping.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_fits_its_budget_with_a_handler_that_never_ends_and_a_receive_that_never_answers() {
+    let account = Account::new();
+    let transport = Stalling::new(&account);
+    let broker = SqsBroker::with_transport(transport.clone());
+    let queue = SqsQueue::new("jobs.fifo").create_if_missing();
+    send(&broker, &queue, "g", 1).await;
+    send(&broker, &queue, "g", 2).await;
+    let calls = Calls::default();
+    let app = spawn_with(
+        &broker,
+        queue,
+        worker(0, &calls, |_| Duration::from_secs(1_000_000)),
+        Duration::from_secs(10),
+    )
+    .await;
+    sleep(Duration::from_secs(1)).await;
+    transport.receives_hang.store(true, Ordering::Release);
+    sleep(Duration::from_secs(1)).await;
+    let stopping = Instant::now();
+    app.stop().await.unwrap();
+    let took = stopping.elapsed();
+    assert!(
+        took <= Duration::from_secs(11),
+        "the stop took {took:?} of a 10 s budget"
+    );
+    let url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        counts.visible, 2,
+        "the cancelled message and the one behind it went back: {counts:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_policies_apply_in_place_while_the_group_rests() {
+    // A resting group takes its room back before its next attempt: the group still runs in order
+    // and is retried in place, never received again.
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .retry(RetryPolicy::fixed(Duration::from_secs(2)));
+    for n in 1..=3 {
+        send(&broker, &queue, "g", n).await;
+    }
+    static FAILED: AtomicBool = AtomicBool::new(false);
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::ZERO,
+            fails: |job| job.n == 2 && !FAILED.swap(true, Ordering::AcqRel),
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(30)).await;
+    app.stop().await.unwrap();
+    let seen: Vec<(u32, u32)> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.job.n, c.receive_count))
+        .collect();
+    assert_eq!(seen, [(1, 1), (2, 1), (2, 1), (3, 1)]);
+}
