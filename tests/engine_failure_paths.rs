@@ -357,8 +357,12 @@ async fn a_dead_letter_copy_fits_its_queue_and_never_overwrites_the_senders_attr
     let broker = SqsBroker::with_account(&account);
     let mut small = QueueAttributes::new();
     small.insert("MaximumMessageSize".into(), "2048".into());
-    let dlq = account.create_queue("small-dlq", small).await.unwrap();
-    let url = account.create_standard_queue("sources").await.unwrap();
+    let dlq = account
+        .create_queue("small-dlq", small.clone())
+        .await
+        .unwrap();
+    // A dead-letter queue must take what its source takes.
+    let url = account.create_queue("sources", small).await.unwrap();
     // One message with room in the dead-letter queue for the original id but not for the rest of
     // rust-stream's attributes; one that carries the sender's own value under one of their names.
     let full = format!(
@@ -489,4 +493,35 @@ async fn a_message_received_again_replaces_its_waiting_copy_in_the_lane() {
         [1, 1, 2, 3],
         "g1 ran again (its first run outlived its visibility), g2 and g3 once each"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_queue_that_takes_smaller_messages_than_its_source_keeps_the_app_from_starting(
+) {
+    use rust_stream::engine::transport::QueueAttributes;
+
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let mut small = QueueAttributes::new();
+    small.insert("MaximumMessageSize".into(), "262144".into());
+    account.create_queue("old-dlq", small).await.unwrap();
+    account.create_standard_queue("payments").await.unwrap();
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let queue = SqsQueue::new("payments").dead_letter("old-dlq", 3);
+    let refused = TestApp::spawn(
+        RustStream::new(AppInfo::new("failure-paths", "0")).with_broker(broker.clone(), |b| {
+            b.include(subscriber(queue, handler).build());
+        }),
+    )
+    .await
+    .expect_err("a copy of a large message could never be sent");
+    let message = refused.to_string();
+    for named in ["old-dlq", "payments", "262144", "1048576"] {
+        assert!(message.contains(named), "{named} missing from: {message}");
+    }
+    assert!(
+        matches!(refused, rust_stream::RunError::DeadLetterTooSmall { .. }),
+        "{refused:?}"
+    );
+    assert!(log.lock().unwrap().is_empty());
 }

@@ -849,3 +849,177 @@ async fn retry_policies_apply_in_place_while_the_group_rests() {
         .collect();
     assert_eq!(seen, [(1, 1), (2, 1), (2, 1), (3, 1)]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Outputs of a retried handler.
+
+/// Publishes `A` to `first` and `B` to `second` on its first attempt, `C` to `first` after.
+struct PublishesThenChanges {
+    attempts: Arc<std::sync::atomic::AtomicU32>,
+    first: rust_stream::publish::Publisher,
+    second: rust_stream::publish::Publisher,
+}
+
+impl Handle<Job> for PublishesThenChanges {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        if self.attempts.fetch_add(1, Ordering::AcqRel) == 0 {
+            ctx.publish(self.first.raw("A").group_id("g"));
+            ctx.publish(self.second.raw("B").group_id("g"));
+        } else {
+            ctx.publish(self.first.raw("C").group_id("g"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_publishes_other_content_is_not_taken_for_the_first_attempts_output() {
+    let account = Account::new();
+    account.create_fifo_queue("first.fifo").await.unwrap();
+    let second = account.create_fifo_queue("second.fifo").await.unwrap();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("jobs.fifo").create_if_missing();
+    let attempts = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let app = TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber(
+                    queue.clone(),
+                    PublishesThenChanges {
+                        attempts: attempts.clone(),
+                        first: broker.publisher("first.fifo"),
+                        second: broker.publisher("second.fifo"),
+                    },
+                )
+                .build(),
+            );
+        }),
+    )
+    .await
+    .expect("starts");
+    // The first attempt's second output cannot be sent: A is stored, B fails, and the input is
+    // retried; the retry publishes C at A's position.
+    account.delete_queue(&second).await.unwrap();
+    send(&broker, &queue, "g", 1).await;
+    sleep(Duration::from_secs(30)).await;
+    app.stop().await.unwrap();
+    assert_eq!(attempts.load(Ordering::Acquire), 2);
+    let url = account.get_queue_url("first.fifo").await.unwrap();
+    let stored: Vec<String> = account
+        .receive_message(&url, ReceiveMessage::new(10))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.body)
+        .collect();
+    assert_eq!(
+        stored,
+        ["A", "C"],
+        "C was stored, not dropped as a duplicate of A"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_run_future_stops_the_consumers() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("jobs.fifo").create_if_missing();
+    for n in 1..=3 {
+        send(&broker, &queue, "g", n).await;
+    }
+    let calls = Calls::default();
+    let app = RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(
+                queue.clone(),
+                worker(0, &calls, |_| Duration::from_secs(10)),
+            )
+            .build(),
+        );
+    });
+    let run = tokio::time::timeout(
+        Duration::from_secs(1),
+        app.run_until(std::future::pending()),
+    )
+    .await;
+    assert!(run.is_err(), "the run was cut by the timeout");
+    // The stop goes on in the background: the running message finishes, the next one starts in
+    // the first half of the budget, the third goes back.
+    sleep(Duration::from_secs(60)).await;
+    send(&broker, &queue, "late", 1).await;
+    sleep(Duration::from_secs(60)).await;
+    let handled: Vec<(String, u32)> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.job.group.clone(), c.job.n))
+        .collect();
+    assert_eq!(
+        handled,
+        [("g".to_owned(), 1), ("g".to_owned(), 2)],
+        "nothing ran after the stop"
+    );
+    let url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        (counts.visible, counts.in_flight),
+        (2, 0),
+        "g3 released, late untouched"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_handler_sees_the_stop_begin_and_can_end_early() {
+    struct Checkpointing {
+        saw_stop: Arc<AtomicBool>,
+    }
+    impl Handle<Job> for Checkpointing {
+        async fn handle(
+            &self,
+            _: &Job,
+            _: &(),
+            ctx: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            assert!(!ctx.is_stopping());
+            tokio::select! {
+                () = sleep(Duration::from_secs(3600)) => Ok(()),
+                () = ctx.stopping() => {
+                    self.saw_stop.store(ctx.is_stopping(), Ordering::Release);
+                    Err(HandlerOutcome::retry())
+                }
+            }
+        }
+    }
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("jobs").create_if_missing();
+    send(&broker, &queue, "g", 1).await;
+    let saw_stop = Arc::new(AtomicBool::new(false));
+    let app = TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber(
+                    queue.clone(),
+                    Checkpointing {
+                        saw_stop: saw_stop.clone(),
+                    },
+                )
+                .build(),
+            );
+        }),
+    )
+    .await
+    .unwrap();
+    sleep(Duration::from_secs(5)).await;
+    let stopping = Instant::now();
+    app.stop().await.unwrap();
+    assert!(
+        saw_stop.load(Ordering::Acquire),
+        "the handler saw the stop begin"
+    );
+    assert!(
+        stopping.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        stopping.elapsed()
+    );
+}

@@ -490,6 +490,23 @@ pub enum RunError {
         /// What the queue has.
         actual: String,
     },
+    /// The dead-letter queue takes smaller messages than the queue it serves: a copy of a large
+    /// message could never be sent, and the message would be held (on FIFO, with its group) for
+    /// ever.
+    #[error(
+        "dead-letter queue `{dead_letter}` has MaximumMessageSize {dead_letter_maximum} but queue `{queue}` takes messages \
+         up to {queue_maximum} bytes; set the dead-letter queue's MaximumMessageSize to at least {queue_maximum}"
+    )]
+    DeadLetterTooSmall {
+        /// The queue consumed.
+        queue: String,
+        /// Its dead-letter queue.
+        dead_letter: String,
+        /// The queue's `MaximumMessageSize`.
+        queue_maximum: usize,
+        /// The dead-letter queue's `MaximumMessageSize`.
+        dead_letter_maximum: usize,
+    },
     /// The signal handlers could not be installed.
     #[error("cannot listen for SIGINT/SIGTERM: {0}")]
     Signal(String),

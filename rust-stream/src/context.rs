@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
 
 use crate::engine::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 use crate::publish::{Outgoing, PublishedMessage, PARTITION_KEY_HEADER};
@@ -77,24 +78,60 @@ pub struct Context<'a> {
     delivery: Cow<'a, Delivery>,
     states: Cow<'a, States>,
     staged: Vec<Outgoing>,
+    /// Cancelled once the app begins to stop.
+    stopping: CancellationToken,
 }
 
 impl<'a> Context<'a> {
-    pub(crate) fn new(delivery: &'a Delivery, states: &'a States) -> Self {
+    pub(crate) fn new(
+        delivery: &'a Delivery,
+        states: &'a States,
+        stopping: CancellationToken,
+    ) -> Self {
         Self {
             delivery: Cow::Borrowed(delivery),
             states: Cow::Borrowed(states),
             staged: Vec::new(),
+            stopping,
         }
     }
 
     #[cfg(feature = "testing")]
-    pub(crate) fn owned(delivery: Delivery, states: States) -> Context<'static> {
+    pub(crate) fn owned(
+        delivery: Delivery,
+        states: States,
+        stopping: CancellationToken,
+    ) -> Context<'static> {
         Context {
             delivery: Cow::Owned(delivery),
             states: Cow::Owned(states),
             staged: Vec::new(),
+            stopping,
         }
+    }
+
+    /// Whether the app has begun to stop. A handler still runs to its end (within the stop's
+    /// budget, then it is cancelled) and its message is settled by what it returns; a long one
+    /// may use this to finish early, or to save its progress and ask for a retry.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
+    }
+
+    /// Resolves once the app begins to stop (at once if it has): to race against a long piece
+    /// of work, as in `tokio::select!`.
+    ///
+    /// ```
+    /// # use rust_stream::prelude::*;
+    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(600)) => HandlerOutcome::ack(),
+    ///     // The work is saved elsewhere; the message comes back to finish it.
+    ///     () = ctx.stopping() => HandlerOutcome::retry(),
+    /// }
+    /// # }
+    /// ```
+    pub fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.stopping.clone().cancelled_owned()
     }
 
     /// The app's shared state of type `T`, registered with
@@ -157,10 +194,17 @@ impl<'a> Context<'a> {
 
     /// Publishes `message` as part of handling this one: it is sent after the handler returns,
     /// before this message is acknowledged, and only if the handler acknowledges.
+    ///
+    /// On a FIFO queue without content-based deduplication a message given no deduplication id
+    /// gets `<this message's id>-<position>-<digest of its group and body>`: a retry of this
+    /// message that publishes the same output again is deduplicated by SQS (within its 5
+    /// minutes), while one that publishes something else at that position is stored, never taken
+    /// for the earlier one.
     pub fn publish(&mut self, message: Outgoing) {
         let position = self.staged.len();
+        let input = &self.delivery.message_id;
         self.staged
-            .push(message.derive_dedup_id(|| format!("{}-{position}", self.delivery.message_id)));
+            .push(message.derive_dedup_id(|content| format!("{input}-{position}-{content}")));
     }
 
     /// What [`publish`](Self::publish) has been given so far, in order, as a test reads it. None

@@ -292,6 +292,7 @@ pub(crate) trait ErasedHandler: Send + Sync + 'static {
         self: Arc<Self>,
         delivery: Arc<Delivery>,
         states: Arc<States>,
+        stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled>;
 }
 
@@ -313,13 +314,14 @@ where
         self: Arc<Self>,
         delivery: Arc<Delivery>,
         states: Arc<States>,
+        stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
             let message: T = match self.codec.decode(&delivery.body) {
                 Ok(message) => message,
                 Err(error) => return Handled::Undecodable(error),
             };
-            let mut ctx = Context::new(&delivery, &states);
+            let mut ctx = Context::new(&delivery, &states, stopping);
             let outcome = self
                 .handler
                 .handle(&message, &self.outputs, &mut ctx)

@@ -310,11 +310,23 @@ impl Outgoing {
         )
     }
 
-    /// Sets the deduplication id when the message has none and the queue needs one.
-    pub(crate) fn derive_dedup_id(mut self, derive: impl FnOnce() -> String) -> Self {
+    /// Sets the deduplication id when the message has none and the queue needs one: `derive`
+    /// is given a digest of what the message carries (its group and body), so that an id never
+    /// stands for other content.
+    pub(crate) fn derive_dedup_id(mut self, derive: impl FnOnce(&str) -> String) -> Self {
         let queue = self.publisher.queue();
         if self.dedup_id.is_none() && queue.is_fifo() && !queue.content_based_dedup {
-            self.dedup_id = Some(derive());
+            use sha2::Digest;
+            let mut digest = sha2::Sha256::new();
+            digest.update(self.group().unwrap_or_default().as_bytes());
+            digest.update([0]);
+            digest.update(self.body.as_deref().unwrap_or_default().as_bytes());
+            let digest = digest.finalize();
+            let short: String = digest[..8]
+                .iter()
+                .map(|byte| format!("{byte:02x}"))
+                .collect();
+            self.dedup_id = Some(derive(&short));
         }
         self
     }

@@ -221,29 +221,28 @@ pub fn redrive_backstop(max_attempts: u32) -> u32 {
     max_attempts.saturating_add(REDRIVE_MARGIN).min(1000)
 }
 
-/// How many message ids [`UnstartedReceives`] remembers.
-const REMEMBERED_UNSTARTED: usize = 10_000;
+/// How many message ids a [`MessageTally`] remembers.
+const REMEMBERED_IDS: usize = 10_000;
 
-/// The receives a consumer gave back without attempting the message (the rest of a FIFO group
-/// released behind a message that stopped it, what a stop could not start, a lapsed group's rest),
-/// by message id: SQS counts each as a receive, and the consumer's count of attempts takes them
-/// off again when the message comes back. Bounded: the oldest ids are forgotten first, and a
-/// forgotten one counts its receives as attempts, as SQS does.
+/// A bounded tally of message ids, for what a consumer must remember of a message between its
+/// receives: the receives it gave back without attempting the message (SQS counts each, and the
+/// consumer's count of attempts takes them off again), and the messages it left to the queue's
+/// redrive. The oldest ids are forgotten first: a forgotten one is treated as SQS sees it.
 #[derive(Debug, Default)]
-pub(crate) struct UnstartedReceives {
-    remembered: std::sync::Mutex<Unstarted>,
+pub(crate) struct MessageTally {
+    remembered: std::sync::Mutex<Tally>,
     /// Nothing was ever noted: the common case reads no lock.
     any: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
-struct Unstarted {
+struct Tally {
     counts: std::collections::HashMap<String, u32>,
     order: std::collections::VecDeque<String>,
 }
 
-impl UnstartedReceives {
-    /// Notes that the message's current receive goes back unattempted.
+impl MessageTally {
+    /// Counts the message once more.
     pub(crate) fn note(&self, message_id: &str) {
         self.note_all(std::iter::once(message_id));
     }
@@ -259,7 +258,7 @@ impl UnstartedReceives {
             match remembered.counts.get_mut(id) {
                 Some(count) => *count = count.saturating_add(1),
                 None => {
-                    if remembered.order.len() >= REMEMBERED_UNSTARTED {
+                    if remembered.order.len() >= REMEMBERED_IDS {
                         if let Some(oldest) = remembered.order.pop_front() {
                             remembered.counts.remove(&oldest);
                         }
@@ -271,21 +270,18 @@ impl UnstartedReceives {
         }
     }
 
-    /// The message's attempts so far (see [`attempts`]), less the receives this consumer gave
-    /// back unattempted.
-    pub(crate) fn attempts(&self, message_id: &str, receive_count: u32, local: u32) -> u32 {
-        let unstarted = if self.any.load(std::sync::atomic::Ordering::Acquire) {
-            self.remembered
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .counts
-                .get(message_id)
-                .copied()
-                .unwrap_or(0)
-        } else {
-            0
-        };
-        attempts(receive_count.saturating_sub(unstarted), local)
+    /// How often the message was noted (0 when never, or forgotten).
+    pub(crate) fn count(&self, message_id: &str) -> u32 {
+        if !self.any.load(std::sync::atomic::Ordering::Acquire) {
+            return 0;
+        }
+        self.remembered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .counts
+            .get(message_id)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -404,26 +400,20 @@ mod tests {
     }
 
     #[test]
-    fn receives_given_back_unattempted_are_not_attempts() {
-        let unstarted = UnstartedReceives::default();
-        assert_eq!(unstarted.attempts("m", 3, 1), 3);
-        unstarted.note("m");
-        unstarted.note_all(["m", "n"]);
+    fn a_tally_counts_ids_and_forgets_the_oldest_first() {
+        let tally = MessageTally::default();
+        assert_eq!(tally.count("m"), 0);
+        tally.note("m");
+        tally.note_all(["m", "n"]);
         assert_eq!(
-            unstarted.attempts("m", 3, 1),
-            1,
-            "two of its three receives went back"
+            (tally.count("m"), tally.count("n"), tally.count("o")),
+            (2, 1, 0)
         );
-        assert_eq!(unstarted.attempts("n", 3, 1), 2);
-        assert_eq!(unstarted.attempts("other", 3, 1), 3);
-        for i in 0..REMEMBERED_UNSTARTED {
-            unstarted.note(&i.to_string());
+        for i in 0..REMEMBERED_IDS {
+            tally.note(&i.to_string());
         }
-        assert_eq!(
-            unstarted.attempts("m", 3, 1),
-            3,
-            "the oldest ids are forgotten first"
-        );
+        assert_eq!(tally.count("m"), 0, "the oldest ids are forgotten first");
+        assert_eq!(tally.count(&(REMEMBERED_IDS - 1).to_string()), 1);
     }
 
     #[test]

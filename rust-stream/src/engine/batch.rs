@@ -306,6 +306,12 @@ impl<A: Action> std::fmt::Debug for Batcher<A> {
 }
 
 impl<A: Action> Batcher<A> {
+    /// Whether the batcher's task is gone (it panicked, or its runtime ended): a new one is
+    /// needed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.jobs.is_closed()
+    }
+
     /// Starts a batcher for `queue_url` on the current runtime.
     pub(crate) fn spawn(
         transport: SharedTransport,
@@ -927,7 +933,20 @@ impl<A: Action> Flush<A> {
         });
         for job in self.batch {
             let count = job.entries.len();
-            job.reply.answer(answers.by_ref().take(count));
+            let mut job_answers = answers.by_ref().take(count);
+            // A caller's callback runs here (it logs, in its span, and lets go of what it held):
+            // a panic in it must not take the batcher, which every later call of the queue needs.
+            let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                job.reply.answer(&mut job_answers);
+            }));
+            // What a callback that panicked left unread is not the next job's.
+            job_answers.for_each(drop);
+            if let Err(panic) = answered {
+                tracing::error!(
+                    panic = %crate::engine::panic_message(panic.as_ref()),
+                    "a batched call's answer panicked in its caller's callback"
+                );
+            }
         }
     }
 }

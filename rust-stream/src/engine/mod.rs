@@ -131,22 +131,28 @@ pub(crate) async fn run(
             .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
     }
     let shutdown = app.shutdown();
-    let mut consumers = Vec::new();
+    // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
+    // around `run`) stops them in the background, as a signal would.
+    let mut running = StopOnDrop {
+        consumers: Vec::new(),
+        budget: shutdown.timeout(),
+    };
     for subscriber in subscribers {
         let probe = app.subscription_probe(&subscriber.queue.name);
         match Consumer::start(&core, subscriber, app.states().clone(), probe).await {
-            Ok(consumer) => consumers.push(consumer),
+            Ok(consumer) => running.consumers.push(consumer),
             Err(error) => {
                 // Nothing the app started may outlive its failed start.
-                stop_all(consumers, shutdown.timeout()).await;
+                stop_all(running.take(), shutdown.timeout()).await;
                 return Err(error);
             }
         }
     }
-    tracing::info!(subscriptions = consumers.len(), "consuming");
+    tracing::info!(subscriptions = running.consumers.len(), "consuming");
     app.consuming(Arc::new(crate::sqs::AppQueues {
         core: core.clone(),
-        consumed: consumers
+        consumed: running
+            .consumers
             .iter()
             .map(|consumer| consumer.queue.name.clone())
             .collect(),
@@ -154,8 +160,41 @@ pub(crate) async fn run(
     shutdown.requested().await;
     tracing::info!("shutting down");
     app.draining();
-    stop_all(consumers, shutdown.timeout()).await;
+    stop_all(running.take(), shutdown.timeout()).await;
     Ok(())
+}
+
+/// The consumers of a run, stopped in the background if the run's future is dropped first.
+struct StopOnDrop {
+    consumers: Vec<Arc<Consumer>>,
+    budget: Duration,
+}
+
+impl StopOnDrop {
+    fn take(&mut self) -> Vec<Arc<Consumer>> {
+        std::mem::take(&mut self.consumers)
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let consumers = self.take();
+        if consumers.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::warn!(
+                    subscriptions = consumers.len(),
+                    "the app's run was dropped before it stopped; its consumers stop now"
+                );
+                runtime.spawn(stop_all(consumers, self.budget));
+            }
+            Err(_) => tracing::error!(
+                "the app's run was dropped outside a runtime; its held messages come back after their visibility timeout"
+            ),
+        }
+    }
 }
 
 /// Stops consumers side by side and returns when all have stopped.
@@ -201,7 +240,10 @@ pub(crate) struct Consumer {
     /// running goes back.
     pub(crate) no_new_attempts: CancellationToken,
     /// Receives this consumer gave back without an attempt, taken off its count of attempts.
-    pub(crate) unstarted: crate::retry::UnstartedReceives,
+    pub(crate) unstarted: crate::retry::MessageTally,
+    /// FIFO messages out of attempts that were left to the queue's redrive: given back untried
+    /// when they come back, until SQS moves them.
+    pub(crate) left_to_redrive: crate::retry::MessageTally,
     /// FIFO groups resting between retries that lent their room to the pollers.
     pub(crate) lent_groups: std::sync::atomic::AtomicUsize,
     /// Receives in flight, which a stop waits for on a network backend.
@@ -340,7 +382,8 @@ impl Consumer {
             lanes,
             stopping: CancellationToken::new(),
             no_new_attempts: CancellationToken::new(),
-            unstarted: crate::retry::UnstartedReceives::default(),
+            unstarted: crate::retry::MessageTally::default(),
+            left_to_redrive: crate::retry::MessageTally::default(),
             lent_groups: std::sync::atomic::AtomicUsize::new(0),
             receiving: std::sync::atomic::AtomicUsize::new(0),
             parked: Mutex::new(Vec::new()),
@@ -555,9 +598,7 @@ async fn dead_letter_decision(
             }
         }
         let target = queue.dead_letter_queue().expect("declared above");
-        core.resolve(&target)
-            .await
-            .map_err(|error| RunError::from_transport(target.name.clone(), error))?;
+        check_dead_letter_size(core, queue, &target).await?;
         return Ok((
             Some(Publisher::bound(target, core.clone())),
             Some(declared.max_receive_count),
@@ -577,10 +618,13 @@ async fn dead_letter_decision(
     warn_tight_redrive(queue, policy, policy.max_receive_count);
     let target = SqsQueue::new(policy.target_name());
     match core.resolve(&target).await {
-        Ok(_) => Ok((
-            Some(Publisher::bound(target, core.clone())),
-            Some(policy.max_receive_count),
-        )),
+        Ok(_) => {
+            check_dead_letter_size(core, queue, &target).await?;
+            Ok((
+                Some(Publisher::bound(target, core.clone())),
+                Some(policy.max_receive_count),
+            ))
+        }
         Err(error) => {
             tracing::warn!(
                 messaging.destination.name = %queue.name,
@@ -592,6 +636,32 @@ async fn dead_letter_decision(
             Ok((None, Some(policy.max_receive_count)))
         }
     }
+}
+
+/// Resolves a subscription's dead-letter queue and refuses one that takes smaller messages than
+/// the queue it serves: a copy it can never take would hold the message for ever.
+async fn check_dead_letter_size(
+    core: &Arc<BrokerCore>,
+    queue: &SqsQueue,
+    target: &SqsQueue,
+) -> Result<(), RunError> {
+    let dead_letter = core
+        .resolved(target)
+        .await
+        .map_err(|error| RunError::from_transport(target.name.clone(), error))?;
+    let source = core
+        .resolved(queue)
+        .await
+        .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
+    if dead_letter.maximum_message_size < source.maximum_message_size {
+        return Err(RunError::DeadLetterTooSmall {
+            queue: queue.name.clone(),
+            dead_letter: target.name.clone(),
+            queue_maximum: source.maximum_message_size,
+            dead_letter_maximum: dead_letter.maximum_message_size,
+        });
+    }
+    Ok(())
 }
 
 /// Warns that a queue's `RedrivePolicy` can move a message before the subscription's `attempts`

@@ -21,7 +21,7 @@ use super::record::{Event, Settled};
 use super::Consumer;
 use crate::engine::transport::{MessageAttributeValue, SendMessage, SentMessage};
 use crate::publish::{Outgoing, PublishError};
-use crate::retry::AfterFailure;
+use crate::retry::{self, AfterFailure};
 use crate::sqs::rules::{self, MAX_BATCH_ENTRIES, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 
 /// The attribute a dead-lettered message carries the reason in.
@@ -157,9 +157,9 @@ impl Consumer {
         verdict: Verdict,
         attempt: u32,
     ) -> Next {
-        let attempts = self.unstarted.attempts(
-            &held.delivery.message_id,
-            held.delivery.receive_count,
+        let given_back = self.unstarted.count(&held.delivery.message_id);
+        let attempts = retry::attempts(
+            held.delivery.receive_count.saturating_sub(given_back),
             attempt,
         );
         // Every path but a plain ack is boxed: their state (sends, above all) would make the
@@ -232,6 +232,11 @@ impl Consumer {
             AfterFailure::RetryAfter(delay) => self.retry(held, delay, attempts, &reason).await,
             AfterFailure::LeaveToRedrive(delay) => {
                 self.record_settled(&held, Outcome::Retried);
+                if self.fifo {
+                    // Retries in place raised no receive count: SQS moves it only once enough
+                    // receives pass, which it is given back for untried.
+                    self.left_to_redrive.note(&held.delivery.message_id);
+                }
                 tracing::warn!(
                     messaging.message.id = %held.delivery.message_id,
                     attempts,
@@ -289,29 +294,51 @@ impl Consumer {
         attempts: u32,
         outcome: Outcome,
     ) -> Next {
-        match self.send_to_dead_letter(&held, &reason, attempts).await {
-            Ok(sent) => {
-                self.record_settled(&held, outcome);
-                tracing::warn!(
-                    messaging.message.id = %held.delivery.message_id,
-                    dead_letter.message_id = %sent.message_id,
-                    attempts,
-                    reason = %reason,
-                    "message dead-lettered"
-                );
-                self.core.record(|| Event::DeadLettered {
-                    queue: self.queue.name.clone(),
-                    message_id: held.delivery.message_id.clone(),
-                    reason: reason.clone(),
-                });
-                self.delete(held).await
+        let mut tries = 0;
+        let sent = loop {
+            let error = match self.send_to_dead_letter(&held, &reason, attempts).await {
+                Ok(sent) => break sent,
+                Err(error) => error,
+            };
+            // Only the copy is tried again: the handler has had its say, and running it again
+            // would repeat its side effects. The message stays held (and extended) meanwhile; on
+            // FIFO its group waits, as nothing behind it may run before it is moved.
+            tries += 1;
+            let delay = self.retries.policy.delay(tries);
+            tracing::warn!(
+                messaging.message.id = %held.delivery.message_id,
+                tries,
+                retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                error = %error,
+                "the dead-letter copy could not be sent; the copy is tried again"
+            );
+            let room = held.lease.time_to_cap().saturating_sub(self.visibility);
+            let waited = delay < room
+                && tokio::select! {
+                    biased;
+                    () = self.no_new_attempts.cancelled() => false,
+                    () = tokio::time::sleep(delay) => true,
+                };
+            if !waited {
+                // A stop, or the 12-hour cap: it goes back, and is moved when it comes back.
+                self.release(vec![held], 0).await;
+                return Next::StopGroup;
             }
-            Err(error) => {
-                let delay = self.retries.policy.delay(attempts);
-                let reason = format!("the dead-letter copy could not be sent: {error}");
-                self.retry(held, delay, attempts, &reason).await
-            }
-        }
+        };
+        self.record_settled(&held, outcome);
+        tracing::warn!(
+            messaging.message.id = %held.delivery.message_id,
+            dead_letter.message_id = %sent.message_id,
+            attempts,
+            reason = %reason,
+            "message dead-lettered"
+        );
+        self.core.record(|| Event::DeadLettered {
+            queue: self.queue.name.clone(),
+            message_id: held.delivery.message_id.clone(),
+            reason: reason.clone(),
+        });
+        self.delete(held).await
     }
 
     /// Sends what the handler published, in order, grouped by queue, each through the broker its

@@ -603,10 +603,16 @@ impl BrokerCore {
         pick: impl FnOnce(&mut Batchers) -> &mut HashMap<String, Batcher<A>>,
     ) -> Batcher<A> {
         let mut batchers = self.batchers();
-        pick(&mut batchers)
+        let spawn = || Batcher::spawn(self.transport.clone(), url.to_owned(), settings);
+        let batcher = pick(&mut batchers)
             .entry(url.to_owned())
-            .or_insert_with(|| Batcher::spawn(self.transport.clone(), url.to_owned(), settings))
-            .clone()
+            .or_insert_with(spawn);
+        if batcher.is_closed() {
+            // Its task is gone (a panic): a new one takes the queue's calls from here on.
+            tracing::error!(queue_url = %url, "a batcher had stopped; a new one is started");
+            *batcher = spawn();
+        }
+        batcher.clone()
     }
 
     /// The queue's sender, started on first use. A FIFO queue's sends go out one call at a time
