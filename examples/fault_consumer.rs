@@ -23,6 +23,7 @@
 //! | `FAULT_BATCH_SIZE` | messages per receive | 10 |
 //! | `FAULT_WAIT_SECONDS` | long poll of a receive | 20 |
 //! | `FAULT_VISIBILITY_SECONDS` | visibility timeout of received messages | the queue's |
+//! | `FAULT_SHUTDOWN_SECONDS` | the stop's budget (`RustStream::shutdown_timeout`) | 25 |
 //!
 //! and SQS as `SqsBroker::from_env` reads it (`AWS_ENDPOINT_URL`, `AWS_REGION`,
 //! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`). It runs until SIGTERM or SIGINT:
@@ -214,6 +215,10 @@ async fn main() -> ExitCode {
     };
     let app = service(
         RustStream::new(info())
+            .shutdown_timeout(Duration::from_secs(setting(
+                "FAULT_SHUTDOWN_SECONDS",
+                rust_stream::DEFAULT_SHUTDOWN_TIMEOUT.as_secs(),
+            )))
             .with_state(journal)
             .with_state(delay),
         broker,

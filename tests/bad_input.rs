@@ -85,6 +85,77 @@ async fn valid_input_at_the_closed_port_fails_to_connect() {
 mod configuration {
     use super::*;
 
+    /// A broker whose batch linger would have lone deletes wait near a visibility timeout: the
+    /// app refuses to start, before any call.
+    #[tokio::test]
+    async fn batch_linger_over_a_second() {
+        let broker = SqsBroker::in_process().batch_linger(Duration::from_secs(2));
+        let (handler, log) = Scripted::new(|_, _| Ok(()));
+        let app =
+            RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker.clone(), |b| {
+                b.include(subscriber(SqsQueue::new("orders"), handler).build());
+            });
+        let error = app.run_until(std::future::pending()).await.unwrap_err();
+        let RunError::Config(ConfigErrors(problems)) = &error else {
+            panic!("expected a configuration error, got: {error}")
+        };
+        assert!(
+            matches!(problems.as_slice(), [ConfigError::BatchLinger { .. }]),
+            "{problems:#?}"
+        );
+        let text = problems[0].to_string();
+        for needle in [
+            "batch linger 2s",
+            "at most 1s",
+            "`SqsBroker::batch_linger(..)`",
+        ] {
+            assert!(text.contains(needle), "`{needle}` missing in: {text}");
+        }
+        assert_eq!(broker.api_calls(), ApiCalls::default());
+        assert!(log.lock().unwrap().is_empty());
+    }
+
+    /// Settings that work, but badly, start with a warning that says what to change.
+    #[test]
+    fn a_visibility_timeout_under_five_seconds_is_a_warning() {
+        let captured = common::CapturedLog::default();
+        let writer = captured.clone();
+        let logging = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _logging = tracing::subscriber::set_default(logging);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let broker = SqsBroker::in_process();
+            let (handler, _) = Scripted::new(|_, _| Ok(()));
+            let queue = SqsQueue::new("orders")
+                .create_if_missing()
+                .visibility_timeout(Duration::from_secs(1));
+            let running = rust_stream::testing::TestApp::spawn(
+                RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker, |b| {
+                    b.include(subscriber(queue, handler).build());
+                }),
+            )
+            .await
+            .expect("it starts");
+            running.stop().await.unwrap();
+        });
+        let logged = captured.text();
+        let warning = logged
+            .lines()
+            .find(|line| line.contains("WARN") && line.contains("visibility timeout this short"))
+            .unwrap_or_else(|| panic!("no warning in:\n{logged}"));
+        assert!(
+            warning.contains("at least 5 s") && warning.contains("visibility_timeout_s=1"),
+            "{warning}"
+        );
+    }
+
     /// A long poll no shorter than the SQS client's attempt timeout would be cut every time, so
     /// the start is refused before any call. The in-process account bounds no attempt, so this
     /// row is the aws transport's alone; a wait a second shorter starts (and fails to connect).
@@ -696,5 +767,23 @@ mod received {
         garbage_with_attributes_of_unexpected_types,
         valid_job_with_attributes_of_unexpected_types,
         garbage_without_a_dead_letter_queue_is_retried_and_kept,
+    );
+}
+
+/// `retry_after` with no delay would spin a FIFO group (and bring a standard message straight
+/// back): it waits the shortest retry instead.
+#[test]
+fn retry_after_zero_waits_the_shortest_retry() {
+    assert_eq!(
+        HandlerOutcome::retry_after(Duration::ZERO),
+        HandlerOutcome::retry_after(rust_stream::outcome::SHORTEST_RETRY_AFTER)
+    );
+    assert_eq!(
+        HandlerOutcome::retry_after(Duration::from_secs(3)),
+        HandlerOutcome::RetryAfter(Duration::from_secs(3))
+    );
+    assert_eq!(
+        HandlerOutcome::retry_after(Duration::ZERO),
+        HandlerOutcome::RetryAfter(Duration::from_millis(100))
     );
 }

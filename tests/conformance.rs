@@ -39,6 +39,7 @@ both_backends!(
     a_batch_answers_each_entry,
     invalid_requests_fail_with_the_same_error_kinds,
     receipt_handles_are_checked,
+    an_expired_fifo_receipt_handle_deletes_nothing,
 );
 
 async fn send<T: Transport>(
@@ -793,4 +794,46 @@ async fn receipt_handles_are_checked<T: Transport>(backend: Backend<T>) {
     // Deleting twice succeeds: retries are safe.
     delete(&backend, &url, &got).await;
     delete(&backend, &url, &got).await;
+}
+
+/// On a FIFO queue a receipt handle expires with its visibility: a delete with it, once the
+/// message is visible again, fails, and the message stays (SQS answers `InvalidParameterValue`,
+/// "The receipt handle has expired"; LocalStack a failed entry too). A consumer whose delete came
+/// too late must learn it, so the rest of its group goes back behind the message.
+async fn an_expired_fifo_receipt_handle_deletes_nothing<T: Transport>(backend: Backend<T>) {
+    let url = backend
+        .queue("expired.fifo", &[("VisibilityTimeout", "1")])
+        .await;
+    send(&backend, &url, vec![fifo("m1", "g")]).await;
+    let got = receive(&backend, &url, 1, 1).await;
+    assert_eq!(bodies(&got), ["m1"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let entries = vec![DeleteEntry {
+        id: "late".into(),
+        receipt_handle: got[0].receipt_handle.clone(),
+    }];
+    let result = backend
+        .transport
+        .delete_message_batch(&url, entries)
+        .await
+        .unwrap();
+    assert_eq!(result.failed.len(), 1, "{result:?}");
+    assert!(
+        matches!(
+            result.failed[0].kind,
+            ErrorKind::InvalidParameterValue | ErrorKind::ReceiptHandleIsInvalid
+        ),
+        "{:?}",
+        result.failed[0]
+    );
+    if backend.kind == Kind::InProcess {
+        assert!(
+            result.failed[0].message.contains("expired"),
+            "{:?}",
+            result.failed[0]
+        );
+    }
+    let again = receive(&backend, &url, 1, 1).await;
+    assert_eq!(bodies(&again), ["m1"], "the message stayed");
+    assert_eq!(again[0].receive_count(), Some(2));
 }

@@ -1023,3 +1023,178 @@ async fn a_long_handler_sees_the_stop_begin_and_can_end_early() {
         stopping.elapsed()
     );
 }
+
+#[test]
+fn a_stop_budget_shorter_than_a_long_poll_is_a_warning_over_a_network() {
+    let captured = common::CapturedLog::default();
+    let writer = captured.clone();
+    let logging = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(logging);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let account = Account::new();
+        // A transport whose abandoned receive may have taken messages, as over a network.
+        let broker = SqsBroker::with_transport(Stalling::new(&account));
+        let queue = SqsQueue::new("jobs").create_if_missing();
+        let app = spawn_with(
+            &broker,
+            queue,
+            worker(0, &Calls::default(), |_| Duration::ZERO),
+            Duration::from_secs(10),
+        )
+        .await;
+        let stopping = Instant::now();
+        app.stop().await.unwrap();
+        // The stop waited for the open long poll, past its budget, rather than hide what it took.
+        assert!(
+            stopping.elapsed() <= Duration::from_secs(21),
+            "{:?}",
+            stopping.elapsed()
+        );
+    });
+    let logged = captured.text();
+    let warning = logged
+        .lines()
+        .find(|line| line.contains("shorter than a long poll"))
+        .unwrap_or_else(|| panic!("no warning in:\n{logged}"));
+    assert!(
+        warning.contains("shutdown_timeout_ms=10000") && warning.contains("long_poll_s=20"),
+        "{warning}"
+    );
+    assert!(
+        logged.contains("waiting for the receive in flight"),
+        "{logged}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leaving a FIFO message to the queue's redrive.
+
+/// The account, refusing to look up one queue (the consumer cannot reach it).
+#[derive(Clone)]
+struct HideQueue {
+    account: Account,
+    hidden: String,
+}
+
+impl Transport for HideQueue {
+    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        if name == self.hidden {
+            return Err(TransportError::Other {
+                code: "AccessDenied".into(),
+                message: "not allowed".into(),
+            });
+        }
+        self.account.get_queue_url(name).await
+    }
+    async fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> Result<String, TransportError> {
+        self.account.create_queue(name, attributes).await
+    }
+    async fn get_queue_attributes(
+        &self,
+        url: &str,
+        names: &[&str],
+    ) -> Result<QueueAttributes, TransportError> {
+        self.account.get_queue_attributes(url, names).await
+    }
+    async fn send_message_batch(
+        &self,
+        url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> Result<BatchResult<SentMessage>, TransportError> {
+        self.account.send_message_batch(url, entries).await
+    }
+    async fn receive_message(
+        &self,
+        url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        self.account.receive_message(url, request).await
+    }
+    async fn delete_message_batch(
+        &self,
+        url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        self.account.delete_message_batch(url, entries).await
+    }
+    async fn change_message_visibility_batch(
+        &self,
+        url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        self.account
+            .change_message_visibility_batch(url, entries)
+            .await
+    }
+    fn abandoned_receive_takes_nothing(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_message_left_to_the_redrive_gets_its_attempts_and_no_more() {
+    let account = Account::new();
+    let source = account.create_fifo_queue("jobs.fifo").await.unwrap();
+    account.create_fifo_queue("jobs-dlq.fifo").await.unwrap();
+    let policy = format!(
+        r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+        account.queue_arn_for("jobs-dlq.fifo")
+    );
+    account
+        .set_queue_attributes(
+            &source,
+            QueueAttributes::from([("RedrivePolicy".to_owned(), policy)]),
+        )
+        .await
+        .unwrap();
+    let broker = SqsBroker::with_transport(HideQueue {
+        account: account.clone(),
+        hidden: "jobs-dlq.fifo".into(),
+    });
+    let queue = SqsQueue::new("jobs.fifo").retry(RetryPolicy::fixed(Duration::from_secs(1)));
+    send(&broker, &queue, "g", 1).await;
+    send(&broker, &queue, "g", 2).await;
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::ZERO,
+            fails: |job| job.n == 1,
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(600)).await;
+    app.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let first: Vec<u32> = calls
+        .iter()
+        .filter(|c| c.job.n == 1)
+        .map(|c| c.receive_count)
+        .collect();
+    assert_eq!(
+        first,
+        [1, 1, 1],
+        "3 attempts for a maxReceiveCount of 3, not 3 + 2 + 1"
+    );
+    assert_eq!(bodies(&account, "jobs-dlq.fifo").await, [Job::new("g", 1)]);
+    assert!(
+        calls.iter().any(|c| c.job.n == 2),
+        "the group went on once SQS moved the message"
+    );
+}

@@ -106,7 +106,7 @@ pub mod testing;
 
 pub use app::{
     App, AppContext, AppInfo, Inspect, QueueLoad, Readiness, RunError, RustStream, Service,
-    Shutdown, ShutdownHandle,
+    Shutdown, ShutdownHandle, DEFAULT_SHUTDOWN_TIMEOUT,
 };
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};

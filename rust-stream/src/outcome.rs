@@ -49,6 +49,9 @@ pub enum HandlerOutcome {
     DeadLetter(String),
 }
 
+/// The shortest wait [`HandlerOutcome::retry_after`] gives a message.
+pub const SHORTEST_RETRY_AFTER: Duration = Duration::from_millis(100);
+
 impl HandlerOutcome {
     /// The message was handled.
     pub fn ack() -> Self {
@@ -68,8 +71,10 @@ impl HandlerOutcome {
 
     /// Attempt the message again after `delay` (on a standard queue rounded up to whole seconds;
     /// never past SQS's 12-hour visibility cap, at which the message goes back to the queue).
+    /// A delay under [`SHORTEST_RETRY_AFTER`] waits that long instead: a FIFO message retried at
+    /// once would spin its group, and a standard one would come straight back.
     pub fn retry_after(delay: Duration) -> Self {
-        Self::RetryAfter(delay)
+        Self::RetryAfter(delay.max(SHORTEST_RETRY_AFTER))
     }
 
     /// Move the message to the dead-letter queue now; `reason` travels with it as a header.

@@ -112,6 +112,8 @@ pub struct Hit {
 #[derive(Default)]
 struct State {
     fault: Mutex<Option<Fault>>,
+    /// The next request of this operation stalls, whatever the fault is.
+    stall_next: Mutex<Option<String>>,
     requests: AtomicU64,
     passed: AtomicU64,
     faults: [AtomicU64; 6],
@@ -179,6 +181,12 @@ impl Proxy {
         *self.state.fault.lock().unwrap() = fault;
     }
 
+    /// Stalls the next request of `operation` (`DeleteMessageBatch`, say), once, as one stalled
+    /// connection among healthy ones: it is never answered until the client gives it up.
+    pub fn stall_next(&self, operation: &str) {
+        *self.state.stall_next.lock().unwrap() = Some(operation.to_owned());
+    }
+
     /// Every request a fault hit so far, by fault, operation and queue.
     pub fn hits(&self) -> BTreeMap<Hit, u64> {
         self.state.hits.lock().unwrap().clone()
@@ -236,7 +244,19 @@ async fn serve(client: TcpStream, upstream: SocketAddr, state: &State) -> std::i
             return Ok(());
         };
         state.count_request();
-        let fault = state.fault();
+        let stall_this = {
+            let mut next = state.stall_next.lock().unwrap();
+            let matches = next.as_deref() == Some(request.operation().as_str());
+            if matches {
+                *next = None;
+            }
+            matches
+        };
+        let fault = if stall_this {
+            Some(Fault::Stall)
+        } else {
+            state.fault()
+        };
         if let Some(fault) = fault {
             state.count_fault(fault, Some(&request));
         }

@@ -255,15 +255,7 @@ enum Reply<A: Action> {
     /// does not wait (a standard queue's delete); it must be quick, as it runs where the call's
     /// answer is read.
     Then(Box<dyn FnOnce(Answer<A>) + Send>),
-    /// As `Then`, with the answers of each of the job's entries, in order.
-    ThenEach(ThenEach<A>),
 }
-
-/// The answers of a job's entries, in order, as a [`Reply::ThenEach`] callback reads them.
-pub(crate) type Answering<'a, A> = dyn Iterator<Item = Answer<A>> + 'a;
-
-/// What a [`Reply::ThenEach`] calls.
-type ThenEach<A> = Box<dyn FnOnce(&mut Answering<'_, A>) + Send>;
 
 impl<A: Action> Reply<A> {
     /// Answers the job with its entries' answers, in order.
@@ -276,7 +268,6 @@ impl<A: Action> Reply<A> {
             Self::Wait(reply) => drop(reply.send(answers.collect())),
             Self::WaitOne(reply) => drop(reply.send(one(&mut answers))),
             Self::Then(then) => then(one(&mut answers)),
-            Self::ThenEach(then) => then(&mut answers),
         }
     }
 }
@@ -386,28 +377,6 @@ impl<A: Action> Batcher<A> {
             }
         }
         answers
-    }
-
-    /// Submits entries that nobody waits for, in one call: `then` is called with their answers, in
-    /// order, once they are answered (with errors if the batcher stopped first). At most 10
-    /// entries within the payload limit.
-    pub(crate) fn submit_then(
-        &self,
-        entries: Vec<A::Entry>,
-        then: impl FnOnce(&mut Answering<'_, A>) + Send + 'static,
-    ) {
-        let count = entries.len();
-        let size = entries.iter().map(A::size).sum();
-        debug_assert!(count <= MAX_BATCH_ENTRIES && size <= MAX_BATCH_PAYLOAD_SIZE);
-        let job = Job {
-            entries: Entries::Many(entries),
-            size,
-            reply: Reply::ThenEach(Box::new(then)),
-            eager: false,
-        };
-        if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
-            job.reply.answer((0..count).map(|_| Err(stopped())));
-        }
     }
 
     /// Submits one entry that nobody waits for: `then` is called with its answer once it is

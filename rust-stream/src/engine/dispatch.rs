@@ -129,10 +129,9 @@ impl Drop for LaneTask<'_> {
 }
 
 impl Consumer {
-    /// Hands a received message to a handler slot, or to its group's lane on FIFO. On a standard
-    /// queue, `inline` runs the message in the calling task until it first waits (a handler ready
-    /// at once costs no task); otherwise it gets a task of its own.
-    pub(crate) fn dispatch(self: &Arc<Self>, held: Held, inline: bool) {
+    /// Hands a received message to a handler slot in a task of its own, or to its group's lane
+    /// on FIFO.
+    pub(crate) fn dispatch(self: &Arc<Self>, held: Held) {
         if !self.fifo {
             let consumer = self.clone();
             let work = async move {
@@ -153,11 +152,7 @@ impl Consumer {
                     Box::pin(consumer.release(vec![held], 0).instrument(span)).await;
                 }
             };
-            if inline {
-                self.run_inline_first(work);
-            } else {
-                self.spawn(work);
-            }
+            self.spawn(work);
             return;
         }
         if let Some(group) = self.lanes.join(held, &self.leases) {

@@ -119,6 +119,12 @@ pub(crate) async fn run(
             });
         }
     }
+    if core.linger() > crate::sqs::queue::MAX_BATCH_LINGER {
+        problems.push(ConfigError::BatchLinger {
+            got: core.linger(),
+            max: crate::sqs::queue::MAX_BATCH_LINGER,
+        });
+    }
     problems.extend(core.conflicting_declarations());
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
@@ -131,6 +137,7 @@ pub(crate) async fn run(
             .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
     }
     let shutdown = app.shutdown();
+    warn_about_settings(&core, &subscribers, shutdown.timeout());
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
     // around `run`) stops them in the background, as a signal would.
     let mut running = StopOnDrop {
@@ -162,6 +169,40 @@ pub(crate) async fn run(
     app.draining();
     stop_all(running.take(), shutdown.timeout()).await;
     Ok(())
+}
+
+/// The shortest visibility timeout that leaves the heartbeat and the calls it makes room: below
+/// it, a call slower than a quarter of the timeout lets messages lapse.
+const SHORTEST_SAFE_VISIBILITY: Duration = Duration::from_secs(5);
+
+/// Warns about settings that work, but badly: a visibility timeout too short for the heartbeat's
+/// calls, and (over a network) a stop budget shorter than a long poll, which a stop waits for.
+fn warn_about_settings(core: &BrokerCore, subscribers: &[Subscriber], budget: Duration) {
+    for subscriber in subscribers {
+        let queue = &subscriber.queue;
+        if let Some(visibility) = queue.consumer.visibility_timeout {
+            if visibility < SHORTEST_SAFE_VISIBILITY {
+                tracing::warn!(
+                    messaging.destination.name = %queue.name,
+                    visibility_timeout_s = visibility.as_secs(),
+                    "a visibility timeout this short leaves the heartbeat a quarter of it to extend a message: \
+                     a slower call lets messages time out and be handled twice; use at least 5 s"
+                );
+            }
+        }
+        let reserve = budget.saturating_sub(StopPlan::new(budget).cancel_at);
+        if !core.transport.abandoned_receive_takes_nothing()
+            && budget < queue.consumer.wait + reserve
+        {
+            tracing::warn!(
+                messaging.destination.name = %queue.name,
+                shutdown_timeout_ms = budget.as_millis() as u64,
+                long_poll_s = queue.consumer.wait.as_secs(),
+                "the shutdown timeout is shorter than a long poll: a stop waits for the receive in flight (so what it takes is \
+                 not hidden) and may run past the timeout; keep the shutdown timeout above `.wait(..)`"
+            );
+        }
+    }
 }
 
 /// The consumers of a run, stopped in the background if the run's future is dropped first.
@@ -502,30 +543,6 @@ impl Consumer {
     /// it held are released by the heartbeat.
     pub(crate) fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(guarded(task));
-    }
-
-    /// Runs an engine task in the calling task until it first waits, and only then spawns it:
-    /// work that is ready at once (a handler that does not wait, settled at once) costs no task.
-    /// A panic is caught and logged as in [`spawn`](Self::spawn).
-    pub(crate) fn run_inline_first(
-        self: &Arc<Self>,
-        task: impl Future<Output = ()> + Send + 'static,
-    ) {
-        let mut task = CatchUnwind::new(Box::pin(task));
-        // A waker that wakes nothing: a task left pending is spawned, and its first poll there
-        // registers the task's own waker wherever this one was registered.
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match Pin::new(&mut task).poll(&mut cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(panic)) => log_engine_panic(&panic),
-            Poll::Pending => {
-                self.tasks.spawn(async move {
-                    if let Err(panic) = task.await {
-                        log_engine_panic(&panic);
-                    }
-                });
-            }
-        }
     }
 
     /// Counts as an engine task until dropped: shutdown waits for work that runs outside a task

@@ -54,10 +54,6 @@ impl Drop for Receiving<'_> {
     }
 }
 
-/// How long the messages of one receive may run in the poller's task (on a standard queue) before
-/// the rest get tasks of their own.
-const INLINE_BUDGET: Duration = Duration::from_micros(200);
-
 impl Consumer {
     /// One receive loop, until shutdown.
     pub(crate) async fn poll(self: Arc<Self>) {
@@ -194,10 +190,6 @@ impl Consumer {
     ) {
         let mut extra = Vec::new();
         let mut late = Vec::new();
-        // Messages run in this task until they first wait while they are quick; once they have
-        // taken this long together the rest get tasks, so handlers that compute for long still
-        // run in parallel and the next receive is not held up.
-        let mut inline_left = INLINE_BUDGET;
         // Every lease opens before any message runs: a handler that takes its time in its first
         // poll must not start the later messages' visibility clocks late.
         let leased: Vec<_> = messages
@@ -212,7 +204,6 @@ impl Consumer {
                 (message, lease)
             })
             .collect();
-        let deletes = self.gather_deletes(leased.len());
         for (message, lease) in leased {
             let Some(permit) = room.split(1) else {
                 tracing::warn!(
@@ -231,15 +222,12 @@ impl Consumer {
             };
             if self.no_new_attempts.is_cancelled() {
                 late.push(held);
-            } else if inline_left.is_zero() {
-                self.dispatch(held, false);
             } else {
-                let started = std::time::Instant::now();
-                self.dispatch(held, true);
-                inline_left = inline_left.saturating_sub(started.elapsed());
+                // In a task of its own: a handler that blocks or computes in its first poll must
+                // not hold up this poller, nor the rest of the receive.
+                self.dispatch(held);
             }
         }
-        drop(deletes);
         if !extra.is_empty() {
             self.release_leases(extra, 0).await;
         }

@@ -8,7 +8,6 @@
 //! delete that fails for good stops the group's lane and releases the rest of the group, which
 //! then comes back behind the undeleted message, in order.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +21,7 @@ use super::Consumer;
 use crate::engine::transport::{MessageAttributeValue, SendMessage, SentMessage};
 use crate::publish::{Outgoing, PublishError};
 use crate::retry::{self, AfterFailure};
-use crate::sqs::rules::{self, MAX_BATCH_ENTRIES, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
+use crate::sqs::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 
 /// The attribute a dead-lettered message carries the reason in.
 pub const DEAD_LETTER_REASON_HEADER: &str = "rust_stream.dead_letter_reason";
@@ -33,14 +32,9 @@ pub const SOURCE_QUEUE_HEADER: &str = "rust_stream.source_queue";
 /// The attribute a dead-lettered message carries its number of attempts in (a `Number`).
 pub const ATTEMPTS_HEADER: &str = "rust_stream.attempts";
 
-thread_local! {
-    /// The deletes gathered while a [`GatheredDeletes`] guard lives in this thread.
-    static GATHERED_DELETES: RefCell<Option<Vec<Deleting>>> = const { RefCell::new(None) };
-}
-
 /// A settled message on its way out of a standard queue: what its delete needs until answered.
-/// The delivery is let go as the delete is submitted, where it was used (and, run inline, where
-/// it was allocated), not in the batcher's task that reads the answer.
+/// The delivery is let go as the delete is submitted, in the task that used it, not in the
+/// batcher's task that reads the answer.
 struct Deleting {
     /// Held, and extended, until the delete is answered.
     lease: DeleteInFlight,
@@ -59,23 +53,6 @@ impl Deleting {
         } = held;
         drop(delivery);
         Self { lease, _room, span }
-    }
-}
-
-/// Gathers the deletes settled in this thread while it lives, and submits them when dropped; see
-/// [`Consumer::gather_deletes`].
-pub(crate) struct GatheredDeletes {
-    consumer: Arc<Consumer>,
-    outer: Option<Vec<Deleting>>,
-    _not_send: std::marker::PhantomData<*const ()>,
-}
-
-impl Drop for GatheredDeletes {
-    fn drop(&mut self) {
-        let gathered = GATHERED_DELETES.with(|gathered| gathered.replace(self.outer.take()));
-        if let Some(gathered) = gathered {
-            self.consumer.submit_deletes(gathered);
-        }
     }
 }
 
@@ -478,18 +455,7 @@ impl Consumer {
                 }
             };
         }
-        let deleting = Deleting::new(held, in_flight);
-        // Settled while the poller runs the messages of a receive: their deletes go to the
-        // batcher together, once it is done with them.
-        let Some(held) = GATHERED_DELETES.with(|gathered| match &mut *gathered.borrow_mut() {
-            Some(gathered) => {
-                gathered.push(deleting);
-                None
-            }
-            None => Some(deleting),
-        }) else {
-            return Next::Done;
-        };
+        let held = Deleting::new(held, in_flight);
         // Shutdown waits for the answer as it waits for a task.
         let pending = self.tracker_token();
         self.deleter
@@ -504,46 +470,6 @@ impl Consumer {
                 drop(pending);
             });
         Next::Done
-    }
-
-    /// Until the guard returned is dropped, the deletes of standard-queue messages settled in
-    /// this thread are gathered, then submitted to the batcher as one job when it is dropped: one
-    /// hand-over (and one wake-up of the batcher) per receive rather than per message. The
-    /// guard cannot be held across an `.await` (it is not `Send`), so nothing else runs in the
-    /// thread meanwhile: what is gathered is this consumer's, settled in the calling task.
-    pub(crate) fn gather_deletes(self: &Arc<Self>, capacity: usize) -> GatheredDeletes {
-        let outer =
-            GATHERED_DELETES.with(|gathered| gathered.replace(Some(Vec::with_capacity(capacity))));
-        GatheredDeletes {
-            consumer: self.clone(),
-            outer,
-            _not_send: std::marker::PhantomData,
-        }
-    }
-
-    /// Deletes settled messages, at most 10 in one job; nothing waits for the answers, and each
-    /// message keeps its room in the pipeline until its delete is answered.
-    fn submit_deletes(&self, mut held: Vec<Deleting>) {
-        while !held.is_empty() {
-            let rest = held.split_off(held.len().min(MAX_BATCH_ENTRIES));
-            // Shutdown waits for the answers as it waits for a task.
-            let pending = self.tracker_token();
-            let leases = held.iter().map(|held| held.lease.lease().clone()).collect();
-            self.deleter.submit_then(leases, move |answers| {
-                for (held, answer) in held.into_iter().zip(answers) {
-                    if let Err(error) = answer {
-                        // Not deleted: it comes back after its visibility timeout and is handled
-                        // again.
-                        let _entered = held.span.enter();
-                        tracing::warn!(messaging.message.id = %held.lease.lease().message_id, error = %error, "delete failed");
-                    }
-                    // Its room goes back only now.
-                    drop(held);
-                }
-                drop(pending);
-            });
-            held = rest;
-        }
     }
 
     /// Sets the visibility of held messages, in one call per 10; each message's own events are

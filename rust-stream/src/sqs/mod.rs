@@ -25,7 +25,7 @@ use std::time::Duration;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub use aws::ConnectError;
-pub use queue::{ConfigError, ConfigErrors, SqsQueue};
+pub use queue::{ConfigError, ConfigErrors, SqsQueue, MAX_BATCH_LINGER};
 
 use crate::account::Account;
 use crate::app::{AppContext, AppInfo, Inspect, QueueLoad, RunError};
@@ -190,7 +190,9 @@ impl SqsBroker {
     /// How long the first entry of a batched call waits for company (default 5 ms): a standard
     /// queue's sends and deletes. A FIFO queue's sends never wait it: each of its in-order
     /// batchers sends at once when its call is free, and gathers while the call is out. Applies
-    /// to batchers the broker starts from now on; set it before the app runs.
+    /// to batchers the broker starts from now on; set it before the app runs. More than
+    /// [`MAX_BATCH_LINGER`](crate::sqs::MAX_BATCH_LINGER) keeps an app from starting
+    /// (`ConfigError::BatchLinger`).
     #[must_use]
     pub fn batch_linger(self, linger: Duration) -> Self {
         self.core.linger_nanos.store(
@@ -337,7 +339,7 @@ impl BrokerCore {
         }
     }
 
-    fn linger(&self) -> Duration {
+    pub(crate) fn linger(&self) -> Duration {
         Duration::from_nanos(self.linger_nanos.load(Ordering::Relaxed))
     }
 

@@ -424,7 +424,20 @@ pub enum ConfigError {
         /// The queue.
         queue: String,
     },
+    /// The broker's batch linger is so long that a lone delete would wait near a visibility
+    /// timeout (and be handled again), and a stop would wait it out.
+    #[error("batch linger {got:?} is longer than {max:?}: a lone delete would wait that long for company; give `SqsBroker::batch_linger(..)` at most {max:?}")]
+    BatchLinger {
+        /// The linger given.
+        got: Duration,
+        /// The longest allowed.
+        max: Duration,
+    },
 }
+
+/// The longest batch linger a broker takes: company for a call is worth milliseconds, not a
+/// share of a visibility timeout.
+pub const MAX_BATCH_LINGER: Duration = Duration::from_secs(1);
 
 /// Every problem found, shown one per line.
 #[derive(Debug, Clone, PartialEq, Eq)]

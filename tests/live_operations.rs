@@ -1,0 +1,283 @@
+//! Operations on LocalStack: rolling restarts during a FIFO backlog, and stalled calls through
+//! the fault proxy. The in-process twins, with more cases and a paused clock, are in
+//! `tests/engine_operations.rs`; these show the same on a real server over real connections.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::backend::Backend;
+use common::engine::Job;
+use common::proxy::{Fault, Proxy};
+use rust_stream::engine::transport::{QueueAttributes, Transport};
+use rust_stream::prelude::*;
+use rust_stream::testing::{live_endpoint, TestApp};
+
+/// (app, job, receive count, started, finished)
+type Calls = Arc<Mutex<Vec<(usize, Job, u32, Instant, Option<Instant>)>>>;
+
+struct Worker {
+    app: usize,
+    calls: Calls,
+    work: fn(&Job) -> Duration,
+}
+
+impl Handle<Job> for Worker {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let index = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push((
+                self.app,
+                job.clone(),
+                ctx.receive_count(),
+                Instant::now(),
+                None,
+            ));
+            calls.len() - 1
+        };
+        tokio::time::sleep((self.work)(job)).await;
+        self.calls.lock().unwrap()[index].4 = Some(Instant::now());
+        Ok(())
+    }
+}
+
+async fn start(broker: &SqsBroker, queue: SqsQueue, worker: Worker) -> TestApp {
+    TestApp::spawn(
+        RustStream::new(AppInfo::new("live-operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(subscriber(queue, worker).build());
+        }),
+    )
+    .await
+    .expect("the app starts")
+}
+
+/// Visible + in flight + delayed.
+async fn left<T: Transport>(backend: &Backend<T>, url: &str) -> u64 {
+    let (visible, in_flight, delayed) = backend.left(url).await;
+    visible + in_flight + delayed
+}
+
+/// First completions per group, in the order they completed.
+fn first_completions(
+    calls: &[(usize, Job, u32, Instant, Option<Instant>)],
+) -> BTreeMap<String, Vec<u32>> {
+    let mut done: Vec<_> = calls.iter().filter(|call| call.4.is_some()).collect();
+    done.sort_by_key(|call| call.4);
+    let mut seen = std::collections::HashSet::new();
+    let mut groups: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (_, job, ..) in done {
+        if seen.insert((job.group.clone(), job.n)) {
+            groups.entry(job.group.clone()).or_default().push(job.n);
+        }
+    }
+    groups
+}
+
+const GROUPS: u32 = 4;
+const PER_GROUP: u32 = 15;
+const RESTARTS: usize = 6;
+
+/// A FIFO backlog consumed by `RESTARTS + 1` apps one after another, each stopped gracefully
+/// after 2 s; the last runs until the queue is empty. Nothing may reach the dead-letter queue.
+async fn rolling_restarts(backend: &Backend<rust_stream::sqs::aws::AwsTransport>, existing: bool) {
+    let base = if existing {
+        "restarts-old"
+    } else {
+        "restarts-new"
+    };
+    let dlq_name = backend.name(&format!("{base}-dlq.fifo"));
+    let queue_name = backend.name(&format!("{base}.fifo"));
+    // Short long polls: a stop waits for the one in flight.
+    let mut queue = SqsQueue::new(&queue_name)
+        .dead_letter(&dlq_name, 3)
+        .wait(Duration::from_secs(1));
+    if existing {
+        // An existing queue whose redrive moves a message on its fourth receive.
+        let dlq = backend.queue(&format!("{base}-dlq.fifo"), &[]).await;
+        let arn = backend
+            .transport
+            .get_queue_attributes(&dlq, &["QueueArn"])
+            .await
+            .unwrap()["QueueArn"]
+            .clone();
+        let policy = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":3}}"#);
+        backend
+            .queue(
+                &format!("{base}.fifo"),
+                &[("RedrivePolicy", policy.as_str())],
+            )
+            .await;
+    } else {
+        queue = queue.create_if_missing();
+        // The first start creates the queue, with its redrive backstop.
+        let app = start(
+            &backend.broker,
+            queue.clone(),
+            Worker {
+                app: 0,
+                calls: Calls::default(),
+                work: |_| Duration::ZERO,
+            },
+        )
+        .await;
+        app.stop().await.unwrap();
+        let url = backend.transport.get_queue_url(&queue_name).await.unwrap();
+        let redrive = backend
+            .transport
+            .get_queue_attributes(&url, &["RedrivePolicy"])
+            .await
+            .unwrap()["RedrivePolicy"]
+            .clone();
+        assert!(redrive.contains("13"), "maxReceiveCount 3 + 10: {redrive}");
+    }
+    let publisher = backend.broker.publisher(queue.clone());
+    for n in 1..=PER_GROUP {
+        for g in 0..GROUPS {
+            let group = format!("g{g}");
+            publisher
+                .message(&Job::new(&group, n))
+                .group_id(&group)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let url = backend.transport.get_queue_url(&queue_name).await.unwrap();
+    let calls = Calls::default();
+    for app in 0..=RESTARTS {
+        let running = start(
+            &backend.broker,
+            queue.clone(),
+            Worker {
+                app,
+                calls: calls.clone(),
+                work: |_| Duration::from_millis(300),
+            },
+        )
+        .await;
+        if app < RESTARTS {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        } else {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while left(backend, &url).await > 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        running.stop().await.unwrap();
+    }
+    let dlq = backend.transport.get_queue_url(&dlq_name).await.unwrap();
+    assert_eq!(left(backend, &dlq).await, 0, "nothing dead-lettered");
+    assert_eq!(left(backend, &url).await, 0, "the backlog was consumed");
+    let calls = calls.lock().unwrap().clone();
+    let completions = first_completions(&calls);
+    for g in 0..GROUPS {
+        let expected: Vec<u32> = (1..=PER_GROUP).collect();
+        assert_eq!(
+            completions.get(&format!("g{g}")),
+            Some(&expected),
+            "group g{g}: every message, first completions in order"
+        );
+    }
+    let apps: std::collections::BTreeSet<usize> = calls.iter().map(|call| call.0).collect();
+    common::report(format!(
+        "rolling restarts on LocalStack ({} queue): {} handler calls over {} apps, most receives of one message {}",
+        if existing { "existing, redrive 3" } else { "created, redrive 13" },
+        calls.len(),
+        apps.len(),
+        calls.iter().map(|call| call.2).max().unwrap_or(0),
+    ));
+    assert!(
+        apps.len() >= 3,
+        "the backlog was worked on across restarts: {apps:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_rolling_restarts_dead_letter_nothing_on_localstack() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    rolling_restarts(&backend, false).await;
+    rolling_restarts(&backend, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice_on_localstack() {
+    let Some(endpoint) = live_endpoint("live_operations (stalls through a proxy)") else {
+        return;
+    };
+    // Queues are filled and looked at directly, past the proxy.
+    let direct = Backend::live().await.expect("the live endpoint is named");
+    let proxy = Proxy::start(&endpoint).await;
+    let broker = SqsBroker::aws()
+        .endpoint(proxy.url())
+        .region("us-east-1")
+        .test_credentials()
+        .connect()
+        .await
+        .expect("a complete configuration");
+    let queue = SqsQueue::new(direct.name("stalls.fifo"))
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(30))
+        .wait(Duration::from_secs(1));
+    let publisher = direct.broker.publisher(queue.clone());
+    for n in 1..=2 {
+        for group in ["a", "b", "c", "d"] {
+            publisher
+                .message(&Job::new(group, n))
+                .group_id(group)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let calls = Calls::default();
+    // Group a's delete comes first, and stalls; the others end a second or more later.
+    proxy.stall_next("DeleteMessageBatch");
+    let running = start(
+        &broker,
+        queue.clone(),
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            work: |job| Duration::from_secs(40 + u64::from(job.group.as_bytes()[0] - b'a')),
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    // While the second messages run, one extension stalls.
+    proxy.stall_next("ChangeMessageVisibilityBatch");
+    let url = direct.transport.get_queue_url(queue.name()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while left(&direct, &url).await > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    running.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let stalls: u64 = proxy
+        .hits()
+        .iter()
+        .filter(|(hit, _)| hit.fault == Fault::Stall)
+        .map(|(_, count)| count)
+        .sum();
+    common::report(format!(
+        "stalls on LocalStack: {stalls} calls stalled, {} handler calls, receive counts {:?}",
+        calls.len(),
+        calls.iter().map(|call| call.2).collect::<Vec<_>>()
+    ));
+    assert_eq!(
+        stalls,
+        2,
+        "one delete and one extension stalled: {:?}",
+        proxy.hits()
+    );
+    assert_eq!(left(&direct, &url).await, 0, "every message deleted");
+    assert_eq!(calls.len(), 8, "each message handled once: {calls:?}");
+    assert!(calls.iter().all(|call| call.2 == 1), "{calls:?}");
+    let completions = first_completions(&calls);
+    for group in ["a", "b", "c", "d"] {
+        assert_eq!(completions.get(group), Some(&vec![1, 2]), "{group}");
+    }
+}
