@@ -32,7 +32,10 @@
 //! ```
 //!
 //! [`App::asyncapi`](crate::App::asyncapi) writes it from what the app declares, before it runs
-//! and without a network call:
+//! and without a network call. Only the app's own queues are in it, as it declares them: another
+//! app built on the same broker is not, even where it names the same queue. Publishers made with
+//! [`SqsBroker::publisher`](crate::SqsBroker::publisher) belong to the broker, so every app on the
+//! broker lists their queues, and their declarations join the app's.
 //!
 //! - `info`: the [`AppInfo`]: name (the title), version, description.
 //! - `channels`: one per queue, named and addressed by the queue's name, with its SQS binding
@@ -178,7 +181,7 @@ struct Channel {
 /// Writes the document of an app on SQS.
 pub(crate) struct Writer<'a> {
     info: &'a AppInfo,
-    /// Each queue as all its declarations together describe it.
+    /// Each queue as the app's declarations and the broker's publishers' together describe it.
     merged: &'a dyn Fn(&SqsQueue) -> SqsQueue,
     channels: BTreeMap<String, Channel>,
     operations: Map<String, Value>,

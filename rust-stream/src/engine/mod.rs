@@ -125,13 +125,13 @@ pub(crate) async fn run(
             max: crate::sqs::queue::MAX_BATCH_LINGER,
         });
     }
-    problems.extend(core.conflicting_declarations());
+    problems.extend(core.conflicting_declarations(&subscribers));
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
     }
     // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
     // queues first, so no declaration depends on the order of `include`.
-    for queue in core.declared_queues() {
+    for queue in core.declared_queues(&subscribers) {
         core.resolve(&queue)
             .await
             .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;

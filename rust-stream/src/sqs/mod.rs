@@ -52,9 +52,25 @@ use rules::ErrorKind;
 /// let shared = SqsBroker::with_account(&account); // the test keeps `account` to look inside
 /// # let _ = (fresh, shared);
 /// ```
-#[derive(Clone)]
+///
+/// A clone shares the backend, the queues resolved, the batchers and the publishers' declarations;
+/// the declarations of an app built on a broker stay with that app (see
+/// [`RustStream::with_broker`](crate::RustStream::with_broker)).
 pub struct SqsBroker {
     core: Arc<BrokerCore>,
+    /// The declarations of the app this broker value was given to, registered with `core` for as
+    /// long as the app lives: until it is dropped, or its run ends.
+    app: Mutex<Option<declare::Registered>>,
+}
+
+impl Clone for SqsBroker {
+    fn clone(&self) -> Self {
+        Self {
+            core: self.core.clone(),
+            // An app's declarations are the app's, not every copy's: they go with the app.
+            app: Mutex::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for SqsBroker {
@@ -179,6 +195,7 @@ impl SqsBroker {
         let calls = metered.calls.clone();
         Self {
             core: Arc::new(BrokerCore::new(Arc::new(metered), calls)),
+            app: Mutex::default(),
         }
     }
 
@@ -221,17 +238,13 @@ impl SqsBroker {
         }
     }
 
-    /// A publisher for `queue`, bound to this broker. Its declaration of the queue joins the
-    /// app's: the queue is created (when asked) as all of them together describe it.
+    /// A publisher for `queue`, bound to this broker. It belongs to the broker, not to an app:
+    /// its declaration of the queue joins that of every app on the broker that names the queue
+    /// (the queue is created, when asked, as all of them together describe it, and such an app
+    /// refuses to start if they disagree), and every app's AsyncAPI document lists it.
     pub fn publisher(&self, queue: impl Into<SqsQueue>) -> Publisher {
         let queue = queue.into();
-        self.core
-            .declare(&queue, "a publisher made with `broker.publisher(..)`");
-        self.core
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(queue.name.clone());
+        self.core.declarations().publisher(&queue);
         Publisher::bound(queue, self.core.clone())
     }
 }
@@ -239,45 +252,46 @@ impl SqsBroker {
 impl Broker for SqsBroker {
     type Subscriber = Subscriber;
 
+    /// Registers the app's declarations with the broker, for a publisher that resolves one of
+    /// its queues before it runs; they stay for as long as this broker value, which the app
+    /// holds: until the app is dropped, or its run ends. Its checks never read them: the app's
+    /// start builds its own from its subscribers again.
     fn declare(&self, subscribers: &[Subscriber]) {
-        for subscriber in subscribers {
-            let by = format!("the subscription of `{}`", subscriber.queue.name);
-            self.core.declare(&subscriber.queue, &by);
-            if let Some(dead_letter) = subscriber.queue.dead_letter_queue() {
-                let by = format!("the dead-letter queue of `{}`", subscriber.queue.name);
-                self.core.declare(&dead_letter, &by);
-            }
-            for output in &subscriber.outputs {
-                let by = format!(
-                    "an output of the subscription of `{}`",
-                    subscriber.queue.name
-                );
-                self.core.declare(output.queue(), &by);
-            }
-        }
+        let registered = declare::Registry::register(
+            &self.core.declarations,
+            declare::Declarations::of_app(subscribers),
+        );
+        // Declaring again replaces (and so takes back) what this broker value declared before.
+        *self.app.lock().unwrap_or_else(PoisonError::into_inner) = Some(registered);
     }
 
     fn asyncapi(&self, info: &AppInfo, subscribers: &[Subscriber]) -> serde_json::Value {
-        let merged = |queue: &SqsQueue| self.core.declarations().merged(queue);
+        let (declarations, published) = {
+            let registry = self.core.declarations();
+            (registry.documented(subscribers), registry.published())
+        };
+        let merged = |queue: &SqsQueue| declarations.merged(queue);
         let mut writer = crate::asyncapi::Writer::new(info, &merged);
         for subscriber in subscribers {
             writer.subscriber(subscriber);
         }
-        let published = self
-            .core
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        for queue in published {
-            writer.publisher(&SqsQueue::new(queue));
+        for queue in &published {
+            writer.publisher(queue);
         }
         writer.finish()
     }
 
     async fn run(self, app: AppContext, subscribers: Vec<Subscriber>) -> Result<(), RunError> {
         tracing::info!(app.name = %app.info().name(), app.version = %app.info().version(), "starting");
-        crate::engine::run(self.core, subscribers, app).await
+        let Self {
+            core,
+            app: declared,
+        } = self;
+        let result = crate::engine::run(core, subscribers, app).await;
+        // The app's declarations last as long as its run, and no longer: a refused or stopped app
+        // leaves the broker as it found it (a dropped run future drops them too).
+        drop(declared);
+        result
     }
 }
 
@@ -289,9 +303,8 @@ pub(crate) struct BrokerCore {
     /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
     /// no other, and callers asking for the same queue at once share one lookup.
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
-    declarations: Mutex<declare::Declarations>,
-    /// The queues of publishers made with `SqsBroker::publisher`, for the AsyncAPI document.
-    published: Mutex<std::collections::BTreeSet<String>>,
+    /// The publishers' declarations, and those of the apps built on the broker that live.
+    declarations: Arc<Mutex<declare::Registry>>,
     batchers: Mutex<Batchers>,
     /// Told what the engine does, when a test asked for a recorder.
     recorder: std::sync::OnceLock<Arc<dyn crate::engine::record::Record>>,
@@ -332,8 +345,7 @@ impl BrokerCore {
             calls,
             linger_nanos: AtomicU64::new(5_000_000),
             queues: Mutex::new(HashMap::new()),
-            declarations: Mutex::new(declare::Declarations::default()),
-            published: Mutex::default(),
+            declarations: Arc::default(),
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
         }
@@ -351,25 +363,41 @@ impl BrokerCore {
         }
     }
 
-    /// The queue's URL, resolved once; a queue declared `create_if_missing` is created (with its
-    /// dead-letter queue and redrive policy) when it does not exist.
+    /// The URL of one of a running app's queues, resolved once. A queue declared
+    /// `create_if_missing` is created (with its dead-letter queue and redrive policy) when it does
+    /// not exist, as `queue` (the app's declarations) and the broker's publishers describe it; the
+    /// other apps on the broker have no say.
     pub(crate) async fn resolve(&self, queue: &SqsQueue) -> Result<String, TransportError> {
-        Ok(self.resolved(queue).await?.url)
+        Ok(self
+            .resolved_as(queue, declare::Registry::for_app)
+            .await?
+            .url)
     }
 
-    /// The queue's URL and `MaximumMessageSize`, looked up once. A failed lookup is not kept, so
-    /// the next caller tries again.
+    /// The URL and `MaximumMessageSize` of a publisher's queue, looked up once. A queue created
+    /// here is created as every declaration of it alive on the broker describes it: a publisher
+    /// that runs before the app that names its queue creates it as the app declares it.
     pub(crate) async fn resolved(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
+        self.resolved_as(queue, declare::Registry::for_publisher)
+            .await
+    }
+
+    /// The queue's URL and `MaximumMessageSize`, looked up once, as `merge` describes it for a
+    /// creation. A failed lookup is not kept, so the next caller tries again.
+    async fn resolved_as(
+        &self,
+        queue: &SqsQueue,
+        merge: fn(&declare::Registry, &SqsQueue) -> SqsQueue,
+    ) -> Result<Resolved, TransportError> {
         let cell = self.cell(&queue.name);
         if let Some(resolved) = cell.get() {
             return Ok(resolved.clone());
         }
-        // Created, if it must be, as every declaration of it together describes it.
-        let queue = self.declarations().merged(queue);
+        let queue = merge(&self.declarations(), queue);
         cell.get_or_try_init(|| self.look_up(&queue)).await.cloned()
     }
 
-    fn declarations(&self) -> std::sync::MutexGuard<'_, declare::Declarations> {
+    fn declarations(&self) -> std::sync::MutexGuard<'_, declare::Registry> {
         self.declarations
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -388,19 +416,17 @@ impl BrokerCore {
         self.recorder.get().is_some()
     }
 
-    /// Adds a declaration of `queue` by `by` to the broker's.
-    pub(crate) fn declare(&self, queue: &SqsQueue, by: &str) {
-        self.declarations().declare(queue, by);
+    /// The declarations of an app with these subscribers that disagree (among themselves, or
+    /// with the broker's publishers of the same queues), for its start to refuse.
+    pub(crate) fn conflicting_declarations(&self, subscribers: &[Subscriber]) -> Vec<ConfigError> {
+        self.declarations().checked(subscribers).conflicts()
     }
 
-    /// Declarations that disagree, for the app's start to refuse.
-    pub(crate) fn conflicting_declarations(&self) -> Vec<ConfigError> {
-        self.declarations().conflicts()
-    }
-
-    /// Every declared queue, dead-letter queues first.
-    pub(crate) fn declared_queues(&self) -> Vec<SqsQueue> {
-        self.declarations().in_creation_order()
+    /// The queues an app with these subscribers names (its subscriptions', their dead-letter
+    /// queues and outputs), as it and the broker's publishers declare them, dead-letter queues
+    /// first.
+    pub(crate) fn declared_queues(&self, subscribers: &[Subscriber]) -> Vec<SqsQueue> {
+        self.declarations().checked(subscribers).in_creation_order()
     }
 
     /// The cell a queue is resolved in, made on first use.
