@@ -1143,8 +1143,12 @@ impl Transport for HideQueue {
     }
 }
 
+/// Leaving a FIFO message out of attempts to SQS's redrive would drag the rest of its group to
+/// the dead-letter queue with it: every time the group comes back, its other messages are received
+/// along and given back, and their receive counts climb in step. So a FIFO subscription whose
+/// `RedrivePolicy` names a dead-letter queue it cannot reach does not start.
 #[tokio::test(start_paused = true)]
-async fn a_fifo_message_left_to_the_redrive_gets_its_attempts_and_no_more() {
+async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_not_start() {
     let account = Account::new();
     let source = account.create_fifo_queue("jobs.fifo").await.unwrap();
     account.create_fifo_queue("jobs-dlq.fifo").await.unwrap();
@@ -1165,36 +1169,26 @@ async fn a_fifo_message_left_to_the_redrive_gets_its_attempts_and_no_more() {
     });
     let queue = SqsQueue::new("jobs.fifo").retry(RetryPolicy::fixed(Duration::from_secs(1)));
     send(&broker, &queue, "g", 1).await;
-    send(&broker, &queue, "g", 2).await;
     let calls = Calls::default();
-    let app = spawn(
-        &broker,
-        queue,
-        Worker {
-            app: 0,
-            calls: calls.clone(),
-            started: Instant::now(),
-            work: |_| Duration::ZERO,
-            fails: |job| job.n == 1,
-        },
+    let refused = TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(subscriber(queue, worker(0, &calls, |_| Duration::ZERO)).build());
+        }),
     )
-    .await;
-    sleep(Duration::from_secs(600)).await;
-    app.stop().await.unwrap();
-    let calls = calls.lock().unwrap().clone();
-    let first: Vec<u32> = calls
-        .iter()
-        .filter(|c| c.job.n == 1)
-        .map(|c| c.receive_count)
-        .collect();
-    assert_eq!(
-        first,
-        [1, 1, 1],
-        "3 attempts for a maxReceiveCount of 3, not 3 + 2 + 1"
-    );
-    assert_eq!(bodies(&account, "jobs-dlq.fifo").await, [Job::new("g", 1)]);
+    .await
+    .expect_err("it cannot move a message out of attempts alone");
     assert!(
-        calls.iter().any(|c| c.job.n == 2),
-        "the group went on once SQS moved the message"
+        matches!(refused, rust_stream::RunError::DeadLetterUnreachable { .. }),
+        "{refused:?}"
     );
+    let message = refused.to_string();
+    for named in [
+        "jobs.fifo",
+        "jobs-dlq.fifo",
+        "AccessDenied",
+        "`.dead_letter(..)`",
+    ] {
+        assert!(message.contains(named), "{named} missing from: {message}");
+    }
+    assert!(calls.lock().unwrap().is_empty());
 }

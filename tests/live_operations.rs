@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::backend::Backend;
 use common::engine::Job;
 use common::proxy::{Fault, Proxy};
-use rust_stream::engine::transport::{QueueAttributes, Transport};
+use rust_stream::engine::transport::Transport;
 use rust_stream::prelude::*;
 use rust_stream::testing::{live_endpoint, TestApp};
 

@@ -507,6 +507,23 @@ pub enum RunError {
         /// The dead-letter queue's `MaximumMessageSize`.
         dead_letter_maximum: usize,
     },
+    /// A FIFO queue's `RedrivePolicy` names a dead-letter queue the consumer cannot reach, and
+    /// the subscription declares none: a message out of attempts could only be left to SQS's
+    /// redrive, which on FIFO moves the rest of its group with it (every release raises their
+    /// receive counts too).
+    #[error(
+        "queue `{queue}`: its RedrivePolicy names dead-letter queue `{dead_letter}`, which cannot be reached ({error}); \
+         on a FIFO queue a message out of attempts must be moved by the consumer, alone: grant access to it, or \
+         declare a reachable one with `.dead_letter(..)`"
+    )]
+    DeadLetterUnreachable {
+        /// The queue consumed.
+        queue: String,
+        /// The dead-letter queue of its policy.
+        dead_letter: String,
+        /// Why it could not be reached.
+        error: TransportError,
+    },
     /// The signal handlers could not be installed.
     #[error("cannot listen for SIGINT/SIGTERM: {0}")]
     Signal(String),

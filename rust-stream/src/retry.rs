@@ -226,8 +226,8 @@ const REMEMBERED_IDS: usize = 10_000;
 
 /// A bounded tally of message ids, for what a consumer must remember of a message between its
 /// receives: the receives it gave back without attempting the message (SQS counts each, and the
-/// consumer's count of attempts takes them off again), and the messages it left to the queue's
-/// redrive. The oldest ids are forgotten first: a forgotten one is treated as SQS sees it.
+/// consumer's count of attempts takes them off again). The oldest ids are forgotten first: a
+/// forgotten one is treated as SQS sees it.
 #[derive(Debug, Default)]
 pub(crate) struct MessageTally {
     remembered: std::sync::Mutex<Tally>,

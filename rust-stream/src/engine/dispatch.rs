@@ -202,18 +202,6 @@ impl Consumer {
                     self.let_lapsed_go(held, &group).await;
                     break;
                 }
-                if attempt == 1 && self.left_to_redrive.count(&held.delivery.message_id) > 0 {
-                    // Out of attempts and left to the queue's redrive: back untried, its group
-                    // behind it, until SQS's count reaches the redrive's and SQS moves it.
-                    drop(slot);
-                    let rest = self.lanes.take_rest(&group);
-                    self.unstarted
-                        .note_all(rest.iter().map(|held| held.delivery.message_id.as_str()));
-                    let mut all = vec![held];
-                    all.extend(rest);
-                    self.release(all, 0).await;
-                    break;
-                }
                 self.open_process_span(&mut held, attempt);
                 let verdict = self.process(&held).await;
                 drop(slot);

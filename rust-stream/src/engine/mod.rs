@@ -282,9 +282,6 @@ pub(crate) struct Consumer {
     pub(crate) no_new_attempts: CancellationToken,
     /// Receives this consumer gave back without an attempt, taken off its count of attempts.
     pub(crate) unstarted: crate::retry::MessageTally,
-    /// FIFO messages out of attempts that were left to the queue's redrive: given back untried
-    /// when they come back, until SQS moves them.
-    pub(crate) left_to_redrive: crate::retry::MessageTally,
     /// FIFO groups resting between retries that lent their room to the pollers.
     pub(crate) lent_groups: std::sync::atomic::AtomicUsize,
     /// Receives in flight, which a stop waits for on a network backend.
@@ -424,7 +421,6 @@ impl Consumer {
             stopping: CancellationToken::new(),
             no_new_attempts: CancellationToken::new(),
             unstarted: crate::retry::MessageTally::default(),
-            left_to_redrive: crate::retry::MessageTally::default(),
             lent_groups: std::sync::atomic::AtomicUsize::new(0),
             receiving: std::sync::atomic::AtomicUsize::new(0),
             parked: Mutex::new(Vec::new()),
@@ -642,6 +638,11 @@ async fn dead_letter_decision(
                 Some(policy.max_receive_count),
             ))
         }
+        Err(error) if queue.is_fifo() => Err(RunError::DeadLetterUnreachable {
+            queue: queue.name.clone(),
+            dead_letter: policy.target_name().to_owned(),
+            error,
+        }),
         Err(error) => {
             tracing::warn!(
                 messaging.destination.name = %queue.name,

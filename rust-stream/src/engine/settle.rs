@@ -209,11 +209,7 @@ impl Consumer {
             AfterFailure::RetryAfter(delay) => self.retry(held, delay, attempts, &reason).await,
             AfterFailure::LeaveToRedrive(delay) => {
                 self.record_settled(&held, Outcome::Retried);
-                if self.fifo {
-                    // Retries in place raised no receive count: SQS moves it only once enough
-                    // receives pass, which it is given back for untried.
-                    self.left_to_redrive.note(&held.delivery.message_id);
-                }
+
                 tracing::warn!(
                     messaging.message.id = %held.delivery.message_id,
                     attempts,
