@@ -264,7 +264,7 @@ async fn six_rolling_restarts_dead_letter_nothing_on_a_created_queue() {
         20,
         50,
         6,
-        Duration::from_secs(2),
+        Duration::from_secs(1),
     )
     .await;
     assert_restarts_cost_nothing(&calls, &dead, 20, 50);
@@ -286,7 +286,7 @@ async fn six_rolling_restarts_dead_letter_nothing_on_an_existing_queue_with_a_re
         20,
         50,
         6,
-        Duration::from_secs(2),
+        Duration::from_secs(1),
     )
     .await;
     assert_restarts_cost_nothing(&calls, &dead, 20, 50);
