@@ -119,6 +119,20 @@ async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
             [1, 2, 3, 4, 5],
             "first completions of {group} in sent order"
         );
+        // A message whose delete failed runs again before anything later in its group starts:
+        // a lane that took the failed delete for done would start 2..5 and then 1 again, whose
+        // first completions are still in order.
+        let starts: Vec<u32> = events
+            .iter()
+            .filter_map(|event| match event {
+                Event::Start(job) if job.group == group => Some(job.n),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            starts.windows(2).all(|pair| pair[0] <= pair[1]),
+            "{group}: a message started after a later one of its group: {starts:?}"
+        );
     }
     assert_eq!(
         redelivered, 3,

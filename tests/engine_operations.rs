@@ -1192,3 +1192,129 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
     }
     assert!(calls.lock().unwrap().is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The 12-hour cap on FIFO, and a receive in flight at a stop.
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_retry_past_the_twelve_hour_cap_gives_the_group_back_in_order() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new("marathon.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(3600));
+    send(&broker, &queue, "g", 1).await;
+    send(&broker, &queue, "g", 2).await;
+    struct Marathon {
+        calls: Calls,
+        started: Instant,
+    }
+    impl Handle<Job> for Marathon {
+        async fn handle(
+            &self,
+            job: &Job,
+            _: &(),
+            ctx: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            self.calls.lock().unwrap().push(Call {
+                app: 0,
+                job: job.clone(),
+                receive_count: ctx.receive_count(),
+                start: self.started.elapsed().as_secs_f64(),
+                end: None,
+            });
+            if job.n == 1 && ctx.receive_count() == 1 {
+                // Eleven and a half hours of work, then a retry an hour later: past the cap.
+                sleep(Duration::from_secs(11 * 3600 + 1800)).await;
+                return Err(HandlerOutcome::retry_after(Duration::from_secs(3600)));
+            }
+            Ok(())
+        }
+    }
+    let calls = Calls::default();
+    let app = TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber(
+                    queue.clone(),
+                    Marathon {
+                        calls: calls.clone(),
+                        started: Instant::now(),
+                    },
+                )
+                .build(),
+            );
+        }),
+    )
+    .await
+    .unwrap();
+    sleep(Duration::from_secs(14 * 3600)).await;
+    app.stop().await.unwrap();
+    let seen: Vec<(u32, u32, f64)> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.job.n, c.receive_count, c.start))
+        .collect();
+    let order: Vec<(u32, u32)> = seen.iter().map(|&(n, count, _)| (n, count)).collect();
+    assert_eq!(
+        order,
+        [(1, 1), (1, 2), (2, 2)],
+        "the group went back whole, nothing of it ran before the message came back: {seen:?}"
+    );
+    // Given back with what was left of its 12 hours, it came back when they ended.
+    let again = seen[1].2;
+    assert!(
+        (11.9 * 3600.0..=12.1 * 3600.0).contains(&again),
+        "{again} s"
+    );
+    let url = account.get_queue_url("marathon.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(counts.visible + counts.in_flight, 0, "{counts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_that_reaches_a_pending_long_poll_during_a_stop_is_handled_not_hidden() {
+    let account = Account::new();
+    // As over a network: a receive in flight is waited for, not dropped.
+    let broker = SqsBroker::with_transport(Stalling::new(&account));
+    let queue = SqsQueue::new("late")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(60));
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue.clone(),
+        worker(0, &calls, |_| Duration::from_secs(1)),
+    )
+    .await;
+    // The poller's 20 s long poll is pending, empty.
+    sleep(Duration::from_secs(2)).await;
+    let stopping = Instant::now();
+    let stop = tokio::spawn(app.stop());
+    sleep(Duration::from_millis(100)).await;
+    // A message arrives while the stop waits for that poll: the poll takes it.
+    SqsBroker::with_account(&account)
+        .publisher(queue.clone())
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    stop.await.unwrap().unwrap();
+    let took = stopping.elapsed();
+    let handled: Vec<(u32, u32)> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.job.n, c.receive_count))
+        .collect();
+    assert_eq!(
+        handled,
+        [(1, 1)],
+        "handled in the stop's first half, not hidden"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let url = account.get_queue_url("late").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!((counts.visible, counts.in_flight), (0, 0), "{counts:?}");
+}

@@ -109,10 +109,9 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
     let total = sent.len();
     let journal = Journal(dir.path.join("journal"));
 
-    // Held messages wait unstarted: on FIFO the second of a receive's two messages of a group
-    // waits behind the first in its group's lane, and with room for 4 + 2 * 2 held messages and
-    // every group's two held, one poller still has room for a receive, which long-polls since no
-    // group is free. On a standard queue two handler slots run while four more messages wait.
+    // Held messages wait unstarted: on FIFO a receive's run of a group waits behind its first
+    // message in the group's lane, and a poller long-polls since no group is free. On a standard
+    // queue two handler slots run while up to twenty more messages wait.
     let concurrency = if fifo { "4" } else { "2" };
     let settings = [
         ("FAULT_QUEUE", backend.name(base)),
@@ -121,10 +120,12 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
         ("FAULT_HANDLER_DELAY_MS", "300".to_owned()),
         ("FAULT_CONCURRENCY", concurrency.to_owned()),
         ("FAULT_POLLERS", "2".to_owned()),
-        ("FAULT_BATCH_SIZE", "2".to_owned()),
+        ("FAULT_BATCH_SIZE", "10".to_owned()),
         ("FAULT_WAIT_SECONDS", "10".to_owned()),
-        // A stop starts held messages for the first half of its budget: a short one leaves some
-        // held and unstarted, to be given back.
+        // A stop starts held messages for the first half of its budget (1 s, three or so 300 ms
+        // handlers a slot) and cancels nothing that started in it (the rest of the budget is
+        // longer than a handler); with up to ten messages held a group (a slot on a standard
+        // queue holds a receive's worth), some are still held and unstarted then, and given back.
         ("FAULT_SHUTDOWN_SECONDS", "2".to_owned()),
     ];
     let mut first = Consumer::start(&example, &endpoint, &settings, &dir, 1);
