@@ -115,6 +115,67 @@ mod configuration {
         assert!(log.lock().unwrap().is_empty());
     }
 
+    /// The warnings logged while an app on the in-process broker with `queue` starts and stops.
+    fn warnings_of(queue: SqsQueue) -> Vec<String> {
+        let captured = common::CapturedLog::default();
+        let writer = captured.clone();
+        let logging = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _logging = tracing::subscriber::set_default(logging);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (handler, _) = Scripted::new(|_, _| Ok(()));
+            let running = rust_stream::testing::TestApp::spawn(
+                RustStream::new(AppInfo::new("bad-input", "0")).with_broker(
+                    SqsBroker::in_process(),
+                    |b| {
+                        b.include(subscriber(queue, handler).build());
+                    },
+                ),
+            )
+            .await
+            .expect("it starts");
+            running.stop().await.unwrap();
+        });
+        captured
+            .text()
+            .lines()
+            .filter(|line| line.contains("WARN"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A FIFO subscription without a handler timeout starts, with a warning.
+    #[test]
+    fn a_fifo_subscription_without_a_handler_timeout_is_a_warning() {
+        let warnings = warnings_of(SqsQueue::new("orders.fifo").create_if_missing());
+        let warning = warnings
+            .iter()
+            .find(|line| line.contains("no handler timeout"))
+            .unwrap_or_else(|| panic!("no warning in: {warnings:#?}"));
+        assert!(
+            warning.contains("`.timeout(..)`") && warning.contains("12-hour cap"),
+            "{warning}"
+        );
+        let with_timeout = warnings_of(
+            SqsQueue::new("orders.fifo")
+                .create_if_missing()
+                .timeout(Duration::from_secs(60)),
+        );
+        assert!(
+            !with_timeout
+                .iter()
+                .any(|line| line.contains("no handler timeout")),
+            "{with_timeout:#?}"
+        );
+    }
+
     /// Settings that work, but badly, start with a warning that says what to change.
     #[test]
     fn a_visibility_timeout_under_five_seconds_is_a_warning() {
@@ -786,4 +847,37 @@ fn retry_after_zero_waits_the_shortest_retry() {
         HandlerOutcome::retry_after(Duration::ZERO),
         HandlerOutcome::RetryAfter(Duration::from_millis(100))
     );
+}
+
+/// A publisher that declares `.content_based_dedup()` for a FIFO queue that does not deduplicate
+/// by content would have SQS refuse every message it sends without an id: each is refused before
+/// the send, naming the fix, and nothing is sent.
+#[tokio::test(start_paused = true)]
+async fn a_publisher_declaring_content_based_dedup_for_a_queue_without_it_sends_nothing() {
+    let account = rust_stream::account::Account::new();
+    account.create_fifo_queue("plain.fifo").await.unwrap();
+    let broker = SqsBroker::with_account(&account);
+    let refused = broker
+        .publisher(SqsQueue::new("plain.fifo").content_based_dedup())
+        .raw("ledger line")
+        .group_id("g")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        Some(ErrorKind::InvalidParameterValue),
+        "{refused}"
+    );
+    let text = refused.to_string();
+    for needle in [
+        "plain.fifo",
+        "without ContentBasedDeduplication",
+        "MessageDeduplicationId",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing in: {text}");
+    }
+    assert_eq!(broker.api_calls().send_message_batch, 0, "nothing was sent");
+    let url = account.get_queue_url("plain.fifo").await.unwrap();
+    assert_eq!(account.counts(&url).await.unwrap().visible, 0);
 }

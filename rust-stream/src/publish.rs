@@ -358,12 +358,12 @@ impl Outgoing {
                 None if queue.content_based_dedup => None,
                 None => Some(uuid::Uuid::new_v4().to_string()),
             };
-            check(&message, &queue, rules::MAX_MESSAGE_SIZE).map_err(reject)?;
+            check(&message, &queue, rules::MAX_MESSAGE_SIZE, None).map_err(reject)?;
             return Ok((publisher, message));
         }
         message.group_id = group;
         message.dedup_id = self.dedup_id;
-        check(&message, &queue, rules::MAX_MESSAGE_SIZE).map_err(reject)?;
+        check(&message, &queue, rules::MAX_MESSAGE_SIZE, None).map_err(reject)?;
         Ok((self.publisher, message))
     }
 
@@ -440,16 +440,20 @@ impl<'a> PublishedMessage<'a> {
 }
 
 /// Checks a message against every send rule, for a queue that takes messages of up to
-/// `maximum_message_size` bytes.
+/// `maximum_message_size` bytes, and deduplicates by content as `content_based_dedup` says
+/// when its own attribute could be read (the declaration decides otherwise: a
+/// publisher declared `.content_based_dedup()` for a queue without it would have every message
+/// refused by SQS; here each is refused before the call, saying so).
 pub(crate) fn check(
     message: &SendMessage,
     queue: &SqsQueue,
     maximum_message_size: usize,
+    content_based_dedup: Option<bool>,
 ) -> Result<(), TransportError> {
     let target = rules::SendTarget {
         queue: &queue.name,
         fifo: queue.is_fifo(),
-        content_based_dedup: queue.content_based_dedup,
+        content_based_dedup: content_based_dedup.unwrap_or(queue.content_based_dedup),
         maximum_message_size,
     };
     rules::check_send(message, target).map(drop)

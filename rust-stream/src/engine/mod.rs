@@ -176,7 +176,8 @@ pub(crate) async fn run(
 const SHORTEST_SAFE_VISIBILITY: Duration = Duration::from_secs(5);
 
 /// Warns about settings that work, but badly: a visibility timeout too short for the heartbeat's
-/// calls, and (over a network) a stop budget shorter than a long poll, which a stop waits for.
+/// calls, a FIFO subscription without a handler timeout, and (over a network) a stop budget
+/// shorter than a long poll, which a stop waits for.
 fn warn_about_settings(core: &BrokerCore, subscribers: &[Subscriber], budget: Duration) {
     for subscriber in subscribers {
         let queue = &subscriber.queue;
@@ -189,6 +190,13 @@ fn warn_about_settings(core: &BrokerCore, subscribers: &[Subscriber], budget: Du
                      a slower call lets messages time out and be handled twice; use at least 5 s"
                 );
             }
+        }
+        if queue.is_fifo() && queue.consumer.handler_timeout.is_none() {
+            tracing::warn!(
+                messaging.destination.name = %queue.name,
+                "no handler timeout: a handler that never returns holds its FIFO group (extended) until the \
+                 12-hour cap, and its handler slot for good; set `.timeout(..)`"
+            );
         }
         let reserve = budget.saturating_sub(StopPlan::new(budget).cancel_at);
         if !core.transport.abandoned_receive_takes_nothing()

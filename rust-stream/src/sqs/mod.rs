@@ -317,6 +317,9 @@ pub(crate) struct Resolved {
     /// The queue's `MaximumMessageSize`: SQS refuses a larger message to this queue even when it
     /// is within the 1 MiB every queue could take.
     pub(crate) maximum_message_size: usize,
+    /// The queue's `ContentBasedDeduplication`, when it could be read: SQS takes a FIFO message
+    /// without a deduplication id only when it is on, whatever the declaration says.
+    pub(crate) content_based_dedup: Option<bool>,
 }
 
 #[derive(Default)]
@@ -513,15 +516,25 @@ impl BrokerCore {
 
     /// Reads what sends to the queue must respect besides the rules every queue shares.
     async fn describe(&self, queue: &SqsQueue, url: String) -> Result<Resolved, TransportError> {
+        let mut content_based_dedup = None;
         let maximum_message_size = match self
             .transport
-            .get_queue_attributes(&url, &["MaximumMessageSize"])
+            .get_queue_attributes(&url, &["MaximumMessageSize", "ContentBasedDeduplication"])
             .await
         {
-            Ok(attributes) => attributes
-                .get("MaximumMessageSize")
-                .and_then(|size| size.parse().ok())
-                .unwrap_or(rules::MAX_MESSAGE_SIZE),
+            Ok(attributes) => {
+                if queue.is_fifo() {
+                    content_based_dedup = Some(
+                        attributes
+                            .get("ContentBasedDeduplication")
+                            .is_some_and(|on| on == "true"),
+                    );
+                }
+                attributes
+                    .get("MaximumMessageSize")
+                    .and_then(|size| size.parse().ok())
+                    .unwrap_or(rules::MAX_MESSAGE_SIZE)
+            }
             // A publisher may be allowed to send but not to read attributes (an IAM policy without
             // sqs:GetQueueAttributes); SQS still enforces the queue's limit on each send.
             Err(error @ TransportError::Other { .. }) => {
@@ -538,6 +551,7 @@ impl BrokerCore {
         Ok(Resolved {
             url,
             maximum_message_size,
+            content_based_dedup,
         })
     }
 
@@ -571,7 +585,14 @@ impl BrokerCore {
         // 1 KiB); finding it here saves the call and names both sizes.
         let checks: Vec<Result<(), TransportError>> = messages
             .iter()
-            .map(|message| publish::check(message, queue, resolved.maximum_message_size))
+            .map(|message| {
+                publish::check(
+                    message,
+                    queue,
+                    resolved.maximum_message_size,
+                    resolved.content_based_dedup,
+                )
+            })
             .collect();
         let accepted: Vec<SendMessage> = messages
             .into_iter()
