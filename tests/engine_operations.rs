@@ -1318,3 +1318,71 @@ async fn a_message_that_reaches_a_pending_long_poll_during_a_stop_is_handled_not
     let counts = account.counts(&url).await.unwrap();
     assert_eq!((counts.visible, counts.in_flight), (0, 0), "{counts:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn beyond_the_resting_bound_failing_groups_go_back_and_still_starve_nobody() {
+    prometheus();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    // Concurrency 2: room for 3 groups' runs, and at most 8 groups resting in place.
+    let queue = SqsQueue::new("crowded.fifo")
+        .create_if_missing()
+        .concurrency(2)
+        .retry(RetryPolicy::fixed(Duration::from_secs(30)));
+    for g in 0..20 {
+        for n in 1..=10 {
+            send(&broker, &queue, &format!("poison-{g}"), n).await;
+        }
+    }
+    send(&broker, &queue, "healthy", 1).await;
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::ZERO,
+            fails: |job| job.group.starts_with("poison"),
+        },
+    )
+    .await;
+    let mut most_held = 0.0_f64;
+    for _ in 0..300 {
+        sleep(Duration::from_millis(200)).await;
+        let held = gauge(rust_stream::metrics::MESSAGES_HELD, "crowded.fifo").unwrap_or(0.0);
+        most_held = most_held.max(held);
+    }
+    let resting = gauge(rust_stream::metrics::GROUPS_RESTING, "crowded.fifo");
+    app.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let healthy = calls
+        .iter()
+        .find(|c| c.job.group == "healthy")
+        .map(|c| c.start);
+    assert!(
+        healthy.is_some_and(|at| at < 60.0),
+        "the healthy group was handled beside 20 failing ones: {healthy:?}"
+    );
+    assert!(
+        resting.is_some_and(|r| r <= 8.0),
+        "at most 8 rest in place: {resting:?}"
+    );
+    // Capacity (2 × 10 + 10) and 8 resting groups' runs of 10.
+    assert!(most_held <= 110.0, "held at most {most_held}");
+    // A failing group that went back came back whole and in order: no message of a group ran
+    // before an earlier one of its group ran again.
+    for g in 0..20 {
+        let group = format!("poison-{g}");
+        let order: Vec<u32> = calls
+            .iter()
+            .filter(|c| c.job.group == group)
+            .map(|c| c.job.n)
+            .collect();
+        assert!(
+            order.iter().all(|n| *n == 1),
+            "{group}: only its head ever ran: {order:?}"
+        );
+    }
+}

@@ -63,9 +63,10 @@ impl Drop for HeldLease {
     }
 }
 
-/// How many resting FIFO groups, per handler slot, may lend their room to the pollers. A consumer
-/// so holds at most its capacity plus this many groups' runs a slot (a batch each): with the
-/// defaults, 110 + 40 × 10 messages.
+/// How many FIFO groups, per handler slot, may rest between retries in place, lending their room
+/// to the pollers; a group that fails while this many rest goes back to the queue, hidden for its
+/// retry delay. A consumer so holds at most its capacity plus this many groups' runs a slot (a
+/// batch each): with the defaults, 110 + 40 × 10 messages.
 pub(crate) const MAX_LENT_GROUPS_PER_SLOT: usize = 4;
 
 /// A FIFO lane resting between retries; see [`Consumer::rest`].
@@ -74,17 +75,12 @@ pub(crate) struct Rest<'a> {
     _counted: super::lanes::Resting<'a>,
     /// Room lent to the pollers, to be taken back before the next attempt.
     lent: usize,
-    /// Counted among the groups lending room.
-    lending: bool,
 }
 
 impl Rest<'_> {
     /// Takes the lent room back (waiting for it, as a poller would) before the next attempt:
     /// `false` when shutdown began meanwhile.
     async fn end(mut self) -> bool {
-        if self.lent == 0 {
-            return true;
-        }
         let room = tokio::select! {
             biased;
             () = self.consumer.stopping.cancelled() => return false,
@@ -105,9 +101,7 @@ impl Drop for Rest<'_> {
             // the loan does not outlive the rest for long.
             self.consumer.capacity.forget_permits(self.lent);
         }
-        if self.lending {
-            self.consumer.lent_groups.fetch_sub(1, Ordering::AcqRel);
-        }
+        self.consumer.lent_groups.fetch_sub(1, Ordering::AcqRel);
         self.consumer.metrics.resting.decrement(1.0);
     }
 }
@@ -218,7 +212,21 @@ impl Consumer {
                         held.span = tracing::Span::none();
                         drop(span);
                         attempt = attempt.saturating_add(1);
-                        let resting = self.rest(1 + self.lanes.waiting(&group));
+                        let Some(resting) = self.rest(1 + self.lanes.waiting(&group)) else {
+                            // More groups rest than may borrow room: this one goes back whole,
+                            // hidden for the delay, so it holds neither room nor memory while it
+                            // waits, and comes back in order (its next receive counts as the
+                            // attempt after this one).
+                            let seconds = held.lease.visibility_seconds(delay);
+                            let rest = self.lanes.take_rest(&group);
+                            self.unstarted.note_all(
+                                rest.iter().map(|held| held.delivery.message_id.as_str()),
+                            );
+                            let mut all = vec![held];
+                            all.extend(rest);
+                            self.release(all, seconds).await;
+                            break;
+                        };
                         let rested = tokio::select! {
                             biased;
                             () = self.stopping.cancelled() => false,
@@ -297,28 +305,24 @@ impl Consumer {
 
     /// Counts a FIFO lane as resting between retries of its message, which holds `held` messages
     /// (the message and those behind it), until [`Rest::end`]. Their room is lent to the pollers
-    /// meanwhile, so resting groups never stop this consumer from receiving healthy ones; at most
-    /// [`MAX_LENT_GROUPS_PER_SLOT`] groups a handler slot are lent room at once, which bounds what
-    /// the consumer holds.
-    fn rest(&self, held: usize) -> Rest<'_> {
+    /// meanwhile, so resting groups never stop this consumer from receiving healthy ones. At most
+    /// [`MAX_LENT_GROUPS_PER_SLOT`] groups a handler slot rest at once, which bounds what the
+    /// consumer holds: `None` when that many do, and the group must go back to the queue instead.
+    fn rest(&self, held: usize) -> Option<Rest<'_>> {
         let limit = MAX_LENT_GROUPS_PER_SLOT.saturating_mul(self.queue.consumer.concurrency);
-        let lent = self
-            .lent_groups
+        self.lent_groups
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |lent| {
                 (lent < limit).then_some(lent + 1)
             })
-            .is_ok();
-        if lent {
-            self.capacity.add_permits(held);
-        }
+            .ok()?;
+        self.capacity.add_permits(held);
         self.metrics.resting.increment(1.0);
-        Rest {
+        Some(Rest {
             consumer: self,
             // Other lanes' deletes do not wait for this one while it rests.
             _counted: self.lanes.counts().resting(),
-            lent: if lent { held } else { 0 },
-            lending: lent,
-        }
+            lent: held,
+        })
     }
 
     /// Opens the `process` span of attempt `attempt` (1 for the first since this consumer

@@ -208,7 +208,7 @@ impl SqsBroker {
     /// queue's sends and deletes. A FIFO queue's sends never wait it: each of its in-order
     /// batchers sends at once when its call is free, and gathers while the call is out. Applies
     /// to batchers the broker starts from now on; set it before the app runs. More than
-    /// [`MAX_BATCH_LINGER`](crate::sqs::MAX_BATCH_LINGER) keeps an app from starting
+    /// [`MAX_BATCH_LINGER`] keeps an app from starting
     /// (`ConfigError::BatchLinger`).
     #[must_use]
     pub fn batch_linger(self, linger: Duration) -> Self {
