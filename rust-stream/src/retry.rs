@@ -225,9 +225,10 @@ pub fn redrive_backstop(max_attempts: u32) -> u32 {
 const REMEMBERED_IDS: usize = 10_000;
 
 /// A bounded tally of message ids, for what a consumer must remember of a message between its
-/// receives: the receives it gave back without attempting the message (SQS counts each, and the
-/// consumer's count of attempts takes them off again). The oldest ids are forgotten first: a
-/// forgotten one is treated as SQS sees it.
+/// receives, where SQS's receive count and its attempts part: the receives it gave back without
+/// attempting the message (SQS counts each, and the consumer's count of attempts takes them off
+/// again), and the attempts beyond one it made in a receive it gave back (SQS counts the receive
+/// once). The oldest ids are forgotten first: a forgotten one is counted as SQS counts it.
 #[derive(Debug, Default)]
 pub(crate) struct MessageTally {
     remembered: std::sync::Mutex<Tally>,
@@ -249,23 +250,31 @@ impl MessageTally {
 
     /// As [`note`](Self::note), for each of `message_ids`.
     pub(crate) fn note_all<'a>(&self, message_ids: impl IntoIterator<Item = &'a str>) {
+        for id in message_ids {
+            self.add(id, 1);
+        }
+    }
+
+    /// Counts the message `times` more.
+    pub(crate) fn add(&self, message_id: &str, times: u32) {
+        if times == 0 {
+            return;
+        }
         let mut remembered = self
             .remembered
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for id in message_ids {
-            self.any.store(true, std::sync::atomic::Ordering::Release);
-            match remembered.counts.get_mut(id) {
-                Some(count) => *count = count.saturating_add(1),
-                None => {
-                    if remembered.order.len() >= REMEMBERED_IDS {
-                        if let Some(oldest) = remembered.order.pop_front() {
-                            remembered.counts.remove(&oldest);
-                        }
+        self.any.store(true, std::sync::atomic::Ordering::Release);
+        match remembered.counts.get_mut(message_id) {
+            Some(count) => *count = count.saturating_add(times),
+            None => {
+                if remembered.order.len() >= REMEMBERED_IDS {
+                    if let Some(oldest) = remembered.order.pop_front() {
+                        remembered.counts.remove(&oldest);
                     }
-                    remembered.counts.insert(id.to_owned(), 1);
-                    remembered.order.push_back(id.to_owned());
                 }
+                remembered.counts.insert(message_id.to_owned(), times);
+                remembered.order.push_back(message_id.to_owned());
             }
         }
     }

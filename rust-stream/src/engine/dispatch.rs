@@ -184,9 +184,7 @@ impl Consumer {
             loop {
                 let Some(slot) = self.slot().await else {
                     // Shutdown: the message and the rest of its group go back, in order.
-                    if attempt == 1 {
-                        self.unstarted.note(&held.delivery.message_id);
-                    }
+                    self.count_given_back(&held, attempt);
                     return self.park_group(held, &group);
                 };
                 if held.lease.has_lapsed() {
@@ -218,6 +216,7 @@ impl Consumer {
                             // waits, and comes back in order (its next receive counts as the
                             // attempt after this one).
                             let seconds = held.lease.visibility_seconds(delay);
+                            self.count_given_back(&held, attempt);
                             let rest = self.lanes.take_rest(&group);
                             self.unstarted.note_all(
                                 rest.iter().map(|held| held.delivery.message_id.as_str()),
@@ -233,6 +232,7 @@ impl Consumer {
                             () = tokio::time::sleep(delay) => resting.end().await,
                         };
                         if !rested {
+                            self.count_given_back(&held, attempt);
                             return self.park_group(held, &group);
                         }
                     }
@@ -261,6 +261,17 @@ impl Consumer {
             }
         }
         task.finished = true;
+    }
+
+    /// Notes what SQS's receive count will not show of a message given back before its attempt
+    /// number `next` (1 before any): a receive without an attempt, or the attempts beyond one
+    /// made in this receive.
+    fn count_given_back(&self, held: &Held, next: u32) {
+        let id = &held.delivery.message_id;
+        match next {
+            0 | 1 => self.unstarted.note(id),
+            made => self.extra_attempts.add(id, made - 2),
+        }
     }
 
     /// Parks a message and every message waiting behind it in its group for the stop's final

@@ -290,6 +290,9 @@ pub(crate) struct Consumer {
     pub(crate) no_new_attempts: CancellationToken,
     /// Receives this consumer gave back without an attempt, taken off its count of attempts.
     pub(crate) unstarted: crate::retry::MessageTally,
+    /// Attempts beyond the first this consumer made in receives it gave back (retries in place,
+    /// then a release): added to its count of attempts, as SQS counted those receives once.
+    pub(crate) extra_attempts: crate::retry::MessageTally,
     /// FIFO groups resting between retries that lent their room to the pollers.
     pub(crate) lent_groups: std::sync::atomic::AtomicUsize,
     /// Receives in flight, which a stop waits for on a network backend.
@@ -429,6 +432,7 @@ impl Consumer {
             stopping: CancellationToken::new(),
             no_new_attempts: CancellationToken::new(),
             unstarted: crate::retry::MessageTally::default(),
+            extra_attempts: crate::retry::MessageTally::default(),
             lent_groups: std::sync::atomic::AtomicUsize::new(0),
             receiving: std::sync::atomic::AtomicUsize::new(0),
             parked: Mutex::new(Vec::new()),

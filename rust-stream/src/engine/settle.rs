@@ -134,11 +134,13 @@ impl Consumer {
         verdict: Verdict,
         attempt: u32,
     ) -> Next {
-        let given_back = self.unstarted.count(&held.delivery.message_id);
+        let id = &held.delivery.message_id;
+        let given_back = self.unstarted.count(id);
         let attempts = retry::attempts(
             held.delivery.receive_count.saturating_sub(given_back),
             attempt,
-        );
+        )
+        .saturating_add(self.extra_attempts.count(id));
         // Every path but a plain ack is boxed: their state (sends, above all) would make the
         // future of every message's settling, and of the task that runs it, kilobytes larger,
         // to be allocated and moved for each message; they allocate only when taken.
@@ -156,12 +158,12 @@ impl Consumer {
                     }
                     Err(error) => {
                         let reason = format!("an output could not be sent: {error}");
-                        Box::pin(self.failed(held, attempts, None, reason)).await
+                        Box::pin(self.failed(held, (attempts, attempt), None, reason)).await
                     }
                 }
             }
             Verdict::Failed { reason, asked } => {
-                Box::pin(self.failed(held, attempts, asked, reason)).await
+                Box::pin(self.failed(held, (attempts, attempt), asked, reason)).await
             }
             Verdict::DeadLetter {
                 reason,
@@ -181,7 +183,7 @@ impl Consumer {
                     "the message should be dead-lettered, but the subscription has no dead-letter queue; \
                      it is retried instead (declare `.dead_letter(..)`)"
                 );
-                Box::pin(self.failed(held, attempts, None, reason)).await
+                Box::pin(self.failed(held, (attempts, attempt), None, reason)).await
             }
             Verdict::Cancelled => {
                 self.record_settled(&held, Outcome::Released);
@@ -193,10 +195,12 @@ impl Consumer {
 
     /// After a failed attempt: the retry decision says retry (in place on FIFO, by a visibility
     /// change on a standard queue), dead-letter, or leave it to the queue's redrive.
+    /// `attempts` counts the message's attempts so far, `local` this consumer's since it received
+    /// it.
     async fn failed(
         self: &Arc<Self>,
         held: Held,
-        attempts: u32,
+        (attempts, local): (u32, u32),
         asked: Option<Duration>,
         reason: String,
     ) -> Next {
@@ -206,7 +210,9 @@ impl Consumer {
                 self.dead_letter(held, reason, attempts, Outcome::DeadLettered)
                     .await
             }
-            AfterFailure::RetryAfter(delay) => self.retry(held, delay, attempts, &reason).await,
+            AfterFailure::RetryAfter(delay) => {
+                self.retry(held, delay, (attempts, local), &reason).await
+            }
             AfterFailure::LeaveToRedrive(delay) => {
                 self.record_settled(&held, Outcome::Retried);
 
@@ -239,7 +245,13 @@ impl Consumer {
         });
     }
 
-    async fn retry(&self, held: Held, delay: Duration, attempts: u32, reason: &str) -> Next {
+    async fn retry(
+        &self,
+        held: Held,
+        delay: Duration,
+        (attempts, local): (u32, u32),
+        reason: &str,
+    ) -> Next {
         self.record_settled(&held, Outcome::Retried);
         tracing::warn!(
             messaging.message.id = %held.delivery.message_id,
@@ -254,6 +266,9 @@ impl Consumer {
         if self.fifo && delay < room {
             return Next::Again(held, delay);
         }
+        // SQS counts this receive once, whatever the attempts made in it.
+        self.extra_attempts
+            .add(&held.delivery.message_id, local.saturating_sub(1));
         let seconds = held.lease.visibility_seconds(delay);
         self.release(vec![held], seconds).await;
         Next::StopGroup
