@@ -441,7 +441,7 @@ async fn failing_fifo_groups_never_starve_a_healthy_one() {
 // Stalled calls.
 
 /// The account behind a transport that stalls chosen calls, as a connection that stops
-/// answering does, and fails the extensions of chosen jobs.
+/// answering does, fails the extensions of chosen jobs, and can refuse to look up a queue.
 #[derive(Clone, Default)]
 struct Stalling {
     account: Account,
@@ -455,6 +455,8 @@ struct Stalling {
     jobs: Arc<Mutex<std::collections::HashMap<String, Job>>>,
     /// Every receive never answers.
     receives_hang: Arc<AtomicBool>,
+    /// Looking up this queue is refused, as for a consumer without access to it.
+    hidden: Arc<Mutex<Option<String>>>,
     started: Arc<OnceLock<Instant>>,
     /// (seconds since start, entries) of each delete call.
     deletes: Arc<Mutex<Vec<(f64, usize)>>>,
@@ -477,6 +479,12 @@ impl Stalling {
 
 impl Transport for Stalling {
     async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        if self.hidden.lock().unwrap().as_deref() == Some(name) {
+            return Err(TransportError::Other {
+                code: "AccessDenied".into(),
+                message: "not allowed".into(),
+            });
+        }
         self.account.get_queue_url(name).await
     }
     async fn create_queue(
@@ -1077,72 +1085,6 @@ fn a_stop_budget_shorter_than_a_long_poll_is_a_warning_over_a_network() {
 // ---------------------------------------------------------------------------------------------
 // Leaving a FIFO message to the queue's redrive.
 
-/// The account, refusing to look up one queue (the consumer cannot reach it).
-#[derive(Clone)]
-struct HideQueue {
-    account: Account,
-    hidden: String,
-}
-
-impl Transport for HideQueue {
-    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-        if name == self.hidden {
-            return Err(TransportError::Other {
-                code: "AccessDenied".into(),
-                message: "not allowed".into(),
-            });
-        }
-        self.account.get_queue_url(name).await
-    }
-    async fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> Result<String, TransportError> {
-        self.account.create_queue(name, attributes).await
-    }
-    async fn get_queue_attributes(
-        &self,
-        url: &str,
-        names: &[&str],
-    ) -> Result<QueueAttributes, TransportError> {
-        self.account.get_queue_attributes(url, names).await
-    }
-    async fn send_message_batch(
-        &self,
-        url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> Result<BatchResult<SentMessage>, TransportError> {
-        self.account.send_message_batch(url, entries).await
-    }
-    async fn receive_message(
-        &self,
-        url: &str,
-        request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
-        self.account.receive_message(url, request).await
-    }
-    async fn delete_message_batch(
-        &self,
-        url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        self.account.delete_message_batch(url, entries).await
-    }
-    async fn change_message_visibility_batch(
-        &self,
-        url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        self.account
-            .change_message_visibility_batch(url, entries)
-            .await
-    }
-    fn abandoned_receive_takes_nothing(&self) -> bool {
-        true
-    }
-}
-
 /// Leaving a FIFO message out of attempts to SQS's redrive would drag the rest of its group to
 /// the dead-letter queue with it: every time the group comes back, its other messages are received
 /// along and given back, and their receive counts climb in step. So a FIFO subscription whose
@@ -1163,10 +1105,9 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
         )
         .await
         .unwrap();
-    let broker = SqsBroker::with_transport(HideQueue {
-        account: account.clone(),
-        hidden: "jobs-dlq.fifo".into(),
-    });
+    let transport = Stalling::new(&account);
+    *transport.hidden.lock().unwrap() = Some("jobs-dlq.fifo".into());
+    let broker = SqsBroker::with_transport(transport);
     let queue = SqsQueue::new("jobs.fifo").retry(RetryPolicy::fixed(Duration::from_secs(1)));
     send(&broker, &queue, "g", 1).await;
     let calls = Calls::default();
