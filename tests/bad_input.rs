@@ -117,19 +117,7 @@ mod configuration {
 
     /// The warnings logged while an app on the in-process broker with `queue` starts and stops.
     fn warnings_of(queue: SqsQueue) -> Vec<String> {
-        let captured = common::CapturedLog::default();
-        let writer = captured.clone();
-        let logging = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _logging = tracing::subscriber::set_default(logging);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        let logged = common::logged_while(|| async {
             let (handler, _) = Scripted::new(|_, _| Ok(()));
             let running = rust_stream::testing::TestApp::spawn(
                 RustStream::new(AppInfo::new("bad-input", "0")).with_broker(
@@ -143,8 +131,7 @@ mod configuration {
             .expect("it starts");
             running.stop().await.unwrap();
         });
-        captured
-            .text()
+        logged
             .lines()
             .filter(|line| line.contains("WARN"))
             .map(str::to_owned)
@@ -179,19 +166,7 @@ mod configuration {
     /// Settings that work, but badly, start with a warning that says what to change.
     #[test]
     fn a_visibility_timeout_under_five_seconds_is_a_warning() {
-        let captured = common::CapturedLog::default();
-        let writer = captured.clone();
-        let logging = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _logging = tracing::subscriber::set_default(logging);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        let logged = common::logged_while(|| async {
             let broker = SqsBroker::in_process();
             let (handler, _) = Scripted::new(|_, _| Ok(()));
             let queue = SqsQueue::new("orders")
@@ -206,7 +181,6 @@ mod configuration {
             .expect("it starts");
             running.stop().await.unwrap();
         });
-        let logged = captured.text();
         let warning = logged
             .lines()
             .find(|line| line.contains("WARN") && line.contains("visibility timeout this short"))

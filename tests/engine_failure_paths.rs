@@ -300,19 +300,7 @@ async fn a_failed_startup_stops_the_consumers_it_had_started() {
 
 #[test]
 fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_naming_both() {
-    let captured = common::CapturedLog::default();
-    let writer = captured.clone();
-    let subscriber_log = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber_log);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    let logged = common::logged_while(|| async {
         let account = Account::new();
         let dlq = account.create_standard_queue("old-dlq").await.unwrap();
         let arn = account
@@ -335,7 +323,6 @@ fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_nami
             .await
             .unwrap();
     });
-    let logged = captured.text();
     let warning = |about: &str| {
         logged
             .lines()

@@ -1034,19 +1034,7 @@ async fn a_long_handler_sees_the_stop_begin_and_can_end_early() {
 
 #[test]
 fn a_stop_budget_shorter_than_a_long_poll_is_a_warning_over_a_network() {
-    let captured = common::CapturedLog::default();
-    let writer = captured.clone();
-    let logging = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _logging = tracing::subscriber::set_default(logging);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    let logged = common::logged_while(|| async {
         let account = Account::new();
         // A transport whose abandoned receive may have taken messages, as over a network.
         let broker = SqsBroker::with_transport(Stalling::new(&account));
@@ -1067,7 +1055,6 @@ fn a_stop_budget_shorter_than_a_long_poll_is_a_warning_over_a_network() {
             stopping.elapsed()
         );
     });
-    let logged = captured.text();
     let warning = logged
         .lines()
         .find(|line| line.contains("shorter than a long poll"))

@@ -92,6 +92,25 @@ impl std::io::Write for CapturedLog {
     }
 }
 
+/// What `body` logs (every `tracing` event, as text), run to its end on a current-thread runtime
+/// with tokio's paused test clock: for tests of the warnings a setting or a failure logs.
+pub fn logged_while<F: std::future::Future<Output = ()>>(body: impl FnOnce() -> F) -> String {
+    let captured = CapturedLog::default();
+    let writer = captured.clone();
+    let logging = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(logging);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(body());
+    captured.text()
+}
+
 /// Writes a test's figures (a seed, counts of faults, re-deliveries) straight to the terminal,
 /// past libtest's capture of `println!`, so that every run shows them, not only a failing one.
 pub fn report(figures: impl std::fmt::Display) {
