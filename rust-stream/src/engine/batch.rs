@@ -1090,6 +1090,7 @@ pub(crate) mod tests {
         leases.open(
             handle.to_owned(),
             handle.to_owned(),
+            None,
             Duration::from_secs(30),
         )
     }
@@ -1140,7 +1141,7 @@ pub(crate) mod tests {
         assert_eq!((chunks, total), (vec![1, 1], vec![600 * KIB, 500 * KIB]));
         let leases = crate::engine::extend::Leases::default();
         let deletes: Vec<Arc<Lease>> = (0..25)
-            .map(|n| leases.open(n.to_string(), n.to_string(), Duration::from_secs(30)))
+            .map(|n| leases.open(n.to_string(), n.to_string(), None, Duration::from_secs(30)))
             .collect();
         assert_eq!(chunk_lengths::<DeleteBatch>(deletes), [10, 10, 5]);
     }
@@ -1506,8 +1507,18 @@ pub(crate) mod tests {
         let recorder = Recorder::default();
         let visibility = visibility_batcher(&recorder, "lapsed").await;
         let leases = Leases::default();
-        let lapsing = leases.open("lapsing".into(), "lapsing".into(), Duration::from_secs(5));
-        let fresh = leases.open("fresh".into(), "fresh".into(), Duration::from_secs(30));
+        let lapsing = leases.open(
+            "lapsing".into(),
+            "lapsing".into(),
+            None,
+            Duration::from_secs(5),
+        );
+        let fresh = leases.open(
+            "fresh".into(),
+            "fresh".into(),
+            None,
+            Duration::from_secs(30),
+        );
         // Within the last half second of its visibility: SQS may have handed it out again.
         tokio::time::advance(Duration::from_millis(4_600)).await;
 

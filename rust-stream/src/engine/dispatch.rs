@@ -142,8 +142,14 @@ impl Consumer {
                 let span = held.span.clone();
                 // A standard queue retries by a visibility change, never in place.
                 let settled = consumer.settle(held, verdict, 1).instrument(span.clone());
-                if let Next::Again(held, _) = settled.await {
-                    Box::pin(consumer.release(vec![held], 0).instrument(span)).await;
+                match settled.await {
+                    Next::GoBack(held, seconds) => {
+                        Box::pin(consumer.release(vec![held], seconds).instrument(span)).await;
+                    }
+                    Next::Again(held, _) => {
+                        Box::pin(consumer.release(vec![held], 0).instrument(span)).await;
+                    }
+                    Next::Done | Next::StopGroup => {}
                 }
             };
             self.spawn(work);
@@ -191,7 +197,7 @@ impl Consumer {
                     // SQS may have handed the message to another consumer: this one must not run
                     // it, nor anything behind it.
                     drop(slot);
-                    self.let_lapsed_go(held, &group).await;
+                    self.let_lapsed_go(held, &group);
                     break;
                 }
                 self.open_process_span(&mut held, attempt);
@@ -236,9 +242,9 @@ impl Consumer {
                             return self.park_group(held, &group);
                         }
                     }
-                    Next::StopGroup => {
-                        // What follows in the group may not run before the message that stopped
-                        // it comes back, so it goes back to the queue behind it.
+                    Next::GoBack(held, seconds) => {
+                        // What follows in the group may not run before the message that goes
+                        // back, so it goes back behind it, in the same call.
                         let rest = self.lanes.take_rest(&group);
                         if !rest.is_empty() {
                             self.unstarted.note_all(
@@ -250,10 +256,27 @@ impl Consumer {
                                     messaging.destination.name = %self.queue.name,
                                     sqs.group_id = %group,
                                     held_back = rest.len(),
-                                    "releasing the rest of the group"
+                                    "releasing the rest of the group behind the message"
                                 );
                             });
-                            self.release(rest, 0).instrument(span).await;
+                        }
+                        let mut all = vec![held];
+                        all.extend(rest);
+                        self.release(all, seconds).instrument(span).await;
+                        break;
+                    }
+                    Next::StopGroup => {
+                        let rest = self.lanes.take_rest(&group);
+                        if !rest.is_empty() {
+                            span.in_scope(|| {
+                                tracing::warn!(
+                                    messaging.destination.name = %self.queue.name,
+                                    sqs.group_id = %group,
+                                    held_back = rest.len(),
+                                    "the rest of the group is left to come back behind the message"
+                                );
+                            });
+                            self.let_go(rest);
                         }
                         break;
                     }
@@ -297,8 +320,9 @@ impl Consumer {
 
     /// A message whose lease lapsed before its attempt: SQS may have handed it (and so its group)
     /// to another consumer. It is let go without a call (its old receipt handle is not used), and
-    /// the rest of its group goes back behind it, so the group comes back whole and in order.
-    async fn let_lapsed_go(&self, held: Held, group: &str) {
+    /// so is the rest of its group: released now, it could become visible while the message is
+    /// still in flight (its visibility may have been extended by a call whose answer was lost).
+    fn let_lapsed_go(&self, held: Held, group: &str) {
         tracing::warn!(
             messaging.destination.name = %self.queue.name,
             messaging.message.id = %held.delivery.message_id,
@@ -306,11 +330,22 @@ impl Consumer {
             "the message's visibility ended before its attempt; it is left to SQS, with the rest of its group"
         );
         self.leases.forget(&held.lease);
-        let rest = self.lanes.take_rest(group);
-        if !rest.is_empty() {
-            self.unstarted
-                .note_all(rest.iter().map(|held| held.delivery.message_id.as_str()));
-            self.release(rest, 0).await;
+        self.let_go(self.lanes.take_rest(group));
+    }
+
+    /// Lets unstarted messages go without a call: they are no longer extended, and come back
+    /// when their visibility ends. For the rest of a FIFO group whose earlier message may still
+    /// be in flight: SQS keeps such a group from every receive until that message is visible,
+    /// and hands the group back in order when both are (as LocalStack does only for visibility
+    /// that ends, not for a release).
+    fn let_go(&self, unstarted: Vec<Held>) {
+        self.unstarted.note_all(
+            unstarted
+                .iter()
+                .map(|held| held.delivery.message_id.as_str()),
+        );
+        for held in unstarted {
+            self.leases.forget(&held.lease);
         }
     }
 

@@ -44,6 +44,8 @@ pub(crate) struct Lease {
     id: u64,
     pub(crate) receipt_handle: String,
     pub(crate) message_id: String,
+    /// Its FIFO message group; `None` on a standard queue.
+    pub(crate) group_id: Option<String>,
     pub(crate) received_at: Instant,
     settled: AtomicBool,
     /// Settled by a delete whose answer has not come: still extended, so a slow delete does not
@@ -98,6 +100,12 @@ impl Lease {
         self.visible_at()
             .checked_sub(self.lapse_margin)
             .unwrap_or_else(|| self.visible_at())
+    }
+
+    /// Where the message stands in the order this consumer received messages: within a FIFO
+    /// group, its place in the group's order.
+    pub(crate) fn received_order(&self) -> u64 {
+        self.id
     }
 
     /// Claims the message for settling: `false` when it was already settled (by shutdown, say).
@@ -185,10 +193,13 @@ impl Leases {
         }
     }
 
+    /// Opens the lease of a message just received. Leases open in the order of the receives and,
+    /// within one, of its messages: see [`Lease::received_order`].
     pub(crate) fn open(
         &self,
         receipt_handle: String,
         message_id: String,
+        group_id: Option<String>,
         visibility: Duration,
     ) -> Arc<Lease> {
         let now = Instant::now();
@@ -196,6 +207,7 @@ impl Leases {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             receipt_handle,
             message_id,
+            group_id,
             received_at: now,
             settled: AtomicBool::new(false),
             deleting: AtomicBool::new(false),
@@ -436,7 +448,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn visibility_changes_round_up_to_seconds_and_stop_at_the_cap() {
         let leases = Leases::default();
-        let lease = leases.open("r".into(), "m".into(), Duration::from_secs(30));
+        let lease = leases.open("r".into(), "m".into(), None, Duration::from_secs(30));
         assert_eq!(lease.visibility_seconds(Duration::from_millis(1500)), 2);
         assert_eq!(lease.visibility_seconds(Duration::MAX), 43_195);
         tokio::time::advance(Duration::from_secs(43_000)).await;

@@ -199,6 +199,7 @@ impl Consumer {
                 let lease = self.leases.open(
                     std::mem::take(&mut message.receipt_handle),
                     message.message_id.clone(),
+                    message.group_id().map(str::to_owned),
                     self.visibility,
                 );
                 (message, lease)

@@ -8,7 +8,7 @@
 //! delete that fails for good stops the group's lane and releases the rest of the group, which
 //! then comes back behind the undeleted message, in order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,8 +120,13 @@ pub(crate) enum Next {
     Done,
     /// Run the message again after this delay, holding its group (FIFO).
     Again(Held, Duration),
-    /// The message went back to the queue undeleted, or its delete failed: nothing later in its
-    /// group may run before it, so the rest of the group goes back too.
+    /// The message goes back to the queue undeleted, hidden for this many seconds. On FIFO the
+    /// rest of its group goes back behind it, in the same call and hidden as long: nothing later
+    /// in a group may become visible while an earlier message still is in flight (SQS would hold
+    /// the group anyway; LocalStack hands the later message out).
+    GoBack(Held, i32),
+    /// Its FIFO delete failed, so whether it is still in flight is not known: the rest of its
+    /// group is let go without a call, to come back after it when its own visibility ends.
     StopGroup,
 }
 
@@ -187,8 +192,7 @@ impl Consumer {
             }
             Verdict::Cancelled => {
                 self.record_settled(&held, Outcome::Released);
-                Box::pin(self.release(vec![held], 0)).await;
-                Next::StopGroup
+                Next::GoBack(held, 0)
             }
         }
     }
@@ -223,8 +227,7 @@ impl Consumer {
                     "message has had its attempts; released for the queue's redrive policy to move it"
                 );
                 let seconds = held.lease.visibility_seconds(delay);
-                self.release(vec![held], seconds).await;
-                Next::StopGroup
+                Next::GoBack(held, seconds)
             }
         }
     }
@@ -270,8 +273,7 @@ impl Consumer {
         self.extra_attempts
             .add(&held.delivery.message_id, local.saturating_sub(1));
         let seconds = held.lease.visibility_seconds(delay);
-        self.release(vec![held], seconds).await;
-        Next::StopGroup
+        Next::GoBack(held, seconds)
     }
 
     /// Moves a message to the dead-letter queue: the copy first, then the delete.
@@ -309,8 +311,7 @@ impl Consumer {
                 };
             if !waited {
                 // A stop, or the 12-hour cap: it goes back, and is moved when it comes back.
-                self.release(vec![held], 0).await;
-                return Next::StopGroup;
+                return Next::GoBack(held, 0);
             }
         };
         self.record_settled(&held, outcome);
@@ -502,6 +503,10 @@ impl Consumer {
         self.release_in_spans(leases, seconds).await;
     }
 
+    /// On FIFO each group's messages go in one call, in the group's order, and a group's messages
+    /// behind one whose lease lapsed are let go without a call: a release must never make a
+    /// message visible while an earlier one of its group may still be in flight. SQS would keep
+    /// the group from receives meanwhile; LocalStack hands the released message out, out of order.
     async fn release_in_spans(&self, leases: Vec<(Arc<Lease>, tracing::Span)>, seconds: i32) {
         let mut claimed = Vec::new();
         for (lease, span) in leases {
@@ -512,11 +517,25 @@ impl Consumer {
         if claimed.is_empty() {
             return;
         }
-        let entries = claimed
-            .iter()
-            .map(|(lease, _)| (lease.clone(), seconds))
-            .collect();
-        let answers = self.visibility_batcher.submit(entries).await;
+        let answers = if self.fifo {
+            let groups = in_group_order(std::mem::take(&mut claimed));
+            let calls = groups.iter().map(|group| {
+                let entries = group
+                    .iter()
+                    .map(|(lease, _)| (lease.clone(), seconds))
+                    .collect();
+                self.visibility_batcher.submit(entries)
+            });
+            let answers = futures_util::future::join_all(calls).await;
+            claimed = groups.into_iter().flatten().collect();
+            answers.into_iter().flatten().collect()
+        } else {
+            let entries = claimed
+                .iter()
+                .map(|(lease, _)| (lease.clone(), seconds))
+                .collect();
+            self.visibility_batcher.submit(entries).await
+        };
         for ((lease, span), answer) in claimed.iter().zip(answers) {
             let _entered = span.enter();
             match answer {
@@ -534,4 +553,36 @@ impl Consumer {
             }
         }
     }
+}
+
+/// Claimed FIFO leases by group, each group in its order and cut before the first lease that
+/// lapsed: that message may be in flight still, so neither it nor anything behind it is released
+/// (their leases are claimed already: they are let go, and come back when their visibility
+/// ends).
+fn in_group_order(
+    claimed: Vec<(Arc<Lease>, tracing::Span)>,
+) -> Vec<Vec<(Arc<Lease>, tracing::Span)>> {
+    let mut groups: Vec<Vec<(Arc<Lease>, tracing::Span)>> = Vec::new();
+    let mut index: HashMap<Option<String>, usize> = HashMap::new();
+    for (lease, span) in claimed {
+        let at = *index.entry(lease.group_id.clone()).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[at].push((lease, span));
+    }
+    for group in &mut groups {
+        group.sort_by_key(|(lease, _)| lease.received_order());
+        if let Some(lapsed) = group.iter().position(|(lease, _)| lease.has_lapsed()) {
+            for (lease, span) in group.drain(lapsed..) {
+                let _entered = span.enter();
+                tracing::debug!(
+                    messaging.message.id = %lease.message_id,
+                    "not released: its visibility, or an earlier one's of its group, had ended"
+                );
+            }
+        }
+    }
+    groups.retain(|group| !group.is_empty());
+    groups
 }
