@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{DeleteEntry, ReceiveMessage, SendBatchEntry, SendMessage};
+use rust_stream::transport::{DeleteEntry, ReceiveMessage, SendBatchEntry, SendMessage};
 use tokio::runtime::Runtime;
 
 /// Messages per batch: SQS's maximum.

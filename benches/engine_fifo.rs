@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{
-    DeleteEntry, QueueAttributes, ReceiveMessage, SendBatchEntry, SendMessage,
-};
 use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
+use rust_stream::transport::{
+    DeleteEntry, QueueAttributes, ReceiveMessage, SendBatchEntry, SendMessage,
+};
 use tokio::runtime::Runtime;
 
 const MESSAGES: usize = 2_000;

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{DeleteEntry, ReceiveMessage};
 use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
+use rust_stream::transport::{DeleteEntry, ReceiveMessage};
 use rust_stream::{Codec, Json, Publisher};
 
 /// Orders in the drained backlog.

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use common::{bodies, delete_all, fifo_queue, receive, release, send_fifo};
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{
-    MessageAttributeValue, ReceiveMessage, SendBatchEntry, SendMessage,
-};
+use rust_stream::transport::{MessageAttributeValue, ReceiveMessage, SendBatchEntry, SendMessage};
 use tokio::time::{advance, Instant};
 
 #[tokio::test(start_paused = true)]

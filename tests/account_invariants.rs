@@ -15,10 +15,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{
-    QueueAttributes, ReceiveMessage, ReceivedMessage, SendMessage,
-};
-use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::model::rules::ErrorKind;
+use rust_stream::transport::{QueueAttributes, ReceiveMessage, ReceivedMessage, SendMessage};
 use tokio::time::Instant;
 
 #[derive(Debug, Clone)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::{attributes, bodies, receive};
 use rust_stream::account::{Account, QueueCounts};
-use rust_stream::engine::transport::{MessageAttributeValue, ReceiveMessage, SendMessage};
-use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::model::rules::ErrorKind;
+use rust_stream::transport::{MessageAttributeValue, ReceiveMessage, SendMessage};
 use tokio::time::{advance, Instant};
 
 async fn standard(account: &Account, name: &str, extra: &[(&str, &str)]) -> String {

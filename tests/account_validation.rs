@@ -9,11 +9,11 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use rust_stream::account::{Account, QueueCounts};
-use rust_stream::engine::transport::{
+use rust_stream::model::rules::ErrorKind;
+use rust_stream::transport::{
     BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, MessageAttributeValue,
     QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SendMessage, TransportError,
 };
-use rust_stream::sqs::rules::ErrorKind;
 use tokio::time::advance;
 
 // ---------------------------------------------------------------------------------------------

@@ -127,7 +127,7 @@ async fn two_declarations_that_disagree_keep_the_app_from_starting_and_name_both
 #[tokio::test(start_paused = true)]
 async fn an_existing_queue_without_the_declared_content_based_deduplication_is_refused() {
     let account = Account::new();
-    let mut attributes = rust_stream::engine::transport::QueueAttributes::new();
+    let mut attributes = rust_stream::transport::QueueAttributes::new();
     attributes.insert("FifoQueue".into(), "true".into());
     account
         .create_queue("ledger.fifo", attributes)

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use rust_stream::engine::transport::Transport;
+use rust_stream::transport::Transport;
 use rust_stream::{ConnectError, SqsBroker, SqsQueue};
 
 /// Held by the test that has the process environment to itself.

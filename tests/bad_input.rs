@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use common::backend::Backend;
 use common::engine::{jobs, Job, Scripted};
-use rust_stream::engine::transport::{MessageAttributeValue, ReceivedMessage, Transport};
+use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
-use rust_stream::sqs::rules::ErrorKind;
 use rust_stream::testing::{eventually, TestApp};
+use rust_stream::transport::{MessageAttributeValue, ReceivedMessage, Transport};
 use rust_stream::{
     ApiCalls, ConfigError, ConfigErrors, Outgoing, PublishError, Publisher, RetryPolicy, RunError,
     Subscriber, DEAD_LETTER_REASON_HEADER,

@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use common::backend::{Backend, Kind};
 use common::bodies;
-use rust_stream::engine::transport::TransportError;
-use rust_stream::engine::transport::{
+use rust_stream::model::rules::ErrorKind;
+use rust_stream::transport::TransportError;
+use rust_stream::transport::{
     ChangeVisibilityEntry, DeleteEntry, MessageAttributeValue, ReceiveMessage, ReceivedMessage,
     SendBatchEntry, SendMessage, SentMessage, Transport,
 };
-use rust_stream::sqs::rules::ErrorKind;
 use rust_stream::SqsBroker;
 
 both_backends!(

@@ -309,7 +309,7 @@ fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_nami
             .unwrap()["QueueArn"]
             .clone();
         let policy = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":3}}"#);
-        let mut attributes = rust_stream::engine::transport::QueueAttributes::new();
+        let mut attributes = rust_stream::transport::QueueAttributes::new();
         attributes.insert("RedrivePolicy".into(), policy);
         account.create_queue("payments", attributes).await.unwrap();
         let broker = SqsBroker::with_account(&account);
@@ -351,7 +351,7 @@ fn a_queue_redrive_policy_that_disagrees_with_the_subscription_is_a_warning_nami
 
 #[tokio::test(start_paused = true)]
 async fn a_dead_letter_copy_fits_its_queue_and_never_overwrites_the_senders_attributes() {
-    use rust_stream::engine::transport::{MessageAttributeValue, QueueAttributes, SendMessage};
+    use rust_stream::transport::{MessageAttributeValue, QueueAttributes, SendMessage};
     use rust_stream::{DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER};
 
     let account = Account::new();
@@ -499,7 +499,7 @@ async fn a_message_received_again_replaces_its_waiting_copy_in_the_lane() {
 #[tokio::test(start_paused = true)]
 async fn a_dead_letter_queue_that_takes_smaller_messages_than_its_source_keeps_the_app_from_starting(
 ) {
-    use rust_stream::engine::transport::QueueAttributes;
+    use rust_stream::transport::QueueAttributes;
 
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);

@@ -29,10 +29,10 @@ use std::time::Duration;
 use common::engine::{Faulty, Job};
 use proptest::prelude::*;
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{ReceiveMessage, ReceivedMessage, SendMessage};
 use rust_stream::prelude::*;
 use rust_stream::publish::Publisher;
 use rust_stream::testing::{eventually, eventually_within, Settled, TestApp};
+use rust_stream::transport::{ReceiveMessage, ReceivedMessage, SendMessage};
 use rust_stream::{
     Subscriber, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
     SOURCE_QUEUE_HEADER,

@@ -29,13 +29,13 @@ use std::time::Duration;
 
 use common::engine::Job;
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{
+use rust_stream::model::rules::ErrorKind;
+use rust_stream::prelude::*;
+use rust_stream::testing::TestApp;
+use rust_stream::transport::{
     BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
     ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
 };
-use rust_stream::prelude::*;
-use rust_stream::sqs::rules::ErrorKind;
-use rust_stream::testing::TestApp;
 use rust_stream::RetryPolicy;
 use tokio::time::{sleep, Instant};
 

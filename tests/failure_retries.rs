@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use common::backend::{Backend, Kind};
 use common::engine::{jobs, Job, Scripted};
-use rust_stream::engine::transport::{ReceivedMessage, Transport};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
+use rust_stream::transport::{ReceivedMessage, Transport};
 use rust_stream::{
     RetryPolicy, Subscriber, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER,
     ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,

@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use common::backend::Backend;
 use common::engine::Job;
-use rust_stream::engine::transport::{ReceivedMessage, Transport};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually_within, Recorder, Settled, TestApp};
+use rust_stream::transport::{ReceivedMessage, Transport};
 use rust_stream::{
     IntoOutcome, RetryPolicy, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER,
     ORIGINAL_MESSAGE_ID_HEADER,

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use common::backend::Backend;
 use common::process::{example_binary, sqs_at};
-use rust_stream::sqs::aws::AwsTransport;
+use rust_stream::aws::AwsTransport;
 use rust_stream::sqs::SqsQueue;
 
 /// The consumer process under test.

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use common::backend::Backend;
 use common::engine::{Job, Log, Scripted};
 use common::proxy::{Fault, Proxy};
-use rust_stream::engine::transport::Transport;
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually_within, live_endpoint, TestApp};
+use rust_stream::transport::Transport;
 use rust_stream::Publisher;
 
 /// How long each fault lasts: longer than the SDK's retries ride out once its retry quota is
@@ -158,7 +158,7 @@ struct Period {
 }
 
 /// An SQS client configuration that talks to LocalStack through the fault proxy.
-fn through(proxy: &Proxy) -> rust_stream::sqs::aws::AwsBrokerBuilder {
+fn through(proxy: &Proxy) -> rust_stream::aws::AwsBrokerBuilder {
     SqsBroker::aws()
         .endpoint(proxy.url())
         .region("us-east-1")
@@ -565,7 +565,7 @@ async fn the_sdk_does_not_repeat_a_visibility_change_itself() {
     let change = transport
         .change_message_visibility_batch(
             &url,
-            vec![rust_stream::engine::transport::ChangeVisibilityEntry {
+            vec![rust_stream::transport::ChangeVisibilityEntry {
                 id: "0".into(),
                 receipt_handle: "a-receipt-handle".into(),
                 visibility_timeout: 0,
@@ -578,7 +578,7 @@ async fn the_sdk_does_not_repeat_a_visibility_change_itself() {
     let delete = transport
         .delete_message_batch(
             &url,
-            vec![rust_stream::engine::transport::DeleteEntry {
+            vec![rust_stream::transport::DeleteEntry {
                 id: "0".into(),
                 receipt_handle: "a-receipt-handle".into(),
             }],

@@ -12,10 +12,10 @@ use std::time::{Duration, SystemTime};
 use common::backend::Backend;
 use common::engine::{Faulty, Job, Scripted};
 use rust_stream::account::Account;
-use rust_stream::engine::transport::Transport;
 use rust_stream::health::AppState;
 use rust_stream::prelude::*;
 use rust_stream::testing::eventually;
+use rust_stream::transport::Transport;
 use rust_stream::RunError;
 
 both_backends!(a_service_goes_from_starting_to_running_to_draining_to_stopped);

@@ -18,9 +18,9 @@ use std::time::Duration;
 use common::backend::Backend;
 use common::engine::{jobs, Job, Scripted};
 use common::recording::Recording;
-use rust_stream::engine::transport::Transport;
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, eventually_within, TestApp};
+use rust_stream::transport::Transport;
 use rust_stream::{Output, Subscriber, DEAD_LETTER_REASON_HEADER};
 
 both_backends!(

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use common::backend::Backend;
 use common::engine::Job;
 use common::proxy::{Fault, Proxy};
-use rust_stream::engine::transport::Transport;
 use rust_stream::prelude::*;
 use rust_stream::testing::{live_endpoint, TestApp};
+use rust_stream::transport::Transport;
 
 /// (app, job, receive count, started, finished)
 type Calls = Arc<Mutex<Vec<(usize, Job, u32, Instant, Option<Instant>)>>>;
@@ -94,7 +94,7 @@ const RESTARTS: usize = 6;
 /// after 2 s with a stop budget of `budget`; the last runs until the queue is empty. Nothing may
 /// reach the dead-letter queue.
 async fn rolling_restarts(
-    backend: &Backend<rust_stream::sqs::aws::AwsTransport>,
+    backend: &Backend<rust_stream::aws::AwsTransport>,
     existing: bool,
     budget: Duration,
 ) {

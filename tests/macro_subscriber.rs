@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{ReceiveMessage, ReceivedMessage};
 use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
+use rust_stream::transport::{ReceiveMessage, ReceivedMessage};
 use rust_stream::{ConfigError, Output, RunError, State, Subscriber, DEAD_LETTER_REASON_HEADER};
 use serde::{Deserialize, Serialize};
 

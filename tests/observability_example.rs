@@ -45,10 +45,14 @@ fn the_observability_example_serves_probes_and_the_metrics_of_its_workload() {
     assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
 
     let acked = r#"rust_stream_messages_settled{messaging_system="aws_sqs",messaging_destination_name="pings",rust_stream_outcome="acked"}"#;
-    let metrics = wait_for(&mut service, "every ping acked", || {
-        get(port, "/metrics").filter(|page| value(page, acked) == Some(PINGS as f64))
-    });
     let pings = r#"{messaging_system="aws_sqs",messaging_destination_name="pings"}"#;
+    // The last ping stays held until its delete is answered, a moment after it is acked.
+    let held = format!("rust_stream_messages_held{pings}");
+    let metrics = wait_for(&mut service, "every ping acked and deleted", || {
+        get(port, "/metrics").filter(|page| {
+            value(page, acked) == Some(PINGS as f64) && value(page, &held) == Some(0.0)
+        })
+    });
     assert_eq!(
         value(
             &metrics,

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use rust_stream::engine::transport::{MessageAttributeValue, MessageAttributes};
+use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
-use rust_stream::sqs::rules::ErrorKind;
 use rust_stream::testing::{eventually, TestApp};
+use rust_stream::transport::{MessageAttributeValue, MessageAttributes};
 use rust_stream::PublishError;
 
 #[derive(serde::Deserialize)]

@@ -6,9 +6,9 @@ mod common;
 
 use common::{delete_all, fifo_queue, receive};
 use rust_stream::account::Account;
-use rust_stream::engine::transport::ReceivedMessage;
+use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
-use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::transport::ReceivedMessage;
 use rust_stream::{Outgoing, PublishError, Publisher};
 use serde::{Deserialize, Serialize};
 

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::backend::Backend;
-use rust_stream::engine::transport::{
+use rust_stream::model::rules::ErrorKind;
+use rust_stream::prelude::*;
+use rust_stream::testing::eventually;
+use rust_stream::transport::{
     BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
     ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
 };
-use rust_stream::prelude::*;
-use rust_stream::sqs::rules::ErrorKind;
-use rust_stream::testing::eventually;
 use rust_stream::{PublishError, Publisher};
 
 both_backends!(

@@ -6,9 +6,9 @@ mod common;
 
 use common::attributes;
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{SendBatchEntry, SendMessage};
+use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
-use rust_stream::sqs::rules::ErrorKind;
+use rust_stream::transport::{SendBatchEntry, SendMessage};
 use rust_stream::PublishError;
 
 const KIB: usize = 1024;

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use common::engine::{jobs, Job, Scripted};
+use rust_stream::aws::AwsTransport;
 use rust_stream::prelude::*;
-use rust_stream::sqs::aws::AwsTransport;
 use rust_stream::testing::{eventually, live_endpoint, TestApp};
 
 const ACCESS_KEY_ID: &str = "AKIAIDSHOULDNOTSHOW7";

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rust_stream::engine::transport::{
+use rust_stream::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
     ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
 };

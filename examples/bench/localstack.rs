@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
 };
+use rust_stream::aws::AwsTransport;
 use rust_stream::prelude::*;
-use rust_stream::sqs::aws::AwsTransport;
 use rust_stream::testing::TestApp;
 use rust_stream::ApiCalls;
 

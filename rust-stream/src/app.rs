@@ -26,54 +26,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use crate::broker::{AppContext, AppInfo, RunError, Shutdown};
 use crate::broker::{Broker, Include};
-use crate::engine::transport::BoxFuture;
-use crate::engine::transport::TransportError;
-use crate::health::{AppState, Health, Probes, SubscriptionProbe};
-use crate::sqs::rules::ErrorKind;
-use crate::sqs::ConfigErrors;
+use crate::health::{Health, Probes, Stage};
+pub use crate::health::{Inspect, QueueLoad};
 use crate::state::States;
-
-/// A service's name, version and, optionally, what it does: the `info` of its AsyncAPI
-/// document.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppInfo {
-    name: String,
-    version: String,
-    description: Option<String>,
-}
-
-impl AppInfo {
-    /// A service called `name` at `version`.
-    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            version: version.into(),
-            description: None,
-        }
-    }
-
-    /// What the service does, for its AsyncAPI document (CommonMark).
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
-        self
-    }
-
-    /// The service's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The service's version.
-    pub fn version(&self) -> &str {
-        &self.version
-    }
-
-    /// What the service does, if it says.
-    pub fn description(&self) -> Option<&str> {
-        self.description.as_deref()
-    }
-}
 
 /// How long a stop takes at most unless set: within Kubernetes' default grace period of 30 s, and
 /// above the default long poll of 20 s.
@@ -231,19 +188,10 @@ impl<B: Broker> App for Service<B> {
         self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), RunError> {
-        let shutdown = Shutdown {
-            requested: self.shutdown.sender.subscribe(),
-            timeout: self.shutdown_timeout,
-        };
+        let shutdown = Shutdown::new(self.shutdown.sender.subscribe(), self.shutdown_timeout);
         let handle = self.shutdown.clone();
         let stage = self.stage.clone();
-        let app = AppContext {
-            info: self.info,
-            states: self.states,
-            shutdown,
-            stage: self.stage,
-            probes: self.probes,
-        };
+        let app = AppContext::new(self.info, self.states, shutdown, self.stage, self.probes);
         let run = self.broker.run(app, self.subscribers);
         tokio::pin!(run);
         let result = tokio::select! {
@@ -255,79 +203,6 @@ impl<B: Broker> App for Service<B> {
         };
         stage.send_replace(Stage::Ended);
         result
-    }
-}
-
-/// Where a running app is.
-#[derive(Clone)]
-pub(crate) enum Stage {
-    Starting,
-    Consuming(Arc<dyn Inspect>),
-    Draining,
-    Ended,
-}
-
-impl Stage {
-    pub(crate) fn state(&self) -> AppState {
-        match self {
-            Self::Starting => AppState::Starting,
-            Self::Consuming(_) => AppState::Running,
-            Self::Draining => AppState::Draining,
-            Self::Ended => AppState::Stopped,
-        }
-    }
-}
-
-impl std::fmt::Debug for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.state().as_str())
-    }
-}
-
-/// What a broker's queues hold, for tests that wait for a service to finish its work.
-pub trait Inspect: Send + Sync + 'static {
-    /// Every queue the app has used (read, published to, dead-lettered to), with its counts.
-    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueLoad>, String>>;
-}
-
-/// The messages one queue holds, as the queue reports them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct QueueLoad {
-    /// The queue's name.
-    pub queue: String,
-    /// Whether the app consumes it (an output or dead-letter queue it only writes to holds what
-    /// it is sent until something else reads it).
-    pub consumed: bool,
-    /// Messages ready to be received.
-    pub visible: u64,
-    /// Messages received and not yet deleted or released.
-    pub in_flight: u64,
-    /// Messages whose delay has not ended.
-    pub delayed: u64,
-}
-
-impl QueueLoad {
-    /// A queue's load.
-    pub fn new(
-        queue: impl Into<String>,
-        consumed: bool,
-        visible: u64,
-        in_flight: u64,
-        delayed: u64,
-    ) -> Self {
-        Self {
-            queue: queue.into(),
-            consumed,
-            visible,
-            in_flight,
-            delayed,
-        }
-    }
-
-    /// Whether the queue holds nothing: no message visible, in flight or delayed.
-    pub fn is_empty(&self) -> bool {
-        self.visible + self.in_flight + self.delayed == 0
     }
 }
 
@@ -367,60 +242,6 @@ impl Readiness {
     }
 }
 
-/// What a broker gets from the app it runs: its info, shared state, the shutdown signal, and
-/// where to say it consumes.
-#[derive(Clone)]
-pub struct AppContext {
-    info: AppInfo,
-    states: Arc<States>,
-    shutdown: Shutdown,
-    stage: Arc<watch::Sender<Stage>>,
-    probes: Probes,
-}
-
-impl std::fmt::Debug for AppContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppContext")
-            .field("info", &self.info)
-            .field("shutdown", &self.shutdown)
-            .finish()
-    }
-}
-
-impl AppContext {
-    /// The app's name and version.
-    pub fn info(&self) -> &AppInfo {
-        &self.info
-    }
-
-    /// The app's shared state.
-    pub fn states(&self) -> &Arc<States> {
-        &self.states
-    }
-
-    /// When to stop, and how long stopping may take.
-    pub fn shutdown(&self) -> &Shutdown {
-        &self.shutdown
-    }
-
-    /// Says that every subscription consumes; `inspect` reports what the broker's queues hold.
-    pub fn consuming(&self, inspect: Arc<dyn Inspect>) {
-        self.stage.send_replace(Stage::Consuming(inspect));
-    }
-
-    /// Says that shutdown has begun: no new receive starts, and what is held is being settled
-    /// or released.
-    pub fn draining(&self) {
-        self.stage.send_replace(Stage::Draining);
-    }
-
-    /// The probe through which the subscription of `queue` reports its health (see
-    /// [`App::health`]).
-    pub fn subscription_probe(&self, queue: &str) -> Arc<SubscriptionProbe> {
-        self.probes.add(queue)
-    }
-}
-
 /// Stops a running service gracefully. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ShutdownHandle {
@@ -432,109 +253,5 @@ impl ShutdownHandle {
     /// what it holds, and returns from `run`.
     pub fn shutdown(&self) {
         self.sender.send_replace(true);
-    }
-}
-
-/// What a broker watches to know when to stop, and how long it may take.
-#[derive(Debug, Clone)]
-pub struct Shutdown {
-    requested: watch::Receiver<bool>,
-    timeout: Duration,
-}
-
-impl Shutdown {
-    /// Resolves once shutdown is requested.
-    pub async fn requested(&self) {
-        let mut requested = self.requested.clone();
-        let _ = requested.wait_for(|requested| *requested).await;
-    }
-
-    /// How long the whole stop may take.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-}
-
-/// Why a service could not run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunError {
-    /// Settings that cannot work, all of them, found before any network call.
-    #[error("{0}")]
-    Config(ConfigErrors),
-    /// A queue the service needs does not exist.
-    #[error(
-        "queue `{queue}` does not exist; create it, or declare it with `.create_if_missing()`"
-    )]
-    QueueMissing {
-        /// The queue.
-        queue: String,
-    },
-    /// SQS refused a startup call for a queue.
-    #[error("queue `{queue}`: {error}")]
-    Queue {
-        /// The queue.
-        queue: String,
-        /// What SQS said.
-        error: TransportError,
-    },
-    /// An existing queue's attribute contradicts its declaration in a way that would break it.
-    #[error("queue `{queue}` has {attribute}={actual:?} but is declared with {attribute}={declared}; change the queue or the declaration")]
-    QueueAttribute {
-        /// The queue.
-        queue: String,
-        /// The SQS attribute.
-        attribute: &'static str,
-        /// What the declaration needs.
-        declared: String,
-        /// What the queue has.
-        actual: String,
-    },
-    /// The dead-letter queue takes smaller messages than the queue it serves: a copy of a large
-    /// message could never be sent, and the message would be held (on FIFO, with its group) for
-    /// ever.
-    #[error(
-        "dead-letter queue `{dead_letter}` has MaximumMessageSize {dead_letter_maximum} but queue `{queue}` takes messages \
-         up to {queue_maximum} bytes; set the dead-letter queue's MaximumMessageSize to at least {queue_maximum}"
-    )]
-    DeadLetterTooSmall {
-        /// The queue consumed.
-        queue: String,
-        /// Its dead-letter queue.
-        dead_letter: String,
-        /// The queue's `MaximumMessageSize`.
-        queue_maximum: usize,
-        /// The dead-letter queue's `MaximumMessageSize`.
-        dead_letter_maximum: usize,
-    },
-    /// A FIFO queue's `RedrivePolicy` names a dead-letter queue the consumer cannot reach, and
-    /// the subscription declares none: a message out of attempts could only be left to SQS's
-    /// redrive, which on FIFO moves the rest of its group with it (every release raises their
-    /// receive counts too).
-    #[error(
-        "queue `{queue}`: its RedrivePolicy names dead-letter queue `{dead_letter}`, which cannot be reached ({error}); \
-         on a FIFO queue a message out of attempts must be moved by the consumer, alone: grant access to it, or \
-         declare a reachable one with `.dead_letter(..)`"
-    )]
-    DeadLetterUnreachable {
-        /// The queue consumed.
-        queue: String,
-        /// The dead-letter queue of its policy.
-        dead_letter: String,
-        /// Why it could not be reached.
-        error: TransportError,
-    },
-    /// The signal handlers could not be installed.
-    #[error("cannot listen for SIGINT/SIGTERM: {0}")]
-    Signal(String),
-}
-
-impl RunError {
-    pub(crate) fn from_transport(queue: String, error: TransportError) -> Self {
-        if error.kind() == Some(ErrorKind::QueueDoesNotExist) {
-            Self::QueueMissing { queue }
-        } else {
-            Self::Queue { queue, error }
-        }
     }
 }

@@ -62,103 +62,15 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use crate::app::AppInfo;
+use crate::describe::short_name;
+pub use crate::describe::Payload;
 use crate::handler::Subscriber;
-use crate::sqs::SqsQueue;
+use crate::model::SqsQueue;
 
-/// The AsyncAPI version of the documents written here.
-pub const ASYNCAPI_VERSION: &str = "3.0.0";
+pub use crate::broker::ASYNCAPI_VERSION;
 
 /// The version of the SQS bindings used: the one the AsyncAPI 3.0.0 schema knows.
 pub const SQS_BINDING_VERSION: &str = "0.2.0";
-
-/// How a message type is described in the document: its Rust type, and with the `schemars`
-/// feature its JSON Schema.
-///
-/// ```
-/// use rust_stream::asyncapi::Payload;
-///
-/// struct Order;
-/// assert!(Payload::named::<Order>().type_name().ends_with("Order"));
-/// ```
-#[derive(Clone, Copy)]
-pub struct Payload {
-    type_name: &'static str,
-    #[cfg(feature = "schemars")]
-    schema: Option<fn(&mut schemars::SchemaGenerator) -> schemars::Schema>,
-}
-
-impl std::fmt::Debug for Payload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut debug = f.debug_struct("Payload");
-        debug.field("type_name", &self.type_name);
-        #[cfg(feature = "schemars")]
-        debug.field("schema", &self.schema.is_some());
-        debug.finish()
-    }
-}
-
-impl Payload {
-    /// `T`, described by its name only.
-    pub fn named<T: ?Sized>() -> Self {
-        Self {
-            type_name: std::any::type_name::<T>(),
-            #[cfg(feature = "schemars")]
-            schema: None,
-        }
-    }
-
-    /// `T`, described by its JSON Schema.
-    #[cfg(feature = "schemars")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "schemars")))]
-    pub fn schema<T: schemars::JsonSchema + ?Sized>() -> Self {
-        fn subschema<T: schemars::JsonSchema + ?Sized>(
-            generator: &mut schemars::SchemaGenerator,
-        ) -> schemars::Schema {
-            generator.subschema_for::<T>()
-        }
-        Self {
-            type_name: std::any::type_name::<T>(),
-            schema: Some(subschema::<T>),
-        }
-    }
-
-    /// The Rust type described.
-    pub fn type_name(&self) -> &'static str {
-        self.type_name
-    }
-
-    /// Panics unless this describes `T`: a payload given by hand must describe the values sent.
-    pub(crate) fn check_describes<T: ?Sized>(&self) {
-        let expected = std::any::type_name::<T>();
-        assert!(
-            self.type_name == expected,
-            "the payload given describes `{}`, but the messages are `{expected}`",
-            self.type_name
-        );
-    }
-}
-
-/// A name fit for an AsyncAPI key (`^[\w\d.\-_]+$`): the last path segment of a Rust type,
-/// outside its generic arguments, with any other character replaced by `_`.
-pub(crate) fn short_name(type_name: &str) -> String {
-    let outer = type_name.split('<').next().unwrap_or(type_name);
-    let last = outer.rsplit("::").next().unwrap_or(outer);
-    let name: String = last
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if name.is_empty() {
-        "message".to_owned()
-    } else {
-        name
-    }
-}
 
 /// `base`, or `base-2`, `base-3`... when taken.
 fn unique(base: String, taken: impl Fn(&str) -> bool) -> String {
@@ -345,13 +257,7 @@ impl<'a> Writer<'a> {
 
     /// The document.
     pub(crate) fn finish(mut self) -> Value {
-        let mut info = json!({
-            "title": self.info.name(),
-            "version": self.info.version(),
-        });
-        if let Some(description) = self.info.description() {
-            info["description"] = json!(description);
-        }
+        let info = self.info.asyncapi();
         let channels: Map<String, Value> = self
             .channels
             .iter()
@@ -411,7 +317,7 @@ fn channel_object(channel: &Channel) -> Value {
         });
         binding["deadLetterQueue"] = json!({
             "name": dead_letter.queue,
-            "fifoQueue": crate::sqs::rules::is_fifo_name(&dead_letter.queue),
+            "fifoQueue": crate::model::rules::is_fifo_name(&dead_letter.queue),
         });
     }
     binding["queue"] = binding_queue;
@@ -422,11 +328,6 @@ fn channel_object(channel: &Channel) -> Value {
         "messages": channel.messages,
         "bindings": { "sqs": binding },
     })
-}
-
-/// The document of an app whose broker says nothing of its channels.
-pub(crate) fn info_only(info: &AppInfo) -> Value {
-    Writer::new(info, &|queue: &SqsQueue| queue.clone()).finish()
 }
 
 #[cfg(test)]
@@ -493,7 +394,7 @@ mod tests {
     #[test]
     fn without_subscriptions_the_document_holds_the_info() {
         let info = AppInfo::new("quiet", "0.0.1").with_description("Does nothing.");
-        let document = info_only(&info);
+        let document = crate::Broker::asyncapi(&SqsBroker::in_process(), &info, &[]);
         assert_eq!(document["info"]["description"], "Does nothing.");
         assert_eq!(document["channels"], json!({}));
         assert_eq!(document["operations"], json!({}));

@@ -1,12 +1,23 @@
-//! The [`Broker`] trait, and [`Include`], the scope in which an app mounts its subscribers
-//! (`b.include(..)`).
+//! The contract between an app and the broker it runs on: the [`Broker`] trait, [`Include`] (the
+//! scope in which an app mounts its subscribers, `b.include(..)`), and what a broker is given
+//! and answers: [`AppInfo`], [`AppContext`], [`Shutdown`], [`RunError`].
 //!
 //! Handlers know nothing of brokers: a [`Handle`](crate::Handle) impl runs unchanged on any
 //! broker whose subscribers can carry it. [`SqsBroker`](crate::SqsBroker) is the first.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::app::{AppContext, AppInfo, RunError};
+use tokio::sync::watch;
+
+use crate::health::{Inspect, Probes, Stage, SubscriptionProbe};
+use crate::model::rules::ErrorKind;
+use crate::model::{ConfigErrors, TransportError};
+use crate::state::States;
+
+/// The AsyncAPI version of the documents brokers write.
+pub const ASYNCAPI_VERSION: &str = "3.0.0";
 
 /// A message broker an app runs on.
 pub trait Broker: Send + 'static {
@@ -23,7 +34,12 @@ pub trait Broker: Send + 'static {
     /// app's info and no channel.
     fn asyncapi(&self, info: &AppInfo, subscribers: &[Self::Subscriber]) -> serde_json::Value {
         let _ = subscribers;
-        crate::asyncapi::info_only(info)
+        serde_json::json!({
+            "asyncapi": ASYNCAPI_VERSION,
+            "info": info.asyncapi(),
+            "channels": {},
+            "operations": {},
+        })
     }
 
     /// Runs the subscribers until the app's shutdown is requested, then stops them gracefully.
@@ -51,5 +67,235 @@ impl<B: Broker> Include<B> {
     pub fn include(&mut self, subscriber: impl Into<B::Subscriber>) -> &mut Self {
         self.subscribers.push(subscriber.into());
         self
+    }
+}
+
+/// A service's name, version and, optionally, what it does: the `info` of its AsyncAPI
+/// document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppInfo {
+    name: String,
+    version: String,
+    description: Option<String>,
+}
+
+impl AppInfo {
+    /// A service called `name` at `version`.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+            description: None,
+        }
+    }
+
+    /// What the service does, for its AsyncAPI document (CommonMark).
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// The service's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The service's version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// What the service does, if it says.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+
+    /// The `info` object of the app's AsyncAPI document.
+    pub(crate) fn asyncapi(&self) -> serde_json::Value {
+        let mut info = serde_json::json!({ "title": self.name(), "version": self.version() });
+        if let Some(description) = self.description() {
+            info["description"] = serde_json::json!(description);
+        }
+        info
+    }
+}
+
+/// What a broker gets from the app it runs: its info, shared state, the shutdown signal, and
+/// where to say it consumes.
+#[derive(Clone)]
+pub struct AppContext {
+    info: AppInfo,
+    states: Arc<States>,
+    shutdown: Shutdown,
+    stage: Arc<watch::Sender<Stage>>,
+    probes: Probes,
+}
+
+impl std::fmt::Debug for AppContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppContext")
+            .field("info", &self.info)
+            .field("shutdown", &self.shutdown)
+            .finish()
+    }
+}
+
+impl AppContext {
+    /// What the app hands its broker when it runs.
+    pub(crate) fn new(
+        info: AppInfo,
+        states: Arc<States>,
+        shutdown: Shutdown,
+        stage: Arc<watch::Sender<Stage>>,
+        probes: Probes,
+    ) -> Self {
+        Self {
+            info,
+            states,
+            shutdown,
+            stage,
+            probes,
+        }
+    }
+
+    /// The app's name and version.
+    pub fn info(&self) -> &AppInfo {
+        &self.info
+    }
+
+    /// The app's shared state.
+    pub fn states(&self) -> &Arc<States> {
+        &self.states
+    }
+
+    /// When to stop, and how long stopping may take.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// Says that every subscription consumes; `inspect` reports what the broker's queues hold.
+    pub fn consuming(&self, inspect: Arc<dyn Inspect>) {
+        self.stage.send_replace(Stage::Consuming(inspect));
+    }
+
+    /// Says that shutdown has begun: no new receive starts, and what is held is being settled
+    /// or released.
+    pub fn draining(&self) {
+        self.stage.send_replace(Stage::Draining);
+    }
+
+    /// The probe through which the subscription of `queue` reports its health (see
+    /// [`App::health`](crate::App::health)).
+    pub fn subscription_probe(&self, queue: &str) -> Arc<SubscriptionProbe> {
+        self.probes.add(queue)
+    }
+}
+
+/// What a broker watches to know when to stop, and how long it may take.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    requested: watch::Receiver<bool>,
+    timeout: Duration,
+}
+
+impl Shutdown {
+    /// Requested when `requested` turns `true`; the stop may take `timeout`.
+    pub(crate) fn new(requested: watch::Receiver<bool>, timeout: Duration) -> Self {
+        Self { requested, timeout }
+    }
+
+    /// Resolves once shutdown is requested.
+    pub async fn requested(&self) {
+        let mut requested = self.requested.clone();
+        let _ = requested.wait_for(|requested| *requested).await;
+    }
+
+    /// How long the whole stop may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// Why a service could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Settings that cannot work, all of them, found before any network call.
+    #[error("{0}")]
+    Config(ConfigErrors),
+    /// A queue the service needs does not exist.
+    #[error(
+        "queue `{queue}` does not exist; create it, or declare it with `.create_if_missing()`"
+    )]
+    QueueMissing {
+        /// The queue.
+        queue: String,
+    },
+    /// SQS refused a startup call for a queue.
+    #[error("queue `{queue}`: {error}")]
+    Queue {
+        /// The queue.
+        queue: String,
+        /// What SQS said.
+        error: TransportError,
+    },
+    /// An existing queue's attribute contradicts its declaration in a way that would break it.
+    #[error("queue `{queue}` has {attribute}={actual:?} but is declared with {attribute}={declared}; change the queue or the declaration")]
+    QueueAttribute {
+        /// The queue.
+        queue: String,
+        /// The SQS attribute.
+        attribute: &'static str,
+        /// What the declaration needs.
+        declared: String,
+        /// What the queue has.
+        actual: String,
+    },
+    /// The dead-letter queue takes smaller messages than the queue it serves: a copy of a large
+    /// message could never be sent, and the message would be held (on FIFO, with its group) for
+    /// ever.
+    #[error(
+        "dead-letter queue `{dead_letter}` has MaximumMessageSize {dead_letter_maximum} but queue `{queue}` takes messages \
+         up to {queue_maximum} bytes; set the dead-letter queue's MaximumMessageSize to at least {queue_maximum}"
+    )]
+    DeadLetterTooSmall {
+        /// The queue consumed.
+        queue: String,
+        /// Its dead-letter queue.
+        dead_letter: String,
+        /// The queue's `MaximumMessageSize`.
+        queue_maximum: usize,
+        /// The dead-letter queue's `MaximumMessageSize`.
+        dead_letter_maximum: usize,
+    },
+    /// A FIFO queue's `RedrivePolicy` names a dead-letter queue the consumer cannot reach, and
+    /// the subscription declares none: a message out of attempts could only be left to SQS's
+    /// redrive, which on FIFO moves the rest of its group with it (every release raises their
+    /// receive counts too).
+    #[error(
+        "queue `{queue}`: its RedrivePolicy names dead-letter queue `{dead_letter}`, which cannot be reached ({error}); \
+         on a FIFO queue a message out of attempts must be moved by the consumer, alone: grant access to it, or \
+         declare a reachable one with `.dead_letter(..)`"
+    )]
+    DeadLetterUnreachable {
+        /// The queue consumed.
+        queue: String,
+        /// The dead-letter queue of its policy.
+        dead_letter: String,
+        /// Why it could not be reached.
+        error: TransportError,
+    },
+    /// The signal handlers could not be installed.
+    #[error("cannot listen for SIGINT/SIGTERM: {0}")]
+    Signal(String),
+}
+
+impl RunError {
+    pub(crate) fn from_transport(queue: String, error: TransportError) -> Self {
+        if error.kind() == Some(ErrorKind::QueueDoesNotExist) {
+            Self::QueueMissing { queue }
+        } else {
+            Self::Queue { queue, error }
+        }
     }
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 use crate::publish::{Outgoing, PublishedMessage, PARTITION_KEY_HEADER};
 use crate::state::{State, States};
+use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 
 /// One received message as the engine holds it.
 // `Clone` because `Cow` asks for it; a context never clones its delivery.

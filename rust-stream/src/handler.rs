@@ -26,14 +26,14 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::asyncapi::Payload;
 use crate::codec::{Codec, DecodeError, Json};
 use crate::context::{Context, Delivery};
-use crate::engine::transport::BoxFuture;
+use crate::describe::Payload;
+use crate::model::SqsQueue;
 use crate::outcome::{HandlerOutcome, IntoOutcome};
 use crate::publish::{Outgoing, Outputs, Publisher};
-use crate::sqs::SqsQueue;
 use crate::state::{Requirement, States};
+use crate::transport::BoxFuture;
 
 /// Handles messages of type `T`, publishing to outputs `O` (`()` when it declares none).
 ///
@@ -131,7 +131,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
     }
 
     /// How long a failed message waits before its next attempt (default: 1 s doubling to 5 minutes).
-    pub fn retry(mut self, policy: crate::RetryPolicy) -> Self {
+    pub fn retry(mut self, policy: crate::retry::RetryPolicy) -> Self {
         self.queue = self.queue.retry(policy);
         self
     }
@@ -333,4 +333,17 @@ where
             }
         })
     }
+}
+
+/// What an app with these subscribers declares: each subscription's queue, its dead-letter queue
+/// and its outputs.
+pub(crate) fn declarations(subscribers: &[Subscriber]) -> crate::model::declare::Declarations {
+    crate::model::declare::Declarations::of_app(subscribers.iter().map(|subscriber| {
+        let outputs = subscriber
+            .outputs
+            .iter()
+            .map(|output| output.queue())
+            .collect();
+        (&subscriber.queue, outputs)
+    }))
 }

@@ -56,7 +56,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use crate::app::Stage;
+use crate::task::BoxFuture;
 
 /// Where a service is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -283,4 +283,77 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64);
     ms.max(1)
+}
+
+/// Where a running app is.
+#[derive(Clone)]
+pub(crate) enum Stage {
+    Starting,
+    Consuming(Arc<dyn Inspect>),
+    Draining,
+    Ended,
+}
+
+impl Stage {
+    pub(crate) fn state(&self) -> AppState {
+        match self {
+            Self::Starting => AppState::Starting,
+            Self::Consuming(_) => AppState::Running,
+            Self::Draining => AppState::Draining,
+            Self::Ended => AppState::Stopped,
+        }
+    }
+}
+
+impl std::fmt::Debug for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.state().as_str())
+    }
+}
+
+/// What a broker's queues hold, for tests that wait for a service to finish its work.
+pub trait Inspect: Send + Sync + 'static {
+    /// Every queue the app has used (read, published to, dead-lettered to), with its counts.
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueLoad>, String>>;
+}
+
+/// The messages one queue holds, as the queue reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueLoad {
+    /// The queue's name.
+    pub queue: String,
+    /// Whether the app consumes it (an output or dead-letter queue it only writes to holds what
+    /// it is sent until something else reads it).
+    pub consumed: bool,
+    /// Messages ready to be received.
+    pub visible: u64,
+    /// Messages received and not yet deleted or released.
+    pub in_flight: u64,
+    /// Messages whose delay has not ended.
+    pub delayed: u64,
+}
+
+impl QueueLoad {
+    /// A queue's load.
+    pub fn new(
+        queue: impl Into<String>,
+        consumed: bool,
+        visible: u64,
+        in_flight: u64,
+        delayed: u64,
+    ) -> Self {
+        Self {
+            queue: queue.into(),
+            consumed,
+            visible,
+            in_flight,
+            delayed,
+        }
+    }
+
+    /// Whether the queue holds nothing: no message visible, in flight or delayed.
+    pub fn is_empty(&self) -> bool {
+        self.visible + self.in_flight + self.delayed == 0
+    }
 }

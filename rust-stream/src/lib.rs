@@ -86,23 +86,33 @@ pub mod __private;
 pub mod account;
 pub mod app;
 pub mod asyncapi;
+#[cfg(feature = "aws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+pub mod aws;
 pub mod broker;
+pub(crate) mod client;
 pub mod codec;
 pub mod context;
+pub mod describe;
 pub mod engine;
 pub mod handler;
 pub mod health;
 pub mod metrics;
+pub mod model;
 pub mod outcome;
 pub mod prelude;
 pub mod propagation;
 pub mod publish;
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub mod record;
 pub mod retry;
 pub mod sqs;
 pub mod state;
+pub(crate) mod task;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+pub mod transport;
 
 pub use app::{
     App, AppContext, AppInfo, Inspect, QueueLoad, Readiness, RunError, RustStream, Service,
@@ -111,7 +121,6 @@ pub use app::{
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use context::Context;
-pub use engine::meter::ApiCalls;
 pub use engine::settle::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
@@ -129,6 +138,7 @@ pub use rust_stream_macros::subscriber;
 pub use sqs::ConnectError;
 pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue};
 pub use state::{State, States};
+pub use transport::meter::ApiCalls;
 
 // Every Rust block of the README and of the guides in `docs/` is a doc test, so what a reader
 // copies compiles, and runs, as shown (blocks that need the network are `no_run`: compiled only).

@@ -28,7 +28,7 @@
 //! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `CreateQueue` |
 //! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered |
 //!
-//! `error.type` is the [`ErrorKind`](crate::sqs::rules::ErrorKind) SQS answered (its `Debug`
+//! `error.type` is the [`ErrorKind`](crate::model::rules::ErrorKind) SQS answered (its `Debug`
 //! name, e.g. `Throttled`), the code of an error it does not know (e.g. `AccessDenied`), or
 //! `unavailable` when no answer came.
 
@@ -36,8 +36,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::metrics::{Counter, Gauge, Histogram, Label};
 
-use crate::engine::record::Settled;
-use crate::engine::transport::{ReceivedMessage, SystemAttribute, TransportError};
+use crate::model::{
+    wire::{ReceivedMessage, SystemAttribute},
+    TransportError,
+};
+use crate::record::Settled;
 
 /// `messaging.system`, always `aws_sqs`.
 pub const SYSTEM: &str = "messaging.system";

@@ -6,7 +6,7 @@ pub use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crate::asyncapi::Payload;
+use crate::describe::Payload;
 
 use crate::context::Context;
 use crate::outcome::{HandlerOutcome, IntoOutcome};

@@ -36,8 +36,8 @@
 //! The service then installs a `tracing-opentelemetry` layer whose tracer comes from its
 //! OpenTelemetry SDK provider (and exporter); rust-stream needs no global propagator of its own.
 
-use crate::engine::transport::{MessageAttributeValue, MessageAttributes, SendMessage};
-use crate::sqs::rules::{self, MAX_MESSAGE_ATTRIBUTES};
+use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
+use crate::model::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
 
 /// The message attribute carrying the W3C `traceparent` of the span a message was published in:
 /// version, trace id, parent span id and flags (`00-<32 hex>-<16 hex>-01`).
@@ -139,7 +139,7 @@ mod otel {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
     use super::{TraceHeaders, TRACEPARENT_HEADER, TRACESTATE_HEADER};
-    use crate::engine::transport::MessageAttributes;
+    use crate::model::wire::MessageAttributes;
 
     pub(super) fn current() -> Option<TraceHeaders> {
         let context = tracing::Span::current().context();

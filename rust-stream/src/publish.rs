@@ -28,13 +28,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::asyncapi::Payload;
+use crate::client::Client;
 use crate::codec::{Codec, EncodeError, Json};
-use crate::engine::transport::{
+use crate::describe::Payload;
+use crate::model::rules::{self, ErrorKind};
+use crate::model::SqsQueue;
+use crate::transport::{
     MessageAttributeValue, MessageAttributes, SendMessage, SentMessage, TransportError,
 };
-use crate::sqs::rules::{self, ErrorKind};
-use crate::sqs::{BrokerCore, SqsQueue};
 
 /// The header that carries a message's group: a publisher reads it when no `group_id` step is
 /// given, and every delivery from a FIFO queue carries its group in it.
@@ -48,7 +49,7 @@ pub struct Publisher {
 
 struct PublisherInner {
     queue: SqsQueue,
-    core: OnceLock<Arc<BrokerCore>>,
+    core: OnceLock<Arc<Client>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -73,19 +74,19 @@ impl Publisher {
         }
     }
 
-    pub(crate) fn bound(queue: SqsQueue, core: Arc<BrokerCore>) -> Self {
+    pub(crate) fn bound(queue: SqsQueue, core: Arc<Client>) -> Self {
         let publisher = Self::new(queue);
         publisher.bind(&core);
         publisher
     }
 
     /// Binds an unbound publisher; a bound one keeps its broker.
-    pub(crate) fn bind(&self, core: &Arc<BrokerCore>) {
+    pub(crate) fn bind(&self, core: &Arc<Client>) {
         let _ = self.inner.core.set(core.clone());
     }
 
     /// The broker this publisher is bound to, if any.
-    pub(crate) fn core(&self) -> Option<Arc<BrokerCore>> {
+    pub(crate) fn core(&self) -> Option<Arc<Client>> {
         self.inner.core.get().cloned()
     }
 
@@ -165,7 +166,12 @@ impl Publisher {
             .collect();
         let answers = match (requests.is_empty(), self.core()) {
             (true, _) => Vec::new(),
-            (false, Some(core)) => core.send_many(self.queue(), requests).await,
+            (false, Some(core)) => core
+                .send_many(self.queue(), requests)
+                .await
+                .into_iter()
+                .map(|answer| answer.map_err(PublishError::rejected(self.queue())))
+                .collect(),
             (false, None) => requests
                 .iter()
                 .map(|_| {
@@ -358,12 +364,16 @@ impl Outgoing {
                 None if queue.content_based_dedup => None,
                 None => Some(uuid::Uuid::new_v4().to_string()),
             };
-            check(&message, &queue, rules::MAX_MESSAGE_SIZE, None).map_err(reject)?;
+            queue
+                .check_message(&message, rules::MAX_MESSAGE_SIZE, None)
+                .map_err(reject)?;
             return Ok((publisher, message));
         }
         message.group_id = group;
         message.dedup_id = self.dedup_id;
-        check(&message, &queue, rules::MAX_MESSAGE_SIZE, None).map_err(reject)?;
+        queue
+            .check_message(&message, rules::MAX_MESSAGE_SIZE, None)
+            .map_err(reject)?;
         Ok((self.publisher, message))
     }
 
@@ -383,7 +393,9 @@ impl Outgoing {
             .ok_or_else(|| PublishError::Unbound {
                 queue: publisher.queue().name.clone(),
             })?;
-        core.send(publisher.queue(), message).await
+        core.send(publisher.queue(), message)
+            .await
+            .map_err(PublishError::rejected(publisher.queue()))
     }
 }
 
@@ -439,26 +451,6 @@ impl<'a> PublishedMessage<'a> {
     }
 }
 
-/// Checks a message against every send rule, for a queue that takes messages of up to
-/// `maximum_message_size` bytes, and deduplicates by content as `content_based_dedup` says
-/// when its own attribute could be read (the declaration decides otherwise: a
-/// publisher declared `.content_based_dedup()` for a queue without it would have every message
-/// refused by SQS; here each is refused before the call, saying so).
-pub(crate) fn check(
-    message: &SendMessage,
-    queue: &SqsQueue,
-    maximum_message_size: usize,
-    content_based_dedup: Option<bool>,
-) -> Result<(), TransportError> {
-    let target = rules::SendTarget {
-        queue: &queue.name,
-        fifo: queue.is_fifo(),
-        content_based_dedup: content_based_dedup.unwrap_or(queue.content_based_dedup),
-        maximum_message_size,
-    };
-    rules::check_send(message, target).map(drop)
-}
-
 /// Why a publish failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -497,6 +489,14 @@ pub enum PublishError {
 }
 
 impl PublishError {
+    /// How a refusal of a message for `queue` (by SQS, or by the check before the call) is told.
+    pub(crate) fn rejected(queue: &SqsQueue) -> impl Fn(TransportError) -> Self + '_ {
+        |error| Self::Rejected {
+            queue: queue.name.clone(),
+            error,
+        }
+    }
+
     /// The SQS error kind, when SQS (or the check before it) refused the message.
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {

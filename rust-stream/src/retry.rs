@@ -117,9 +117,9 @@ impl RetryPolicy {
         half + Duration::from_nanos(drawn)
     }
 
-    /// What is wrong with the policy, for the startup check.
-    pub(crate) fn problem(&self) -> Option<String> {
-        let cap = Duration::from_secs(crate::sqs::rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64);
+    /// What is wrong with the policy, for the startup check; `cap` is the longest delay the
+    /// queue service can hold a message back for.
+    pub(crate) fn problem(&self, cap: Duration) -> Option<String> {
         if self.initial.is_zero() {
             Some("the first delay is 0, which would retry at once; give it at least 1 ms".into())
         } else if self.max < self.initial {
@@ -427,13 +427,15 @@ mod tests {
 
     #[test]
     fn policies_that_would_spin_or_pass_the_cap_are_problems() {
-        assert!(RetryPolicy::fixed(Duration::ZERO).problem().is_some());
+        assert!(RetryPolicy::fixed(Duration::ZERO)
+            .problem(seconds(43_200))
+            .is_some());
         assert!(RetryPolicy::exponential(seconds(10), seconds(1))
-            .problem()
+            .problem(seconds(43_200))
             .is_some());
         assert!(RetryPolicy::exponential(seconds(1), seconds(50_000))
-            .problem()
+            .problem(seconds(43_200))
             .is_some());
-        assert!(RetryPolicy::default().problem().is_none());
+        assert!(RetryPolicy::default().problem(seconds(43_200)).is_none());
     }
 }

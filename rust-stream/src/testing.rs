@@ -36,15 +36,14 @@
 //! ```
 
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex, PoisonError};
+
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::app::{App, QueueLoad, Readiness, RunError, ShutdownHandle};
-pub use crate::engine::record::Settled;
-use crate::engine::record::{Event, Record};
+pub use crate::record::{DeadLettered, Handled, Recorder, Settled};
 
 mod context;
 
@@ -158,145 +157,6 @@ impl TestApp {
     pub async fn stop(self) -> Result<(), RunError> {
         self.shutdown.shutdown();
         self.task.await.expect("the app's task panicked")
-    }
-}
-
-/// What a broker's subscriptions did with each message: every attempt and how it was settled,
-/// every output sent, every move to a dead-letter queue. Get it with
-/// [`SqsBroker::recorder`](crate::SqsBroker::recorder) before the app runs. Cheap to clone.
-///
-/// ```
-/// use rust_stream::prelude::*;
-/// use rust_stream::testing::{Settled, TestApp};
-/// # #[derive(serde::Deserialize)] struct Order { id: u64 }
-/// # struct Refuse;
-/// # impl Handle<Order> for Refuse {
-/// #     async fn handle(&self, order: &Order, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-/// #         Err(HandlerOutcome::dead_letter(format!("order {} is not ours", order.id)))
-/// #     }
-/// # }
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// let broker = SqsBroker::in_process();
-/// let recorder = broker.recorder();
-/// let orders = SqsQueue::new("orders").create_if_missing().dead_letter("orders-dlq", 3);
-/// let app = RustStream::new(AppInfo::new("orders", "0.1.0")).with_broker(broker.clone(), |b| {
-///     b.include(subscriber(orders, Refuse).build());
-/// });
-/// let running = TestApp::spawn(app).await.unwrap();
-/// broker.publisher("orders").raw(r#"{"id": 7}"#).send().await.unwrap();
-/// running.drain().await;
-/// assert_eq!(recorder.handled("orders")[0].settled, Settled::DeadLettered);
-/// assert_eq!(recorder.dead_lettered("orders")[0].reason, "order 7 is not ours");
-/// running.stop().await.unwrap();
-/// # }
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct Recorder {
-    events: Arc<Mutex<Vec<Event>>>,
-}
-
-/// One attempt at a message, as a [`Recorder`] saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Handled {
-    /// The message id.
-    pub message_id: String,
-    /// The body as received.
-    pub body: String,
-    /// How the attempt was settled.
-    pub settled: Settled,
-}
-
-/// A message moved to its dead-letter queue, as a [`Recorder`] saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeadLettered {
-    /// The original message id.
-    pub message_id: String,
-    /// Why it was moved.
-    pub reason: String,
-}
-
-impl Recorder {
-    fn events(&self) -> std::sync::MutexGuard<'_, Vec<Event>> {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Every attempt at a message of `queue`'s subscription, in the order they ended.
-    pub fn handled(&self, queue: &str) -> Vec<Handled> {
-        self.events()
-            .iter()
-            .filter_map(|event| match event {
-                Event::Settled {
-                    queue: of,
-                    message_id,
-                    body,
-                    settled,
-                } if of == queue => Some(Handled {
-                    message_id: message_id.clone(),
-                    body: body.clone(),
-                    settled: *settled,
-                }),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The bodies handlers sent to `queue` as their outputs, in the order sent.
-    pub fn published(&self, queue: &str) -> Vec<String> {
-        self.events()
-            .iter()
-            .filter_map(|event| match event {
-                Event::Published { queue: to, body } if to == queue => Some(body.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The outputs sent to `queue`, decoded as JSON.
-    ///
-    /// # Panics
-    ///
-    /// If a body is not a `T` in JSON.
-    pub fn published_as<T: serde::de::DeserializeOwned>(&self, queue: &str) -> Vec<T> {
-        self.published(queue)
-            .iter()
-            .map(|body| {
-                serde_json::from_str(body).unwrap_or_else(|error| {
-                    panic!("an output to `{queue}` is not the type asked for: {error}: {body}")
-                })
-            })
-            .collect()
-    }
-
-    /// The messages `queue`'s subscription moved to its dead-letter queue, in order.
-    pub fn dead_lettered(&self, queue: &str) -> Vec<DeadLettered> {
-        self.events()
-            .iter()
-            .filter_map(|event| match event {
-                Event::DeadLettered {
-                    queue: of,
-                    message_id,
-                    reason,
-                } if of == queue => Some(DeadLettered {
-                    message_id: message_id.clone(),
-                    reason: reason.clone(),
-                }),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-impl Record for Recorder {
-    fn record(&self, event: Event) {
-        self.events().push(event);
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
 

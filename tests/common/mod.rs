@@ -2,7 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use rust_stream::account::Account;
-use rust_stream::engine::transport::{
+use rust_stream::transport::{
     QueueAttributes, ReceiveMessage, ReceivedMessage, SendMessage, Transport, TransportError,
 };
 
@@ -192,11 +192,11 @@ pub mod engine {
     use std::sync::{Arc, Mutex};
 
     use rust_stream::account::Account;
-    use rust_stream::engine::transport::{
+    use rust_stream::model::rules::ErrorKind;
+    use rust_stream::transport::{
         BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes,
         ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
     };
-    use rust_stream::sqs::rules::ErrorKind;
     use rust_stream::{Context, Handle, HandlerOutcome};
     use serde::{Deserialize, Serialize};
 
@@ -461,7 +461,7 @@ pub mod recording {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
 
-    use rust_stream::engine::transport::{
+    use rust_stream::transport::{
         BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
         ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
     };
@@ -734,10 +734,8 @@ pub mod backend {
     use std::time::Duration;
 
     use rust_stream::account::Account;
-    use rust_stream::engine::transport::{
-        QueueAttributes, ReceiveMessage, ReceivedMessage, Transport,
-    };
-    use rust_stream::sqs::aws::AwsTransport;
+    use rust_stream::aws::AwsTransport;
+    use rust_stream::transport::{QueueAttributes, ReceiveMessage, ReceivedMessage, Transport};
     use rust_stream::SqsBroker;
 
     use super::recording::Recording;
@@ -893,7 +891,7 @@ pub mod backend {
                 let entries = batch
                     .iter()
                     .enumerate()
-                    .map(|(i, message)| rust_stream::engine::transport::DeleteEntry {
+                    .map(|(i, message)| rust_stream::transport::DeleteEntry {
                         id: i.to_string(),
                         receipt_handle: message.receipt_handle.clone(),
                     })

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::queue::{Key, MessageId, Moment};
+use super::ids::{Key, MessageId, Moment};
 
 /// The messages of one group, in storage order, and how many of them are in flight.
 #[derive(Debug, Default)]

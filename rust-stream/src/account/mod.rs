@@ -45,6 +45,7 @@
 //! receive returns the oldest visible messages, and never duplicates a message by itself).
 
 mod fifo;
+mod ids;
 mod queue;
 mod store;
 mod transport;
@@ -56,19 +57,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use ids::{Moment, Now};
 pub use queue::QueueCounts;
-use queue::{Config, Moment, Now, Queue, Take, Wanted};
+use queue::{Config, Queue, Take, Wanted};
 
-use crate::engine::transport::{
+use crate::model::rules::{self, fail, ErrorKind};
+use crate::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
     ReceivedMessage, SendBatchEntry, SendMessage, SentMessage, TransportError,
 };
-use crate::sqs::rules::{self, fail, ErrorKind};
+use ids::ACCOUNT_ID;
 
 /// The region the account's ARNs and URLs name.
 const REGION: &str = "us-east-1";
-/// The account id the account's ARNs and URLs name, as local SQS stand-ins use.
-const ACCOUNT_ID: &str = "000000000000";
 
 /// An in-process SQS account: a set of named queues with SQS's semantics.
 ///

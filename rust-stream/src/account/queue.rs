@@ -15,54 +15,13 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::fifo::{Dedup, Fifo, GroupName, Window};
+use super::ids::{Key, MessageId, Moment, Now, ACCOUNT_ID};
 use super::store::Messages;
-use crate::engine::transport::{
+use crate::model::rules::{self, fail, DedupScope, ErrorKind, QueueAttribute, RedrivePolicy};
+use crate::transport::{
     MessageAttributes, ReceiveMessage, ReceivedMessage, SendMessage, SentMessage, SystemAttribute,
     SystemAttributes, TransportError,
 };
-use crate::sqs::rules::{self, fail, DedupScope, ErrorKind, QueueAttribute, RedrivePolicy};
-
-/// A message's place in its queue: storage order, and on FIFO queues its sequence number.
-pub(super) type Key = u64;
-
-/// The current time on both clocks the account keeps.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Now {
-    /// Tokio's clock, which tests can pause and advance.
-    pub(super) instant: Instant,
-    /// The same, as the account's queues keep it.
-    pub(super) moment: Moment,
-    /// Milliseconds since the Unix epoch, for timestamps shown to callers.
-    pub(super) epoch_ms: u64,
-}
-
-/// A point on tokio's clock as nanoseconds since the account started: half the size of an
-/// `Instant`, and a queue keeps several per message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) struct Moment(u64);
-
-impl Moment {
-    pub(super) fn since(origin: Instant, at: Instant) -> Self {
-        Self(u64::try_from(at.saturating_duration_since(origin).as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    pub(super) fn to_instant(self, origin: Instant) -> Instant {
-        origin + Duration::from_nanos(self.0)
-    }
-
-    fn saturating_since(self, earlier: Self) -> Duration {
-        Duration::from_nanos(self.0.saturating_sub(earlier.0))
-    }
-}
-
-impl std::ops::Add<Duration> for Moment {
-    type Output = Self;
-
-    fn add(self, duration: Duration) -> Self {
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        Self(self.0.saturating_add(nanos))
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum State {
@@ -107,38 +66,6 @@ pub(super) struct Stored {
 pub(super) struct Extra {
     pub(super) message_attributes: MessageAttributes,
     pub(super) dead_letter_source_arn: Option<Arc<str>>,
-}
-
-/// A message id: a random (version 4) UUID, kept as its 128 bits and written out when a send or
-/// a receive returns it. Two words, not a `u128`, so a stored message stays 8-byte aligned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct MessageId([u64; 2]);
-
-impl MessageId {
-    pub(super) fn random() -> Self {
-        // fastrand (per-thread wyrand, seeded from the OS) instead of a getrandom call per message.
-        let uuid = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid();
-        let bits = uuid.as_u128();
-        Self([(bits >> 64) as u64, bits as u64])
-    }
-
-    pub(super) fn to_uuid(self) -> uuid::Uuid {
-        uuid::Uuid::from_u128((u128::from(self.0[0]) << 64) | u128::from(self.0[1]))
-    }
-
-    pub(super) fn text(self) -> String {
-        let mut buffer = uuid::Uuid::encode_buffer();
-        self.to_uuid()
-            .hyphenated()
-            .encode_lower(&mut buffer)
-            .to_owned()
-    }
-}
-
-impl std::fmt::Display for MessageId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.to_uuid().hyphenated().fmt(f)
-    }
 }
 
 /// A queue's settable attributes.
@@ -296,7 +223,7 @@ pub(super) struct Queue {
     pub(super) config: Config,
     pub(super) created_epoch_s: u64,
     pub(super) last_modified_epoch_s: u64,
-    messages: Messages,
+    messages: Messages<Stored>,
     next_key: Key,
     /// Every delayed or in-flight message, by the instant its state ends.
     timers: BTreeSet<(Moment, Key)>,
@@ -1131,7 +1058,7 @@ impl Received {
                     );
                 }
                 if wants(SystemAttribute::SenderId) {
-                    attributes.insert(SystemAttribute::SenderId.name(), super::ACCOUNT_ID);
+                    attributes.insert(SystemAttribute::SenderId.name(), ACCOUNT_ID);
                 }
                 if let (true, Some(group)) = (
                     wants(SystemAttribute::MessageGroupId),

@@ -8,18 +8,18 @@
 
 use std::collections::VecDeque;
 
-use super::queue::{Key, Stored};
+use super::ids::Key;
 
 /// Slots per chunk: small, so that a long-lived message pins little, and large enough that the
 /// deque's pointer per chunk costs under a byte a message.
 const CHUNK: usize = 16;
 
-struct Chunk {
-    slots: [Option<Stored>; CHUNK],
+struct Chunk<T> {
+    slots: [Option<T>; CHUNK],
     live: usize,
 }
 
-impl Chunk {
+impl<T> Chunk<T> {
     fn new() -> Box<Self> {
         Box::new(Self {
             slots: [const { None }; CHUNK],
@@ -28,18 +28,18 @@ impl Chunk {
     }
 }
 
-/// The stored messages of one queue.
-pub(super) struct Messages {
+/// The stored messages of one queue (`T`: what is stored of a message), by key.
+pub(super) struct Messages<T> {
     /// The key of the first slot of `chunks[0]`.
     base: Key,
     /// One past the highest key ever inserted: the next insert's key is at least this.
     end: Key,
     /// `None` where every message of a chunk is gone.
-    chunks: VecDeque<Option<Box<Chunk>>>,
+    chunks: VecDeque<Option<Box<Chunk<T>>>>,
     len: usize,
 }
 
-impl std::fmt::Debug for Messages {
+impl<T> std::fmt::Debug for Messages<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Messages")
             .field("len", &self.len)
@@ -48,7 +48,7 @@ impl std::fmt::Debug for Messages {
     }
 }
 
-impl Messages {
+impl<T> Messages<T> {
     /// An empty store whose first key will be at least `first`.
     pub(super) fn new(first: Key) -> Self {
         Self {
@@ -68,18 +68,18 @@ impl Messages {
         Some((index / CHUNK, index % CHUNK))
     }
 
-    pub(super) fn get(&self, key: Key) -> Option<&Stored> {
+    pub(super) fn get(&self, key: Key) -> Option<&T> {
         let (chunk, slot) = self.place(key)?;
         self.chunks.get(chunk)?.as_ref()?.slots[slot].as_ref()
     }
 
-    pub(super) fn get_mut(&mut self, key: Key) -> Option<&mut Stored> {
+    pub(super) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         let (chunk, slot) = self.place(key)?;
         self.chunks.get_mut(chunk)?.as_mut()?.slots[slot].as_mut()
     }
 
     /// Stores a message under a key higher than any stored before.
-    pub(super) fn insert(&mut self, key: Key, message: Stored) {
+    pub(super) fn insert(&mut self, key: Key, message: T) {
         assert!(key >= self.end, "keys are inserted in increasing order");
         let (chunk, slot) = self.place(key).expect("a new key is past the base");
         if self.chunks.len() <= chunk {
@@ -92,7 +92,7 @@ impl Messages {
         self.end = key + 1;
     }
 
-    pub(super) fn remove(&mut self, key: Key) -> Option<Stored> {
+    pub(super) fn remove(&mut self, key: Key) -> Option<T> {
         let (index, slot) = self.place(key)?;
         let chunk = self.chunks.get_mut(index)?;
         let message = chunk.as_mut()?.slots[slot].take()?;
@@ -131,7 +131,8 @@ impl Messages {
 mod tests {
     use super::*;
     use crate::account::fifo::Dedup;
-    use crate::account::queue::{MessageId, Moment, State};
+    use crate::account::ids::{MessageId, Moment};
+    use crate::account::queue::{State, Stored};
 
     fn message(body: &str) -> Stored {
         let origin = tokio::time::Instant::now();

@@ -1,7 +1,7 @@
 //! The account as a [`Transport`]: each method is the account's operation of the same name, so
 //! the engine runs on the account exactly as it runs on Amazon SQS.
 
-use crate::engine::transport::{
+use crate::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
     ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
 };

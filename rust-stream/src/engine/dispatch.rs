@@ -10,58 +10,23 @@
 //! nobody else.
 
 use std::future::Future;
-use std::pin::Pin;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
+use super::held::Held;
 use super::settle::{Next, Verdict};
-use super::{CatchUnwind, Consumer};
-use crate::context::Delivery;
-use crate::engine::extend::Lease;
+use super::Consumer;
 use crate::handler::Handled;
 use crate::metrics::{Attempt, SubscriptionMetrics};
 use crate::outcome::HandlerOutcome;
 use crate::propagation;
 use crate::retry;
-
-/// A message this consumer holds.
-///
-/// Dropped without being settled (an engine task that panicked), its lease is orphaned and the
-/// heartbeat releases it: a message is never held for ever by a task that is gone.
-#[derive(Debug)]
-pub(crate) struct Held {
-    pub(crate) delivery: Arc<Delivery>,
-    pub(crate) lease: HeldLease,
-    /// Its place in the subscription's capacity, given back when it is settled.
-    pub(crate) _room: OwnedSemaphorePermit,
-    /// The `process` span of its current attempt (none before the first): what the engine logs
-    /// about the message until the attempt is settled goes inside it.
-    pub(crate) span: tracing::Span,
-}
-
-/// A held message's lease, orphaned if dropped unsettled. The lease rather than the whole
-/// [`Held`] carries this, so that a settled message can give up its delivery before its delete
-/// is answered.
-#[derive(Debug)]
-pub(crate) struct HeldLease(pub(crate) Arc<Lease>);
-
-impl std::ops::Deref for HeldLease {
-    type Target = Arc<Lease>;
-
-    fn deref(&self) -> &Arc<Lease> {
-        &self.0
-    }
-}
-
-impl Drop for HeldLease {
-    fn drop(&mut self) {
-        self.0.orphan();
-    }
-}
+use crate::task::poll_once;
+use crate::task::CatchUnwind;
 
 /// How many FIFO groups, per handler slot, may rest between retries in place, lending their room
 /// to the pollers; a group that fails while this many rest goes back to the queue, hidden for its
@@ -514,18 +479,6 @@ impl Consumer {
             },
         }
     }
-}
-
-/// Polls `future` once, in the calling task: its output when it is ready at once, `None` when it
-/// is pending (its waker then wakes the calling task, which polls it again).
-pub(crate) async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
-    std::future::poll_fn(|cx| {
-        Poll::Ready(match Pin::new(&mut *future).poll(cx) {
-            Poll::Ready(output) => Some(output),
-            Poll::Pending => None,
-        })
-    })
-    .await
 }
 
 /// A handler counted as running while this lives, however its attempt ends (a dropped future

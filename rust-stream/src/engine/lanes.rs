@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use super::dispatch::Held;
-use super::extend::Leases;
+use super::held::Held;
+use crate::client::lease::Leases;
 
 /// A lane's messages, by sequence number (unique in a FIFO queue, and the same for a newer
 /// receive of the message); the message id tells apart messages without one.

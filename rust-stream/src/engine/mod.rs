@@ -41,24 +41,36 @@
 //! retry and its reason, the dead-letter move, a release, a failed delete) is inside it. With the
 //! `opentelemetry` feature it continues the trace the message carries ([`crate::propagation`]).
 
-pub(crate) mod batch;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
+pub(crate) mod held;
 pub(crate) mod lanes;
-pub mod meter;
 pub(crate) mod poll;
-#[cfg_attr(not(feature = "testing"), allow(dead_code))]
-pub mod record;
 pub(crate) mod settle;
-pub mod transport;
 
-use std::any::Any;
+/// Moved: [`crate::record`].
+#[deprecated(since = "0.1.0", note = "moved to `rust_stream::record`")]
+pub mod record {
+    pub use crate::record::Settled;
+}
+
+/// Moved: [`crate::transport`] (the seam) and [`crate::model`] (its requests, responses and errors).
+#[deprecated(since = "0.1.0", note = "moved to `rust_stream::transport`")]
+pub mod transport {
+    pub use crate::transport::*;
+}
+
+/// Moved: [`crate::transport::meter`].
+#[deprecated(since = "0.1.0", note = "moved to `rust_stream::transport::meter`")]
+pub mod meter {
+    pub use crate::transport::meter::*;
+}
+
 use std::collections::HashSet;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
+
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -67,21 +79,25 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::app::{AppContext, RunError};
+use crate::client::batch;
+use crate::client::lease::Leases;
+use crate::client::Client;
 use crate::handler::{ErasedHandler, Subscriber};
 use crate::health::SubscriptionProbe;
+use crate::health::{Inspect, QueueLoad};
 use crate::metrics::SubscriptionMetrics;
+use crate::model::queue::{ConfigError, ConfigErrors, ConsumerSettings};
+use crate::model::rules::{self, QueueAttribute, RedrivePolicy};
+use crate::model::SqsQueue;
 use crate::publish::Publisher;
 use crate::retry::Retries;
-use crate::sqs::queue::{ConfigError, ConfigErrors, ConsumerSettings};
-use crate::sqs::rules::{self, QueueAttribute, RedrivePolicy};
-use crate::sqs::{BrokerCore, SqsQueue};
 use crate::state::States;
-use extend::Leases;
+use crate::task::BoxFuture;
 use lanes::Lanes;
 
 /// Runs every subscription until shutdown, then stops them gracefully.
 pub(crate) async fn run(
-    core: Arc<BrokerCore>,
+    core: Arc<Client>,
     subscribers: Vec<Subscriber>,
     app: AppContext,
 ) -> Result<(), RunError> {
@@ -119,19 +135,19 @@ pub(crate) async fn run(
             });
         }
     }
-    if core.linger() > crate::sqs::queue::MAX_BATCH_LINGER {
+    if core.linger() > crate::model::queue::MAX_BATCH_LINGER {
         problems.push(ConfigError::BatchLinger {
             got: core.linger(),
-            max: crate::sqs::queue::MAX_BATCH_LINGER,
+            max: crate::model::queue::MAX_BATCH_LINGER,
         });
     }
-    problems.extend(core.conflicting_declarations(&subscribers));
+    problems.extend(core.conflicting_declarations(crate::handler::declarations(&subscribers)));
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
     }
     // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
     // queues first, so no declaration depends on the order of `include`.
-    for queue in core.declared_queues(&subscribers) {
+    for queue in core.declared_queues(crate::handler::declarations(&subscribers)) {
         core.resolve(&queue)
             .await
             .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
@@ -156,7 +172,7 @@ pub(crate) async fn run(
         }
     }
     tracing::info!(subscriptions = running.consumers.len(), "consuming");
-    app.consuming(Arc::new(crate::sqs::AppQueues {
+    app.consuming(Arc::new(AppQueues {
         core: core.clone(),
         consumed: running
             .consumers
@@ -178,7 +194,7 @@ const SHORTEST_SAFE_VISIBILITY: Duration = Duration::from_secs(5);
 /// Warns about settings that work, but badly: a visibility timeout too short for the heartbeat's
 /// calls, a FIFO subscription without a handler timeout, and (over a network) a stop budget
 /// shorter than a long poll, which a stop waits for.
-fn warn_about_settings(core: &BrokerCore, subscribers: &[Subscriber], budget: Duration) {
+fn warn_about_settings(core: &Client, subscribers: &[Subscriber], budget: Duration) {
     for subscriber in subscribers {
         let queue = &subscriber.queue;
         if let Some(visibility) = queue.consumer.visibility_timeout {
@@ -261,7 +277,7 @@ async fn stop_all(consumers: Vec<Arc<Consumer>>, timeout: Duration) {
 
 /// One running subscription.
 pub(crate) struct Consumer {
-    pub(crate) core: Arc<BrokerCore>,
+    pub(crate) core: Arc<Client>,
     pub(crate) queue: SqsQueue,
     /// The queue's name, shared by every delivery.
     pub(crate) queue_name: Arc<str>,
@@ -298,7 +314,7 @@ pub(crate) struct Consumer {
     /// Receives in flight, which a stop waits for on a network backend.
     pub(crate) receiving: std::sync::atomic::AtomicUsize,
     /// Messages a stop did not start, released once no receive is in flight.
-    pub(crate) parked: Mutex<Vec<dispatch::Held>>,
+    pub(crate) parked: Mutex<Vec<held::Held>>,
     /// The shutdown timeout has passed: running handlers are cancelled.
     pub(crate) cancel_handlers: CancellationToken,
     /// Every message is settled or released: the heartbeat stops.
@@ -354,7 +370,7 @@ impl Consumer {
     /// Resolves the queue (creating it when asked), decides where failed messages go, binds the
     /// outputs, and starts the pollers and the heartbeat.
     async fn start(
-        core: &Arc<BrokerCore>,
+        core: &Arc<Client>,
         subscriber: Subscriber,
         states: Arc<States>,
         probe: Arc<SubscriptionProbe>,
@@ -421,7 +437,7 @@ impl Consumer {
             dead_letter,
             retries,
             handler: subscriber.handler,
-            handler_name: crate::asyncapi::short_name(subscriber.handler_type),
+            handler_name: crate::describe::short_name(subscriber.handler_type),
             states,
             deleter,
             visibility_batcher: core.visibility_batcher(&url),
@@ -564,7 +580,7 @@ impl Consumer {
 /// warning naming the attribute; one that would break a promise keeps the app from starting.
 fn compare_with_declaration(
     queue: &SqsQueue,
-    attributes: &crate::engine::transport::QueueAttributes,
+    attributes: &crate::transport::QueueAttributes,
 ) -> Result<(), RunError> {
     let actual = |name: &str| attributes.get(name).map(String::as_str).unwrap_or("");
     if queue.content_based_dedup && actual("ContentBasedDeduplication") != "true" {
@@ -600,7 +616,7 @@ fn compare_with_declaration(
 /// Decides where a subscription's failed messages go and after how many attempts: the
 /// subscription's `dead_letter(..)`, or else the queue's own `RedrivePolicy`.
 async fn dead_letter_decision(
-    core: &Arc<BrokerCore>,
+    core: &Arc<Client>,
     queue: &SqsQueue,
     redrive: Option<&RedrivePolicy>,
 ) -> Result<(Option<Publisher>, Option<u32>), RunError> {
@@ -671,7 +687,7 @@ async fn dead_letter_decision(
 /// Resolves a subscription's dead-letter queue and refuses one that takes smaller messages than
 /// the queue it serves: a copy it can never take would hold the message for ever.
 async fn check_dead_letter_size(
-    core: &Arc<BrokerCore>,
+    core: &Arc<Client>,
     queue: &SqsQueue,
     target: &SqsQueue,
 ) -> Result<(), RunError> {
@@ -716,34 +732,9 @@ fn warn_tight_redrive(queue: &SqsQueue, policy: &RedrivePolicy, attempts: u32) {
     );
 }
 
-/// A future whose panic is caught and answered as `Err(message)`, so an engine task, a handler or
-/// a transport call that panics is logged and recovered from instead of wedging what waits on it.
-/// The future is polled in place (boxed futures are `Unpin`; box others first).
-pub(crate) struct CatchUnwind<F> {
-    inner: F,
-}
-
-impl<F: Future + Unpin> CatchUnwind<F> {
-    pub(crate) fn new(inner: F) -> Self {
-        Self { inner }
-    }
-}
-
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, String>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = Pin::new(&mut self.inner);
-        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(poll) => poll.map(Ok),
-            Err(panic) => Poll::Ready(Err(panic_message(panic.as_ref()))),
-        }
-    }
-}
-
 /// An engine task whose panic is logged; the messages it held are released by the heartbeat.
 async fn guarded(task: impl Future<Output = ()>) {
-    if let Err(panic) = CatchUnwind::new(Box::pin(task)).await {
+    if let Err(panic) = crate::task::CatchUnwind::new(Box::pin(task)).await {
         log_engine_panic(&panic);
     }
 }
@@ -752,11 +743,44 @@ fn log_engine_panic(panic: &str) {
     tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
 }
 
-/// The message a panic was raised with.
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
+/// A running app's queues: every queue its broker resolved, and which of them it consumes.
+pub(crate) struct AppQueues {
+    pub(crate) core: Arc<Client>,
+    pub(crate) consumed: Vec<String>,
+}
+
+impl Inspect for AppQueues {
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueLoad>, String>> {
+        Box::pin(async move {
+            const COUNTS: [&str; 3] = [
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ];
+            let mut loads = Vec::new();
+            for (name, url) in self.core.resolved_queues() {
+                let attributes = self
+                    .core
+                    .transport
+                    .get_queue_attributes(&url, &COUNTS)
+                    .await
+                    .map_err(|error| format!("queue `{name}`: {error}"))?;
+                let count = |attribute: &str| {
+                    attributes
+                        .get(attribute)
+                        .and_then(|value| value.parse().ok())
+                        .unwrap_or(0)
+                };
+                let consumed = self.consumed.contains(&name);
+                loads.push(QueueLoad::new(
+                    name,
+                    consumed,
+                    count(COUNTS[0]),
+                    count(COUNTS[1]),
+                    count(COUNTS[2]),
+                ));
+            }
+            Ok(loads)
+        })
+    }
 }

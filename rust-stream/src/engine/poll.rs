@@ -18,12 +18,13 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::dispatch::{Held, HeldLease};
-use super::{CatchUnwind, Consumer};
+use super::held::{Held, HeldLease};
+use super::Consumer;
 use crate::context::Delivery;
-use crate::engine::transport::{ReceiveMessage, ReceivedMessage, TransportError};
+use crate::model::rules::ErrorKind;
 use crate::retry::backoff;
-use crate::sqs::rules::ErrorKind;
+use crate::task::CatchUnwind;
+use crate::transport::{ReceiveMessage, ReceivedMessage, TransportError};
 
 /// The system attributes a delivery reads (`Delivery::new`, the message-age metric); asking for
 /// `All` would have each message carry the rest too, built and copied for nobody.
@@ -159,7 +160,7 @@ impl Consumer {
                 CatchUnwind::new(self.core.transport.receive_message(&self.url, request)),
             )
             .await
-            .unwrap_or_else(|_| Ok(Err(crate::engine::batch::unanswered_within(deadline))))
+            .unwrap_or_else(|_| Ok(Err(crate::client::batch::unanswered_within(deadline))))
             .unwrap_or_else(|panic| {
                 Err(TransportError::service(
                     ErrorKind::InternalError,

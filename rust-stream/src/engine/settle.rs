@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::dispatch::Held;
-use super::extend::{DeleteInFlight, Lease};
-use super::record::{Event, Settled};
+use super::held::Held;
 use super::Consumer;
-use crate::engine::transport::{MessageAttributeValue, SendMessage, SentMessage};
+use crate::client::lease::{DeleteInFlight, Lease};
+use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 use crate::publish::{Outgoing, PublishError};
+use crate::record::{Event, Settled};
 use crate::retry::{self, AfterFailure};
-use crate::sqs::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
+use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
 
 /// The attribute a dead-lettered message carries the reason in.
 pub const DEAD_LETTER_REASON_HEADER: &str = "rust_stream.dead_letter_reason";
@@ -336,8 +336,8 @@ impl Consumer {
         type ByQueue = BTreeMap<
             (usize, String),
             (
-                Arc<crate::sqs::BrokerCore>,
-                crate::sqs::SqsQueue,
+                Arc<crate::client::Client>,
+                crate::model::SqsQueue,
                 Vec<SendMessage>,
             ),
         >;
@@ -366,7 +366,7 @@ impl Consumer {
                 .into_iter()
                 .enumerate()
             {
-                answer?;
+                answer.map_err(PublishError::rejected(&queue))?;
                 if let Some(bodies) = &bodies {
                     self.core.record(|| Event::Published {
                         queue: queue.name.clone(),
@@ -441,7 +441,10 @@ impl Consumer {
             );
             message.dedup_id = Some(delivery.message_id.clone());
         }
-        self.core.send(dead_letter.queue(), message).await
+        self.core
+            .send(dead_letter.queue(), message)
+            .await
+            .map_err(PublishError::rejected(dead_letter.queue()))
     }
 
     /// Deletes a settled message. On FIFO the delete is confirmed before the lane goes on (deletes

@@ -3,10 +3,10 @@
 use std::time::SystemTime;
 
 use crate::context::{Context, Delivery};
-use crate::engine::transport::{
+use crate::state::States;
+use crate::transport::{
     MessageAttributeValue, MessageAttributes, ReceivedMessage, SystemAttributes,
 };
-use crate::state::States;
 
 /// Builds the [`Context`] a handler is called with in a unit test: the message's ids, group,
 /// receive count and headers as a queue would have delivered them, and the app's state.

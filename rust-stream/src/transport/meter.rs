@@ -7,7 +7,7 @@ use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::transport::{
+use super::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
     ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
 };

@@ -25,7 +25,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::queue::{ConfigError, SqsQueue};
-use crate::handler::Subscriber;
 
 /// Who declares a queue when a publisher made from the broker does.
 const PUBLISHER: &str = "a publisher made with `broker.publisher(..)`";
@@ -45,20 +44,22 @@ pub(crate) struct Declarations {
 }
 
 impl Declarations {
-    /// The declarations of an app with these subscribers: each subscription's queue, its
-    /// dead-letter queue and its outputs.
-    pub(crate) fn of_app(subscribers: &[Subscriber]) -> Self {
+    /// The declarations of an app with these subscriptions, each given as its queue and the
+    /// queues of its outputs: each subscription's queue, its dead-letter queue and its outputs.
+    pub(crate) fn of_app<'a>(
+        subscriptions: impl IntoIterator<Item = (&'a SqsQueue, Vec<&'a SqsQueue>)>,
+    ) -> Self {
         let mut declarations = Self::default();
-        for subscriber in subscribers {
-            let name = &subscriber.queue.name;
-            declarations.declare(&subscriber.queue, &format!("the subscription of `{name}`"));
-            if let Some(dead_letter) = subscriber.queue.dead_letter_queue() {
+        for (queue, outputs) in subscriptions {
+            let name = &queue.name;
+            declarations.declare(queue, &format!("the subscription of `{name}`"));
+            if let Some(dead_letter) = queue.dead_letter_queue() {
                 let by = format!("the dead-letter queue of `{name}`");
                 declarations.declare(&dead_letter, &by);
             }
-            for output in &subscriber.outputs {
+            for output in outputs {
                 let by = format!("an output of the subscription of `{name}`");
-                declarations.declare(output.queue(), &by);
+                declarations.declare(output, &by);
             }
         }
         declarations
@@ -202,16 +203,16 @@ impl Registry {
 
     /// What an app's start checks and resolves: its own declarations, joined by the publishers'
     /// of the same queues. Another app's are never in it.
-    pub(crate) fn checked(&self, subscribers: &[Subscriber]) -> Declarations {
-        let mut declarations = Declarations::of_app(subscribers);
+    pub(crate) fn checked(&self, app: Declarations) -> Declarations {
+        let mut declarations = app;
         let own: BTreeSet<String> = declarations.by_name.keys().cloned().collect();
         declarations.join(&self.publishers, |name| own.contains(name));
         declarations
     }
 
     /// What an app's AsyncAPI document shows: its own declarations, joined by every publisher's.
-    pub(crate) fn documented(&self, subscribers: &[Subscriber]) -> Declarations {
-        let mut declarations = Declarations::of_app(subscribers);
+    pub(crate) fn documented(&self, app: Declarations) -> Declarations {
+        let mut declarations = app;
         declarations.join(&self.publishers, |_| true);
         declarations
     }
@@ -336,13 +337,13 @@ mod tests {
         let registry = Arc::new(Mutex::new(Registry::default()));
         let other_app =
             [crate::subscriber(SqsQueue::new("jobs").dead_letter("c", 3), Take).build()];
-        let _other = Registry::register(&registry, Declarations::of_app(&other_app));
+        let _other = Registry::register(&registry, crate::handler::declarations(&other_app));
         let mut locked = registry.lock().unwrap();
         locked.publisher(&SqsQueue::new("jobs").dead_letter("a", 3));
         locked.publisher(&SqsQueue::new("elsewhere").dead_letter("x", 3));
         locked.publisher(&SqsQueue::new("elsewhere").dead_letter("y", 3));
         let app = [crate::subscriber("jobs", Take).build()];
-        let checked = locked.checked(&app);
+        let checked = locked.checked(crate::handler::declarations(&app));
         let names: Vec<String> = checked
             .in_creation_order()
             .into_iter()
@@ -363,7 +364,7 @@ mod tests {
             "the publisher's declaration joins the app's; the other app's does not"
         );
         assert!(checked.conflicts().is_empty(), "{:?}", checked.conflicts());
-        let documented = locked.documented(&app);
+        let documented = locked.documented(crate::handler::declarations(&app));
         let names: Vec<String> = documented
             .in_creation_order()
             .into_iter()
@@ -382,7 +383,7 @@ mod tests {
             Take,
         )
         .build()];
-        let registered = Registry::register(&registry, Declarations::of_app(&app));
+        let registered = Registry::register(&registry, crate::handler::declarations(&app));
         let published = SqsQueue::new("orders").create_if_missing();
         let created = registry.lock().unwrap().for_publisher(&published);
         assert!(created.create_if_missing);
@@ -411,6 +412,12 @@ mod tests {
             registry.publisher(&SqsQueue::new("jobs").dead_letter(dead_letter, 3));
         }
         let app = [crate::subscriber("jobs", Take).build()];
-        assert_eq!(registry.checked(&app).conflicts().len(), 1);
+        assert_eq!(
+            registry
+                .checked(crate::handler::declarations(&app))
+                .conflicts()
+                .len(),
+            1
+        );
     }
 }

@@ -6,10 +6,11 @@
 //! AWS API model.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
-use crate::engine::transport::{MessageAttributeValue, SendMessage, TransportError};
+pub use super::error::ErrorKind;
+use super::error::TransportError;
+use super::wire::{MessageAttributeValue, SendMessage};
 
 /// Largest message: body and message attributes together, in bytes (1 MiB since 2025-08).
 pub const MAX_MESSAGE_SIZE: usize = 1_048_576;
@@ -40,124 +41,6 @@ pub const MAX_QUEUE_NAME_LEN: usize = 80;
 pub const MAX_TOKEN_LEN: usize = 128;
 /// Longest batch entry id.
 pub const MAX_BATCH_ENTRY_ID_LEN: usize = 80;
-
-/// The SQS error kinds, named as the service names them.
-///
-/// Both the in-process account and the network transport report these, so a caller matches on
-/// one enum whatever the backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The queue named by a URL or name does not exist.
-    QueueDoesNotExist,
-    /// A queue of this name exists with other attributes.
-    QueueNameExists,
-    /// A queue of this name was deleted less than 60 seconds ago.
-    QueueDeletedRecently,
-    /// An attribute name is unknown, read-only, or not valid for this queue type.
-    InvalidAttributeName,
-    /// An attribute's value is outside its range or malformed.
-    InvalidAttributeValue,
-    /// A parameter's value is outside its range or malformed.
-    InvalidParameterValue,
-    /// A required parameter is missing.
-    MissingParameter,
-    /// A message body contains characters SQS does not accept.
-    InvalidMessageContents,
-    /// A visibility change names a message that is not in flight.
-    MessageNotInflight,
-    /// A receipt handle is malformed, belongs to another queue, or was superseded by a later receive.
-    ReceiptHandleIsInvalid,
-    /// The queue was purged less than 60 seconds ago.
-    PurgeQueueInProgress,
-    /// A batch request has no entries.
-    EmptyBatchRequest,
-    /// A batch request has more than 10 entries.
-    TooManyEntriesInBatchRequest,
-    /// A batch entry id is not 1–80 characters of `[A-Za-z0-9_-]`.
-    InvalidBatchEntryId,
-    /// Two entries of one batch share an id.
-    BatchEntryIdsNotDistinct,
-    /// A send batch's messages add up to more than 1 MiB.
-    BatchRequestTooLong,
-    /// The operation is not supported on this queue.
-    UnsupportedOperation,
-    /// The request was throttled.
-    RequestThrottled,
-    /// The service failed; the request may be retried.
-    InternalError,
-}
-
-impl ErrorKind {
-    /// The code SQS uses for this kind in its error responses.
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::QueueDoesNotExist => "QueueDoesNotExist",
-            Self::QueueNameExists => "QueueNameExists",
-            Self::QueueDeletedRecently => "QueueDeletedRecently",
-            Self::InvalidAttributeName => "InvalidAttributeName",
-            Self::InvalidAttributeValue => "InvalidAttributeValue",
-            Self::InvalidParameterValue => "InvalidParameterValue",
-            Self::MissingParameter => "MissingParameter",
-            Self::InvalidMessageContents => "InvalidMessageContents",
-            Self::MessageNotInflight => "MessageNotInflight",
-            Self::ReceiptHandleIsInvalid => "ReceiptHandleIsInvalid",
-            Self::PurgeQueueInProgress => "PurgeQueueInProgress",
-            Self::EmptyBatchRequest => "EmptyBatchRequest",
-            Self::TooManyEntriesInBatchRequest => "TooManyEntriesInBatchRequest",
-            Self::InvalidBatchEntryId => "InvalidBatchEntryId",
-            Self::BatchEntryIdsNotDistinct => "BatchEntryIdsNotDistinct",
-            Self::BatchRequestTooLong => "BatchRequestTooLong",
-            Self::UnsupportedOperation => "UnsupportedOperation",
-            Self::RequestThrottled => "RequestThrottled",
-            Self::InternalError => "InternalError",
-        }
-    }
-
-    /// The kind an SQS error code names: the JSON protocol's short codes (`QueueDoesNotExist`) and
-    /// the query-compatible ones (`AWS.SimpleQueueService.NonExistentQueue`) alike.
-    pub fn from_code(code: &str) -> Option<Self> {
-        let short = code.strip_prefix("AWS.SimpleQueueService.").unwrap_or(code);
-        let short = short.rsplit('#').next().unwrap_or(short);
-        Some(match short {
-            "QueueDoesNotExist" | "NonExistentQueue" => Self::QueueDoesNotExist,
-            "QueueNameExists" | "QueueAlreadyExists" => Self::QueueNameExists,
-            "QueueDeletedRecently" => Self::QueueDeletedRecently,
-            "InvalidAttributeName" => Self::InvalidAttributeName,
-            "InvalidAttributeValue" => Self::InvalidAttributeValue,
-            "InvalidParameterValue" | "InvalidParameterValueException" | "ValidationError" => {
-                Self::InvalidParameterValue
-            }
-            "MissingParameter" | "MissingRequiredParameterException" => Self::MissingParameter,
-            "InvalidMessageContents" => Self::InvalidMessageContents,
-            "MessageNotInflight" => Self::MessageNotInflight,
-            "ReceiptHandleIsInvalid" => Self::ReceiptHandleIsInvalid,
-            "PurgeQueueInProgress" => Self::PurgeQueueInProgress,
-            "EmptyBatchRequest" => Self::EmptyBatchRequest,
-            "TooManyEntriesInBatchRequest" => Self::TooManyEntriesInBatchRequest,
-            "InvalidBatchEntryId" => Self::InvalidBatchEntryId,
-            "BatchEntryIdsNotDistinct" => Self::BatchEntryIdsNotDistinct,
-            "BatchRequestTooLong" => Self::BatchRequestTooLong,
-            "UnsupportedOperation" => Self::UnsupportedOperation,
-            "RequestThrottled" | "ThrottlingException" | "Throttling" | "KmsThrottled" => {
-                Self::RequestThrottled
-            }
-            "InternalError" | "InternalFailure" | "ServiceUnavailable" => Self::InternalError,
-            _ => return None,
-        })
-    }
-
-    /// Whether the caller's request was at fault (as opposed to the service).
-    pub fn sender_fault(self) -> bool {
-        !matches!(self, Self::RequestThrottled | Self::InternalError)
-    }
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code())
-    }
-}
 
 pub(crate) fn fail<T>(kind: ErrorKind, message: impl Into<String>) -> Result<T, TransportError> {
     Err(TransportError::service(kind, message))
@@ -494,7 +377,7 @@ pub(crate) fn check_batch_ids<'a>(
 
 /// Checks a `SendMessageBatch` as a whole: its entry ids, and its total payload (at most 1 MiB).
 pub(crate) fn check_send_batch(
-    entries: &[crate::engine::transport::SendBatchEntry],
+    entries: &[super::wire::SendBatchEntry],
 ) -> Result<(), TransportError> {
     check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
     let total: usize = entries

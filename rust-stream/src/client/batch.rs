@@ -22,12 +22,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::engine::extend::Lease;
-use crate::engine::transport::{
+use crate::client::lease::Lease;
+use crate::model::rules::{self, ErrorKind, MAX_BATCH_ENTRIES, MAX_BATCH_PAYLOAD_SIZE};
+use crate::transport::{
     BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, SendBatchEntry, SendMessage,
     SentMessage, SharedTransport, TransportError,
 };
-use crate::sqs::rules::{self, ErrorKind, MAX_BATCH_ENTRIES, MAX_BATCH_PAYLOAD_SIZE};
 
 /// How long a failure that may pass (throttling, a service-side failure, a network fault) is
 /// retried before its error is answered. The SDK's own retries stop once its retry quota is spent,
@@ -575,10 +575,7 @@ async fn gather<A: Action>(
             // and answered here, as a task per call would cost more than the call. One that
             // waits goes on in a task of its own.
             let mut flush = Box::pin(flush);
-            if crate::engine::dispatch::poll_once(&mut flush)
-                .await
-                .is_none()
-            {
+            if crate::task::poll_once(&mut flush).await.is_none() {
                 tokio::spawn(flush);
             }
         }
@@ -685,10 +682,7 @@ async fn gather_with_company<A: Action>(
         // would cost more than the call; one that waits goes on in a task of its own, so this
         // batcher gathers the next call meanwhile and a stalled one holds up nobody.
         let mut first_try = Box::pin(flush.try_first(permit, in_flight.clone(), count));
-        if crate::engine::dispatch::poll_once(&mut first_try)
-            .await
-            .is_none()
-        {
+        if crate::task::poll_once(&mut first_try).await.is_none() {
             tokio::spawn(first_try);
         }
     }
@@ -818,7 +812,7 @@ impl<A: Action> Flush<A> {
         // answered by its deadline is given up as unanswered (repeated where that is safe).
         let answer = tokio::time::timeout(
             deadline,
-            crate::engine::CatchUnwind::new(A::call(&self.transport, &self.queue_url, call)),
+            crate::task::CatchUnwind::new(A::call(&self.transport, &self.queue_url, call)),
         )
         .await
         .unwrap_or_else(|_| Ok(Err(unanswered_within(deadline))))
@@ -912,7 +906,7 @@ impl<A: Action> Flush<A> {
             job_answers.for_each(drop);
             if let Err(panic) = answered {
                 tracing::error!(
-                    panic = %crate::engine::panic_message(panic.as_ref()),
+                    panic = %crate::task::panic_message(panic.as_ref()),
                     "a batched call's answer panicked in its caller's callback"
                 );
             }
@@ -926,8 +920,8 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::account::Account;
-    use crate::engine::extend::Leases;
-    use crate::engine::transport::{
+    use crate::client::lease::Leases;
+    use crate::transport::{
         BatchFailure, QueueAttributes, ReceiveMessage, ReceivedMessage, Transport,
     };
 
@@ -1139,7 +1133,7 @@ pub(crate) mod tests {
             .map(|(chunk, size)| (chunk.len(), size))
             .unzip();
         assert_eq!((chunks, total), (vec![1, 1], vec![600 * KIB, 500 * KIB]));
-        let leases = crate::engine::extend::Leases::default();
+        let leases = crate::client::lease::Leases::default();
         let deletes: Vec<Arc<Lease>> = (0..25)
             .map(|n| leases.open(n.to_string(), n.to_string(), None, Duration::from_secs(30)))
             .collect();

@@ -4,8 +4,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::error::TransportError;
+use super::rules;
+use super::wire::SendMessage;
 use crate::retry::RetryPolicy;
-use crate::sqs::rules;
 
 /// A queue, named as in SQS: a name ending in `.fifo` is a FIFO queue.
 ///
@@ -72,6 +74,26 @@ impl Default for ConsumerSettings {
 }
 
 impl SqsQueue {
+    /// Checks a message against every send rule for this queue, taking messages of up to
+    /// `maximum_message_size` bytes, and deduplicates by content as `content_based_dedup` says
+    /// when its own attribute could be read (the declaration decides otherwise: a
+    /// publisher declared `.content_based_dedup()` for a queue without it would have every message
+    /// refused by SQS; here each is refused before the call, saying so).
+    pub(crate) fn check_message(
+        &self,
+        message: &SendMessage,
+        maximum_message_size: usize,
+        content_based_dedup: Option<bool>,
+    ) -> Result<(), TransportError> {
+        let target = rules::SendTarget {
+            queue: &self.name,
+            fifo: self.is_fifo(),
+            content_based_dedup: content_based_dedup.unwrap_or(self.content_based_dedup),
+            maximum_message_size,
+        };
+        rules::check_send(message, target).map(drop)
+    }
+
     /// The queue of this name. Nothing is checked until the app runs, when every problem is
     /// reported at once, before any network call.
     pub fn new(name: impl Into<String>) -> Self {
@@ -238,7 +260,9 @@ impl SqsQueue {
                 got: consumer.pollers,
             });
         }
-        if let Some(reason) = consumer.retry.problem() {
+        if let Some(reason) = consumer.retry.problem(Duration::from_secs(
+            rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64,
+        )) {
             problems.push(ConfigError::Retry {
                 queue: queue(),
                 reason,

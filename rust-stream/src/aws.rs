@@ -25,13 +25,12 @@ use aws_sdk_sqs::types::{
     SendMessageBatchRequestEntry,
 };
 
-use crate::engine::transport::{
+use crate::model::rules::{self, ErrorKind};
+use crate::transport::{
     BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, MessageAttributeValue,
     MessageAttributes, QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry,
     SentMessage, Transport, TransportError,
 };
-use crate::sqs::rules::{self, ErrorKind};
-use crate::sqs::SqsBroker;
 
 /// How long one SDK attempt may take unless set: longer than the 20 s long poll, so a long poll is
 /// never cut, and short enough that a stalled connection is given up within half a minute.
@@ -135,19 +134,6 @@ impl AwsBrokerBuilder {
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = Some(timeout);
         self
-    }
-
-    /// Loads the configuration, checks that it names a region and yields credentials, and makes
-    /// the broker. Makes no SQS request: a missing queue, or credentials SQS refuses, show when
-    /// the app starts.
-    ///
-    /// # Errors
-    ///
-    /// [`ConnectError::MissingRegion`] when no region is set here, in the environment or in the
-    /// profile; [`ConnectError::MissingCredentials`] when the credentials provider finds none or
-    /// does not answer within 5 s.
-    pub async fn connect(self) -> Result<SqsBroker, ConnectError> {
-        Ok(SqsBroker::with_transport(self.transport().await?))
     }
 
     /// Loads and checks the configuration as [`connect`](Self::connect) does, and makes the bare

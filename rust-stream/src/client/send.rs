@@ -41,9 +41,9 @@
 
 use std::time::Duration;
 
-use crate::engine::batch::{BatchSettings, Batcher, SendBatch};
-use crate::engine::transport::{SendMessage, SentMessage, SharedTransport, TransportError};
-use crate::sqs::rules::MAX_BATCH_ENTRIES;
+use crate::client::batch::{BatchSettings, Batcher, SendBatch};
+use crate::model::rules::MAX_BATCH_ENTRIES;
+use crate::transport::{SendMessage, SentMessage, SharedTransport, TransportError};
 
 /// The in-order batchers of a FIFO queue's sends: as many calls in flight as a standard queue's
 /// batcher has.
@@ -149,8 +149,8 @@ mod tests {
 
     use super::*;
     use crate::account::Account;
-    use crate::engine::batch::tests::Recorder;
-    use crate::engine::transport::QueueAttributes;
+    use crate::client::batch::tests::Recorder;
+    use crate::transport::QueueAttributes;
 
     #[tokio::test(start_paused = true)]
     async fn a_shard_sends_at_once_when_its_call_is_free_and_gathers_while_it_is_out() {

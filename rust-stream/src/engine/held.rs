@@ -1,0 +1,45 @@
+//! A message the consumer holds: its delivery, its lease, its room in the pipeline and the span
+//! of its current attempt. Every part of the engine passes this value on: the poller makes it,
+//! a lane or a task runs it, settlement ends it.
+
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::client::lease::Lease;
+use crate::context::Delivery;
+
+/// A message this consumer holds.
+///
+/// Dropped without being settled (an engine task that panicked), its lease is orphaned and the
+/// heartbeat releases it: a message is never held for ever by a task that is gone.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) delivery: Arc<Delivery>,
+    pub(crate) lease: HeldLease,
+    /// Its place in the subscription's capacity, given back when it is settled.
+    pub(crate) _room: OwnedSemaphorePermit,
+    /// The `process` span of its current attempt (none before the first): what the engine logs
+    /// about the message until the attempt is settled goes inside it.
+    pub(crate) span: tracing::Span,
+}
+
+/// A held message's lease, orphaned if dropped unsettled. The lease rather than the whole
+/// [`Held`] carries this, so that a settled message can give up its delivery before its delete
+/// is answered.
+#[derive(Debug)]
+pub(crate) struct HeldLease(pub(crate) Arc<Lease>);
+
+impl std::ops::Deref for HeldLease {
+    type Target = Arc<Lease>;
+
+    fn deref(&self) -> &Arc<Lease> {
+        &self.0
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        self.0.orphan();
+    }
+}

@@ -1,0 +1,216 @@
+//! What a queue service answers when it refuses: the SQS error kinds, a failed request
+//! ([`TransportError`]) and a failed batch entry ([`BatchFailure`]). Every backend answers in these
+//! words, so a caller matches on one enum whatever is underneath.
+
+use std::fmt;
+
+/// The SQS error kinds, named as the service names them.
+///
+/// Both the in-process account and the network transport report these, so a caller matches on
+/// one enum whatever the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The queue named by a URL or name does not exist.
+    QueueDoesNotExist,
+    /// A queue of this name exists with other attributes.
+    QueueNameExists,
+    /// A queue of this name was deleted less than 60 seconds ago.
+    QueueDeletedRecently,
+    /// An attribute name is unknown, read-only, or not valid for this queue type.
+    InvalidAttributeName,
+    /// An attribute's value is outside its range or malformed.
+    InvalidAttributeValue,
+    /// A parameter's value is outside its range or malformed.
+    InvalidParameterValue,
+    /// A required parameter is missing.
+    MissingParameter,
+    /// A message body contains characters SQS does not accept.
+    InvalidMessageContents,
+    /// A visibility change names a message that is not in flight.
+    MessageNotInflight,
+    /// A receipt handle is malformed, belongs to another queue, or was superseded by a later receive.
+    ReceiptHandleIsInvalid,
+    /// The queue was purged less than 60 seconds ago.
+    PurgeQueueInProgress,
+    /// A batch request has no entries.
+    EmptyBatchRequest,
+    /// A batch request has more than 10 entries.
+    TooManyEntriesInBatchRequest,
+    /// A batch entry id is not 1–80 characters of `[A-Za-z0-9_-]`.
+    InvalidBatchEntryId,
+    /// Two entries of one batch share an id.
+    BatchEntryIdsNotDistinct,
+    /// A send batch's messages add up to more than 1 MiB.
+    BatchRequestTooLong,
+    /// The operation is not supported on this queue.
+    UnsupportedOperation,
+    /// The request was throttled.
+    RequestThrottled,
+    /// The service failed; the request may be retried.
+    InternalError,
+}
+
+impl ErrorKind {
+    /// The code SQS uses for this kind in its error responses.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::QueueDoesNotExist => "QueueDoesNotExist",
+            Self::QueueNameExists => "QueueNameExists",
+            Self::QueueDeletedRecently => "QueueDeletedRecently",
+            Self::InvalidAttributeName => "InvalidAttributeName",
+            Self::InvalidAttributeValue => "InvalidAttributeValue",
+            Self::InvalidParameterValue => "InvalidParameterValue",
+            Self::MissingParameter => "MissingParameter",
+            Self::InvalidMessageContents => "InvalidMessageContents",
+            Self::MessageNotInflight => "MessageNotInflight",
+            Self::ReceiptHandleIsInvalid => "ReceiptHandleIsInvalid",
+            Self::PurgeQueueInProgress => "PurgeQueueInProgress",
+            Self::EmptyBatchRequest => "EmptyBatchRequest",
+            Self::TooManyEntriesInBatchRequest => "TooManyEntriesInBatchRequest",
+            Self::InvalidBatchEntryId => "InvalidBatchEntryId",
+            Self::BatchEntryIdsNotDistinct => "BatchEntryIdsNotDistinct",
+            Self::BatchRequestTooLong => "BatchRequestTooLong",
+            Self::UnsupportedOperation => "UnsupportedOperation",
+            Self::RequestThrottled => "RequestThrottled",
+            Self::InternalError => "InternalError",
+        }
+    }
+
+    /// The kind an SQS error code names: the JSON protocol's short codes (`QueueDoesNotExist`) and
+    /// the query-compatible ones (`AWS.SimpleQueueService.NonExistentQueue`) alike.
+    pub fn from_code(code: &str) -> Option<Self> {
+        let short = code.strip_prefix("AWS.SimpleQueueService.").unwrap_or(code);
+        let short = short.rsplit('#').next().unwrap_or(short);
+        Some(match short {
+            "QueueDoesNotExist" | "NonExistentQueue" => Self::QueueDoesNotExist,
+            "QueueNameExists" | "QueueAlreadyExists" => Self::QueueNameExists,
+            "QueueDeletedRecently" => Self::QueueDeletedRecently,
+            "InvalidAttributeName" => Self::InvalidAttributeName,
+            "InvalidAttributeValue" => Self::InvalidAttributeValue,
+            "InvalidParameterValue" | "InvalidParameterValueException" | "ValidationError" => {
+                Self::InvalidParameterValue
+            }
+            "MissingParameter" | "MissingRequiredParameterException" => Self::MissingParameter,
+            "InvalidMessageContents" => Self::InvalidMessageContents,
+            "MessageNotInflight" => Self::MessageNotInflight,
+            "ReceiptHandleIsInvalid" => Self::ReceiptHandleIsInvalid,
+            "PurgeQueueInProgress" => Self::PurgeQueueInProgress,
+            "EmptyBatchRequest" => Self::EmptyBatchRequest,
+            "TooManyEntriesInBatchRequest" => Self::TooManyEntriesInBatchRequest,
+            "InvalidBatchEntryId" => Self::InvalidBatchEntryId,
+            "BatchEntryIdsNotDistinct" => Self::BatchEntryIdsNotDistinct,
+            "BatchRequestTooLong" => Self::BatchRequestTooLong,
+            "UnsupportedOperation" => Self::UnsupportedOperation,
+            "RequestThrottled" | "ThrottlingException" | "Throttling" | "KmsThrottled" => {
+                Self::RequestThrottled
+            }
+            "InternalError" | "InternalFailure" | "ServiceUnavailable" => Self::InternalError,
+            _ => return None,
+        })
+    }
+
+    /// Whether the caller's request was at fault (as opposed to the service).
+    pub fn sender_fault(self) -> bool {
+        !matches!(self, Self::RequestThrottled | Self::InternalError)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// A failed batch entry, as SQS reports it in the `Failed` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchFailure {
+    /// The entry's id.
+    pub id: String,
+    /// Why it failed.
+    pub kind: ErrorKind,
+    /// Whether the request was at fault (retrying it unchanged will fail again).
+    pub sender_fault: bool,
+    /// What was wrong.
+    pub message: String,
+}
+
+/// Why a request to a queue service failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The service answered with an SQS error.
+    #[error("{kind}: {message}")]
+    Service {
+        /// The SQS error kind.
+        kind: ErrorKind,
+        /// What was wrong and how to fix it.
+        message: String,
+    },
+    /// The service answered with an error code this crate does not know (credentials, access).
+    #[error("{code}: {message}")]
+    Other {
+        /// The code the service sent.
+        code: String,
+        /// What it said.
+        message: String,
+    },
+    /// The service could not be reached, timed out, or failed without a usable answer; the
+    /// request may be retried.
+    #[error("SQS unreachable: {message}")]
+    Unavailable {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl TransportError {
+    /// An SQS error of this kind.
+    pub fn service(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self::Service {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Whether the same request may succeed if tried again (throttling, a service-side failure).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+            || matches!(
+                self.kind(),
+                Some(ErrorKind::RequestThrottled | ErrorKind::InternalError)
+            )
+    }
+
+    /// The SQS error kind, when the service answered with one.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Self::Service { kind, .. } => Some(*kind),
+            Self::Other { .. } | Self::Unavailable { .. } => None,
+        }
+    }
+
+    /// This error as a failed batch entry.
+    pub(crate) fn into_batch_failure(self, id: String) -> BatchFailure {
+        match self {
+            Self::Service { kind, message } => BatchFailure {
+                id,
+                kind,
+                sender_fault: kind.sender_fault(),
+                message,
+            },
+            Self::Other { code, message } => BatchFailure {
+                id,
+                kind: ErrorKind::InternalError,
+                sender_fault: true,
+                message: format!("{code}: {message}"),
+            },
+            Self::Unavailable { message } => BatchFailure {
+                id,
+                kind: ErrorKind::InternalError,
+                sender_fault: false,
+                message,
+            },
+        }
+    }
+}

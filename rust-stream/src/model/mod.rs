@@ -1,0 +1,19 @@
+//! Amazon SQS as data: the ground floor every other layer stands on.
+//!
+//! - [`error`]: what a service answers when it refuses ([`ErrorKind`], [`TransportError`]).
+//! - [`wire`]: requests and responses, shaped like the SQS API.
+//! - [`rules`]: the limits and checks both backends enforce alike.
+//! - [`queue`]: a queue as an app declares it ([`SqsQueue`]), and what is wrong with a
+//!   declaration ([`ConfigError`]).
+//! - `declare`: the declarations of a broker's apps and publishers, merged per queue.
+//!
+//! Nothing here calls a service or runs a task.
+
+pub(crate) mod declare;
+pub mod error;
+pub mod queue;
+pub mod rules;
+pub mod wire;
+
+pub use error::{BatchFailure, ErrorKind, TransportError};
+pub use queue::{ConfigError, ConfigErrors, SqsQueue};

@@ -1,0 +1,57 @@
+//! Helpers for futures the crate runs: catching a panic as an error ([`CatchUnwind`],
+//! [`panic_message`]) and polling once in the calling task ([`poll_once`]).
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A boxed, sendable future: what a trait object's async method returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A future whose panic is caught and answered as `Err(message)`, so an engine task, a handler or
+/// a transport call that panics is logged and recovered from instead of wedging what waits on it.
+/// The future is polled in place (boxed futures are `Unpin`; box others first).
+pub(crate) struct CatchUnwind<F> {
+    inner: F,
+}
+
+impl<F: Future + Unpin> CatchUnwind<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        Self { inner }
+    }
+}
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = Pin::new(&mut self.inner);
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(poll) => poll.map(Ok),
+            Err(panic) => Poll::Ready(Err(panic_message(panic.as_ref()))),
+        }
+    }
+}
+
+/// The message a panic was raised with.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Polls `future` once, in the calling task: its output when it is ready at once, `None` when it
+/// is pending (its waker then wakes the calling task, which polls it again).
+pub(crate) async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *future).poll(cx) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => None,
+        })
+    })
+    .await
+}

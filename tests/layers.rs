@@ -1,0 +1,452 @@
+//! The core crate's layering, checked: every module of `rust-stream/src` imports only modules of
+//! its own layer or of a layer below, and no modules import each other in a circle.
+//!
+//! The layers are written down once, in the README's "Layout" section: a table whose rows read
+//! `| <layer number> | <modules> | ... |`, the modules as paths under `rust-stream/src` without
+//! `.rs` (`model` for the folder, `engine/poll` for one file). A module takes the layer of the
+//! longest path that names it. An *import* is a path into the crate (`crate::`, `super::`,
+//! `self::`) in the code before its `#[cfg(test)]` part, comments left out; it points at the file
+//! of the longest module that path names.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A module, as its path under `src` without `.rs` and without a trailing `mod`/`lib`:
+/// `["engine", "poll"]`, `["engine"]` for `engine/mod.rs`, `[]` for `lib.rs`.
+type Module = Vec<String>;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+/// The layer table of the README's "Layout" section: module path → layer.
+fn layers() -> BTreeMap<String, u32> {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let section = readme
+        .split("\n## ")
+        .find(|section| section.starts_with("Layout"))
+        .expect("the README has a Layout section");
+    let mut layers = BTreeMap::new();
+    for line in section.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(number), Some(modules)) = (cells.get(1), cells.get(2)) else {
+            continue;
+        };
+        let Ok(layer) = number.parse::<u32>() else {
+            continue;
+        };
+        for module in modules.split(',') {
+            let module = module.trim().trim_matches('`').trim_end_matches('/');
+            assert!(
+                layers.insert(module.to_owned(), layer).is_none(),
+                "`{module}` stands twice in the layer table"
+            );
+        }
+    }
+    assert!(
+        layers.len() > 5,
+        "the layer table was not found: {layers:?}"
+    );
+    layers
+}
+
+fn module_of(relative: &Path) -> Module {
+    let mut parts: Module = relative
+        .with_extension("")
+        .components()
+        .map(|part| part.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every `.rs` file under `src`, by module; `#[path = "x.rs"] mod name;` declarations map `name`.
+fn files(src: &Path) -> BTreeMap<Module, PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    walk(src, &mut paths);
+    let mut files = BTreeMap::new();
+    for path in &paths {
+        let relative = path.strip_prefix(src).unwrap().to_path_buf();
+        files.insert(module_of(&relative), relative);
+    }
+    for path in &paths {
+        let text = std::fs::read_to_string(path).unwrap();
+        let relative = path.strip_prefix(src).unwrap();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("#[path = \"") {
+            rest = &rest[at + 10..];
+            let target = &rest[..rest.find('"').unwrap()];
+            let after = &rest[rest.find(']').unwrap() + 1..];
+            let name = after
+                .split("mod ")
+                .nth(1)
+                .and_then(|tail| {
+                    tail.split(|c: char| !c.is_alphanumeric() && c != '_')
+                        .next()
+                })
+                .unwrap();
+            let mut module = module_of(relative);
+            module.push(name.to_owned());
+            let target = relative.parent().unwrap().join(target);
+            files.insert(module, target);
+        }
+    }
+    files
+}
+
+/// The code of a file before its tests, without comments.
+fn code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap();
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The crate paths named in `code`: each as the module path it starts from plus its segments
+/// (brace groups of `use` expanded one level, which is enough to tell which file is meant).
+fn paths(module: &Module, code: &str) -> Vec<Module> {
+    let bytes = code.as_bytes();
+    let inline = inline_modules(code);
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let tail = &code[at..];
+        let start = ["crate::", "super::", "self::"]
+            .iter()
+            .find(|prefix| tail.starts_with(*prefix))
+            .filter(|_| {
+                at == 0
+                    || !(bytes[at - 1].is_ascii_alphanumeric()
+                        || bytes[at - 1] == b'_'
+                        || bytes[at - 1] == b':')
+            });
+        let Some(prefix) = start else {
+            at += tail.chars().next().unwrap().len_utf8();
+            continue;
+        };
+        // The module the path starts from: `self` is the module it is written in (the file's,
+        // or an inline `mod name { .. }` in it), `super` that module's parent.
+        let mut here = module.clone();
+        for (start, end, name) in &inline {
+            if *start < at && at < *end {
+                here.push(name.clone());
+            }
+        }
+        let mut base: Module = match *prefix {
+            "crate::" => Vec::new(),
+            "self::" => here,
+            _ => {
+                here.pop();
+                here
+            }
+        };
+        at += prefix.len();
+        let mut rest = &code[at..];
+        // More `super::` hops.
+        while let Some(after) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = after;
+            at += "super::".len();
+        }
+        let segment_end = |s: &str| {
+            s.find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(s.len())
+        };
+        let mut segments = Vec::new();
+        loop {
+            let end = segment_end(rest);
+            if end == 0 {
+                break;
+            }
+            segments.push(rest[..end].to_owned());
+            rest = &rest[end..];
+            at += end;
+            match rest.strip_prefix("::") {
+                Some(after) if !after.starts_with('{') => {
+                    rest = after;
+                    at += 2;
+                }
+                _ => break,
+            }
+        }
+        let group = match rest.strip_prefix("::{") {
+            Some(group) => Some(group),
+            None if segments.is_empty() => rest.strip_prefix('{'),
+            None => None,
+        };
+        if let Some(group) = group {
+            // One level of a brace group: each item's leading path.
+            let mut depth = 1;
+            let mut item = String::new();
+            let mut items = Vec::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    items.push(std::mem::take(&mut item));
+                    break;
+                }
+                if c == ',' && depth == 1 {
+                    items.push(std::mem::take(&mut item));
+                } else {
+                    item.push(c);
+                }
+            }
+            for item in items {
+                let item = item.trim();
+                let end = item
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .unwrap_or(item.len());
+                let mut path = base.clone();
+                path.extend(segments.iter().cloned());
+                path.extend(
+                    item[..end]
+                        .split("::")
+                        .filter(|part| !part.is_empty() && *part != "self")
+                        .map(str::to_owned),
+                );
+                found.push(path);
+            }
+        } else {
+            let mut path = base;
+            path.extend(segments);
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// The inline modules of a file (`mod name { .. }`), outermost first: where each opens and closes,
+/// and its name.
+fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(offset) = code[from..].find("mod ") {
+        let at = from + offset;
+        from = at + 4;
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let rest = &code[at + 4..];
+        let name_len = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let after = rest[name_len..].trim_start();
+        if name_len == 0 || !after.starts_with('{') {
+            continue;
+        }
+        let open = at + 4 + name_len + (rest[name_len..].len() - after.len());
+        let mut depth = 0;
+        let mut close = code.len();
+        for (i, c) in code[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        found.push((open, close, rest[..name_len].to_owned()));
+    }
+    found
+}
+
+/// The file of the longest module a path names.
+fn resolve<'a>(files: &'a BTreeMap<Module, PathBuf>, path: &[String]) -> Option<&'a PathBuf> {
+    (0..=path.len())
+        .rev()
+        .find_map(|len| files.get(&path[..len].to_vec()))
+}
+
+fn layer_of(layers: &BTreeMap<String, u32>, module: &Module) -> Option<(String, u32)> {
+    let name = if module.is_empty() {
+        "lib".to_owned()
+    } else {
+        module.join("/")
+    };
+    (1..=module.len().max(1))
+        .rev()
+        .map(|len| {
+            if module.is_empty() {
+                name.clone()
+            } else {
+                module[..len].join("/")
+            }
+        })
+        .find_map(|prefix| layers.get(&prefix).map(|layer| (prefix, *layer)))
+}
+
+/// file → the files it imports.
+fn imports(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let files = files(src);
+    let mut arrows: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for (module, relative) in &files {
+        let text = std::fs::read_to_string(src.join(relative)).unwrap();
+        let targets = arrows.entry(relative.clone()).or_default();
+        for path in paths(module, &code(&text)) {
+            if let Some(target) = resolve(&files, &path) {
+                if target != relative {
+                    targets.insert(target.clone());
+                }
+            }
+        }
+    }
+    arrows
+}
+
+/// The sets of files that import each other in a loop (strongly connected, more than one file).
+fn circles(arrows: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<BTreeSet<PathBuf>> {
+    let reach = |from: &PathBuf| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(file) = stack.pop() {
+            for next in arrows.get(&file).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reachable: BTreeMap<&PathBuf, BTreeSet<PathBuf>> =
+        arrows.keys().map(|file| (file, reach(file))).collect();
+    let mut circles: Vec<BTreeSet<PathBuf>> = Vec::new();
+    for (file, reaches) in &reachable {
+        if circles.iter().any(|circle| circle.contains(*file)) {
+            continue;
+        }
+        let circle: BTreeSet<PathBuf> = reaches
+            .iter()
+            .filter(|other| reachable[other].contains(*file))
+            .cloned()
+            .collect();
+        if circle.len() > 1 {
+            circles.push(circle);
+        }
+    }
+    circles
+}
+
+#[test]
+fn the_core_crate_imports_only_downward_and_in_no_circle() {
+    let src = root().join("rust-stream/src");
+    let layers = layers();
+    let arrows = imports(&src);
+    let files = files(&src);
+    let module_by_file: BTreeMap<&PathBuf, &Module> =
+        files.iter().map(|(module, file)| (file, module)).collect();
+
+    let mut unplaced = Vec::new();
+    let mut upward = Vec::new();
+    for (file, targets) in &arrows {
+        let Some((_, layer)) = layer_of(&layers, module_by_file[file]) else {
+            unplaced.push(file.display().to_string());
+            continue;
+        };
+        for target in targets {
+            if let Some((named, target_layer)) = layer_of(&layers, module_by_file[target]) {
+                if target_layer > layer {
+                    upward.push(format!(
+                        "{} (layer {layer}) imports {} (`{named}`, layer {target_layer})",
+                        file.display(),
+                        target.display()
+                    ));
+                }
+            }
+        }
+    }
+    let circles: Vec<String> = circles(&arrows)
+        .iter()
+        .map(|circle| {
+            circle
+                .iter()
+                .map(|file| file.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules in no layer of the README's layer table: {unplaced:#?}"
+    );
+    assert!(
+        upward.is_empty(),
+        "imports of a layer above the importer's own:\n{}",
+        upward.join("\n")
+    );
+    assert!(
+        circles.is_empty(),
+        "files that import each other in a circle:\n{}",
+        circles.join("\n")
+    );
+}
+
+/// The reader behind the check finds what it must: an upward import and a circle in a small tree.
+#[test]
+fn the_check_sees_an_upward_import_and_a_circle() {
+    let dir = std::env::temp_dir().join(format!("rust-stream-layers-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("low")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod low;\npub mod high;\n").unwrap();
+    std::fs::write(
+        src.join("low/mod.rs"),
+        "//! Low.\npub mod a;\npub mod b;\nuse crate::high::Top; // a comment: crate::nothing\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("low/a.rs"), "use super::b::B;\npub struct A;\n").unwrap();
+    std::fs::write(
+        src.join("low/b.rs"),
+        "use super::{a::A, Low};\npub struct B;\n#[cfg(test)]\nmod tests { use crate::high::Top; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("high.rs"),
+        "pub struct Top;\nmod inner {\n    use super::Top;\n}\n",
+    )
+    .unwrap();
+    let arrows = imports(&src);
+    let file = |name: &str| PathBuf::from(name);
+    assert_eq!(
+        arrows[&file("low/mod.rs")],
+        BTreeSet::from([file("high.rs")])
+    );
+    assert_eq!(
+        arrows[&file("low/b.rs")],
+        BTreeSet::from([file("low/a.rs"), file("low/mod.rs")]),
+        "a brace group is expanded, the tests are left out"
+    );
+    assert!(
+        arrows[&file("high.rs")].is_empty(),
+        "`super` in an inline module is the file's own module"
+    );
+    assert_eq!(
+        circles(&arrows),
+        vec![BTreeSet::from([file("low/a.rs"), file("low/b.rs")])]
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
