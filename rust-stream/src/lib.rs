@@ -30,33 +30,42 @@
 //! # let _ = service(SqsBroker::in_process());
 //! ```
 //!
-//! # A tour
+//! # A tour, bottom-up
 //!
-//! - [`app`]: [`RustStream`] and [`AppInfo`] describe a service; [`App::run`] runs it until a
-//!   signal or a [`ShutdownHandle`], then shuts down gracefully.
-//! - [`health`]: [`App::health`], the service's state (starting, running, draining, stopped) and
-//!   each subscription's, for liveness and readiness probes.
-//! - [`handler`]: the [`Handle`] trait and [`subscriber`](fn@subscriber), which mounts a handler
-//!   on a queue; the [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`.
-//! - [`outcome`]: [`HandlerOutcome`]: ack, retry, retry after a delay, dead-letter.
-//! - [`retry`]: [`RetryPolicy`], the backoff every failure waits, and when a message that keeps
-//!   failing is dead-lettered; on FIFO a failed message is retried in place, holding its group.
-//! - [`context`]: [`Context`], the message in hand and publishing as part of handling it.
-//! - [`publish`]: [`Publisher`] and [`Output`]: sending one message or a batch, with FIFO groups,
-//!   deduplication ids and headers (text, number, binary).
-//! - [`propagation`]: traces that join across services: publishes carry the W3C trace context
-//!   (`traceparent`, `tracestate`) of the span they are made in, and each message's `process`
-//!   span continues it (feature `opentelemetry`).
-//! - [`codec`]: [`Codec`] and the default, [`Json`].
-//! - [`broker`] and [`sqs`]: the [`Broker`] trait and [`SqsBroker`], over the in-process
-//!   [`account`] or Amazon SQS ([`SqsBroker::from_env`], [`sqs::aws`]), or whichever the
-//!   environment names ([`SqsBroker::from_env_or_in_process`]), with the SQS
-//!   [`rules`](sqs::rules) both honour; [`ApiCalls`] counts what a workload costs.
-//! - [`asyncapi`]: the app's AsyncAPI 3.0 document ([`App::asyncapi`]): its queues with their SQS
-//!   bindings, what it receives and sends, the payloads' JSON Schemas (feature `schemars`).
-//! - [`engine`]: the consumer engine (receive, dispatch, settle, extend) and the
-//!   [`Transport`](engine::transport::Transport) seam under it.
-//! - [`account`]: the in-process SQS account: SQS semantics on tokio's clock, for tests.
+//! The crate is built in layers; each module imports only from its own layer or those listed
+//! before it (the README's "Layout" table is the list a test checks).
+//!
+//! 0. Leaves: [`codec`] ([`Codec`], the default [`Json`]); [`outcome`] ([`HandlerOutcome`]: ack,
+//!    retry, retry after a delay, dead-letter); [`state`] (shared [`State`]); [`retry`]
+//!    ([`RetryPolicy`], the backoff every failure waits; on FIFO a failed message is retried in
+//!    place, holding its group); [`describe`] (a message type's [`Payload`](describe::Payload));
+//!    [`record`] (what the engine did with each message, for tests).
+//! 1. [`model`]: Amazon SQS as data: error kinds, requests and responses, the
+//!    [`rules`](model::rules) both backends honour, and [`SqsQueue`], a queue as an app declares it.
+//! 2. [`metrics`] and [`propagation`]: metric names, and traces that join across services
+//!    (publishes carry the W3C trace context; each message's `process` span continues it, feature
+//!    `opentelemetry`).
+//! 3. [`transport`]: the [`Transport`](transport::Transport) seam to a queue service, and the
+//!    [`meter`](transport::meter) that counts every call ([`ApiCalls`]).
+//! 4. The backends: [`account`], the in-process SQS account (SQS semantics on tokio's clock, for
+//!    tests), and [`aws`], Amazon SQS over aws-sdk-sqs (feature `aws`).
+//! 5. The app contract: [`health`] ([`App::health`], for liveness and readiness probes),
+//!    [`broker`] (the [`Broker`] trait and what it is given: [`AppInfo`], [`AppContext`]), and
+//!    [`app`] ([`RustStream`], [`App::run`] until a signal or a [`ShutdownHandle`], then a
+//!    graceful stop).
+//! 6. The client a broker shares among publishers and consumers: queues resolved once, one
+//!    batcher per queue and action (send, delete, change visibility), leases (internal).
+//! 7. The handler API: [`publish`] ([`Publisher`], [`Output`]: one message or a batch, FIFO groups,
+//!    deduplication ids, headers), [`context`] ([`Context`], the message in hand), and [`handler`]
+//!    (the [`Handle`] trait and [`subscriber`](fn@subscriber); the
+//!    [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`).
+//! 8. [`engine`]: the consumer: receive, dispatch, settle, extend visibility.
+//! 9. [`sqs`] and [`asyncapi`]: [`SqsBroker`], over the account or Amazon SQS
+//!    ([`SqsBroker::from_env`], or whichever the environment names with
+//!    [`SqsBroker::from_env_or_in_process`]), and the app's AsyncAPI 3.0 document
+//!    ([`App::asyncapi`]).
+//! 10. This page, [`prelude`], and `testing` (feature `testing`): run a service in a test and
+//!     wait for what it does.
 //!
 //! # Guides
 //!

@@ -7,10 +7,10 @@
 //!
 //! ```
 //! use rust_stream::account::Account;
-//! use rust_stream::engine::transport::{ReceiveMessage, SendMessage};
+//! use rust_stream::transport::{ReceiveMessage, SendMessage};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), rust_stream::engine::transport::TransportError> {
+//! # async fn main() -> Result<(), rust_stream::transport::TransportError> {
 //! let account = Account::new();
 //! let url = account.create_fifo_queue("ledger.fifo").await?;
 //! account.send_message(&url, SendMessage::new("opened").group_id("acct-9").dedup_id("acct-9-open")).await?;
@@ -44,28 +44,30 @@
 //! `Approximate*` counts (here they are exact), and the sampling of standard queues (here a
 //! receive returns the oldest visible messages, and never duplicates a message by itself).
 
+mod config;
 mod fifo;
 mod ids;
+mod message;
+mod messaging;
 mod queue;
+mod received;
 mod store;
 mod transport;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use config::Config;
 use ids::{Moment, Now};
+use queue::Queue;
 pub use queue::QueueCounts;
-use queue::{Config, Queue, Take, Wanted};
 
 use crate::model::rules::{self, fail, ErrorKind};
-use crate::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SendMessage, SentMessage, TransportError,
-};
+use crate::transport::{QueueAttributes, TransportError};
 use ids::ACCOUNT_ID;
 
 /// The region the account's ARNs and URLs name.
@@ -455,260 +457,6 @@ impl Account {
         Ok(())
     }
 
-    /// `SendMessage`.
-    ///
-    /// # Errors
-    ///
-    /// `QueueDoesNotExist`; `MissingParameter` (empty body, FIFO without group id);
-    /// `InvalidMessageContents`; `InvalidParameterValue` (size, ids, delay, attributes, a FIFO
-    /// message without deduplication id on a queue without content-based deduplication).
-    pub async fn send_message(
-        &self,
-        queue_url: &str,
-        message: SendMessage,
-    ) -> Result<SentMessage, TransportError> {
-        let now = self.now();
-        let slot = self.slot(queue_url)?;
-        let sent = slot.lock_at(now.moment).send(message, now)?;
-        slot.notify.notify_waiters();
-        Ok(sent)
-    }
-
-    /// `SendMessageBatch`: entries are stored in request order; each succeeds or fails alone.
-    ///
-    /// # Errors
-    ///
-    /// `QueueDoesNotExist`; `EmptyBatchRequest`, `TooManyEntriesInBatchRequest`,
-    /// `InvalidBatchEntryId`, `BatchEntryIdsNotDistinct`, `BatchRequestTooLong` for the whole batch.
-    pub async fn send_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> Result<BatchResult<SentMessage>, TransportError> {
-        rules::check_send_batch(&entries)?;
-        let now = self.now();
-        let slot = self.slot(queue_url)?;
-        let mut queue = slot.lock_at(now.moment);
-        let mut result = BatchResult::default();
-        for entry in entries {
-            match queue.send(entry.message, now) {
-                Ok(sent) => result.successful.push((entry.id, sent)),
-                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
-            }
-        }
-        drop(queue);
-        slot.notify.notify_waiters();
-        Ok(result)
-    }
-
-    /// `ReceiveMessage`: long-polls up to the wait time and returns as soon as any message is
-    /// available, or empty at the wait's end.
-    ///
-    /// # Errors
-    ///
-    /// `QueueDoesNotExist` (also when the queue is deleted during the wait);
-    /// `InvalidParameterValue` for out-of-range parameters; `InvalidAttributeName`.
-    pub async fn receive_message(
-        &self,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
-        let (max, wait, visibility) = rules::check_receive(
-            request.max_number_of_messages,
-            request.wait_time_seconds,
-            request.visibility_timeout,
-            request.receive_request_attempt_id.as_deref(),
-        )?;
-        rules::check_system_attribute_names(&request.system_attribute_names)?;
-        let wanted = Wanted::new(&request);
-        let mut deadline = None;
-        loop {
-            let slot = self.slot(queue_url)?;
-            // Registered before looking, so a send between the look and the wait still wakes us.
-            let notified = slot.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let now = self.now();
-            // The locks are held in this block only, never across the wait.
-            let next_timer = {
-                let mut queue = slot.lock();
-                let redrive = queue.config.redrive.clone();
-                let dlq = redrive.as_ref().and_then(|policy| {
-                    let state = self.state();
-                    let dlq = state.queues.get(policy.target_name())?;
-                    (dlq.fifo == slot.fifo).then(|| dlq.clone())
-                });
-                // A receive may move messages to the dead-letter queue, so it holds that queue's lock
-                // too, taken in the account's order (the newer queue first).
-                let mut dlq_queue = None;
-                if let Some(dlq) = dlq.as_ref().filter(|dlq| !Arc::ptr_eq(dlq, &slot)) {
-                    if dlq.incarnation < slot.incarnation {
-                        dlq_queue = Some(dlq.lock());
-                    } else {
-                        drop(queue);
-                        dlq_queue = Some(dlq.lock());
-                        queue = slot.lock();
-                        if queue.config.redrive != redrive {
-                            continue; // changed while unlocked: look again
-                        }
-                    }
-                }
-                queue.advance(now.moment);
-                let deadline = *deadline.get_or_insert_with(|| {
-                    now.instant
-                        + Duration::from_secs(wait.unwrap_or(queue.config.wait_time_seconds).into())
-                });
-                let take = Take {
-                    max,
-                    visibility: visibility.unwrap_or(queue.config.visibility_timeout),
-                    redrive_at: dlq
-                        .as_ref()
-                        .and(redrive.as_ref())
-                        .map(|policy| policy.max_receive_count),
-                    wanted: &wanted,
-                };
-                let (received, dead) = queue.receive(&take, now);
-                let next_timer = queue
-                    .next_timer()
-                    .map(|moment| moment.to_instant(self.inner.started));
-                if let (false, Some(dlq), Some(policy)) = (dead.is_empty(), &dlq, &redrive) {
-                    let source_arn = queue.arn.clone();
-                    let target = match &mut dlq_queue {
-                        Some(other) => &mut **other,
-                        None => &mut *queue, // the queue is its own dead-letter queue
-                    };
-                    for message in dead {
-                        tracing::warn!(
-                            messaging.message.id = %message.message_id,
-                            messaging.destination.name = %target.name,
-                            max_receive_count = policy.max_receive_count,
-                            "message moved to its dead-letter queue"
-                        );
-                        target.accept_dead_letter(message, &source_arn, now.moment);
-                    }
-                    drop(dlq_queue);
-                    dlq.notify.notify_waiters();
-                }
-                drop(queue);
-                if !received.is_empty() || now.instant >= deadline {
-                    return Ok(received.into_messages(&wanted));
-                }
-                // Nothing received: nothing kept across the wait either.
-                debug_assert!(received.is_empty());
-                next_timer.map_or(deadline, |t| t.min(deadline))
-            };
-            // Boxed: the timer's state would make every receive's future larger (it is allocated
-            // per call), while a receive that finds messages never waits.
-            Box::pin(async {
-                tokio::select! {
-                    () = &mut notified => {}
-                    () = tokio::time::sleep_until(next_timer) => {}
-                }
-            })
-            .await;
-        }
-    }
-
-    /// `DeleteMessage`. Deleting a deleted message succeeds, so retries are safe.
-    ///
-    /// # Errors
-    ///
-    /// `QueueDoesNotExist`; `ReceiptHandleIsInvalid` for a handle this queue did not issue.
-    pub async fn delete_message(
-        &self,
-        queue_url: &str,
-        receipt_handle: &str,
-    ) -> Result<(), TransportError> {
-        let now = self.now();
-        let slot = self.slot(queue_url)?;
-        slot.lock_at(now.moment).delete(receipt_handle)?;
-        // Deleting a FIFO group's last in-flight message frees the group for waiting receivers.
-        slot.notify.notify_waiters();
-        Ok(())
-    }
-
-    /// `DeleteMessageBatch`.
-    ///
-    /// # Errors
-    ///
-    /// `QueueDoesNotExist` and the batch-level errors; per-entry errors are in the result.
-    pub async fn delete_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
-        let now = self.now();
-        let slot = self.slot(queue_url)?;
-        let mut result = BatchResult {
-            successful: Vec::with_capacity(entries.len()),
-            failed: Vec::new(),
-        };
-        let mut queue = slot.lock_at(now.moment);
-        for entry in entries {
-            match queue.delete(&entry.receipt_handle) {
-                Ok(()) => result.successful.push((entry.id, ())),
-                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
-            }
-        }
-        drop(queue);
-        slot.notify.notify_waiters();
-        Ok(result)
-    }
-
-    /// `ChangeMessageVisibility`: 0 releases the message at once.
-    ///
-    /// # Errors
-    ///
-    /// `QueueDoesNotExist`; `ReceiptHandleIsInvalid`; `MessageNotInflight`;
-    /// `InvalidParameterValue` past the 12-hour cap or outside 0..=43200.
-    pub async fn change_message_visibility(
-        &self,
-        queue_url: &str,
-        receipt_handle: &str,
-        visibility_timeout: i32,
-    ) -> Result<(), TransportError> {
-        let now = self.now();
-        let slot = self.slot(queue_url)?;
-        slot.lock_at(now.moment).change_visibility(
-            receipt_handle,
-            visibility_timeout,
-            now.moment,
-        )?;
-        slot.notify.notify_waiters();
-        Ok(())
-    }
-
-    /// `ChangeMessageVisibilityBatch`.
-    ///
-    /// # Errors
-    ///
-    /// `QueueDoesNotExist` and the batch-level errors; per-entry errors are in the result.
-    pub async fn change_message_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
-        let now = self.now();
-        let slot = self.slot(queue_url)?;
-        let mut queue = slot.lock_at(now.moment);
-        let mut result = BatchResult::default();
-        for entry in entries {
-            match queue.change_visibility(
-                &entry.receipt_handle,
-                entry.visibility_timeout,
-                now.moment,
-            ) {
-                Ok(()) => result.successful.push((entry.id, ())),
-                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
-            }
-        }
-        drop(queue);
-        slot.notify.notify_waiters();
-        Ok(result)
-    }
-
     /// `PurgeQueue`: deletes every message, in flight or not; once every 60 s.
     ///
     /// # Errors
@@ -742,109 +490,4 @@ impl Account {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn redrive(account: &Account, url: &str, target: &str, max_receive_count: u32) {
-        let policy = format!(
-            r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":{max_receive_count}}}"#,
-            account.queue_arn_for(target)
-        );
-        let attributes = QueueAttributes::from([("RedrivePolicy".to_owned(), policy)]);
-        account.set_queue_attributes(url, attributes).await.unwrap();
-    }
-
-    /// Receives once with a zero visibility timeout, so the message is visible again at once.
-    async fn receive_again(account: &Account, url: &str) -> Vec<ReceivedMessage> {
-        let request = ReceiveMessage::new(10).visibility_timeout(0);
-        account.receive_message(url, request).await.unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_dead_letter_queue_created_after_its_source_or_the_source_itself_takes_the_message() {
-        let account = Account::new();
-        let source = account.create_standard_queue("source").await.unwrap();
-        // Newer than its source: the receive takes the locks in the other order.
-        let dlq = account.create_standard_queue("source-dlq").await.unwrap();
-        redrive(&account, &source, "source-dlq", 1).await;
-        account
-            .send_message(&source, SendMessage::new("poison"))
-            .await
-            .unwrap();
-        assert_eq!(receive_again(&account, &source).await.len(), 1);
-        assert!(receive_again(&account, &source).await.is_empty());
-        let dead = receive_again(&account, &dlq).await;
-        assert_eq!(dead.len(), 1);
-        assert_eq!(
-            dead[0].attributes["DeadLetterQueueSourceArn"],
-            account.queue_arn_for("source")
-        );
-
-        redrive(&account, &dlq, "source-dlq", 1).await;
-        assert!(
-            receive_again(&account, &dlq).await.is_empty(),
-            "the receive that would pass maxReceiveCount moves the message instead"
-        );
-        let again = receive_again(&account, &dlq).await;
-        assert_eq!(
-            again[0].receive_count(),
-            Some(1),
-            "moved to itself, its count starts over"
-        );
-        assert_eq!(again[0].message_id, dead[0].message_id);
-    }
-
-    #[test]
-    fn queues_that_are_each_others_dead_letter_queue_are_received_from_at_once_without_deadlock() {
-        let account = Account::new();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let urls = runtime.block_on(async {
-            let a = account.create_standard_queue("a").await.unwrap();
-            let b = account.create_standard_queue("b").await.unwrap();
-            redrive(&account, &a, "b", 1).await;
-            redrive(&account, &b, "a", 1).await;
-            for n in 0..10 {
-                let message = SendMessage::new(format!("m{n}"));
-                account.send_message(&a, message.clone()).await.unwrap();
-                account.send_message(&b, message).await.unwrap();
-            }
-            [a, b]
-        });
-        // Each receive moves messages to the other queue, holding both locks: taken in one
-        // order they never wait for each other (taking each receive's own queue first, this
-        // test deadlocks).
-        let (done, finished) = std::sync::mpsc::channel();
-        for url in urls.clone() {
-            let (account, done) = (account.clone(), done.clone());
-            std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_time()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async {
-                    for _ in 0..2_000 {
-                        receive_again(&account, &url).await;
-                    }
-                });
-                done.send(()).unwrap();
-            });
-        }
-        for _ in urls.iter() {
-            finished
-                .recv_timeout(Duration::from_secs(30))
-                .expect("both receivers finish: no deadlock");
-        }
-        let total: usize = runtime.block_on(async {
-            let mut total = 0;
-            for url in &urls {
-                let counts = account.counts(url).await.unwrap();
-                total += counts.visible + counts.in_flight + counts.delayed;
-            }
-            total
-        });
-        assert_eq!(total, 20, "no message is lost or duplicated in the moves");
-    }
-}
+mod tests;

@@ -132,7 +132,7 @@ mod tests {
     use super::*;
     use crate::account::fifo::Dedup;
     use crate::account::ids::{MessageId, Moment};
-    use crate::account::queue::{State, Stored};
+    use crate::account::message::{State, Stored};
 
     fn message(body: &str) -> Stored {
         let origin = tokio::time::Instant::now();

@@ -1,0 +1,320 @@
+//! The SQS actions over the SDK: each request checked against the rules, built, sent, and its
+//! answer read back into the model's words.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
+    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
+};
+
+use crate::model::rules::{self, ErrorKind};
+use crate::transport::{
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
+    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+};
+
+use super::convert::*;
+use super::AwsTransport;
+
+impl Transport for AwsTransport {
+    fn attempt_timeout(&self) -> Option<Duration> {
+        self.client
+            .config()
+            .timeout_config()
+            .and_then(|timeouts| timeouts.operation_attempt_timeout())
+    }
+
+    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+        rules::check_queue_name(name)?;
+        let output = self
+            .client
+            .get_queue_url()
+            .queue_name(name)
+            .send()
+            .await
+            .map_err(|e| match error(e) {
+                // Name the queue: the service's own message does not.
+                TransportError::Service {
+                    kind: ErrorKind::QueueDoesNotExist,
+                    ..
+                } => TransportError::service(
+                    ErrorKind::QueueDoesNotExist,
+                    format!("queue `{name}` does not exist; create it first"),
+                ),
+                other => other,
+            })?;
+        Ok(self.rebase(
+            output
+                .queue_url()
+                .ok_or_else(|| missing("a queue URL"))?
+                .to_owned(),
+        ))
+    }
+
+    async fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> Result<String, TransportError> {
+        rules::check_queue_name(name)?;
+        for (attribute, value) in &attributes {
+            rules::parse_queue_attribute(attribute, value)?;
+        }
+        let attributes: HashMap<QueueAttributeName, String> = attributes
+            .into_iter()
+            .map(|(name, value)| (QueueAttributeName::from(name.as_str()), value))
+            .collect();
+        let output = self
+            .client
+            .create_queue()
+            .queue_name(name)
+            .set_attributes(Some(attributes))
+            .send()
+            .await
+            .map_err(error)?;
+        Ok(self.rebase(
+            output
+                .queue_url()
+                .ok_or_else(|| missing("a queue URL"))?
+                .to_owned(),
+        ))
+    }
+
+    async fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+        names: &[&str],
+    ) -> Result<QueueAttributes, TransportError> {
+        let output = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .set_attribute_names(Some(
+                names
+                    .iter()
+                    .map(|name| QueueAttributeName::from(*name))
+                    .collect(),
+            ))
+            .send()
+            .await
+            .map_err(error)?;
+        Ok(output
+            .attributes()
+            .into_iter()
+            .flatten()
+            .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+            .collect())
+    }
+
+    async fn send_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> Result<BatchResult<SentMessage>, TransportError> {
+        rules::check_send_batch(&entries)?;
+        let target = rules::SendTarget {
+            queue: queue_url.rsplit('/').next().unwrap_or(queue_url),
+            fifo: is_fifo_url(queue_url),
+            // Whether the queue deduplicates by content is the service's to say.
+            content_based_dedup: true,
+            maximum_message_size: rules::MAX_MESSAGE_SIZE,
+        };
+        let (request, mut result) = split_checked(
+            entries,
+            |entry| &entry.id,
+            |entry| {
+                rules::check_send(&entry.message, target)?;
+                let attributes = entry
+                    .message
+                    .message_attributes
+                    .iter()
+                    .map(|(name, value)| Ok((name.clone(), to_sdk_attribute(value)?)))
+                    .collect::<Result<HashMap<_, _>, TransportError>>()?;
+                SendMessageBatchRequestEntry::builder()
+                    .id(&entry.id)
+                    .message_body(&entry.message.body)
+                    .set_delay_seconds(entry.message.delay_seconds)
+                    .set_message_group_id(entry.message.group_id.clone())
+                    .set_message_deduplication_id(entry.message.dedup_id.clone())
+                    .set_message_attributes((!attributes.is_empty()).then_some(attributes))
+                    .build()
+                    .map_err(unbuildable)
+            },
+        );
+        if request.is_empty() {
+            return Ok(result);
+        }
+        let output = self
+            .client
+            .send_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(request))
+            .send()
+            .await
+            .map_err(error)?;
+        for entry in output.successful() {
+            result.successful.push((
+                entry.id().to_owned(),
+                SentMessage {
+                    message_id: entry.message_id().to_owned(),
+                    sequence_number: entry.sequence_number().map(str::to_owned),
+                    duplicate: false,
+                },
+            ));
+        }
+        result.failed.extend(failures(output.failed()));
+        Ok(result)
+    }
+
+    async fn receive_message(
+        &self,
+        queue_url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        rules::check_receive(
+            request.max_number_of_messages,
+            request.wait_time_seconds,
+            request.visibility_timeout,
+            request.receive_request_attempt_id.as_deref(),
+        )?;
+        rules::check_system_attribute_names(&request.system_attribute_names)?;
+        let output = self
+            .client
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(request.max_number_of_messages)
+            .set_wait_time_seconds(request.wait_time_seconds)
+            .set_visibility_timeout(request.visibility_timeout)
+            .set_message_system_attribute_names(Some(
+                request
+                    .system_attribute_names
+                    .iter()
+                    .map(|name| MessageSystemAttributeName::from(name.as_ref()))
+                    .collect(),
+            ))
+            .set_message_attribute_names(Some(
+                request
+                    .message_attribute_names
+                    .iter()
+                    .map(|name| name.to_string())
+                    .collect(),
+            ))
+            .set_receive_request_attempt_id(request.receive_request_attempt_id.clone())
+            .send()
+            .await
+            .map_err(error)?;
+        output
+            .messages()
+            .iter()
+            .map(|message| {
+                Ok(ReceivedMessage {
+                    message_id: message
+                        .message_id()
+                        .ok_or_else(|| missing("a message id"))?
+                        .to_owned(),
+                    receipt_handle: message
+                        .receipt_handle()
+                        .ok_or_else(|| missing("a receipt handle"))?
+                        .to_owned(),
+                    body: message.body().unwrap_or_default().to_owned(),
+                    attributes: message
+                        .attributes()
+                        .into_iter()
+                        .flatten()
+                        .map(|(name, value)| (name.as_str(), value.as_str()))
+                        .collect(),
+                    message_attributes: from_sdk_attributes(message.message_attributes()),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+        let request = entries
+            .into_iter()
+            .map(|entry| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(entry.id)
+                    .receipt_handle(entry.receipt_handle)
+                    .build()
+                    .map_err(unbuildable)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let output = self
+            .client
+            .delete_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(request))
+            .send()
+            .await
+            .map_err(error)?;
+        Ok(BatchResult {
+            successful: output
+                .successful()
+                .iter()
+                .map(|entry| (entry.id().to_owned(), ()))
+                .collect(),
+            failed: failures(output.failed()),
+        })
+    }
+
+    async fn change_message_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+        let (request, mut result) = split_checked(
+            entries,
+            |entry| &entry.id,
+            |entry| {
+                rules::check_range(
+                    "VisibilityTimeout",
+                    entry.visibility_timeout,
+                    0,
+                    rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
+                )?;
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(&entry.id)
+                    .receipt_handle(&entry.receipt_handle)
+                    .visibility_timeout(entry.visibility_timeout)
+                    .build()
+                    .map_err(unbuildable)
+            },
+        );
+        if request.is_empty() {
+            return Ok(result);
+        }
+        let output = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(request))
+            // The engine's batcher is the one to retry a visibility change: it repeats an
+            // extension whose answer was lost, never a release (see `VisibilityBatch`), which the
+            // SDK's own retries cannot tell apart.
+            .customize()
+            .config_override(
+                aws_sdk_sqs::config::Config::builder()
+                    .retry_config(aws_config::retry::RetryConfig::disabled()),
+            )
+            .send()
+            .await
+            .map_err(error)?;
+        result.successful.extend(
+            output
+                .successful()
+                .iter()
+                .map(|entry| (entry.id().to_owned(), ())),
+        );
+        result.failed.extend(failures(output.failed()));
+        Ok(result)
+    }
+}

@@ -1,0 +1,136 @@
+//! What a caller hands a batcher and how it is answered: a [`Job`] of entries, its [`Reply`],
+//! the settings a batcher runs by, and the ids and errors its calls use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::model::rules::{ErrorKind, MAX_BATCH_ENTRIES, MAX_BATCH_PAYLOAD_SIZE};
+use crate::transport::TransportError;
+
+use super::action::Action;
+
+/// What a batcher for callers that each wait for their answer (a FIFO lane for its delete) is
+/// told, so that their entries share calls: how many callers there are (lanes that run), and how
+/// long a call may wait for those whose entry is not in yet.
+#[derive(Clone)]
+pub(crate) struct Company {
+    pub(crate) callers: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// Notified when callers leave, so a call stops waiting for them.
+    pub(crate) left: Arc<tokio::sync::Notify>,
+    /// The longest a call that is not full waits for entries on their way.
+    pub(crate) wait: Duration,
+}
+
+/// How a batcher gathers and flushes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchSettings {
+    /// How long the first entry of a call waits for company.
+    pub(crate) linger: Duration,
+    /// Calls in flight at once; 1 keeps calls (and so a FIFO queue's sends) in order.
+    pub(crate) max_in_flight: usize,
+}
+
+pub(super) type Answers<A> = Vec<Result<<A as Action>::Output, TransportError>>;
+
+pub(super) struct Job<A: Action> {
+    pub(super) entries: Entries<A::Entry>,
+    /// The entries' payload, as [`Action::size`] counts it.
+    pub(super) size: usize,
+    pub(super) reply: Reply<A>,
+    /// The submitter has nothing to add: a call it starts goes without waiting the linger.
+    pub(super) eager: bool,
+}
+
+/// A job's entries. Most jobs carry one (a settled message's delete), which needs no `Vec`.
+pub(super) enum Entries<E> {
+    One(E),
+    Many(Vec<E>),
+}
+
+impl<E> Entries<E> {
+    pub(super) fn as_slice(&self) -> &[E] {
+        match self {
+            Self::One(entry) => std::slice::from_ref(entry),
+            Self::Many(entries) => entries,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+}
+
+pub(super) type Answer<A> = Result<<A as Action>::Output, TransportError>;
+
+/// Where a job's answers go.
+pub(super) enum Reply<A: Action> {
+    /// To a caller awaiting them.
+    Wait(oneshot::Sender<Answers<A>>),
+    /// To a caller awaiting the answer of its job's one entry.
+    WaitOne(oneshot::Sender<Answer<A>>),
+    /// To a callback run by the batcher once the job's one entry is answered, for a caller that
+    /// does not wait (a standard queue's delete); it must be quick, as it runs where the call's
+    /// answer is read.
+    Then(Box<dyn FnOnce(Answer<A>) + Send>),
+}
+
+impl<A: Action> Reply<A> {
+    /// Answers the job with its entries' answers, in order.
+    pub(super) fn answer(self, mut answers: impl Iterator<Item = Answer<A>>) {
+        let one = |answers: &mut dyn Iterator<Item = Answer<A>>| {
+            answers.next().unwrap_or_else(|| Err(stopped()))
+        };
+        match self {
+            // A caller that stopped waiting has nothing to learn.
+            Self::Wait(reply) => drop(reply.send(answers.collect())),
+            Self::WaitOne(reply) => drop(reply.send(one(&mut answers))),
+            Self::Then(then) => then(one(&mut answers)),
+        }
+    }
+}
+
+/// Splits entries, in order, into jobs that each fit one call: at most 10 entries and at most the
+/// payload limit. An entry alone is never over the limit (its message was checked against the
+/// 1 MiB message size first), but if one were it would still go out alone, for SQS to refuse.
+pub(super) fn chunks<A: Action>(entries: Vec<A::Entry>) -> Vec<(Vec<A::Entry>, usize)> {
+    let mut chunks: Vec<(Vec<A::Entry>, usize)> = Vec::new();
+    for entry in entries {
+        let size = A::size(&entry);
+        match chunks.last_mut() {
+            Some((chunk, total))
+                if chunk.len() < MAX_BATCH_ENTRIES && *total + size <= MAX_BATCH_PAYLOAD_SIZE =>
+            {
+                chunk.push(entry);
+                *total += size;
+            }
+            _ => chunks.push((vec![entry], size)),
+        }
+    }
+    chunks
+}
+
+/// The id of a call's entry `i`: its index, which the answer's ids are read back as.
+pub(super) fn entry_id(i: usize) -> String {
+    const IDS: [&str; MAX_BATCH_ENTRIES] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    IDS.get(i)
+        .map_or_else(|| i.to_string(), |id| (*id).to_owned())
+}
+
+/// A try the engine gave up on at its deadline: SQS may or may not have acted on it.
+pub(crate) fn unanswered_within(deadline: Duration) -> TransportError {
+    TransportError::Unavailable {
+        message: format!(
+            "no answer within {} ms; the engine gave the call up",
+            deadline.as_millis()
+        ),
+    }
+}
+
+pub(super) fn stopped() -> TransportError {
+    TransportError::service(
+        ErrorKind::InternalError,
+        "the batcher stopped before answering; the runtime is shutting down",
+    )
+}

@@ -1,0 +1,181 @@
+//! The one batcher behind every batched SQS call: `SendMessageBatch` for publishers,
+//! `DeleteMessageBatch` and `ChangeMessageVisibilityBatch` for settling and extending.
+//!
+//! Callers submit *jobs* of entries and await each entry's answer. A batcher per queue and action
+//! gathers jobs into calls of at most 10 entries and, for sends, at most 1 MiB of bodies and
+//! attributes (SQS refuses a larger `SendMessageBatch` whole), flushing when a call is full or when
+//! the first entry has waited the linger. A job of up to 10 entries that fits in 1 MiB always goes
+//! out in one call (a FIFO group's release must be one `ChangeMessageVisibilityBatch`), and jobs go
+//! out in submission order. Per-entry failures are read: a service-side failure
+//! (`SenderFault: false`) or a failed call that may be retried is retried with jittered backoff
+//! for up to 20 s, with the same entries (a FIFO send keeps its deduplication id, so SQS stores
+//! it once however many of its answers were lost), except an entry the action says may not be
+//! repeated without an answer (a release); anything else is answered as an error for the caller to
+//! log or act on. Retries never hold up other callers: a caller's retries go on in a task of their
+//! own, outside the call's place.
+
+//!
+//! - [`action`]: the three batched actions and what each allows.
+//! - `job`: what a caller submits and how it is answered.
+//! - `gather`: jobs into calls.
+//! - `flush`: a call, its retries and its answers.
+
+pub(crate) mod action;
+mod flush;
+mod gather;
+mod job;
+
+use std::marker::PhantomData;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::transport::{SharedTransport, TransportError};
+
+pub(crate) use action::{Action, DeleteBatch, SendBatch, VisibilityBatch};
+use gather::{gather, gather_with_company};
+use job::{chunks, stopped, Answer, Answers, Entries, Job, Reply};
+pub(crate) use job::{unanswered_within, BatchSettings, Company};
+
+/// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
+/// last handle is dropped, after flushing what it holds.
+pub(crate) struct Batcher<A: Action> {
+    jobs: mpsc::UnboundedSender<Job<A>>,
+    _action: PhantomData<A>,
+}
+
+impl<A: Action> Clone for Batcher<A> {
+    fn clone(&self) -> Self {
+        Self {
+            jobs: self.jobs.clone(),
+            _action: PhantomData,
+        }
+    }
+}
+
+impl<A: Action> std::fmt::Debug for Batcher<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("action", &std::any::type_name::<A>())
+            .finish()
+    }
+}
+
+impl<A: Action> Batcher<A> {
+    /// Whether the batcher's task is gone (it panicked, or its runtime ended): a new one is
+    /// needed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.jobs.is_closed()
+    }
+
+    /// Starts a batcher for `queue_url` on the current runtime.
+    pub(crate) fn spawn(
+        transport: SharedTransport,
+        queue_url: String,
+        settings: BatchSettings,
+    ) -> Self {
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(gather::<A>(transport, queue_url, receiver, settings));
+        Self {
+            jobs,
+            _action: PhantomData,
+        }
+    }
+
+    /// Starts a batcher whose callers each wait for their answer, and whose calls therefore carry
+    /// as many of them as are ready: a full call goes out at once (up to `max_in_flight` calls at
+    /// a time); one that is not full goes out when no call is in flight (or the calls in flight
+    /// had [`IN_FLIGHT_PATIENCE`] to answer) and no entry is on its way (or it waited
+    /// [`Company::wait`] for them), gathering what arrives meanwhile. So callers that run in step
+    /// (lanes whose deletes were confirmed by one call) share the next call too, and a stalled
+    /// call holds up no other caller for longer than the patience.
+    pub(crate) fn spawn_with_company(
+        transport: SharedTransport,
+        queue_url: String,
+        max_in_flight: usize,
+        company: Company,
+    ) -> Self {
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(gather_with_company::<A>(
+            transport,
+            queue_url,
+            receiver,
+            max_in_flight,
+            company,
+        ));
+        Self {
+            jobs,
+            _action: PhantomData,
+        }
+    }
+
+    /// Submits entries and waits for each one's answer, in order. Up to 10 entries within the
+    /// payload limit go out in one call; more are split into calls, in order.
+    pub(crate) async fn submit(&self, entries: Vec<A::Entry>) -> Answers<A> {
+        self.submit_with(entries, false).await
+    }
+
+    /// As [`submit`](Self::submit); when `eager`, a call that is not full does not wait the
+    /// linger for company, but takes only what is queued already: for the part of a larger
+    /// submission, whose company was the rest of it.
+    pub(crate) async fn submit_with(&self, entries: Vec<A::Entry>, eager: bool) -> Answers<A> {
+        let mut waiting = Vec::new();
+        for (chunk, size) in chunks::<A>(entries) {
+            let count = chunk.len();
+            let (reply, answer) = oneshot::channel();
+            let sent = self.jobs.send(Job {
+                entries: Entries::Many(chunk),
+                size,
+                reply: Reply::Wait(reply),
+                eager,
+            });
+            waiting.push((count, sent.is_ok().then_some(answer)));
+        }
+        let mut answers = Vec::new();
+        for (count, answer) in waiting {
+            match answer {
+                Some(answer) => match answer.await {
+                    Ok(chunk) => answers.extend(chunk),
+                    Err(_) => answers.extend((0..count).map(|_| Err(stopped()))),
+                },
+                None => answers.extend((0..count).map(|_| Err(stopped()))),
+            }
+        }
+        answers
+    }
+
+    /// Submits one entry that nobody waits for: `then` is called with its answer once it is
+    /// answered (with an error if the batcher stopped first).
+    pub(crate) fn submit_one_then(
+        &self,
+        entry: A::Entry,
+        then: impl FnOnce(Answer<A>) + Send + 'static,
+    ) {
+        let job = Job {
+            size: A::size(&entry),
+            entries: Entries::One(entry),
+            reply: Reply::Then(Box::new(then)),
+            eager: false,
+        };
+        if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
+            job.reply.answer(std::iter::empty());
+        }
+    }
+
+    /// Submits one entry and waits for its answer.
+    pub(crate) async fn submit_one(&self, entry: A::Entry) -> Result<A::Output, TransportError> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            size: A::size(&entry),
+            entries: Entries::One(entry),
+            reply: Reply::WaitOne(reply),
+            eager: false,
+        };
+        if self.jobs.send(job).is_err() {
+            return Err(stopped());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,152 @@
+//! The publisher's own tests: what is checked before a send, and how messages are built.
+
+use super::*;
+
+fn request(outgoing: Outgoing) -> SendMessage {
+    outgoing.into_request().unwrap().1
+}
+
+#[test]
+fn a_fifo_group_comes_from_the_step_then_the_partition_header_then_default() {
+    let orders = Publisher::new("orders.fifo");
+    assert_eq!(
+        request(
+            orders
+                .raw("x")
+                .group_id("g")
+                .header(PARTITION_KEY_HEADER, "h")
+        )
+        .group_id
+        .unwrap(),
+        "g"
+    );
+    assert_eq!(
+        request(orders.raw("x").header(PARTITION_KEY_HEADER, "h"))
+            .group_id
+            .unwrap(),
+        "h"
+    );
+    assert_eq!(request(orders.raw("x")).group_id.unwrap(), "default");
+}
+
+#[test]
+fn generated_dedup_ids_are_unique_and_content_based_queues_get_none() {
+    let orders = Publisher::new("orders.fifo");
+    let a = request(orders.raw("x")).dedup_id.unwrap();
+    let b = request(orders.raw("x")).dedup_id.unwrap();
+    assert_ne!(a, b);
+    assert_eq!(
+        request(orders.raw("x").dedup_id("mine")).dedup_id.unwrap(),
+        "mine"
+    );
+    let hashed = Publisher::new(SqsQueue::new("orders.fifo").content_based_dedup());
+    assert_eq!(request(hashed.raw("x")).dedup_id, None);
+}
+
+#[test]
+fn sqs_rules_are_checked_before_the_network() {
+    let orders = Publisher::new("orders.fifo");
+    let error = orders
+        .raw("x")
+        .delay(Duration::from_secs(5))
+        .into_request()
+        .unwrap_err();
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    assert!(error.to_string().contains("orders.fifo"), "{error}");
+    let plain = Publisher::new("events");
+    assert_eq!(
+        plain.raw("").into_request().unwrap_err().kind(),
+        Some(ErrorKind::MissingParameter)
+    );
+    assert_eq!(
+        request(plain.raw("x").delay(Duration::from_millis(1500))).delay_seconds,
+        Some(2)
+    );
+    for too_long in [Duration::from_secs(901), Duration::MAX] {
+        let error = plain.raw("x").delay(too_long).into_request().unwrap_err();
+        assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    }
+}
+
+#[test]
+fn number_and_binary_headers_are_checked_before_the_network() {
+    let events = Publisher::new("events");
+    let sent = request(
+        events
+            .raw("x")
+            .header_number("lines", 3)
+            .header_number("amount", -0.75)
+            .header_number("total", "12.50")
+            .header_number("largest", u64::MAX)
+            .header_binary("signature", [0, 159, 146, 150]),
+    );
+    let attributes = &sent.message_attributes;
+    assert_eq!(attributes["lines"], MessageAttributeValue::number("3"));
+    assert_eq!(attributes["amount"], MessageAttributeValue::number("-0.75"));
+    assert_eq!(attributes["total"], MessageAttributeValue::number("12.50"));
+    assert_eq!(
+        attributes["largest"],
+        MessageAttributeValue::number(u64::MAX.to_string())
+    );
+    assert_eq!(
+        attributes["signature"],
+        MessageAttributeValue::binary([0, 159, 146, 150])
+    );
+    let refused = [
+        events.raw("x").header_number("amount", "12abc"),
+        events.raw("x").header_number("amount", f64::NAN),
+        events.raw("x").header_number("amount", i128::MAX),
+        events.raw("x").header_binary("signature", Vec::new()),
+    ];
+    for outgoing in refused {
+        let error = outgoing.into_request().unwrap_err();
+        assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    }
+}
+
+#[test]
+fn a_batch_answers_each_message_in_order_even_without_a_broker() {
+    let events = Publisher::new("events");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let results = runtime.block_on(events.send_batch([
+        events.raw("x"),
+        events.raw(""),
+        Publisher::new("audit").raw("y"),
+    ]));
+    assert!(
+        matches!(&results[0], Err(PublishError::Unbound { queue }) if queue == "events"),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1].as_ref().unwrap_err().kind(),
+        Some(ErrorKind::MissingParameter)
+    );
+    let error = results[2].as_ref().unwrap_err();
+    assert!(
+        matches!(error, PublishError::OtherQueue { queue, message_queue }
+            if queue == "events" && message_queue == "audit"),
+        "{error}"
+    );
+    assert!(runtime.block_on(events.send_batch([])).is_empty());
+}
+
+#[test]
+fn a_batch_message_takes_the_fifo_settings_of_the_publisher_sending_it() {
+    let hashed = Publisher::new(SqsQueue::new("orders.fifo").content_based_dedup());
+    let message = Publisher::new("orders.fifo").raw("x");
+    assert_eq!(message.queue().name, hashed.queue().name);
+    assert_eq!(hashed.request_for(message).unwrap().dedup_id, None);
+}
+
+#[test]
+fn an_unbound_publisher_says_how_to_bind_it() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let error = runtime
+        .block_on(Publisher::new("events").raw("x").send())
+        .unwrap_err();
+    assert!(matches!(error, PublishError::Unbound { .. }), "{error}");
+}
