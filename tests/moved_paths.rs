@@ -18,18 +18,39 @@ fn the_old_paths_name_the_items_at_their_new_places() {
         rust_stream::engine::transport::TransportError,
         rust_stream::model::TransportError,
     >());
-    assert!(same::<rust_stream::engine::meter::ApiCalls, rust_stream::ApiCalls>());
-    assert!(same::<rust_stream::engine::record::Settled, rust_stream::record::Settled>());
-    assert!(same::<rust_stream::sqs::rules::ErrorKind, rust_stream::model::ErrorKind>());
+    assert!(same::<
+        rust_stream::engine::meter::ApiCalls,
+        rust_stream::ApiCalls,
+    >());
+    assert!(same::<
+        rust_stream::engine::record::Settled,
+        rust_stream::record::Settled,
+    >());
+    assert!(same::<
+        rust_stream::sqs::rules::ErrorKind,
+        rust_stream::model::ErrorKind,
+    >());
     assert_eq!(
         rust_stream::sqs::rules::MAX_BATCH_ENTRIES,
         rust_stream::model::rules::MAX_BATCH_ENTRIES
     );
-    assert!(same::<rust_stream::sqs::aws::AwsTransport, rust_stream::aws::AwsTransport>());
+    assert!(same::<
+        rust_stream::sqs::aws::AwsTransport,
+        rust_stream::aws::AwsTransport,
+    >());
     assert!(same::<rust_stream::sqs::SqsQueue, rust_stream::SqsQueue>());
-    assert!(same::<rust_stream::app::AppContext, rust_stream::broker::AppContext>());
-    assert!(same::<rust_stream::app::QueueLoad, rust_stream::health::QueueLoad>());
-    assert!(same::<rust_stream::asyncapi::Payload, rust_stream::describe::Payload>());
+    assert!(same::<
+        rust_stream::app::AppContext,
+        rust_stream::broker::AppContext,
+    >());
+    assert!(same::<
+        rust_stream::app::QueueLoad,
+        rust_stream::health::QueueLoad,
+    >());
+    assert!(same::<
+        rust_stream::asyncapi::Payload,
+        rust_stream::describe::Payload,
+    >());
     assert_eq!(
         rust_stream::asyncapi::ASYNCAPI_VERSION,
         rust_stream::broker::ASYNCAPI_VERSION
