@@ -56,8 +56,8 @@ impl Handle<Job> for Recorder {
 #[tokio::test(start_paused = true)]
 async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
     let account = Account::new();
-    let faulty = Faulty::new(&account);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let faulty = Faulty::default();
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let queue = SqsQueue::new("ledger.fifo")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(2));
@@ -170,9 +170,9 @@ async fn retry_after_duration_max_is_capped_not_a_panic() {
 #[tokio::test(start_paused = true)]
 async fn a_server_answering_more_messages_than_asked_does_not_stop_the_poller() {
     let account = Account::new();
-    let faulty = Faulty::new(&account);
+    let faulty = Faulty::default();
     faulty.greedy.store(true, Ordering::SeqCst);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let queue = SqsQueue::new("greedy").create_if_missing();
     let publisher = broker.publisher(queue.clone());
     for n in 1..=30 {
@@ -199,8 +199,8 @@ async fn a_server_answering_more_messages_than_asked_does_not_stop_the_poller() 
 #[tokio::test(start_paused = true)]
 async fn transport_calls_that_panic_are_retried_and_the_service_goes_on() {
     let account = Account::new();
-    let faulty = Faulty::new(&account);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let faulty = Faulty::default();
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let queue = SqsQueue::new("panicky.fifo").create_if_missing();
     let publisher = broker.publisher(queue.clone());
     for n in 1..=5 {
@@ -453,9 +453,9 @@ async fn a_message_received_again_replaces_its_waiting_copy_in_the_lane() {
     // hands g1, g2 and g3 out again. The waiting g2 and g3 are replaced by their new receipts
     // (the old ones can no longer delete them): each is handled once and deleted.
     let account = Account::new();
-    let faulty = Faulty::new(&account);
+    let faulty = Faulty::default();
     faulty.visibility_fails.store(true, Ordering::SeqCst);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let queue = SqsQueue::new("again.fifo")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(10));

@@ -1229,8 +1229,8 @@ async fn random_scripts(case: Case) -> Result<(), TestCaseError> {
     } = case;
     let clean = faults.is_empty();
     let account = Account::new();
-    let faulty = Faulty::new(&account);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let faulty = Faulty::default();
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let recorder = broker.recorder();
     let queue = with_dead_letters(max_receive_count).visibility_timeout(Duration::from_secs(10));
     let publisher = broker.publisher(queue.clone());

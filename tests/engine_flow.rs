@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::attributes;
 use common::engine::{Faulty, Job};
-use common::recording::Recording;
+use common::recording::Recorder;
 use rust_stream::account::{Account, QueueCounts};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, eventually_within, TestApp};
@@ -343,10 +343,10 @@ async fn a_delete_waits_out_the_broker_linger_for_company() {
 async fn deletes_failing_on_the_service_side_are_retried_until_they_succeed() {
     let account = Account::new();
     let url = standard_queue(&account, "flaky", 10).await;
-    let faulty = Faulty::new(&account);
+    let faulty = Faulty::default();
     // Every entry of the first call fails, and two of the second.
     faulty.transient_delete_failures.store(12, Ordering::SeqCst);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
     let sub = subscriber("flaky", handler)
         .visibility_timeout(secs(10))
@@ -373,14 +373,14 @@ async fn deletes_failing_on_the_service_side_are_retried_until_they_succeed() {
 async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_handled_again() {
     let account = Account::new();
     let url = standard_queue(&account, "stubborn", 1).await;
-    let faulty = Faulty::new(&account);
+    let faulty = Faulty::default();
     faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
     let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
     let sub = subscriber("stubborn", handler)
         .visibility_timeout(secs(10))
         .build();
     let running = TestApp::spawn(service(
-        SqsBroker::with_transport(faulty.clone()),
+        SqsBroker::with_transport(faulty.over(&account)),
         secs(30),
         sub,
     ))
@@ -409,8 +409,8 @@ async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_han
 async fn a_handler_slower_than_half_its_visibility_timeout_keeps_its_message() {
     let account = Account::new();
     let url = standard_queue(&account, "slow", 1).await;
-    let recording = Recording::new(account.clone());
-    let broker = SqsBroker::with_transport(recording.clone());
+    let recording = Recorder::default();
+    let broker = SqsBroker::with_transport(recording.over(account.clone()));
     let (handler, probe) = slow(|_, _| Hold::For(secs(35)));
     let sub = subscriber("slow", handler)
         .visibility_timeout(secs(10))
@@ -446,14 +446,14 @@ async fn a_handler_slower_than_half_its_visibility_timeout_keeps_its_message() {
 async fn the_held_rest_of_a_fifo_group_is_extended_behind_its_slow_message() {
     let account = Account::new();
     let url = fifo_queue(&account, "lane.fifo", &["g"], 4).await;
-    let recording = Recording::new(account.clone());
+    let recording = Recorder::default();
     let (handler, probe) =
         slow(|job, _| Hold::For(if job.n == 0 { secs(35) } else { Duration::ZERO }));
     let sub = subscriber("lane.fifo", handler)
         .visibility_timeout(secs(10))
         .build();
     let running = TestApp::spawn(service(
-        SqsBroker::with_transport(recording.clone()),
+        SqsBroker::with_transport(recording.over(account.clone())),
         secs(30),
         sub,
     ))
@@ -489,8 +489,8 @@ async fn the_held_rest_of_a_fifo_group_is_extended_behind_its_slow_message() {
 async fn no_visibility_change_reaches_a_message_after_it_is_settled() {
     let account = Account::new();
     let url = standard_queue(&account, "settled", 10).await;
-    let recording = Recording::new(account.clone());
-    let broker = SqsBroker::with_transport(recording.clone());
+    let recording = Recorder::default();
+    let broker = SqsBroker::with_transport(recording.over(account.clone()));
     // Handlers end at staggered times, between heartbeats and on them.
     let (handler, probe) = slow(|job, _| Hold::For(Duration::from_millis(1500) * job.n));
     let sub = subscriber("settled", handler)
@@ -527,7 +527,7 @@ async fn no_visibility_change_reaches_a_message_after_it_is_settled() {
 async fn a_handler_past_the_twelve_hour_cap_sees_its_message_delivered_again() {
     let account = Account::new();
     let url = standard_queue(&account, "marathon", 1).await;
-    let recording = Recording::new(account.clone());
+    let recording = Recorder::default();
     let (handler, probe) = slow(|_, receive_count| {
         Hold::For(if receive_count == 1 {
             secs(13 * HOUR)
@@ -539,7 +539,7 @@ async fn a_handler_past_the_twelve_hour_cap_sees_its_message_delivered_again() {
         .visibility_timeout(secs(HOUR))
         .build();
     let running = TestApp::spawn(service(
-        SqsBroker::with_transport(recording.clone()),
+        SqsBroker::with_transport(recording.over(account.clone())),
         secs(30),
         sub,
     ))

@@ -32,9 +32,10 @@ use rust_stream::account::Account;
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
+use rust_stream::transport::layer::{Hooked, Hooks};
 use rust_stream::transport::{
     BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    ReceivedMessage, Transport, TransportError,
 };
 use rust_stream::RetryPolicy;
 use tokio::time::{sleep, Instant};
@@ -440,11 +441,10 @@ async fn failing_fifo_groups_never_starve_a_healthy_one() {
 // ---------------------------------------------------------------------------------------------
 // Stalled calls.
 
-/// The account behind a transport that stalls chosen calls, as a connection that stops
-/// answering does, fails the extensions of chosen jobs, and can refuse to look up a queue.
+/// Hooks that stall chosen calls to the account behind them, as a connection that stops
+/// answering does, fail the extensions of chosen jobs, and can refuse to look up a queue.
 #[derive(Clone, Default)]
 struct Stalling {
-    account: Account,
     /// The next delete call (any entries) is answered only after this long.
     stall_delete: Arc<Mutex<Option<Duration>>>,
     /// The next visibility change call is answered only after this long.
@@ -479,13 +479,15 @@ fn seconds_from_now(seconds: i32) -> Instant {
 }
 
 impl Stalling {
-    fn new(account: &Account) -> Self {
-        let stalling = Self {
-            account: account.clone(),
-            ..Self::default()
-        };
+    fn new() -> Self {
+        let stalling = Self::default();
         stalling.started.get_or_init(Instant::now);
         stalling
+    }
+
+    /// `account` behind these hooks.
+    fn over(&self, account: &Account) -> Hooked<Account, Stalling> {
+        Hooked::new(account.clone(), self.clone())
     }
 
     fn at(&self) -> f64 {
@@ -493,39 +495,23 @@ impl Stalling {
     }
 }
 
-impl Transport for Stalling {
-    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+impl Hooks for Stalling {
+    async fn get_queue_url(
+        &self,
+        inner: &impl Transport,
+        name: &str,
+    ) -> Result<String, TransportError> {
         if self.hidden.lock().unwrap().as_deref() == Some(name) {
             return Err(TransportError::Other {
                 code: "AccessDenied".into(),
                 message: "not allowed".into(),
             });
         }
-        self.account.get_queue_url(name).await
-    }
-    async fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> Result<String, TransportError> {
-        self.account.create_queue(name, attributes).await
-    }
-    async fn get_queue_attributes(
-        &self,
-        url: &str,
-        names: &[&str],
-    ) -> Result<QueueAttributes, TransportError> {
-        self.account.get_queue_attributes(url, names).await
-    }
-    async fn send_message_batch(
-        &self,
-        url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> Result<BatchResult<SentMessage>, TransportError> {
-        self.account.send_message_batch(url, entries).await
+        inner.get_queue_url(name).await
     }
     async fn receive_message(
         &self,
+        inner: &impl Transport,
         url: &str,
         request: ReceiveMessage,
     ) -> Result<Vec<ReceivedMessage>, TransportError> {
@@ -533,11 +519,10 @@ impl Transport for Stalling {
             std::future::pending::<()>().await;
         }
         let visibility = request.visibility_timeout;
-        let received = self.account.receive_message(url, request).await?;
+        let received = inner.receive_message(url, request).await?;
         let visibility = match visibility {
             Some(seconds) => seconds,
-            None => self
-                .account
+            None => inner
                 .get_queue_attributes(url, &["VisibilityTimeout"])
                 .await?["VisibilityTimeout"]
                 .parse()
@@ -555,6 +540,7 @@ impl Transport for Stalling {
     }
     async fn delete_message_batch(
         &self,
+        inner: &impl Transport,
         url: &str,
         entries: Vec<DeleteEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
@@ -570,7 +556,7 @@ impl Transport for Stalling {
             .iter()
             .map(|entry| (entry.id.clone(), entry.receipt_handle.clone()))
             .collect();
-        let result = self.account.delete_message_batch(url, entries).await?;
+        let result = inner.delete_message_batch(url, entries).await?;
         let jobs = self.jobs.lock().unwrap();
         let mut visible_again_at = self.visible_again_at.lock().unwrap();
         for (id, ()) in &result.successful {
@@ -582,6 +568,7 @@ impl Transport for Stalling {
     }
     async fn change_message_visibility_batch(
         &self,
+        inner: &impl Transport,
         url: &str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
@@ -620,9 +607,7 @@ impl Transport for Stalling {
         let mut result = if pass.is_empty() {
             BatchResult::default()
         } else {
-            self.account
-                .change_message_visibility_batch(url, pass)
-                .await?
+            inner.change_message_visibility_batch(url, pass).await?
         };
         {
             let mut visible_again_at = self.visible_again_at.lock().unwrap();
@@ -672,7 +657,7 @@ impl Transport for Stalling {
             }));
         Ok(result)
     }
-    fn abandoned_receive_takes_nothing(&self) -> bool {
+    fn abandoned_receive_takes_nothing(&self, _inner: &impl Transport) -> bool {
         // As over a network: a receive in flight at a stop is waited for.
         false
     }
@@ -681,9 +666,9 @@ impl Transport for Stalling {
 #[tokio::test(start_paused = true)]
 async fn a_stalled_fifo_delete_holds_up_no_other_group_and_nothing_runs_twice() {
     let account = Account::new();
-    let transport = Stalling::new(&account);
-    *transport.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
-    let broker = SqsBroker::with_transport(transport.clone());
+    let stalling = Stalling::new();
+    *stalling.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs.fifo")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(30));
@@ -713,7 +698,7 @@ async fn a_stalled_fifo_delete_holds_up_no_other_group_and_nothing_runs_twice() 
     sleep(Duration::from_secs(300)).await;
     app.stop().await.unwrap();
     let calls = calls.lock().unwrap().clone();
-    let deletes = transport.deletes.lock().unwrap().clone();
+    let deletes = stalling.deletes.lock().unwrap().clone();
     assert_eq!(calls.len(), 4, "each group handled once: {calls:?}");
     assert!(calls.iter().all(|c| c.receive_count == 1), "{calls:?}");
     assert!(
@@ -738,9 +723,9 @@ async fn a_stalled_fifo_delete_holds_up_no_other_group_and_nothing_runs_twice() 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
     let account = Account::new();
-    let transport = Stalling::new(&account);
-    *transport.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
-    let broker = SqsBroker::with_transport(transport.clone());
+    let stalling = Stalling::new();
+    *stalling.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs.fifo")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(30));
@@ -764,7 +749,7 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
     .await;
     // The first deletes (at 40 s) stall; then, while the second messages run, an extension.
     sleep(Duration::from_secs(45)).await;
-    *transport.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
+    *stalling.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
     sleep(Duration::from_secs(400)).await;
     app.stop().await.unwrap();
     let calls = calls.lock().unwrap().clone();
@@ -782,9 +767,9 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
 #[tokio::test(start_paused = true)]
 async fn a_stalled_extension_lets_no_other_message_time_out() {
     let account = Account::new();
-    let transport = Stalling::new(&account);
-    *transport.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
-    let broker = SqsBroker::with_transport(transport.clone());
+    let stalling = Stalling::new();
+    *stalling.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(20));
@@ -817,14 +802,14 @@ async fn a_stalled_extension_lets_no_other_message_time_out() {
 #[tokio::test(start_paused = true)]
 async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
     let account = Account::new();
-    let transport = Stalling::new(&account);
+    let stalling = Stalling::new();
     // The second message is never extended: its visibility ends while the first runs.
-    transport
+    stalling
         .refuse_extensions_of
         .lock()
         .unwrap()
         .push(Job::new("g", 2));
-    let broker = SqsBroker::with_transport(transport.clone());
+    let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs.fifo")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(30));
@@ -859,7 +844,7 @@ async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
         [(1, 1), (2, 2), (3, 2)],
         "the second message ran only on its next receive, the third behind it"
     );
-    let ahead = transport.ahead_of_their_group.lock().unwrap().clone();
+    let ahead = stalling.ahead_of_their_group.lock().unwrap().clone();
     assert!(ahead.is_empty(), "{ahead:?}");
 }
 
@@ -871,13 +856,13 @@ async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
 #[tokio::test(start_paused = true)]
 async fn the_rest_of_a_group_never_goes_back_ahead_of_a_lapsed_message_still_in_flight() {
     let account = Account::new();
-    let transport = Stalling::new(&account);
-    transport
+    let stalling = Stalling::new();
+    stalling
         .lose_extension_answers_of
         .lock()
         .unwrap()
         .push(Job::new("g", 2));
-    let broker = SqsBroker::with_transport(transport.clone());
+    let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs.fifo")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(30));
@@ -905,7 +890,7 @@ async fn the_rest_of_a_group_never_goes_back_ahead_of_a_lapsed_message_still_in_
     .await;
     sleep(Duration::from_secs(300)).await;
     app.stop().await.unwrap();
-    let ahead = transport.ahead_of_their_group.lock().unwrap().clone();
+    let ahead = stalling.ahead_of_their_group.lock().unwrap().clone();
     assert!(
         ahead.is_empty(),
         "a release made a message visible ahead of its group: {ahead:?}"
@@ -942,8 +927,8 @@ async fn an_idle_service_stops_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_stop_fits_its_budget_with_a_handler_that_never_ends_and_a_receive_that_never_answers() {
     let account = Account::new();
-    let transport = Stalling::new(&account);
-    let broker = SqsBroker::with_transport(transport.clone());
+    let stalling = Stalling::new();
+    let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs.fifo").create_if_missing();
     send(&broker, &queue, "g", 1).await;
     send(&broker, &queue, "g", 2).await;
@@ -956,7 +941,7 @@ async fn a_stop_fits_its_budget_with_a_handler_that_never_ends_and_a_receive_tha
     )
     .await;
     sleep(Duration::from_secs(1)).await;
-    transport.receives_hang.store(true, Ordering::Release);
+    stalling.receives_hang.store(true, Ordering::Release);
     sleep(Duration::from_secs(1)).await;
     let stopping = Instant::now();
     app.stop().await.unwrap();
@@ -1189,7 +1174,7 @@ fn a_stop_budget_shorter_than_a_long_poll_is_a_warning_over_a_network() {
     let logged = common::logged_while(|| async {
         let account = Account::new();
         // A transport whose abandoned receive may have taken messages, as over a network.
-        let broker = SqsBroker::with_transport(Stalling::new(&account));
+        let broker = SqsBroker::with_transport(Stalling::new().over(&account));
         let queue = SqsQueue::new("jobs").create_if_missing();
         let app = spawn_with(
             &broker,
@@ -1244,9 +1229,9 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
         )
         .await
         .unwrap();
-    let transport = Stalling::new(&account);
-    *transport.hidden.lock().unwrap() = Some("jobs-dlq.fifo".into());
-    let broker = SqsBroker::with_transport(transport);
+    let stalling = Stalling::new();
+    *stalling.hidden.lock().unwrap() = Some("jobs-dlq.fifo".into());
+    let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs.fifo").retry(RetryPolicy::fixed(Duration::from_secs(1)));
     send(&broker, &queue, "g", 1).await;
     let calls = Calls::default();
@@ -1357,7 +1342,7 @@ async fn a_fifo_retry_past_the_twelve_hour_cap_gives_the_group_back_in_order() {
 async fn a_message_that_reaches_a_pending_long_poll_during_a_stop_is_handled_not_hidden() {
     let account = Account::new();
     // As over a network: a receive in flight is waited for, not dropped.
-    let broker = SqsBroker::with_transport(Stalling::new(&account));
+    let broker = SqsBroker::with_transport(Stalling::new().over(&account));
     let queue = SqsQueue::new("late")
         .create_if_missing()
         .visibility_timeout(Duration::from_secs(60));

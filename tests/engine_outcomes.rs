@@ -159,9 +159,9 @@ async fn an_input_whose_outputs_cannot_be_sent_is_not_acknowledged() {
 #[tokio::test(start_paused = true)]
 async fn a_handler_run_again_after_a_lost_delete_does_not_publish_its_outputs_twice() {
     let account = Account::new();
-    let faulty = Faulty::new(&account);
+    let faulty = Faulty::default();
     faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let (service, calls) = bill_service(&broker, 5).await;
     let running = TestApp::spawn(service).await.expect("the app starts");
     jobs_fifo(&broker)

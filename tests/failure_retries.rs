@@ -366,7 +366,7 @@ async fn shutdown_with_a_long_poll_in_flight_leaves_no_message_hidden<T: Transpo
         (1, 0, 0),
         "right after run returned, the waiting message is visible and none is in flight"
     );
-    let received_by_service = backend.transport.receipts();
+    let received_by_service = backend.transport.hooks().receipts();
 
     assert_eq!(
         log.lock().unwrap().len(),
@@ -480,7 +480,7 @@ async fn a_handler_outliving_the_shutdown_timeout_is_not_running_when_run_return
         (1, 0, 0),
         "right after run returned, its message is visible, not in flight for 60 s"
     );
-    let received_by_service = backend.transport.receipts();
+    let received_by_service = backend.transport.hooks().receipts();
     let back = backend.drain(&url, 1).await;
     assert_eq!(back.len(), 1, "its message was released, not left for 60 s");
     // A real server may also hand the released message to the long poll still in flight at

@@ -125,8 +125,8 @@ async fn a_service_whose_start_fails_goes_from_starting_to_stopped() {
 #[tokio::test(start_paused = true)]
 async fn a_subscription_whose_receives_fail_is_not_consuming_until_one_answers() {
     let account = Account::new();
-    let faulty = Faulty::new(&account);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let faulty = Faulty::default();
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let queue = SqsQueue::new("flaky")
         .create_if_missing()
         .wait(Duration::from_secs(1));

@@ -86,7 +86,7 @@ async fn a_failed_fifo_message_is_retried_in_place_while_its_group_waits_in_orde
     // The rest of the group was handled after m2, not left behind it: each message was received
     // once and deleted once, in the group's order, and nothing is left in the queue, visible,
     // in flight or delayed.
-    let recording = &backend.transport;
+    let recording = backend.transport.hooks();
     let mut deleted_at = Vec::new();
     for n in 1..=5 {
         let id = &seen.iter().find(|s| s.job.n == n).unwrap().message_id;
@@ -188,7 +188,7 @@ async fn outputs_are_published_before_the_input_is_acknowledged<T: Transport + C
     }
     // The promise itself, in the order of the calls at the transport: each input's delete went
     // out only after the send of its output was answered.
-    let recording = &backend.transport;
+    let recording = backend.transport.hooks();
     for (input, output) in sent.iter().zip(&got) {
         let id = &input.message_id;
         let output_sent = recording.sends_with_dedup_id(output.dedup_id().unwrap());
@@ -241,7 +241,7 @@ async fn a_dead_lettered_message_moves_and_its_group_continues<T: Transport + Cl
     );
     // m2 moved: its copy reached the dead-letter queue before its delete went out, the source
     // queue holds nothing (visible, in flight or delayed), and the dead-letter queue exactly m2.
-    let recording = &backend.transport;
+    let recording = backend.transport.hooks();
     let copied = recording.sends_with_dedup_id(&sent[1].message_id);
     let deleted = recording.deletes_of(&sent[1].message_id);
     assert_eq!(copied.len(), 1, "one dead-letter copy");
@@ -319,7 +319,7 @@ async fn shutdown_finishes_running_handlers_and_releases_held_messages<T: Transp
     let running = service(&backend, subscriber(queue.clone(), handler).build()).await;
     // The first handler runs for 7 s, while the other two are held, unstarted.
     eventually("three held, one running", async || {
-        backend.transport.receipts().len() == 3 && started.load(Ordering::SeqCst) == 1
+        backend.transport.hooks().receipts().len() == 3 && started.load(Ordering::SeqCst) == 1
     })
     .await;
     running.stop().await.unwrap();
@@ -331,7 +331,7 @@ async fn shutdown_finishes_running_handlers_and_releases_held_messages<T: Transp
         (2, 0, 0),
         "visible, in flight, delayed"
     );
-    let received_by_service = backend.transport.receipts();
+    let received_by_service = backend.transport.hooks().receipts();
     assert_eq!(
         finished.load(Ordering::SeqCst),
         1,
@@ -412,7 +412,7 @@ async fn a_handler_outlasting_its_visibility_timeout_keeps_its_message_by_heartb
     let (receive_counts, mid_run) = (handler.receive_counts.clone(), handler.mid_run.clone());
     let running = service(&backend, subscriber(queue, handler).build()).await;
     eventually_within("handled and deleted", Duration::from_secs(30), async || {
-        backend.transport.deletes_of(&sent.message_id).len() == 1
+        backend.transport.hooks().deletes_of(&sent.message_id).len() == 1
     })
     .await;
     running.stop().await.unwrap();
@@ -427,8 +427,11 @@ async fn a_handler_outlasting_its_visibility_timeout_keeps_its_message_by_heartb
         Some((0, 1, 0)),
         "past its visibility timeout the message was still in flight, not visible"
     );
-    assert_eq!(backend.transport.receives_of(&sent.message_id), 1);
-    let extensions = backend.transport.visibility_changes_of(&sent.message_id);
+    assert_eq!(backend.transport.hooks().receives_of(&sent.message_id), 1);
+    let extensions = backend
+        .transport
+        .hooks()
+        .visibility_changes_of(&sent.message_id);
     assert!(
         extensions.len() >= 2 && extensions.iter().all(|&change| change == (3, true)),
         "extended by 3 s at least twice, each accepted: {extensions:?}"

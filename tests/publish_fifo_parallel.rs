@@ -13,9 +13,10 @@ use common::backend::Backend;
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
 use rust_stream::testing::eventually;
+use rust_stream::transport::layer::{Hooked, Hooks};
 use rust_stream::transport::{
-    BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    BatchFailure, BatchResult, DeleteEntry, ReceiveMessage, SendBatchEntry, SentMessage, Transport,
+    TransportError,
 };
 use rust_stream::{PublishError, Publisher};
 
@@ -24,14 +25,13 @@ both_backends!(
     a_group_waits_behind_its_failed_message_while_other_groups_go_on,
 );
 
-/// A transport that watches the `SendMessageBatch` calls going through it: how many are in flight
-/// at once and whether two in flight ever carry one group. Each call takes at least `round_trip`
+/// Hooks that watch the `SendMessageBatch` calls going through them: how many are in flight at
+/// once and whether two in flight ever carry one group. Each call takes at least `round_trip`
 /// before it reaches the backend, as a network round trip would (the in-process account answers
 /// at once). It may fail the entry of one body, as SQS fails an entry on its side
 /// (`SenderFault: false`, worth retrying), a number of times.
 #[derive(Clone)]
-struct Watched<T> {
-    inner: T,
+struct Watched {
     round_trip: Duration,
     watch: Arc<Mutex<Watch>>,
 }
@@ -54,10 +54,9 @@ struct Watch {
     calls_while_retrying: usize,
 }
 
-impl<T> Watched<T> {
-    fn new(inner: T) -> Self {
+impl Watched {
+    fn new() -> Self {
         Self {
-            inner,
             round_trip: Duration::from_millis(5),
             watch: Arc::default(),
         }
@@ -78,26 +77,10 @@ fn group_of(entry: &SendBatchEntry) -> String {
     entry.message.group_id.clone().unwrap_or_default()
 }
 
-impl<T: Transport + Clone> Transport for Watched<T> {
-    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-        self.inner.get_queue_url(name).await
-    }
-    async fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> Result<String, TransportError> {
-        self.inner.create_queue(name, attributes).await
-    }
-    async fn get_queue_attributes(
-        &self,
-        queue_url: &str,
-        names: &[&str],
-    ) -> Result<QueueAttributes, TransportError> {
-        self.inner.get_queue_attributes(queue_url, names).await
-    }
+impl Hooks for Watched {
     async fn send_message_batch(
         &self,
+        inner: &impl Transport,
         queue_url: &str,
         entries: Vec<SendBatchEntry>,
     ) -> Result<BatchResult<SentMessage>, TransportError> {
@@ -138,7 +121,7 @@ impl<T: Transport + Clone> Transport for Watched<T> {
         let mut answer = if forwarded.is_empty() {
             Ok(BatchResult::default())
         } else {
-            self.inner.send_message_batch(queue_url, forwarded).await
+            inner.send_message_batch(queue_url, forwarded).await
         };
         let mut watch = self.watch();
         if let (Some(id), Ok(result)) = (failed_id, answer.as_mut()) {
@@ -157,29 +140,6 @@ impl<T: Transport + Clone> Transport for Watched<T> {
         }
         answer
     }
-    async fn receive_message(
-        &self,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
-        self.inner.receive_message(queue_url, request).await
-    }
-    async fn delete_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        self.inner.delete_message_batch(queue_url, entries).await
-    }
-    async fn change_message_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> Result<BatchResult<()>, TransportError> {
-        self.inner
-            .change_message_visibility_batch(queue_url, entries)
-            .await
-    }
 }
 
 /// Message `n` of `group`, its body `"{group}:{n}"`.
@@ -193,10 +153,10 @@ fn numbered(publisher: &Publisher, group: &str, n: usize) -> rust_stream::Outgoi
 /// A publisher to a fresh FIFO queue through a watched broker.
 async fn watched_publisher<T: Transport + Clone>(
     backend: &Backend<T>,
-    watched: &Watched<T>,
+    watched: &Watched,
 ) -> (Publisher, String) {
     let url = backend.queue("parallel.fifo", &[]).await;
-    let broker = SqsBroker::with_transport(watched.clone());
+    let broker = SqsBroker::with_transport(Hooked::new(backend.transport.clone(), watched.clone()));
     (
         broker.publisher(SqsQueue::new(backend.name("parallel.fifo"))),
         url,
@@ -269,7 +229,7 @@ const PER_GROUP: usize = 15;
 async fn many_groups_go_out_side_by_side_each_in_the_order_sent<T: Transport + Clone>(
     backend: Backend<T>,
 ) {
-    let watched = Watched::new(backend.transport.clone());
+    let watched = Watched::new();
     let (publisher, url) = watched_publisher(&backend, &watched).await;
     let group = |g: usize| format!("group-{g}");
 
@@ -345,7 +305,7 @@ async fn a_group_waits_behind_its_failed_message_while_other_groups_go_on<T: Tra
     const LATER: usize = 5;
     const OTHER_GROUPS: usize = 12;
     const FAILED_TRIES: usize = 3;
-    let watched = Watched::new(backend.transport.clone()).failing("late:0", FAILED_TRIES);
+    let watched = Watched::new().failing("late:0", FAILED_TRIES);
     let (publisher, url) = watched_publisher(&backend, &watched).await;
 
     // The group's first message goes alone, and fails on the service's side; while the batcher

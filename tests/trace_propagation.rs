@@ -427,11 +427,11 @@ async fn retry_and_dead_letter_lines_in<T: Transport>(
 async fn a_failed_delete_is_logged_inside_the_process_span() {
     telemetry();
     let account = rust_stream::account::Account::new();
-    let faulty = common::engine::Faulty::new(&account);
+    let faulty = common::engine::Faulty::default();
     faulty
         .permanent_delete_failures
         .store(1, std::sync::atomic::Ordering::SeqCst);
-    let broker = SqsBroker::with_transport(faulty.clone());
+    let broker = SqsBroker::with_transport(faulty.over(&account));
     let payments = "payments-delete-fails";
     let written = WriteLedger::default();
     let app = TestApp::spawn(RustStream::new(AppInfo::new("ledger", "0")).with_broker(

@@ -1,16 +1,14 @@
-//! A transport that counts the messages it deleted, so that a run ends the moment its last message
-//! is deleted, on either backend, without reading the queue (which would cost calls and take the
-//! account's lock while the engine works).
+//! Hooks that count the messages a transport deleted, so that a run ends the moment its last
+//! message is deleted, on either backend, without reading the queue (which would cost calls and
+//! take the account's lock while the engine works).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rust_stream::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
-};
+use rust_stream::transport::layer::Hooks;
+use rust_stream::transport::{BatchResult, DeleteEntry, Transport, TransportError};
 use tokio::sync::Notify;
 
 use crate::Fallible;
@@ -61,65 +59,28 @@ impl Deleted {
     }
 }
 
-/// `inner`, counting the messages its `DeleteMessageBatch` calls deleted.
+/// Hooks that count the messages the `DeleteMessageBatch` calls through them deleted.
 #[derive(Debug)]
-pub struct CountingDeletes<T> {
-    inner: T,
+pub struct CountingDeletes {
     deleted: Arc<Deleted>,
 }
 
-impl<T> CountingDeletes<T> {
-    pub fn new(inner: T, deleted: Arc<Deleted>) -> Self {
-        Self { inner, deleted }
+impl CountingDeletes {
+    pub fn new(deleted: Arc<Deleted>) -> Self {
+        Self { deleted }
     }
 }
 
-impl<T: Transport> Transport for CountingDeletes<T> {
-    fn get_queue_url(
-        &self,
-        name: &str,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        self.inner.get_queue_url(name)
-    }
-
-    fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        self.inner.create_queue(name, attributes)
-    }
-
-    fn get_queue_attributes(
-        &self,
-        queue_url: &str,
-        names: &[&str],
-    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
-        self.inner.get_queue_attributes(queue_url, names)
-    }
-
-    fn send_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
-        self.inner.send_message_batch(queue_url, entries)
-    }
-
-    fn receive_message(
-        &self,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
-        self.inner.receive_message(queue_url, request)
-    }
-
+impl Hooks for CountingDeletes {
+    // On the way of every message: the inner call's future wrapped once, without an `async fn`
+    // layer that would keep a second copy of the arguments.
     fn delete_message_batch(
         &self,
+        inner: &impl Transport,
         queue_url: &str,
         entries: Vec<DeleteEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        let deleting = self.inner.delete_message_batch(queue_url, entries);
+        let deleting = inner.delete_message_batch(queue_url, entries);
         async move {
             let result = deleting.await;
             if let Ok(result) = &result {
@@ -131,18 +92,5 @@ impl<T: Transport> Transport for CountingDeletes<T> {
             }
             result
         }
-    }
-
-    fn change_message_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        self.inner
-            .change_message_visibility_batch(queue_url, entries)
-    }
-
-    fn abandoned_receive_takes_nothing(&self) -> bool {
-        self.inner.abandoned_receive_takes_nothing()
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rust_stream::account::Account;
 use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
+use rust_stream::transport::layer::Hooked;
 use tokio::sync::mpsc;
 
 use crate::allocations;
@@ -111,7 +112,10 @@ async fn engine_throughput(
 ) -> Fallible<EngineThroughput> {
     let account = Account::new();
     let deleted = Arc::new(Deleted::default());
-    let broker = SqsBroker::with_transport(CountingDeletes::new(account.clone(), deleted.clone()));
+    let broker = SqsBroker::with_transport(Hooked::new(
+        account.clone(),
+        CountingDeletes::new(deleted.clone()),
+    ));
     let queue = workload.queue();
     let publisher = broker.publisher(queue.clone());
 

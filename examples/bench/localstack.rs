@@ -14,6 +14,7 @@ use aws_sdk_sqs::types::{
 use rust_stream::aws::AwsTransport;
 use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
+use rust_stream::transport::layer::Hooked;
 use rust_stream::ApiCalls;
 
 use crate::deletes::{CountingDeletes, Deleted};
@@ -269,8 +270,10 @@ async fn engine_consume(
     messages: u64,
 ) -> Fallible<Figures> {
     let deleted = Arc::new(Deleted::default());
-    let broker =
-        SqsBroker::with_transport(CountingDeletes::new(transport.clone(), deleted.clone()));
+    let broker = SqsBroker::with_transport(Hooked::new(
+        transport.clone(),
+        CountingDeletes::new(deleted.clone()),
+    ));
     let queue = SqsQueue::new(queue)
         .pollers(pollers)
         .concurrency(CONCURRENCY)

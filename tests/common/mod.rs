@@ -185,17 +185,18 @@ pub async fn release(
 pub mod proxy;
 
 pub mod engine {
-    //! Helpers for tests of services: a job type, a scripted handler, and a fault-injecting
-    //! transport over a real account.
+    //! Helpers for tests of services: a job type, a scripted handler, and fault-injecting hooks
+    //! over a real account.
 
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
     use rust_stream::account::Account;
     use rust_stream::model::rules::ErrorKind;
+    use rust_stream::transport::layer::{Hooked, Hooks};
     use rust_stream::transport::{
-        BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes,
-        ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+        BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, ReceiveMessage,
+        ReceivedMessage, Transport, TransportError,
     };
     use rust_stream::{Context, Handle, HandlerOutcome};
     use serde::{Deserialize, Serialize};
@@ -277,13 +278,12 @@ pub mod engine {
             .collect()
     }
 
-    /// A real account behind a transport that can be told to fail: the next `n` entries of
-    /// delete batches fail as a service-side error (`SenderFault: false`), or with a permanent one;
-    /// the next `n` receives fail (the network is down), or receives or delete calls panic;
-    /// receives can answer more than was asked.
+    /// Hooks that make a transport fail on demand (a real account behind them, as a rule): the
+    /// next `n` entries of delete batches fail as a service-side error (`SenderFault: false`), or
+    /// with a permanent one; the next `n` receives fail (the network is down), or receives or
+    /// delete calls panic; receives can answer more than was asked.
     #[derive(Clone, Default)]
     pub struct Faulty {
-        pub account: Account,
         pub transient_delete_failures: Arc<AtomicUsize>,
         pub permanent_delete_failures: Arc<AtomicUsize>,
         pub receive_panics: Arc<AtomicUsize>,
@@ -299,11 +299,9 @@ pub mod engine {
     }
 
     impl Faulty {
-        pub fn new(account: &Account) -> Self {
-            Self {
-                account: account.clone(),
-                ..Self::default()
-            }
+        /// `account` behind these faults.
+        pub fn over(&self, account: &Account) -> Hooked<Account, Faulty> {
+            Hooked::new(account.clone(), self.clone())
         }
 
         /// The account, with `GetQueueUrl` of `queue` taking `delay`.
@@ -311,10 +309,10 @@ pub mod engine {
             account: &Account,
             queue: &str,
             delay: std::time::Duration,
-        ) -> Self {
-            let faulty = Self::new(account);
+        ) -> Hooked<Account, Faulty> {
+            let faulty = Self::default();
             *faulty.slow_lookup.lock().unwrap() = Some((queue.to_owned(), delay));
-            faulty
+            faulty.over(account)
         }
     }
 
@@ -324,8 +322,14 @@ pub mod engine {
             .is_ok()
     }
 
-    impl Transport for Faulty {
-        async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
+    // `async fn`s: an injected panic comes when the call is polled, inside the engine's guard,
+    // as a panic inside a transport's call would.
+    impl Hooks for Faulty {
+        async fn get_queue_url(
+            &self,
+            inner: &impl Transport,
+            name: &str,
+        ) -> Result<String, TransportError> {
             let delay = self
                 .slow_lookup
                 .lock()
@@ -336,35 +340,12 @@ pub mod engine {
             if let Some(delay) = delay {
                 tokio::time::sleep(delay).await;
             }
-            self.account.get_queue_url(name).await
-        }
-
-        async fn create_queue(
-            &self,
-            name: &str,
-            attributes: QueueAttributes,
-        ) -> Result<String, TransportError> {
-            self.account.create_queue(name, attributes).await
-        }
-
-        async fn get_queue_attributes(
-            &self,
-            url: &str,
-            names: &[&str],
-        ) -> Result<QueueAttributes, TransportError> {
-            self.account.get_queue_attributes(url, names).await
-        }
-
-        async fn send_message_batch(
-            &self,
-            url: &str,
-            entries: Vec<SendBatchEntry>,
-        ) -> Result<BatchResult<SentMessage>, TransportError> {
-            self.account.send_message_batch(url, entries).await
+            inner.get_queue_url(name).await
         }
 
         async fn receive_message(
             &self,
+            inner: &impl Transport,
             url: &str,
             request: ReceiveMessage,
         ) -> Result<Vec<ReceivedMessage>, TransportError> {
@@ -380,11 +361,12 @@ pub mod engine {
             if self.greedy.load(Ordering::Acquire) {
                 request.max_number_of_messages = 10;
             }
-            self.account.receive_message(url, request).await
+            inner.receive_message(url, request).await
         }
 
         async fn delete_message_batch(
             &self,
+            inner: &impl Transport,
             url: &str,
             entries: Vec<DeleteEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
@@ -415,7 +397,7 @@ pub mod engine {
             let mut result = if pass.is_empty() {
                 BatchResult::default()
             } else {
-                self.account.delete_message_batch(url, pass).await?
+                inner.delete_message_batch(url, pass).await?
             };
             result.failed.extend(failed);
             Ok(result)
@@ -423,6 +405,7 @@ pub mod engine {
 
         async fn change_message_visibility_batch(
             &self,
+            inner: &impl Transport,
             url: &str,
             entries: Vec<ChangeVisibilityEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
@@ -441,29 +424,24 @@ pub mod engine {
                     failed,
                 });
             }
-            self.account
-                .change_message_visibility_batch(url, entries)
-                .await
-        }
-
-        fn abandoned_receive_takes_nothing(&self) -> bool {
-            self.account.abandoned_receive_takes_nothing()
+            inner.change_message_visibility_batch(url, entries).await
         }
     }
 }
 
 pub mod recording {
-    //! A transport that records, in the order they happen, the receives, sends, deletes and
-    //! visibility changes that go through it, over any other transport (the in-process account
-    //! or the aws-sdk one): what a test needs to prove an order ("deleted only after its outputs
-    //! were sent") or a call ("extended while its handler ran") rather than an end state.
+    //! Hooks that record, in the order they happen, the receives, sends, deletes and visibility
+    //! changes that go through them, over any transport (the in-process account or the aws-sdk
+    //! one): what a test needs to prove an order ("deleted only after its outputs were sent") or
+    //! a call ("extended while its handler ran") rather than an end state.
 
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
 
+    use rust_stream::transport::layer::{Hooked, Hooks};
     use rust_stream::transport::{
-        BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-        ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+        BatchResult, ChangeVisibilityEntry, DeleteEntry, ReceiveMessage, ReceivedMessage,
+        SendBatchEntry, SentMessage, Transport, TransportError,
     };
 
     /// One call, as the recording saw it.
@@ -493,19 +471,19 @@ pub mod recording {
         },
     }
 
-    /// A transport that records its calls, over `T`.
-    #[derive(Clone)]
-    pub struct Recording<T> {
-        pub inner: T,
+    /// `T`, its calls recorded.
+    pub type Recording<T> = Hooked<T, Recorder>;
+
+    /// The calls recorded so far, shared by its clones.
+    #[derive(Clone, Default)]
+    pub struct Recorder {
         calls: Arc<Mutex<Vec<Call>>>,
     }
 
-    impl<T: Transport> Recording<T> {
-        pub fn new(inner: T) -> Self {
-            Self {
-                inner,
-                calls: Arc::default(),
-            }
+    impl Recorder {
+        /// `inner`, its calls recorded by this recorder.
+        pub fn over<T: Transport>(&self, inner: T) -> Recording<T> {
+            Hooked::new(inner, self.clone())
         }
 
         /// Every call so far, in order.
@@ -622,29 +600,10 @@ pub mod recording {
         }
     }
 
-    impl<T: Transport> Transport for Recording<T> {
-        async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-            self.inner.get_queue_url(name).await
-        }
-
-        async fn create_queue(
-            &self,
-            name: &str,
-            attributes: QueueAttributes,
-        ) -> Result<String, TransportError> {
-            self.inner.create_queue(name, attributes).await
-        }
-
-        async fn get_queue_attributes(
-            &self,
-            url: &str,
-            names: &[&str],
-        ) -> Result<QueueAttributes, TransportError> {
-            self.inner.get_queue_attributes(url, names).await
-        }
-
+    impl Hooks for Recorder {
         async fn send_message_batch(
             &self,
+            inner: &impl Transport,
             url: &str,
             entries: Vec<SendBatchEntry>,
         ) -> Result<BatchResult<SentMessage>, TransportError> {
@@ -652,7 +611,7 @@ pub mod recording {
                 .iter()
                 .map(|entry| (entry.id.clone(), entry.message.dedup_id.clone()))
                 .collect();
-            let result = self.inner.send_message_batch(url, entries).await?;
+            let result = inner.send_message_batch(url, entries).await?;
             let messages = result
                 .successful
                 .iter()
@@ -667,10 +626,11 @@ pub mod recording {
 
         async fn receive_message(
             &self,
+            inner: &impl Transport,
             url: &str,
             request: ReceiveMessage,
         ) -> Result<Vec<ReceivedMessage>, TransportError> {
-            let received = self.inner.receive_message(url, request).await?;
+            let received = inner.receive_message(url, request).await?;
             self.record(Call::Received {
                 queue_url: url.to_owned(),
                 messages: received
@@ -683,6 +643,7 @@ pub mod recording {
 
         async fn delete_message_batch(
             &self,
+            inner: &impl Transport,
             url: &str,
             entries: Vec<DeleteEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
@@ -690,11 +651,12 @@ pub mod recording {
                 queue_url: url.to_owned(),
                 receipt_handles: entries.iter().map(|e| e.receipt_handle.clone()).collect(),
             });
-            self.inner.delete_message_batch(url, entries).await
+            inner.delete_message_batch(url, entries).await
         }
 
         async fn change_message_visibility_batch(
             &self,
+            inner: &impl Transport,
             url: &str,
             entries: Vec<ChangeVisibilityEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
@@ -705,8 +667,7 @@ pub mod recording {
                     .map(|e| (e.receipt_handle.clone(), e.visibility_timeout, false))
                     .collect(),
             });
-            let result = self
-                .inner
+            let result = inner
                 .change_message_visibility_batch(url, entries.clone())
                 .await?;
             if let Call::ChangeVisibility { changes, .. } = &mut self.calls.lock().unwrap()[at] {
@@ -715,14 +676,6 @@ pub mod recording {
                 }
             }
             Ok(result)
-        }
-
-        fn abandoned_receive_takes_nothing(&self) -> bool {
-            self.inner.abandoned_receive_takes_nothing()
-        }
-
-        fn attempt_timeout(&self) -> Option<std::time::Duration> {
-            self.inner.attempt_timeout()
         }
     }
 }
@@ -738,7 +691,7 @@ pub mod backend {
     use rust_stream::transport::{QueueAttributes, ReceiveMessage, ReceivedMessage, Transport};
     use rust_stream::SqsBroker;
 
-    use super::recording::Recording;
+    use super::recording::{Recorder, Recording};
 
     /// Which backend a test body runs on, for the places where LocalStack deviates from SQS.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -810,7 +763,7 @@ pub mod backend {
         /// The same backend behind a [`Recording`] transport, with a broker over it: what the
         /// services of the test do is recorded call by call.
         pub fn recorded(self) -> Backend<Recording<T>> {
-            let transport = Recording::new(self.transport);
+            let transport = Recorder::default().over(self.transport);
             Backend {
                 broker: SqsBroker::with_transport(transport.clone()),
                 transport,

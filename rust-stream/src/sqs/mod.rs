@@ -39,7 +39,8 @@ use crate::client::Client;
 use crate::handler::Subscriber;
 use crate::model::declare;
 use crate::publish::Publisher;
-use crate::transport::meter::{ApiCalls, Metered};
+use crate::transport::layer::Hooked;
+use crate::transport::meter::{ApiCalls, Meter};
 use crate::transport::Transport;
 use std::sync::atomic::Ordering;
 
@@ -193,10 +194,10 @@ impl SqsBroker {
 
     /// A broker over any [`Transport`].
     pub fn with_transport(transport: impl Transport) -> Self {
-        let metered = Metered::new(transport);
-        let calls = metered.calls.clone();
+        let meter = Meter::default();
+        let calls = meter.calls.clone();
         Self {
-            core: Arc::new(Client::new(Arc::new(metered), calls)),
+            core: Arc::new(Client::new(Arc::new(Hooked::new(transport, meter)), calls)),
             app: Mutex::default(),
         }
     }

@@ -1,16 +1,15 @@
 //! Counts of SQS API calls by action, kept by every broker over whatever transport it has, so
 //! tests and benchmarks can see what a workload costs (SQS bills per request); each call is also
-//! recorded as a metric (see [`crate::metrics`]).
+//! recorded as a metric (see [`crate::metrics`]). The meter is one [`Hooks::around`] hook over
+//! the broker's transport.
 
 use std::future::Future;
 use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
-};
+use super::layer::{Action, Hooks};
+use super::TransportError;
 
 /// SQS API calls by action.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,6 +73,20 @@ pub(crate) struct CallCounter {
 }
 
 impl CallCounter {
+    /// The counter of `action`'s calls.
+    fn of(&self, action: Action) -> &AtomicU64 {
+        match action {
+            Action::GetQueueUrl => &self.get_queue_url,
+            Action::CreateQueue => &self.create_queue,
+            Action::GetQueueAttributes => &self.get_queue_attributes,
+            Action::SendMessageBatch => &self.send_message_batch,
+            Action::ReceiveMessage => &self.receive_message,
+            Action::DeleteMessageBatch => &self.delete_message_batch,
+            Action::ChangeMessageVisibilityBatch => &self.change_message_visibility_batch,
+        }
+    }
+
+    /// The counts so far.
     pub(crate) fn snapshot(&self) -> ApiCalls {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         ApiCalls {
@@ -88,133 +101,95 @@ impl CallCounter {
     }
 }
 
-fn count(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
-
 /// Runs one call of `action` on `queue` (a URL, or a name before there is one), and records its
 /// duration and failure as the `messaging.client.operation.duration` metric.
 async fn timed<T>(
-    action: &'static str,
+    action: Action,
     queue: &str,
     call: impl Future<Output = Result<T, TransportError>>,
 ) -> Result<T, TransportError> {
     let started = tokio::time::Instant::now();
     let result = call.await;
-    crate::metrics::call(action, queue, started.elapsed(), &result);
+    crate::metrics::call(action.name(), queue, started.elapsed(), &result);
     result
 }
 
-/// A transport that counts its calls.
-pub(crate) struct Metered<T> {
-    inner: T,
+/// The hooks that count and time every call of a broker's transport, as
+/// `Hooked::new(transport, meter)`.
+#[derive(Debug, Default)]
+pub(crate) struct Meter {
     pub(crate) calls: Arc<CallCounter>,
 }
 
-impl<T> Metered<T> {
-    pub(crate) fn new(inner: T) -> Self {
-        Self {
-            inner,
-            calls: Arc::default(),
-        }
+// Counted when the call is made, timed while it runs: the call's own future wrapped once, no
+// `async fn` layer that would keep a second copy of the arguments.
+impl Hooks for Meter {
+    fn around<R: Send>(
+        &self,
+        action: Action,
+        queue: &str,
+        call: impl Future<Output = Result<R, TransportError>> + Send,
+    ) -> impl Future<Output = Result<R, TransportError>> + Send {
+        self.calls.of(action).fetch_add(1, Ordering::Relaxed);
+        timed(action, queue, call)
     }
 }
 
-// The calls on the way of every message return the inner call's future wrapped once, not an
-// `async fn` around it: each layer of `async fn` would keep its own copy of the arguments in a
-// future that is allocated per call.
-impl<T: Transport> Transport for Metered<T> {
-    async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-        count(&self.calls.get_queue_url);
-        timed("GetQueueUrl", name, self.inner.get_queue_url(name)).await
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of_val;
+
+    use super::*;
+    use crate::account::Account;
+    use crate::transport::layer::Hooked;
+    use crate::transport::{QueueAttributes, ReceiveMessage, Transport};
+
+    // Every receive and batch call allocates its future (a broker holds the transport erased):
+    // the meter's hooks must make it no bigger than the inner call timed by hand.
+    #[test]
+    fn a_metered_call_is_the_inner_call_timed_and_no_bigger() {
+        let account = Account::new();
+        let metered = Hooked::new(account.clone(), Meter::default());
+        let url = "https://sqs.local/000000000000/jobs";
+        macro_rules! same_size {
+            ($action:ident, $call:ident($argument:expr)) => {
+                assert_eq!(
+                    size_of_val(&metered.$call(url, $argument)),
+                    size_of_val(&timed(Action::$action, url, account.$call(url, $argument))),
+                    stringify!($action),
+                )
+            };
+        }
+        same_size!(ReceiveMessage, receive_message(ReceiveMessage::new(10)));
+        same_size!(DeleteMessageBatch, delete_message_batch(Vec::new()));
+        same_size!(
+            ChangeMessageVisibilityBatch,
+            change_message_visibility_batch(Vec::new())
+        );
+        same_size!(SendMessageBatch, send_message_batch(Vec::new()));
     }
 
-    async fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> Result<String, TransportError> {
-        count(&self.calls.create_queue);
-        timed(
-            "CreateQueue",
-            name,
-            self.inner.create_queue(name, attributes),
-        )
-        .await
-    }
-
-    async fn get_queue_attributes(
-        &self,
-        queue_url: &str,
-        names: &[&str],
-    ) -> Result<QueueAttributes, TransportError> {
-        count(&self.calls.get_queue_attributes);
-        timed(
-            "GetQueueAttributes",
-            queue_url,
-            self.inner.get_queue_attributes(queue_url, names),
-        )
-        .await
-    }
-
-    fn send_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
-        count(&self.calls.send_message_batch);
-        timed(
-            "SendMessageBatch",
-            queue_url,
-            self.inner.send_message_batch(queue_url, entries),
-        )
-    }
-
-    fn receive_message(
-        &self,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
-        count(&self.calls.receive_message);
-        timed(
-            "ReceiveMessage",
-            queue_url,
-            self.inner.receive_message(queue_url, request),
-        )
-    }
-
-    fn delete_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        count(&self.calls.delete_message_batch);
-        timed(
-            "DeleteMessageBatch",
-            queue_url,
-            self.inner.delete_message_batch(queue_url, entries),
-        )
-    }
-
-    fn change_message_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        count(&self.calls.change_message_visibility_batch);
-        timed(
-            "ChangeMessageVisibilityBatch",
-            queue_url,
-            self.inner
-                .change_message_visibility_batch(queue_url, entries),
-        )
-    }
-
-    fn abandoned_receive_takes_nothing(&self) -> bool {
-        self.inner.abandoned_receive_takes_nothing()
-    }
-
-    fn attempt_timeout(&self) -> Option<std::time::Duration> {
-        self.inner.attempt_timeout()
+    #[tokio::test]
+    async fn every_call_is_counted_under_its_action() {
+        let metered = Hooked::new(Account::new(), Meter::default());
+        let url = metered
+            .create_queue("jobs", QueueAttributes::default())
+            .await
+            .unwrap();
+        metered.get_queue_url("jobs").await.unwrap();
+        metered
+            .receive_message(&url, ReceiveMessage::new(1))
+            .await
+            .unwrap();
+        let calls = metered.hooks().calls.snapshot();
+        assert_eq!(
+            (
+                calls.create_queue,
+                calls.get_queue_url,
+                calls.receive_message
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(calls.messaging(), 1);
     }
 }

@@ -1,5 +1,6 @@
 //! The seam between the engine and a queue service: the [`Transport`] trait, its erased form that
-//! a broker shares, and [`meter`], the layer that counts and times every call.
+//! a broker shares, [`layer`], which makes a transport that changes a few calls of another out of
+//! hooks, and [`meter`], the hooks that count and time every call of a broker.
 //!
 //! A transport speaks in the SQS words of [`model`](crate::model): its requests, responses and
 //! errors are re-exported here, so an implementation imports one module.
@@ -10,6 +11,7 @@ use std::sync::Arc;
 pub use crate::model::error::{BatchFailure, ErrorKind, TransportError};
 pub use crate::model::wire::*;
 
+pub mod layer;
 pub mod meter;
 
 /// What the engine needs from a queue service. The in-process

@@ -1,0 +1,473 @@
+//! Transports that change a few calls of another: [`Hooked`] implements every [`Transport`] call
+//! once, over an inner transport and a [`Hooks`] value that overrides only the calls it changes.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//!
+//! use rust_stream::account::Account;
+//! use rust_stream::transport::layer::{Hooked, Hooks};
+//! use rust_stream::transport::{
+//!     ReceiveMessage, ReceivedMessage, SendMessage, Transport, TransportError,
+//! };
+//!
+//! /// Counts the messages received; every other call passes through.
+//! #[derive(Default)]
+//! struct CountReceived(AtomicUsize);
+//!
+//! impl Hooks for CountReceived {
+//!     async fn receive_message(
+//!         &self,
+//!         inner: &impl Transport,
+//!         queue_url: &str,
+//!         request: ReceiveMessage,
+//!     ) -> Result<Vec<ReceivedMessage>, TransportError> {
+//!         let received = inner.receive_message(queue_url, request).await?;
+//!         self.0.fetch_add(received.len(), Ordering::Relaxed);
+//!         Ok(received)
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), TransportError> {
+//! let account = Account::new();
+//! let url = account.create_queue("jobs", Default::default()).await?;
+//! account.send_message(&url, SendMessage::new("hello")).await?;
+//!
+//! // A transport like any other: `SqsBroker::with_transport(transport)` runs an app over it.
+//! let transport = Hooked::new(account, CountReceived::default());
+//! transport.receive_message(&url, ReceiveMessage::new(10)).await?;
+//! assert_eq!(transport.hooks().0.load(Ordering::Relaxed), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Two kinds of hook
+//!
+//! - [`Hooks::around`]: one generic hook around every call, given the [`Action`], the queue and
+//!   the call's future: for what treats all calls alike (the broker's meter, deadlines, tracing).
+//! - One typed hook per action, named after it ([`Hooks::receive_message`], ...), given the inner
+//!   transport and the request. Its code before the inner call is a before-hook: it may record
+//!   the request, wait, change the request, or answer without calling the inner transport at
+//!   all. Its code after the call is an after-hook: it may read or change the answer. What it
+//!   learned before the call (the entries it failed on purpose, a position in a log) is a local
+//!   variable after it.
+//!
+//! Every hook's default passes the call through. A call runs `around`, then the typed hook, then
+//! the inner transport; a [`Hooked`] may be the inner transport of another.
+//!
+//! Why one typed hook per action rather than a before and an after hook: most wrappers carry
+//! something from before the call to after it, which separate hooks could only hand over through
+//! the hooks value, and a pass-through default costs nothing: it hands back the inner transport's
+//! own future, so a hooks value that overrides only `around` gives each call the same future a
+//! hand-written wrapper would (one more layer of `async` per call would copy the arguments into a
+//! future allocated for every receive and delete).
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use super::{
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
+    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+};
+
+/// The SQS action a [`Transport`] call performs, as [`Hooks::around`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Action {
+    /// `GetQueueUrl`.
+    GetQueueUrl,
+    /// `CreateQueue`.
+    CreateQueue,
+    /// `GetQueueAttributes`.
+    GetQueueAttributes,
+    /// `SendMessageBatch`.
+    SendMessageBatch,
+    /// `ReceiveMessage`.
+    ReceiveMessage,
+    /// `DeleteMessageBatch`.
+    DeleteMessageBatch,
+    /// `ChangeMessageVisibilityBatch`.
+    ChangeMessageVisibilityBatch,
+}
+
+impl Action {
+    /// The action's name in the SQS API: `"ReceiveMessage"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::GetQueueUrl => "GetQueueUrl",
+            Action::CreateQueue => "CreateQueue",
+            Action::GetQueueAttributes => "GetQueueAttributes",
+            Action::SendMessageBatch => "SendMessageBatch",
+            Action::ReceiveMessage => "ReceiveMessage",
+            Action::DeleteMessageBatch => "DeleteMessageBatch",
+            Action::ChangeMessageVisibilityBatch => "ChangeMessageVisibilityBatch",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a [`Hooked`] transport does around and instead of its inner transport's calls. Every
+/// hook passes the call through unless overridden; see [the module](self) for how they fit.
+///
+/// A typed hook may be written as an `async fn` or, on a call every message makes, as a plain
+/// `fn` that starts the inner call and hands back its future (wrapped once, if it must see the
+/// answer), so the future allocated per call holds no second copy of the arguments.
+pub trait Hooks: Send + Sync + 'static {
+    /// Runs around every call: `action` on `queue` (its URL, or its name for `GetQueueUrl` and
+    /// `CreateQueue`), whose future is `call` (the typed hook's, over the inner transport's).
+    /// Runs when the call is made; what it hands back is what the caller awaits.
+    fn around<R: Send>(
+        &self,
+        action: Action,
+        queue: &str,
+        call: impl Future<Output = Result<R, TransportError>> + Send,
+    ) -> impl Future<Output = Result<R, TransportError>> + Send {
+        let _ = (action, queue);
+        call
+    }
+
+    /// `GetQueueUrl`, over `inner`.
+    fn get_queue_url(
+        &self,
+        inner: &impl Transport,
+        name: &str,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        inner.get_queue_url(name)
+    }
+
+    /// `CreateQueue`, over `inner`.
+    fn create_queue(
+        &self,
+        inner: &impl Transport,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        inner.create_queue(name, attributes)
+    }
+
+    /// `GetQueueAttributes`, over `inner`.
+    fn get_queue_attributes(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        names: &[&str],
+    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
+        inner.get_queue_attributes(queue_url, names)
+    }
+
+    /// `SendMessageBatch`, over `inner`.
+    fn send_message_batch(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
+        inner.send_message_batch(queue_url, entries)
+    }
+
+    /// `ReceiveMessage`, over `inner`.
+    fn receive_message(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        request: ReceiveMessage,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
+        inner.receive_message(queue_url, request)
+    }
+
+    /// `DeleteMessageBatch`, over `inner`.
+    fn delete_message_batch(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        inner.delete_message_batch(queue_url, entries)
+    }
+
+    /// `ChangeMessageVisibilityBatch`, over `inner`.
+    fn change_message_visibility_batch(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        inner.change_message_visibility_batch(queue_url, entries)
+    }
+
+    /// [`Transport::abandoned_receive_takes_nothing`]: `inner`'s answer unless overridden (a
+    /// hook that receives on its own, or stands for a network, answers for itself).
+    fn abandoned_receive_takes_nothing(&self, inner: &impl Transport) -> bool {
+        inner.abandoned_receive_takes_nothing()
+    }
+
+    /// [`Transport::attempt_timeout`]: `inner`'s unless overridden (a hook that bounds each call
+    /// itself says so here).
+    fn attempt_timeout(&self, inner: &impl Transport) -> Option<Duration> {
+        inner.attempt_timeout()
+    }
+}
+
+/// A [`Transport`] made of an inner transport and [`Hooks`]: each call runs
+/// [`Hooks::around`] over the action's typed hook over `inner`. See [the module](self).
+#[derive(Debug, Clone, Default)]
+pub struct Hooked<T, H> {
+    inner: T,
+    hooks: H,
+}
+
+impl<T, H> Hooked<T, H> {
+    /// `inner`, its calls going through `hooks`.
+    pub fn new(inner: T, hooks: H) -> Self {
+        Self { inner, hooks }
+    }
+
+    /// The transport the calls go to.
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    /// The hooks, for what they recorded or to change how they act.
+    pub fn hooks(&self) -> &H {
+        &self.hooks
+    }
+
+    /// The inner transport and the hooks, apart.
+    pub fn into_parts(self) -> (T, H) {
+        (self.inner, self.hooks)
+    }
+}
+
+impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
+    fn get_queue_url(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        let call = self.hooks.get_queue_url(&self.inner, name);
+        self.hooks.around(Action::GetQueueUrl, name, call)
+    }
+
+    fn create_queue(
+        &self,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        let call = self.hooks.create_queue(&self.inner, name, attributes);
+        self.hooks.around(Action::CreateQueue, name, call)
+    }
+
+    fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+        names: &[&str],
+    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
+        let call = self
+            .hooks
+            .get_queue_attributes(&self.inner, queue_url, names);
+        self.hooks
+            .around(Action::GetQueueAttributes, queue_url, call)
+    }
+
+    fn send_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
+        let call = self
+            .hooks
+            .send_message_batch(&self.inner, queue_url, entries);
+        self.hooks.around(Action::SendMessageBatch, queue_url, call)
+    }
+
+    fn receive_message(
+        &self,
+        queue_url: &str,
+        request: ReceiveMessage,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
+        let call = self.hooks.receive_message(&self.inner, queue_url, request);
+        self.hooks.around(Action::ReceiveMessage, queue_url, call)
+    }
+
+    fn delete_message_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        let call = self
+            .hooks
+            .delete_message_batch(&self.inner, queue_url, entries);
+        self.hooks
+            .around(Action::DeleteMessageBatch, queue_url, call)
+    }
+
+    fn change_message_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        let call = self
+            .hooks
+            .change_message_visibility_batch(&self.inner, queue_url, entries);
+        self.hooks
+            .around(Action::ChangeMessageVisibilityBatch, queue_url, call)
+    }
+
+    fn abandoned_receive_takes_nothing(&self) -> bool {
+        self.hooks.abandoned_receive_takes_nothing(&self.inner)
+    }
+
+    fn attempt_timeout(&self) -> Option<Duration> {
+        self.hooks.attempt_timeout(&self.inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of_val;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::account::Account;
+    use crate::transport::{BatchFailure, ErrorKind, SendMessage};
+
+    /// Hooks that override nothing.
+    struct PassThrough;
+
+    impl Hooks for PassThrough {}
+
+    // A wrapper that changes nothing adds nothing to a call's future, which the engine allocates
+    // for every receive and batch call.
+    #[test]
+    fn pass_through_hooks_hand_back_the_inner_calls_own_futures() {
+        let account = Account::new();
+        let hooked = Hooked::new(account.clone(), PassThrough);
+        let url = "https://sqs.local/000000000000/jobs";
+        macro_rules! same_size {
+            ($call:ident($argument:expr)) => {
+                assert_eq!(
+                    size_of_val(&hooked.$call(url, $argument)),
+                    size_of_val(&Transport::$call(&account, url, $argument)),
+                    stringify!($call),
+                )
+            };
+        }
+        same_size!(receive_message(ReceiveMessage::new(10)));
+        same_size!(delete_message_batch(Vec::new()));
+        same_size!(change_message_visibility_batch(Vec::new()));
+        same_size!(send_message_batch(Vec::new()));
+        assert!(hooked.abandoned_receive_takes_nothing());
+        assert_eq!(hooked.attempt_timeout(), None);
+    }
+
+    /// Records the actions `around` saw, refuses deletes, and shortens every receive to one
+    /// message.
+    #[derive(Default)]
+    struct Meddling {
+        seen: Mutex<Vec<(Action, String)>>,
+    }
+
+    impl Hooks for Meddling {
+        fn around<R: Send>(
+            &self,
+            action: Action,
+            queue: &str,
+            call: impl Future<Output = Result<R, TransportError>> + Send,
+        ) -> impl Future<Output = Result<R, TransportError>> + Send {
+            self.seen.lock().unwrap().push((action, queue.to_owned()));
+            call
+        }
+
+        fn receive_message(
+            &self,
+            inner: &impl Transport,
+            queue_url: &str,
+            mut request: ReceiveMessage,
+        ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
+            request.max_number_of_messages = 1;
+            inner.receive_message(queue_url, request)
+        }
+
+        async fn delete_message_batch(
+            &self,
+            _inner: &impl Transport,
+            _queue_url: &str,
+            entries: Vec<DeleteEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            Ok(BatchResult {
+                successful: Vec::new(),
+                failed: entries
+                    .into_iter()
+                    .map(|entry| BatchFailure {
+                        id: entry.id,
+                        kind: ErrorKind::InternalError,
+                        sender_fault: false,
+                        message: "refused".into(),
+                    })
+                    .collect(),
+            })
+        }
+
+        fn abandoned_receive_takes_nothing(&self, _inner: &impl Transport) -> bool {
+            false
+        }
+    }
+
+    #[tokio::test]
+    async fn hooks_change_requests_answer_instead_and_see_every_call() {
+        let account = Account::new();
+        let url = account
+            .create_queue("jobs", QueueAttributes::default())
+            .await
+            .unwrap();
+        for body in ["a", "b"] {
+            account
+                .send_message(&url, SendMessage::new(body))
+                .await
+                .unwrap();
+        }
+        let hooked = Hooked::new(account.clone(), Meddling::default());
+
+        let received = hooked
+            .receive_message(&url, ReceiveMessage::new(10))
+            .await
+            .unwrap();
+        assert_eq!(received.len(), 1, "the hook asked for one");
+        let deleted = hooked
+            .delete_message_batch(
+                &url,
+                vec![DeleteEntry {
+                    id: "0".into(),
+                    receipt_handle: received[0].receipt_handle.clone(),
+                }],
+            )
+            .await
+            .unwrap();
+        assert_eq!(deleted.failed.len(), 1, "the hook refused it");
+        assert_eq!(hooked.get_queue_url("jobs").await.unwrap(), url);
+        assert!(!hooked.abandoned_receive_takes_nothing());
+
+        let seen = hooked.hooks().seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                (Action::ReceiveMessage, url.clone()),
+                (Action::DeleteMessageBatch, url.clone()),
+                (Action::GetQueueUrl, "jobs".to_owned()),
+            ]
+        );
+        let attributes = account
+            .get_queue_attributes(&url, &["ApproximateNumberOfMessagesNotVisible"])
+            .await
+            .unwrap();
+        assert_eq!(
+            attributes["ApproximateNumberOfMessagesNotVisible"], "1",
+            "the refused delete never reached the account"
+        );
+    }
+}
