@@ -4,9 +4,12 @@
 //! The layers are written down once, in the README's "Layout" section: a table whose rows read
 //! `| <layer number> | <modules> | ... |`, the modules as paths under `rust-stream/src` without
 //! `.rs` (`model` for the folder, `engine/poll` for one file). A module takes the layer of the
-//! longest path that names it. An *import* is a path into the crate (`crate::`, `super::`,
-//! `self::`) in the code before its `#[cfg(test)]` part, comments left out; it points at the file
-//! of the longest module that path names.
+//! longest path that names it. An *import* is a path into the crate in the code before its
+//! `#[cfg(test)]` part, comments left out: one that starts with `crate::`, `super::` or `self::`,
+//! or a relative one that starts with a child module of the file's own (`use poll::Intake;`,
+//! `pub use queue::QueueCounts;` where the child's file exists, or an inline `lanes::Lanes::new()`
+//! where the file declares `mod lanes;`). It points at the file of the longest module that path
+//! names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -118,45 +121,58 @@ fn code(text: &str) -> String {
         .join("\n")
 }
 
-/// The crate paths named in `code`: each as the module path it starts from plus its segments
-/// (brace groups of `use` expanded one level, which is enough to tell which file is meant).
-fn paths(module: &Module, code: &str) -> Vec<Module> {
+/// The crate paths named in `code`, written in `module` of a crate whose modules with a file are
+/// `modules`: each as the module path it starts from plus its segments (brace groups of `use`
+/// expanded one level, which is enough to tell which file is meant).
+fn paths(module: &Module, code: &str, modules: &BTreeSet<Module>) -> Vec<Module> {
     let bytes = code.as_bytes();
     let inline = inline_modules(code);
+    let declared = declared_modules(code);
     let mut found = Vec::new();
     let mut at = 0;
     while at < code.len() {
         let tail = &code[at..];
-        let start = ["crate::", "super::", "self::"]
-            .iter()
-            .find(|prefix| tail.starts_with(*prefix))
-            .filter(|_| {
-                at == 0
-                    || !(bytes[at - 1].is_ascii_alphanumeric()
-                        || bytes[at - 1] == b'_'
-                        || bytes[at - 1] == b':')
-            });
-        let Some(prefix) = start else {
-            at += tail.chars().next().unwrap().len_utf8();
-            continue;
-        };
+        let starts_a_path = at == 0
+            || !(bytes[at - 1].is_ascii_alphanumeric()
+                || bytes[at - 1] == b'_'
+                || bytes[at - 1] == b':'
+                || bytes[at - 1] == b'.');
         // The module the path starts from: `self` is the module it is written in (the file's,
         // or an inline `mod name { .. }` in it), `super` that module's parent.
-        let mut here = module.clone();
-        for (start, end, name) in &inline {
-            if *start < at && at < *end {
-                here.push(name.clone());
+        let here = || {
+            let mut here = module.clone();
+            for (start, end, name) in &inline {
+                if *start < at && at < *end {
+                    here.push(name.clone());
+                }
             }
-        }
-        let mut base: Module = match *prefix {
-            "crate::" => Vec::new(),
-            "self::" => here,
-            _ => {
+            here
+        };
+        let prefix = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|prefix| tail.starts_with(prefix))
+            .filter(|_| starts_a_path);
+        let mut base: Module = match prefix {
+            Some("crate::") => Vec::new(),
+            Some("self::") => here(),
+            Some(_) => {
+                let mut here = here();
                 here.pop();
                 here
             }
+            // A relative path: it starts from the module it is written in when its first segment
+            // is a child module of that module, used (`use child::..`) or declared (`mod child;`).
+            None if starts_a_path
+                && relative_child(tail, here(), modules, &declared, || in_use(&code[..at])) =>
+            {
+                here()
+            }
+            None => {
+                at += tail.chars().next().unwrap().len_utf8();
+                continue;
+            }
         };
-        at += prefix.len();
+        at += prefix.map_or(0, str::len);
         let mut rest = &code[at..];
         // More `super::` hops.
         while let Some(after) = rest.strip_prefix("super::") {
@@ -235,9 +251,37 @@ fn paths(module: &Module, code: &str) -> Vec<Module> {
     found
 }
 
-/// The inline modules of a file (`mod name { .. }`), outermost first: where each opens and closes,
-/// and its name.
-fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
+/// Whether `tail` starts with `child::` where `here` has a child module `child` with a file, and
+/// the path is one Rust reads from `here`: in a `use` (`in_use`), or `child` declared with
+/// `mod child;` in the file.
+fn relative_child(
+    tail: &str,
+    mut here: Module,
+    modules: &BTreeSet<Module>,
+    declared: &BTreeSet<String>,
+    in_use: impl FnOnce() -> bool,
+) -> bool {
+    let end = tail
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(tail.len());
+    if end == 0 || !tail[end..].starts_with("::") {
+        return false;
+    }
+    let name = &tail[..end];
+    here.push(name.to_owned());
+    modules.contains(&here) && (declared.contains(name) || in_use())
+}
+
+/// Whether the code just before a path ends in the keyword `use` (`use`, `pub use`,
+/// `pub(crate) use`), so the path is the start of a `use` item.
+fn in_use(before: &str) -> bool {
+    let before = before.trim_end();
+    before.ends_with("use")
+        && !before[..before.len() - 3].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+}
+
+/// Every `mod name` item of a file: its name, and where the code after the name starts.
+fn module_items(code: &str) -> Vec<(&str, usize)> {
     let bytes = code.as_bytes();
     let mut found = Vec::new();
     let mut from = 0;
@@ -251,11 +295,32 @@ fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
         let name_len = rest
             .find(|c: char| !(c.is_alphanumeric() || c == '_'))
             .unwrap_or(rest.len());
-        let after = rest[name_len..].trim_start();
-        if name_len == 0 || !after.starts_with('{') {
+        if name_len > 0 {
+            found.push((&rest[..name_len], at + 4 + name_len));
+        }
+    }
+    found
+}
+
+/// The child modules a file declares with a file of their own: `mod name;` (any visibility).
+fn declared_modules(code: &str) -> BTreeSet<String> {
+    module_items(code)
+        .into_iter()
+        .filter(|(_, after)| code[*after..].trim_start().starts_with(';'))
+        .map(|(name, _)| name.to_owned())
+        .collect()
+}
+
+/// The inline modules of a file (`mod name { .. }`), outermost first: where each opens and closes,
+/// and its name.
+fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
+    let mut found = Vec::new();
+    for (name, after) in module_items(code) {
+        let body = code[after..].trim_start();
+        if !body.starts_with('{') {
             continue;
         }
-        let open = at + 4 + name_len + (rest[name_len..].len() - after.len());
+        let open = code.len() - body.len();
         let mut depth = 0;
         let mut close = code.len();
         for (i, c) in code[open..].char_indices() {
@@ -271,7 +336,7 @@ fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
                 _ => {}
             }
         }
-        found.push((open, close, rest[..name_len].to_owned()));
+        found.push((open, close, name.to_owned()));
     }
     found
 }
@@ -304,11 +369,12 @@ fn layer_of(layers: &BTreeMap<String, u32>, module: &Module) -> Option<(String, 
 /// file → the files it imports.
 fn imports(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let files = files(src);
+    let modules: BTreeSet<Module> = files.keys().cloned().collect();
     let mut arrows: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
     for (module, relative) in &files {
         let text = std::fs::read_to_string(src.join(relative)).unwrap();
         let targets = arrows.entry(relative.clone()).or_default();
-        for path in paths(module, &code(&text)) {
+        for path in paths(module, &code(&text), &modules) {
             if let Some(target) = resolve(&files, &path) {
                 if target != relative {
                     targets.insert(target.clone());
@@ -406,13 +472,19 @@ fn the_core_crate_imports_only_downward_and_in_no_circle() {
     );
 }
 
-/// The reader behind the check finds what it must: an upward import and a circle in a small tree.
+/// The reader behind the check finds what it must: an upward import and circles in a small tree,
+/// through paths from the crate or a parent, and through relative paths into a child module.
 #[test]
 fn the_check_sees_an_upward_import_and_a_circle() {
     let dir = std::env::temp_dir().join(format!("rust-stream-layers-{}", std::process::id()));
     let src = dir.join("src");
     std::fs::create_dir_all(src.join("low")).unwrap();
-    std::fs::write(src.join("lib.rs"), "pub mod low;\npub mod high;\n").unwrap();
+    std::fs::create_dir_all(src.join("mid")).unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "pub mod low;\npub mod high;\npub mod mid;\n",
+    )
+    .unwrap();
     std::fs::write(
         src.join("low/mod.rs"),
         "//! Low.\npub mod a;\npub mod b;\nuse crate::high::Top; // a comment: crate::nothing\n",
@@ -429,6 +501,17 @@ fn the_check_sees_an_upward_import_and_a_circle() {
         "pub struct Top;\nmod inner {\n    use super::Top;\n}\n",
     )
     .unwrap();
+    // A parent that uses its children by relative paths (a `pub use`, an inline path into a
+    // declared child), while one child imports the parent back: a circle. What is no child of
+    // the module (another crate, a child without a file, a path after `.` or `::`) is no import.
+    std::fs::write(
+        src.join("mid/mod.rs"),
+        "mod c;\nmod d;\npub use c::C;\nuse serde::Serialize;\nuse e::E;\npub struct Mid;\n\
+         fn make() -> d::D {\n    std::mem::drop(crate::low::Low);\n    x.d::<u8>();\n    d::D\n}\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("mid/c.rs"), "use super::Mid;\npub struct C;\n").unwrap();
+    std::fs::write(src.join("mid/d.rs"), "pub struct D;\nfn f() { c::C; }\n").unwrap();
     let arrows = imports(&src);
     let file = |name: &str| PathBuf::from(name);
     assert_eq!(
@@ -445,8 +528,20 @@ fn the_check_sees_an_upward_import_and_a_circle() {
         "`super` in an inline module is the file's own module"
     );
     assert_eq!(
+        arrows[&file("mid/mod.rs")],
+        BTreeSet::from([file("low/mod.rs"), file("mid/c.rs"), file("mid/d.rs")]),
+        "a relative `use` of a child, and an inline path into a declared child, are imports"
+    );
+    assert!(
+        arrows[&file("mid/d.rs")].is_empty(),
+        "`c::` in a module without a child `c` is not the sibling"
+    );
+    assert_eq!(
         circles(&arrows),
-        vec![BTreeSet::from([file("low/a.rs"), file("low/b.rs")])]
+        vec![
+            BTreeSet::from([file("low/a.rs"), file("low/b.rs")]),
+            BTreeSet::from([file("mid/c.rs"), file("mid/mod.rs")]),
+        ]
     );
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -1,30 +1,41 @@
-//! Dispatch: handler slots, FIFO group lanes, retries in place, running the handler (panic
-//! catch, timeout, cancellation at shutdown) and the decode-failure path.
+//! Dispatch: the [`Dispatcher`] runs what the intake received. It owns the pipeline's room (the
+//! subscription's [`capacity`], taken by the intake before each receive), the handler slots, the
+//! FIFO group lanes and the groups resting between retries in place, and the messages a stop will
+//! not start, parked for its final release.
 //!
-//! On a standard queue each message waits for a handler slot on its own. On a FIFO queue each
-//! group has a *lane* ([`Lanes`](super::lanes::Lanes)): its held messages in sequence order, run
-//! one at a time, so a group is never handled out of order or twice at once by this consumer. A
-//! message that fails is run again in its lane after its retry delay, while the rest of its group
+//! A message reaches the dispatcher as a [`Held`] from the intake. On a standard queue it waits for
+//! a handler slot in a task of its own. On a FIFO queue each group has a *lane*
+//! ([`Lanes`]): its held messages in sequence order, run one at a time, so a group is never
+//! handled out of order or twice at once by this consumer; a lane is a task. Either way the
+//! attempt runs the handler (panic catch, timeout, cancellation at shutdown, the decode-failure
+//! path) and gives a [`Verdict`], which the [`Settler`] turns into what to do [`Next`]. A message
+//! that fails on FIFO is run again in its lane after its retry delay, while the rest of its group
 //! waits behind it, held and extended; the lane moves on only once the message is deleted (the
-//! delete confirmed) or dead-lettered. Groups are independent: a slow or failing lane holds up
-//! nobody else.
+//! delete confirmed) or dead-lettered. Everything that holds a FIFO group back (its lane, its rest
+//! between retries, the rest of the group let go or given back behind a message) is here. Groups
+//! are independent: a slow or failing lane holds up nobody else.
 
 use std::future::Future;
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use super::held::Held;
-use super::settle::{Next, Verdict};
-use super::Consumer;
-use crate::handler::Handled;
+use super::lanes::{Lanes, Resting};
+use super::settle::{Next, Settler, Verdict};
+use super::shared::{Shared, Tasks};
+use crate::client::lease::Leases;
+use crate::handler::{ErasedHandler, Handled};
 use crate::metrics::{Attempt, SubscriptionMetrics};
+use crate::model::queue::ConsumerSettings;
 use crate::outcome::HandlerOutcome;
 use crate::propagation;
 use crate::retry;
+use crate::state::States;
 use crate::task::poll_once;
 use crate::task::CatchUnwind;
 
@@ -34,10 +45,48 @@ use crate::task::CatchUnwind;
 /// batch each): with the defaults, 110 + 40 × 10 messages.
 pub(crate) const MAX_LENT_GROUPS_PER_SLOT: usize = 4;
 
-/// A FIFO lane resting between retries; see [`Consumer::rest`].
-pub(crate) struct Rest<'a> {
-    consumer: &'a Consumer,
-    _counted: super::lanes::Resting<'a>,
+/// How many messages a consumer holds at most: one batch per poller beyond what its handlers work
+/// through. A standard queue's handlers take a message each; a FIFO queue's take a lane each, and a
+/// receive hands out a run of one group's messages (up to a batch), so there each handler slot has
+/// room for a batch. Counting FIFO room in messages would hold two or three groups at a time and
+/// leave the other handler slots idle (and a delete call per message or two).
+fn capacity(settings: &ConsumerSettings, fifo: bool) -> usize {
+    let per_slot = if fifo { settings.batch_size } else { 1 };
+    settings.concurrency * per_slot + settings.pollers * settings.batch_size
+}
+
+/// Runs one subscription's received messages: handler slots, FIFO lanes, the room they hold.
+pub(crate) struct Dispatcher {
+    /// The queue's name, as the `process` span and the logs name it.
+    queue: Arc<str>,
+    fifo: bool,
+    handler: Arc<dyn ErasedHandler>,
+    /// The handler's name, as the `process` span records it: a `#[subscriber]` function's name.
+    handler_name: String,
+    states: Arc<States>,
+    handler_timeout: Option<Duration>,
+    /// How many handler slots: on FIFO the intake takes new groups only while fewer lanes run,
+    /// and it bounds the groups resting between retries.
+    concurrency: usize,
+    /// Room for held messages; see [`capacity`].
+    capacity: Arc<Semaphore>,
+    /// Handler slots.
+    running: Arc<Semaphore>,
+    lanes: Lanes,
+    /// FIFO groups resting between retries that lent their room to the pollers.
+    lent_groups: AtomicUsize,
+    /// Messages a stop did not start, released once no receive is in flight.
+    parked: Mutex<Vec<Held>>,
+    leases: Arc<Leases>,
+    metrics: Arc<SubscriptionMetrics>,
+    tasks: Tasks,
+    settler: Arc<Settler>,
+}
+
+/// A FIFO lane resting between retries; see [`Dispatcher::rest`].
+struct Rest<'a> {
+    dispatcher: &'a Dispatcher,
+    _counted: Resting<'a>,
     /// Room lent to the pollers, to be taken back before the next attempt.
     lent: usize,
 }
@@ -48,8 +97,8 @@ impl Rest<'_> {
     async fn end(mut self) -> bool {
         let room = tokio::select! {
             biased;
-            () = self.consumer.stopping.cancelled() => return false,
-            room = self.consumer.capacity.acquire_many(self.lent as u32) => room,
+            () = self.dispatcher.tasks.stopping().cancelled() => return false,
+            room = self.dispatcher.capacity.acquire_many(self.lent as u32) => room,
         };
         if let Ok(room) = room {
             room.forget();
@@ -64,17 +113,17 @@ impl Drop for Rest<'_> {
         if self.lent > 0 {
             // Not taken back (shutdown, or the lane unwound): what is free of it is withdrawn, so
             // the loan does not outlive the rest for long.
-            self.consumer.capacity.forget_permits(self.lent);
+            self.dispatcher.capacity.forget_permits(self.lent);
         }
-        self.consumer.lent_groups.fetch_sub(1, Ordering::AcqRel);
-        self.consumer.metrics.resting.decrement(1.0);
+        self.dispatcher.lent_groups.fetch_sub(1, Ordering::AcqRel);
+        self.dispatcher.metrics.resting.decrement(1.0);
     }
 }
 
 /// Ends a lane whose task unwinds, so the group is not marked running for ever; what was
 /// waiting in it is orphaned, and released by the heartbeat.
 struct LaneTask<'a> {
-    consumer: &'a Consumer,
+    dispatcher: &'a Dispatcher,
     group: &'a str,
     finished: bool,
 }
@@ -82,53 +131,127 @@ struct LaneTask<'a> {
 impl Drop for LaneTask<'_> {
     fn drop(&mut self) {
         if !self.finished {
-            drop(self.consumer.lanes.end(self.group));
+            drop(self.dispatcher.lanes.end(self.group));
         }
     }
 }
 
-impl Consumer {
+impl Dispatcher {
+    /// A dispatcher over `lanes` (made by the caller, which wires the FIFO deleter to their
+    /// counts) that settles through `settler`.
+    pub(crate) fn new(
+        shared: &Shared,
+        settings: &ConsumerSettings,
+        handler: Arc<dyn ErasedHandler>,
+        handler_name: String,
+        states: Arc<States>,
+        lanes: Lanes,
+        settler: Arc<Settler>,
+    ) -> Self {
+        Self {
+            queue: shared.queue.clone(),
+            fifo: shared.fifo,
+            handler,
+            handler_name,
+            states,
+            handler_timeout: settings.handler_timeout,
+            concurrency: settings.concurrency,
+            capacity: Arc::new(Semaphore::new(capacity(settings, shared.fifo))),
+            running: Arc::new(Semaphore::new(settings.concurrency)),
+            lanes,
+            lent_groups: AtomicUsize::new(0),
+            parked: Mutex::new(Vec::new()),
+            leases: shared.leases.clone(),
+            metrics: shared.metrics.clone(),
+            tasks: shared.tasks.clone(),
+            settler,
+        }
+    }
+
+    /// Room for a receive of `batch` messages, taken before the receive; `None` once the stop has
+    /// begun. On FIFO it also waits until fewer lanes are active than the handler slots: a
+    /// receive there may bring up to a batch of new groups, so the groups held are about the
+    /// groups that can run.
+    pub(crate) async fn room(&self, batch: usize) -> Option<OwnedSemaphorePermit> {
+        // Biased: once shutdown has begun, no new receive may start.
+        let room = tokio::select! {
+            biased;
+            () = self.tasks.stopping().cancelled() => return None,
+            room = self.capacity.clone().acquire_many_owned(batch as u32) => room.ok()?,
+        };
+        if self.fifo {
+            tokio::select! {
+                biased;
+                () = self.tasks.stopping().cancelled() => return None,
+                () = self.lanes.counts().below(self.concurrency) => {}
+            }
+        }
+        Some(room)
+    }
+
     /// Hands a received message to a handler slot in a task of its own, or to its group's lane
     /// on FIFO.
     pub(crate) fn dispatch(self: &Arc<Self>, held: Held) {
         if !self.fifo {
-            let consumer = self.clone();
+            let dispatcher = self.clone();
             let work = async move {
                 let mut held = held;
                 // Releases are boxed: they are rare here, and their state would make every
                 // message's task larger.
-                let Some(slot) = consumer.slot().await else {
-                    consumer.unstarted.note(&held.delivery.message_id);
-                    return consumer.park(vec![held]);
+                let Some(slot) = dispatcher.slot().await else {
+                    dispatcher.settler.count_given_back(&held, 1);
+                    return dispatcher.park(vec![held]);
                 };
-                consumer.open_process_span(&mut held, 1);
-                let verdict = consumer.process(&held).await;
+                dispatcher.open_process_span(&mut held, 1);
+                let verdict = dispatcher.process(&held).await;
                 drop(slot);
                 let span = held.span.clone();
                 // A standard queue retries by a visibility change, never in place.
-                let settled = consumer.settle(held, verdict, 1).instrument(span.clone());
+                let settled = dispatcher
+                    .settler
+                    .settle(held, verdict, 1)
+                    .instrument(span.clone());
                 match settled.await {
                     Next::GoBack(held, seconds) => {
-                        Box::pin(consumer.release(vec![held], seconds).instrument(span)).await;
+                        Box::pin(
+                            dispatcher
+                                .settler
+                                .release(vec![held], seconds)
+                                .instrument(span),
+                        )
+                        .await;
                     }
                     Next::Again(held, _) => {
-                        Box::pin(consumer.release(vec![held], 0).instrument(span)).await;
+                        Box::pin(dispatcher.settler.release(vec![held], 0).instrument(span)).await;
                     }
                     Next::Done | Next::StopGroup => {}
                 }
             };
-            self.spawn(work);
+            self.tasks.spawn(work);
             return;
         }
         if let Some(group) = self.lanes.join(held, &self.leases) {
-            let consumer = self.clone();
-            self.spawn(async move { consumer.run_lane(group).await });
+            let dispatcher = self.clone();
+            self.tasks
+                .spawn(async move { dispatcher.run_lane(group).await });
         }
+    }
+
+    /// Keeps messages received after the stop stopped starting attempts for its final release;
+    /// none of them had an attempt in this receive.
+    pub(crate) fn park_unstarted(&self, late: Vec<Held>) {
+        self.settler.count_unstarted(&late);
+        self.park(late);
+    }
+
+    /// The messages a stop did not start, for its final release.
+    pub(crate) fn take_parked(&self) -> Vec<Held> {
+        std::mem::take(&mut *self.parked.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// A handler slot, or `None` once a stop no longer starts attempts.
     async fn slot(&self) -> Option<OwnedSemaphorePermit> {
-        if self.no_new_attempts.is_cancelled() {
+        if self.tasks.no_new_attempts().is_cancelled() {
             return None;
         }
         // A free slot is taken without waiting (and without registering for shutdown).
@@ -138,7 +261,7 @@ impl Consumer {
         // Biased: once attempts stop a free slot must not start another handler.
         tokio::select! {
             biased;
-            () = self.no_new_attempts.cancelled() => None,
+            () = self.tasks.no_new_attempts().cancelled() => None,
             slot = self.running.clone().acquire_owned() => slot.ok(),
         }
     }
@@ -146,7 +269,7 @@ impl Consumer {
     /// Works through one group's lane until it is empty.
     async fn run_lane(self: Arc<Self>, group: String) {
         let mut task = LaneTask {
-            consumer: &self,
+            dispatcher: &self,
             group: &group,
             finished: false,
         };
@@ -155,7 +278,7 @@ impl Consumer {
             loop {
                 let Some(slot) = self.slot().await else {
                     // Shutdown: the message and the rest of its group go back, in order.
-                    self.count_given_back(&held, attempt);
+                    self.settler.count_given_back(&held, attempt);
                     return self.park_group(held, &group);
                 };
                 if held.lease.has_lapsed() {
@@ -170,6 +293,7 @@ impl Consumer {
                 drop(slot);
                 let span = held.span.clone();
                 match self
+                    .settler
                     .settle(held, verdict, attempt)
                     .instrument(span.clone())
                     .await
@@ -187,23 +311,21 @@ impl Consumer {
                             // waits, and comes back in order (its next receive counts as the
                             // attempt after this one).
                             let seconds = held.lease.visibility_seconds(delay);
-                            self.count_given_back(&held, attempt);
+                            self.settler.count_given_back(&held, attempt);
                             let rest = self.lanes.take_rest(&group);
-                            self.unstarted.note_all(
-                                rest.iter().map(|held| held.delivery.message_id.as_str()),
-                            );
+                            self.settler.count_unstarted(&rest);
                             let mut all = vec![held];
                             all.extend(rest);
-                            self.release(all, seconds).await;
+                            self.settler.release(all, seconds).await;
                             break;
                         };
                         let rested = tokio::select! {
                             biased;
-                            () = self.stopping.cancelled() => false,
+                            () = self.tasks.stopping().cancelled() => false,
                             () = tokio::time::sleep(delay) => resting.end().await,
                         };
                         if !rested {
-                            self.count_given_back(&held, attempt);
+                            self.settler.count_given_back(&held, attempt);
                             return self.park_group(held, &group);
                         }
                     }
@@ -212,13 +334,11 @@ impl Consumer {
                         // back, so it goes back behind it, in the same call.
                         let rest = self.lanes.take_rest(&group);
                         if !rest.is_empty() {
-                            self.unstarted.note_all(
-                                rest.iter().map(|held| held.delivery.message_id.as_str()),
-                            );
+                            self.settler.count_unstarted(&rest);
                             // In the span of the attempt that stopped the group: it is why.
                             span.in_scope(|| {
                                 tracing::warn!(
-                                    messaging.destination.name = %self.queue.name,
+                                    messaging.destination.name = %self.queue,
                                     sqs.group_id = %group,
                                     held_back = rest.len(),
                                     "releasing the rest of the group behind the message"
@@ -227,7 +347,7 @@ impl Consumer {
                         }
                         let mut all = vec![held];
                         all.extend(rest);
-                        self.release(all, seconds).instrument(span).await;
+                        self.settler.release(all, seconds).instrument(span).await;
                         break;
                     }
                     Next::StopGroup => {
@@ -235,7 +355,7 @@ impl Consumer {
                         if !rest.is_empty() {
                             span.in_scope(|| {
                                 tracing::warn!(
-                                    messaging.destination.name = %self.queue.name,
+                                    messaging.destination.name = %self.queue,
                                     sqs.group_id = %group,
                                     held_back = rest.len(),
                                     "the rest of the group is left to come back behind the message"
@@ -251,23 +371,11 @@ impl Consumer {
         task.finished = true;
     }
 
-    /// Notes what SQS's receive count will not show of a message given back before its attempt
-    /// number `next` (1 before any): a receive without an attempt, or the attempts beyond one
-    /// made in this receive.
-    fn count_given_back(&self, held: &Held, next: u32) {
-        let id = &held.delivery.message_id;
-        match next {
-            0 | 1 => self.unstarted.note(id),
-            made => self.extra_attempts.add(id, made - 2),
-        }
-    }
-
     /// Parks a message and every message waiting behind it in its group for the stop's final
     /// release; those behind it were never attempted.
     fn park_group(&self, held: Held, group: &str) {
         let rest = self.lanes.take_rest(group);
-        self.unstarted
-            .note_all(rest.iter().map(|held| held.delivery.message_id.as_str()));
+        self.settler.count_unstarted(&rest);
         let mut all = vec![held];
         all.extend(rest);
         self.park(all);
@@ -276,10 +384,10 @@ impl Consumer {
     /// Keeps messages a stop will not start (held, and extended) until its final release, which
     /// comes once every receive in flight has answered: a long poll still open would otherwise
     /// take back what was just released, a second receive for nothing.
-    pub(crate) fn park(&self, held: Vec<Held>) {
+    fn park(&self, held: Vec<Held>) {
         self.parked
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .extend(held);
     }
 
@@ -289,7 +397,7 @@ impl Consumer {
     /// still in flight (its visibility may have been extended by a call whose answer was lost).
     fn let_lapsed_go(&self, held: Held, group: &str) {
         tracing::warn!(
-            messaging.destination.name = %self.queue.name,
+            messaging.destination.name = %self.queue,
             messaging.message.id = %held.delivery.message_id,
             sqs.group_id = %group,
             "the message's visibility ended before its attempt; it is left to SQS, with the rest of its group"
@@ -304,11 +412,7 @@ impl Consumer {
     /// and hands the group back in order when both are (as LocalStack does only for visibility
     /// that ends, not for a release).
     fn let_go(&self, unstarted: Vec<Held>) {
-        self.unstarted.note_all(
-            unstarted
-                .iter()
-                .map(|held| held.delivery.message_id.as_str()),
-        );
+        self.settler.count_unstarted(&unstarted);
         for held in unstarted {
             self.leases.forget(&held.lease);
         }
@@ -320,7 +424,7 @@ impl Consumer {
     /// [`MAX_LENT_GROUPS_PER_SLOT`] groups a handler slot rest at once, which bounds what the
     /// consumer holds: `None` when that many do, and the group must go back to the queue instead.
     fn rest(&self, held: usize) -> Option<Rest<'_>> {
-        let limit = MAX_LENT_GROUPS_PER_SLOT.saturating_mul(self.queue.consumer.concurrency);
+        let limit = MAX_LENT_GROUPS_PER_SLOT.saturating_mul(self.concurrency);
         self.lent_groups
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |lent| {
                 (lent < limit).then_some(lent + 1)
@@ -329,7 +433,7 @@ impl Consumer {
         self.capacity.add_permits(held);
         self.metrics.resting.increment(1.0);
         Some(Rest {
-            consumer: self,
+            dispatcher: self,
             // Other lanes' deletes do not wait for this one while it rests.
             _counted: self.lanes.counts().resting(),
             lent: held,
@@ -344,7 +448,7 @@ impl Consumer {
         let span = tracing::info_span!(
             "process",
             messaging.system = "aws_sqs",
-            messaging.destination.name = %self.queue.name,
+            messaging.destination.name = %self.queue,
             messaging.operation.type = "process",
             messaging.message.id = %delivery.message_id,
             sqs.group_id = delivery.group_id.as_deref(),
@@ -363,7 +467,7 @@ impl Consumer {
 
     /// Decodes and handles one message in its `process` span, and says how to settle it; counted
     /// in the subscription's metrics (handlers running, the attempt's duration and how it ended).
-    pub(crate) async fn process(&self, held: &Held) -> Verdict {
+    async fn process(&self, held: &Held) -> Verdict {
         let started = tokio::time::Instant::now();
         let running = InFlight::new(&self.metrics);
         let verdict = self.attempt(held).await;
@@ -388,7 +492,11 @@ impl Consumer {
         let mut call = CatchUnwind::new(
             self.handler
                 .clone()
-                .call(delivery.clone(), self.states.clone(), self.stopping.clone())
+                .call(
+                    delivery.clone(),
+                    self.states.clone(),
+                    self.tasks.stopping().clone(),
+                )
                 .instrument(span.clone()),
         );
         let handled = match poll_once(&mut call).await {
@@ -428,7 +536,7 @@ impl Consumer {
         mut call: F,
         span: &tracing::Span,
     ) -> Result<F::Output, Verdict> {
-        let timeout = self.queue.consumer.handler_timeout;
+        let timeout = self.handler_timeout;
         let timed_out = async {
             match timeout {
                 Some(timeout) => tokio::time::sleep(timeout).await,
@@ -448,7 +556,7 @@ impl Consumer {
                     asked: None,
                 })
             }
-            () = self.cancel_handlers.cancelled() => {
+            () = self.tasks.cancel_handlers().cancelled() => {
                 // Dropped here, so the handler no longer runs once its message is released.
                 drop(call);
                 let _entered = span.enter();

@@ -1,39 +1,94 @@
-//! The visibility heartbeat.
+//! The visibility heartbeat: the [`Heartbeat`] keeps every message the consumer holds from timing
+//! out, from its receive until it is settled.
 //!
-//! It extends, in batched `ChangeMessageVisibilityBatch` calls, every lease (see
-//! [`lease`](crate::client::lease)) whose visibility has less than half of the timeout left, so
-//! nothing this consumer holds times out into another consumer's hands; it stops at the 12-hour
-//! cap with a warning, and releases the leases whose holder went away without settling them.
+//! The intake opens a lease (see [`lease`](crate::client::lease)) for each message it receives;
+//! while the dispatcher and the settler work on it, the heartbeat extends, in batched
+//! `ChangeMessageVisibilityBatch` calls, every lease whose visibility has less than half of the
+//! timeout left, so nothing this consumer holds times out into another consumer's hands. It stops
+//! extending at the 12-hour cap with a warning, and has the [`Settler`] release the leases whose
+//! holder went away without settling them (an engine task that panicked). `mod.rs` starts it with
+//! the consumer and stops it after the stop's final release.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::MutexGuard;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use super::Consumer;
-use crate::client::lease::{Lease, LeaseState};
+use super::settle::Settler;
+use super::shared::{guarded, Shared};
+use crate::client::batch::{Batcher, VisibilityBatch};
+use crate::client::lease::{Lease, LeaseState, Leases};
 
 /// How often the heartbeat looks: often enough to catch a lease well before half its timeout.
 fn tick(visibility: Duration) -> Duration {
     (visibility / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
 }
 
-impl Consumer {
-    /// Extends due leases, and releases orphaned ones, until the consumer has stopped. Each round
+/// A consumer's running heartbeat.
+pub(crate) struct Heartbeat {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Heartbeat {
+    /// Starts extending the consumer's leases through `visibility_batcher`; orphaned ones are
+    /// released through `settler`.
+    pub(crate) fn start(
+        shared: &Shared,
+        visibility_batcher: Batcher<VisibilityBatch>,
+        settler: Arc<Settler>,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let beat = Arc::new(Beat {
+            queue: shared.queue.clone(),
+            visibility: shared.visibility,
+            leases: shared.leases.clone(),
+            visibility_batcher,
+            settler,
+            stop: stop.clone(),
+        });
+        let task = tokio::spawn(guarded(beat.run()));
+        Self { stop, task }
+    }
+
+    /// Stops it, once every message is settled or released, and waits for its last round.
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// What the heartbeat's rounds read and call.
+struct Beat {
+    /// The queue's name, as the logs name it.
+    queue: Arc<str>,
+    /// The visibility of received messages: what an extension asks for, and how often to look.
+    visibility: Duration,
+    leases: Arc<Leases>,
+    visibility_batcher: Batcher<VisibilityBatch>,
+    settler: Arc<Settler>,
+    /// Every message is settled or released: no round follows.
+    stop: CancellationToken,
+}
+
+impl Beat {
+    /// Extends due leases, and releases orphaned ones, until the heartbeat is stopped. Each round
     /// runs in a task of its own, with a deadline below the visibility it protects: a stalled call
     /// delays only the leases it carries (locked meanwhile, so later rounds pass them by), never
     /// the next round, and a round that panics is logged and followed by the next.
-    pub(crate) async fn heartbeat(self: Arc<Self>) {
+    async fn run(self: Arc<Self>) {
         let tick = tick(self.visibility);
         let rounds = tokio_util::task::TaskTracker::new();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(tick) => {}
-                () = self.heartbeat_stop.cancelled() => break,
+                () = self.stop.cancelled() => break,
             }
-            let consumer = self.clone();
-            rounds.spawn(super::guarded(async move { consumer.extend_due().await }));
+            let beat = self.clone();
+            rounds.spawn(guarded(async move { beat.extend_due().await }));
         }
         rounds.close();
         rounds.wait().await;
@@ -59,11 +114,11 @@ impl Consumer {
             .collect();
         if !orphans.is_empty() {
             tracing::warn!(
-                messaging.destination.name = %self.queue.name,
+                messaging.destination.name = %self.queue,
                 orphans = orphans.len(),
                 "releasing messages whose engine task ended without settling them"
             );
-            self.release_leases(orphans, 0).await;
+            self.settler.release_leases(orphans, 0).await;
         }
         let now = Instant::now();
         let half = self.visibility / 2;
@@ -88,7 +143,7 @@ impl Consumer {
             if lease.has_lapsed() {
                 if lease.tell_lapse_once() {
                     tracing::warn!(
-                        messaging.destination.name = %self.queue.name,
+                        messaging.destination.name = %self.queue,
                         messaging.message.id = %lease.message_id,
                         "the message's visibility ended before it was extended: it may be received again and handled twice"
                     );
@@ -119,7 +174,7 @@ impl Consumer {
                     if (seconds as u64) < self.visibility.as_secs() {
                         state.capped = true;
                         tracing::warn!(
-                            messaging.destination.name = %self.queue.name,
+                            messaging.destination.name = %self.queue,
                             messaging.message.id = %lease.message_id,
                             "message reached the 12-hour visibility cap; it becomes visible again when the cap ends"
                         );
@@ -128,7 +183,7 @@ impl Consumer {
                 // Its delete was answered meanwhile: nothing is left to extend.
                 Err(_) if lease.is_settled() && !lease.is_deleting() => {}
                 Err(error) => tracing::warn!(
-                    messaging.destination.name = %self.queue.name,
+                    messaging.destination.name = %self.queue,
                     messaging.message.id = %lease.message_id,
                     error = %error,
                     "could not extend the message's visibility"

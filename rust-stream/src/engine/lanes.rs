@@ -1,5 +1,9 @@
-//! FIFO lanes: each message group this consumer holds messages of has one lane, its held
-//! messages in sequence order, worked through by one task at a time.
+//! FIFO lanes: the [`Dispatcher`](super::dispatch::Dispatcher)'s table of group lanes. Each
+//! message group this consumer holds messages of has one lane, its held messages ([`Held`]) in
+//! sequence order, worked through by one task at a time. Beside the table, [`LaneCounts`] says how
+//! many lanes may have a delete coming: the FIFO deleter (wired to it by `mod.rs`) waits for those,
+//! and the dispatcher gives the intake room for new groups only while fewer lanes run than the
+//! handler slots.
 //!
 //! The table keeps two invariants. A lane exists exactly while a task works through it: the
 //! message that starts a lane gets told to start its task, and the task removes the lane in the
@@ -29,15 +33,20 @@ pub(crate) struct Lanes {
 
 /// How many lanes run and are not resting (waiting out a retry delay): what the deleter reads to
 /// know how many deletes may come at once, and the pollers to know whether to take new groups;
-/// `left` tells them when that number falls.
+/// [`left`](Self::left) tells them when that number falls.
 #[derive(Debug, Default)]
 pub(crate) struct LaneCounts {
     running: AtomicUsize,
     resting: AtomicUsize,
-    pub(crate) left: Arc<Notify>,
+    left: Arc<Notify>,
 }
 
 impl LaneCounts {
+    /// Notified whenever the number of [`active`](Self::active) lanes falls.
+    pub(crate) fn left(&self) -> &Arc<Notify> {
+        &self.left
+    }
+
     /// Lanes that may submit a delete soon.
     pub(crate) fn active(&self) -> usize {
         let resting = self.resting.load(Ordering::Acquire);

@@ -1,31 +1,52 @@
 //! The consumer engine: one engine over a [`Transport`](transport::Transport), whichever backend
 //! is underneath.
 //!
+//! Each subscription runs as one consumer, made of parts that each own their state, a type to a
+//! file, and hand a message on as small values: the intake (`poll.rs`) receives, the dispatcher
+//! (`dispatch.rs`, with its FIFO lanes in `lanes.rs`) runs the handler, the settler (`settle.rs`)
+//! deletes, retries or dead-letters, and the heartbeat (`extend.rs`) keeps what is held from
+//! timing out. Calls only go one way, intake → dispatcher → settler and heartbeat → settler;
+//! `mod.rs` builds and wires the parts and keeps the lifecycle, and no part calls back into it.
+//!
 //! # A message's path
 //!
-//! 1. **Receive** (the pollers): each poller takes room for one batch from the subscription's
-//!    *capacity* (one batch per poller beyond what the handlers work through: a message per
-//!    handler slot, on FIFO a batch per slot, as a slot there works through a group's run), and on
-//!    FIFO waits until fewer groups run than the concurrency; then it long-polls and opens a lease
-//!    per message.
-//! 2. **Dispatch**: on a standard queue each message waits for a handler slot; on a FIFO queue
-//!    it joins its group's *lane*, which runs one message at a time in sequence order, while
-//!    lanes of different groups run in parallel. Decoding and the handler run in the message's task behind a
-//!    panic catch; a handler timeout cancels it, and so does the shutdown timeout.
-//! 3. **Settle**: ack sends the handler's staged outputs, then deletes; dead-letter sends a
-//!    copy to the dead-letter queue, then deletes. Every failure goes to the one
-//!    [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding the
-//!    group; on a standard queue by a visibility change), or dead-letter once the message has had
-//!    its attempts. On FIFO the lane goes on only once the delete is confirmed. Deletes,
+//! 1. **Receive** (`poll::Intake`): each poller takes room for one batch from the dispatcher
+//!    (the subscription's *capacity*: one batch per poller beyond what the handlers work through:
+//!    a message per handler slot, on FIFO a batch per slot, as a slot there works through a
+//!    group's run), and on FIFO waits until fewer groups run than the concurrency; then it
+//!    long-polls, opens a lease per message, and hands each on as a `held::Held`: its delivery,
+//!    its lease, its room.
+//! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
+//!    slot in a task of its own; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
+//!    which runs one message at a time in sequence order, while lanes of different groups run in
+//!    parallel. Decoding and the handler run in the message's task behind a panic catch; a handler
+//!    timeout cancels it, and so does the shutdown timeout. The attempt ends in a
+//!    `settle::Verdict`.
+//! 3. **Settle** (`settle::Settler`): ack sends the handler's staged outputs, then deletes;
+//!    dead-letter sends a copy to the dead-letter queue, then deletes. Every failure goes to the
+//!    one [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding
+//!    the group; on a standard queue by a visibility change), or dead-letter once the message has
+//!    had its attempts. The settler tells the lane what comes `settle::Next`: go on, run the
+//!    message again after a delay, give it back (with the rest of its group, on FIFO), or let the
+//!    rest of its group go. On FIFO the lane goes on only once the delete is confirmed. Deletes,
 //!    visibility changes and sends all go through the one batcher; a standard queue's deletes
 //!    are not awaited (the message keeps its room until answered), a FIFO subscription's go
 //!    through a deleter of its own that keeps lanes confirmed together sharing their next call.
-//! 4. **Extend**: a heartbeat keeps every held lease from timing out, and releases the messages
-//!    of an engine task that ended without settling them.
+//! 4. **Extend** (`extend::Heartbeat`): from the receive until the message is settled, a
+//!    heartbeat keeps its lease from timing out, and has the settler release the messages of an
+//!    engine task that ended without settling them.
 //!
-//! Shutdown stops new receives, lets a receive in flight finish and releases what it got, lets
-//! running handlers finish within the app's timeout and then cancels them, releases every message
-//! held but not settled (visibility 0), and returns once no task of the consumer is left.
+//! # The lifecycle
+//!
+//! `mod.rs` checks the subscriptions, resolves their queues, decides where each one's failed
+//! messages go, and builds its consumer: what the parts share (`shared::Shared`: the queue's name,
+//! FIFO or not, the visibility, the leases, the metrics; `shared::Tasks`: the engine tasks and the
+//! stop's signals to them), then the settler, the dispatcher over it, the intake over both, and
+//! the heartbeat. Shutdown stops new receives, lets a receive in flight finish (what it got is
+//! handled like the rest), starts held messages for the first half of the budget and parks the
+//! rest, lets running handlers finish within the app's timeout and then cancels them, releases
+//! what the dispatcher parked and every message held but not settled (visibility 0), and returns
+//! once no task of the consumer is left.
 //!
 //! # Tracing
 //!
@@ -47,6 +68,7 @@ pub(crate) mod held;
 pub(crate) mod lanes;
 pub(crate) mod poll;
 pub(crate) mod settle;
+pub(crate) mod shared;
 
 /// Moved: [`crate::record`].
 #[deprecated(since = "0.1.0", note = "moved to `rust_stream::record`")]
@@ -67,43 +89,38 @@ pub mod meter {
 }
 
 use std::collections::HashSet;
-use std::future::Future;
-
 use std::sync::{Arc, Mutex, PoisonError};
-
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
 use crate::app::{AppContext, RunError};
-use crate::client::batch;
 use crate::client::lease::Leases;
 use crate::client::Client;
-use crate::handler::{ErasedHandler, Subscriber};
-use crate::health::SubscriptionProbe;
-use crate::health::{Inspect, QueueLoad};
+use crate::handler::Subscriber;
+use crate::health::{Inspect, QueueLoad, SubscriptionProbe};
 use crate::metrics::SubscriptionMetrics;
-use crate::model::queue::{ConfigError, ConfigErrors, ConsumerSettings};
+use crate::model::queue::{ConfigError, ConfigErrors};
 use crate::model::rules::{self, QueueAttribute, RedrivePolicy};
 use crate::model::SqsQueue;
 use crate::publish::Publisher;
 use crate::retry::Retries;
 use crate::state::States;
 use crate::task::BoxFuture;
+use dispatch::Dispatcher;
+use extend::Heartbeat;
 use lanes::Lanes;
+use poll::Intake;
+use settle::Settler;
+use shared::{Shared, Tasks};
 
 /// Runs every subscription until shutdown, then stops them gracefully.
 pub(crate) async fn run(
-    core: Arc<Client>,
+    client: Arc<Client>,
     subscribers: Vec<Subscriber>,
     app: AppContext,
 ) -> Result<(), RunError> {
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
-    let attempt_timeout = core.transport.attempt_timeout();
+    let attempt_timeout = client.transport.attempt_timeout();
     for subscriber in &subscribers {
         let before = problems.len();
         subscriber.queue.problems(&mut problems);
@@ -135,25 +152,26 @@ pub(crate) async fn run(
             });
         }
     }
-    if core.linger() > crate::model::queue::MAX_BATCH_LINGER {
+    if client.linger() > crate::model::queue::MAX_BATCH_LINGER {
         problems.push(ConfigError::BatchLinger {
-            got: core.linger(),
+            got: client.linger(),
             max: crate::model::queue::MAX_BATCH_LINGER,
         });
     }
-    problems.extend(core.conflicting_declarations(crate::handler::declarations(&subscribers)));
+    problems.extend(client.conflicting_declarations(crate::handler::declarations(&subscribers)));
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
     }
     // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
     // queues first, so no declaration depends on the order of `include`.
-    for queue in core.declared_queues(crate::handler::declarations(&subscribers)) {
-        core.resolve(&queue)
+    for queue in client.declared_queues(crate::handler::declarations(&subscribers)) {
+        client
+            .resolve(&queue)
             .await
             .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
     }
     let shutdown = app.shutdown();
-    warn_about_settings(&core, &subscribers, shutdown.timeout());
+    warn_about_settings(&client, &subscribers, shutdown.timeout());
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
     // around `run`) stops them in the background, as a signal would.
     let mut running = StopOnDrop {
@@ -162,7 +180,7 @@ pub(crate) async fn run(
     };
     for subscriber in subscribers {
         let probe = app.subscription_probe(&subscriber.queue.name);
-        match Consumer::start(&core, subscriber, app.states().clone(), probe).await {
+        match Consumer::start(&client, subscriber, app.states().clone(), probe).await {
             Ok(consumer) => running.consumers.push(consumer),
             Err(error) => {
                 // Nothing the app started may outlive its failed start.
@@ -173,7 +191,7 @@ pub(crate) async fn run(
     }
     tracing::info!(subscriptions = running.consumers.len(), "consuming");
     app.consuming(Arc::new(AppQueues {
-        core: core.clone(),
+        client: client.clone(),
         consumed: running
             .consumers
             .iter()
@@ -194,7 +212,7 @@ const SHORTEST_SAFE_VISIBILITY: Duration = Duration::from_secs(5);
 /// Warns about settings that work, but badly: a visibility timeout too short for the heartbeat's
 /// calls, a FIFO subscription without a handler timeout, and (over a network) a stop budget
 /// shorter than a long poll, which a stop waits for.
-fn warn_about_settings(core: &Client, subscribers: &[Subscriber], budget: Duration) {
+fn warn_about_settings(client: &Client, subscribers: &[Subscriber], budget: Duration) {
     for subscriber in subscribers {
         let queue = &subscriber.queue;
         if let Some(visibility) = queue.consumer.visibility_timeout {
@@ -215,7 +233,7 @@ fn warn_about_settings(core: &Client, subscribers: &[Subscriber], budget: Durati
             );
         }
         let reserve = budget.saturating_sub(StopPlan::new(budget).cancel_at);
-        if !core.transport.abandoned_receive_takes_nothing()
+        if !client.transport.abandoned_receive_takes_nothing()
             && budget < queue.consumer.wait + reserve
         {
             tracing::warn!(
@@ -275,56 +293,20 @@ async fn stop_all(consumers: Vec<Arc<Consumer>>, timeout: Duration) {
     }
 }
 
-/// One running subscription.
-pub(crate) struct Consumer {
-    pub(crate) core: Arc<Client>,
-    pub(crate) queue: SqsQueue,
-    /// The queue's name, shared by every delivery.
-    pub(crate) queue_name: Arc<str>,
-    pub(crate) url: String,
-    pub(crate) fifo: bool,
-    /// The visibility timeout of received messages: configured, or the queue's own.
-    pub(crate) visibility: Duration,
-    pub(crate) dead_letter: Option<Publisher>,
-    pub(crate) retries: Retries,
-    pub(crate) handler: Arc<dyn ErasedHandler>,
-    /// The handler's name, as the `process` span records it: a `#[subscriber]` function's name.
-    pub(crate) handler_name: String,
-    pub(crate) states: Arc<States>,
-    pub(crate) deleter: batch::Batcher<batch::DeleteBatch>,
-    pub(crate) visibility_batcher: batch::Batcher<batch::VisibilityBatch>,
-    pub(crate) leases: Arc<Leases>,
-    /// Room for held messages; see [`capacity`].
-    pub(crate) capacity: Arc<Semaphore>,
-    /// Handler slots.
-    pub(crate) running: Arc<Semaphore>,
-    pub(crate) lanes: Lanes,
-    /// Shutdown has begun: no new receive; held messages still start until `no_new_attempts`.
-    pub(crate) stopping: CancellationToken,
-    /// The stop's time for starting held messages is over: no new attempt, what is held and not
-    /// running goes back.
-    pub(crate) no_new_attempts: CancellationToken,
-    /// Receives this consumer gave back without an attempt, taken off its count of attempts.
-    pub(crate) unstarted: crate::retry::MessageTally,
-    /// Attempts beyond the first this consumer made in receives it gave back (retries in place,
-    /// then a release): added to its count of attempts, as SQS counted those receives once.
-    pub(crate) extra_attempts: crate::retry::MessageTally,
-    /// FIFO groups resting between retries that lent their room to the pollers.
-    pub(crate) lent_groups: std::sync::atomic::AtomicUsize,
-    /// Receives in flight, which a stop waits for on a network backend.
-    pub(crate) receiving: std::sync::atomic::AtomicUsize,
-    /// Messages a stop did not start, released once no receive is in flight.
-    pub(crate) parked: Mutex<Vec<held::Held>>,
-    /// The shutdown timeout has passed: running handlers are cancelled.
-    pub(crate) cancel_handlers: CancellationToken,
-    /// Every message is settled or released: the heartbeat stops.
-    pub(crate) heartbeat_stop: CancellationToken,
+/// One running subscription: the parts it was built from, and what its stop needs.
+struct Consumer {
+    client: Arc<Client>,
+    queue: SqsQueue,
+    url: String,
+    /// Every message the consumer holds, released by the stop's last step.
+    leases: Arc<Leases>,
+    tasks: Tasks,
+    intake: Arc<Intake>,
+    dispatcher: Arc<Dispatcher>,
+    settler: Arc<Settler>,
     /// What the subscription tells the app's health.
-    pub(crate) probe: Arc<SubscriptionProbe>,
-    /// The subscription's metrics.
-    pub(crate) metrics: SubscriptionMetrics,
-    tasks: TaskTracker,
-    heartbeat: Mutex<Option<JoinHandle<()>>>,
+    probe: Arc<SubscriptionProbe>,
+    heartbeat: Mutex<Option<Heartbeat>>,
 }
 
 /// When a stop, from its start, moves to its next step: see [`Consumer::stop`].
@@ -347,16 +329,6 @@ impl StopPlan {
     }
 }
 
-/// How many messages a consumer holds at most: one batch per poller beyond what its handlers work
-/// through. A standard queue's handlers take a message each; a FIFO queue's take a lane each, and a
-/// receive hands out a run of one group's messages (up to a batch), so there each handler slot has
-/// room for a batch. Counting FIFO room in messages would hold two or three groups at a time and
-/// leave the other handler slots idle (and a delete call per message or two).
-fn capacity(settings: &ConsumerSettings, fifo: bool) -> usize {
-    let per_slot = if fifo { settings.batch_size } else { 1 };
-    settings.concurrency * per_slot + settings.pollers * settings.batch_size
-}
-
 impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
@@ -368,9 +340,9 @@ impl std::fmt::Debug for Consumer {
 
 impl Consumer {
     /// Resolves the queue (creating it when asked), decides where failed messages go, binds the
-    /// outputs, and starts the pollers and the heartbeat.
+    /// outputs, builds the parts and starts the pollers and the heartbeat.
     async fn start(
-        core: &Arc<Client>,
+        client: &Arc<Client>,
         subscriber: Subscriber,
         states: Arc<States>,
         probe: Arc<SubscriptionProbe>,
@@ -380,8 +352,8 @@ impl Consumer {
             let name = queue.name.clone();
             move |error| RunError::from_transport(name, error)
         };
-        let url = core.resolve(&queue).await.map_err(failed(&queue))?;
-        let attributes = core
+        let url = client.resolve(&queue).await.map_err(failed(&queue))?;
+        let attributes = client
             .transport
             .get_queue_attributes(
                 &url,
@@ -408,77 +380,91 @@ impl Consumer {
             }
         });
         let (dead_letter, max_attempts) =
-            dead_letter_decision(core, &queue, redrive.as_ref()).await?;
+            dead_letter_decision(client, &queue, redrive.as_ref()).await?;
         for output in &subscriber.outputs {
-            output.bind(core);
-            core.resolve(output.queue())
+            output.bind(client);
+            client
+                .resolve(output.queue())
                 .await
                 .map_err(failed(output.queue()))?;
         }
         let settings = &queue.consumer;
+        let fifo = queue.is_fifo();
         let retries = Retries {
             policy: settings.retry.clone(),
             max_attempts,
             can_dead_letter: dead_letter.is_some(),
         };
-        let lanes = Lanes::default();
-        let deleter = if queue.is_fifo() {
-            let counts = lanes.counts().clone();
-            let left = counts.left.clone();
-            core.confirmed_deleter(&url, Arc::new(move || counts.active()), left)
-        } else {
-            core.deleter(&url)
-        };
-        let metrics = SubscriptionMetrics::new(&queue.name);
-        let consumer = Arc::new(Self {
-            core: core.clone(),
-            fifo: queue.is_fifo(),
+        let metrics = Arc::new(SubscriptionMetrics::new(&queue.name));
+        let shared = Shared {
+            queue: Arc::from(queue.name.as_str()),
+            fifo,
             visibility,
+            leases: Arc::new(Leases::counted_by(metrics.held.clone())),
+            metrics,
+            tasks: Tasks::default(),
+        };
+        // A FIFO subscription's deletes wait for each other by its lanes: those running, and
+        // not resting, may each have a delete coming.
+        let lanes = Lanes::default();
+        let deleter = if fifo {
+            let counts = lanes.counts().clone();
+            let left = counts.left().clone();
+            client.confirmed_deleter(&url, Arc::new(move || counts.active()), left)
+        } else {
+            client.deleter(&url)
+        };
+        let visibility_batcher = client.visibility_batcher(&url);
+        let settler = Arc::new(Settler::new(
+            &shared,
+            client.clone(),
             dead_letter,
             retries,
-            handler: subscriber.handler,
-            handler_name: crate::describe::short_name(subscriber.handler_type),
-            states,
             deleter,
-            visibility_batcher: core.visibility_batcher(&url),
-            leases: Arc::new(Leases::counted_by(metrics.held.clone())),
-            capacity: Arc::new(Semaphore::new(capacity(settings, queue.is_fifo()))),
-            running: Arc::new(Semaphore::new(settings.concurrency)),
+            visibility_batcher.clone(),
+        ));
+        let dispatcher = Arc::new(Dispatcher::new(
+            &shared,
+            settings,
+            subscriber.handler,
+            crate::describe::short_name(subscriber.handler_type),
+            states,
             lanes,
-            stopping: CancellationToken::new(),
-            no_new_attempts: CancellationToken::new(),
-            unstarted: crate::retry::MessageTally::default(),
-            extra_attempts: crate::retry::MessageTally::default(),
-            lent_groups: std::sync::atomic::AtomicUsize::new(0),
-            receiving: std::sync::atomic::AtomicUsize::new(0),
-            parked: Mutex::new(Vec::new()),
-            cancel_handlers: CancellationToken::new(),
-            heartbeat_stop: CancellationToken::new(),
-            probe,
-            metrics,
-            tasks: TaskTracker::new(),
-            heartbeat: Mutex::new(None),
-            url,
-            queue_name: Arc::from(queue.name.as_str()),
-            queue,
-        });
-        for _ in 0..consumer.queue.consumer.pollers {
-            consumer.spawn(consumer.clone().poll());
+            settler.clone(),
+        ));
+        let intake = Arc::new(Intake::new(
+            &shared,
+            client.clone(),
+            url.clone(),
+            settings,
+            probe.clone(),
+            dispatcher.clone(),
+            settler.clone(),
+        ));
+        for _ in 0..settings.pollers {
+            shared.tasks.spawn(intake.clone().poll());
         }
-        consumer.probe.started();
-        let heartbeat = tokio::spawn(guarded(consumer.clone().heartbeat()));
-        *consumer
-            .heartbeat
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(heartbeat);
+        probe.started();
+        let heartbeat = Heartbeat::start(&shared, visibility_batcher, settler.clone());
         tracing::info!(
-            messaging.destination.name = %consumer.queue.name,
-            fifo = consumer.fifo,
-            visibility_timeout_s = consumer.visibility.as_secs(),
-            max_attempts = consumer.retries.max_attempts,
+            messaging.destination.name = %queue.name,
+            fifo,
+            visibility_timeout_s = visibility.as_secs(),
+            max_attempts,
             "subscribed"
         );
-        Ok(consumer)
+        Ok(Arc::new(Self {
+            client: client.clone(),
+            url,
+            leases: shared.leases,
+            tasks: shared.tasks,
+            intake,
+            dispatcher,
+            settler,
+            probe,
+            heartbeat: Mutex::new(Some(heartbeat)),
+            queue,
+        }))
     }
 
     /// Stops within `budget`, in steps. No new receive starts; held messages go on starting for
@@ -492,11 +478,11 @@ impl Consumer {
     async fn stop(self: Arc<Self>, budget: Duration) {
         let started = tokio::time::Instant::now();
         let plan = StopPlan::new(budget);
-        self.stopping.cancel();
+        self.tasks.stopping().cancel();
         self.probe.stopped();
         self.tasks.close();
-        let receiving = self.receiving.load(std::sync::atomic::Ordering::Acquire);
-        if receiving > 0 && !self.core.transport.abandoned_receive_takes_nothing() {
+        let receiving = self.intake.receiving();
+        if receiving > 0 && !self.client.transport.abandoned_receive_takes_nothing() {
             tracing::info!(
                 messaging.destination.name = %self.queue.name,
                 receives = receiving,
@@ -513,14 +499,14 @@ impl Consumer {
                 held,
                 "stopping: no more attempts start; held messages not started go back to the queue"
             );
-            self.no_new_attempts.cancel();
+            self.tasks.no_new_attempts().cancel();
             if finished(plan.cancel_at).await.is_err() {
                 tracing::warn!(
                     messaging.destination.name = %self.queue.name,
                     budget_ms = budget.as_millis() as u64,
                     "handlers still running near the end of the shutdown budget are cancelled; their messages are released"
                 );
-                self.cancel_handlers.cancel();
+                self.tasks.cancel_handlers().cancel();
                 if finished(budget).await.is_err() {
                     // What is left is a receive in flight (a budget shorter than the long poll), or
                     // a handler that blocks its thread: the final release waits for the receive,
@@ -541,38 +527,24 @@ impl Consumer {
                 }
             }
         }
-        self.no_new_attempts.cancel();
-        self.cancel_handlers.cancel();
-        let parked =
-            std::mem::take(&mut *self.parked.lock().unwrap_or_else(PoisonError::into_inner));
+        self.tasks.no_new_attempts().cancel();
+        self.tasks.cancel_handlers().cancel();
+        let parked = self.dispatcher.take_parked();
         if !parked.is_empty() {
-            self.release(parked, 0).await;
+            self.settler.release(parked, 0).await;
         }
         let held = self.leases.all();
         if !held.is_empty() {
-            self.release_leases(held, 0).await;
+            self.settler.release_leases(held, 0).await;
         }
-        self.heartbeat_stop.cancel();
         let heartbeat = self
             .heartbeat
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(heartbeat) = heartbeat {
-            let _ = heartbeat.await;
+            heartbeat.stop().await;
         }
-    }
-
-    /// Spawns an engine task that shutdown waits for; a panic in it is logged, and the messages
-    /// it held are released by the heartbeat.
-    pub(crate) fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.spawn(guarded(task));
-    }
-
-    /// Counts as an engine task until dropped: shutdown waits for work that runs outside a task
-    /// (a delete nobody awaits) as it waits for the tasks.
-    pub(crate) fn tracker_token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
-        self.tasks.token()
     }
 }
 
@@ -616,7 +588,7 @@ fn compare_with_declaration(
 /// Decides where a subscription's failed messages go and after how many attempts: the
 /// subscription's `dead_letter(..)`, or else the queue's own `RedrivePolicy`.
 async fn dead_letter_decision(
-    core: &Arc<Client>,
+    client: &Arc<Client>,
     queue: &SqsQueue,
     redrive: Option<&RedrivePolicy>,
 ) -> Result<(Option<Publisher>, Option<u32>), RunError> {
@@ -639,9 +611,9 @@ async fn dead_letter_decision(
             }
         }
         let target = queue.dead_letter_queue().expect("declared above");
-        check_dead_letter_size(core, queue, &target).await?;
+        check_dead_letter_size(client, queue, &target).await?;
         return Ok((
-            Some(Publisher::bound(target, core.clone())),
+            Some(Publisher::bound(target, client.clone())),
             Some(declared.max_receive_count),
         ));
     }
@@ -658,11 +630,11 @@ async fn dead_letter_decision(
     // attempt: say what to declare instead.
     warn_tight_redrive(queue, policy, policy.max_receive_count);
     let target = SqsQueue::new(policy.target_name());
-    match core.resolve(&target).await {
+    match client.resolve(&target).await {
         Ok(_) => {
-            check_dead_letter_size(core, queue, &target).await?;
+            check_dead_letter_size(client, queue, &target).await?;
             Ok((
-                Some(Publisher::bound(target, core.clone())),
+                Some(Publisher::bound(target, client.clone())),
                 Some(policy.max_receive_count),
             ))
         }
@@ -687,15 +659,15 @@ async fn dead_letter_decision(
 /// Resolves a subscription's dead-letter queue and refuses one that takes smaller messages than
 /// the queue it serves: a copy it can never take would hold the message for ever.
 async fn check_dead_letter_size(
-    core: &Arc<Client>,
+    client: &Arc<Client>,
     queue: &SqsQueue,
     target: &SqsQueue,
 ) -> Result<(), RunError> {
-    let dead_letter = core
+    let dead_letter = client
         .resolved(target)
         .await
         .map_err(|error| RunError::from_transport(target.name.clone(), error))?;
-    let source = core
+    let source = client
         .resolved(queue)
         .await
         .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
@@ -732,21 +704,10 @@ fn warn_tight_redrive(queue: &SqsQueue, policy: &RedrivePolicy, attempts: u32) {
     );
 }
 
-/// An engine task whose panic is logged; the messages it held are released by the heartbeat.
-async fn guarded(task: impl Future<Output = ()>) {
-    if let Err(panic) = crate::task::CatchUnwind::new(Box::pin(task)).await {
-        log_engine_panic(&panic);
-    }
-}
-
-fn log_engine_panic(panic: &str) {
-    tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
-}
-
 /// A running app's queues: every queue its broker resolved, and which of them it consumes.
-pub(crate) struct AppQueues {
-    pub(crate) core: Arc<Client>,
-    pub(crate) consumed: Vec<String>,
+struct AppQueues {
+    client: Arc<Client>,
+    consumed: Vec<String>,
 }
 
 impl Inspect for AppQueues {
@@ -758,9 +719,9 @@ impl Inspect for AppQueues {
                 "ApproximateNumberOfMessagesDelayed",
             ];
             let mut loads = Vec::new();
-            for (name, url) in self.core.resolved_queues() {
+            for (name, url) in self.client.resolved_queues() {
                 let attributes = self
-                    .core
+                    .client
                     .transport
                     .get_queue_attributes(&url, &COUNTS)
                     .await

@@ -1,26 +1,39 @@
-//! Pollers: long-poll the queue and feed the pipeline, never holding more messages than the
-//! subscription's capacity ([`capacity`](super::capacity)).
+//! The intake: the subscription's pollers long-poll the queue and feed the dispatcher, never
+//! holding more messages than it has room for.
 //!
-//! A poller takes room for a whole batch before it receives and hands back what the receive did
-//! not fill, so a full pipeline stops receiving instead of piling up messages that would time out.
-//! On a FIFO queue it also waits until fewer lanes are active than the concurrency: there a
-//! receive brings runs of a group's messages, which wait in its lane, so room is counted in groups
-//! (a batch per handler slot) and what is received is what can run.
+//! [`Intake`] is what the pollers share: the queue's URL and the receive's settings, the count of
+//! receives in flight (which a stop waits for), and the subscription's health probe. Each poller
+//! is a loop over it ([`Intake::poll`]). A poller takes room for a whole batch from the
+//! [`Dispatcher`] before it receives (on FIFO also waiting until fewer lanes run than the handler
+//! slots: there a receive brings runs of a group's messages, which wait in its lane, so room is
+//! counted in groups and what is received is what can run), and hands back what the receive did
+//! not fill, so a full pipeline stops receiving instead of piling up messages that would time
+//! out. For each message it opens a lease, wraps delivery, lease and room in a [`Held`], and
+//! dispatches it.
 //! A failed receive backs off with jitter, from 1 s to 30 s, and so does an empty short poll
 //! (`wait` of 0); neither loops tight.
 //!
 //! At shutdown no new receive starts, but one in flight is allowed to finish (within its long
 //! poll): a server hands messages to a receive even after its caller stopped listening, and those
-//! would stay invisible for a whole visibility timeout. What it returns is released at once.
+//! would stay invisible for a whole visibility timeout. What it returns is handled like the rest:
+//! run while the stop still starts attempts, else parked for the stop's final release.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument;
 
+use super::dispatch::Dispatcher;
 use super::held::{Held, HeldLease};
-use super::Consumer;
+use super::settle::Settler;
+use super::shared::{Shared, Tasks};
+use crate::client::lease::Leases;
+use crate::client::Client;
 use crate::context::Delivery;
+use crate::health::SubscriptionProbe;
+use crate::metrics::SubscriptionMetrics;
+use crate::model::queue::ConsumerSettings;
 use crate::model::rules::ErrorKind;
 use crate::retry::backoff;
 use crate::task::CatchUnwind;
@@ -40,47 +53,89 @@ const READ_ATTRIBUTES: [&str; 5] = [
 pub(crate) const RECEIVE_MARGIN: Duration = Duration::from_secs(10);
 
 /// Counts a receive in flight while it lives.
-struct Receiving<'a>(&'a std::sync::atomic::AtomicUsize);
+struct Receiving<'a>(&'a AtomicUsize);
 
 impl<'a> Receiving<'a> {
-    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
-        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
         Self(count)
     }
 }
 
 impl Drop for Receiving<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-impl Consumer {
+/// One subscription's intake: what its pollers share.
+pub(crate) struct Intake {
+    client: Arc<Client>,
+    url: String,
+    /// The queue's name, shared by every delivery.
+    queue: Arc<str>,
+    fifo: bool,
+    /// The visibility timeout asked for on every receive, and so every lease's.
+    visibility: Duration,
+    batch_size: usize,
+    wait: Duration,
+    /// Receives in flight, which a stop waits for on a network backend.
+    receiving: AtomicUsize,
+    /// What the subscription tells the app's health.
+    probe: Arc<SubscriptionProbe>,
+    metrics: Arc<SubscriptionMetrics>,
+    leases: Arc<Leases>,
+    tasks: Tasks,
+    dispatcher: Arc<Dispatcher>,
+    /// Releases what a receive brought beyond what was asked for.
+    settler: Arc<Settler>,
+}
+
+impl Intake {
+    /// An intake that receives from the queue at `url` and hands what it receives to
+    /// `dispatcher`.
+    pub(crate) fn new(
+        shared: &Shared,
+        client: Arc<Client>,
+        url: String,
+        settings: &ConsumerSettings,
+        probe: Arc<SubscriptionProbe>,
+        dispatcher: Arc<Dispatcher>,
+        settler: Arc<Settler>,
+    ) -> Self {
+        Self {
+            client,
+            url,
+            queue: shared.queue.clone(),
+            fifo: shared.fifo,
+            visibility: shared.visibility,
+            batch_size: settings.batch_size,
+            wait: settings.wait,
+            receiving: AtomicUsize::new(0),
+            probe,
+            metrics: shared.metrics.clone(),
+            leases: shared.leases.clone(),
+            tasks: shared.tasks.clone(),
+            dispatcher,
+            settler,
+        }
+    }
+
+    /// How many receives are in flight.
+    pub(crate) fn receiving(&self) -> usize {
+        self.receiving.load(Ordering::Acquire)
+    }
+
     /// One receive loop, until shutdown.
     pub(crate) async fn poll(self: Arc<Self>) {
-        let batch_size = self.queue.consumer.batch_size;
-        let wait = self.queue.consumer.wait;
+        let batch_size = self.batch_size;
+        let wait = self.wait;
         let mut failures = 0;
         let mut empty = 0;
         loop {
-            // Biased: once shutdown has begun, no new receive may start.
-            let room = tokio::select! {
-                biased;
-                () = self.stopping.cancelled() => return,
-                room = self.capacity.clone().acquire_many_owned(batch_size as u32) => match room {
-                    Ok(room) => room,
-                    Err(_) => return,
-                },
+            let Some(room) = self.dispatcher.room(batch_size).await else {
+                return;
             };
-            // A FIFO receive may bring up to a batch of new groups: it waits for a lane to
-            // become free, so the groups held are about the groups that can run.
-            if self.fifo {
-                tokio::select! {
-                    biased;
-                    () = self.stopping.cancelled() => return,
-                    () = self.lanes.counts().below(self.queue.consumer.concurrency) => {}
-                }
-            }
             // The effective visibility is always sent, so the held messages' leases match it
             // whatever the queue's default is now.
             let mut request = ReceiveMessage::new(batch_size as i32)
@@ -95,7 +150,7 @@ impl Consumer {
             let span = tracing::debug_span!(
                 "receive",
                 messaging.system = "aws_sqs",
-                messaging.destination.name = %self.queue.name,
+                messaging.destination.name = %self.queue,
                 messaging.operation.type = "receive",
                 messaging.batch.message_count = tracing::field::Empty,
             );
@@ -127,7 +182,7 @@ impl Consumer {
                     self.probe.receive_failed();
                     let delay = backoff(failures, Duration::from_secs(1), Duration::from_secs(30));
                     tracing::warn!(
-                        messaging.destination.name = %self.queue.name,
+                        messaging.destination.name = %self.queue,
                         error = %error,
                         retry_in_ms = delay.as_millis() as u64,
                         "receive failed"
@@ -139,7 +194,7 @@ impl Consumer {
             if let Some(delay) = delay {
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
-                    () = self.stopping.cancelled() => return,
+                    () = self.tasks.stopping().cancelled() => return,
                 }
             }
         }
@@ -153,11 +208,11 @@ impl Consumer {
     ) -> Option<Result<Vec<ReceivedMessage>, TransportError>> {
         // A transport that panics fails this receive, not the poller; one that does not answer
         // within the long poll and a margin is given up, whatever the transport's own timeouts.
-        let deadline = self.queue.consumer.wait + RECEIVE_MARGIN;
+        let deadline = self.wait + RECEIVE_MARGIN;
         let receive = async {
             tokio::time::timeout(
                 deadline,
-                CatchUnwind::new(self.core.transport.receive_message(&self.url, request)),
+                CatchUnwind::new(self.client.transport.receive_message(&self.url, request)),
             )
             .await
             .unwrap_or_else(|_| Ok(Err(crate::client::batch::unanswered_within(deadline))))
@@ -169,23 +224,23 @@ impl Consumer {
             })
         };
         let _receiving = Receiving::new(&self.receiving);
-        if !self.core.transport.abandoned_receive_takes_nothing() {
+        if !self.client.transport.abandoned_receive_takes_nothing() {
             // Waited for at shutdown (within its own deadline), so what it brings is handled or
             // released rather than hidden for a visibility timeout.
             return Some(receive.await);
         }
         tokio::select! {
             biased;
-            () = self.stopping.cancelled() => None,
+            () = self.tasks.stopping().cancelled() => None,
             received = receive => Some(received),
         }
     }
 
-    /// Opens a lease for each received message and dispatches it; releases at once what arrived
-    /// after shutdown began, and what did not fit the room taken (a server answering more than
-    /// was asked).
+    /// Opens a lease for each received message and dispatches it; parks what arrived once a stop
+    /// no longer starts attempts, and releases at once what did not fit the room taken (a server
+    /// answering more than was asked).
     async fn take(
-        self: &Arc<Self>,
+        &self,
         messages: Vec<ReceivedMessage>,
         room: &mut tokio::sync::OwnedSemaphorePermit,
     ) {
@@ -209,7 +264,7 @@ impl Consumer {
         for (message, lease) in leased {
             let Some(permit) = room.split(1) else {
                 tracing::warn!(
-                    messaging.destination.name = %self.queue.name,
+                    messaging.destination.name = %self.queue,
                     messaging.message.id = %message.message_id,
                     "the receive returned more messages than asked for; releasing the extra one"
                 );
@@ -217,26 +272,24 @@ impl Consumer {
                 continue;
             };
             let held = Held {
-                delivery: Arc::new(Delivery::new(&self.queue_name, message)),
+                delivery: Arc::new(Delivery::new(&self.queue, message)),
                 lease: HeldLease(lease),
                 _room: permit,
                 span: tracing::Span::none(),
             };
-            if self.no_new_attempts.is_cancelled() {
+            if self.tasks.no_new_attempts().is_cancelled() {
                 late.push(held);
             } else {
                 // In a task of its own: a handler that blocks or computes in its first poll must
                 // not hold up this poller, nor the rest of the receive.
-                self.dispatch(held);
+                self.dispatcher.dispatch(held);
             }
         }
         if !extra.is_empty() {
-            self.release_leases(extra, 0).await;
+            self.settler.release_leases(extra, 0).await;
         }
         if !late.is_empty() {
-            self.unstarted
-                .note_all(late.iter().map(|held| held.delivery.message_id.as_str()));
-            self.park(late);
+            self.dispatcher.park_unstarted(late);
         }
     }
 }

@@ -1,5 +1,14 @@
-//! Settling: a handler's verdict becomes a delete, a retry, or a move to the dead-letter queue,
-//! each through the batcher; the [retry decision](crate::retry) says which after a failure.
+//! Settling: the [`Settler`] turns a handler's [`Verdict`] into a delete, a retry, or a move to
+//! the dead-letter queue, each through the batcher, and tells the dispatcher what the message's
+//! lane does [`Next`]; the [retry decision](crate::retry) says which after a failure.
+//!
+//! A message reaches the settler as a [`Held`] from the dispatcher, with the verdict of its
+//! attempt, and leaves it deleted, given back (released, hidden for a retry delay), or handed back
+//! to its lane to run again. The settler owns what settling needs: the client (outputs,
+//! dead-letter copies, a test's recorder), the queue's deleter and visibility batcher, where
+//! failed messages go and after how many attempts, and the tallies that correct SQS's receive
+//! count for receives this consumer gave back (the intake and the dispatcher report those). Every
+//! release goes through it too: the dispatcher's, the heartbeat's (orphans) and the stop's.
 //!
 //! Nothing is ever deleted before it is safe: an ack deletes only after the handler's outputs
 //! were sent, a dead-letter deletes only after the copy reached the dead-letter queue (so a crash
@@ -15,12 +24,16 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::held::Held;
-use super::Consumer;
-use crate::client::lease::{DeleteInFlight, Lease};
+use super::shared::{Shared, Tasks};
+use crate::client::batch::{Batcher, DeleteBatch, VisibilityBatch};
+use crate::client::lease::{DeleteInFlight, Lease, Leases};
+use crate::client::Client;
+use crate::metrics::SubscriptionMetrics;
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
-use crate::publish::{Outgoing, PublishError};
+use crate::model::SqsQueue;
+use crate::publish::{Outgoing, PublishError, Publisher};
 use crate::record::{Event, Settled};
-use crate::retry::{self, AfterFailure};
+use crate::retry::{self, AfterFailure, MessageTally, Retries};
 use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
 
 /// The attribute a dead-lettered message carries the reason in.
@@ -130,15 +143,84 @@ pub(crate) enum Next {
     StopGroup,
 }
 
-impl Consumer {
+/// Settles one subscription's messages: what a lapin `Acker` is to one delivery, for every message
+/// the consumer holds.
+pub(crate) struct Settler {
+    client: Arc<Client>,
+    /// The queue's name, as events and dead-letter copies carry it.
+    queue: Arc<str>,
+    fifo: bool,
+    /// The visibility of received messages: a retry in place must leave room for one more run
+    /// before the 12-hour cap.
+    visibility: Duration,
+    dead_letter: Option<Publisher>,
+    retries: Retries,
+    deleter: Batcher<DeleteBatch>,
+    visibility_batcher: Batcher<VisibilityBatch>,
+    leases: Arc<Leases>,
+    /// Receives this consumer gave back without an attempt, taken off its count of attempts.
+    unstarted: MessageTally,
+    /// Attempts beyond the first this consumer made in receives it gave back (retries in place,
+    /// then a release): added to its count of attempts, as SQS counted those receives once.
+    extra_attempts: MessageTally,
+    metrics: Arc<SubscriptionMetrics>,
+    /// A delete nobody awaits counts as a task; a dead-letter copy is not tried again once a stop
+    /// no longer starts attempts.
+    tasks: Tasks,
+}
+
+impl Settler {
+    /// A settler that deletes through `deleter` (on FIFO the subscription's own, which keeps its
+    /// lanes' deletes together), and dead-letters to `dead_letter` as `retries` decides.
+    pub(crate) fn new(
+        shared: &Shared,
+        client: Arc<Client>,
+        dead_letter: Option<Publisher>,
+        retries: Retries,
+        deleter: Batcher<DeleteBatch>,
+        visibility_batcher: Batcher<VisibilityBatch>,
+    ) -> Self {
+        Self {
+            client,
+            queue: shared.queue.clone(),
+            fifo: shared.fifo,
+            visibility: shared.visibility,
+            dead_letter,
+            retries,
+            deleter,
+            visibility_batcher,
+            leases: shared.leases.clone(),
+            unstarted: MessageTally::default(),
+            extra_attempts: MessageTally::default(),
+            metrics: shared.metrics.clone(),
+            tasks: shared.tasks.clone(),
+        }
+    }
+
+    /// Notes messages given back before their first attempt in this receive: SQS counted the
+    /// receive, but it was no attempt.
+    pub(crate) fn count_unstarted<'a>(&self, unstarted: impl IntoIterator<Item = &'a Held>) {
+        self.unstarted.note_all(
+            unstarted
+                .into_iter()
+                .map(|held| held.delivery.message_id.as_str()),
+        );
+    }
+
+    /// Notes what SQS's receive count will not show of a message given back before its attempt
+    /// number `next` (1 before any): a receive without an attempt, or the attempts beyond one
+    /// made in this receive.
+    pub(crate) fn count_given_back(&self, held: &Held, next: u32) {
+        let id = &held.delivery.message_id;
+        match next {
+            0 | 1 => self.unstarted.note(id),
+            made => self.extra_attempts.add(id, made - 2),
+        }
+    }
+
     /// Settles `held` as the verdict says. `attempt` counts this consumer's attempts at it since it
     /// was received (1 for the first).
-    pub(crate) async fn settle(
-        self: &Arc<Self>,
-        held: Held,
-        verdict: Verdict,
-        attempt: u32,
-    ) -> Next {
+    pub(crate) async fn settle(&self, held: Held, verdict: Verdict, attempt: u32) -> Next {
         let id = &held.delivery.message_id;
         let given_back = self.unstarted.count(id);
         let attempts = retry::attempts(
@@ -202,7 +284,7 @@ impl Consumer {
     /// `attempts` counts the message's attempts so far, `local` this consumer's since it received
     /// it.
     async fn failed(
-        self: &Arc<Self>,
+        &self,
         held: Held,
         (attempts, local): (u32, u32),
         asked: Option<Duration>,
@@ -240,8 +322,8 @@ impl Consumer {
             return;
         };
         self.metrics.settled(settled);
-        self.core.record(|| Event::Settled {
-            queue: self.queue.name.clone(),
+        self.client.record(|| Event::Settled {
+            queue: self.queue.to_string(),
             message_id: held.delivery.message_id.clone(),
             body: held.delivery.body.clone(),
             settled,
@@ -278,7 +360,7 @@ impl Consumer {
 
     /// Moves a message to the dead-letter queue: the copy first, then the delete.
     async fn dead_letter(
-        self: &Arc<Self>,
+        &self,
         held: Held,
         reason: String,
         attempts: u32,
@@ -306,7 +388,7 @@ impl Consumer {
             let waited = delay < room
                 && tokio::select! {
                     biased;
-                    () = self.no_new_attempts.cancelled() => false,
+                    () = self.tasks.no_new_attempts().cancelled() => false,
                     () = tokio::time::sleep(delay) => true,
                 };
             if !waited {
@@ -322,8 +404,8 @@ impl Consumer {
             reason = %reason,
             "message dead-lettered"
         );
-        self.core.record(|| Event::DeadLettered {
-            queue: self.queue.name.clone(),
+        self.client.record(|| Event::DeadLettered {
+            queue: self.queue.to_string(),
             message_id: held.delivery.message_id.clone(),
             reason: reason.clone(),
         });
@@ -333,34 +415,27 @@ impl Consumer {
     /// Sends what the handler published, in order, grouped by queue, each through the broker its
     /// publisher belongs to (the subscription's own when the publisher is not bound yet).
     async fn publish_staged(&self, staged: Vec<Outgoing>) -> Result<(), PublishError> {
-        type ByQueue = BTreeMap<
-            (usize, String),
-            (
-                Arc<crate::client::Client>,
-                crate::model::SqsQueue,
-                Vec<SendMessage>,
-            ),
-        >;
+        type ByQueue = BTreeMap<(usize, String), (Arc<Client>, SqsQueue, Vec<SendMessage>)>;
         let mut by_queue = ByQueue::new();
         for outgoing in staged {
             let (publisher, message) = outgoing.into_request()?;
-            let core = publisher.core().unwrap_or_else(|| self.core.clone());
+            let client = publisher.core().unwrap_or_else(|| self.client.clone());
             let queue = publisher.queue().clone();
             by_queue
-                .entry((Arc::as_ptr(&core) as usize, queue.name.clone()))
-                .or_insert_with(|| (core, queue, Vec::new()))
+                .entry((Arc::as_ptr(&client) as usize, queue.name.clone()))
+                .or_insert_with(|| (client, queue, Vec::new()))
                 .2
                 .push(message);
         }
-        for (core, queue, messages) in by_queue.into_values() {
+        for (client, queue, messages) in by_queue.into_values() {
             // Bodies are kept for a test's recorder only.
-            let bodies: Option<Vec<String>> = self.core.is_recording().then(|| {
+            let bodies: Option<Vec<String>> = self.client.is_recording().then(|| {
                 messages
                     .iter()
                     .map(|message| message.body.clone())
                     .collect()
             });
-            for (index, answer) in core
+            for (index, answer) in client
                 .send_many(&queue, messages)
                 .await
                 .into_iter()
@@ -368,7 +443,7 @@ impl Consumer {
             {
                 answer.map_err(PublishError::rejected(&queue))?;
                 if let Some(bodies) = &bodies {
-                    self.core.record(|| Event::Published {
+                    self.client.record(|| Event::Published {
                         queue: queue.name.clone(),
                         body: bodies[index].clone(),
                     });
@@ -405,7 +480,7 @@ impl Consumer {
             ),
             (
                 SOURCE_QUEUE_HEADER,
-                MessageAttributeValue::string(self.queue.name.clone()),
+                MessageAttributeValue::string(&*self.queue),
             ),
             (
                 ATTEMPTS_HEADER,
@@ -415,7 +490,7 @@ impl Consumer {
         // The copy must fit the dead-letter queue's own MaximumMessageSize, or it would be refused
         // for ever; the original already fits its queue's.
         let maximum = self
-            .core
+            .client
             .resolved(dead_letter.queue())
             .await
             .map_or(MAX_MESSAGE_SIZE, |resolved| resolved.maximum_message_size);
@@ -441,7 +516,7 @@ impl Consumer {
             );
             message.dedup_id = Some(delivery.message_id.clone());
         }
-        self.core
+        self.client
             .send(dead_letter.queue(), message)
             .await
             .map_err(PublishError::rejected(dead_letter.queue()))
@@ -451,7 +526,7 @@ impl Consumer {
     /// of different groups still share calls); on a standard queue the caller goes on at once,
     /// nothing waits for the answer, and the message keeps its room in the pipeline until the
     /// delete is answered.
-    async fn delete(self: &Arc<Self>, held: Held) -> Next {
+    async fn delete(&self, held: Held) -> Next {
         let Some(in_flight) = self.leases.claim_for_delete(&held.lease).await else {
             return Next::Done;
         };
@@ -472,7 +547,7 @@ impl Consumer {
         }
         let held = Deleting::new(held, in_flight);
         // Shutdown waits for the answer as it waits for a task.
-        let pending = self.tracker_token();
+        let pending = self.tasks.token();
         self.deleter
             .submit_one_then(held.lease.lease().clone(), move |answer| {
                 if let Err(error) = answer {
