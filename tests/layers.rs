@@ -109,16 +109,46 @@ fn files(src: &Path) -> BTreeMap<Module, PathBuf> {
     files
 }
 
-/// The code of a file before its tests, without comments.
+/// The code of a file without comments and without its test items: each `#[cfg(test)]` and the
+/// item it marks (a `mod tests;` line, a `mod tests { .. }` block, a test-only helper), wherever
+/// in the file it stands.
 fn code(text: &str) -> String {
-    let text = text.split("#[cfg(test)]").next().unwrap();
-    text.lines()
+    let mut code = text
+        .lines()
         .map(|line| match line.find("//") {
             Some(at) => &line[..at],
             None => line,
         })
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    while let Some(at) = code.find("#[cfg(test)]") {
+        let item = &code[at..];
+        // The item ends at its `;` (a declaration) or with the block its first `{` opens.
+        let end = match (item.find(';'), item.find('{')) {
+            (Some(semi), brace) if brace.is_none_or(|brace| semi < brace) => at + semi + 1,
+            (_, Some(brace)) => {
+                let mut depth = 0;
+                let mut close = code.len();
+                for (i, c) in item[brace..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                close = at + brace + i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                close
+            }
+            _ => code.len(),
+        };
+        code.replace_range(at..end, "");
+    }
+    code
 }
 
 /// The crate paths named in `code`, written in `module` of a crate whose modules with a file are
@@ -502,15 +532,20 @@ fn the_check_sees_an_upward_import_and_a_circle() {
     )
     .unwrap();
     // A parent that uses its children by relative paths (a `pub use`, an inline path into a
-    // declared child), while one child imports the parent back: a circle. What is no child of
-    // the module (another crate, a child without a file, a path after `.` or `::`) is no import.
+    // declared child), while one child imports the parent back, below its tests' declaration: a
+    // circle. What is no child of the module (another crate, a child without a file, a path
+    // after `.` or `::`) is no import.
     std::fs::write(
         src.join("mid/mod.rs"),
         "mod c;\nmod d;\npub use c::C;\nuse serde::Serialize;\nuse e::E;\npub struct Mid;\n\
          fn make() -> d::D {\n    std::mem::drop(crate::low::Low);\n    x.d::<u8>();\n    d::D\n}\n",
     )
     .unwrap();
-    std::fs::write(src.join("mid/c.rs"), "use super::Mid;\npub struct C;\n").unwrap();
+    std::fs::write(
+        src.join("mid/c.rs"),
+        "#[cfg(test)]\nmod tests;\nuse super::Mid;\npub struct C;\n",
+    )
+    .unwrap();
     std::fs::write(src.join("mid/d.rs"), "pub struct D;\nfn f() { c::C; }\n").unwrap();
     let arrows = imports(&src);
     let file = |name: &str| PathBuf::from(name);
