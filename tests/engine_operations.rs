@@ -799,16 +799,10 @@ async fn a_stalled_extension_lets_no_other_message_time_out() {
 // ---------------------------------------------------------------------------------------------
 // Lapsed leases.
 
-#[tokio::test(start_paused = true)]
-async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
+/// Runs `g`/1..3 on a FIFO queue (visibility 30 s) over `stalling`, the first message for 40 s so
+/// that the second waits past its visibility, for 300 s; the handler calls, in order.
+async fn run_past_the_second_messages_visibility(stalling: &Stalling) -> Vec<Call> {
     let account = Account::new();
-    let stalling = Stalling::new();
-    // The second message is never extended: its visibility ends while the first runs.
-    stalling
-        .refuse_extensions_of
-        .lock()
-        .unwrap()
-        .push(Job::new("g", 2));
     let broker = SqsBroker::with_transport(stalling.over(&account));
     let queue = SqsQueue::new("jobs.fifo")
         .create_if_missing()
@@ -838,6 +832,19 @@ async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
     sleep(Duration::from_secs(300)).await;
     app.stop().await.unwrap();
     let calls = calls.lock().unwrap().clone();
+    calls
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
+    let stalling = Stalling::new();
+    // The second message is never extended: its visibility ends while the first runs.
+    stalling
+        .refuse_extensions_of
+        .lock()
+        .unwrap()
+        .push(Job::new("g", 2));
+    let calls = run_past_the_second_messages_visibility(&stalling).await;
     let seen: Vec<(u32, u32)> = calls.iter().map(|c| (c.job.n, c.receive_count)).collect();
     assert_eq!(
         seen,
@@ -855,47 +862,18 @@ async fn a_fifo_message_whose_visibility_ended_is_not_run_on_that_receive() {
 /// the second.
 #[tokio::test(start_paused = true)]
 async fn the_rest_of_a_group_never_goes_back_ahead_of_a_lapsed_message_still_in_flight() {
-    let account = Account::new();
     let stalling = Stalling::new();
     stalling
         .lose_extension_answers_of
         .lock()
         .unwrap()
         .push(Job::new("g", 2));
-    let broker = SqsBroker::with_transport(stalling.over(&account));
-    let queue = SqsQueue::new("jobs.fifo")
-        .create_if_missing()
-        .visibility_timeout(Duration::from_secs(30));
-    for n in 1..=3 {
-        send(&broker, &queue, "g", n).await;
-    }
-    let calls = Calls::default();
-    let app = spawn(
-        &broker,
-        queue,
-        Worker {
-            app: 0,
-            calls: calls.clone(),
-            started: Instant::now(),
-            work: |job| {
-                if job.n == 1 {
-                    Duration::from_secs(40)
-                } else {
-                    Duration::ZERO
-                }
-            },
-            fails: |_| false,
-        },
-    )
-    .await;
-    sleep(Duration::from_secs(300)).await;
-    app.stop().await.unwrap();
+    let calls = run_past_the_second_messages_visibility(&stalling).await;
     let ahead = stalling.ahead_of_their_group.lock().unwrap().clone();
     assert!(
         ahead.is_empty(),
         "a release made a message visible ahead of its group: {ahead:?}"
     );
-    let calls = calls.lock().unwrap().clone();
     let seen: Vec<u32> = calls.iter().map(|c| c.job.n).collect();
     assert_eq!(seen, [1, 2, 3], "each once, in order: {calls:?}");
 }
