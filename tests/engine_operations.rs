@@ -878,6 +878,83 @@ async fn the_rest_of_a_group_never_goes_back_ahead_of_a_lapsed_message_still_in_
     assert_eq!(seen, [1, 2, 3], "each once, in order: {calls:?}");
 }
 
+/// Two groups rest between retries while their leases lapse (no extension is accepted), so the
+/// queue hands each group out again and the newer receives join the resting lanes, taking room.
+/// With one handler slot and a batch of one, that is all the room: a rest that waited to take
+/// its loan back waited for good (the property test in `engine_fifo` met it as a hung case).
+#[tokio::test(start_paused = true)]
+async fn resting_groups_whose_leases_lapse_take_their_room_back_without_waiting() {
+    let stalling = Stalling::new();
+    for group in ["a", "b"] {
+        stalling
+            .refuse_extensions_of
+            .lock()
+            .unwrap()
+            .push(Job::new(group, 1));
+    }
+    let account = Account::new();
+    let broker = SqsBroker::with_transport(stalling.over(&account));
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(10))
+        .retry(RetryPolicy::fixed(Duration::from_secs(30)));
+    for group in ["a", "b"] {
+        for n in 1..=2 {
+            send(&broker, &queue, group, n).await;
+        }
+    }
+    static FAILED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let calls = Calls::default();
+    let worker = Worker {
+        app: 0,
+        calls: calls.clone(),
+        started: Instant::now(),
+        work: |_| Duration::ZERO,
+        // Each group's first message fails its first call, and its group rests.
+        fails: |job| {
+            let mut failed = FAILED.lock().unwrap();
+            let first = job.n == 1 && !failed.contains(&job.group);
+            if first {
+                failed.push(job.group.clone());
+            }
+            first
+        },
+    };
+    let app = TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber(queue, worker)
+                    .concurrency(1)
+                    .batch_size(1)
+                    .pollers(1)
+                    .build(),
+            );
+        }),
+    )
+    .await
+    .expect("starts");
+    sleep(Duration::from_secs(600)).await;
+    let url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    app.stop().await.unwrap();
+    let done = first_completions(&calls.lock().unwrap());
+    assert_eq!(
+        done.get("a").map(Vec::as_slice),
+        Some(&[1, 2][..]),
+        "{done:?}"
+    );
+    assert_eq!(
+        done.get("b").map(Vec::as_slice),
+        Some(&[1, 2][..]),
+        "{done:?}"
+    );
+    assert_eq!(
+        counts.visible + counts.in_flight + counts.delayed,
+        0,
+        "{counts:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Stops.
 

@@ -75,6 +75,9 @@ pub(crate) struct Dispatcher {
     lanes: Lanes,
     /// FIFO groups resting between retries that lent their room to the pollers.
     lent_groups: AtomicUsize,
+    /// Lent room taken back from rests that ended while it was in use: the intake withdraws it
+    /// before its next receive.
+    owed_room: AtomicUsize,
     /// Messages a stop did not start, released once no receive is in flight.
     parked: Mutex<Vec<Held>>,
     leases: Arc<Leases>,
@@ -87,34 +90,18 @@ pub(crate) struct Dispatcher {
 struct Rest<'a> {
     dispatcher: &'a Dispatcher,
     _counted: Resting<'a>,
-    /// Room lent to the pollers, to be taken back before the next attempt.
+    /// Room lent to the pollers, taken back when the rest ends.
     lent: usize,
 }
 
-impl Rest<'_> {
-    /// Takes the lent room back (waiting for it, as a poller would) before the next attempt:
-    /// `false` when shutdown began meanwhile.
-    async fn end(mut self) -> bool {
-        let room = tokio::select! {
-            biased;
-            () = self.dispatcher.tasks.stopping().cancelled() => return false,
-            room = self.dispatcher.capacity.acquire_many(self.lent as u32) => room,
-        };
-        if let Ok(room) = room {
-            room.forget();
-        }
-        self.lent = 0;
-        true
-    }
-}
-
 impl Drop for Rest<'_> {
+    /// Takes the lent room back before the next attempt (or as the lane stops). What is free now
+    /// is withdrawn at once and the rest is owed: the intake pays it before its next receive.
+    /// Waiting for it here could wait for good, since room the lane's own group took while it
+    /// rested (a newer receive of its message, once its lease lapsed) is freed only as this lane
+    /// goes on.
     fn drop(&mut self) {
-        if self.lent > 0 {
-            // Not taken back (shutdown, or the lane unwound): what is free of it is withdrawn, so
-            // the loan does not outlive the rest for long.
-            self.dispatcher.capacity.forget_permits(self.lent);
-        }
+        self.dispatcher.take_back(self.lent);
         self.dispatcher.lent_groups.fetch_sub(1, Ordering::AcqRel);
         self.dispatcher.metrics.resting.decrement(1.0);
     }
@@ -160,6 +147,7 @@ impl Dispatcher {
             running: Arc::new(Semaphore::new(settings.concurrency)),
             lanes,
             lent_groups: AtomicUsize::new(0),
+            owed_room: AtomicUsize::new(0),
             parked: Mutex::new(Vec::new()),
             leases: shared.leases.clone(),
             metrics: shared.metrics.clone(),
@@ -173,11 +161,26 @@ impl Dispatcher {
     /// receive there may bring up to a batch of new groups, so the groups held are about the
     /// groups that can run.
     pub(crate) async fn room(&self, batch: usize) -> Option<OwnedSemaphorePermit> {
-        // Biased: once shutdown has begun, no new receive may start.
-        let room = tokio::select! {
-            biased;
-            () = self.tasks.stopping().cancelled() => return None,
-            room = self.capacity.clone().acquire_many_owned(batch as u32) => room.ok()?,
+        let room = loop {
+            // Biased: once shutdown has begun, no new receive may start.
+            let mut room = tokio::select! {
+                biased;
+                () = self.tasks.stopping().cancelled() => return None,
+                room = self.capacity.clone().acquire_many_owned(batch as u32) => room.ok()?,
+            };
+            // Room owed by ended rests is withdrawn first, so the loan does not outlive them.
+            let paid = self
+                .owed_room
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |owed| {
+                    (owed > 0).then(|| owed.saturating_sub(batch))
+                })
+                .map_or(0, |owed| owed.min(batch));
+            if paid == 0 {
+                break room;
+            }
+            if let Some(withdrawn) = room.split(paid) {
+                withdrawn.forget();
+            }
         };
         if self.fifo {
             tokio::select! {
@@ -322,8 +325,9 @@ impl Dispatcher {
                         let rested = tokio::select! {
                             biased;
                             () = self.tasks.stopping().cancelled() => false,
-                            () = tokio::time::sleep(delay) => resting.end().await,
+                            () = tokio::time::sleep(delay) => true,
                         };
+                        drop(resting);
                         if !rested {
                             self.settler.count_given_back(&held, attempt);
                             return self.park_group(held, &group);
@@ -438,6 +442,15 @@ impl Dispatcher {
             _counted: self.lanes.counts().resting(),
             lent: held,
         })
+    }
+
+    /// Withdraws `lent` permits of room lent by a rest: those free now at once, the others owed
+    /// until the intake's next receive.
+    fn take_back(&self, lent: usize) {
+        let withdrawn = self.capacity.forget_permits(lent);
+        if withdrawn < lent {
+            self.owed_room.fetch_add(lent - withdrawn, Ordering::AcqRel);
+        }
     }
 
     /// Opens the `process` span of attempt `attempt` (1 for the first since this consumer
