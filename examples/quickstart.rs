@@ -1,8 +1,8 @@
 //! Quickstart: a fulfillment service on the in-process SQS broker.
 //!
-//! It publishes a few orders of two customers to the FIFO queue `orders.fifo` (one message group
-//! per customer), handles them (each customer's orders in the order they were placed), logs them,
-//! and exits once all are fulfilled.
+//! It starts the service, publishes a few orders of two customers to the FIFO queue `orders.fifo`
+//! (one message group per customer), handles them (each customer's orders in the order they were
+//! placed), logs them, and exits once all are fulfilled.
 //!
 //! ```sh
 //! cargo run --example quickstart
@@ -34,8 +34,12 @@ struct Progress {
 }
 
 /// Reads the FIFO queue `orders.fifo`. The orders of one customer are one message group, so
-/// they arrive in the order they were sent, one at a time.
-#[subscriber(SqsQueue::new("orders.fifo").create_if_missing().dead_letter("orders-dlq.fifo", 5))]
+/// they arrive in the order they were sent, one at a time. A call that takes over 30 s fails and is
+/// retried; after 5 failed attempts the order goes to `orders-dlq.fifo`.
+#[subscriber(
+    SqsQueue::new("orders.fifo").create_if_missing().dead_letter("orders-dlq.fifo", 5),
+    timeout = std::time::Duration::from_secs(30)
+)]
 async fn fulfil(
     order: &Order,
     ctx: &Context<'_>,
@@ -86,7 +90,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     tracing_subscriber::fmt().with_target(false).init();
 
-    let orders = broker.publisher(SqsQueue::new("orders.fifo").create_if_missing());
+    let progress = progress_of(ORDERS.len());
+    let all_fulfilled = progress.all_fulfilled.clone();
+    let app = service(broker.clone(), progress);
+    let shutdown = app.shutdown_handle();
+    let readiness = app.readiness();
+    let running = tokio::spawn(app.run());
+    // The app creates its queues as it starts: `orders.fifo` with its dead-letter queue and the
+    // redrive policy to it. Orders are placed once it consumes; a publisher that created the
+    // queue first would create it without the redrive policy (and the app would warn).
+    if !readiness.consuming().await {
+        running.await??;
+        return Err("the service did not start".into());
+    }
+    let orders = broker.publisher("orders.fifo");
     for (id, customer) in ORDERS {
         let sent = orders
             .message(&Order {
@@ -98,16 +115,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         tracing::info!(order.id = id, message_id = %sent.message_id, "order placed");
     }
-
-    let progress = progress_of(ORDERS.len());
-    let all_fulfilled = progress.all_fulfilled.clone();
-    let app = service(broker, progress);
-    let shutdown = app.shutdown_handle();
-    tokio::spawn(async move {
-        all_fulfilled.notified().await;
-        shutdown.shutdown();
-    });
-    app.run().await?;
+    all_fulfilled.notified().await;
+    shutdown.shutdown();
+    running.await??;
     tracing::info!("all orders fulfilled; bye");
     Ok(())
 }

@@ -12,6 +12,12 @@
 #   RUST_STREAM_SKIP_LIVE=1  run without LocalStack (live tests then say they were skipped;
 #                            under CI=true they fail instead)
 set -euo pipefail
+# A shell started in the background ignores SIGINT, and so does everything it starts: Ctrl-C (a
+# SIGINT to the process group) would stop nothing. Such a run starts again with SIGINT at its
+# default, so that the trap below sees it.
+if [[ -z "${RUST_STREAM_TEST_SH_SIGNALS:-}" ]] && env --default-signal=INT true 2>/dev/null; then
+  RUST_STREAM_TEST_SH_SIGNALS=1 exec env --default-signal=INT "${BASH_SOURCE[0]}" "$@"
+fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [[ "${RUST_STREAM_SKIP_LIVE:-0}" != "1" ]]; then
@@ -33,4 +39,11 @@ if [[ "${RUST_STREAM_SKIP_LIVE:-0}" != "1" ]]; then
   echo "LocalStack at $endpoint" >&2
 fi
 
-cargo test --workspace "$@"
+# cargo runs in a session of its own, so that Ctrl-C (SIGINT to the terminal's foreground process
+# group, or to this script alone) reaches this script, which then stops the whole run: cargo, the
+# test binary it runs and what that started (a background command ignores SIGINT, so they get
+# SIGTERM). The EXIT trap then stops this run's LocalStack.
+setsid cargo test --workspace "$@" &
+tests=$!
+trap 'kill -TERM -- "-$tests" 2>/dev/null || true; wait "$tests" || true; exit 130' INT TERM
+wait "$tests"

@@ -113,4 +113,10 @@ fn the_quickstart_fulfils_its_orders_and_exits_0() {
     ]);
     assert_eq!(fulfilled, expected, "{stdout}");
     assert!(stdout.contains("all orders fulfilled"), "{stdout}");
+    // The project's first example does not warn about its own set-up.
+    let warnings: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.contains(" WARN "))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
 }

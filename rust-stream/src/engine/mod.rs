@@ -579,7 +579,9 @@ fn compare_with_declaration(
         tracing::warn!(
             messaging.destination.name = %queue.name,
             "the queue has no RedrivePolicy although the subscription declares `.dead_letter(..)`; \
-             the consumer dead-letters by the declaration, but nothing moves a message if consumers crash on it"
+             the consumer dead-letters by the declaration, but nothing moves a message if consumers crash on it. \
+             To fix: set the queue's RedrivePolicy to the dead-letter queue (SetQueueAttributes), or let \
+             the subscription create the queue (`.create_if_missing()`, before anything else creates it)"
         );
     }
     Ok(())
