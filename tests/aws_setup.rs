@@ -229,7 +229,7 @@ fn missing_credentials_are_an_error_that_names_what_to_set() {
 #[test]
 fn an_unreachable_instance_metadata_service_fails_the_connect_within_seconds() {
     let endpoint = format!("http://127.0.0.1:{}", closed_port());
-    let ((connected, took), _) = in_environment(
+    let ((connected, took), log) = in_environment(
         &[
             ("AWS_REGION", "eu-west-1"),
             ("AWS_EC2_METADATA_DISABLED", "false"),
@@ -243,6 +243,105 @@ fn an_unreachable_instance_metadata_service_fails_the_connect_within_seconds() {
         "{error:?}"
     );
     assert!(took < Duration::from_secs(8), "{took:?}");
+    assert!(
+        error.to_string().contains(
+            "Any warnings of the AWS SDK just before, about the instance metadata service (IMDS), \
+             come from this search"
+        ),
+        "{error}\n{log}"
+    );
+}
+
+/// Answers every HTTP request with `403 Forbidden`, as an instance metadata service that refuses
+/// the caller does; returns its address.
+fn forbidding_server() -> String {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = format!("http://{}", listener.local_addr().expect("an address"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(
+                b"HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\nConnection: close\r\n\r\nForbidden",
+            );
+        }
+    });
+    address
+}
+
+/// The SDK logs its own warnings about an instance metadata service that refuses it before the
+/// connect fails; the library's error comes after them and says where they come from.
+#[test]
+fn the_sdks_instance_metadata_warnings_are_explained_by_the_error_that_follows() {
+    let endpoint = forbidding_server();
+    let (connected, log) = in_environment(
+        &[
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_EC2_METADATA_DISABLED", "false"),
+            ("AWS_EC2_METADATA_SERVICE_ENDPOINT", &endpoint),
+        ],
+        SqsBroker::from_env(),
+    );
+    let error = connected.expect_err("no credentials are configured");
+    assert!(
+        log.lines()
+            .any(|line| line.contains(" WARN ") && line.contains("403")),
+        "the SDK warned about the refusal: {log}"
+    );
+    assert!(
+        error.to_string().contains(
+            "Any warnings of the AWS SDK just before, about the instance metadata service (IMDS), \
+             come from this search: outside EC2 nothing answers there, and \
+             AWS_EC2_METADATA_DISABLED=true skips it"
+        ),
+        "{error}"
+    );
+}
+
+/// A mistyped region: the SDK calls the region's endpoint, which no name server knows. The error
+/// names the endpoint and the region, not only "dns error".
+#[test]
+fn a_connection_error_names_the_endpoint_and_the_region() {
+    let port = closed_port();
+    let ((mistyped, closed), _) = in_environment(&[], async {
+        let call = |builder: rust_stream::aws::AwsBrokerBuilder| async move {
+            let transport = builder
+                .test_credentials()
+                .transport()
+                .await
+                .expect("complete");
+            transport
+                .get_queue_url("orders")
+                .await
+                .expect_err("unreachable")
+        };
+        (
+            call(SqsBroker::aws().region("us-esat-1")).await,
+            call(
+                SqsBroker::aws()
+                    .region("eu-west-1")
+                    .endpoint(format!("http://127.0.0.1:{port}")),
+            )
+            .await,
+        )
+    });
+    assert!(
+        mistyped.to_string().starts_with("SQS unreachable: ")
+            && mistyped.to_string().ends_with(
+                "(calling SQS at https://sqs.us-esat-1.amazonaws.com, the endpoint of region \
+                 us-esat-1; check the region's name)"
+            ),
+        "{mistyped}"
+    );
+    assert!(
+        closed.to_string().starts_with("SQS unreachable: ")
+            && closed.to_string().ends_with(&format!(
+                "(calling SQS at http://127.0.0.1:{port} in region eu-west-1)"
+            )),
+        "{closed}"
+    );
 }
 
 #[test]

@@ -67,8 +67,11 @@ async fn valid_input_at_the_closed_port_fails_to_connect() {
     );
     let sent = sent.unwrap_err();
     assert!(
-        sent.to_string().contains("SQS unreachable"),
-        "a connection error: {sent}"
+        sent.to_string().contains("SQS unreachable")
+            && sent
+                .to_string()
+                .contains("(calling SQS at http://127.0.0.1:9 in region us-east-1)"),
+        "a connection error that names the endpoint and region: {sent}"
     );
     let started = started.unwrap_err();
     assert!(

@@ -46,7 +46,9 @@ pub enum ConnectError {
     /// No region was given to the builder, and none is in the environment or the profile.
     #[error(
         "no AWS region is configured: set AWS_REGION (or AWS_DEFAULT_REGION, or a region in the \
-         profile), or give one to `SqsBroker::aws().region(..)`"
+         profile), or give one to `SqsBroker::aws().region(..)`. Any warnings of the AWS SDK just \
+         before, about the instance metadata service (IMDS), come from this search: outside EC2 \
+         nothing answers there, and AWS_EC2_METADATA_DISABLED=true skips it"
     )]
     MissingRegion,
     /// The credentials provider chain (environment, profile, web identity, container, instance
@@ -54,7 +56,10 @@ pub enum ConnectError {
     #[error(
         "no AWS credentials could be loaded: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
          AWS_PROFILE naming a profile with credentials (a local stand-in takes any, as \
-         `SqsBroker::aws().test_credentials()` gives); the credentials provider answered: {reason}"
+         `SqsBroker::aws().test_credentials()` gives); the credentials provider answered: {reason}. \
+         Any warnings of the AWS SDK just before, about the instance metadata service (IMDS), come \
+         from this search: outside EC2 nothing answers there, and AWS_EC2_METADATA_DISABLED=true \
+         skips it"
     )]
     MissingCredentials {
         /// What the credentials provider answered.
@@ -248,6 +253,45 @@ impl AwsTransport {
     /// if any, onto which queue URLs are rebased.
     pub fn from_client(client: aws_sdk_sqs::Client, endpoint: Option<String>) -> Self {
         Self { client, endpoint }
+    }
+
+    /// An SDK error as a [`TransportError`](crate::transport::TransportError); one that never
+    /// reached SQS names where it was sent (the endpoint, or the region's, and the region): a
+    /// mistyped region or a closed port otherwise shows only as a bare "dns error" or
+    /// "connection refused".
+    fn error<E, R>(
+        &self,
+        error: aws_sdk_sqs::error::SdkError<E, R>,
+    ) -> crate::transport::TransportError
+    where
+        E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        match convert::error(error) {
+            crate::transport::TransportError::Unavailable { message } => {
+                crate::transport::TransportError::Unavailable {
+                    message: format!("{message} (calling {})", self.place()),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Where this transport sends its calls, as an error names it: the endpoint (the configured
+    /// one, or the region's own) and the region.
+    fn place(&self) -> String {
+        let region = self
+            .client
+            .config()
+            .region()
+            .map_or("(none)", |region| region.as_ref());
+        match &self.endpoint {
+            Some(endpoint) => format!("SQS at {} in region {region}", shown_endpoint(endpoint)),
+            None => format!(
+                "SQS at https://sqs.{region}.amazonaws.com, the endpoint of region {region}; \
+                 check the region's name"
+            ),
+        }
     }
 
     /// A queue URL with its scheme and host replaced by the configured endpoint's, so a local stack

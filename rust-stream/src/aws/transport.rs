@@ -34,7 +34,7 @@ impl Transport for AwsTransport {
             .queue_name(name)
             .send()
             .await
-            .map_err(|e| match error(e) {
+            .map_err(|e| match self.error(e) {
                 // Name the queue: the service's own message does not.
                 TransportError::Service {
                     kind: ErrorKind::QueueDoesNotExist,
@@ -73,7 +73,7 @@ impl Transport for AwsTransport {
             .set_attributes(Some(attributes))
             .send()
             .await
-            .map_err(error)?;
+            .map_err(|e| self.error(e))?;
         Ok(self.rebase(
             output
                 .queue_url()
@@ -99,7 +99,7 @@ impl Transport for AwsTransport {
             ))
             .send()
             .await
-            .map_err(error)?;
+            .map_err(|e| self.error(e))?;
         Ok(output
             .attributes()
             .into_iter()
@@ -153,7 +153,7 @@ impl Transport for AwsTransport {
             .set_entries(Some(request))
             .send()
             .await
-            .map_err(error)?;
+            .map_err(|e| self.error(e))?;
         for entry in output.successful() {
             result.successful.push((
                 entry.id().to_owned(),
@@ -204,7 +204,7 @@ impl Transport for AwsTransport {
             .set_receive_request_attempt_id(request.receive_request_attempt_id.clone())
             .send()
             .await
-            .map_err(error)?;
+            .map_err(|e| self.error(e))?;
         output
             .messages()
             .iter()
@@ -254,7 +254,7 @@ impl Transport for AwsTransport {
             .set_entries(Some(request))
             .send()
             .await
-            .map_err(error)?;
+            .map_err(|e| self.error(e))?;
         Ok(BatchResult {
             successful: output
                 .successful()
@@ -307,7 +307,7 @@ impl Transport for AwsTransport {
             )
             .send()
             .await
-            .map_err(error)?;
+            .map_err(|e| self.error(e))?;
         result.successful.extend(
             output
                 .successful()
