@@ -1,7 +1,7 @@
-//! A service's probes and metrics over HTTP: `/healthz` (liveness) and `/readyz` (readiness)
-//! from [`App::health`], as an orchestrator (Kubernetes, ECS) polls them, and `/metrics`, every
-//! metric rust-stream records (see `rust_stream::metrics`) in Prometheus's text format, through
-//! `metrics-exporter-prometheus`.
+//! A service's probes and metrics over HTTP, served by `rust_stream::http::Probes` (feature
+//! `http`): `/healthz` (liveness) and `/readyz` (readiness) from [`App::health`], as an
+//! orchestrator (Kubernetes, ECS) polls them, and `/metrics`, every metric rust-stream records
+//! (see `rust_stream::metrics`) in Prometheus's text format, through `metrics-exporter-prometheus`.
 //!
 //! ```sh
 //! HEALTH_ADDR=127.0.0.1:8080 PINGS=100 cargo run --example observability
@@ -25,12 +25,11 @@
 mod asyncapi;
 
 use std::process::ExitCode;
-use std::time::UNIX_EPOCH;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use rust_stream::health::{AppState, Health, HealthReport};
+use rust_stream::health::AppState;
+use rust_stream::http::prometheus::PrometheusBuilder;
+use rust_stream::http::Probes;
 use rust_stream::prelude::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// A ping someone sent.
@@ -81,7 +80,11 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let app = service(broker);
     let health = app.health();
     // The probes answer for as long as the process lives, so they show the drain too.
-    tokio::spawn(probes(listener, health.clone(), metrics));
+    tokio::spawn(
+        Probes::new(health.clone())
+            .prometheus(metrics)
+            .serve(listener),
+    );
     tokio::spawn(async move {
         health.wait_for(AppState::Running).await;
         for n in 0..pings {
@@ -95,82 +98,4 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     });
     app.run().await?;
     Ok(())
-}
-
-/// Answers each connection's one request from `health` and `metrics`.
-async fn probes(listener: TcpListener, health: Health, metrics: PrometheusHandle) {
-    loop {
-        let Ok((mut connection, _)) = listener.accept().await else {
-            continue;
-        };
-        let health = health.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            // The whole head, however the client's packets split it: closing with part of a
-            // request unread would reset the connection under the answer.
-            let mut request = Vec::new();
-            let mut chunk = [0; 1024];
-            while !request.windows(4).any(|end| end == b"\r\n\r\n") && request.len() < 8192 {
-                match connection.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(read) => request.extend_from_slice(&chunk[..read]),
-                }
-            }
-            let request = String::from_utf8_lossy(&request);
-            let path = request.split_whitespace().nth(1).unwrap_or("/");
-            let json = "application/json";
-            let (status, content_type, body) = match path {
-                "/healthz" => (
-                    ok_or_503(health.is_live()),
-                    json,
-                    report_json(&health.report()),
-                ),
-                "/readyz" => (
-                    ok_or_503(health.is_ready()),
-                    json,
-                    report_json(&health.report()),
-                ),
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                _ => (
-                    "404 Not Found",
-                    json,
-                    r#"{"error":"not found: try /healthz, /readyz or /metrics"}"#.to_owned(),
-                ),
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            if connection.write_all(response.as_bytes()).await.is_ok() {
-                let _ = connection.shutdown().await;
-            }
-        });
-    }
-}
-
-fn ok_or_503(ok: bool) -> &'static str {
-    if ok {
-        "200 OK"
-    } else {
-        "503 Service Unavailable"
-    }
-}
-
-/// The report as JSON, times as milliseconds since 1970.
-fn report_json(report: &HealthReport) -> String {
-    let millis = |time: Option<std::time::SystemTime>| {
-        time.and_then(|time| time.duration_since(UNIX_EPOCH).ok())
-            .map(|since| since.as_millis() as u64)
-    };
-    serde_json::json!({
-        "state": report.state.as_str(),
-        "subscriptions": report.subscriptions.iter().map(|subscription| serde_json::json!({
-            "queue": subscription.queue,
-            "consuming": subscription.consuming,
-            "last_receive_ms": millis(subscription.last_receive),
-            "last_message_ms": millis(subscription.last_message),
-            "receive_failures": subscription.receive_failures,
-        })).collect::<Vec<_>>(),
-    })
-    .to_string()
 }

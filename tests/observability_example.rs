@@ -163,7 +163,8 @@ fn get(port: u16, path: &str) -> Option<String> {
     connection
         .set_read_timeout(Some(Duration::from_secs(10)))
         .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n");
+    // HTTP/1.1 keeps a connection open unless the request says otherwise.
+    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
     connection.write_all(request.as_bytes()).ok()?;
     let mut answer = String::new();
     connection.read_to_string(&mut answer).ok()?;

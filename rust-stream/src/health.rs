@@ -58,8 +58,9 @@ use tokio::sync::watch;
 
 use crate::task::BoxFuture;
 
-/// Where a service is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Where a service is in its life; serialized as its lower-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum AppState {
     /// Checking its settings, resolving queues, starting consumers.
@@ -145,8 +146,11 @@ impl Health {
     }
 }
 
-/// A service's health at one moment: what [`Health::report`] reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A service's health at one moment: what [`Health::report`] reads. Serialized as the probes
+/// over HTTP show it: `{"state":"running","subscriptions":[{"queue":..,"consuming":true,
+/// "last_receive_ms":..,"last_message_ms":..,"receive_failures":0}]}`, times in milliseconds
+/// since 1970 (`null` for never).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct HealthReport {
     /// Where the service is.
@@ -156,7 +160,7 @@ pub struct HealthReport {
 }
 
 /// One subscription's health.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SubscriptionHealth {
     /// The queue it reads.
@@ -165,11 +169,24 @@ pub struct SubscriptionHealth {
     pub consuming: bool,
     /// When a receive last answered, with messages or without (a long poll that found nothing
     /// still shows the queue reachable).
+    #[serde(rename = "last_receive_ms", serialize_with = "milliseconds_since_1970")]
     pub last_receive: Option<SystemTime>,
     /// When a receive last brought messages.
+    #[serde(rename = "last_message_ms", serialize_with = "milliseconds_since_1970")]
     pub last_message: Option<SystemTime>,
     /// Receives failed in a row since the last that answered.
     pub receive_failures: u32,
+}
+
+/// A time as milliseconds since 1970, as probes and dashboards read it; `null` for never.
+fn milliseconds_since_1970<S: serde::Serializer>(
+    time: &Option<SystemTime>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let milliseconds = time
+        .and_then(|time| time.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map(|since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+    serde::Serialize::serialize(&milliseconds, serializer)
 }
 
 /// The subscriptions' probes of one app, in the order they were made.

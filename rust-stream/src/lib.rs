@@ -108,6 +108,9 @@ pub mod describe;
 pub mod engine;
 pub mod handler;
 pub mod health;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod outcome;

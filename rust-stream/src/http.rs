@@ -1,0 +1,134 @@
+//! Probes and metrics over HTTP (feature `http`): what an orchestrator (Kubernetes, ECS) polls and
+//! a Prometheus server scrapes, with no glue to write.
+//!
+//! ```no_run
+//! use rust_stream::http::{prometheus::PrometheusBuilder, Probes};
+//! use rust_stream::prelude::*;
+//!
+//! # #[subscriber(SqsQueue::new("pings"))]
+//! # async fn pong(_ping: &String) -> HandlerOutcome { HandlerOutcome::ack() }
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // Installed before the app is made, so every metric it registers reaches it.
+//! let metrics = PrometheusBuilder::new().install_recorder()?;
+//! let app = RustStream::new(AppInfo::new("pings", "0.1.0"))
+//!     .with_broker(SqsBroker::from_env().await?, |b| {
+//!         b.include(pong);
+//!     });
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+//! // The probes answer for as long as the process lives, so they show the drain too.
+//! tokio::spawn(Probes::new(app.health()).prometheus(metrics).serve(listener));
+//! app.run().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Probes`] answers three paths, each from the app's [`Health`] or the Prometheus recorder:
+//!
+//! - `GET /healthz` (liveness): `200` while the service starts, runs or drains, `503` once it has
+//!   stopped; the body is the [`HealthReport`] as JSON.
+//! - `GET /readyz` (readiness): `200` while it runs and every subscription consumes, `503` while it
+//!   starts, drains, or a subscription's receives fail; the same body.
+//! - `GET /metrics`: every metric the process records (see [`crate::metrics`]) in Prometheus's text
+//!   format, from the handle given to [`Probes::prometheus`]; `404` without one.
+//!
+//! Any other path answers `404`. [`Probes::router`] gives the routes as an axum `Router`, to
+//! serve beside a service's own.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::health::{Health, HealthReport};
+
+/// The Prometheus exporter the probes render `/metrics` with, at the version they are built on:
+/// install its recorder with `prometheus::PrometheusBuilder::new().install_recorder()`.
+pub use metrics_exporter_prometheus as prometheus;
+
+/// A service's probes and metrics, to serve over HTTP. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Probes {
+    health: Health,
+    prometheus: Option<prometheus::PrometheusHandle>,
+}
+
+impl Probes {
+    /// Probes answering from `health` ([`App::health`](crate::App::health)).
+    pub fn new(health: Health) -> Self {
+        Self {
+            health,
+            prometheus: None,
+        }
+    }
+
+    /// Serves `/metrics` from this Prometheus recorder's handle.
+    #[must_use]
+    pub fn prometheus(mut self, handle: prometheus::PrometheusHandle) -> Self {
+        self.prometheus = Some(handle);
+        self
+    }
+
+    /// The routes (`/healthz`, `/readyz`, `/metrics`, and a `404` for any other path), to serve
+    /// yourself or to merge into a service's own router.
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/healthz", get(liveness))
+            .route("/readyz", get(readiness))
+            .route("/metrics", get(metrics))
+            .fallback(not_found)
+            .with_state(self)
+    }
+
+    /// Serves the routes on `listener` until the process ends (or the future is dropped).
+    ///
+    /// # Errors
+    ///
+    /// When accepting connections fails for good.
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        axum::serve(listener, self.router()).await
+    }
+}
+
+async fn liveness(State(probes): State<Probes>) -> Response {
+    report(probes.health.is_live(), probes.health.report())
+}
+
+async fn readiness(State(probes): State<Probes>) -> Response {
+    report(probes.health.is_ready(), probes.health.report())
+}
+
+/// `200` with the report when `ok`, else `503` with it.
+fn report(ok: bool, report: HealthReport) -> Response {
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(report)).into_response()
+}
+
+async fn metrics(State(probes): State<Probes>) -> Response {
+    match &probes.prometheus {
+        Some(handle) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            handle.render(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({
+                "error": "no Prometheus recorder: give its handle to `Probes::prometheus(..)`"
+            })),
+        )
+            .into_response(),
+    }
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(serde_json::json!({ "error": "not found: try /healthz, /readyz or /metrics" })),
+    )
+        .into_response()
+}
