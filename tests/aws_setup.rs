@@ -344,6 +344,27 @@ fn a_connection_error_names_the_endpoint_and_the_region() {
     );
 }
 
+/// A transport for a local stand-in needs nothing from the environment, so it is made without
+/// `.await` and without a `Result`, and calls where it was told to.
+#[test]
+fn a_local_transport_is_made_without_loading_anything() {
+    let port = closed_port();
+    let (closed, _) = in_environment(&[], async {
+        let transport =
+            rust_stream::aws::AwsTransport::local(format!("http://127.0.0.1:{port}"), "eu-west-1");
+        transport
+            .get_queue_url("orders")
+            .await
+            .expect_err("unreachable")
+    });
+    assert!(
+        closed.to_string().ends_with(&format!(
+            "(calling SQS at http://127.0.0.1:{port} in region eu-west-1)"
+        )),
+        "{closed}"
+    );
+}
+
 #[test]
 fn a_silent_instance_metadata_service_fails_the_connect_within_seconds() {
     // Takes connections and never answers, as a firewall that drops packets makes it look.

@@ -208,15 +208,8 @@ impl AwsTransport {
             .filter(|region| !region.as_ref().trim().is_empty())
             .ok_or(ConnectError::MissingRegion)?;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(
-                aws_config::timeout::TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(5))
-                    .operation_attempt_timeout(settings.attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT))
-                    .build(),
-            )
-            .retry_config(
-                aws_config::retry::RetryConfig::standard().with_max_attempts(SDK_ATTEMPTS),
-            );
+            .timeout_config(timeouts(settings.attempt_timeout))
+            .retry_config(retries());
         if let Some(endpoint) = &settings.endpoint {
             loader = loader.endpoint_url(endpoint);
         }
@@ -225,13 +218,7 @@ impl AwsTransport {
             loader = loader.profile_name(profile);
         }
         if settings.test_credentials {
-            loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "test",
-                "test",
-                None,
-                None,
-                "rust-stream-test",
-            ));
+            loader = loader.credentials_provider(test_credentials());
         }
         let config = loader.load().await;
         check_credentials(&config).await?;
@@ -247,6 +234,27 @@ impl AwsTransport {
             client: aws_sdk_sqs::Client::new(&config),
             endpoint,
         })
+    }
+
+    /// A transport for a local stand-in of SQS (LocalStack) at `endpoint`, in `region`, with the
+    /// test credentials (`test`/`test`) such stand-ins accept; never for AWS itself. Nothing is
+    /// loaded from the environment or the profile, so nothing can fail: unlike
+    /// [`AwsBrokerBuilder::transport`] this needs no `.await` and returns no `Result`. The SDK's
+    /// retries and attempt timeout are those of a connected broker.
+    pub fn local(endpoint: impl Into<String>, region: impl Into<String>) -> Self {
+        let endpoint = endpoint.into();
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .endpoint_url(&endpoint)
+            .region(aws_sdk_sqs::config::Region::new(region.into()))
+            .credentials_provider(test_credentials())
+            .timeout_config(timeouts(None))
+            .retry_config(retries())
+            .build();
+        Self {
+            client: aws_sdk_sqs::Client::from_conf(config),
+            endpoint: Some(endpoint),
+        }
     }
 
     /// A transport over an SDK client you configured yourself; `endpoint` is the one it was given,
@@ -308,6 +316,25 @@ impl AwsTransport {
             .map_or("", |at| &url[after_scheme + at..]);
         format!("{}{}", endpoint.trim_end_matches('/'), path)
     }
+}
+
+/// The SDK's timeouts: connecting within 5 s, and each attempt within `attempt_timeout` (30 s
+/// unless set).
+fn timeouts(attempt_timeout: Option<Duration>) -> aws_sdk_sqs::config::timeout::TimeoutConfig {
+    aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT))
+        .build()
+}
+
+/// The SDK's retries: standard (jittered backoff), [`SDK_ATTEMPTS`] attempts a call.
+fn retries() -> aws_sdk_sqs::config::retry::RetryConfig {
+    aws_sdk_sqs::config::retry::RetryConfig::standard().with_max_attempts(SDK_ATTEMPTS)
+}
+
+/// The fixed credentials local stand-ins accept.
+fn test_credentials() -> aws_sdk_sqs::config::Credentials {
+    aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "rust-stream-test")
 }
 
 /// The region as the SDK resolves it (environment, then profile, then instance metadata), or
