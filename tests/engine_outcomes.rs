@@ -648,10 +648,14 @@ async fn attempts_until_dead_lettered(
     message.send().await.unwrap();
     let dlq_url = account.get_queue_url(dlq).await.unwrap();
     let mut dead = Vec::new();
-    eventually_within("the message dead-lettered", Duration::from_secs(3600), async || {
-        dead.extend(receive(&account, &dlq_url, 1).await);
-        !dead.is_empty()
-    })
+    eventually_within(
+        "the message dead-lettered",
+        Duration::from_secs(3600),
+        async || {
+            dead.extend(receive(&account, &dlq_url, 1).await);
+            !dead.is_empty()
+        },
+    )
     .await;
     // Time for a fourth attempt, were there one.
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -708,10 +712,16 @@ impl Handle<Job, Output<Receipt>> for Receipts {
         receipts: &Output<Receipt>,
         ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
-        ctx.publish(receipts.message(&Receipt { job: job.n, line: 0 }));
+        ctx.publish(receipts.message(&Receipt {
+            job: job.n,
+            line: 0,
+        }));
         ctx.publish(
             receipts
-                .message(&Receipt { job: job.n, line: 1 })
+                .message(&Receipt {
+                    job: job.n,
+                    line: 1,
+                })
                 .group_id("named"),
         );
         Ok(())
@@ -720,13 +730,19 @@ impl Handle<Job, Output<Receipt>> for Receipts {
 
 /// Runs [`Receipts`] on `input` (on `broker`) for one job of group `g`, and answers the
 /// `(line, group)` of each receipt stored in `receipts.fifo`.
-async fn receipt_groups(account: &Account, broker: &SqsBroker, input: SqsQueue) -> Vec<(u32, String)> {
+async fn receipt_groups(
+    account: &Account,
+    broker: &SqsBroker,
+    input: SqsQueue,
+) -> Vec<(u32, String)> {
     let sub = subscriber(input.clone(), Receipts)
         .outputs(Output::<Receipt>::new(
             SqsQueue::new("receipts.fifo").create_if_missing(),
         ))
         .build();
-    let running = TestApp::spawn(app(broker, sub)).await.expect("the app starts");
+    let running = TestApp::spawn(app(broker, sub))
+        .await
+        .expect("the app starts");
     broker
         .publisher(input)
         .message(&Job::new("g", 1))
@@ -833,10 +849,7 @@ async fn strict_groups_refuse_a_fifo_send_naming_no_group_before_any_call() {
 fn a_unit_tested_handlers_output_takes_the_fifo_inputs_group() {
     use rust_stream::testing::TestContext;
     let receipts = Output::<Receipt>::new("receipts.fifo");
-    let mut ctx = TestContext::new()
-        .queue("jobs.fifo")
-        .group_id("g")
-        .build();
+    let mut ctx = TestContext::new().queue("jobs.fifo").group_id("g").build();
     ctx.publish(receipts.message(&Receipt { job: 1, line: 0 }));
     assert_eq!(ctx.published()[0].group_id(), Some("g"));
     let mut ctx = TestContext::new().group_id("g").build();
@@ -884,9 +897,13 @@ fn the_last_failed_attempt_logs_dead_lettered_and_no_retry() {
     let decisions: Vec<&str> = logged
         .lines()
         .filter(|line| {
-            ["will be retried", "message dead-lettered", "handler failed;"]
-                .iter()
-                .any(|decision| line.contains(decision))
+            [
+                "will be retried",
+                "message dead-lettered",
+                "handler failed;",
+            ]
+            .iter()
+            .any(|decision| line.contains(decision))
         })
         .collect();
     assert_eq!(decisions.len(), 2, "{logged}");
@@ -908,10 +925,24 @@ fn the_last_failed_attempt_logs_dead_lettered_and_no_retry() {
 #[tokio::test(start_paused = true)]
 async fn a_lookup_refused_before_it_is_sent_is_not_counted_as_an_api_call() {
     let broker = SqsBroker::in_process();
-    let refused = broker.publisher("orders!").raw("{}").send().await.unwrap_err();
-    assert_eq!(refused.kind(), Some(ErrorKind::InvalidParameterValue), "{refused}");
+    let refused = broker
+        .publisher("orders!")
+        .raw("{}")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        Some(ErrorKind::InvalidParameterValue),
+        "{refused}"
+    );
     assert_eq!(broker.api_calls(), rust_stream::ApiCalls::default());
     // A lookup that reaches SQS counts, refused or not.
-    broker.publisher("orders").raw("{}").send().await.unwrap_err();
+    broker
+        .publisher("orders")
+        .raw("{}")
+        .send()
+        .await
+        .unwrap_err();
     assert_eq!(broker.api_calls().get_queue_url, 1);
 }

@@ -228,8 +228,11 @@ impl Settler {
     pub(crate) fn attempts(&self, held: &Held, local: u32) -> u32 {
         let id = &held.delivery.message_id;
         let given_back = self.unstarted.count(id);
-        retry::attempts(held.delivery.receive_count.saturating_sub(given_back), local)
-            .saturating_add(self.extra_attempts.count(id))
+        retry::attempts(
+            held.delivery.receive_count.saturating_sub(given_back),
+            local,
+        )
+        .saturating_add(self.extra_attempts.count(id))
     }
 
     /// Settles `held` as the verdict says. `attempts` is its attempt number as the retry policy

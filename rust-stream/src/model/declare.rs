@@ -187,10 +187,7 @@ impl Registry {
     /// Adds `payload` to what a publisher made with `broker.publisher(..)` sends to `queue`; a type
     /// said again (a publisher made for each request) is kept once.
     pub(crate) fn publisher_payload(&mut self, queue: &str, payload: Payload) {
-        let payloads = self
-            .publisher_payloads
-            .entry(queue.to_owned())
-            .or_default();
+        let payloads = self.publisher_payloads.entry(queue.to_owned()).or_default();
         if !payloads
             .iter()
             .any(|known| known.type_name == payload.type_name)

@@ -149,11 +149,10 @@ impl Publisher {
     /// Whether a FIFO message naming no group is refused: by this publisher, or by its broker.
     fn refuses_default_group(&self) -> bool {
         self.inner.strict_groups
-            || self
-                .inner
-                .core
-                .get()
-                .is_some_and(|core| core.strict_groups.load(std::sync::atomic::Ordering::Relaxed))
+            || self.inner.core.get().is_some_and(|core| {
+                core.strict_groups
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
     }
 
     pub(crate) fn bound(queue: SqsQueue, core: Arc<Client>) -> Self {
@@ -439,9 +438,7 @@ impl Outgoing {
             queue: queue.name.clone(),
             error,
         };
-        if queue.is_fifo()
-            && self.named_group().is_none()
-            && self.publisher.refuses_default_group()
+        if queue.is_fifo() && self.named_group().is_none() && self.publisher.refuses_default_group()
         {
             return Err(PublishError::NoGroup {
                 queue: queue.name.clone(),

@@ -168,11 +168,9 @@ impl Hooks for Meter {
         attributes: QueueAttributes,
     ) -> impl Future<Output = Result<String, TransportError>> + Send {
         let checked = rules::check_queue_name(name).and_then(|()| {
-            attributes
-                .iter()
-                .try_for_each(|(attribute, value)| {
-                    rules::parse_queue_attribute(attribute, value).map(drop)
-                })
+            attributes.iter().try_for_each(|(attribute, value)| {
+                rules::parse_queue_attribute(attribute, value).map(drop)
+            })
         });
         self.count(Action::CreateQueue, checked);
         inner.create_queue(name, attributes)
@@ -302,7 +300,10 @@ mod tests {
         let refused = metered.get_queue_url("orders!").await.unwrap_err();
         assert!(refused.to_string().contains("`orders!`"), "{refused}");
         let bad_attribute = QueueAttributes::from([("VisibilityTimeout".into(), "-1".into())]);
-        metered.create_queue("jobs", bad_attribute).await.unwrap_err();
+        metered
+            .create_queue("jobs", bad_attribute)
+            .await
+            .unwrap_err();
         let url = metered
             .create_queue("jobs", QueueAttributes::default())
             .await
@@ -311,12 +312,18 @@ mod tests {
             .receive_message(&url, ReceiveMessage::new(11))
             .await
             .unwrap_err();
-        metered.delete_message_batch(&url, Vec::new()).await.unwrap_err();
+        metered
+            .delete_message_batch(&url, Vec::new())
+            .await
+            .unwrap_err();
         metered
             .change_message_visibility_batch(&url, Vec::new())
             .await
             .unwrap_err();
-        metered.send_message_batch(&url, Vec::new()).await.unwrap_err();
+        metered
+            .send_message_batch(&url, Vec::new())
+            .await
+            .unwrap_err();
         // Sent and refused by the service: counted.
         metered.get_queue_url("missing").await.unwrap_err();
         let calls = metered.hooks().calls.snapshot();
