@@ -316,6 +316,14 @@ impl Handle<Payment> for Audit {
 fn every_declaration() -> Value {
     let broker = SqsBroker::in_process();
     let _refunds = broker.publisher(SqsQueue::new("refunds.fifo").content_based_dedup());
+    // A publisher takes any type; this one says what it sends, once by schema, once by name.
+    let _notices = broker
+        .publisher("notices")
+        .payload(Payload::schema::<LedgerEntry>())
+        .payload(Payload::named::<Receipt>());
+    let _again = broker
+        .publisher("notices")
+        .payload(Payload::schema::<LedgerEntry>());
     RustStream::new(
         AppInfo::new("payments", "2.1.0").with_description("Books payments; **sends** receipts."),
     )
@@ -351,6 +359,7 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
             "audit-again",
             "audit-dlq",
             "ledger.fifo",
+            "notices",
             "payments-dlq.fifo",
             "payments.fifo",
             "receipts",
@@ -383,6 +392,7 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
             "book.dead_letter",
             "book.ledger.fifo",
             "book.receipts",
+            "publish.notices",
             "publish.refunds.fifo"
         ]
     );
@@ -393,6 +403,14 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
     assert_eq!(operations["Audit"]["description"], "Audits payments.");
     assert!(operations["Audit-2"].get("description").is_none());
     assert!(operations["publish.refunds.fifo"].get("messages").is_none());
+    assert_eq!(
+        operations["publish.notices"]["messages"],
+        serde_json::json!([
+            { "$ref": "#/channels/notices/messages/LedgerEntry" },
+            { "$ref": "#/channels/notices/messages/Receipt" },
+        ]),
+        "a publisher's declared payloads, each type once"
+    );
 
     // Schemas where the type has one, by `#[subscriber]` and by hand; the name otherwise.
     let message = |channel: &str, name: &str| channels[channel]["messages"][name].clone();
@@ -413,6 +431,15 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
         "Receipt"
     );
     assert!(message("audit-again", "Payment")["payload"]["$ref"].is_null());
+    assert_eq!(
+        message("notices", "LedgerEntry")["payload"]["$ref"],
+        "#/components/schemas/LedgerEntry"
+    );
+    assert_eq!(message("notices", "Receipt")["payload"]["title"], "Receipt");
+    assert_eq!(
+        message("notices", "LedgerEntry")["contentType"],
+        "application/json"
+    );
     let schemas = &document["components"]["schemas"];
     assert_eq!(
         schemas["Account"]["properties"]["parents"]["items"]["$ref"],

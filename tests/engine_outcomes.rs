@@ -619,3 +619,330 @@ async fn staged_outputs_go_through_the_broker_their_publisher_belongs_to() {
         "nothing was created on the subscription's broker"
     );
 }
+
+/// `(attempt, receive_count)` of each call of a handler that always fails, on `queue` (declared
+/// with `dead_letter(DLQ, 3)`), until its one message is dead-lettered; and the dead-letter copy.
+async fn attempts_until_dead_lettered(
+    queue: SqsQueue,
+    dlq: &str,
+) -> (Vec<(u32, u32)>, rust_stream::transport::ReceivedMessage) {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (handler, _log) = Scripted::new({
+        let seen = seen.clone();
+        move |_, ctx| {
+            seen.lock()
+                .unwrap()
+                .push((ctx.attempt(), ctx.receive_count()));
+            Err(HandlerOutcome::failed("still failing"))
+        }
+    });
+    let running = TestApp::spawn(app(&broker, subscriber(queue.clone(), handler).build()))
+        .await
+        .expect("the app starts");
+    let mut message = broker.publisher(queue.clone()).message(&Job::new("g", 1));
+    if queue.is_fifo() {
+        message = message.group_id("g");
+    }
+    message.send().await.unwrap();
+    let dlq_url = account.get_queue_url(dlq).await.unwrap();
+    let mut dead = Vec::new();
+    eventually_within(
+        "the message dead-lettered",
+        Duration::from_secs(3600),
+        async || {
+            dead.extend(receive(&account, &dlq_url, 1).await);
+            !dead.is_empty()
+        },
+    )
+    .await;
+    // Time for a fourth attempt, were there one.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    running.stop().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    (seen, dead.remove(0))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_sees_its_attempt_through_fifo_retries_in_place_while_the_receive_count_stays_1()
+{
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .dead_letter("jobs-dlq.fifo", 3)
+        .retry(RetryPolicy::exponential(
+            Duration::from_millis(200),
+            Duration::from_secs(2),
+        ));
+    let (seen, dead) = attempts_until_dead_lettered(queue, "jobs-dlq.fifo").await;
+    assert_eq!(
+        seen,
+        [(1, 1), (2, 1), (3, 1)],
+        "retried in place: one receive, three attempts, then dead-lettered at the policy's count"
+    );
+    let attempts = dead.message_attributes[rust_stream::ATTEMPTS_HEADER]
+        .string_value
+        .clone();
+    assert_eq!(attempts.as_deref(), Some("3"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_sees_its_attempt_on_a_standard_queue_as_the_receive_count() {
+    let queue = standard_jobs()
+        .dead_letter("jobs-dlq", 3)
+        .retry(RetryPolicy::exponential(
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        ));
+    let (seen, dead) = attempts_until_dead_lettered(queue, "jobs-dlq").await;
+    assert_eq!(seen, [(1, 1), (2, 2), (3, 3)], "each attempt is a receive");
+    let attempts = dead.message_attributes[rust_stream::ATTEMPTS_HEADER]
+        .string_value
+        .clone();
+    assert_eq!(attempts.as_deref(), Some("3"));
+}
+
+/// Publishes one receipt naming no group and one naming `named`, then acks.
+struct Receipts;
+
+impl Handle<Job, Output<Receipt>> for Receipts {
+    async fn handle(
+        &self,
+        job: &Job,
+        receipts: &Output<Receipt>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        ctx.publish(receipts.message(&Receipt {
+            job: job.n,
+            line: 0,
+        }));
+        ctx.publish(
+            receipts
+                .message(&Receipt {
+                    job: job.n,
+                    line: 1,
+                })
+                .group_id("named"),
+        );
+        Ok(())
+    }
+}
+
+/// Runs [`Receipts`] on `input` (on `broker`) for one job of group `g`, and answers the
+/// `(line, group)` of each receipt stored in `receipts.fifo`.
+async fn receipt_groups(
+    account: &Account,
+    broker: &SqsBroker,
+    input: SqsQueue,
+) -> Vec<(u32, String)> {
+    let sub = subscriber(input.clone(), Receipts)
+        .outputs(Output::<Receipt>::new(
+            SqsQueue::new("receipts.fifo").create_if_missing(),
+        ))
+        .build();
+    let running = TestApp::spawn(app(broker, sub))
+        .await
+        .expect("the app starts");
+    broker
+        .publisher(input)
+        .message(&Job::new("g", 1))
+        .group_id("g")
+        .send()
+        .await
+        .unwrap();
+    let url = account.get_queue_url("receipts.fifo").await.unwrap();
+    let mut got = Vec::new();
+    eventually("two receipts", async || {
+        got.extend(receive(account, &url, 10).await);
+        got.len() == 2
+    })
+    .await;
+    running.stop().await.unwrap();
+    let mut groups: Vec<(u32, String)> = got
+        .iter()
+        .map(|m| {
+            let receipt: Receipt = serde_json::from_str(&m.body).unwrap();
+            (receipt.line, m.group_id().unwrap().to_owned())
+        })
+        .collect();
+    groups.sort();
+    groups
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_to_a_fifo_queue_takes_its_fifo_inputs_group_unless_it_names_one() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let groups = receipt_groups(&account, &broker, jobs_fifo_queue()).await;
+    assert_eq!(groups, [(0, "g".to_owned()), (1, "named".to_owned())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_strict_broker_still_lets_outputs_take_their_fifo_inputs_group() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account).strict_groups();
+    let groups = receipt_groups(&account, &broker, jobs_fifo_queue()).await;
+    assert_eq!(groups, [(0, "g".to_owned()), (1, "named".to_owned())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_of_a_standard_input_goes_to_the_default_group_unless_strict() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    // A standard queue's message may carry a group (fair queues); its outputs do not take it.
+    let groups = receipt_groups(&account, &broker, standard_jobs()).await;
+    assert_eq!(groups, [(0, "default".to_owned()), (1, "named".to_owned())]);
+}
+
+fn jobs_fifo_queue() -> SqsQueue {
+    SqsQueue::new("jobs.fifo").create_if_missing()
+}
+
+#[tokio::test(start_paused = true)]
+async fn strict_groups_refuse_a_fifo_send_naming_no_group_before_any_call() {
+    for (broker, publisher) in [
+        {
+            let broker = SqsBroker::in_process();
+            let publisher = broker.publisher(jobs_fifo_queue()).strict_groups();
+            (broker, publisher)
+        },
+        {
+            let broker = SqsBroker::in_process().strict_groups();
+            let publisher = broker.publisher(jobs_fifo_queue());
+            (broker, publisher)
+        },
+    ] {
+        let refused = publisher.raw("{}").send().await.unwrap_err();
+        assert!(
+            matches!(&refused, rust_stream::PublishError::NoGroup { queue } if queue == "jobs.fifo"),
+            "{refused:?}"
+        );
+        let text = refused.to_string();
+        for needle in ["`jobs.fifo`", "names no message group", "`.group_id(..)`"] {
+            assert!(text.contains(needle), "`{needle}` missing in: {text}");
+        }
+        let batch = publisher.send_batch([publisher.raw("{}")]).await;
+        assert!(matches!(
+            batch[0],
+            Err(rust_stream::PublishError::NoGroup { .. })
+        ));
+        assert_eq!(broker.api_calls(), rust_stream::ApiCalls::default());
+        // Naming a group, by the step or the header, goes through; a standard queue needs none.
+        publisher.raw("{}").group_id("g").send().await.unwrap();
+        publisher
+            .raw("{}")
+            .header(PARTITION_KEY_HEADER, "h")
+            .send()
+            .await
+            .unwrap();
+        broker
+            .publisher(standard_jobs())
+            .strict_groups()
+            .raw("{}")
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_unit_tested_handlers_output_takes_the_fifo_inputs_group() {
+    use rust_stream::testing::TestContext;
+    let receipts = Output::<Receipt>::new("receipts.fifo");
+    let mut ctx = TestContext::new().queue("jobs.fifo").group_id("g").build();
+    ctx.publish(receipts.message(&Receipt { job: 1, line: 0 }));
+    assert_eq!(ctx.published()[0].group_id(), Some("g"));
+    let mut ctx = TestContext::new().group_id("g").build();
+    ctx.publish(receipts.message(&Receipt { job: 1, line: 0 }));
+    assert_eq!(
+        ctx.published()[0].group_id(),
+        Some("default"),
+        "the input of `test-queue`, a standard queue, gives no group"
+    );
+}
+
+/// Fails every attempt with its own error.
+#[subscriber(
+    SqsQueue::new("flaky.fifo").create_if_missing(),
+    retry = RetryPolicy::exponential(Duration::from_millis(200), Duration::from_secs(2)),
+    dead_letter("flaky-dlq.fifo", 2)
+)]
+async fn always_failing(job: &Job) -> Result<(), String> {
+    Err(format!("job {} failed", job.n))
+}
+
+#[test]
+fn the_last_failed_attempt_logs_dead_lettered_and_no_retry() {
+    let logged = common::logged_while(|| async {
+        let account = Account::new();
+        let broker = SqsBroker::with_account(&account);
+        let app = RustStream::new(AppInfo::new("test", "0.0.0")).with_broker(broker.clone(), |b| {
+            b.include(always_failing);
+        });
+        let running = TestApp::spawn(app).await.expect("the app starts");
+        broker
+            .publisher(SqsQueue::new("flaky.fifo"))
+            .message(&Job::new("g", 1))
+            .group_id("g")
+            .send()
+            .await
+            .unwrap();
+        let dlq_url = account.get_queue_url("flaky-dlq.fifo").await.unwrap();
+        eventually("the message dead-lettered", async || {
+            account.counts(&dlq_url).await.unwrap().visible == 1
+        })
+        .await;
+        running.stop().await.unwrap();
+    });
+    let decisions: Vec<&str> = logged
+        .lines()
+        .filter(|line| {
+            [
+                "will be retried",
+                "message dead-lettered",
+                "handler failed;",
+            ]
+            .iter()
+            .any(|decision| line.contains(decision))
+        })
+        .collect();
+    assert_eq!(decisions.len(), 2, "{logged}");
+    assert!(
+        decisions[0].contains("message failed; it will be retried")
+            && decisions[0].contains("attempts=1")
+            && decisions[0].contains("job 1 failed"),
+        "the first attempt is retried, with the handler's error: {}",
+        decisions[0]
+    );
+    assert!(
+        decisions[1].contains("message dead-lettered") && decisions[1].contains("attempts=2"),
+        "the last is dead-lettered, and nothing says it will be retried: {}",
+        decisions[1]
+    );
+    assert!(!logged.contains("handler failed;"), "{logged}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lookup_refused_before_it_is_sent_is_not_counted_as_an_api_call() {
+    let broker = SqsBroker::in_process();
+    let refused = broker
+        .publisher("orders!")
+        .raw("{}")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        Some(ErrorKind::InvalidParameterValue),
+        "{refused}"
+    );
+    assert_eq!(broker.api_calls(), rust_stream::ApiCalls::default());
+    // A lookup that reaches SQS counts, refused or not.
+    broker
+        .publisher("orders")
+        .raw("{}")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(broker.api_calls().get_queue_url, 1);
+}

@@ -48,14 +48,16 @@
 //!   `send` per output of a subscription (`HANDLER.QUEUE`), per dead-letter queue
 //!   (`HANDLER.dead_letter`: the consumer moves failing messages there itself), and per queue a
 //!   publisher made with [`SqsBroker::publisher`](crate::SqsBroker::publisher) sends to
-//!   (`publish.QUEUE`; such a publisher takes any type, so its messages are not listed).
+//!   (`publish.QUEUE`; such a publisher takes any type, so its messages are listed only when it
+//!   declares them with [`Publisher::payload`](crate::Publisher::payload)).
 //! - messages: named after their Rust type (the full path in `x-rust-type`), with the codec's
 //!   content type. With the `schemars` feature, a payload whose type implements
 //!   `schemars::JsonSchema` is its JSON Schema (draft 7, the types it uses under
 //!   `components/schemas`); otherwise the payload names the type.
 //!
-//! A `#[subscriber]` picks up the schemas of its message and outputs by itself. A subscriber or an
-//! [`Output`](crate::Output) made by hand says it with `.payload(Payload::schema::<T>())`.
+//! A `#[subscriber]` picks up the schemas of its message and outputs by itself. A subscriber, an
+//! [`Output`](crate::Output) made by hand or a broker's publisher says it with
+//! `.payload(Payload::schema::<T>())` (or `Payload::named::<T>()` without the `schemars` feature).
 
 use std::collections::BTreeMap;
 
@@ -188,15 +190,31 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// A queue a publisher made from the broker sends to.
-    pub(crate) fn publisher(&mut self, queue: &SqsQueue) {
+    /// A queue a publisher made from the broker sends to, with the payloads its publishers said
+    /// they send (`Publisher::payload`), in JSON as such a publisher's `message` encodes them.
+    pub(crate) fn publisher(&mut self, queue: &SqsQueue, payloads: &[Payload]) {
         self.channel(&queue.name);
-        let send = json!({
+        let mut send = json!({
             "action": "send",
             "channel": { "$ref": channel_ref(&queue.name) },
             "description": "Sent by a publisher made with `SqsBroker::publisher`, which takes \
                             messages of any type.",
         });
+        if !payloads.is_empty() {
+            let content_type = crate::codec::Codec::content_type(&crate::codec::Json);
+            let messages: Vec<Value> = payloads
+                .iter()
+                .map(|payload| {
+                    let message = self.message(&queue.name, payload, content_type);
+                    json!({ "$ref": message_ref(&queue.name, &message) })
+                })
+                .collect();
+            send["messages"] = json!(messages);
+            send["description"] = json!(
+                "Sent by a publisher made with `SqsBroker::publisher`, with the payloads it \
+                 declares."
+            );
+        }
         let id = unique(format!("publish.{}", queue.name), |name| {
             self.operations.contains_key(name)
         });

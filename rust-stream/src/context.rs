@@ -1,5 +1,5 @@
 //! [`Context`]: what a handler knows of the message in hand (ids, queue, group, sequence, receive
-//! count, sent time, headers) and how it publishes as part of handling it.
+//! count, attempt, sent time, headers) and how it publishes as part of handling it.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
+use crate::model::rules;
 use crate::publish::{Outgoing, PublishedMessage, PARTITION_KEY_HEADER};
 use crate::state::{State, States};
 use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
@@ -76,6 +77,8 @@ pub struct Context<'a> {
     // Borrowed from the engine, which keeps the delivery until it is settled; owned when a test
     // builds the context, so the test has one value to hold and no lifetime to arrange.
     delivery: Cow<'a, Delivery>,
+    /// Which attempt this is, as the retry policy counts them.
+    attempt: u32,
     states: Cow<'a, States>,
     staged: Vec<Outgoing>,
     /// Cancelled once the app begins to stop.
@@ -83,13 +86,16 @@ pub struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
+    /// A context over `delivery` for its attempt number `attempt` (as the retry policy counts).
     pub(crate) fn new(
         delivery: &'a Delivery,
+        attempt: u32,
         states: &'a States,
         stopping: CancellationToken,
     ) -> Self {
         Self {
             delivery: Cow::Borrowed(delivery),
+            attempt,
             states: Cow::Borrowed(states),
             staged: Vec::new(),
             stopping,
@@ -97,13 +103,16 @@ impl<'a> Context<'a> {
     }
 
     #[cfg(feature = "testing")]
+    /// A context that owns its delivery and state, as a unit test builds it.
     pub(crate) fn owned(
         delivery: Delivery,
+        attempt: u32,
         states: States,
         stopping: CancellationToken,
     ) -> Context<'static> {
         Context {
             delivery: Cow::Owned(delivery),
+            attempt,
             states: Cow::Owned(states),
             staged: Vec::new(),
             stopping,
@@ -165,9 +174,33 @@ impl<'a> Context<'a> {
         self.delivery.sequence_number.as_deref()
     }
 
-    /// How many times the message has been received, this time included.
+    /// How many times the message has been received, this time included. On a FIFO queue a
+    /// message retried in place is not received again, so this stays where it was while
+    /// [`attempt`](Self::attempt) goes up.
     pub fn receive_count(&self) -> u32 {
         self.delivery.receive_count
+    }
+
+    /// Which attempt at the message this is, 1 for the first: the number the subscription's
+    /// retry policy counts, and dead-letters by once it reaches its `max_attempts`.
+    ///
+    /// On a standard queue each attempt is a receive, so this is the receive count less the
+    /// receives that were no attempt (a stop gave the message back before running it). On a FIFO
+    /// queue a failed message is retried in place, without a new receive, and each of those
+    /// tries counts too: with `dead_letter(.., 3)` the handler sees attempts 1, 2 and 3 while the
+    /// receive count stays 1, and a failure at attempt 3 dead-letters the message.
+    ///
+    /// ```
+    /// # use rust_stream::prelude::*;
+    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+    /// if ctx.attempt() > 1 {
+    ///     tracing::info!(attempt = ctx.attempt(), "trying the message again");
+    /// }
+    /// # HandlerOutcome::ack()
+    /// # }
+    /// ```
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 
     /// When the message was sent.
@@ -195,12 +228,22 @@ impl<'a> Context<'a> {
     /// Publishes `message` as part of handling this one: it is sent after the handler returns,
     /// before this message is acknowledged, and only if the handler acknowledges.
     ///
+    /// When this message came from a FIFO queue, an output to a FIFO queue that names no group
+    /// (no `group_id` step, no [`PARTITION_KEY_HEADER`] header) takes this message's group, so
+    /// what a group's messages publish stays in that group's order.
+    ///
     /// On a FIFO queue without content-based deduplication a message given no deduplication id
     /// gets `<this message's id>-<position>-<digest of its group and body>`: a retry of this
     /// message that publishes the same output again is deduplicated by SQS (within its 5
     /// minutes), while one that publishes something else at that position is stored, never taken
     /// for the earlier one.
     pub fn publish(&mut self, message: Outgoing) {
+        let message = match self.delivery.group_id.as_deref() {
+            Some(group) if rules::is_fifo_name(&self.delivery.queue) => {
+                message.inherit_group(group)
+            }
+            _ => message,
+        };
         let position = self.staged.len();
         let input = &self.delivery.message_id;
         self.staged

@@ -288,9 +288,12 @@ pub(crate) enum Handled {
 
 /// A handler with its message type, outputs and codec erased, so the engine holds any of them.
 pub(crate) trait ErasedHandler: Send + Sync + 'static {
+    /// Runs the handler on `delivery`, for its attempt number `attempt` (as the retry policy
+    /// counts them).
     fn call(
         self: Arc<Self>,
         delivery: Arc<Delivery>,
+        attempt: u32,
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled>;
@@ -313,6 +316,7 @@ where
     fn call(
         self: Arc<Self>,
         delivery: Arc<Delivery>,
+        attempt: u32,
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
@@ -321,7 +325,7 @@ where
                 Ok(message) => message,
                 Err(error) => return Handled::Undecodable(error),
             };
-            let mut ctx = Context::new(&delivery, &states, stopping);
+            let mut ctx = Context::new(&delivery, attempt, &states, stopping);
             let outcome = self
                 .handler
                 .handle(&message, &self.outputs, &mut ctx)

@@ -114,18 +114,17 @@ impl IntoOutcome for Result<(), HandlerOutcome> {
     }
 }
 
-/// A handler's own error: `Err` is logged with its message and the message is retried; its text
-/// travels with the message if it is dead-lettered in the end.
+/// A handler's own error: `Err` fails the attempt, as [`HandlerOutcome::failed`]. Its text is the
+/// `reason` of the line that logs what becomes of the message (retried, or dead-lettered on its
+/// last attempt), and travels with the message if it is dead-lettered. Nothing is logged here:
+/// only the retry decision knows whether the message will be retried.
 ///
 /// (`HandlerOutcome` has no `Display`, so `Result<(), HandlerOutcome>` takes the impl above.)
 impl<E: fmt::Display> IntoOutcome for Result<(), E> {
     fn into_outcome(self) -> HandlerOutcome {
         match self {
             Ok(()) => HandlerOutcome::Ack,
-            Err(error) => {
-                tracing::warn!(error = %error, "handler failed; the message will be retried");
-                HandlerOutcome::failed(error)
-            }
+            Err(error) => HandlerOutcome::failed(error),
         }
     }
 }

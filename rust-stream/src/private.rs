@@ -32,7 +32,7 @@ pub fn state<T: Clone + Send + Sync + 'static>(
         tracing::error!(
             state = std::any::type_name::<T>(),
             "the handler reads state the app does not have: register it with `.with_state(..)` \
-             and declare it with `.requires_state::<T>()`; the message will be retried"
+             and declare it with `.requires_state::<T>()`; the handler asks to retry the message in a minute"
         );
         HandlerOutcome::retry_after(Duration::from_secs(60))
     })

@@ -33,6 +33,8 @@ pub(crate) struct Client {
     pub(crate) transport: SharedTransport,
     pub(crate) calls: Arc<CallCounter>,
     pub(crate) linger_nanos: AtomicU64,
+    /// Every publisher and output of the broker refuses a FIFO message that names no group.
+    pub(crate) strict_groups: std::sync::atomic::AtomicBool,
     /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
     /// no other, and callers asking for the same queue at once share one lookup.
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
@@ -80,6 +82,7 @@ impl Client {
             transport,
             calls,
             linger_nanos: AtomicU64::new(5_000_000),
+            strict_groups: std::sync::atomic::AtomicBool::new(false),
             queues: Mutex::new(HashMap::new()),
             declarations: Arc::default(),
             recorder: std::sync::OnceLock::new(),

@@ -34,7 +34,6 @@ use crate::metrics::{Attempt, SubscriptionMetrics};
 use crate::model::queue::ConsumerSettings;
 use crate::outcome::HandlerOutcome;
 use crate::propagation;
-use crate::retry;
 use crate::state::States;
 use crate::task::poll_once;
 use crate::task::CatchUnwind;
@@ -205,14 +204,15 @@ impl Dispatcher {
                     dispatcher.settler.count_given_back(&held, 1);
                     return dispatcher.park(vec![held]);
                 };
-                dispatcher.open_process_span(&mut held, 1);
-                let verdict = dispatcher.process(&held).await;
+                let attempts = dispatcher.settler.attempts(&held, 1);
+                dispatcher.open_process_span(&mut held, attempts);
+                let verdict = dispatcher.process(&held, attempts).await;
                 drop(slot);
                 let span = held.span.clone();
                 // A standard queue retries by a visibility change, never in place.
                 let settled = dispatcher
                     .settler
-                    .settle(held, verdict, 1)
+                    .settle(held, verdict, (attempts, 1))
                     .instrument(span.clone());
                 match settled.await {
                     Next::GoBack(held, seconds) => {
@@ -291,13 +291,14 @@ impl Dispatcher {
                     self.let_lapsed_go(held, &group);
                     break;
                 }
-                self.open_process_span(&mut held, attempt);
-                let verdict = self.process(&held).await;
+                let attempts = self.settler.attempts(&held, attempt);
+                self.open_process_span(&mut held, attempts);
+                let verdict = self.process(&held, attempts).await;
                 drop(slot);
                 let span = held.span.clone();
                 match self
                     .settler
-                    .settle(held, verdict, attempt)
+                    .settle(held, verdict, (attempts, attempt))
                     .instrument(span.clone())
                     .await
                 {
@@ -453,10 +454,10 @@ impl Dispatcher {
         }
     }
 
-    /// Opens the `process` span of attempt `attempt` (1 for the first since this consumer
-    /// received it) at `held`; with the `opentelemetry` feature it continues the trace the message
-    /// carries. Its fields cost nothing when the span is disabled.
-    fn open_process_span(&self, held: &mut Held, attempt: u32) {
+    /// Opens the `process` span of `held`'s attempt number `attempts` (as the retry policy counts
+    /// them: [`Settler::attempts`]); with the `opentelemetry` feature it continues the trace the
+    /// message carries. Its fields cost nothing when the span is disabled.
+    fn open_process_span(&self, held: &mut Held, attempts: u32) {
         let delivery = &held.delivery;
         let span = tracing::info_span!(
             "process",
@@ -467,7 +468,7 @@ impl Dispatcher {
             sqs.group_id = delivery.group_id.as_deref(),
             sqs.receive_count = delivery.receive_count,
             rust_stream.handler = %self.handler_name,
-            rust_stream.attempt = retry::attempts(delivery.receive_count, attempt),
+            rust_stream.attempt = attempts,
             rust_stream.outcome = tracing::field::Empty,
             traceparent = propagation::traceparent(&delivery.attributes),
         );
@@ -478,12 +479,13 @@ impl Dispatcher {
         held.span = span;
     }
 
-    /// Decodes and handles one message in its `process` span, and says how to settle it; counted
-    /// in the subscription's metrics (handlers running, the attempt's duration and how it ended).
-    async fn process(&self, held: &Held) -> Verdict {
+    /// Decodes and handles one message in its `process` span, for its attempt number `attempts`,
+    /// and says how to settle it; counted in the subscription's metrics (handlers running, the
+    /// attempt's duration and how it ended).
+    async fn process(&self, held: &Held, attempts: u32) -> Verdict {
         let started = tokio::time::Instant::now();
         let running = InFlight::new(&self.metrics);
-        let verdict = self.attempt(held).await;
+        let verdict = self.attempt(held, attempts).await;
         drop(running);
         let attempt = match &verdict {
             Verdict::Ack { .. } => Attempt::Succeeded,
@@ -499,7 +501,7 @@ impl Dispatcher {
     /// caller's task, behind a panic catch, and is dropped (cancelled) when it outlives the handler
     /// timeout, or the shutdown timeout. A handler that is ready at its first poll costs no timer
     /// and no wait on the shutdown signal.
-    async fn attempt(&self, held: &Held) -> Verdict {
+    async fn attempt(&self, held: &Held, attempts: u32) -> Verdict {
         let delivery = &held.delivery;
         let span = &held.span;
         let mut call = CatchUnwind::new(
@@ -507,6 +509,7 @@ impl Dispatcher {
                 .clone()
                 .call(
                     delivery.clone(),
+                    attempts,
                     self.states.clone(),
                     self.tasks.stopping().clone(),
                 )

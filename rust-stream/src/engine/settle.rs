@@ -218,16 +218,32 @@ impl Settler {
         }
     }
 
-    /// Settles `held` as the verdict says. `attempt` counts this consumer's attempts at it since it
-    /// was received (1 for the first).
-    pub(crate) async fn settle(&self, held: Held, verdict: Verdict, attempt: u32) -> Next {
+    /// Which attempt at `held` its attempt number `local` since this consumer received it (1 for
+    /// the first) is, as the retry policy counts them: SQS's receive count, corrected for the
+    /// receives this consumer gave back without an attempt and for the attempts it made in place
+    /// in receives it gave back. The one count the handler ([`Context::attempt`]), the `process`
+    /// span and the retry decision all see.
+    ///
+    /// [`Context::attempt`]: crate::Context::attempt
+    pub(crate) fn attempts(&self, held: &Held, local: u32) -> u32 {
         let id = &held.delivery.message_id;
         let given_back = self.unstarted.count(id);
-        let attempts = retry::attempts(
+        retry::attempts(
             held.delivery.receive_count.saturating_sub(given_back),
-            attempt,
+            local,
         )
-        .saturating_add(self.extra_attempts.count(id));
+        .saturating_add(self.extra_attempts.count(id))
+    }
+
+    /// Settles `held` as the verdict says. `attempts` is its attempt number as the retry policy
+    /// counts them ([`attempts`](Self::attempts)), `attempt` this consumer's since it received it
+    /// (1 for the first).
+    pub(crate) async fn settle(
+        &self,
+        held: Held,
+        verdict: Verdict,
+        (attempts, attempt): (u32, u32),
+    ) -> Next {
         // Every path but a plain ack is boxed: their state (sends, above all) would make the
         // future of every message's settling, and of the task that runs it, kilobytes larger,
         // to be allocated and moved for each message; they allocate only when taken.

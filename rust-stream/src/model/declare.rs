@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::queue::{ConfigError, SqsQueue};
+use crate::describe::Payload;
 
 /// Who declares a queue when a publisher made from the broker does.
 const PUBLISHER: &str = "a publisher made with `broker.publisher(..)`";
@@ -169,6 +170,9 @@ fn merge(merged: &mut SqsQueue, queue: &SqsQueue) -> Vec<&'static str> {
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     publishers: Declarations,
+    /// What the broker's publishers say they send, by queue name, each type once: for the
+    /// AsyncAPI document.
+    publisher_payloads: BTreeMap<String, Vec<Payload>>,
     /// By registration, so the app built first comes first.
     apps: BTreeMap<u64, Declarations>,
     next_app: u64,
@@ -180,12 +184,32 @@ impl Registry {
         self.publishers.declare(queue, PUBLISHER);
     }
 
-    /// The queues of the broker's publishers, by name.
-    pub(crate) fn published(&self) -> Vec<SqsQueue> {
+    /// Adds `payload` to what a publisher made with `broker.publisher(..)` sends to `queue`; a type
+    /// said again (a publisher made for each request) is kept once.
+    pub(crate) fn publisher_payload(&mut self, queue: &str, payload: Payload) {
+        let payloads = self.publisher_payloads.entry(queue.to_owned()).or_default();
+        if !payloads
+            .iter()
+            .any(|known| known.type_name == payload.type_name)
+        {
+            payloads.push(payload);
+        }
+    }
+
+    /// The queues of the broker's publishers, by name, each with the payloads its publishers
+    /// said they send.
+    pub(crate) fn published(&self) -> Vec<(SqsQueue, Vec<Payload>)> {
         self.publishers
             .by_name
             .values()
-            .map(|declared| declared.queue.clone())
+            .map(|declared| {
+                let payloads = self
+                    .publisher_payloads
+                    .get(&declared.queue.name)
+                    .cloned()
+                    .unwrap_or_default();
+                (declared.queue.clone(), payloads)
+            })
             .collect()
     }
 

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! On a FIFO queue a message's group is its `group_id` step, else its [`PARTITION_KEY_HEADER`]
-//! header, else `"default"`; its deduplication id is its `dedup_id` step, else a new UUID (unique
+//! header, else (for a handler's output, when its input came from a FIFO queue) the input's group,
+//! else `"default"`, unless the publisher or its broker refuses that with `strict_groups()`
+//! ([`PublishError::NoGroup`]); its deduplication id is its `dedup_id` step, else a new UUID (unique
 //! across processes), unless the queue was declared with content-based deduplication. Sends are
 //! batched (up to 10 messages and 1 MiB per `SendMessageBatch`: on a standard queue after a short
 //! linger, on a FIFO queue with whatever arrived while the group's previous call was out) without
@@ -37,6 +39,9 @@ use crate::transport::{
     MessageAttributeValue, MessageAttributes, SendMessage, SentMessage, TransportError,
 };
 
+/// The group of a FIFO message that names none, unless strict groups refuse it.
+const DEFAULT_GROUP: &str = "default";
+
 /// The header that carries a message's group: a publisher reads it when no `group_id` step is
 /// given, and every delivery from a FIFO queue carries its group in it.
 pub const PARTITION_KEY_HEADER: &str = "partition_key";
@@ -50,6 +55,8 @@ pub struct Publisher {
 struct PublisherInner {
     queue: SqsQueue,
     core: OnceLock<Arc<Client>>,
+    /// Refuses a FIFO message that names no group rather than send it to `"default"`.
+    strict_groups: bool,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -70,8 +77,82 @@ impl Publisher {
             inner: Arc::new(PublisherInner {
                 queue: queue.into(),
                 core: OnceLock::new(),
+                strict_groups: false,
             }),
         }
+    }
+
+    /// Refuses a message for a FIFO queue that names no group (no `group_id` step, no
+    /// [`PARTITION_KEY_HEADER`] header, and, for a handler's output, no FIFO input to take it
+    /// from) with [`PublishError::NoGroup`], before any call, instead of sending it to the group
+    /// `"default"`: one group for all, handled one message at a time. A standard queue needs no
+    /// group, so this changes nothing there. For every publisher and output of a broker, see
+    /// [`SqsBroker::strict_groups`](crate::SqsBroker::strict_groups).
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// use rust_stream::PublishError;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let broker = SqsBroker::in_process();
+    /// let payments = broker
+    ///     .publisher(SqsQueue::new("payments.fifo").create_if_missing())
+    ///     .strict_groups();
+    /// let refused = payments.raw("{}").send().await.unwrap_err();
+    /// assert!(matches!(refused, PublishError::NoGroup { .. }));
+    /// assert_eq!(broker.api_calls(), Default::default(), "refused before any call");
+    /// payments.raw("{}").group_id("account-7").send().await.unwrap();
+    /// # }
+    /// ```
+    pub fn strict_groups(self) -> Self {
+        Self {
+            inner: Arc::new(PublisherInner {
+                queue: self.inner.queue.clone(),
+                core: self.inner.core.clone(),
+                strict_groups: true,
+            }),
+        }
+    }
+
+    /// Says that this publisher sends messages described by `payload`, for the AsyncAPI
+    /// document: every app on the broker lists them on the queue's `publish.QUEUE` operation, as
+    /// it lists a subscription's outputs (with the `schemars` feature `Payload::schema::<T>()` is
+    /// their JSON Schema). A publisher takes any type, so it may say several; a type said again is
+    /// listed once. Only a publisher made with [`SqsBroker::publisher`](crate::SqsBroker::publisher)
+    /// is in the document: on another, this does nothing.
+    ///
+    /// ```
+    /// use rust_stream::asyncapi::Payload;
+    /// use rust_stream::prelude::*;
+    /// # #[derive(serde::Serialize)] struct Order { id: u64 }
+    ///
+    /// let broker = SqsBroker::in_process();
+    /// let orders = broker.publisher("orders").payload(Payload::named::<Order>());
+    /// # let _ = orders;
+    /// let app = RustStream::new(AppInfo::new("shop", "1.0.0")).with_broker(broker, |_| {});
+    /// let document = app.asyncapi();
+    /// assert_eq!(document["channels"]["orders"]["messages"]["Order"]["name"], "Order");
+    /// assert_eq!(
+    ///     document["operations"]["publish.orders"]["messages"][0]["$ref"],
+    ///     "#/channels/orders/messages/Order"
+    /// );
+    /// ```
+    pub fn payload(self, payload: Payload) -> Self {
+        if let Some(core) = self.inner.core.get() {
+            core.declarations()
+                .publisher_payload(&self.inner.queue.name, payload);
+        }
+        self
+    }
+
+    /// Whether a FIFO message naming no group is refused: by this publisher, or by its broker.
+    fn refuses_default_group(&self) -> bool {
+        self.inner.strict_groups
+            || self.inner.core.get().is_some_and(|core| {
+                core.strict_groups
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
     }
 
     pub(crate) fn bound(queue: SqsQueue, core: Arc<Client>) -> Self {
@@ -296,9 +377,9 @@ impl Outgoing {
         self.publisher.queue()
     }
 
-    /// The group it is sent with: its `group_id` step; failing that, on a FIFO queue (which
-    /// needs one), its [`PARTITION_KEY_HEADER`] header, else `"default"`.
-    fn group(&self) -> Option<&str> {
+    /// The group it names: its `group_id` step; failing that, on a FIFO queue, its
+    /// [`PARTITION_KEY_HEADER`] header.
+    fn named_group(&self) -> Option<&str> {
         if !self.publisher.queue().is_fifo() {
             return self.group_id.as_deref();
         }
@@ -308,12 +389,25 @@ impl Outgoing {
                 .string_value
                 .as_deref()
         };
-        Some(
-            self.group_id
-                .as_deref()
-                .or_else(header)
-                .unwrap_or("default"),
-        )
+        self.group_id.as_deref().or_else(header)
+    }
+
+    /// The group it is sent with: the one it names; failing that, on a FIFO queue (which needs
+    /// one), `"default"`.
+    fn group(&self) -> Option<&str> {
+        match self.named_group() {
+            None if self.publisher.queue().is_fifo() => Some(DEFAULT_GROUP),
+            named => named,
+        }
+    }
+
+    /// Takes `group` (the group of the FIFO message being handled) when this is for a FIFO queue
+    /// and names no group of its own: a handler's outputs follow their input's group.
+    pub(crate) fn inherit_group(mut self, group: &str) -> Self {
+        if self.publisher.queue().is_fifo() && self.named_group().is_none() {
+            self.group_id = Some(group.to_owned());
+        }
+        self
     }
 
     /// Sets the deduplication id when the message has none and the queue needs one: `derive`
@@ -344,6 +438,12 @@ impl Outgoing {
             queue: queue.name.clone(),
             error,
         };
+        if queue.is_fifo() && self.named_group().is_none() && self.publisher.refuses_default_group()
+        {
+            return Err(PublishError::NoGroup {
+                queue: queue.name.clone(),
+            });
+        }
         let group = self.group().map(str::to_owned);
         let body = self.body.map_err(PublishError::Encode)?;
         let mut message = SendMessage::new(body);
@@ -428,7 +528,8 @@ impl<'a> PublishedMessage<'a> {
     }
 
     /// The group it is sent with: its `group_id` step; failing that, on a FIFO queue (which
-    /// needs one), its [`PARTITION_KEY_HEADER`] header, else `"default"`.
+    /// needs one), its [`PARTITION_KEY_HEADER`] header, else the handled message's group when
+    /// that came from a FIFO queue, else `"default"`.
     pub fn group_id(&self) -> Option<&'a str> {
         self.outgoing.group()
     }
@@ -476,6 +577,17 @@ pub enum PublishError {
         queue: String,
         /// The queue the message was made for.
         message_queue: String,
+    },
+    /// A message for a FIFO queue names no group, and its publisher or broker refuses to send
+    /// such a message to the group `"default"` (`strict_groups()`).
+    #[error(
+        "a message for the FIFO queue `{queue}` names no message group, and strict groups are on: \
+         give it `.group_id(..)` (or a `partition_key` header); a handler's output takes its \
+         input's group when the input comes from a FIFO queue"
+    )]
+    NoGroup {
+        /// The queue.
+        queue: String,
     },
     /// The publisher belongs to no broker.
     #[error(
@@ -573,6 +685,14 @@ impl<U: Serialize> Output<U> {
     /// A message carrying `value`; give it to [`Context::publish`](crate::Context::publish).
     pub fn message(&self, value: &U) -> Outgoing {
         self.publisher.message(value)
+    }
+
+    /// Refuses a message that names no group, as [`Publisher::strict_groups`]: on a FIFO queue,
+    /// an output of a handler whose input is not from a FIFO queue (and so has no group to take)
+    /// must then name one.
+    pub fn strict_groups(mut self) -> Self {
+        self.publisher = self.publisher.strict_groups();
+        self
     }
 
     /// The publisher underneath.

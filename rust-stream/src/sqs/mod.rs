@@ -222,6 +222,17 @@ impl SqsBroker {
         self
     }
 
+    /// Makes every publisher and subscription output of this broker refuse a message for a FIFO
+    /// queue that names no group, as [`Publisher::strict_groups`] does for one: with
+    /// [`PublishError::NoGroup`](crate::PublishError::NoGroup), before any call, instead of
+    /// sending it to the group `"default"`. A handler's output still takes its input's group when
+    /// the input comes from a FIFO queue; a dead-letter copy keeps its message's group.
+    #[must_use]
+    pub fn strict_groups(self) -> Self {
+        self.core.strict_groups.store(true, Ordering::Relaxed);
+        self
+    }
+
     /// A recorder of what this broker's subscriptions do with each message: what they handled,
     /// published and dead-lettered. The first call starts it; later calls share it.
     #[cfg(feature = "testing")]
@@ -244,7 +255,8 @@ impl SqsBroker {
     /// A publisher for `queue`, bound to this broker. It belongs to the broker, not to an app:
     /// its declaration of the queue joins that of every app on the broker that names the queue
     /// (the queue is created, when asked, as all of them together describe it, and such an app
-    /// refuses to start if they disagree), and every app's AsyncAPI document lists it.
+    /// refuses to start if they disagree), and every app's AsyncAPI document lists it, with the
+    /// messages its [`payload`](Publisher::payload) says it sends.
     pub fn publisher(&self, queue: impl Into<SqsQueue>) -> Publisher {
         let queue = queue.into();
         self.core.declarations().publisher(&queue);
@@ -281,8 +293,8 @@ impl Broker for SqsBroker {
         for subscriber in subscribers {
             writer.subscriber(subscriber);
         }
-        for queue in &published {
-            writer.publisher(queue);
+        for (queue, payloads) in &published {
+            writer.publisher(queue, payloads);
         }
         writer.finish()
     }

@@ -71,6 +71,7 @@ pub struct TestContext {
     queue: String,
     message: ReceivedMessage,
     sent_at: Option<SystemTime>,
+    attempt: Option<u32>,
     states: States,
     stopping: tokio_util::sync::CancellationToken,
 }
@@ -95,6 +96,7 @@ impl TestContext {
                 message_attributes: MessageAttributes::new(),
             },
             sent_at: None,
+            attempt: None,
             states: States::default(),
             stopping: tokio_util::sync::CancellationToken::new(),
         }
@@ -134,6 +136,14 @@ impl TestContext {
         self.attribute("ApproximateReceiveCount", receive_count.to_string())
     }
 
+    /// Which attempt this is, as [`Context::attempt`] reports it (default: the receive count, as
+    /// for a message that was never retried in place): `.attempt(3)` with the default receive
+    /// count of 1 is a FIFO message's third try in place.
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.attempt = Some(attempt);
+        self
+    }
+
     /// When the message was sent.
     pub fn sent_at(mut self, sent_at: SystemTime) -> Self {
         self.sent_at = Some(sent_at);
@@ -168,7 +178,10 @@ impl TestContext {
         // The engine's own reading of a received message, so a test sees what a handler would.
         let mut delivery = Delivery::new(&self.queue.as_str().into(), self.message);
         delivery.sent_at = self.sent_at;
-        Context::owned(delivery, self.states, self.stopping)
+        let attempt = self
+            .attempt
+            .unwrap_or_else(|| crate::retry::attempts(delivery.receive_count, 1));
+        Context::owned(delivery, attempt, self.states, self.stopping)
     }
 
     fn attribute(mut self, name: &str, value: String) -> Self {
@@ -203,6 +216,7 @@ mod tests {
         assert_eq!(ctx.dedup_id(), Some("d-1"));
         assert_eq!(ctx.sequence_number(), Some("18"));
         assert_eq!(ctx.receive_count(), 3);
+        assert_eq!(ctx.attempt(), 3, "each receive was an attempt");
         assert_eq!(ctx.sent_at(), Some(sent_at));
         assert_eq!(ctx.header("trace"), Some("t-1"));
         assert_eq!(ctx.state::<u64>().map(|state| state.0), Some(7));
@@ -215,9 +229,16 @@ mod tests {
         assert_eq!(ctx.message_id(), "test-message");
         assert_eq!(ctx.queue(), "test-queue");
         assert_eq!(ctx.receive_count(), 1);
+        assert_eq!(ctx.attempt(), 1);
         assert_eq!(ctx.group_id(), None);
         assert!(ctx.headers().is_empty());
         assert_eq!(ctx.sent_at(), None);
         assert!(ctx.state::<u64>().is_none());
+    }
+
+    #[test]
+    fn the_attempt_is_set_apart_from_the_receive_count() {
+        let ctx = TestContext::new().group_id("g").attempt(3).build();
+        assert_eq!((ctx.receive_count(), ctx.attempt()), (1, 3));
     }
 }

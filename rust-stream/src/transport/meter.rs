@@ -1,7 +1,10 @@
 //! Counts of SQS API calls by action, kept by every broker over whatever transport it has, so
 //! tests and benchmarks can see what a workload costs (SQS bills per request); each call is also
-//! recorded as a metric (see [`crate::metrics`]). The meter is one [`Hooks::around`] hook over
-//! the broker's transport.
+//! recorded as a metric (see [`crate::metrics`]). The meter is hooks over the broker's transport:
+//! [`Hooks::around`] times every call, and each action's typed hook counts it, unless its request
+//! fails the checks both backends make of a whole request before anything is sent (a queue name
+//! SQS would refuse, a batch of 11): such a call is refused without reaching SQS, so SQS neither
+//! sees nor bills it, and it is not counted.
 
 use std::future::Future;
 use std::ops::Sub;
@@ -9,9 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::layer::{Action, Hooks};
-use super::TransportError;
+use super::{
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
+    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+};
+use crate::model::rules;
 
-/// SQS API calls by action.
+/// SQS API calls by action: those sent, not those a backend refused before sending them (see
+/// [the module](self)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ApiCalls {
@@ -121,8 +129,19 @@ pub(crate) struct Meter {
     pub(crate) calls: Arc<CallCounter>,
 }
 
+impl Meter {
+    /// Counts a call of `action` unless `checked` says its request is refused before it is sent.
+    fn count<T>(&self, action: Action, checked: Result<T, TransportError>) {
+        if checked.is_ok() {
+            self.calls.of(action).fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 // Counted when the call is made, timed while it runs: the call's own future wrapped once, no
-// `async fn` layer that would keep a second copy of the arguments.
+// `async fn` layer that would keep a second copy of the arguments. The checks are the ones each
+// backend makes first, by the same functions, before it sends anything (the in-process account as
+// SQS would answer, the aws-sdk transport to refuse before the network).
 impl Hooks for Meter {
     fn around<R: Send>(
         &self,
@@ -130,8 +149,90 @@ impl Hooks for Meter {
         queue: &str,
         call: impl Future<Output = Result<R, TransportError>> + Send,
     ) -> impl Future<Output = Result<R, TransportError>> + Send {
-        self.calls.of(action).fetch_add(1, Ordering::Relaxed);
         timed(action, queue, call)
+    }
+
+    fn get_queue_url(
+        &self,
+        inner: &impl Transport,
+        name: &str,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        self.count(Action::GetQueueUrl, rules::check_queue_name(name));
+        inner.get_queue_url(name)
+    }
+
+    fn create_queue(
+        &self,
+        inner: &impl Transport,
+        name: &str,
+        attributes: QueueAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        let checked = rules::check_queue_name(name).and_then(|()| {
+            attributes.iter().try_for_each(|(attribute, value)| {
+                rules::parse_queue_attribute(attribute, value).map(drop)
+            })
+        });
+        self.count(Action::CreateQueue, checked);
+        inner.create_queue(name, attributes)
+    }
+
+    fn get_queue_attributes(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        names: &[&str],
+    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
+        self.count(Action::GetQueueAttributes, Ok(()));
+        inner.get_queue_attributes(queue_url, names)
+    }
+
+    fn send_message_batch(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        entries: Vec<SendBatchEntry>,
+    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
+        self.count(Action::SendMessageBatch, rules::check_send_batch(&entries));
+        inner.send_message_batch(queue_url, entries)
+    }
+
+    fn receive_message(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        request: ReceiveMessage,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
+        let checked = rules::check_receive(
+            request.max_number_of_messages,
+            request.wait_time_seconds,
+            request.visibility_timeout,
+            request.receive_request_attempt_id.as_deref(),
+        )
+        .and_then(|_| rules::check_system_attribute_names(&request.system_attribute_names));
+        self.count(Action::ReceiveMessage, checked);
+        inner.receive_message(queue_url, request)
+    }
+
+    fn delete_message_batch(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        let checked = rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()));
+        self.count(Action::DeleteMessageBatch, checked);
+        inner.delete_message_batch(queue_url, entries)
+    }
+
+    fn change_message_visibility_batch(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        entries: Vec<ChangeVisibilityEntry>,
+    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
+        let checked = rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()));
+        self.count(Action::ChangeMessageVisibilityBatch, checked);
+        inner.change_message_visibility_batch(queue_url, entries)
     }
 }
 
@@ -191,5 +292,48 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!(calls.messaging(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_refused_before_it_is_sent_is_not_counted() {
+        let metered = Hooked::new(Account::new(), Meter::default());
+        let refused = metered.get_queue_url("orders!").await.unwrap_err();
+        assert!(refused.to_string().contains("`orders!`"), "{refused}");
+        let bad_attribute = QueueAttributes::from([("VisibilityTimeout".into(), "-1".into())]);
+        metered
+            .create_queue("jobs", bad_attribute)
+            .await
+            .unwrap_err();
+        let url = metered
+            .create_queue("jobs", QueueAttributes::default())
+            .await
+            .unwrap();
+        metered
+            .receive_message(&url, ReceiveMessage::new(11))
+            .await
+            .unwrap_err();
+        metered
+            .delete_message_batch(&url, Vec::new())
+            .await
+            .unwrap_err();
+        metered
+            .change_message_visibility_batch(&url, Vec::new())
+            .await
+            .unwrap_err();
+        metered
+            .send_message_batch(&url, Vec::new())
+            .await
+            .unwrap_err();
+        // Sent and refused by the service: counted.
+        metered.get_queue_url("missing").await.unwrap_err();
+        let calls = metered.hooks().calls.snapshot();
+        assert_eq!(
+            calls,
+            ApiCalls {
+                get_queue_url: 1,
+                create_queue: 1,
+                ..ApiCalls::default()
+            }
+        );
     }
 }

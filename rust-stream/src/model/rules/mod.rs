@@ -156,7 +156,12 @@ pub(crate) fn check_message_attributes(
 }
 
 fn check_attribute_name(name: &str) -> Result<(), TransportError> {
-    let lower = name.to_ascii_lowercase();
+    // Compared without a lowercase copy: every send's attributes are checked twice (the
+    // broker's meter, then the backend).
+    let reserved = |prefix: &str| {
+        name.get(..prefix.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(prefix))
+    };
     let problem = if name.is_empty() || name.len() > 256 {
         Some("must be 1 to 256 characters")
     } else if !name
@@ -164,7 +169,7 @@ fn check_attribute_name(name: &str) -> Result<(), TransportError> {
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
     {
         Some("may hold only letters, digits, `_`, `-` and `.`")
-    } else if lower.starts_with("aws.") || lower.starts_with("amazon.") {
+    } else if reserved("aws.") || reserved("amazon.") {
         Some("may not start with `AWS.` or `Amazon.`, which SQS reserves")
     } else if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
         Some("may not start or end with `.` or hold `..`")
