@@ -32,16 +32,20 @@ struct Job {
     id: String,
 }
 
-/// What the handlers saw, shared by the apps of a test: each app's own tag, and every attempt as
-/// the app that made it, the queue it read, the job id and its receive count, in order.
+/// One attempt a handler made: the app that made it, the queue it read, the job id and its
+/// receive count.
+type Attempt = (String, String, String, u32);
+
+/// What the handlers saw, shared by the apps of a test: each app's own tag, and every attempt,
+/// in order.
 #[derive(Clone, Default)]
 struct Seen {
     app: String,
-    attempts: Arc<Mutex<Vec<(String, String, String, u32)>>>,
+    attempts: Arc<Mutex<Vec<Attempt>>>,
 }
 
 impl Seen {
-    fn seen(&self) -> Vec<(String, String, String, u32)> {
+    fn seen(&self) -> Vec<Attempt> {
         self.attempts.lock().unwrap().clone()
     }
 }

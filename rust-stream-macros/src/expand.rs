@@ -430,17 +430,17 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
     let outputs_call = outs_value.map(|value| quote!(.outputs(#value)));
     let message_payload = describe(msg_ty);
     let on_doc = format!(
-        "Mounts `{name}` on `queue` instead of the attribute's first argument, with every other \
-         setting of the attribute kept: `b.include({name}.on(SqsQueue::new(name)))` for a \
+        "Mounts `{name}` on the queue given instead of the attribute's first argument, with \
+         every other setting of the attribute kept: `b.include({name}.on(SqsQueue::new(name)))` for a \
          queue named at run time (from configuration, or unique to a test).\n\n\
-         `queue` replaces that first argument whole: its name and what is set on the queue \
+         That queue replaces the first argument whole: its name and what is set on the queue \
          itself, there or here (`.create_if_missing()`, `.content_based_dedup()`, and any \
          setting written on the `SqsQueue`, such as `.visibility_timeout(..)`). The settings \
          after it in the attribute (`concurrency`, `batch_size`, `wait`, `visibility_timeout`, \
          `pollers`, `retry`, `timeout`, `dead_letter`, `codec`, `outputs`), the states it reads \
          and its description are applied on top, as `{name}` itself applies them: where both \
          set one, the attribute's wins. The broker's queue-name prefix \
-         (`SqsBroker::queue_name_prefix`) applies to `queue` too."
+         (`SqsBroker::queue_name_prefix`) applies to it too."
     );
     // A body whose future is not `Send` is reported on the function's name.
     let returns = quote_spanned! {item.sig.ident.span()=>
@@ -477,16 +477,18 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         #(#cfgs)*
         impl #name {
             #[doc = #on_doc]
+            // The parameter's name is the macro's own: the settings' expressions, written in
+            // the user's scope, may name a `queue` of theirs.
             #vis fn on(
                 self,
-                queue: impl ::core::convert::Into<::rust_stream::SqsQueue>,
+                __rust_stream_queue: impl ::core::convert::Into<::rust_stream::SqsQueue>,
             ) -> ::rust_stream::Subscriber
             where
                 #message_bound,
                 #(#value_bounds,)*
                 #(#state_bounds,)*
             {
-                ::rust_stream::subscriber(queue, self)
+                ::rust_stream::subscriber(__rust_stream_queue, self)
                     #(#settings)*
                     #dead_letter
                     #codec
