@@ -71,7 +71,9 @@ impl<B: Broker> Include<B> {
         }
     }
 
-    /// Mounts a subscriber: a built [`Subscriber`](crate::Subscriber), or a `#[subscriber]` function.
+    /// Mounts a subscriber: a built [`Subscriber`](crate::Subscriber), or a `#[subscriber]`
+    /// function, on its attribute's queue (`b.include(fulfil)`) or on one chosen at run time
+    /// (`b.include(fulfil.on(queue))`).
     pub fn include(&mut self, subscriber: impl Into<B::Subscriber>) -> &mut Self {
         self.subscribers.push(subscriber.into());
         self
