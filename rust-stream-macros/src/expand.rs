@@ -1,6 +1,7 @@
 //! Writes the code a person would write by hand for a subscriber: a unit struct named like the
 //! function, its associated `call` (the function as written, for tests), its `Handle<T, O>` impl
-//! calling `call`, and `From<name> for Subscriber` building it with the attribute's settings.
+//! calling `call`, its `on(queue)` building the subscriber with the attribute's settings on any
+//! queue, and `From<name> for Subscriber`, which is `on` with the attribute's own queue.
 //!
 //! Paths are absolute (`::rust_stream::..`, `::core::..`) so the user's imports do not matter;
 //! helpers live in `rust_stream::__private`. Bounds only the compiler can check (`T: Deserialize`,
@@ -65,6 +66,17 @@ fn with_error(handler: &Handler, error: &syn::Error) -> TokenStream {
         #[allow(dead_code, unused, clippy::all)]
         impl #name {
             #call
+        }
+
+        #(#cfgs)*
+        #[allow(dead_code)]
+        impl #name {
+            #vis fn on(
+                self,
+                _queue: impl ::core::convert::Into<::rust_stream::SqsQueue>,
+            ) -> ::rust_stream::Subscriber {
+                ::core::unreachable!("`#[subscriber]` reported an error")
+            }
         }
 
         #(#cfgs)*
@@ -367,12 +379,15 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
     let message_bound = quote! {
         for<'__de> #msg_ty: ::rust_stream::__private::Deserialize<'__de>
     };
-    let value_bounds = outputs.iter().map(|(_, value, _)| {
-        let (_, last) = ends(value);
-        let bound = quote_spanned!(last=> : ::rust_stream::__private::Serialize);
-        quote!(#value #bound)
-    });
-    // On both impls: the same error from each is shown once.
+    let value_bounds: Vec<_> = outputs
+        .iter()
+        .map(|(_, value, _)| {
+            let (_, last) = ends(value);
+            let bound = quote_spanned!(last=> : ::rust_stream::__private::Serialize);
+            quote!(#value #bound)
+        })
+        .collect();
+    // On the `Handle` impl, `on` and the `From` impl: the same error from each is shown once.
     let state_bounds: Vec<_> = state_types
         .iter()
         .map(|inner| {
@@ -414,6 +429,19 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
     let description = description(&docs).map(|text| quote!(.description(#text)));
     let outputs_call = outs_value.map(|value| quote!(.outputs(#value)));
     let message_payload = describe(msg_ty);
+    let on_doc = format!(
+        "Mounts `{name}` on the queue given instead of the attribute's first argument, with \
+         every other setting of the attribute kept: `b.include({name}.on(SqsQueue::new(name)))` for a \
+         queue named at run time (from configuration, or unique to a test).\n\n\
+         That queue replaces the first argument whole: its name and what is set on the queue \
+         itself, there or here (`.create_if_missing()`, `.content_based_dedup()`, and any \
+         setting written on the `SqsQueue`, such as `.visibility_timeout(..)`). The settings \
+         after it in the attribute (`concurrency`, `batch_size`, `wait`, `visibility_timeout`, \
+         `pollers`, `retry`, `timeout`, `dead_letter`, `codec`, `outputs`), the states it reads \
+         and its description are applied on top, as `{name}` itself applies them: where both \
+         set one, the attribute's wins. The broker's queue-name prefix \
+         (`SqsBroker::queue_name_prefix`) applies to it too."
+    );
     // A body whose future is not `Send` is reported on the function's name.
     let returns = quote_spanned! {item.sig.ident.span()=>
         -> ::core::result::Result<(), ::rust_stream::HandlerOutcome>
@@ -447,14 +475,20 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         #call
 
         #(#cfgs)*
-        impl ::core::convert::From<#name> for ::rust_stream::Subscriber
-        where
-            #message_bound,
-            #(#value_bounds,)*
-            #(#state_bounds,)*
-        {
-            fn from(handler: #name) -> Self {
-                ::rust_stream::subscriber(#source, handler)
+        impl #name {
+            #[doc = #on_doc]
+            // The parameter's name is the macro's own: the settings' expressions, written in
+            // the user's scope, may name a `queue` of theirs.
+            #vis fn on(
+                self,
+                __rust_stream_queue: impl ::core::convert::Into<::rust_stream::SqsQueue>,
+            ) -> ::rust_stream::Subscriber
+            where
+                #message_bound,
+                #(#value_bounds,)*
+                #(#state_bounds,)*
+            {
+                ::rust_stream::subscriber(__rust_stream_queue, self)
                     #(#settings)*
                     #dead_letter
                     #codec
@@ -463,6 +497,18 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
                     .payload(#message_payload)
                     #outputs_call
                     .build::<#msg_ty>()
+            }
+        }
+
+        #(#cfgs)*
+        impl ::core::convert::From<#name> for ::rust_stream::Subscriber
+        where
+            #message_bound,
+            #(#value_bounds,)*
+            #(#state_bounds,)*
+        {
+            fn from(handler: #name) -> Self {
+                handler.on(#source)
             }
         }
 

@@ -113,6 +113,37 @@ mod parse;
 /// # let _ = app;
 /// ```
 ///
+/// # Mounting it on a queue named at run time
+///
+/// `name.on(queue)` mounts the handler on `queue` instead of `SOURCE`, with every setting after
+/// `SOURCE` kept: for a queue name from configuration, or one unique to a test run.
+/// `queue` replaces `SOURCE` whole: its name and what is set on the queue itself
+/// (`.create_if_missing()`, `.content_based_dedup()`, and any setting written on the `SqsQueue`
+/// expression, such as `.visibility_timeout(..)`). The keyed settings (`concurrency`, `retry`,
+/// `dead_letter`, `outputs`, `codec`, ...), the states and the description are applied on top,
+/// so where both set one, the attribute's wins. For names per environment, a broker-wide
+/// prefix (`SqsBroker::queue_name_prefix`) renames every queue, this one, its dead-letter queue
+/// and outputs included, without `.on(..)`.
+///
+/// ```
+/// use std::time::Duration;
+/// use rust_stream::prelude::*;
+/// # #[derive(serde::Deserialize)] struct Order { id: u64 }
+///
+/// #[subscriber("orders.fifo", concurrency = 8, dead_letter("orders-dlq.fifo", 5))]
+/// async fn fulfil(order: &Order) -> HandlerOutcome {
+///     HandlerOutcome::ack()
+/// }
+///
+/// let queue = std::env::var("ORDERS_QUEUE").unwrap_or_else(|_| "orders-eu.fifo".to_owned());
+/// let broker = SqsBroker::in_process().queue_name_prefix("staging-");
+/// let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0")).with_broker(broker, |b| {
+///     b.include(fulfil.on(SqsQueue::new(queue).create_if_missing()));
+/// });
+/// // Reads `staging-orders-eu.fifo`, dead-letters to `staging-orders-dlq.fifo` after 5 attempts.
+/// # let _ = app;
+/// ```
+///
 /// # Calling it from a test
 ///
 /// The function stays callable, as `name::call(..)`: an associated `async fn` of the struct with
@@ -165,10 +196,11 @@ mod parse;
 /// (same visibility), which holds the function as written, attributes and name included, so
 /// `#[tracing::instrument]` still names its span after the function; the struct's
 /// `Handle<T, O>` impl (`O` is `()`, the one `Output<U>`, or the tuple of them in parameter
-/// order), which reads the states from the context and awaits `call`; and `From<name> for
-/// Subscriber`, which is `subscriber(SOURCE, name)` with the settings, `.outputs(..)`,
+/// order), which reads the states from the context and awaits `call`; `on(queue)` (same
+/// visibility), which is `subscriber(queue, name)` with the settings, `.outputs(..)`,
 /// `.requires_state::<S>()` for each state, `.description(..)`, `.payload(..)` (the message's,
-/// and each output's on its `Output::new(..)`) and `.build()`.
+/// and each output's on its `Output::new(..)`) and `.build()`; and `From<name> for
+/// Subscriber`, which is `name.on(SOURCE)`.
 #[proc_macro_attribute]
 pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::subscriber(args.into(), item.into()).into()

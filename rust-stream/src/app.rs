@@ -80,14 +80,19 @@ impl RustStream {
     ) -> Service<B> {
         let mut scope = Include::new();
         include(&mut scope);
-        broker.declare(&scope.subscribers);
+        let subscribers: Vec<B::Subscriber> = scope
+            .subscribers
+            .into_iter()
+            .map(|subscriber| broker.adopt(subscriber))
+            .collect();
+        broker.declare(&subscribers);
         let (sender, _) = watch::channel(false);
         let (stage, _) = watch::channel(Stage::Starting);
         Service {
             states: Arc::new(self.states),
             info: self.info,
             broker,
-            subscribers: scope.subscribers,
+            subscribers,
             shutdown_timeout: self.shutdown_timeout,
             shutdown: ShutdownHandle {
                 sender: Arc::new(sender),

@@ -24,6 +24,14 @@ pub trait Broker: Send + 'static {
     /// What [`Include::include`] accepts.
     type Subscriber: Send + 'static;
 
+    /// Takes in a subscriber the app includes, before [`declare`](Self::declare): a broker that
+    /// names queues its own way (a prefix per environment) renames them here, once, so that its
+    /// declarations, the AsyncAPI document, health and the run all see the names it uses. By
+    /// default the subscriber stays as it is.
+    fn adopt(&self, subscriber: Self::Subscriber) -> Self::Subscriber {
+        subscriber
+    }
+
     /// Learns the app's subscribers as soon as they are included, before the app runs, so that
     /// what the broker does before then (a publisher creating a queue) already follows them.
     fn declare(&self, subscribers: &[Self::Subscriber]) {
@@ -63,7 +71,9 @@ impl<B: Broker> Include<B> {
         }
     }
 
-    /// Mounts a subscriber: a built [`Subscriber`](crate::Subscriber), or a `#[subscriber]` function.
+    /// Mounts a subscriber: a built [`Subscriber`](crate::Subscriber), or a `#[subscriber]`
+    /// function, on its attribute's queue (`b.include(fulfil)`) or on one chosen at run time
+    /// (`b.include(fulfil.on(queue))`).
     pub fn include(&mut self, subscriber: impl Into<B::Subscriber>) -> &mut Self {
         self.subscribers.push(subscriber.into());
         self

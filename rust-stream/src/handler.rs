@@ -221,6 +221,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             output_payloads: self.outputs.payloads(),
             outputs: publishers,
             requirements: self.requirements,
+            problems: Vec::new(),
             handler: Arc::new(Typed {
                 handler: self.handler,
                 outputs: self.outputs,
@@ -244,6 +245,9 @@ pub struct Subscriber {
     pub(crate) output_payloads: Vec<Payload>,
     pub(crate) outputs: Vec<Publisher>,
     pub(crate) requirements: Vec<Requirement>,
+    /// What the broker found wrong when it took the subscriber in (a queue-name prefix that
+    /// makes a name SQS refuses), for the app's start to refuse with.
+    pub(crate) problems: Vec<crate::model::ConfigError>,
     pub(crate) handler: Arc<dyn ErasedHandler>,
 }
 
@@ -258,7 +262,8 @@ impl std::fmt::Debug for Subscriber {
 }
 
 impl Subscriber {
-    /// The queue this subscriber reads.
+    /// The queue this subscriber reads: once an app has included it, as its broker names it
+    /// (with the broker's [queue-name prefix](crate::SqsBroker::queue_name_prefix)).
     pub fn queue(&self) -> &SqsQueue {
         &self.queue
     }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use batch::{BatchSettings, Batcher};
 
 use crate::model::declare;
+use crate::model::naming::QueueNaming;
 use crate::model::rules::ErrorKind;
 use crate::model::{ConfigError, SqsQueue};
 use crate::propagation::TraceHeaders;
@@ -35,6 +36,9 @@ pub(crate) struct Client {
     pub(crate) linger_nanos: AtomicU64,
     /// Every publisher and output of the broker refuses a FIFO message that names no group.
     pub(crate) strict_groups: std::sync::atomic::AtomicBool,
+    /// The prefix and suffix the broker adds to every queue name, read when a subscriber is
+    /// included or a publisher bound.
+    naming: std::sync::RwLock<QueueNaming>,
     /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
     /// no other, and callers asking for the same queue at once share one lookup.
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
@@ -83,6 +87,7 @@ impl Client {
             calls,
             linger_nanos: AtomicU64::new(5_000_000),
             strict_groups: std::sync::atomic::AtomicBool::new(false),
+            naming: std::sync::RwLock::default(),
             queues: Mutex::new(HashMap::new()),
             declarations: Arc::default(),
             recorder: std::sync::OnceLock::new(),
@@ -92,6 +97,20 @@ impl Client {
 
     pub(crate) fn linger(&self) -> Duration {
         Duration::from_nanos(self.linger_nanos.load(Ordering::Relaxed))
+    }
+
+    /// How the broker names queues.
+    pub(crate) fn naming(&self) -> QueueNaming {
+        self.naming
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes how the broker names the queues of the subscribers and publishers it takes from
+    /// now on.
+    pub(crate) fn rename(&self, change: impl FnOnce(&mut QueueNaming)) {
+        change(&mut self.naming.write().unwrap_or_else(PoisonError::into_inner));
     }
 
     /// Batchers whose calls may go out in any order: each call's first entry waits the linger.

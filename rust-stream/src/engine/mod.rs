@@ -122,6 +122,7 @@ pub(crate) async fn run(
     let mut seen = HashSet::new();
     let attempt_timeout = client.transport.attempt_timeout();
     for subscriber in &subscribers {
+        problems.extend(subscriber.problems.iter().cloned());
         let before = problems.len();
         subscriber.queue.problems(&mut problems);
         // A wait refused on its own is one problem, not two.

@@ -429,14 +429,24 @@ impl Settler {
     }
 
     /// Sends what the handler published, in order, grouped by queue, each through the broker its
-    /// publisher belongs to (the subscription's own when the publisher is not bound yet).
+    /// publisher belongs to (the subscription's own when the publisher is not bound, which names
+    /// its queue as it names every other).
     async fn publish_staged(&self, staged: Vec<Outgoing>) -> Result<(), PublishError> {
         type ByQueue = BTreeMap<(usize, String), (Arc<Client>, SqsQueue, Vec<SendMessage>)>;
         let mut by_queue = ByQueue::new();
         for outgoing in staged {
             let (publisher, message) = outgoing.into_request()?;
-            let client = publisher.core().unwrap_or_else(|| self.client.clone());
-            let queue = publisher.queue().clone();
+            let (client, queue) = match publisher.core() {
+                Some(client) => (client, publisher.queue().clone()),
+                None => {
+                    let mut problems = Vec::new();
+                    let queue = self.client.naming().queue(publisher.queue(), &mut problems);
+                    if let Some(problem) = problems.pop() {
+                        return Err(PublishError::Config(problem));
+                    }
+                    (self.client.clone(), queue)
+                }
+            };
             by_queue
                 .entry((Arc::as_ptr(&client) as usize, queue.name.clone()))
                 .or_insert_with(|| (client, queue, Vec::new()))

@@ -5,12 +5,14 @@
 //! - [`rules`]: the limits and checks both backends enforce alike.
 //! - [`queue`]: a queue as an app declares it ([`SqsQueue`]), and what is wrong with a
 //!   declaration ([`ConfigError`]).
+//! - `naming`: the prefix and suffix a broker adds to every queue name, applied in one place.
 //! - `declare`: the declarations of a broker's apps and publishers, merged per queue.
 //!
 //! Nothing here calls a service or runs a task.
 
 pub(crate) mod declare;
 pub mod error;
+pub(crate) mod naming;
 pub mod queue;
 pub mod rules;
 pub mod wire;

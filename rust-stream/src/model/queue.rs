@@ -448,6 +448,17 @@ pub enum ConfigError {
         /// The queue.
         queue: String,
     },
+    /// The broker's queue-name prefix or suffix makes a name SQS refuses: a character SQS does
+    /// not take, or a name over 80 characters.
+    #[error("queue `{queue}` is named `{named}` on this broker (its queue-name prefix and suffix), which SQS refuses: {reason}")]
+    QueueNaming {
+        /// The queue, as declared.
+        queue: String,
+        /// The name the prefix and suffix make of it.
+        named: String,
+        /// What is wrong with it, and how to fix it.
+        reason: String,
+    },
     /// The broker's batch linger is so long that a lone delete would wait near a visibility
     /// timeout (and be handled again), and a stop would wait it out.
     #[error("batch linger {got:?} is longer than {max:?}: a lone delete would wait that long for company; give `SqsBroker::batch_linger(..)` at most {max:?}")]

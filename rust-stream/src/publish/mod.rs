@@ -34,7 +34,7 @@ use crate::client::Client;
 use crate::codec::{Codec, EncodeError, Json};
 use crate::describe::Payload;
 use crate::model::rules::{self, ErrorKind};
-use crate::model::SqsQueue;
+use crate::model::{ConfigError, SqsQueue};
 use crate::transport::{
     MessageAttributeValue, MessageAttributes, SendMessage, SentMessage, TransportError,
 };
@@ -53,17 +53,26 @@ pub struct Publisher {
 }
 
 struct PublisherInner {
+    /// The queue as declared.
     queue: SqsQueue,
-    core: OnceLock<Arc<Client>>,
+    binding: OnceLock<Binding>,
     /// Refuses a FIFO message that names no group rather than send it to `"default"`.
     strict_groups: bool,
+}
+
+/// The broker a publisher belongs to, and its queue as that broker names it.
+#[derive(Clone)]
+struct Binding {
+    core: Arc<Client>,
+    /// The queue with the broker's prefix and suffix, or why they make a name SQS refuses.
+    named: Result<SqsQueue, ConfigError>,
 }
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher")
-            .field("queue", &self.inner.queue.name)
-            .field("bound", &self.inner.core.get().is_some())
+            .field("queue", &self.queue().name)
+            .field("bound", &self.inner.binding.get().is_some())
             .finish()
     }
 }
@@ -76,7 +85,7 @@ impl Publisher {
         Self {
             inner: Arc::new(PublisherInner {
                 queue: queue.into(),
-                core: OnceLock::new(),
+                binding: OnceLock::new(),
                 strict_groups: false,
             }),
         }
@@ -109,7 +118,7 @@ impl Publisher {
         Self {
             inner: Arc::new(PublisherInner {
                 queue: self.inner.queue.clone(),
-                core: self.inner.core.clone(),
+                binding: self.inner.binding.clone(),
                 strict_groups: true,
             }),
         }
@@ -139,9 +148,9 @@ impl Publisher {
     /// );
     /// ```
     pub fn payload(self, payload: Payload) -> Self {
-        if let Some(core) = self.inner.core.get() {
+        if let Some(core) = self.core() {
             core.declarations()
-                .publisher_payload(&self.inner.queue.name, payload);
+                .publisher_payload(&self.queue().name, payload);
         }
         self
     }
@@ -149,30 +158,61 @@ impl Publisher {
     /// Whether a FIFO message naming no group is refused: by this publisher, or by its broker.
     fn refuses_default_group(&self) -> bool {
         self.inner.strict_groups
-            || self.inner.core.get().is_some_and(|core| {
-                core.strict_groups
+            || self.inner.binding.get().is_some_and(|binding| {
+                binding
+                    .core
+                    .strict_groups
                     .load(std::sync::atomic::Ordering::Relaxed)
             })
     }
 
+    /// A publisher for `queue` as the broker already names it (a subscription's dead-letter
+    /// queue, a queue a RedrivePolicy names), bound to it: its name is not named again.
     pub(crate) fn bound(queue: SqsQueue, core: Arc<Client>) -> Self {
-        let publisher = Self::new(queue);
-        publisher.bind(&core);
+        let publisher = Self::new(queue.clone());
+        let _ = publisher.inner.binding.set(Binding {
+            core,
+            named: Ok(queue),
+        });
         publisher
     }
 
-    /// Binds an unbound publisher; a bound one keeps its broker.
+    /// Binds an unbound publisher, naming its queue as the broker does; a bound one keeps its
+    /// broker.
     pub(crate) fn bind(&self, core: &Arc<Client>) {
-        let _ = self.inner.core.set(core.clone());
+        self.inner.binding.get_or_init(|| {
+            let mut problems = Vec::new();
+            let named = core.naming().queue(&self.inner.queue, &mut problems);
+            Binding {
+                core: core.clone(),
+                named: problems.into_iter().next().map_or(Ok(named), Err),
+            }
+        });
     }
 
     /// The broker this publisher is bound to, if any.
     pub(crate) fn core(&self) -> Option<Arc<Client>> {
-        self.inner.core.get().cloned()
+        self.inner.binding.get().map(|binding| binding.core.clone())
     }
 
-    /// The queue this publisher sends to.
+    /// Why the broker this publisher is bound to cannot name its queue (its prefix or suffix
+    /// makes a name SQS refuses), if it cannot.
+    pub(crate) fn naming_problem(&self) -> Option<&ConfigError> {
+        self.inner.binding.get()?.named.as_ref().err()
+    }
+
+    /// The queue this publisher sends to: once bound to a broker, as the broker names it (with
+    /// its [queue-name prefix](crate::SqsBroker::queue_name_prefix)), else as declared.
     pub fn queue(&self) -> &SqsQueue {
+        match self.inner.binding.get().map(|binding| &binding.named) {
+            Some(Ok(named)) => named,
+            _ => &self.inner.queue,
+        }
+    }
+
+    /// The queue as declared, before the broker's naming: what tells two publishers of one
+    /// queue apart from those of another, bound or not.
+    fn declared(&self) -> &SqsQueue {
         &self.inner.queue
     }
 
@@ -274,10 +314,9 @@ impl Publisher {
 
     /// The request `outgoing` becomes as a message of this publisher.
     fn request_for(&self, outgoing: Outgoing) -> Result<SendMessage, PublishError> {
-        let queue = self.queue();
-        if outgoing.queue().name != queue.name {
+        if outgoing.publisher.declared().name != self.declared().name {
             return Err(PublishError::OtherQueue {
-                queue: queue.name.clone(),
+                queue: self.queue().name.clone(),
                 message_queue: outgoing.queue().name.clone(),
             });
         }
@@ -433,6 +472,9 @@ impl Outgoing {
 
     /// The `SendMessage` this becomes, checked against every SQS rule.
     pub(crate) fn into_request(self) -> Result<(Publisher, SendMessage), PublishError> {
+        if let Some(problem) = self.publisher.naming_problem() {
+            return Err(PublishError::Config(problem.clone()));
+        }
         let queue = self.publisher.queue().clone();
         let reject = |error: TransportError| PublishError::Rejected {
             queue: queue.name.clone(),
@@ -485,14 +527,9 @@ impl Outgoing {
     /// encoded, its publisher is not bound to a broker, or SQS refuses it.
     pub async fn send(self) -> Result<SentMessage, PublishError> {
         let (publisher, message) = self.into_request()?;
-        let core = publisher
-            .inner
-            .core
-            .get()
-            .cloned()
-            .ok_or_else(|| PublishError::Unbound {
-                queue: publisher.queue().name.clone(),
-            })?;
+        let core = publisher.core().ok_or_else(|| PublishError::Unbound {
+            queue: publisher.queue().name.clone(),
+        })?;
         core.send(publisher.queue(), message)
             .await
             .map_err(PublishError::rejected(publisher.queue()))
@@ -589,6 +626,10 @@ pub enum PublishError {
         /// The queue.
         queue: String,
     },
+    /// The broker's queue-name prefix or suffix makes the queue's name one SQS refuses; found
+    /// before the network.
+    #[error(transparent)]
+    Config(ConfigError),
     /// The publisher belongs to no broker.
     #[error(
         "publisher for `{queue}` is not bound to a broker: declare it as a subscriber's output, \

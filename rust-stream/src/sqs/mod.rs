@@ -233,6 +233,44 @@ impl SqsBroker {
         self
     }
 
+    /// Puts `prefix` before the name of every queue this broker resolves, so one service binary
+    /// names its queues per environment: with `"staging-"`, `payments.fifo` is
+    /// `staging-payments.fifo`. It applies to the queues of the subscribers an app includes
+    /// (their dead-letter queues and outputs too) and of the publishers the broker makes, in one
+    /// place, when the subscriber is included or the publisher made: create, send, dead-letter,
+    /// health and the AsyncAPI document all show the name it makes. A queue's RedrivePolicy
+    /// names its dead-letter queue itself, and is read as it is.
+    ///
+    /// A clone shares it; set it before building apps and publishers on the broker.
+    ///
+    /// ```
+    /// use rust_stream::SqsBroker;
+    ///
+    /// let broker = SqsBroker::in_process().queue_name_prefix("staging-");
+    /// assert_eq!(broker.publisher("payments.fifo").queue().name(), "staging-payments.fifo");
+    /// ```
+    ///
+    /// A prefix SQS refuses (a character other than letters, digits, `-` and `_`), or one that
+    /// takes a name past 80 characters, is found before any network call:
+    /// [`ConfigError::QueueNaming`] naming the queue, from the app's start (with its other
+    /// problems) or from the publisher's sends.
+    #[must_use]
+    pub fn queue_name_prefix(self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        self.core.rename(|naming| naming.prefix = prefix);
+        self
+    }
+
+    /// Puts `suffix` after the name of every queue this broker resolves, before a `.fifo`: with
+    /// `"-blue"`, `payments.fifo` is `payments-blue.fifo`. Applied and checked as
+    /// [`queue_name_prefix`](Self::queue_name_prefix) is.
+    #[must_use]
+    pub fn queue_name_suffix(self, suffix: impl Into<String>) -> Self {
+        let suffix = suffix.into();
+        self.core.rename(|naming| naming.suffix = suffix);
+        self
+    }
+
     /// A recorder of what this broker's subscriptions do with each message: what they handled,
     /// published and dead-lettered. The first call starts it; later calls share it.
     #[cfg(feature = "testing")]
@@ -257,15 +295,39 @@ impl SqsBroker {
     /// (the queue is created, when asked, as all of them together describe it, and such an app
     /// refuses to start if they disagree), and every app's AsyncAPI document lists it, with the
     /// messages its [`payload`](Publisher::payload) says it sends.
+    ///
+    /// Its queue is named as the broker names every queue (see
+    /// [`queue_name_prefix`](Self::queue_name_prefix)).
     pub fn publisher(&self, queue: impl Into<SqsQueue>) -> Publisher {
-        let queue = queue.into();
-        self.core.declarations().publisher(&queue);
-        Publisher::bound(queue, self.core.clone())
+        let publisher = Publisher::new(queue);
+        publisher.bind(&self.core);
+        // A name the broker cannot make is refused by every send, and declares nothing.
+        if publisher.naming_problem().is_none() {
+            self.core.declarations().publisher(publisher.queue());
+        }
+        publisher
     }
 }
 
 impl Broker for SqsBroker {
     type Subscriber = Subscriber;
+
+    /// Names the subscriber's queue, its dead-letter queue and its outputs as the broker names
+    /// every queue (see [`queue_name_prefix`](SqsBroker::queue_name_prefix)), binding the outputs
+    /// to this broker; a name it cannot make is kept for the app's start to refuse.
+    fn adopt(&self, mut subscriber: Subscriber) -> Subscriber {
+        subscriber.queue = self
+            .core
+            .naming()
+            .queue(&subscriber.queue, &mut subscriber.problems);
+        for output in &subscriber.outputs {
+            output.bind(&self.core);
+            if let Some(problem) = output.naming_problem() {
+                subscriber.problems.push(problem.clone());
+            }
+        }
+        subscriber
+    }
 
     /// Registers the app's declarations with the broker, for a publisher that resolves one of
     /// its queues before it runs; they stay for as long as this broker value, which the app
