@@ -234,8 +234,8 @@ pub(super) fn named_endpoint() -> Option<String> {
 
 /// Where LocalStack is installed: [`LOCALSTACK_DIR_VAR`], else `localstack` in the target dir the
 /// test binary was built in (found by cargo's `CACHEDIR.TAG` above it; for a doc test, which runs
-/// from a temporary folder, `target` beside the crate's manifest or above it), else a per-user
-/// cache dir.
+/// from a temporary folder, the nearest `target` beside the crate's manifest or above it), else a
+/// per-user cache dir.
 pub fn install_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(LOCALSTACK_DIR_VAR).filter(|dir| !dir.is_empty()) {
         return PathBuf::from(dir);
@@ -249,7 +249,7 @@ pub fn install_dir() -> PathBuf {
         manifest
             .ancestors()
             .map(|dir| dir.join("target"))
-            .find(|target| target.join("CACHEDIR.TAG").is_file())
+            .find(|target| target.is_dir())
     };
     if let Some(target) = built_in.or_else(beside_manifest) {
         return target.join("localstack");
