@@ -55,18 +55,16 @@ mod backend;
 mod context;
 mod localstack;
 
-#[cfg(feature = "aws")]
-pub use backend::live_broker;
 pub use backend::{
-    live_endpoint, on_each_backend, Backend, BackendKind, QueueNames, LIVE_POLL_SECONDS,
-    SKIP_LIVE_VAR,
+    live_endpoint, on_each_backend, Backend, BackendKind, QueueNames, SKIP_LIVE_VAR,
 };
 pub use context::TestContext;
-pub use localstack::{install_dir, LocalStack, LocalStackError, LOCALSTACK_DIR_VAR};
-
-/// The environment variable that names a live SQS-compatible endpoint (LocalStack, say) for live
-/// tests and [`on_each_backend`]'s live leg, to reuse instead of starting a [`LocalStack`].
-pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
+#[cfg(feature = "aws")]
+pub use localstack::live_broker;
+pub use localstack::{
+    install_dir, LocalStack, LocalStackError, LIVE_ENDPOINT_VAR, LIVE_POLL_SECONDS,
+    LOCALSTACK_DIR_VAR,
+};
 
 /// How long [`eventually`] and [`TestApp::drain`] wait before they fail: short in real time, and
 /// no real time at all on a paused clock.

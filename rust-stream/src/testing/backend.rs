@@ -1,23 +1,20 @@
 //! One test body on both backends: [`on_each_backend`] runs it on the in-process account and on a
 //! live LocalStack, each leg with a fresh [`Backend`]; [`QueueNames`] keeps the queues of each run
 //! apart on a shared server; [`live_endpoint`] is how a live test gets its server (named by an
-//! environment variable, or a [`LocalStack`](super::LocalStack) started for the process) or says
+//! environment variable, or a [`LocalStack`] started for the process) or says
 //! why it is skipped.
 
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 
-use super::localstack::{install_dir, named_endpoint, LocalStack};
-use super::LIVE_ENDPOINT_VAR;
+#[cfg(feature = "aws")]
+use super::localstack::live_broker;
+use super::localstack::{install_dir, named_endpoint, LocalStack, LIVE_ENDPOINT_VAR};
 use crate::account::Account;
 
 /// The environment variable that, set to `1`, skips live tests and legs instead of starting a
 /// LocalStack for them (under `CI` they fail instead: a live test is never skipped there).
 pub const SKIP_LIVE_VAR: &str = "RUST_STREAM_SKIP_LIVE";
-
-/// The longest a receive on a [`live_broker`] long-polls: stopping an app waits for the receive
-/// in flight, so a stop takes about this long rather than the 20 s of a default long poll.
-pub const LIVE_POLL_SECONDS: i32 = 1;
 
 /// Where [`on_each_backend`] runs a test body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +104,7 @@ pub struct Backend {
 
 impl Backend {
     /// The broker to build the service and its publishers on. On the live leg it long-polls at
-    /// most [`LIVE_POLL_SECONDS`], so that a stop is quick.
+    /// most [`LIVE_POLL_SECONDS`](crate::testing::LIVE_POLL_SECONDS), so that a stop is quick.
     pub fn broker(&self) -> &crate::SqsBroker {
         &self.broker
     }
@@ -145,7 +142,7 @@ impl Backend {
 /// error that it is skipped and what to do about it.
 ///
 /// The endpoint is the one [`LIVE_ENDPOINT_VAR`] names, or else that of a
-/// [`LocalStack`](super::LocalStack) started for this process ([`LocalStack::shared`]), unless
+/// [`LocalStack`] started for this process ([`LocalStack::shared`]), unless
 /// [`SKIP_LIVE_VAR`] is `1`. The note is written straight to the terminal, past libtest's capture
 /// of `eprintln!`, so a skipped live test shows in the test output. Under `CI` the test panics
 /// instead: a live test is never skipped there.
@@ -189,54 +186,10 @@ pub fn live_endpoint(what: &str) -> Option<String> {
     None
 }
 
-/// A broker on a live SQS-compatible server for a test: region `us-east-1`, test credentials, and
-/// long polls of at most [`LIVE_POLL_SECONDS`] whatever the subscriptions ask, so that stopping
-/// an app (which waits for the receive in flight, so that what it brings is not hidden for a
-/// visibility timeout) takes about a second rather than 20.
-///
-/// # Panics
-///
-/// If the broker cannot be made (it needs nothing but these settings, which are complete).
-#[cfg(feature = "aws")]
-#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
-pub async fn live_broker(endpoint: &str) -> crate::SqsBroker {
-    let transport = crate::SqsBroker::aws()
-        .endpoint(endpoint)
-        .region("us-east-1")
-        .test_credentials()
-        .transport()
-        .await
-        .expect("an endpoint, a region and test credentials are a complete configuration");
-    crate::SqsBroker::with_transport(crate::transport::layer::Hooked::new(transport, ShortPolls))
-}
-
-/// Caps each receive's long poll at [`LIVE_POLL_SECONDS`].
-#[cfg(feature = "aws")]
-struct ShortPolls;
-
-#[cfg(feature = "aws")]
-impl crate::transport::layer::Hooks for ShortPolls {
-    fn receive_message(
-        &self,
-        inner: &impl crate::transport::Transport,
-        queue_url: &str,
-        mut request: crate::transport::ReceiveMessage,
-    ) -> impl std::future::Future<
-        Output = Result<Vec<crate::transport::ReceivedMessage>, crate::transport::TransportError>,
-    > + Send {
-        request.wait_time_seconds = Some(
-            request
-                .wait_time_seconds
-                .map_or(LIVE_POLL_SECONDS, |wait| wait.min(LIVE_POLL_SECONDS)),
-        );
-        inner.receive_message(queue_url, request)
-    }
-}
-
 /// Runs one test body on each backend, each with a fresh [`Backend`]: the in-process account on
 /// a paused clock, then a live LocalStack in real time ([`live_endpoint`]: the one
 /// [`LIVE_ENDPOINT_VAR`] names, or one started for the test process; region `us-east-1`, test
-/// credentials, long polls of at most [`LIVE_POLL_SECONDS`]). Both legs run even when the first
+/// credentials, long polls of at most [`LIVE_POLL_SECONDS`](crate::testing::LIVE_POLL_SECONDS)). Both legs run even when the first
 /// fails; a failing leg is named in the panic. Call it from a plain `#[test]`, not from inside a
 /// runtime.
 ///

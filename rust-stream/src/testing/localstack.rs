@@ -1,6 +1,6 @@
 //! A LocalStack for a crate's own live tests, with no Docker and no checkout of this repository.
 //!
-//! [`LocalStack::shared`] reuses the server named by [`LIVE_ENDPOINT_VAR`](super::LIVE_ENDPOINT_VAR)
+//! [`LocalStack::shared`] reuses the server named by [`LIVE_ENDPOINT_VAR`]
 //! or else starts one for the test process, on a free port of `127.0.0.1`. It is started by the
 //! same script the repository's `scripts/localstack.sh` runs (`localstack.sh` beside this file,
 //! carried in the crate): a Python virtualenv with a pinned LocalStack, installed once under the
@@ -18,7 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use super::LIVE_ENDPOINT_VAR;
+/// The environment variable that names a live SQS-compatible endpoint (LocalStack, say) for live
+/// tests and `on_each_backend`'s live leg, to reuse instead of starting a [`LocalStack`].
+pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
+
+/// The longest a receive on a [`live_broker`] long-polls: stopping an app waits for the receive
+/// in flight, so a stop takes about this long rather than the 20 s of a default long poll.
+pub const LIVE_POLL_SECONDS: i32 = 1;
 
 /// The environment variable that names where [`LocalStack`] installs LocalStack and keeps its
 /// logs, when the test binary's target dir will not do.
@@ -27,7 +33,7 @@ pub const LOCALSTACK_DIR_VAR: &str = "RUST_STREAM_LOCALSTACK_DIR";
 /// The script that installs, starts and stops LocalStack: the one the repository runs too.
 const SCRIPT: &str = include_str!("localstack.sh");
 
-/// A LocalStack server for live tests: one named by [`LIVE_ENDPOINT_VAR`](super::LIVE_ENDPOINT_VAR)
+/// A LocalStack server for live tests: one named by [`LIVE_ENDPOINT_VAR`]
 /// and reused, or one this process started, stopped when the last clone of its handle is dropped
 /// (the [shared](Self::shared) one: when the process ends). Cheap to clone.
 ///
@@ -110,7 +116,7 @@ impl Drop for Server {
 }
 
 impl LocalStack {
-    /// The server named by [`LIVE_ENDPOINT_VAR`](super::LIVE_ENDPOINT_VAR) when it is set, or else
+    /// The server named by [`LIVE_ENDPOINT_VAR`] when it is set, or else
     /// the one this process starts on first use and keeps until it ends (tests run one after
     /// another, and a start costs seconds; the first install, minutes). Blocks until the server
     /// is healthy; calls made meanwhile wait for the same start.
@@ -217,11 +223,55 @@ impl LocalStack {
 
     /// A broker on this server for a test: region `us-east-1`, test credentials, and long polls
     /// of at most a second, so that stopping an app does not wait out a 20 s receive (see
-    /// [`live_broker`](super::live_broker)).
+    /// [`live_broker`]).
     #[cfg(feature = "aws")]
     #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
     pub async fn broker(&self) -> crate::SqsBroker {
-        super::live_broker(self.endpoint()).await
+        live_broker(self.endpoint()).await
+    }
+}
+
+/// A broker on a live SQS-compatible server for a test: region `us-east-1`, test credentials, and
+/// long polls of at most [`LIVE_POLL_SECONDS`] whatever the subscriptions ask, so that stopping
+/// an app (which waits for the receive in flight, so that what it brings is not hidden for a
+/// visibility timeout) takes about a second rather than 20.
+///
+/// # Panics
+///
+/// If the broker cannot be made (it needs nothing but these settings, which are complete).
+#[cfg(feature = "aws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+pub async fn live_broker(endpoint: &str) -> crate::SqsBroker {
+    let transport = crate::SqsBroker::aws()
+        .endpoint(endpoint)
+        .region("us-east-1")
+        .test_credentials()
+        .transport()
+        .await
+        .expect("an endpoint, a region and test credentials are a complete configuration");
+    crate::SqsBroker::with_transport(crate::transport::layer::Hooked::new(transport, ShortPolls))
+}
+
+/// Caps each receive's long poll at [`LIVE_POLL_SECONDS`].
+#[cfg(feature = "aws")]
+struct ShortPolls;
+
+#[cfg(feature = "aws")]
+impl crate::transport::layer::Hooks for ShortPolls {
+    fn receive_message(
+        &self,
+        inner: &impl crate::transport::Transport,
+        queue_url: &str,
+        mut request: crate::transport::ReceiveMessage,
+    ) -> impl std::future::Future<
+        Output = Result<Vec<crate::transport::ReceivedMessage>, crate::transport::TransportError>,
+    > + Send {
+        request.wait_time_seconds = Some(
+            request
+                .wait_time_seconds
+                .map_or(LIVE_POLL_SECONDS, |wait| wait.min(LIVE_POLL_SECONDS)),
+        );
+        inner.receive_message(queue_url, request)
     }
 }
 
