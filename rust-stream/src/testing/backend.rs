@@ -232,8 +232,8 @@ pub fn live_endpoint(what: &str) -> Option<String> {
 ///
 /// # Panics
 ///
-/// When the body panics on either leg, naming the legs that failed (each leg's own panic is
-/// printed as it happens); and under `CI` when no live endpoint can be had, so that a live leg is
+/// When the body panics on either leg, saying how each leg ended: passed, failed and why, or
+/// skipped (each leg's own panic is printed as it happens, with its place); and under `CI` when no live endpoint can be had, so that a live leg is
 /// never skipped silently there. Elsewhere a skipped live leg is said on standard error.
 pub fn on_each_backend(body: impl AsyncFn(Backend)) {
     let in_process = || {
@@ -250,34 +250,41 @@ pub fn on_each_backend(body: impl AsyncFn(Backend)) {
             endpoint: None,
             names: QueueNames::new(),
         }));
+        true
     };
     let live = || {
         // Asked here, after the in-process leg, so that a leg that cannot run under CI is a
         // failed leg like any other: the in-process leg's result is reported too.
-        if let Some(endpoint) = live_endpoint("live leg") {
-            live(&endpoint, &body);
-        }
+        let Some(endpoint) = live_endpoint("live leg") else {
+            return false;
+        };
+        live(&endpoint, &body);
+        true
     };
     run_legs([
-        (BackendKind::InProcess, &in_process as &dyn Fn()),
+        (BackendKind::InProcess, &in_process as &dyn Fn() -> bool),
         (BackendKind::Live, &live),
     ]);
 }
 
-/// Runs every leg, each behind a panic catch, then panics naming those that failed.
-fn run_legs<const N: usize>(legs: [(BackendKind, &dyn Fn()); N]) {
-    let mut failed = Vec::new();
+/// Runs every leg (each says whether it ran or was skipped), each behind a panic catch, then
+/// panics if any failed, saying how each leg ended.
+fn run_legs<const N: usize>(legs: [(BackendKind, &dyn Fn() -> bool); N]) {
+    let mut ends = Vec::new();
+    let mut failed = false;
     for (kind, leg) in legs {
-        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(leg)) {
-            failed.push(format!(
-                "the {} leg failed: {}",
-                kind.name(),
-                panic_message(&*panic)
-            ));
-        }
+        let end = match std::panic::catch_unwind(AssertUnwindSafe(leg)) {
+            Ok(true) => "passed".to_owned(),
+            Ok(false) => "was skipped".to_owned(),
+            Err(panic) => {
+                failed = true;
+                format!("failed: {}", panic_message(&*panic))
+            }
+        };
+        ends.push(format!("the {} leg {end}", kind.name()));
     }
-    if !failed.is_empty() {
-        panic!("on_each_backend: {}", failed.join("; "));
+    if failed {
+        panic!("on_each_backend: {}", ends.join("; "));
     }
 }
 
@@ -321,14 +328,17 @@ mod tests {
     #[test]
     fn both_legs_run_when_the_first_fails_and_the_panic_names_it() {
         let ran = std::cell::Cell::new(0);
-        let first = || {
+        let first = || -> bool {
             ran.set(ran.get() + 1);
             panic!("the receipt never came");
         };
-        let second = || ran.set(ran.get() + 10);
+        let second = || {
+            ran.set(ran.get() + 10);
+            true
+        };
         let panic = std::panic::catch_unwind(AssertUnwindSafe(|| {
             run_legs([
-                (BackendKind::InProcess, &first as &dyn Fn()),
+                (BackendKind::InProcess, &first as &dyn Fn() -> bool),
                 (BackendKind::Live, &second),
             ]);
         }))
@@ -336,17 +346,31 @@ mod tests {
         assert_eq!(ran.get(), 11, "both legs ran");
         assert_eq!(
             panic_message(&*panic),
-            "on_each_backend: the in-process leg failed: the receipt never came"
+            "on_each_backend: the in-process leg failed: the receipt never came; the live leg passed"
+        );
+        // A skipped live leg is said so.
+        let skipped = || false;
+        let panic = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            run_legs([
+                (BackendKind::InProcess, &first as &dyn Fn() -> bool),
+                (BackendKind::Live, &skipped),
+            ]);
+        }))
+        .unwrap_err();
+        assert!(
+            panic_message(&*panic).ends_with("; the live leg was skipped"),
+            "{}",
+            panic_message(&*panic)
         );
     }
 
     #[test]
     fn both_failures_are_reported() {
-        let first = || panic!("one");
-        let second = || panic!("two {}", 2);
+        let first = || -> bool { panic!("one") };
+        let second = || -> bool { panic!("two {}", 2) };
         let panic = std::panic::catch_unwind(AssertUnwindSafe(|| {
             run_legs([
-                (BackendKind::InProcess, &first as &dyn Fn()),
+                (BackendKind::InProcess, &first as &dyn Fn() -> bool),
                 (BackendKind::Live, &second),
             ]);
         }))
