@@ -142,3 +142,123 @@ fn one_body_runs_on_each_backend_with_the_librarys_helpers_alone() {
         assert_eq!(kinds, [BackendKind::InProcess, BackendKind::Live]);
     }
 }
+
+/// The panic message of a failed task.
+async fn panic_of(task: tokio::task::JoinHandle<()>) -> String {
+    let panic = task.await.unwrap_err().into_panic();
+    match panic.downcast::<String>() {
+        Ok(message) => *message,
+        Err(panic) => (*panic.downcast::<&str>().unwrap()).to_owned(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_that_fails_names_the_tests_line() {
+    use rust_stream::testing::eventually_within;
+    use std::time::Duration;
+
+    let line = line!() + 1;
+    let wait = eventually_within("the impossible", Duration::from_secs(1), async || false);
+    let message = panic_of(tokio::spawn(wait)).await;
+    assert!(
+        message.contains(&format!("(at {}:{line}:", file!())),
+        "{message}"
+    );
+    assert!(!message.contains("src/testing"), "{message}");
+
+    let line = line!() + 1;
+    let wait = eventually("the impossible", async || Err::<(), _>("still not"));
+    let message = panic_of(tokio::spawn(wait)).await;
+    assert!(
+        message
+            .starts_with("waited 30s for the impossible; last observed: Err(\"still not\") (at "),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("{}:{line}:", file!())),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_drain_that_fails_names_the_tests_line() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let line = line!() + 12;
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let broker = SqsBroker::in_process();
+            let jobs = SqsQueue::new("stuck-jobs").create_if_missing();
+            let app =
+                RustStream::new(AppInfo::new("stuck", "0")).with_broker(broker.clone(), |b| {
+                    b.include(subscriber(jobs.clone(), Stuck).build());
+                });
+            let running = TestApp::spawn(app).await.expect("the app starts");
+            broker.publisher(jobs).raw("{}").send().await.unwrap();
+            // Never drained: the handler never finishes.
+            running.drain().await;
+        });
+    }))
+    .unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.contains("every queue the app consumes empty"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("(at {}:{line}:", file!())),
+        "{message}"
+    );
+}
+
+/// Never finishes: its message stays in flight.
+struct Stuck;
+
+impl Handle<serde_json::Value> for Stuck {
+    async fn handle(
+        &self,
+        _: &serde_json::Value,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_recorder_asked_about_a_queue_it_never_saw_says_so() {
+    let broker = SqsBroker::in_process();
+    let recorder = broker.recorder();
+    let app = RustStream::new(AppInfo::new("billing", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(
+                SqsQueue::new("jobs.fifo")
+                    .create_if_missing()
+                    .dead_letter("jobs-dlq.fifo", 3),
+                Bill,
+            )
+            .outputs(Output::<Job>::new(
+                SqsQueue::new("ledger.fifo").create_if_missing(),
+            ))
+            .build(),
+        );
+    });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    // A queue the app names and nothing happened on: an empty list, truly.
+    assert!(recorder.published("ledger.fifo").is_empty());
+    assert!(recorder.handled("jobs.fifo").is_empty());
+    assert_eq!(
+        recorder.queues(),
+        ["jobs-dlq.fifo", "jobs.fifo", "ledger.fifo"]
+    );
+    let mistyped = std::panic::catch_unwind(|| recorder.published("ledger")).unwrap_err();
+    assert_eq!(
+        mistyped.downcast_ref::<String>().unwrap(),
+        "the recorder knows no queue `ledger`; the broker's queues are: `jobs-dlq.fifo`, \
+         `jobs.fifo`, `ledger.fifo`"
+    );
+    running.stop().await.unwrap();
+}

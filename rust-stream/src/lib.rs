@@ -67,7 +67,7 @@
 //!    [`SqsBroker::from_env_or_in_process`]), and the app's AsyncAPI 3.0 document
 //!    ([`App::asyncapi`]).
 //! 10. This page, [`prelude`], and `testing` (feature `testing`): run a service in a test and
-//!     wait for what it does.
+//!     wait for what it does, in process and on a LocalStack the kit starts.
 //!
 //! # Guides
 //!
@@ -85,7 +85,7 @@
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
 //! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes, and `process` spans continue it, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
 //! | `schemars` | JSON Schemas of message payloads in the [`asyncapi`] document, for types that implement `schemars::JsonSchema` | no |
-//! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext` | no |
+//! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext`; run the same test on a LocalStack it installs and starts itself (no Docker) | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![deny(unused_must_use)]

@@ -2,6 +2,8 @@
 //! (`Recorder`, feature `testing`); without one, nothing is kept.
 
 #[cfg(feature = "testing")]
+use std::collections::BTreeSet;
+#[cfg(feature = "testing")]
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// How a subscription settled one attempt at a message.
@@ -39,6 +41,9 @@ pub(crate) enum Event {
 /// Where events go.
 pub(crate) trait Record: Send + Sync + 'static {
     fn record(&self, event: Event);
+    /// A queue the broker resolved (one an app reads, sends to or dead-letters to, or a
+    /// publisher's): a test asking about any other name has mistyped it.
+    fn named(&self, queue: &str);
     /// The recorder itself, so the broker hands the same one to every caller.
     fn as_any(&self) -> &dyn std::any::Any;
 }
@@ -46,6 +51,11 @@ pub(crate) trait Record: Send + Sync + 'static {
 /// What a broker's subscriptions did with each message: every attempt and how it was settled,
 /// every output sent, every move to a dead-letter queue. Get it with
 /// [`SqsBroker::recorder`](crate::SqsBroker::recorder) before the app runs. Cheap to clone.
+///
+/// It knows the queues the broker resolved (every queue an app names is, before it consumes; a
+/// publisher's, on its first send), and asking about any other name panics, listing the names it
+/// knows: a mistyped name (`ledger` for `ledger.fifo`) is not an empty list that reads as "nothing
+/// happened". [`queues`](Self::queues) lists them.
 ///
 /// ```
 /// use rust_stream::prelude::*;
@@ -79,6 +89,7 @@ pub(crate) trait Record: Send + Sync + 'static {
 #[derive(Debug, Clone, Default)]
 pub struct Recorder {
     events: Arc<Mutex<Vec<Event>>>,
+    queues: Arc<Mutex<BTreeSet<String>>>,
 }
 
 /// One attempt at a message, as a [`Recorder`] saw it.
@@ -113,9 +124,43 @@ impl Recorder {
         self.events.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Every attempt at a message of `queue`'s subscription, in the order they ended.
-    pub fn handled(&self, queue: &str) -> Vec<Handled> {
+    /// The names of the queues the broker resolved since the recorder was made, in order.
+    pub fn queues(&self) -> Vec<String> {
+        self.queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The events, once `queue` is known to be one the broker resolved.
+    #[track_caller]
+    fn events_of(&self, queue: &str) -> std::sync::MutexGuard<'_, Vec<Event>> {
+        let known = self.queues();
+        if !known.iter().any(|name| name == queue) {
+            let known = if known.is_empty() {
+                "none yet: ask once the app runs (TestApp::spawn returns when it does)".to_owned()
+            } else {
+                known
+                    .iter()
+                    .map(|name| format!("`{name}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            panic!("the recorder knows no queue `{queue}`; the broker's queues are: {known}");
+        }
         self.events()
+    }
+
+    /// Every attempt at a message of `queue`'s subscription, in the order they ended.
+    ///
+    /// # Panics
+    ///
+    /// If the broker never resolved a queue of that name (listing those it did).
+    #[track_caller]
+    pub fn handled(&self, queue: &str) -> Vec<Handled> {
+        self.events_of(queue)
             .iter()
             .filter_map(|event| match event {
                 Event::Settled {
@@ -134,8 +179,13 @@ impl Recorder {
     }
 
     /// The bodies handlers sent to `queue` as their outputs, in the order sent.
+    ///
+    /// # Panics
+    ///
+    /// If the broker never resolved a queue of that name (listing those it did).
+    #[track_caller]
     pub fn published(&self, queue: &str) -> Vec<String> {
-        self.events()
+        self.events_of(queue)
             .iter()
             .filter_map(|event| match event {
                 Event::Published { queue: to, body } if to == queue => Some(body.clone()),
@@ -148,7 +198,8 @@ impl Recorder {
     ///
     /// # Panics
     ///
-    /// If a body is not a `T` in JSON.
+    /// If a body is not a `T` in JSON, or the broker never resolved a queue of that name.
+    #[track_caller]
     pub fn published_as<T: serde::de::DeserializeOwned>(&self, queue: &str) -> Vec<T> {
         self.published(queue)
             .iter()
@@ -161,8 +212,13 @@ impl Recorder {
     }
 
     /// The messages `queue`'s subscription moved to its dead-letter queue, in order.
+    ///
+    /// # Panics
+    ///
+    /// If the broker never resolved a queue of that name (listing those it did).
+    #[track_caller]
     pub fn dead_lettered(&self, queue: &str) -> Vec<DeadLettered> {
-        self.events()
+        self.events_of(queue)
             .iter()
             .filter_map(|event| match event {
                 Event::DeadLettered {
@@ -183,6 +239,13 @@ impl Recorder {
 impl Record for Recorder {
     fn record(&self, event: Event) {
         self.events().push(event);
+    }
+
+    fn named(&self, queue: &str) {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        if !queues.contains(queue) {
+            queues.insert(queue.to_owned());
+        }
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -4,6 +4,11 @@
 //! what each subscription handled, published and dead-lettered; and for testing a handler alone,
 //! as a function, [`TestContext`] builds the context it is called with.
 //!
+//! For live tests, [`on_each_backend`] runs one test body on the in-process account and on a
+//! LocalStack, which [`LocalStack`] reuses (named by [`LIVE_ENDPOINT_VAR`]) or installs and starts
+//! for the test process, with no Docker; [`QueueNames`] keeps each run's queues apart on it.
+//! `docs/testing.md` shows a crate's live test from scratch.
+//!
 //! ```
 //! use rust_stream::prelude::*;
 //! use rust_stream::testing::{eventually, TestApp};
@@ -36,7 +41,8 @@
 //! ```
 
 use std::fmt::Debug;
-
+use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -45,9 +51,20 @@ use tokio::time::Instant;
 use crate::app::{App, QueueLoad, Readiness, RunError, ShutdownHandle};
 pub use crate::record::{DeadLettered, Handled, Recorder, Settled};
 
+mod backend;
 mod context;
+mod localstack;
 
+pub use backend::{
+    live_endpoint, on_each_backend, Backend, BackendKind, QueueNames, SKIP_LIVE_VAR,
+};
 pub use context::TestContext;
+#[cfg(feature = "aws")]
+pub use localstack::live_broker;
+pub use localstack::{
+    install_dir, LocalStack, LocalStackError, LIVE_ENDPOINT_VAR, LIVE_POLL_SECONDS,
+    LOCALSTACK_DIR_VAR,
+};
 
 /// How long [`eventually`] and [`TestApp::drain`] wait before they fail: short in real time, and
 /// no real time at all on a paused clock.
@@ -124,25 +141,35 @@ impl TestApp {
     ///
     /// # Panics
     ///
-    /// After [`DEFAULT_PATIENCE`], showing what the queues still held.
-    pub async fn drain(&self) {
-        // A server may count a message it is handing out as neither visible nor in flight for an
-        // instant (LocalStack does), so emptiness must be seen on several looks in a row.
-        let mut empty_looks = 0;
-        eventually("every queue the app consumes empty", async || {
-            let loads = self.queues().await;
-            let busy: Vec<QueueLoad> = loads
-                .into_iter()
-                .filter(|load| load.consumed && !load.is_empty())
-                .collect();
-            empty_looks = if busy.is_empty() { empty_looks + 1 } else { 0 };
-            if empty_looks >= EMPTY_LOOKS {
-                Ok(())
-            } else {
-                Err(busy)
-            }
-        })
-        .await;
+    /// After [`DEFAULT_PATIENCE`], showing what the queues still held and naming the caller's
+    /// line.
+    #[track_caller]
+    pub fn drain(&self) -> impl Future<Output = ()> + '_ {
+        let caller = Location::caller();
+        async move {
+            // A server may count a message it is handing out as neither visible nor in flight for
+            // an instant (LocalStack does), so emptiness must be seen on several looks in a row.
+            let mut empty_looks = 0;
+            wait_until(
+                "every queue the app consumes empty",
+                DEFAULT_PATIENCE,
+                async || {
+                    let loads = self.queues().await;
+                    let busy: Vec<QueueLoad> = loads
+                        .into_iter()
+                        .filter(|load| load.consumed && !load.is_empty())
+                        .collect();
+                    empty_looks = if busy.is_empty() { empty_looks + 1 } else { 0 };
+                    if empty_looks >= EMPTY_LOOKS {
+                        Ok(())
+                    } else {
+                        Err(busy)
+                    }
+                },
+                caller,
+            )
+            .await;
+        }
     }
 
     /// Shuts the app down gracefully and returns what `run` returned.
@@ -158,167 +185,6 @@ impl TestApp {
         self.shutdown.shutdown();
         self.task.await.expect("the app's task panicked")
     }
-}
-
-/// Where [`on_each_backend`] runs a test body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BackendKind {
-    /// The in-process account, on a paused clock.
-    InProcess,
-    /// The SQS-compatible server named by [`LIVE_ENDPOINT_VAR`], in real time.
-    Live,
-}
-
-/// The environment variable that names a live SQS-compatible endpoint (LocalStack, say) for
-/// [`on_each_backend`]; the project's `scripts/test.sh` sets it.
-pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
-
-/// The live endpoint named by [`LIVE_ENDPOINT_VAR`], or `None` after saying that `what` (a live
-/// test or leg) is skipped.
-///
-/// The note is written straight to the terminal, past libtest's capture of `eprintln!`, so a
-/// skipped live test shows in the test output. Under `CI` a missing endpoint panics instead: a
-/// live test is never skipped there.
-///
-/// # Panics
-///
-/// Under `CI` when [`LIVE_ENDPOINT_VAR`] is unset or empty.
-pub fn live_endpoint(what: &str) -> Option<String> {
-    use std::io::Write as _;
-    let endpoint = std::env::var(LIVE_ENDPOINT_VAR)
-        .ok()
-        .filter(|value| !value.is_empty());
-    if endpoint.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{LIVE_ENDPOINT_VAR} is not set under CI: run the tests through scripts/test.sh, which \
-             starts LocalStack, so that {what} runs"
-        );
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIPPED {what}: {LIVE_ENDPOINT_VAR} is not set; scripts/test.sh starts LocalStack and sets it"
-        );
-    }
-    endpoint
-}
-
-/// One backend a test body runs on: a fresh broker, and names that keep this run's queues apart
-/// from other runs on a shared server.
-#[derive(Debug, Clone)]
-pub struct Backend {
-    broker: crate::SqsBroker,
-    kind: BackendKind,
-    run: String,
-}
-
-impl Backend {
-    /// The broker to build the service and its publishers on.
-    pub fn broker(&self) -> &crate::SqsBroker {
-        &self.broker
-    }
-
-    /// Which backend this is.
-    pub fn kind(&self) -> BackendKind {
-        self.kind
-    }
-
-    /// A queue name unique to this run: `base` with the run's id before any `.fifo`.
-    pub fn queue_name(&self, base: &str) -> String {
-        match base.strip_suffix(".fifo") {
-            Some(stem) => format!("{stem}-{}.fifo", self.run),
-            None => format!("{base}-{}", self.run),
-        }
-    }
-}
-
-/// Runs one test body on each backend: the in-process account on a paused clock, then, when
-/// [`LIVE_ENDPOINT_VAR`] names an endpoint, that server in real time (region `us-east-1`, test
-/// credentials). Call it from a plain `#[test]`, not from inside a runtime.
-///
-/// ```
-/// use rust_stream::prelude::*;
-/// use rust_stream::testing::on_each_backend;
-///
-/// #[derive(serde::Deserialize)]
-/// struct Ping {}
-///
-/// struct Pong;
-///
-/// impl Handle<Ping> for Pong {
-///     async fn handle(&self, _: &Ping, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-///         Ok(())
-///     }
-/// }
-///
-/// # fn main() {
-/// on_each_backend(async |backend| {
-///     let pings = SqsQueue::new(backend.queue_name("pings")).create_if_missing();
-///     let app = RustStream::new(AppInfo::new("pong", "0.1.0")).with_broker(backend.broker().clone(), |b| {
-///         b.include(subscriber(pings.clone(), Pong).build());
-///     });
-///     let running = rust_stream::testing::TestApp::spawn(app).await.unwrap();
-///     backend.broker().publisher(pings).raw("{}").send().await.unwrap();
-///     running.drain().await;
-///     running.stop().await.unwrap();
-/// });
-/// # }
-/// ```
-///
-/// # Panics
-///
-/// When the body panics; and under `CI` when no live endpoint is named, so that a live leg is
-/// never skipped silently there. Elsewhere a missing endpoint is said on standard error.
-pub fn on_each_backend(body: impl AsyncFn(Backend)) {
-    let in_process = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("a test runtime");
-    in_process.block_on(body(Backend {
-        broker: crate::SqsBroker::in_process(),
-        kind: BackendKind::InProcess,
-        run: run_id(),
-    }));
-    drop(in_process);
-    let Some(endpoint) = live_endpoint("live leg") else {
-        return;
-    };
-    live(&endpoint, body);
-}
-
-#[cfg(feature = "aws")]
-fn live(endpoint: &str, body: impl AsyncFn(Backend)) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a test runtime");
-    runtime.block_on(async {
-        let broker = crate::SqsBroker::aws()
-            .endpoint(endpoint)
-            .region("us-east-1")
-            .test_credentials()
-            .connect()
-            .await
-            .expect("the live endpoint's broker");
-        body(Backend {
-            broker,
-            kind: BackendKind::Live,
-            run: run_id(),
-        })
-        .await;
-    });
-}
-
-#[cfg(not(feature = "aws"))]
-fn live(_endpoint: &str, _body: impl AsyncFn(Backend)) {
-    panic!("{LIVE_ENDPOINT_VAR} names a live endpoint, but rust-stream was built without its `aws` feature");
-}
-
-/// A short id, unique enough to keep concurrent runs' queues apart.
-fn run_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
 }
 
 /// What a condition of [`eventually`] observed: whether it holds, and what to show if it never
@@ -354,22 +220,47 @@ impl<T: Debug, E: Debug> Observation for Result<T, E> {
 /// `Result` whose `Err` shows what was seen last. The patience bounds the looks too: a look
 /// that does not answer (a stalled server) fails the wait when the patience runs out.
 ///
+/// A plain function that returns the wait, so that a failure names the line that called it (not
+/// one inside this crate): `eventually(..).await` reads as an `async fn` would.
+///
 /// # Panics
 ///
-/// When the condition does not hold in time, naming `what` and the last observation.
-pub async fn eventually<O: Observation>(what: &str, condition: impl AsyncFnMut() -> O) {
-    eventually_within(what, DEFAULT_PATIENCE, condition).await;
+/// When the condition does not hold in time, naming `what`, the last observation and the
+/// caller's file and line.
+#[track_caller]
+pub fn eventually<'a, O, C>(what: &'a str, condition: C) -> impl Future<Output = ()> + 'a
+where
+    O: Observation + 'a,
+    C: AsyncFnMut() -> O + 'a,
+{
+    wait_until(what, DEFAULT_PATIENCE, condition, Location::caller())
 }
 
 /// [`eventually`], waiting at most `patience`.
 ///
 /// # Panics
 ///
-/// When the condition does not hold in time, naming `what` and the last observation.
-pub async fn eventually_within<O: Observation>(
+/// When the condition does not hold in time, naming `what`, the last observation and the
+/// caller's file and line.
+#[track_caller]
+pub fn eventually_within<'a, O, C>(
+    what: &'a str,
+    patience: Duration,
+    condition: C,
+) -> impl Future<Output = ()> + 'a
+where
+    O: Observation + 'a,
+    C: AsyncFnMut() -> O + 'a,
+{
+    wait_until(what, patience, condition, Location::caller())
+}
+
+/// The wait of [`eventually`], failing in the name of `caller`.
+async fn wait_until<O: Observation>(
     what: &str,
     patience: Duration,
     mut condition: impl AsyncFnMut() -> O,
+    caller: &'static Location<'static>,
 ) {
     let deadline = Instant::now() + patience;
     let mut last_seen: Option<String> = None;
@@ -379,9 +270,12 @@ pub async fn eventually_within<O: Observation>(
         let Ok(observed) = tokio::time::timeout_at(deadline, condition()).await else {
             match last_seen {
                 // The patience ran out during a look; the one before tells what was wrong.
-                Some(seen) => panic!("waited {patience:?} for {what}; last observed: {seen}"),
+                Some(seen) => {
+                    panic!("waited {patience:?} for {what}; last observed: {seen} (at {caller})")
+                }
                 None => panic!(
-                    "waited {patience:?} for {what}; the first look did not answer in that time"
+                    "waited {patience:?} for {what}; the first look did not answer in that time \
+                     (at {caller})"
                 ),
             }
         };
@@ -391,7 +285,7 @@ pub async fn eventually_within<O: Observation>(
         last_seen = Some(observed.shown());
         if Instant::now() >= deadline {
             panic!(
-                "waited {patience:?} for {what}; last observed: {}",
+                "waited {patience:?} for {what}; last observed: {} (at {caller})",
                 observed.shown()
             );
         }

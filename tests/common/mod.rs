@@ -688,6 +688,7 @@ pub mod backend {
 
     use rust_stream::account::Account;
     use rust_stream::aws::AwsTransport;
+    use rust_stream::testing::QueueNames;
     use rust_stream::transport::{QueueAttributes, ReceiveMessage, ReceivedMessage, Transport};
     use rust_stream::SqsBroker;
 
@@ -700,29 +701,13 @@ pub mod backend {
         LocalStack,
     }
 
-    /// A backend: a transport, a broker over the same backend, and a run id that keeps queue
-    /// names of concurrent tests and earlier runs apart.
+    /// A backend: a transport, a broker over the same backend, and the kit's per-run names that
+    /// keep queues of concurrent tests and earlier runs apart.
     pub struct Backend<T> {
         pub transport: T,
         pub broker: SqsBroker,
         pub kind: Kind,
-        run: String,
-    }
-
-    fn run_id() -> String {
-        uuid_like()
-    }
-
-    fn uuid_like() -> String {
-        use std::hash::{BuildHasher, Hasher};
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos(),
-        );
-        format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+        names: QueueNames,
     }
 
     impl Backend<Account> {
@@ -732,7 +717,7 @@ pub mod backend {
                 broker: SqsBroker::with_account(&account),
                 transport: account,
                 kind: Kind::InProcess,
-                run: run_id(),
+                names: QueueNames::new(),
             }
         }
     }
@@ -749,7 +734,7 @@ pub mod backend {
                 transport,
                 broker,
                 kind: Kind::LocalStack,
-                run: run_id(),
+                names: QueueNames::new(),
             })
         }
     }
@@ -763,18 +748,16 @@ pub mod backend {
                 broker: SqsBroker::with_transport(transport.clone()),
                 transport,
                 kind: self.kind,
-                run: self.run,
+                names: self.names,
             }
         }
     }
 
     impl<T: Transport> Backend<T> {
-        /// A unique queue name for this run: `{base}-{run}`, with `.fifo` kept at the end.
+        /// A unique queue name for this run: `{base}-{run}`, with `.fifo` kept at the end (the
+        /// kit's `QueueNames`, the one way tests name queues per run).
         pub fn name(&self, base: &str) -> String {
-            match base.strip_suffix(".fifo") {
-                Some(stem) => format!("{stem}-{}.fifo", self.run),
-                None => format!("{base}-{}", self.run),
-            }
+            self.names.queue_name(base)
         }
 
         /// Creates a queue (FIFO when `base` ends in `.fifo`) with these attributes.

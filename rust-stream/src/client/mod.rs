@@ -147,6 +147,11 @@ impl Client {
         queue: &SqsQueue,
         merge: fn(&declare::Registry, &SqsQueue) -> SqsQueue,
     ) -> Result<Resolved, TransportError> {
+        if let Some(recorder) = self.recorder.get() {
+            // Before the lookup, so that a test asking about a queue the app failed to resolve
+            // is told the name was right.
+            recorder.named(&queue.name);
+        }
         let cell = self.cell(&queue.name);
         if let Some(resolved) = cell.get() {
             return Ok(resolved.clone());
