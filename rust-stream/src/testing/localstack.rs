@@ -234,21 +234,12 @@ impl LocalStack {
 /// A broker on a live SQS-compatible server for a test: region `us-east-1`, test credentials, and
 /// long polls of at most [`LIVE_POLL_SECONDS`] whatever the subscriptions ask, so that stopping
 /// an app (which waits for the receive in flight, so that what it brings is not hidden for a
-/// visibility timeout) takes about a second rather than 20.
-///
-/// # Panics
-///
-/// If the broker cannot be made (it needs nothing but these settings, which are complete).
+/// visibility timeout) takes about a second rather than 20. The transport is
+/// [`AwsTransport::local`](crate::aws::AwsTransport::local): nothing is loaded, nothing can fail.
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub async fn live_broker(endpoint: &str) -> crate::SqsBroker {
-    let transport = crate::SqsBroker::aws()
-        .endpoint(endpoint)
-        .region("us-east-1")
-        .test_credentials()
-        .transport()
-        .await
-        .expect("an endpoint, a region and test credentials are a complete configuration");
+    let transport = crate::aws::AwsTransport::local(endpoint, "us-east-1");
     crate::SqsBroker::with_transport(crate::transport::layer::Hooked::new(transport, ShortPolls))
 }
 
