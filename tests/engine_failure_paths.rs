@@ -32,10 +32,10 @@ async fn is_empty(account: &Account, name: &str) -> bool {
     counts.visible + counts.in_flight + counts.delayed == 0
 }
 
-/// What a handler saw, in order: `Start` and `Done` of each call.
+/// What a handler saw, in order: `Start` (with the message id, and when) and `Done` of each call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Event {
-    Start(Job),
+    Start(Job, String, tokio::time::Instant),
     Done(Job),
 }
 
@@ -45,16 +45,23 @@ struct Recorder {
 }
 
 impl Handle<Job> for Recorder {
-    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        self.events.lock().unwrap().push(Event::Start(job.clone()));
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.events.lock().unwrap().push(Event::Start(
+            job.clone(),
+            ctx.message_id().to_owned(),
+            tokio::time::Instant::now(),
+        ));
         sleep(Duration::from_millis(50)).await;
         self.events.lock().unwrap().push(Event::Done(job.clone()));
         Ok(())
     }
 }
 
+/// A FIFO lane deletes its run together; when deletes fail for good, the messages whose deletes
+/// were not confirmed come back after their visibility timeout and are handled again, in order,
+/// before anything of their group the lane had not reached: the replay contract of `docs/fifo.md`.
 #[tokio::test(start_paused = true)]
-async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
+async fn fifo_deletes_that_fail_for_good_are_replayed_in_order_before_the_rest_of_their_group() {
     let account = Account::new();
     let faulty = Faulty::default();
     let broker = SqsBroker::with_transport(faulty.over(&account));
@@ -80,7 +87,12 @@ async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
     let recorder = Recorder {
         events: events.clone(),
     };
-    let running = start(&broker, subscriber(queue, recorder).build()).await;
+    let batch = 10;
+    let running = start(
+        &broker,
+        subscriber(queue, recorder).batch_size(batch).build(),
+    )
+    .await;
     eventually_within(
         "`ledger.fifo` drained",
         Duration::from_millis(100 * 600),
@@ -92,10 +104,17 @@ async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
     let events = events.lock().unwrap().clone();
     let mut completed: HashMap<&str, Vec<u32>> = HashMap::new();
     let mut redelivered = 0;
+    let mut calls = Vec::new();
     for event in &events {
         match event {
-            Event::Start(job) => {
-                // No message starts before every earlier one of its group has completed.
+            Event::Start(job, message_id, at) => {
+                calls.push(common::engine::Call {
+                    group: job.group.clone(),
+                    n: job.n,
+                    message_id: message_id.clone(),
+                    at: *at,
+                });
+                // Every first start follows the sent order.
                 let done = completed.get(job.group.as_str()).map_or(0, Vec::len) as u32;
                 if job.n <= done {
                     redelivered += 1;
@@ -119,20 +138,11 @@ async fn fifo_deletes_that_fail_for_good_never_reorder_a_group() {
             [1, 2, 3, 4, 5],
             "first completions of {group} in sent order"
         );
-        // A message whose delete failed runs again before anything later in its group starts:
-        // a lane that took the failed delete for done would start 2..5 and then 1 again, whose
-        // first completions are still in order.
-        let starts: Vec<u32> = events
-            .iter()
-            .filter_map(|event| match event {
-                Event::Start(job) if job.group == group => Some(job.n),
-                _ => None,
-            })
-            .collect();
-        assert!(
-            starts.windows(2).all(|pair| pair[0] <= pair[1]),
-            "{group}: a message started after a later one of its group: {starts:?}"
-        );
+    }
+    let failed = faulty.failed_for_good.lock().unwrap().clone();
+    assert_eq!(failed.len(), 3, "three deletes failed for good");
+    if let Some(breach) = common::engine::replay_breach(&calls, &failed, batch) {
+        panic!("{breach}: {events:?}");
     }
     assert_eq!(
         redelivered, 3,
@@ -433,10 +443,14 @@ struct SlowFirst {
 }
 
 impl Handle<Job> for SlowFirst {
-    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
         let first = {
             let mut events = self.events.lock().unwrap();
-            events.push(Event::Start(job.clone()));
+            events.push(Event::Start(
+                job.clone(),
+                ctx.message_id().to_owned(),
+                tokio::time::Instant::now(),
+            ));
             events.len() == 1
         };
         if first {
@@ -485,7 +499,7 @@ async fn a_message_received_again_replaces_its_waiting_copy_in_the_lane() {
         .unwrap()
         .iter()
         .filter_map(|event| match event {
-            Event::Start(job) => Some(job.n),
+            Event::Start(job, ..) => Some(job.n),
             Event::Done(_) => None,
         })
         .collect();
@@ -525,4 +539,34 @@ async fn a_dead_letter_queue_that_takes_smaller_messages_than_its_source_keeps_t
         "{refused:?}"
     );
     assert!(log.lock().unwrap().is_empty());
+}
+
+/// The replay check the FIFO tests use can fail: a later message of the group run between a
+/// failed delete and its replay, a replay that never came, and more run between them than a run
+/// holds are each a breach, while a replay right after its run is not.
+#[tokio::test(start_paused = true)]
+async fn the_replay_check_finds_each_kind_of_breach() {
+    use common::engine::{replay_breach, Call};
+    let start = tokio::time::Instant::now();
+    let call = |n: u32, at_ms: u64| Call {
+        group: "g".into(),
+        n,
+        message_id: format!("m{n}"),
+        at: start + Duration::from_millis(at_ms),
+    };
+    // 1 and 2 ran; 1's delete failed at 100 ms.
+    let failed = [("m1".to_owned(), start + Duration::from_millis(100))];
+    let replayed = [
+        call(1, 0),
+        call(2, 50),
+        call(1, 5_000),
+        call(2, 5_050),
+        call(3, 5_100),
+    ];
+    assert_eq!(replay_breach(&replayed, &failed, 10), None);
+    let later_first = [call(1, 0), call(2, 50), call(3, 200), call(1, 5_000)];
+    assert!(replay_breach(&later_first, &failed, 10).is_some_and(|b| b.contains("g/3 ran after")));
+    let never = [call(1, 0), call(2, 50)];
+    assert!(replay_breach(&never, &failed, 10).is_some_and(|b| b.contains("never handled again")));
+    assert!(replay_breach(&replayed, &failed, 1).is_some_and(|b| b.contains("more than its run")));
 }

@@ -9,7 +9,8 @@
 //! that every published message is handled (nothing lost, no send fails); that no FIFO message is
 //! stored twice (a send whose response was cut is retried with the same deduplication id, so a
 //! body never gets a second message id); and that per group the first completions come in the
-//! order sent.
+//! order sent. And that a FIFO run whose deletes fail (every `DeleteMessageBatch` answered HTTP
+//! 500 past the batcher's retries) is replayed in order before anything later of its group.
 
 mod common;
 
@@ -598,5 +599,106 @@ async fn the_sdk_does_not_repeat_a_visibility_change_itself() {
     assert!(
         delete_requests > 1,
         "a DeleteMessageBatch keeps the SDK's retries: {delete_requests} requests"
+    );
+}
+
+/// The replay contract of `docs/fifo.md` on LocalStack: a lane deletes its group's run in one
+/// call; while every `DeleteMessageBatch` is answered HTTP 500 (longer than the batcher's 20 s of
+/// retries), the run's deletes fail, its messages come back after their visibility timeout and
+/// are handled again, in order, and the later messages of the group, sent meanwhile, run only
+/// after them. So the handler's calls are the run, then rounds that each start again from the
+/// group's first undeleted message and go on in order (a replay may bring the later messages
+/// along, in the same run, after it), the last ending with the later messages: a later message
+/// never runs before a replay of the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_run_whose_deletes_fail_is_replayed_in_order_on_localstack() {
+    let Some(endpoint) = live_endpoint("fault_network (a FIFO run's deletes failing)") else {
+        return;
+    };
+    let direct = Backend::live().await.expect("the live endpoint is named");
+    let proxy = Proxy::start(&endpoint).await;
+    let broker = through(&proxy)
+        .attempt_timeout(ATTEMPT_TIMEOUT)
+        .connect()
+        .await
+        .expect("a complete configuration");
+    let queue = SqsQueue::new(direct.name("run.fifo"))
+        .create_if_missing()
+        .wait(WAIT)
+        .visibility_timeout(VISIBILITY);
+    let publisher = broker.publisher(queue.clone());
+    for n in 1..=5 {
+        publisher
+            .message(&Job::new("g", n))
+            .group_id("g")
+            .send()
+            .await
+            .expect("sent");
+    }
+    proxy.set_for("DeleteMessageBatch", Some(Fault::ServerError));
+    let (handler, log) = Scripted::new(|_, _| Ok(()));
+    let app = RustStream::new(AppInfo::new("fault-network-run", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(10))
+        .with_broker(broker.clone(), |b| {
+            b.include(subscriber(queue.clone(), handler).build());
+        });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    let calls =
+        |log: &Log| -> Vec<u32> { log.lock().unwrap().iter().map(|seen| seen.job.n).collect() };
+    eventually_within("the run handled", Duration::from_secs(30), async || {
+        calls(&log).len() >= 5
+    })
+    .await;
+    // Later messages of the group, sent while the run's deletes fail: SQS holds the group while
+    // the run is in flight.
+    for n in 6..=8 {
+        publisher
+            .message(&Job::new("g", n))
+            .group_id("g")
+            .send()
+            .await
+            .expect("sent");
+    }
+    // Past the batcher's 20 s of retries: the run's deletes are answered as failed.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let failed_deletes = proxy.counts().faults_of(Fault::ServerError);
+    proxy.set_for("DeleteMessageBatch", None);
+    eventually_within(
+        "the later messages handled",
+        Duration::from_secs(60),
+        async || calls(&log).last() == Some(&8),
+    )
+    .await;
+    // Nothing comes back once the deletes pass: everything handled was deleted.
+    tokio::time::sleep(VISIBILITY * 2).await;
+    running.stop().await.unwrap();
+
+    let calls = calls(&log);
+    assert!(failed_deletes > 1, "the deletes were answered HTTP 500");
+    // Rounds: each starts where n falls back.
+    let mut rounds: Vec<Vec<u32>> = Vec::new();
+    for &n in &calls {
+        match rounds.last_mut() {
+            Some(round) if round.last().is_some_and(|last| n > *last) => round.push(n),
+            _ => rounds.push(vec![n]),
+        }
+    }
+    assert_eq!(
+        rounds[0],
+        [1, 2, 3, 4, 5],
+        "the run first, in order: {calls:?}"
+    );
+    assert!(rounds.len() >= 2, "the run was replayed: {calls:?}");
+    for round in &rounds {
+        let from_the_first: Vec<u32> = (1..=round.len() as u32).collect();
+        assert_eq!(
+            round, &from_the_first,
+            "each round starts from the group's first undeleted message and goes on in order, so nothing later ran before a replay: {calls:?}"
+        );
+    }
+    assert_eq!(
+        rounds.last().unwrap().len(),
+        8,
+        "the last round ends with the later messages, and nothing came back after: {calls:?}"
     );
 }

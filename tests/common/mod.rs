@@ -278,6 +278,73 @@ pub mod engine {
             .collect()
     }
 
+    /// One handler call of a FIFO group, as [`replay_breach`] reads them.
+    #[derive(Debug, Clone)]
+    pub struct Call {
+        pub group: String,
+        /// The message's place in the order sent (any increasing numbering within the group).
+        pub n: u32,
+        pub message_id: String,
+        pub at: tokio::time::Instant,
+    }
+
+    /// Checks the FIFO replay contract of a consumer that deletes a group's runs together
+    /// (`docs/fifo.md`, "Runs and replays") against its handler `calls`, in the order they
+    /// started, and the deletes that failed for good (message id, when the failure was answered):
+    /// a message whose delete failed is handled again, and between its call before the failure
+    /// and that next call its group ran nothing but the rest of that call's run (calls that
+    /// started by the time the failure was answered, at most `batch - 1` of them) and replays of
+    /// earlier messages. So replays come in order, and never after a message of the group the
+    /// lane had not reached when the delete failed. The first breach, if any.
+    pub fn replay_breach(
+        calls: &[Call],
+        failed_for_good: &[(String, tokio::time::Instant)],
+        batch: usize,
+    ) -> Option<String> {
+        for (message_id, failed_at) in failed_for_good {
+            // The failed delete is of the message's last call that started by the failure.
+            let Some(before) = calls
+                .iter()
+                .rposition(|call| &call.message_id == message_id && call.at <= *failed_at)
+            else {
+                continue;
+            };
+            let Call { group, n, .. } = &calls[before];
+            let mut later_of_its_run = 0;
+            let mut again = false;
+            for call in calls[before + 1..]
+                .iter()
+                .filter(|call| &call.group == group)
+            {
+                if &call.message_id == message_id {
+                    again = true;
+                    break;
+                }
+                if call.n < *n {
+                    continue;
+                }
+                if call.at > *failed_at {
+                    return Some(format!(
+                        "{group}/{} ran after the delete of {group}/{n} failed and before {group}/{n} ran again",
+                        call.n
+                    ));
+                }
+                later_of_its_run += 1;
+            }
+            if !again {
+                return Some(format!(
+                    "{group}/{n}'s delete failed, but it was never handled again"
+                ));
+            }
+            if later_of_its_run >= batch {
+                return Some(format!(
+                    "{later_of_its_run} later messages of {group} ran between {group}/{n} and its replay: more than its run"
+                ));
+            }
+        }
+        None
+    }
+
     /// Hooks that make a transport fail on demand (a real account behind them, as a rule): the
     /// next `n` entries of delete batches fail as a service-side error (`SenderFault: false`), or
     /// with a permanent one; the next `n` receives fail (the network is down), or receives or
@@ -296,6 +363,10 @@ pub mod engine {
         pub visibility_fails: Arc<std::sync::atomic::AtomicBool>,
         /// `GetQueueUrl` of this queue takes this long.
         pub slow_lookup: Arc<Mutex<Option<(String, std::time::Duration)>>>,
+        /// The message id of each receipt handle received through these hooks.
+        pub received: Arc<Mutex<std::collections::HashMap<String, String>>>,
+        /// Each delete failed for good (an injected permanent failure): the message id, and when.
+        pub failed_for_good: Arc<Mutex<Vec<(String, tokio::time::Instant)>>>,
     }
 
     impl Faulty {
@@ -361,7 +432,13 @@ pub mod engine {
             if self.greedy.load(Ordering::Acquire) {
                 request.max_number_of_messages = 10;
             }
-            inner.receive_message(url, request).await
+            let received = inner.receive_message(url, request).await?;
+            self.received.lock().unwrap().extend(
+                received
+                    .iter()
+                    .map(|message| (message.receipt_handle.clone(), message.message_id.clone())),
+            );
+            Ok(received)
         }
 
         async fn delete_message_batch(
@@ -384,6 +461,16 @@ pub mod engine {
                         message: "injected service-side failure".into(),
                     });
                 } else if take_one(&self.permanent_delete_failures) {
+                    let message_id = self
+                        .received
+                        .lock()
+                        .unwrap()
+                        .get(&entry.receipt_handle)
+                        .cloned();
+                    self.failed_for_good.lock().unwrap().push((
+                        message_id.unwrap_or_else(|| entry.receipt_handle.clone()),
+                        tokio::time::Instant::now(),
+                    ));
                     failed.push(BatchFailure {
                         id: entry.id,
                         kind: ErrorKind::ReceiptHandleIsInvalid,

@@ -114,6 +114,8 @@ struct State {
     fault: Mutex<Option<Fault>>,
     /// The next request of this operation stalls, whatever the fault is.
     stall_next: Mutex<Option<String>>,
+    /// Every request of this operation gets this fault, whatever the fault is for the others.
+    fault_of: Mutex<Option<(String, Fault)>>,
     requests: AtomicU64,
     passed: AtomicU64,
     faults: [AtomicU64; 6],
@@ -187,6 +189,12 @@ impl Proxy {
         *self.state.stall_next.lock().unwrap() = Some(operation.to_owned());
     }
 
+    /// Gives every request of `operation` (`DeleteMessageBatch`, say) this fault from the next
+    /// one on, until set to `None`; other operations pass as [`set`](Self::set) says.
+    pub fn set_for(&self, operation: &str, fault: Option<Fault>) {
+        *self.state.fault_of.lock().unwrap() = fault.map(|fault| (operation.to_owned(), fault));
+    }
+
     /// Every request a fault hit so far, by fault, operation and queue.
     pub fn hits(&self) -> BTreeMap<Hit, u64> {
         self.state.hits.lock().unwrap().clone()
@@ -252,10 +260,17 @@ async fn serve(client: TcpStream, upstream: SocketAddr, state: &State) -> std::i
             }
             matches
         };
+        let of_operation = state
+            .fault_of
+            .lock()
+            .unwrap()
+            .as_ref()
+            .filter(|(operation, _)| *operation == request.operation())
+            .map(|(_, fault)| *fault);
         let fault = if stall_this {
             Some(Fault::Stall)
         } else {
-            state.fault()
+            of_operation.or_else(|| state.fault())
         };
         if let Some(fault) = fault {
             state.count_fault(fault, Some(&request));

@@ -435,11 +435,12 @@ impl Client {
         self.batcher(url, self.settings(), |batchers| &mut batchers.delete)
     }
 
-    /// A FIFO subscription's own deleter. Its lanes each wait for their delete before going on,
-    /// so a delete never waits for a linger: a full call goes out at once, and one that is not
-    /// full as soon as no call is in flight, with the deletes that queued meanwhile, and waiting
-    /// at most `CONFIRMED_DELETE_WAIT` for the other running lanes (`lanes` counts them, and
-    /// `lanes_left` says when one ended or rests) whose delete is not in yet. Lanes whose deletes one call confirmed thus share the next call.
+    /// A FIFO subscription's own deleter. Its lanes each wait for their run's deletes before
+    /// going on, so a delete never waits for a linger: a full call goes out at once, and one that
+    /// is not full as soon as no call is in flight, with the runs that queued meanwhile, and
+    /// waiting at most `CONFIRMED_DELETE_WAIT` for the other running lanes (`lanes` counts them,
+    /// and `lanes_left` says when one ended or rests) whose run is not in yet. Lanes whose runs
+    /// one call answered thus share the next call.
     pub(crate) fn confirmed_deleter(
         &self,
         url: &str,

@@ -10,8 +10,9 @@
 //! attempt runs the handler (panic catch, timeout, cancellation at shutdown, the decode-failure
 //! path) and gives a [`Verdict`], which the [`Settler`] turns into what to do [`Next`]. A message
 //! that fails on FIFO is run again in its lane after its retry delay, while the rest of its group
-//! waits behind it, held and extended; the lane moves on only once the message is deleted (the
-//! delete confirmed) or dead-lettered. Everything that holds a FIFO group back (its lane, its rest
+//! waits behind it, held and extended; the lane moves on once the message is acked or
+//! dead-lettered, and deletes what it handled in runs ([`Run`]): together, before it ends, rests,
+//! gives the group back or stops. Everything that holds a FIFO group back (its lane, its rest
 //! between retries, the rest of the group let go or given back behind a message) is here. Groups
 //! are independent: a slow or failing lane holds up nobody else.
 
@@ -26,7 +27,7 @@ use tracing::Instrument;
 
 use super::held::Held;
 use super::lanes::{Lanes, Resting};
-use super::settle::{Next, Settler, Verdict};
+use super::settle::{Next, Run, Settler, Verdict};
 use super::shared::{Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::handler::{ErasedHandler, Handled};
@@ -227,7 +228,8 @@ impl Dispatcher {
                     Next::Again(held, _) => {
                         Box::pin(dispatcher.settler.release(vec![held], 0).instrument(span)).await;
                     }
-                    Next::Done | Next::StopGroup => {}
+                    // A standard queue's deletes never join a run.
+                    Next::Done | Next::Delete(_) => {}
                 }
             };
             self.tasks.spawn(work);
@@ -269,25 +271,36 @@ impl Dispatcher {
         }
     }
 
-    /// Works through one group's lane until it is empty.
+    /// Works through one group's lane until it is empty, deleting what it handled in runs
+    /// ([`Run`]).
     async fn run_lane(self: Arc<Self>, group: String) {
         let mut task = LaneTask {
             dispatcher: &self,
             group: &group,
             finished: false,
         };
-        while let Some(mut held) = self.lanes.next(&group) {
+        let mut run = Run::default();
+        loop {
+            // The run is deleted once nothing more waits (the lane then ends, and the group is
+            // received again only after its deletes are answered), or once it is due.
+            if !run.is_empty() && (run.is_due() || self.lanes.waiting(&group) == 0) {
+                self.delete_run(&mut run, &group).await;
+            }
+            let Some(mut held) = self.lanes.next(&group) else {
+                break;
+            };
             let mut attempt = 1;
             loop {
                 let Some(slot) = self.slot().await else {
                     // Shutdown: the message and the rest of its group go back, in order.
                     self.settler.count_given_back(&held, attempt);
-                    return self.park_group(held, &group);
+                    return self.park_group(held, &group, &mut run).await;
                 };
                 if held.lease.has_lapsed() {
                     // SQS may have handed the message to another consumer: this one must not run
                     // it, nor anything behind it.
                     drop(slot);
+                    self.delete_run(&mut run, &group).await;
                     self.let_lapsed_go(held, &group);
                     break;
                 }
@@ -296,15 +309,42 @@ impl Dispatcher {
                 let verdict = self.process(&held, attempts).await;
                 drop(slot);
                 let span = held.span.clone();
-                match self
+                let next = self
                     .settler
                     .settle(held, verdict, (attempts, attempt))
                     .instrument(span.clone())
-                    .await
-                {
+                    .await;
+                let (again, delay_or_seconds) = match next {
                     Next::Done => break,
-                    Next::Again(again, delay) => {
-                        held = again;
+                    Next::Delete(deleting) => {
+                        run.push(deleting);
+                        break;
+                    }
+                    Next::Again(again, delay) => (again, Ok(delay)),
+                    Next::GoBack(back, seconds) => (back, Err(seconds)),
+                };
+                held = again;
+                // Whatever the group does now (rest, go back), the run before the message is
+                // deleted first; a delete not confirmed lets the group go, to come back behind it.
+                if !self.delete_run(&mut run, &group).await {
+                    span.in_scope(|| {
+                        tracing::warn!(
+                            messaging.destination.name = %self.queue,
+                            sqs.group_id = %group,
+                            "an earlier message's delete failed; the message is left to come back behind it, with the rest of its group"
+                        );
+                    });
+                    // A retry in place would have been the next attempt in this receive; a
+                    // message given back was counted as such by the settler already.
+                    if delay_or_seconds.is_ok() {
+                        self.settler
+                            .count_given_back(&held, attempt.saturating_add(1));
+                    }
+                    self.leases.forget(&held.lease);
+                    break;
+                }
+                match delay_or_seconds {
+                    Ok(delay) => {
                         // The attempt is settled: its span ends here, not after the backoff.
                         held.span = tracing::Span::none();
                         drop(span);
@@ -331,10 +371,10 @@ impl Dispatcher {
                         drop(resting);
                         if !rested {
                             self.settler.count_given_back(&held, attempt);
-                            return self.park_group(held, &group);
+                            return self.park_group(held, &group, &mut run).await;
                         }
                     }
-                    Next::GoBack(held, seconds) => {
+                    Err(seconds) => {
                         // What follows in the group may not run before the message that goes
                         // back, so it goes back behind it, in the same call.
                         let rest = self.lanes.take_rest(&group);
@@ -355,30 +395,44 @@ impl Dispatcher {
                         self.settler.release(all, seconds).instrument(span).await;
                         break;
                     }
-                    Next::StopGroup => {
-                        let rest = self.lanes.take_rest(&group);
-                        if !rest.is_empty() {
-                            span.in_scope(|| {
-                                tracing::warn!(
-                                    messaging.destination.name = %self.queue,
-                                    sqs.group_id = %group,
-                                    held_back = rest.len(),
-                                    "the rest of the group is left to come back behind the message"
-                                );
-                            });
-                            self.let_go(rest);
-                        }
-                        break;
-                    }
                 }
             }
         }
         task.finished = true;
     }
 
+    /// Deletes the lane's run ([`Settler::delete_run`]); when a delete was not confirmed, its
+    /// message may still be in flight, so the rest of the group is let go without a call, to come
+    /// back behind it when its visibility ends. Whether every delete was confirmed.
+    async fn delete_run(&self, run: &mut Run, group: &str) -> bool {
+        if run.is_empty() {
+            return true;
+        }
+        if self.settler.delete_run(run).await {
+            return true;
+        }
+        let rest = self.lanes.take_rest(group);
+        if !rest.is_empty() {
+            tracing::warn!(
+                messaging.destination.name = %self.queue,
+                sqs.group_id = %group,
+                held_back = rest.len(),
+                "the rest of the group is left to come back behind the message whose delete failed"
+            );
+            self.let_go(rest);
+        }
+        false
+    }
+
     /// Parks a message and every message waiting behind it in its group for the stop's final
-    /// release; those behind it were never attempted.
-    fn park_group(&self, held: Held, group: &str) {
+    /// release, once the lane's run before it is deleted (if a delete of it failed, they are let
+    /// go instead, to come back behind it); those behind it were never attempted. The caller
+    /// counted `held` as given back.
+    async fn park_group(&self, held: Held, group: &str, run: &mut Run) {
+        if !self.delete_run(run, group).await {
+            self.leases.forget(&held.lease);
+            return;
+        }
         let rest = self.lanes.take_rest(group);
         self.settler.count_unstarted(&rest);
         let mut all = vec![held];

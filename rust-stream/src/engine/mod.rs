@@ -27,11 +27,12 @@
 //!    one [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding
 //!    the group; on a standard queue by a visibility change), or dead-letter once the message has
 //!    had its attempts. The settler tells the lane what comes `settle::Next`: go on, run the
-//!    message again after a delay, give it back (with the rest of its group, on FIFO), or let the
-//!    rest of its group go. On FIFO the lane goes on only once the delete is confirmed. Deletes,
-//!    visibility changes and sends all go through the one batcher; a standard queue's deletes
-//!    are not awaited (the message keeps its room until answered), a FIFO subscription's go
-//!    through a deleter of its own that keeps lanes confirmed together sharing their next call.
+//!    message again after a delay, give it back (with the rest of its group, on FIFO), or, on
+//!    FIFO, add its delete to the lane's run, which the lane deletes in one call and waits for
+//!    before the group goes anywhere else. Deletes, visibility changes and sends all go through
+//!    the one batcher; a standard queue's deletes are not awaited (the message keeps its room
+//!    until answered), a FIFO subscription's runs go through a deleter of its own that keeps lanes
+//!    answered together sharing their next call.
 //! 4. **Extend** (`extend::Heartbeat`): from the receive until the message is settled, a
 //!    heartbeat keeps its lease from timing out, and has the settler release the messages of an
 //!    engine task that ended without settling them.

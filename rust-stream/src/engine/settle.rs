@@ -13,9 +13,12 @@
 //! Nothing is ever deleted before it is safe: an ack deletes only after the handler's outputs
 //! were sent, a dead-letter deletes only after the copy reached the dead-letter queue (so a crash
 //! in between duplicates rather than loses), and any failure on the way is retried like a failed
-//! handler. On a FIFO queue a delete is confirmed before the group's next message starts; a
-//! delete that fails for good stops the group's lane and releases the rest of the group, which
-//! then comes back behind the undeleted message, in order.
+//! handler. On a FIFO queue a settled message's delete is not submitted at once: it joins its
+//! lane's [`Run`], the messages of the group handled since the lane's last delete call, which the
+//! lane deletes in one call (see [`Run`] for when) and waits for before it rests, gives the group
+//! back, stops or ends. A message whose delete was not confirmed comes back after its visibility
+//! timeout, with its group held meanwhile, and is handled again before anything later of its
+//! group: the replay `docs/fifo.md` describes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -29,7 +32,7 @@ use crate::client::batch::{Batcher, DeleteBatch, VisibilityBatch};
 use crate::client::lease::{DeleteInFlight, Lease, Leases};
 use crate::client::Client;
 use crate::metrics::SubscriptionMetrics;
-use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
+use crate::model::rules::{self, MAX_BATCH_ENTRIES, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 use crate::model::SqsQueue;
 use crate::publish::{Outgoing, PublishError, Publisher};
 use crate::record::{Event, Settled};
@@ -45,15 +48,23 @@ pub const SOURCE_QUEUE_HEADER: &str = "rust_stream.source_queue";
 /// The attribute a dead-lettered message carries its number of attempts in (a `Number`).
 pub const ATTEMPTS_HEADER: &str = "rust_stream.attempts";
 
-/// A settled message on its way out of a standard queue: what its delete needs until answered.
-/// The delivery is let go as the delete is submitted, in the task that used it, not in the
-/// batcher's task that reads the answer.
-struct Deleting {
+/// A settled message on its way out: what its delete needs until answered. The delivery is let go
+/// as the message is settled, in the task that used it, not in the batcher's task that reads the
+/// answer.
+pub(crate) struct Deleting {
     /// Held, and extended, until the delete is answered.
     lease: DeleteInFlight,
     /// Its place in the pipeline, given back once the delete is answered.
     _room: OwnedSemaphorePermit,
     span: tracing::Span,
+}
+
+impl std::fmt::Debug for Deleting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deleting")
+            .field("message_id", &self.lease.lease().message_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Deleting {
@@ -66,6 +77,53 @@ impl Deleting {
         } = held;
         drop(delivery);
         Self { lease, _room, span }
+    }
+}
+
+/// How long a FIFO lane lets the first message of its run wait for the others before it deletes
+/// the run: long against a quick handler, so a busy group's run of 10 goes in one call, and short
+/// enough that a consumer killed mid-run handles again only what it handled in about a second
+/// (plus the attempt it was in).
+pub(crate) const RUN_DELETE_WITHIN: Duration = Duration::from_secs(1);
+
+/// A FIFO lane's run: the messages of its group it handled since its last delete call, each
+/// claimed for its delete (held, and extended if need be, until the delete is answered) and
+/// holding its room. The lane deletes them together ([`Settler::delete_run`]) when nothing more of
+/// the group waits in it (before the lane ends, so the group is received again only once they are
+/// gone), when a call's 10 are in, when the first waited [`RUN_DELETE_WITHIN`], and before the
+/// lane rests between retries, gives the group back, lets it go or parks it at a stop.
+///
+/// So a busy group costs one `DeleteMessageBatch` a run, not one a message, and a delete never
+/// holds up the group's next handler. The price is the replay: a delete that is not confirmed
+/// leaves its message to come back after its visibility timeout, once the run's later messages
+/// were handled; SQS holds the group while it is in flight and hands it out first when it is
+/// visible, so it is handled again before anything later of its group.
+#[derive(Default)]
+pub(crate) struct Run {
+    deletes: Vec<Deleting>,
+    /// When the first of `deletes` was settled.
+    since: Option<tokio::time::Instant>,
+}
+
+impl Run {
+    /// Whether the run has nothing to delete.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.deletes.is_empty()
+    }
+
+    /// Whether the run is to be deleted before the lane's next message, whatever follows it: a
+    /// full call, or a first message that waited long enough.
+    pub(crate) fn is_due(&self) -> bool {
+        self.deletes.len() >= MAX_BATCH_ENTRIES
+            || self
+                .since
+                .is_some_and(|since| since.elapsed() >= RUN_DELETE_WITHIN)
+    }
+
+    /// Adds a settled message's delete ([`Next::Delete`]).
+    pub(crate) fn push(&mut self, deleting: Deleting) {
+        self.since.get_or_insert_with(tokio::time::Instant::now);
+        self.deletes.push(deleting);
     }
 }
 
@@ -138,9 +196,8 @@ pub(crate) enum Next {
     /// in a group may become visible while an earlier message still is in flight (SQS would hold
     /// the group anyway; LocalStack hands the later message out).
     GoBack(Held, i32),
-    /// Its FIFO delete failed, so whether it is still in flight is not known: the rest of its
-    /// group is let go without a call, to come back after it when its own visibility ends.
-    StopGroup,
+    /// Settled on FIFO: its delete joins the lane's [`Run`].
+    Delete(Deleting),
 }
 
 /// Settles one subscription's messages: what a lapin `Acker` is to one delivery, for every message
@@ -548,30 +605,17 @@ impl Settler {
             .map_err(PublishError::rejected(dead_letter.queue()))
     }
 
-    /// Deletes a settled message. On FIFO the delete is confirmed before the lane goes on (deletes
-    /// of different groups still share calls); on a standard queue the caller goes on at once,
-    /// nothing waits for the answer, and the message keeps its room in the pipeline until the
-    /// delete is answered.
+    /// Deletes a settled message. On FIFO its delete is handed back to its lane, which deletes its
+    /// run together ([`Run`]); on a standard queue the caller goes on at once, nothing waits for
+    /// the answer, and the message keeps its room in the pipeline until the delete is answered.
     async fn delete(&self, held: Held) -> Next {
         let Some(in_flight) = self.leases.claim_for_delete(&held.lease).await else {
             return Next::Done;
         };
-        if self.fifo {
-            let answer = self.deleter.submit_one(held.lease.clone()).await;
-            drop(in_flight);
-            return match answer {
-                Ok(()) => Next::Done,
-                Err(error) => {
-                    tracing::warn!(
-                        messaging.message.id = %held.lease.message_id,
-                        error = %error,
-                        "delete failed; the message comes back after its visibility timeout, and the rest of its group behind it"
-                    );
-                    Next::StopGroup
-                }
-            };
-        }
         let held = Deleting::new(held, in_flight);
+        if self.fifo {
+            return Next::Delete(held);
+        }
         // Shutdown waits for the answer as it waits for a task.
         let pending = self.tasks.token();
         self.deleter
@@ -586,6 +630,42 @@ impl Settler {
                 drop(pending);
             });
         Next::Done
+    }
+
+    /// Deletes a FIFO lane's run in one call (up to 10; more in calls of 10, in order) and waits
+    /// for the answers; the run is empty after. Whether every delete was confirmed: when one was
+    /// not, its message may still be in flight, and nothing later of its group may be given back
+    /// before it comes back (the lane lets the rest of its group go).
+    pub(crate) async fn delete_run(&self, run: &mut Run) -> bool {
+        run.since = None;
+        let deletes = std::mem::take(&mut run.deletes);
+        if deletes.is_empty() {
+            return true;
+        }
+        // A run of one (a quiet group) needs no list.
+        let answers = if let [only] = deletes.as_slice() {
+            vec![self.deleter.submit_one(only.lease.lease().clone()).await]
+        } else {
+            let leases = deletes
+                .iter()
+                .map(|deleting| deleting.lease.lease().clone())
+                .collect();
+            self.deleter.submit(leases).await
+        };
+        let mut confirmed = true;
+        for (deleting, answer) in deletes.into_iter().zip(answers) {
+            if let Err(error) = answer {
+                confirmed = false;
+                let _entered = deleting.span.enter();
+                tracing::warn!(
+                    messaging.message.id = %deleting.lease.lease().message_id,
+                    error = %error,
+                    "delete failed; the message comes back after its visibility timeout and is handled again, before anything later of its group"
+                );
+            }
+            // Its lease and room go back only now, with the answer.
+        }
+        confirmed
     }
 
     /// Sets the visibility of held messages, in one call per 10; each message's own events are

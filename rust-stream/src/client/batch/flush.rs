@@ -85,28 +85,28 @@ impl<A: Action> Flush<A> {
     /// Makes the first try in the call's place (`permit`), then gives the place up: retries, which
     /// may take seconds, go on in a task of their own, so a call that keeps failing (a delete
     /// whose receipt handle expired, an outage) does not hold up the other callers' entries
-    /// (other FIFO groups' deletes) behind it. `in_flight` counts the batch's `entries` until
-    /// they are answered: their callers wait and are not about to submit.
+    /// (other FIFO groups' deletes) behind it. `in_flight` counts the batch's `jobs` until they
+    /// are answered: their callers wait and are not about to submit.
     pub(super) async fn try_first(
         mut self,
         permit: OwnedSemaphorePermit,
         in_flight: Arc<AtomicUsize>,
-        entries: usize,
+        jobs: usize,
     ) {
         let retry = self.try_once().await;
         drop(permit);
-        // The entries stop counting as in flight before their answers wake the callers: a caller
-        // that submits its next entry at once must not find its own answered one still counted,
-        // or the batcher takes that entry for company already in a call and sends it alone.
+        // The jobs stop counting as in flight before their answers wake the callers: a caller
+        // that submits its next job at once must not find its own answered one still counted,
+        // or the batcher takes that job for company already in a call and sends it alone.
         match retry {
             None => {
-                in_flight.fetch_sub(entries, Ordering::AcqRel);
+                in_flight.fetch_sub(jobs, Ordering::AcqRel);
                 self.answer();
             }
             Some(delay) => {
                 tokio::spawn(async move {
                     self.retry_after(delay).await;
-                    in_flight.fetch_sub(entries, Ordering::AcqRel);
+                    in_flight.fetch_sub(jobs, Ordering::AcqRel);
                     self.answer();
                 });
             }

@@ -162,7 +162,8 @@ pub(super) async fn gather_with_company<A: Action>(
     let queue_url: Arc<str> = Arc::from(queue_url);
     let mut left_over: Option<Job<A>> = None;
     let mut open = true;
-    // Entries in calls not answered yet: their callers are waiting, not about to submit.
+    // Jobs in calls not answered yet: their callers (one job each at a time) are waiting, not
+    // about to submit.
     let in_flight = Arc::new(AtomicUsize::new(0));
     while open {
         let first = match left_over.take() {
@@ -194,7 +195,8 @@ pub(super) async fn gather_with_company<A: Action>(
                     // other caller's entry.
                     let idle = patience_over || calls.available_permits() == max_in_flight;
                     let coming = !wait_over
-                        && (company.callers)() > in_flight.load(Ordering::Acquire) + call.count;
+                        && (company.callers)()
+                            > in_flight.load(Ordering::Acquire) + call.jobs.len();
                     if idle && !coming {
                         break;
                     }
@@ -232,20 +234,19 @@ pub(super) async fn gather_with_company<A: Action>(
                 None => open = false,
             }
         }
-        let Gathering {
-            jobs: batch, count, ..
-        } = call;
+        let batch = call.jobs;
+        let jobs = batch.len();
         let permit = calls
             .clone()
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        in_flight.fetch_add(count, Ordering::AcqRel);
+        in_flight.fetch_add(jobs, Ordering::AcqRel);
         let flush = Flush::new(transport.clone(), queue_url.clone(), batch);
         // A call answered at once (the in-process account's) is made here, as a task per call
         // would cost more than the call; one that waits goes on in a task of its own, so this
         // batcher gathers the next call meanwhile and a stalled one holds up nobody.
-        let mut first_try = Box::pin(flush.try_first(permit, in_flight.clone(), count));
+        let mut first_try = Box::pin(flush.try_first(permit, in_flight.clone(), jobs));
         if crate::task::poll_once(&mut first_try).await.is_none() {
             tokio::spawn(first_try);
         }

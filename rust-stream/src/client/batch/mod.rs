@@ -86,7 +86,7 @@ impl<A: Action> Batcher<A> {
     /// a time); one that is not full goes out when no call is in flight (or the calls in flight
     /// had [`IN_FLIGHT_PATIENCE`] to answer) and no entry is on its way (or it waited
     /// [`Company::wait`] for them), gathering what arrives meanwhile. So callers that run in step
-    /// (lanes whose deletes were confirmed by one call) share the next call too, and a stalled
+    /// (lanes whose runs' deletes one call answered) share the next call too, and a stalled
     /// call holds up no other caller for longer than the patience.
     pub(crate) fn spawn_with_company(
         transport: SharedTransport,
