@@ -147,6 +147,7 @@ fn input_queue() -> SqsQueue {
         .concurrency(setting("FAULT_CONCURRENCY", 10))
         .pollers(setting("FAULT_POLLERS", 1))
         .batch_size(setting("FAULT_BATCH_SIZE", 10))
+        .delete_run(setting("FAULT_DELETE_RUN", 10))
         .wait(Duration::from_secs(setting("FAULT_WAIT_SECONDS", 20)));
     if let Some(seconds) = optional("FAULT_VISIBILITY_SECONDS") {
         queue = queue.visibility_timeout(Duration::from_secs(seconds));

@@ -357,6 +357,10 @@ mod configuration {
             => ConfigError::BatchSize { got: 11, .. }, ["batch size 11", "1..=10"];
         batch_size_usize_max: SqsQueue::new("orders").batch_size(usize::MAX)
             => ConfigError::BatchSize { .. }, [&usize::MAX.to_string(), "1..=10"];
+        delete_run_0: SqsQueue::new("orders.fifo").delete_run(0)
+            => ConfigError::DeleteRun { got: 0, .. }, ["delete run 0", "1..=10", "`.delete_run(..)`"];
+        delete_run_11: SqsQueue::new("orders.fifo").delete_run(11)
+            => ConfigError::DeleteRun { got: 11, .. }, ["delete run 11", "1..=10", "up to 10 messages"];
         sub_second_visibility_timeout: SqsQueue::new("orders").visibility_timeout(Duration::from_millis(500))
             => ConfigError::VisibilityTimeout { .. }, ["500ms", "1 s..=12 h", "`.visibility_timeout(..)`"];
         fractional_visibility_timeout: SqsQueue::new("orders").visibility_timeout(Duration::from_millis(1500))

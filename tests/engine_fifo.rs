@@ -499,6 +499,33 @@ async fn a_hot_group_deletes_each_run_in_one_call_and_stays_in_order() {
     assert_each_group_in_order(&record, &groups, 200);
 }
 
+/// `.delete_run(1)` confirms each delete before the group's next message: one delete call a
+/// message, still in order.
+#[tokio::test(start_paused = true)]
+async fn a_delete_run_of_one_confirms_each_delete_before_the_next_message() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new(QUEUE).create_if_missing();
+    let publisher = broker.publisher(queue.clone());
+    let groups = send_backlog(&publisher, 1, 30).await;
+    let (handler, record) = probe(|_, _| (Duration::from_millis(10), Step::Ack));
+    let before = broker.api_calls();
+    let running = start(&broker, subscriber(queue, handler).delete_run(1).build()).await;
+    until("every message deleted", async || {
+        is_empty(&account, QUEUE).await
+    })
+    .await;
+    running.stop().await.unwrap();
+
+    let calls = broker.api_calls() - before;
+    assert_eq!(
+        calls.delete_message_batch, 30,
+        "a delete call a message: {calls:?}"
+    );
+    let record = take(&record);
+    assert_each_group_in_order(&record, &groups, 30);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_slow_group_does_not_hold_up_the_others() {
     let account = Account::new();

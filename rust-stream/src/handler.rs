@@ -112,6 +112,14 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
         self
     }
 
+    /// FIFO: how many handled messages of a group its lane deletes in one call, 1–10 (default
+    /// 10); `1` confirms each delete before the group's next message. See
+    /// [`SqsQueue::delete_run`](crate::SqsQueue::delete_run).
+    pub fn delete_run(mut self, messages: usize) -> Self {
+        self.queue = self.queue.delete_run(messages);
+        self
+    }
+
     /// Long-poll wait, up to 20 s (default 20 s).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.queue = self.queue.wait(wait);

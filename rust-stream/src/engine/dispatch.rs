@@ -73,6 +73,8 @@ pub(crate) struct Dispatcher {
     /// Handler slots.
     running: Arc<Semaphore>,
     lanes: Lanes,
+    /// How many handled messages of a group a lane deletes together, at most.
+    delete_run: usize,
     /// FIFO groups resting between retries that lent their room to the pollers.
     lent_groups: AtomicUsize,
     /// Lent room taken back from rests that ended while it was in use: the intake withdraws it
@@ -146,6 +148,7 @@ impl Dispatcher {
             capacity: Arc::new(Semaphore::new(capacity(settings, shared.fifo))),
             running: Arc::new(Semaphore::new(settings.concurrency)),
             lanes,
+            delete_run: settings.delete_run,
             lent_groups: AtomicUsize::new(0),
             owed_room: AtomicUsize::new(0),
             parked: Mutex::new(Vec::new()),
@@ -279,7 +282,7 @@ impl Dispatcher {
             group: &group,
             finished: false,
         };
-        let mut run = Run::default();
+        let mut run = Run::new(self.delete_run);
         loop {
             // The run is deleted once nothing more waits (the lane then ends, and the group is
             // received again only after its deletes are answered), or once it is due.

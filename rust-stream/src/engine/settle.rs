@@ -90,7 +90,7 @@ pub(crate) const RUN_DELETE_WITHIN: Duration = Duration::from_secs(1);
 /// claimed for its delete (held, and extended if need be, until the delete is answered) and
 /// holding its room. The lane deletes them together ([`Settler::delete_run`]) when nothing more of
 /// the group waits in it (before the lane ends, so the group is received again only once they are
-/// gone), when a call's 10 are in, when the first waited [`RUN_DELETE_WITHIN`], and before the
+/// gone), when it is as long as the subscription's `delete_run` (10 by default: a full call), when the first waited [`RUN_DELETE_WITHIN`], and before the
 /// lane rests between retries, gives the group back, lets it go or parks it at a stop.
 ///
 /// So a busy group costs one `DeleteMessageBatch` a run, not one a message, and a delete never
@@ -98,23 +98,33 @@ pub(crate) const RUN_DELETE_WITHIN: Duration = Duration::from_secs(1);
 /// leaves its message to come back after its visibility timeout, once the run's later messages
 /// were handled; SQS holds the group while it is in flight and hands it out first when it is
 /// visible, so it is handled again before anything later of its group.
-#[derive(Default)]
 pub(crate) struct Run {
     deletes: Vec<Deleting>,
     /// When the first of `deletes` was settled.
     since: Option<tokio::time::Instant>,
+    /// How many are deleted together at most: the subscription's `delete_run`.
+    longest: usize,
 }
 
 impl Run {
+    /// An empty run of at most `longest` messages (1 confirms each delete before the next).
+    pub(crate) fn new(longest: usize) -> Self {
+        Self {
+            deletes: Vec::new(),
+            since: None,
+            longest: longest.clamp(1, MAX_BATCH_ENTRIES),
+        }
+    }
+
     /// Whether the run has nothing to delete.
     pub(crate) fn is_empty(&self) -> bool {
         self.deletes.is_empty()
     }
 
-    /// Whether the run is to be deleted before the lane's next message, whatever follows it: a
-    /// full call, or a first message that waited long enough.
+    /// Whether the run is to be deleted before the lane's next message, whatever follows it: it
+    /// is as long as it may be, or its first message waited long enough.
     pub(crate) fn is_due(&self) -> bool {
-        self.deletes.len() >= MAX_BATCH_ENTRIES
+        self.deletes.len() >= self.longest
             || self
                 .since
                 .is_some_and(|since| since.elapsed() >= RUN_DELETE_WITHIN)

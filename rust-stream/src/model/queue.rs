@@ -57,6 +57,8 @@ pub(crate) struct ConsumerSettings {
     pub(crate) retry: RetryPolicy,
     /// How long one handler call may run before it is cancelled and its message retried.
     pub(crate) handler_timeout: Option<Duration>,
+    /// FIFO: how many handled messages of a group its lane deletes in one call, at most.
+    pub(crate) delete_run: usize,
 }
 
 impl Default for ConsumerSettings {
@@ -69,6 +71,7 @@ impl Default for ConsumerSettings {
             pollers: 1,
             retry: RetryPolicy::default(),
             handler_timeout: None,
+            delete_run: rules::MAX_BATCH_ENTRIES,
         }
     }
 }
@@ -200,6 +203,18 @@ impl SqsQueue {
         self
     }
 
+    /// FIFO: how many handled messages of a group its lane deletes in one call, at most, 1–10
+    /// (default 10). A lane deletes what it handled of its group together (its *run*), so a busy
+    /// group costs a delete call a run rather than one a message; the price is that a consumer
+    /// killed mid-run handles the run's messages again. `1` confirms each delete before the
+    /// group's next message starts: a kill then repeats at most the message under way, and a busy
+    /// group makes a delete call, a round trip, per message. See `docs/fifo.md`, "Runs and
+    /// replays". No effect on a standard queue, whose deletes never hold up a handler.
+    pub fn delete_run(mut self, messages: usize) -> Self {
+        self.consumer.delete_run = messages;
+        self
+    }
+
     /// The queue as it is published to: a dead-letter queue, or a publisher's queue, shares the
     /// creation settings of this one.
     pub(crate) fn dead_letter_queue(&self) -> Option<SqsQueue> {
@@ -223,6 +238,12 @@ impl SqsQueue {
             problems.push(ConfigError::BatchSize {
                 queue: queue(),
                 got: consumer.batch_size,
+            });
+        }
+        if !(1..=rules::MAX_BATCH_ENTRIES).contains(&consumer.delete_run) {
+            problems.push(ConfigError::DeleteRun {
+                queue: queue(),
+                got: consumer.delete_run,
             });
         }
         // SQS takes whole seconds: a fraction would be cut off without a word, and a wait under a
@@ -336,6 +357,14 @@ pub enum ConfigError {
         /// The queue.
         queue: String,
         /// The batch size given.
+        got: usize,
+    },
+    /// The FIFO delete run is outside 1..=10 (a `DeleteMessageBatch` takes up to 10).
+    #[error("queue `{queue}`: delete run {got} is outside 1..=10 (a delete call takes up to 10 messages); change `.delete_run(..)`")]
+    DeleteRun {
+        /// The queue.
+        queue: String,
+        /// The run length given.
         got: usize,
     },
     /// The long-poll wait is over 20 s, or not a whole number of seconds.
