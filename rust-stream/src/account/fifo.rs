@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::ids::{Key, MessageId, Moment};
+use super::ids::{Key, Moment};
 
 /// The messages of one group, in storage order, and how many of them are in flight.
 #[derive(Debug, Default)]
@@ -73,25 +73,67 @@ pub(super) struct Fifo {
     pub(super) dedup: DedupWindow,
 }
 
-/// A deduplication id (or body digest) and the message first sent with it. One allocation,
-/// shared by the window and the stored message (which reports the id).
+/// A deduplication id (or body digest), the message first sent with it and its group. One
+/// allocation, shared by the window and the stored message (which reports the id and the group).
 #[derive(Debug)]
 pub(super) struct Dedup {
-    /// The group the id is scoped to, when the queue deduplicates per group.
-    pub(super) group: Option<GroupName>,
-    pub(super) id: Box<str>,
-    pub(super) message_id: MessageId,
+    pub(super) group: GroupName,
+    pub(super) id: DedupId,
+    /// The original message's key in the queue whose window holds the entry (its id derives
+    /// from it).
     pub(super) key: Key,
     pub(super) expires: Moment,
+    /// Whether the id is scoped to the group (the queue deduplicated per group when it was sent).
+    pub(super) per_group: bool,
+}
+
+/// A deduplication id: the 16 bytes of a UUID when it is one written as publishers generate them
+/// (lowercase, hyphenated), so it takes no allocation of its own; the text otherwise. Each id
+/// has one form, so comparing forms compares the ids.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum DedupId {
+    Uuid([u64; 2]),
+    Text(Box<str>),
+}
+
+impl DedupId {
+    pub(super) fn new(id: String) -> Self {
+        if id.len() == 36 {
+            if let Ok(uuid) = uuid::Uuid::try_parse(&id) {
+                let mut buffer = uuid::Uuid::encode_buffer();
+                if *uuid.hyphenated().encode_lower(&mut buffer) == *id {
+                    let bits = uuid.as_u128();
+                    return Self::Uuid([(bits >> 64) as u64, bits as u64]);
+                }
+            }
+        }
+        Self::Text(id.into_boxed_str())
+    }
+
+    pub(super) fn text(&self) -> String {
+        match self {
+            Self::Uuid([high, low]) => {
+                let bits = (u128::from(*high) << 64) | u128::from(*low);
+                uuid::Uuid::from_u128(bits).hyphenated().to_string()
+            }
+            Self::Text(text) => text.to_string(),
+        }
+    }
 }
 
 /// A window entry, equal to another with the same id in the same scope.
 #[derive(Debug)]
 struct ById(Arc<Dedup>);
 
+impl ById {
+    fn scope(&self) -> Option<&GroupName> {
+        self.0.per_group.then_some(&self.0.group)
+    }
+}
+
 impl PartialEq for ById {
     fn eq(&self, other: &Self) -> bool {
-        self.0.group == other.0.group && self.0.id == other.0.id
+        self.scope() == other.scope() && self.0.id == other.0.id
     }
 }
 
@@ -99,7 +141,7 @@ impl Eq for ById {}
 
 impl Hash for ById {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.group.hash(state);
+        self.scope().hash(state);
         self.0.id.hash(state);
     }
 }

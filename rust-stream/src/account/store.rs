@@ -131,23 +131,12 @@ impl<T> Messages<T> {
 mod tests {
     use super::*;
     use crate::account::fifo::Dedup;
-    use crate::account::ids::{MessageId, Moment};
-    use crate::account::message::{State, Stored};
+    use crate::account::ids::Moment;
+    use crate::account::message::Stored;
 
     fn message(body: &str) -> Stored {
         let origin = tokio::time::Instant::now();
-        Stored {
-            message_id: MessageId::random(),
-            body: body.into(),
-            group_id: None,
-            dedup: None,
-            extra: None,
-            sent_epoch_ms: 0,
-            stored_at: Moment::since(origin, origin),
-            first_receive_epoch_ms: 0,
-            receive_count: 0,
-            state: State::Visible,
-        }
+        Stored::new(body.into(), None, None, Moment::since(origin, origin))
     }
 
     #[test]
