@@ -146,44 +146,35 @@ impl Hash for ById {
     }
 }
 
-/// The deduplication ids of the last 5 minutes: a set for finding one, and the same entries in
-/// the order they expire (the order they were sent) for forgetting them.
+/// The deduplication ids of the last 5 minutes. An expired entry counts as gone at once, and is
+/// dropped when the set is full: one sweep of the set each time it would grow, so each entry
+/// costs O(1) amortised to forget, and no second index keeps the entries in expiry order (a
+/// queued FIFO message costs 8 to 16 bytes less).
 #[derive(Debug, Default)]
 pub(super) struct DedupWindow {
     live: HashSet<ById, FastHash>,
-    expiries: VecDeque<Arc<Dedup>>,
 }
 
 impl DedupWindow {
     /// The live entry with the id (and scope) of `candidate`.
-    pub(super) fn get(&mut self, candidate: &Arc<Dedup>, now: Moment) -> Option<&Arc<Dedup>> {
-        self.prune(now);
+    pub(super) fn get(&self, candidate: &Arc<Dedup>, now: Moment) -> Option<&Arc<Dedup>> {
         self.live
             .get(&ById(candidate.clone()))
             .map(|entry| &entry.0)
+            .filter(|entry| entry.expires > now)
     }
 
-    /// Remembers an entry until its `expires`, which must not be earlier than any earlier one's.
-    pub(super) fn insert(&mut self, entry: Arc<Dedup>) {
-        self.expiries.push_back(entry.clone());
-        self.live.replace(ById(entry));
-    }
-
-    fn prune(&mut self, now: Moment) {
-        while let Some(oldest) = self.expiries.front() {
-            if oldest.expires > now {
-                break;
-            }
-            let oldest = ById(self.expiries.pop_front().expect("front exists"));
-            // An id sent again after it expired has a newer entry, which must stay.
-            if self
-                .live
-                .get(&oldest)
-                .is_some_and(|live| Arc::ptr_eq(&live.0, &oldest.0))
-            {
-                self.live.remove(&oldest);
+    /// Remembers an entry until its `expires`, in place of an expired one with its id.
+    pub(super) fn insert(&mut self, entry: Arc<Dedup>, now: Moment) {
+        if self.live.len() >= self.live.capacity() {
+            self.live.retain(|live| live.0.expires > now);
+            // Still over half full: grow now, so the next sweep is as many inserts away as
+            // this one's entries.
+            if self.live.len() > self.live.capacity() / 2 {
+                self.live.reserve(self.live.capacity());
             }
         }
+        self.live.replace(ById(entry));
     }
 }
 
@@ -194,15 +185,18 @@ impl Group {
         self.keys.push_back(key);
     }
 
+    /// Removes a message of the group. The group's received messages are its first ones, so
+    /// the one removed is almost always the first, found without a search.
     pub(super) fn remove(&mut self, key: Key) {
-        if let Ok(at) = self.keys.binary_search(&key) {
+        if self.keys.front() == Some(&key) {
+            self.keys.pop_front();
+        } else if let Ok(at) = self.keys.binary_search(&key) {
             self.keys.remove(at);
         }
     }
 
-    /// The group's first message after `key`, or its first of all.
-    pub(super) fn next_after(&self, key: Option<Key>) -> Option<Key> {
-        let at = key.map_or(0, |key| self.keys.partition_point(|&k| k <= key));
+    /// The group's message at `at` in storage order.
+    pub(super) fn key_at(&self, at: usize) -> Option<Key> {
         self.keys.get(at).copied()
     }
 }

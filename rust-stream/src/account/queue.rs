@@ -355,7 +355,7 @@ impl Queue {
                 duplicate: true,
             });
         }
-        fifo.dedup.insert(dedup.clone());
+        fifo.dedup.insert(dedup.clone(), now.moment);
         let body = request.body.into_boxed_str();
         let stored_key = self.store(
             Stored::new(body, Some(dedup), extra, now.moment),
@@ -479,7 +479,10 @@ impl Queue {
         taken: &mut Vec<Key>,
         dead: &mut Vec<(MessageId, Stored)>,
     ) {
-        let mut after: Option<Key> = None;
+        // A ready group has nothing in flight: its messages are taken from its first one on, each
+        // by its place (one taken moves the place on; one moved to the dead-letter queue leaves
+        // the group, and the next comes to its place).
+        let mut at = 0;
         while taken.len() < take.max {
             let Order::Fifo(fifo) = &self.order else {
                 unreachable!()
@@ -487,14 +490,14 @@ impl Queue {
             let Some(entry) = fifo.groups.get(group) else {
                 break;
             };
-            let Some(key) = entry.next_after(after) else {
+            let Some(key) = entry.key_at(at) else {
                 break;
             };
             if self.stored(key).state != State::Visible {
                 break;
             }
             if self.take_one(key, take, now, taken, dead) {
-                after = Some(key);
+                at += 1;
             }
         }
     }
