@@ -73,7 +73,7 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let live_endpoint = std::env::var(rust_stream::testing::LIVE_ENDPOINT_VAR).ok();
     let options = match Options::parse(args.clone(), live_endpoint) {
-        Ok(Parsed::Run(options)) => options,
+        Ok(Parsed::Run(options)) => *options,
         Ok(Parsed::Help) => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

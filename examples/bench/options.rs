@@ -81,7 +81,7 @@ pub struct Options {
 
 /// What the command line asked for, or why it cannot be run.
 pub enum Parsed {
-    Run(Options),
+    Run(Box<Options>),
     Help,
 }
 
@@ -193,7 +193,7 @@ impl Options {
             }
             sections.retain(|section| only.contains(section));
         }
-        Ok(Parsed::Run(Self {
+        Ok(Parsed::Run(Box::new(Self {
             sections,
             localstack,
             messages: messages.unwrap_or_else(|| vec![if quick { 20_000 } else { 400_000 }]),
@@ -209,7 +209,7 @@ impl Options {
             localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             json,
             memory_probe,
-        }))
+        })))
     }
 
     pub fn runs(&self, section: Section) -> bool {
