@@ -13,32 +13,16 @@ use tokio::sync::mpsc;
 
 use crate::allocations;
 use crate::deletes::{CountingDeletes, Deleted};
-use crate::options::Options;
+use crate::options::{Options, Settings};
 use crate::orders::{publish_orders, service, since_epoch_us, Order, Workload, PROBE};
 use crate::report::{thousands, LatencyRow, ThroughputRow};
 use crate::Fallible;
-
-/// The throughput workloads, in the order of the table.
-const THROUGHPUT_WORKLOADS: [Workload; 3] = [
-    Workload::Standard,
-    Workload::Fifo { groups: 100 },
-    Workload::Fifo { groups: 10_000 },
-];
 
 /// The latency workloads.
 const LATENCY_WORKLOADS: [Workload; 2] = [Workload::Standard, Workload::Fifo { groups: 100 }];
 
 /// Messages per `send_batch` while pre-publishing.
 const PUBLISH_CHUNK: u64 = 10_000;
-
-/// The subscription's settings in a throughput row.
-#[derive(Debug, Clone, Copy)]
-enum Settings {
-    /// As `SqsQueue` comes: concurrency 10, 1 poller.
-    Default,
-    /// `concurrency = 100`, 4 pollers.
-    High,
-}
 
 impl Settings {
     fn apply(self, queue: SqsQueue) -> SqsQueue {
@@ -56,44 +40,66 @@ impl Settings {
     }
 }
 
-/// Consumes `options.messages` pre-published orders per workload and settings, with the channel
-/// limit measured just before each workload's engine runs.
+/// Consumes each backlog of pre-published orders per workload, settings and worker-thread
+/// count, with the channel limit measured just before each workload's engine runs at that
+/// backlog, on the same runtime.
 pub async fn throughput(options: &Options) -> Fallible<Vec<ThroughputRow>> {
-    let messages = options.messages;
     let mut rows = Vec::new();
-    for workload in THROUGHPUT_WORKLOADS {
-        let (limit, limit_allocations) = channel_throughput(workload, messages).await?;
-        eprintln!(
-            "throughput {}: limit {} msg/s, {:.1} allocations a message",
-            workload.label(),
-            thousands(limit as u64),
-            limit_allocations
-        );
-        for settings in [Settings::Default, Settings::High] {
-            let run = engine_throughput(workload, settings, messages).await?;
-            eprintln!(
-                "throughput {}, {}: {} msg/s ({:.3}x the limit), {:.1} allocations a message",
-                workload.label(),
-                settings.label(),
-                thousands(run.msgs_per_sec as u64),
-                run.msgs_per_sec / limit,
-                run.allocations_per_message
-            );
-            rows.push(ThroughputRow {
-                workload: workload.label(),
-                settings: settings.label().to_owned(),
-                messages,
-                msgs_per_sec: run.msgs_per_sec,
-                limit_msgs_per_sec: limit,
-                ratio: run.msgs_per_sec / limit,
-                published_msgs_per_sec: run.published_per_sec,
-                api_calls_per_message: run.calls_per_message,
-                allocations_per_message: run.allocations_per_message,
-                limit_allocations_per_message: limit_allocations,
-            });
+    for &threads in &options.worker_threads {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?;
+        for &workload in &options.workloads {
+            for &messages in &options.messages {
+                let (limit, limit_allocations) =
+                    on(&runtime, channel_throughput(workload, messages)).await?;
+                eprintln!(
+                    "throughput {}, {} orders, {threads} worker threads: limit {} msg/s, {:.1} allocations a message",
+                    workload.label(),
+                    thousands(messages),
+                    thousands(limit as u64),
+                    limit_allocations
+                );
+                for &settings in &options.settings {
+                    let run = on(&runtime, engine_throughput(workload, settings, messages)).await?;
+                    eprintln!(
+                        "throughput {}, {} orders, {threads} worker threads, {}: {} msg/s ({:.3}x the limit), {:.1} allocations a message",
+                        workload.label(),
+                        thousands(messages),
+                        settings.label(),
+                        thousands(run.msgs_per_sec as u64),
+                        run.msgs_per_sec / limit,
+                        run.allocations_per_message
+                    );
+                    rows.push(ThroughputRow {
+                        workload: workload.label(),
+                        settings: settings.label().to_owned(),
+                        messages,
+                        worker_threads: threads,
+                        msgs_per_sec: run.msgs_per_sec,
+                        limit_msgs_per_sec: limit,
+                        ratio: run.msgs_per_sec / limit,
+                        published_msgs_per_sec: run.published_per_sec,
+                        api_calls_per_message: run.calls_per_message,
+                        allocations_per_message: run.allocations_per_message,
+                        limit_allocations_per_message: limit_allocations,
+                    });
+                }
+            }
         }
+        // Its workers are idle; shutting down in the background never blocks this task.
+        runtime.shutdown_background();
     }
     Ok(rows)
+}
+
+/// Runs `work` on `runtime` (a row's own, of the worker threads asked for) and waits for it here.
+async fn on<T: Send + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    work: impl std::future::Future<Output = Fallible<T>> + Send + 'static,
+) -> Fallible<T> {
+    runtime.spawn(work).await?
 }
 
 struct EngineThroughput {

@@ -13,6 +13,9 @@
 //! cargo run --release --example bench -- --in-process --localstack http://127.0.0.1:4566
 //! # One section only, written where you say.
 //! cargo run --release --example bench -- --only latency --json /tmp/latency.json
+//! # Throughput at two backlogs, on one and on two worker threads.
+//! cargo run --release --example bench -- --in-process --only throughput \
+//!     --backlogs 100_000,1_000_000 --worker-threads 1,2 --workloads standard,fifo-100
 //! ```
 //!
 //! What it measures, each against its limit:
@@ -23,6 +26,8 @@
 //!   over 100 and over 10,000 groups, each at default settings and at `concurrency = 100` with 4
 //!   pollers. Limit: the same bodies waiting in a tokio mpsc channel, taken by a task that
 //!   decodes each with serde_json (the median of 5 runs, as one takes a fraction of a second).
+//!   Each row and its limit run on a tokio runtime of their own (`--worker-threads`, default
+//!   the CPUs), at each backlog asked for (`--backlogs`).
 //! - **Latency, in process**: publish → handled, p50 and p99, at a fixed rate (10,000 msg/s: 10
 //!   single `send()`s each millisecond) for a few seconds, stamped in the body and read in the
 //!   handler against one `Instant`, on a multi-thread runtime in real time. Limit: the same
@@ -68,7 +73,7 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let live_endpoint = std::env::var(rust_stream::testing::LIVE_ENDPOINT_VAR).ok();
     let options = match Options::parse(args.clone(), live_endpoint) {
-        Ok(Parsed::Run(options)) => options,
+        Ok(Parsed::Run(options)) => *options,
         Ok(Parsed::Help) => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::memory::MemoryCase;
+use crate::orders::Workload;
 
 pub const USAGE: &str = "\
 usage: cargo run --release --example bench -- [options]
@@ -17,6 +18,13 @@ What it runs:
                              localstack
   --quick                    smaller counts, for a first look or a test (the options below win)
   --messages N               orders a throughput row consumes (400,000; quick 20,000)
+  --backlogs LIST            instead, a row at each of these backlogs, comma-separated (write
+                             counts without commas or with `_`: 100_000,1_000_000)
+  --worker-threads LIST      tokio worker threads of the runtime each throughput row runs on,
+                             comma-separated for a row at each (the CPUs)
+  --workloads LIST           throughput workloads, comma-separated: standard, fifo-100, fifo-10000
+                             (all three)
+  --settings LIST            throughput settings, comma-separated: default, high (both)
   --memory-messages N        messages queued for the memory rows (1,000,000; quick 100,000)
   --latency-rate N           messages a second in the latency rows, a multiple of 1,000 (10,000)
   --latency-secs S           how long each latency row publishes (3; quick 1)
@@ -55,7 +63,12 @@ pub struct Options {
     pub sections: Vec<Section>,
     /// The endpoint of the LocalStack sections.
     pub localstack: Option<String>,
-    pub messages: u64,
+    /// Orders a throughput row consumes (`--messages`, or each of `--backlogs`): a row at each.
+    pub messages: Vec<u64>,
+    /// Worker threads of the runtime a throughput row runs on: a row at each.
+    pub worker_threads: Vec<usize>,
+    pub workloads: Vec<Workload>,
+    pub settings: Vec<Settings>,
     pub memory_messages: u64,
     pub latency_rate: u64,
     pub latency_secs: f64,
@@ -68,7 +81,7 @@ pub struct Options {
 
 /// What the command line asked for, or why it cannot be run.
 pub enum Parsed {
-    Run(Options),
+    Run(Box<Options>),
     Help,
 }
 
@@ -88,6 +101,7 @@ impl Options {
             (None, None, None);
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
+        let (mut worker_threads, mut workloads, mut settings) = (None, None, None);
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
             match arg.as_str() {
@@ -106,7 +120,27 @@ impl Options {
                         .collect::<Result<Vec<_>, _>>()?;
                     only = Some(sections);
                 }
-                "--messages" => messages = Some(count(&arg, &value()?)?),
+                "--messages" => messages = Some(vec![count(&arg, &value()?)?]),
+                "--backlogs" => {
+                    messages = Some(list(&arg, &value()?, |raw| count(&arg, raw))?);
+                }
+                "--worker-threads" => {
+                    worker_threads = Some(list(&arg, &value()?, |raw| {
+                        count(&arg, raw).map(|n| n as usize)
+                    })?)
+                }
+                "--workloads" => {
+                    workloads = Some(list(&arg, &value()?, |name| {
+                        Workload::parse(name)
+                            .ok_or_else(|| format!("--workloads: no workload named {name:?}"))
+                    })?)
+                }
+                "--settings" => {
+                    settings = Some(list(&arg, &value()?, |name| {
+                        Settings::parse(name)
+                            .ok_or_else(|| format!("--settings: no settings named {name:?}"))
+                    })?)
+                }
                 "--memory-messages" => memory_messages = Some(count(&arg, &value()?)?),
                 "--latency-rate" => {
                     let rate = count(&arg, &value()?)?;
@@ -159,10 +193,15 @@ impl Options {
             }
             sections.retain(|section| only.contains(section));
         }
-        Ok(Parsed::Run(Self {
+        Ok(Parsed::Run(Box::new(Self {
             sections,
             localstack,
-            messages: messages.unwrap_or(if quick { 20_000 } else { 400_000 }),
+            messages: messages.unwrap_or_else(|| vec![if quick { 20_000 } else { 400_000 }]),
+            worker_threads: worker_threads.unwrap_or_else(|| {
+                vec![std::thread::available_parallelism().map_or(1, usize::from)]
+            }),
+            workloads: workloads.unwrap_or_else(|| Workload::THROUGHPUT.to_vec()),
+            settings: settings.unwrap_or_else(|| vec![Settings::Default, Settings::High]),
             memory_messages: memory_messages.unwrap_or(if quick { 100_000 } else { 1_000_000 }),
             latency_rate: latency_rate.unwrap_or(10_000),
             latency_secs: latency_secs.unwrap_or(if quick { 1.0 } else { 3.0 }),
@@ -170,11 +209,48 @@ impl Options {
             localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             json,
             memory_probe,
-        }))
+        })))
     }
 
     pub fn runs(&self, section: Section) -> bool {
         self.sections.contains(&section)
+    }
+}
+
+/// A comma-separated list, each item read by `item`.
+fn list<T>(
+    option: &str,
+    raw: &str,
+    item: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    let items: Vec<T> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(item)
+        .collect::<Result<_, _>>()?;
+    if items.is_empty() {
+        return Err(format!("{option}: an empty list"));
+    }
+    Ok(items)
+}
+
+/// The subscription's settings in a throughput row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settings {
+    /// As `SqsQueue` comes: concurrency 10, 1 poller.
+    Default,
+    /// `concurrency = 100`, 4 pollers.
+    High,
+}
+
+impl Settings {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::Default),
+            "high" => Some(Self::High),
+            _ => None,
+        }
     }
 }
 

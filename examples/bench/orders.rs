@@ -67,6 +67,23 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// The throughput section's workloads, in the order of its table.
+    pub const THROUGHPUT: [Self; 3] = [
+        Self::Standard,
+        Self::Fifo { groups: 100 },
+        Self::Fifo { groups: 10_000 },
+    ];
+
+    /// A throughput workload by its command-line name: `standard`, `fifo-100`, `fifo-10000`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "standard" => Some(Self::Standard),
+            "fifo-100" => Some(Self::Fifo { groups: 100 }),
+            "fifo-10000" => Some(Self::Fifo { groups: 10_000 }),
+            _ => None,
+        }
+    }
+
     /// How the tables name it.
     pub fn label(self) -> String {
         match self {

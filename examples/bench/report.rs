@@ -72,6 +72,8 @@ pub struct ThroughputRow {
     pub workload: String,
     pub settings: String,
     pub messages: u64,
+    /// Worker threads of the tokio runtime the row (and its limit) ran on.
+    pub worker_threads: usize,
     pub msgs_per_sec: f64,
     /// The same bodies through a tokio mpsc channel, decoded with serde_json (median of 5 runs).
     pub limit_msgs_per_sec: f64,
@@ -235,11 +237,9 @@ impl Report {
             );
         }
         if !self.throughput.is_empty() {
-            let messages = self.throughput[0].messages;
             let _ = writeln!(
                 out,
-                "\nIn process: {} orders of 100 bytes pre-published, then consumed by one `#[subscriber]` (serde decode, ack) until the last is deleted. Limit: the same bodies through a tokio mpsc channel, decoded with serde_json (median of 5 runs).\n",
-                thousands(messages)
+                "\nIn process: a backlog of orders of 100 bytes pre-published, then consumed by one `#[subscriber]` (serde decode, ack) until the last is deleted, on a runtime of the worker threads shown. Limit: the same bodies through a tokio mpsc channel, decoded with serde_json on the same runtime (median of 5 runs).\n"
             );
             let rows = self
                 .throughput
@@ -248,6 +248,8 @@ impl Report {
                     vec![
                         row.workload.clone(),
                         row.settings.clone(),
+                        thousands(row.messages),
+                        row.worker_threads.to_string(),
                         rate(row.msgs_per_sec),
                         rate(row.limit_msgs_per_sec),
                         format!("{:.3}x", row.ratio),
@@ -263,6 +265,8 @@ impl Report {
                 &[
                     "workload",
                     "settings",
+                    "backlog",
+                    "worker threads",
                     "rust-stream msg/s",
                     "limit: mpsc + serde_json msg/s",
                     "ratio",

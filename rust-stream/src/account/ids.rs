@@ -22,6 +22,10 @@ pub(super) struct Now {
     pub(super) epoch_ms: u64,
 }
 
+/// Whole milliseconds since the account started; the account adds its start's wall-clock time
+/// when it shows them.
+pub(super) type Milliseconds = u64;
+
 /// A point on tokio's clock as nanoseconds since the account started: half the size of an
 /// `Instant`, and a queue keeps several per message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -34,6 +38,11 @@ impl Moment {
 
     pub(super) fn to_instant(self, origin: Instant) -> Instant {
         origin + Duration::from_nanos(self.0)
+    }
+
+    /// Whole milliseconds since the account started: what its timestamps count.
+    pub(super) fn millis(self) -> Milliseconds {
+        self.0 / 1_000_000
     }
 
     pub(super) fn saturating_since(self, earlier: Self) -> Duration {
@@ -50,19 +59,16 @@ impl std::ops::Add<Duration> for Moment {
     }
 }
 
-/// A message id: a random (version 4) UUID, kept as its 128 bits and written out when a send or
-/// a receive returns it. Two words, not a `u128`, so a stored message stays 8-byte aligned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A message id: a version 4 UUID, kept as its 128 bits and written out when a send or a receive
+/// returns it. Two words, not a `u128`, so that it stays 8-byte aligned where it is stored.
+///
+/// A queue does not store its messages' ids: it derives each from the message's key
+/// ([`MessageIds::of`]), so a queued message costs 16 bytes less; only a message moved to a
+/// dead-letter queue, which keeps the id it had, carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct MessageId([u64; 2]);
 
 impl MessageId {
-    pub(super) fn random() -> Self {
-        // fastrand (per-thread wyrand, seeded from the OS) instead of a getrandom call per message.
-        let uuid = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid();
-        let bits = uuid.as_u128();
-        Self([(bits >> 64) as u64, bits as u64])
-    }
-
     pub(super) fn to_uuid(self) -> uuid::Uuid {
         uuid::Uuid::from_u128((u128::from(self.0[0]) << 64) | u128::from(self.0[1]))
     }
@@ -73,6 +79,45 @@ impl MessageId {
             .hyphenated()
             .encode_lower(&mut buffer)
             .to_owned()
+    }
+}
+
+/// How one queue turns its keys into message ids: version 4 UUIDs that look random, distinct for
+/// every key of the queue, and (by random salts) for every queue of every account with a
+/// probability as good as 58 random bits.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MessageIds {
+    /// The first 8 bytes of every id of the queue, version nibble set.
+    high: u64,
+    /// Mixed into the key before the permutation.
+    salt: u64,
+}
+
+/// The bits of a UUID's last 8 bytes that are not its variant.
+const LOW_BITS: u64 = (1 << 62) - 1;
+
+impl MessageIds {
+    /// The ids of a new queue: random salts, so no two queues (or accounts) share them.
+    pub(super) fn random() -> Self {
+        let high = fastrand::u64(..);
+        Self {
+            // Version 4: the 13th hexadecimal digit is 4.
+            high: (high & !0xf000) | 0x4000,
+            salt: fastrand::u64(..),
+        }
+    }
+
+    /// The id of the message under `key`: the key through a permutation of 62 bits (an xorshift
+    /// and odd multiplications, each invertible modulo 2^62), so no two keys share an id.
+    pub(super) fn of(self, key: Key) -> MessageId {
+        let mut x = (key ^ self.salt) & LOW_BITS;
+        x ^= x >> 31;
+        x = x.wrapping_mul(0x7fb5_d329_728e_a185) & LOW_BITS;
+        x ^= x >> 27;
+        x = x.wrapping_mul(0x81da_def4_bc2d_d44d) & LOW_BITS;
+        x ^= x >> 33;
+        // Variant 1 (RFC 4122): the 17th hexadecimal digit is 8 to b.
+        MessageId([self.high, x | (1 << 63)])
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::fifo::{Dedup, GroupName};
-use super::ids::{Key, MessageId, Moment};
+use super::ids::{Key, MessageId, MessageIds, Milliseconds, Moment};
 use crate::transport::MessageAttributes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,26 +23,93 @@ impl State {
     }
 }
 
-/// A stored message, kept small: a queue may hold millions.
+/// A stored message, kept small: a queue may hold millions. Its message id is derived from its
+/// key ([`MessageIds`](super::ids::MessageIds)), and its sent timestamp from `stored_at`, unless
+/// `extra` says otherwise (a message moved to a dead-letter queue).
 #[derive(Debug)]
 pub(super) struct Stored {
-    pub(super) message_id: MessageId,
     pub(super) body: Box<str>,
-    /// The queue's interned name of the group (FIFO), shared by the group's messages.
-    pub(super) group_id: Option<GroupName>,
-    /// The deduplication entry the message was stored under (FIFO), shared with the queue's
-    /// deduplication window.
-    pub(super) dedup: Option<Arc<Dedup>>,
-    /// What few messages have: message attributes, a dead-letter source.
+    /// FIFO: the message's group and the deduplication entry it was stored under, shared with
+    /// the queue's deduplication window.
+    pub(super) fifo: Option<Arc<Dedup>>,
+    /// What few messages have: message attributes, a dead-letter source, a standard message's
+    /// group.
     pub(super) extra: Option<Box<Extra>>,
-    pub(super) sent_epoch_ms: u64,
     /// The enqueue time, where the retention clock starts; set by the sender, or by the
     /// dead-letter queue a message is moved to.
     pub(super) stored_at: Moment,
-    /// 0 until the first receive.
-    pub(super) first_receive_epoch_ms: u64,
     pub(super) receive_count: u32,
+    /// Milliseconds from `stored_at` to the first receive, plus one; 0 until the first receive.
+    /// A receive comes within the retention period (at most 14 days, 1.2e9 ms) of `stored_at`.
+    first_receive: u32,
     pub(super) state: State,
+}
+
+impl Stored {
+    /// A message stored now, visible, never received.
+    pub(super) fn new(
+        body: Box<str>,
+        fifo: Option<Arc<Dedup>>,
+        extra: Option<Box<Extra>>,
+        stored_at: Moment,
+    ) -> Self {
+        Self {
+            body,
+            fifo,
+            extra,
+            stored_at,
+            receive_count: 0,
+            first_receive: 0,
+            state: State::Visible,
+        }
+    }
+
+    /// The message's group: its FIFO group, or the group a sender gave a standard message.
+    pub(super) fn group(&self) -> Option<&GroupName> {
+        match &self.fifo {
+            Some(dedup) => Some(&dedup.group),
+            None => self.extra.as_ref()?.group_id.as_ref(),
+        }
+    }
+
+    /// Counts a receive at `now`, remembering the first.
+    pub(super) fn count_receive(&mut self, now: Moment) {
+        self.receive_count += 1;
+        if self.first_receive == 0 {
+            let after = now.millis().saturating_sub(self.stored_at.millis());
+            self.first_receive = u32::try_from(after).unwrap_or(u32::MAX - 1) + 1;
+        }
+    }
+
+    /// When the message was first received, `None` before its first receive.
+    pub(super) fn first_received(&self) -> Option<Milliseconds> {
+        (self.first_receive != 0)
+            .then(|| self.stored_at.millis() + u64::from(self.first_receive - 1))
+    }
+
+    /// Forgets the receives, as a move to a dead-letter queue does.
+    pub(super) fn forget_receives(&mut self) {
+        self.receive_count = 0;
+        self.first_receive = 0;
+    }
+
+    /// When the message was sent: when it was stored, unless it kept its original send through
+    /// a move to a FIFO dead-letter queue.
+    pub(super) fn sent(&self) -> Milliseconds {
+        self.extra
+            .as_ref()
+            .and_then(|extra| extra.sent)
+            .unwrap_or_else(|| self.stored_at.millis())
+    }
+
+    /// The message's id: the one it kept through a move to a dead-letter queue, or its queue's
+    /// for its key.
+    pub(super) fn message_id(&self, ids: MessageIds, key: Key) -> MessageId {
+        self.extra
+            .as_ref()
+            .and_then(|extra| extra.message_id)
+            .unwrap_or_else(|| ids.of(key))
+    }
 }
 
 /// The rarer parts of a stored message.
@@ -50,6 +117,13 @@ pub(super) struct Stored {
 pub(super) struct Extra {
     pub(super) message_attributes: MessageAttributes,
     pub(super) dead_letter_source_arn: Option<Arc<str>>,
+    /// A standard message's group, kept only to return it.
+    pub(super) group_id: Option<GroupName>,
+    /// The id a message moved to a dead-letter queue kept.
+    pub(super) message_id: Option<MessageId>,
+    /// The original send of a message moved to a FIFO dead-letter queue (where `stored_at` is
+    /// the move).
+    pub(super) sent: Option<Milliseconds>,
 }
 
 pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -135,8 +209,21 @@ mod tests {
             assert_eq!(attributes["SentTimestamp"], n.to_string());
             assert_eq!(attributes.number(SystemAttribute::SentTimestamp), Some(n));
         }
-        let id = MessageId::random();
+        let ids = MessageIds::random();
+        let id = ids.of(42);
         assert_eq!(id.text(), id.to_string());
         assert_eq!(id.to_uuid().get_version_num(), 4);
+        assert_eq!(id.to_uuid().get_variant(), uuid::Variant::RFC4122);
+    }
+
+    #[test]
+    fn a_queue_derives_a_distinct_id_for_every_key_and_other_ids_than_another_queue() {
+        let (ids, others) = (MessageIds::random(), MessageIds::random());
+        let mut seen = std::collections::HashSet::new();
+        for key in (1..=100_000).chain([u64::MAX >> 2, (u64::MAX >> 2) - 1]) {
+            assert!(seen.insert(ids.of(key)), "key {key} repeats an id");
+            assert_eq!(ids.of(key), ids.of(key));
+        }
+        assert!((1..=1_000).all(|key| !seen.contains(&others.of(key))));
     }
 }

@@ -137,21 +137,21 @@ impl Account {
                         Some(other) => &mut **other,
                         None => &mut *queue, // the queue is its own dead-letter queue
                     };
-                    for message in dead {
+                    for (id, message) in dead {
                         tracing::warn!(
-                            messaging.message.id = %message.message_id,
+                            messaging.message.id = %id,
                             messaging.destination.name = %target.name,
                             max_receive_count = policy.max_receive_count,
                             "message moved to its dead-letter queue"
                         );
-                        target.accept_dead_letter(message, &source_arn, now.moment);
+                        target.accept_dead_letter(id, message, &source_arn, now.moment);
                     }
                     drop(dlq_queue);
                     dlq.notify.notify_waiters();
                 }
                 drop(queue);
                 if !received.is_empty() || now.instant >= deadline {
-                    return Ok(received.into_messages(&wanted));
+                    return Ok(received.into_messages(&wanted, self.inner.epoch_ms_at_start));
                 }
                 // Nothing received: nothing kept across the wait either.
                 debug_assert!(received.is_empty());

@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::config::Config;
-use super::fifo::{Dedup, Fifo, GroupName, Window};
-use super::ids::{Key, MessageId, Moment, Now};
+use super::fifo::{Dedup, DedupId, Fifo, GroupName, Window};
+use super::ids::{Key, MessageId, MessageIds, Moment, Now};
 use super::message::{parse_receipt_handle, sequence_number, Extra, State, Stored, HEX};
 use super::received::{Copied, Received, Wanted};
 use super::store::Messages;
@@ -38,6 +38,8 @@ pub(super) struct Queue {
     pub(super) arn: Arc<str>,
     /// Unique per queue created in the account, so a receipt handle never fits another queue.
     pub(super) incarnation: u64,
+    /// How the queue's keys become message ids.
+    pub(super) ids: MessageIds,
     pub(super) config: Config,
     pub(super) created_epoch_s: u64,
     pub(super) last_modified_epoch_s: u64,
@@ -98,6 +100,7 @@ impl Queue {
             name,
             arn: Arc::from(arn),
             incarnation,
+            ids: MessageIds::random(),
             config,
             created_epoch_s: now.epoch_ms / 1000,
             last_modified_epoch_s: now.epoch_ms / 1000,
@@ -161,7 +164,7 @@ impl Queue {
             return;
         };
         let old = std::mem::replace(&mut message.state, new);
-        let group = message.group_id.clone();
+        let group = message.group().cloned();
         self.leave(key, group.as_ref(), old);
         self.enter(key, group.as_ref(), new);
         self.refresh(group.as_ref());
@@ -226,7 +229,7 @@ impl Queue {
     /// Removes a message from every index and returns it.
     fn remove(&mut self, key: Key) -> Option<Stored> {
         let message = self.messages.remove(key)?;
-        let group = message.group_id.clone();
+        let group = message.group().cloned();
         self.leave(key, group.as_ref(), message.state);
         if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, &group) {
             if let Some(entry) = fifo.groups.get_mut(group) {
@@ -238,13 +241,13 @@ impl Queue {
     }
 
     /// Stores a new message at the end of the queue (and of its group), its retention counted from
-    /// its `stored_at`. A FIFO message's `group_id` is replaced by the queue's interned name.
+    /// its `stored_at`.
     fn store(&mut self, mut message: Stored, delay: u32, now: Moment) -> Key {
         let key = self.next_key;
         self.next_key += 1;
         if let Order::Fifo(fifo) = &mut self.order {
-            let name = message.group_id.take().expect("FIFO messages have a group");
-            message.group_id = Some(fifo.join(name, key));
+            let name = message.group().expect("FIFO messages have a group").clone();
+            fifo.join(name, key);
         }
         let state = if delay > 0 {
             State::Delayed {
@@ -254,7 +257,7 @@ impl Queue {
             State::Visible
         };
         message.state = state;
-        let group = message.group_id.clone();
+        let group = message.group().cloned();
         let stored_at = message.stored_at;
         self.messages.insert(key, message);
         // Sends come in time order, but a message redriven to a standard queue keeps its older
@@ -285,37 +288,34 @@ impl Queue {
             maximum_message_size: self.config.maximum_message_size as usize,
         };
         let delay = rules::check_send(&request, target)?.unwrap_or(self.config.delay_seconds);
-        let extra = (!request.message_attributes.is_empty()).then(|| {
-            Box::new(Extra {
-                message_attributes: request.message_attributes,
-                dead_letter_source_arn: None,
-            })
-        });
-        let message_id = MessageId::random();
         let Order::Fifo(fifo) = &mut self.order else {
-            self.store(
-                Stored {
-                    message_id,
-                    body: request.body.into_boxed_str(),
-                    // A standard queue keeps a sender's group only to return it.
-                    group_id: request.group_id.as_deref().map(GroupName::from),
-                    dedup: None,
-                    extra,
-                    sent_epoch_ms: now.epoch_ms,
-                    stored_at: now.moment,
-                    first_receive_epoch_ms: 0,
-                    receive_count: 0,
-                    state: State::Visible,
-                },
+            // A standard queue keeps a sender's group only to return it.
+            let group_id = request.group_id.as_deref().map(GroupName::from);
+            let extra = (!request.message_attributes.is_empty() || group_id.is_some()).then(|| {
+                Box::new(Extra {
+                    message_attributes: request.message_attributes,
+                    group_id,
+                    ..Extra::default()
+                })
+            });
+            let body = request.body.into_boxed_str();
+            let key = self.store(
+                Stored::new(body, None, extra, now.moment),
                 delay,
                 now.moment,
             );
             return Ok(SentMessage {
-                message_id: message_id.text(),
+                message_id: self.ids.of(key).text(),
                 sequence_number: None,
                 duplicate: false,
             });
         };
+        let extra = (!request.message_attributes.is_empty()).then(|| {
+            Box::new(Extra {
+                message_attributes: request.message_attributes,
+                ..Extra::default()
+            })
+        });
         let group = request
             .group_id
             .as_deref()
@@ -324,7 +324,7 @@ impl Queue {
             .interned(group)
             .unwrap_or_else(|| GroupName::from(group));
         let dedup_id = match request.dedup_id {
-            Some(id) => id.into_boxed_str(),
+            Some(id) => DedupId::new(id),
             None if self.config.content_based_dedup => {
                 // Attributes do not count: only the body identifies a duplicate.
                 let digest = Sha256::digest(request.body.as_bytes());
@@ -333,7 +333,7 @@ impl Queue {
                     hex.push(char::from(HEX[usize::from(byte >> 4)]));
                     hex.push(char::from(HEX[usize::from(byte & 0xf)]));
                 }
-                hex.into_boxed_str()
+                DedupId::new(hex)
             }
             None => {
                 unreachable!("check_send requires a dedup id without content-based deduplication")
@@ -341,41 +341,30 @@ impl Queue {
         };
         let key = self.next_key;
         let dedup = Arc::new(Dedup {
-            group: (self.config.dedup_scope == DedupScope::MessageGroup).then(|| group.clone()),
+            group,
             id: dedup_id,
-            message_id,
             key,
             expires: now.moment + rules::DEDUP_WINDOW,
+            per_group: self.config.dedup_scope == DedupScope::MessageGroup,
         });
         if let Some(original) = fifo.dedup.get(&dedup, now.moment) {
-            let message_id = original.message_id.text();
             let key = original.key;
             return Ok(SentMessage {
-                message_id,
+                message_id: self.ids.of(key).text(),
                 sequence_number: Some(sequence_number(key)),
                 duplicate: true,
             });
         }
-        fifo.dedup.insert(dedup.clone());
+        fifo.dedup.insert(dedup.clone(), now.moment);
+        let body = request.body.into_boxed_str();
         let stored_key = self.store(
-            Stored {
-                message_id,
-                body: request.body.into_boxed_str(),
-                group_id: Some(group),
-                dedup: Some(dedup),
-                extra,
-                sent_epoch_ms: now.epoch_ms,
-                stored_at: now.moment,
-                first_receive_epoch_ms: 0,
-                receive_count: 0,
-                state: State::Visible,
-            },
+            Stored::new(body, Some(dedup), extra, now.moment),
             delay,
             now.moment,
         );
         debug_assert_eq!(stored_key, key);
         Ok(SentMessage {
-            message_id: message_id.text(),
+            message_id: self.ids.of(key).text(),
             sequence_number: Some(sequence_number(key)),
             duplicate: false,
         })
@@ -383,7 +372,11 @@ impl Queue {
 
     /// Takes up to `take.max` messages; returns them and the messages that reached the receive
     /// count of the redrive policy, removed here for the dead-letter queue.
-    pub(super) fn receive(&mut self, take: &Take<'_>, now: Now) -> (Received, Vec<Stored>) {
+    pub(super) fn receive(
+        &mut self,
+        take: &Take<'_>,
+        now: Now,
+    ) -> (Received, Vec<(MessageId, Stored)>) {
         let attempt = take
             .wanted
             .request
@@ -458,13 +451,13 @@ impl Queue {
                 };
                 Copied {
                     key,
-                    message_id: message.message_id,
+                    message_id: message.message_id(self.ids, key),
                     receive_count: message.receive_count,
-                    first_receive_epoch_ms: message.first_receive_epoch_ms,
-                    sent_epoch_ms: message.sent_epoch_ms,
+                    first_received: message.first_received(),
+                    sent: message.sent(),
                     body: String::from(&*message.body),
-                    group_id: message.group_id.clone(),
-                    dedup: message.dedup.clone(),
+                    group_id: message.group().cloned(),
+                    dedup: message.fifo.clone(),
                     dead_letter_source_arn,
                     message_attributes,
                 }
@@ -484,9 +477,12 @@ impl Queue {
         take: &Take<'_>,
         now: Now,
         taken: &mut Vec<Key>,
-        dead: &mut Vec<Stored>,
+        dead: &mut Vec<(MessageId, Stored)>,
     ) {
-        let mut after: Option<Key> = None;
+        // A ready group has nothing in flight: its messages are taken from its first one on, each
+        // by its place (one taken moves the place on; one moved to the dead-letter queue leaves
+        // the group, and the next comes to its place).
+        let mut at = 0;
         while taken.len() < take.max {
             let Order::Fifo(fifo) = &self.order else {
                 unreachable!()
@@ -494,14 +490,14 @@ impl Queue {
             let Some(entry) = fifo.groups.get(group) else {
                 break;
             };
-            let Some(key) = entry.next_after(after) else {
+            let Some(key) = entry.key_at(at) else {
                 break;
             };
             if self.stored(key).state != State::Visible {
                 break;
             }
             if self.take_one(key, take, now, taken, dead) {
-                after = Some(key);
+                at += 1;
             }
         }
     }
@@ -514,20 +510,18 @@ impl Queue {
         take: &Take<'_>,
         now: Now,
         taken: &mut Vec<Key>,
-        dead: &mut Vec<Stored>,
+        dead: &mut Vec<(MessageId, Stored)>,
     ) -> bool {
         let message = self.messages.get_mut(key).expect("indexed messages exist");
         if take
             .redrive_at
             .is_some_and(|max| message.receive_count >= max)
         {
-            dead.extend(self.remove(key));
+            let id = message.message_id(self.ids, key);
+            dead.extend(self.remove(key).map(|message| (id, message)));
             return false;
         }
-        message.receive_count += 1;
-        if message.first_receive_epoch_ms == 0 {
-            message.first_receive_epoch_ms = now.epoch_ms;
-        }
+        message.count_receive(now.moment);
         let until = now.moment + Duration::from_secs(take.visibility.into());
         self.set_state(
             key,
@@ -654,28 +648,36 @@ impl Queue {
         Ok(())
     }
 
-    /// Takes a dead-lettered message from another queue, available at once.
+    /// Takes a dead-lettered message (and the id it keeps) from another queue, available at once.
     pub(super) fn accept_dead_letter(
         &mut self,
+        id: MessageId,
         mut message: Stored,
         source_arn: &Arc<str>,
         now: Moment,
     ) {
-        message.receive_count = 0;
-        message.first_receive_epoch_ms = 0;
-        message
-            .extra
-            .get_or_insert_with(Box::default)
-            .dead_letter_source_arn = Some(source_arn.clone());
+        message.forget_receives();
+        let sent = message.sent();
+        let extra = message.extra.get_or_insert_with(Box::default);
+        extra.dead_letter_source_arn = Some(source_arn.clone());
+        extra.message_id = Some(id);
         if self.config.fifo {
             // SQS resets the enqueue time on a FIFO dead-letter queue; a standard one keeps the
             // original, so the message expires on its first send's clock.
+            extra.sent = Some(sent);
             message.stored_at = now;
-            message
-                .group_id
-                .get_or_insert_with(|| GroupName::from("default"));
+            // A FIFO dead-letter queue takes only FIFO messages, which have a group.
+            message.fifo.get_or_insert_with(|| {
+                Arc::new(Dedup {
+                    group: GroupName::from("default"),
+                    id: DedupId::Text(Box::from("")),
+                    key: 0,
+                    expires: now,
+                    per_group: false,
+                })
+            });
         } else {
-            message.group_id = None;
+            extra.group_id = None;
         }
         self.store(message, 0, now);
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::fifo::{Dedup, GroupName};
-use super::ids::{Key, MessageId, ACCOUNT_ID};
+use super::ids::{Key, MessageId, Milliseconds, ACCOUNT_ID};
 use super::message::{receipt_handle, SEQUENCE_NUMBER_DIGITS};
 use crate::transport::{
     MessageAttributes, ReceiveMessage, ReceivedMessage, SystemAttribute, SystemAttributes,
@@ -68,8 +68,8 @@ pub(super) struct Copied {
     pub(super) key: Key,
     pub(super) message_id: MessageId,
     pub(super) receive_count: u32,
-    pub(super) first_receive_epoch_ms: u64,
-    pub(super) sent_epoch_ms: u64,
+    pub(super) first_received: Option<Milliseconds>,
+    pub(super) sent: Milliseconds,
     pub(super) body: String,
     pub(super) group_id: Option<GroupName>,
     pub(super) dedup: Option<Arc<Dedup>>,
@@ -83,8 +83,13 @@ impl Received {
         self.messages.is_empty()
     }
 
-    /// The messages as a receive returns them, with the requested attributes only.
-    pub(super) fn into_messages(self, wanted: &Wanted<'_>) -> Vec<ReceivedMessage> {
+    /// The messages as a receive returns them, with the requested attributes only; timestamps
+    /// are the account's milliseconds after `start_epoch_ms`.
+    pub(super) fn into_messages(
+        self,
+        wanted: &Wanted<'_>,
+        start_epoch_ms: u64,
+    ) -> Vec<ReceivedMessage> {
         let Self {
             incarnation,
             fifo,
@@ -103,19 +108,20 @@ impl Received {
                         0,
                     );
                 }
-                if wants(SystemAttribute::ApproximateFirstReceiveTimestamp)
-                    && message.first_receive_epoch_ms != 0
-                {
+                if let (true, Some(first)) = (
+                    wants(SystemAttribute::ApproximateFirstReceiveTimestamp),
+                    message.first_received,
+                ) {
                     attributes.insert_number(
                         SystemAttribute::ApproximateFirstReceiveTimestamp,
-                        message.first_receive_epoch_ms,
+                        start_epoch_ms + first,
                         0,
                     );
                 }
                 if wants(SystemAttribute::SentTimestamp) {
                     attributes.insert_number(
                         SystemAttribute::SentTimestamp,
-                        message.sent_epoch_ms,
+                        start_epoch_ms + message.sent,
                         0,
                     );
                 }
@@ -132,7 +138,10 @@ impl Received {
                     wants(SystemAttribute::MessageDeduplicationId),
                     message.dedup.as_ref(),
                 ) {
-                    attributes.insert(SystemAttribute::MessageDeduplicationId.name(), &*dedup.id);
+                    attributes.insert(
+                        SystemAttribute::MessageDeduplicationId.name(),
+                        dedup.id.text(),
+                    );
                 }
                 if fifo && wants(SystemAttribute::SequenceNumber) {
                     attributes.insert_number(

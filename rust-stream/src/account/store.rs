@@ -131,23 +131,12 @@ impl<T> Messages<T> {
 mod tests {
     use super::*;
     use crate::account::fifo::Dedup;
-    use crate::account::ids::{MessageId, Moment};
-    use crate::account::message::{State, Stored};
+    use crate::account::ids::Moment;
+    use crate::account::message::Stored;
 
     fn message(body: &str) -> Stored {
         let origin = tokio::time::Instant::now();
-        Stored {
-            message_id: MessageId::random(),
-            body: body.into(),
-            group_id: None,
-            dedup: None,
-            extra: None,
-            sent_epoch_ms: 0,
-            stored_at: Moment::since(origin, origin),
-            first_receive_epoch_ms: 0,
-            receive_count: 0,
-            state: State::Visible,
-        }
+        Stored::new(body.into(), None, None, Moment::since(origin, origin))
     }
 
     #[test]
@@ -183,9 +172,10 @@ mod tests {
     #[test]
     fn stored_messages_and_their_deduplication_entries_stay_small() {
         // A queue keeps one `Stored` a message (and a FIFO queue one `Dedup`, behind an `Arc`
-        // whose counts take 16 more): these bound the memory a queued message costs.
+        // whose counts take 16 more): these bound the memory a queued message costs (issue 20:
+        // at most 234 bytes a queued 100-byte standard message, 300 on FIFO).
         assert!(
-            std::mem::size_of::<Stored>() <= 112,
+            std::mem::size_of::<Stored>() <= 72,
             "{}",
             std::mem::size_of::<Stored>()
         );
