@@ -14,13 +14,16 @@ Where it runs (neither: in process, and on LocalStack too when RUST_STREAM_LIVE_
 
 What it runs:
   --only LIST                only these sections, comma-separated: throughput, latency, memory,
-                             localstack
+                             localstack, real-latency (every SQS call delayed; only when named)
   --quick                    smaller counts, for a first look or a test (the options below win)
   --messages N               orders a throughput row consumes (400,000; quick 20,000)
   --memory-messages N        messages queued for the memory rows (1,000,000; quick 100,000)
   --latency-rate N           messages a second in the latency rows, a multiple of 1,000 (10,000)
   --latency-secs S           how long each latency row publishes (3; quick 1)
   --localstack-messages N    messages each LocalStack run consumes or publishes (5,000; quick 500)
+  --round-trip-ms N          the round trip of every SQS call in real-latency (20)
+  --round-trip-messages N    messages each real-latency row consumes or publishes (10,000;
+                             quick 1,000; one hot FIFO group a tenth)
   --localstack-repeats N     runs of each LocalStack row and of its limit, alternating; the row
                              shows the medians (3; quick 1)
 
@@ -36,6 +39,8 @@ pub enum Section {
     Latency,
     Memory,
     LocalStack,
+    /// Every SQS call delayed by a round trip; run only when named in `--only`.
+    RealLatency,
 }
 
 impl Section {
@@ -45,6 +50,7 @@ impl Section {
             "latency" => Some(Self::Latency),
             "memory" => Some(Self::Memory),
             "localstack" => Some(Self::LocalStack),
+            "real-latency" => Some(Self::RealLatency),
             _ => None,
         }
     }
@@ -61,6 +67,8 @@ pub struct Options {
     pub latency_secs: f64,
     pub localstack_messages: u64,
     pub localstack_repeats: usize,
+    pub round_trip_ms: u64,
+    pub round_trip_messages: u64,
     pub json: PathBuf,
     /// Set in the child processes that measure memory: the one thing the process does.
     pub memory_probe: Option<MemoryCase>,
@@ -86,6 +94,7 @@ impl Options {
         let (mut messages, mut memory_messages, mut latency_rate) = (None, None, None);
         let (mut latency_secs, mut localstack_messages, mut localstack_repeats) =
             (None, None, None);
+        let (mut round_trip_ms, mut round_trip_messages) = (None, None);
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
         while let Some(arg) = args.next() {
@@ -127,6 +136,8 @@ impl Options {
                 }
                 "--localstack-messages" => localstack_messages = Some(count(&arg, &value()?)?),
                 "--localstack-repeats" => localstack_repeats = Some(count(&arg, &value()?)?),
+                "--round-trip-ms" => round_trip_ms = Some(count(&arg, &value()?)?),
+                "--round-trip-messages" => round_trip_messages = Some(count(&arg, &value()?)?),
                 "--json" => json = PathBuf::from(value()?),
                 "--memory-probe" => {
                     let name = value()?;
@@ -151,6 +162,10 @@ impl Options {
             sections.push(Section::LocalStack);
         }
         if let Some(only) = only {
+            // Named only: it runs in real time, a minute or two.
+            if only.contains(&Section::RealLatency) {
+                sections.push(Section::RealLatency);
+            }
             if only.contains(&Section::LocalStack) && localstack.is_none() {
                 return Err(
                     "--only localstack needs --localstack URL (or RUST_STREAM_LIVE_ENDPOINT)"
@@ -168,6 +183,8 @@ impl Options {
             latency_secs: latency_secs.unwrap_or(if quick { 1.0 } else { 3.0 }),
             localstack_messages: localstack_messages.unwrap_or(if quick { 500 } else { 5_000 }),
             localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
+            round_trip_ms: round_trip_ms.unwrap_or(20),
+            round_trip_messages: round_trip_messages.unwrap_or(if quick { 1_000 } else { 10_000 }),
             json,
             memory_probe,
         }))
