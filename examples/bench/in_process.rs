@@ -34,7 +34,7 @@ const PUBLISH_CHUNK: u64 = 10_000;
 /// The subscription's settings in a throughput row.
 #[derive(Debug, Clone, Copy)]
 enum Settings {
-    /// As `SqsQueue` comes: concurrency 10, 1 poller.
+    /// As `SqsQueue` comes: concurrency 10, up to 16 pollers.
     Default,
     /// `concurrency = 100`, 4 pollers.
     High,
@@ -50,7 +50,7 @@ impl Settings {
 
     fn label(self) -> &'static str {
         match self {
-            Self::Default => "default (concurrency 10, 1 poller)",
+            Self::Default => "default (concurrency 10, up to 16 pollers)",
             Self::High => "concurrency 100, 4 pollers",
         }
     }

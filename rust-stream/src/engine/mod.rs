@@ -442,9 +442,7 @@ impl Consumer {
             dispatcher.clone(),
             settler.clone(),
         ));
-        for _ in 0..settings.pollers {
-            shared.tasks.spawn(intake.clone().poll());
-        }
+        intake.start();
         probe.started();
         let heartbeat = Heartbeat::start(&shared, visibility_batcher, settler.clone());
         tracing::info!(

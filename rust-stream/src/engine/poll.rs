@@ -13,6 +13,18 @@
 //! A failed receive backs off with jitter, from 1 s to 30 s, and so does an empty short poll
 //! (`wait` of 0); neither loops tight.
 //!
+//! **How many receive at once** follows the demand ([`Turns`]): the subscription's `pollers` are
+//! the most, and one of them always receives (one long poll out when the queue is idle, as a
+//! single poller had). A receive that comes back full lets one more poller receive, up to the
+//! most; one that comes back empty, or fails, retires its poller's turn, down to the one. Under a
+//! backlog the receives in flight so double each round trip until they reach the most (or the
+//! room: a poller with a turn still takes room before it receives, so handlers that fall behind
+//! stop the receives, whatever the turns); once the queue is drained the extra long polls come
+//! back empty and stop, and an idle queue costs one long poll per `wait`. Partial receives change
+//! nothing: the receives in flight then bring what arrives, no more are needed and fewer would
+//! leave it waiting. Every poller is a task from the start; one without a turn waits for one
+//! and costs nothing else.
+//!
 //! At shutdown no new receive starts, but one in flight is allowed to finish (within its long
 //! poll): a server hands messages to a receive even after its caller stopped listening, and those
 //! would stay invisible for a whole visibility timeout. What it returns is handled like the rest:
@@ -22,6 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::Instrument;
 
 use super::dispatch::Dispatcher;
@@ -52,20 +65,82 @@ const READ_ATTRIBUTES: [&str; 5] = [
 /// How long past its long poll a receive may take before the engine gives it up.
 pub(crate) const RECEIVE_MARGIN: Duration = Duration::from_secs(10);
 
-/// Counts a receive in flight while it lives.
-struct Receiving<'a>(&'a AtomicUsize);
+/// The fewest pollers that receive: one long poll is always out, so a message sent to an idle
+/// queue is received at once, as with a single poller.
+pub(crate) const MIN_POLLERS: usize = 1;
+
+/// Counts a receive in flight while it lives, in the intake's count and its gauge.
+struct Receiving<'a>(&'a Intake);
 
 impl<'a> Receiving<'a> {
-    fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::AcqRel);
-        Self(count)
+    fn new(intake: &'a Intake) -> Self {
+        intake.receiving.fetch_add(1, Ordering::AcqRel);
+        intake.metrics.receiving.increment(1.0);
+        Self(intake)
     }
 }
 
 impl Drop for Receiving<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.receiving.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.receiving.decrement(1.0);
     }
+}
+
+/// Which pollers may receive now: a permit each, between [`MIN_POLLERS`] and the subscription's
+/// `pollers`. A poller holds its permit from before it takes room until its receive is handed on
+/// (and through a back-off after it), so the receives in flight never outnumber the permits.
+struct Turns {
+    permits: Semaphore,
+    /// The permits there are, held or not.
+    active: AtomicUsize,
+    max: usize,
+}
+
+impl Turns {
+    fn new(max: usize) -> Self {
+        let min = MIN_POLLERS.min(max);
+        Self {
+            permits: Semaphore::new(min),
+            active: AtomicUsize::new(min),
+            max,
+        }
+    }
+
+    /// One more poller may receive, unless the most already do; the new count when it grew.
+    fn grow(&self) -> Option<usize> {
+        let grown = self
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |active| {
+                (active < self.max).then_some(active + 1)
+            })
+            .ok()?;
+        self.permits.add_permits(1);
+        Some(grown + 1)
+    }
+
+    /// Retires `turn` unless only the fewest pollers receive; the new count when it shrank.
+    fn shrink(&self, turn: SemaphorePermit<'_>) -> Option<usize> {
+        let before = self
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |active| {
+                (active > MIN_POLLERS).then(|| active - 1)
+            })
+            .ok()?;
+        turn.forget();
+        Some(before - 1)
+    }
+}
+
+/// What a receive says about the demand: see [`Turns`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Demand {
+    /// It came back full: one more poller may receive.
+    More,
+    /// Partial: as many as now.
+    Same,
+    /// It came back empty, or failed: one fewer.
+    Fewer,
 }
 
 /// One subscription's intake: what its pollers share.
@@ -81,6 +156,8 @@ pub(crate) struct Intake {
     wait: Duration,
     /// Receives in flight, which a stop waits for on a network backend.
     receiving: AtomicUsize,
+    /// How many pollers may receive now.
+    turns: Turns,
     /// What the subscription tells the app's health.
     probe: Arc<SubscriptionProbe>,
     metrics: Arc<SubscriptionMetrics>,
@@ -112,6 +189,7 @@ impl Intake {
             batch_size: settings.batch_size,
             wait: settings.wait,
             receiving: AtomicUsize::new(0),
+            turns: Turns::new(settings.pollers),
             probe,
             metrics: shared.metrics.clone(),
             leases: shared.leases.clone(),
@@ -126,6 +204,37 @@ impl Intake {
         self.receiving.load(Ordering::Acquire)
     }
 
+    /// Starts the subscription's pollers: all of them tasks, the fewest with a turn.
+    pub(crate) fn start(self: &Arc<Self>) {
+        self.metrics
+            .pollers
+            .set(self.turns.active.load(Ordering::Acquire) as f64);
+        for _ in 0..self.turns.max {
+            self.tasks.spawn(self.clone().poll());
+        }
+    }
+
+    /// A turn to receive; `None` once the stop has begun.
+    async fn turn(&self) -> Option<SemaphorePermit<'_>> {
+        tokio::select! {
+            biased;
+            () = self.tasks.stopping().cancelled() => None,
+            turn = self.turns.permits.acquire() => turn.ok(),
+        }
+    }
+
+    /// Follows what a receive said about the demand: another poller's turn, or `turn` retired.
+    fn follow(&self, demand: Demand, turn: SemaphorePermit<'_>) {
+        let changed = match demand {
+            Demand::More => self.turns.grow(),
+            Demand::Same => None,
+            Demand::Fewer => self.turns.shrink(turn),
+        };
+        if let Some(active) = changed {
+            self.metrics.pollers.set(active as f64);
+        }
+    }
+
     /// One receive loop, until shutdown.
     pub(crate) async fn poll(self: Arc<Self>) {
         let batch_size = self.batch_size;
@@ -133,6 +242,10 @@ impl Intake {
         let mut failures = 0;
         let mut empty = 0;
         loop {
+            // The turn first: a poller waiting for one holds no room the others could use.
+            let Some(turn) = self.turn().await else {
+                return;
+            };
             let Some(room) = self.dispatcher.room(batch_size).await else {
                 return;
             };
@@ -158,6 +271,11 @@ impl Intake {
                 return;
             };
             let mut room = room;
+            let demand = match &received {
+                Ok(messages) if messages.len() >= batch_size => Demand::More,
+                Ok(messages) if !messages.is_empty() => Demand::Same,
+                _ => Demand::Fewer,
+            };
             let delay = match received {
                 Ok(messages) => {
                     failures = 0;
@@ -191,12 +309,15 @@ impl Intake {
                 }
             };
             drop(room);
+            // The turn is held through the back-off, so another poller does not take it and
+            // receive at once.
             if let Some(delay) = delay {
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     () = self.tasks.stopping().cancelled() => return,
                 }
             }
+            self.follow(demand, turn);
         }
     }
 
@@ -223,7 +344,7 @@ impl Intake {
                 ))
             })
         };
-        let _receiving = Receiving::new(&self.receiving);
+        let _receiving = Receiving::new(self);
         if !self.client.transport.abandoned_receive_takes_nothing() {
             // Waited for at shutdown (within its own deadline), so what it brings is handled or
             // released rather than hidden for a visibility timeout.
