@@ -17,7 +17,7 @@ use rust_stream::metrics::{POLLERS_ACTIVE, RECEIVES_IN_FLIGHT};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::transport::layer::{Action, Hooked, Hooks};
-use rust_stream::transport::{ReceiveMessage, ReceivedMessage, Transport, TransportError};
+use rust_stream::transport::TransportError;
 use tokio::time::sleep;
 
 /// The round trip of every call.
@@ -64,30 +64,25 @@ struct Delayed(Arc<Receives>);
 impl Hooks for Delayed {
     fn around<R: Send>(
         &self,
-        _action: Action,
+        action: Action,
         _queue: &str,
         call: impl Future<Output = Result<R, TransportError>> + Send,
     ) -> impl Future<Output = Result<R, TransportError>> + Send {
+        let receives = (action == Action::ReceiveMessage).then(|| self.0.clone());
         async move {
+            if let Some(receives) = &receives {
+                let now = receives.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                receives.most_in_flight.fetch_max(now, Ordering::SeqCst);
+            }
             sleep(ROUND_TRIP / 2).await;
             let answer = call.await;
             sleep(ROUND_TRIP / 2).await;
+            if let Some(receives) = &receives {
+                receives.in_flight.fetch_sub(1, Ordering::SeqCst);
+                receives.answered.fetch_add(1, Ordering::SeqCst);
+            }
             answer
         }
-    }
-
-    async fn receive_message(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> Result<Vec<ReceivedMessage>, TransportError> {
-        let now = self.0.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.0.most_in_flight.fetch_max(now, Ordering::SeqCst);
-        let received = inner.receive_message(queue_url, request).await;
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0.answered.fetch_add(1, Ordering::SeqCst);
-        received
     }
 }
 
