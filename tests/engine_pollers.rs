@@ -1,6 +1,7 @@
 //! The pollers follow the demand (`engine::poll`): under a backlog the receives in flight grow to
 //! the subscription's `pollers` and no further; once the queue is drained they come back down to
-//! one, and an idle queue costs one long poll per wait. Read through the
+//! one, and an idle queue costs one long poll per wait; handlers that fall behind stop the growth
+//! and bound what is held for them. Read through the
 //! `rust_stream.pollers.active` and `rust_stream.receives.in_flight` gauges and through a
 //! transport that counts the receives it answers, every call taking 20 ms of the paused clock.
 
@@ -12,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use common::engine::{Job, Log, Scripted};
+use rust_stream::{Context, Handle, HandlerOutcome};
 use rust_stream::account::Account;
 use rust_stream::metrics::{POLLERS_ACTIVE, RECEIVES_IN_FLIGHT};
 use rust_stream::prelude::*;
@@ -174,5 +176,42 @@ async fn an_idle_queue_at_default_settings_costs_one_long_poll_per_wait() {
     eventually("3 handled", async || log.lock().unwrap().len() == 3).await;
     assert_eq!(receives.most_in_flight.load(Ordering::SeqCst), 1);
     assert_eq!(gauge(POLLERS_ACTIVE, "idle"), Some(1.0));
+    running.stop().await.unwrap();
+}
+
+/// Takes a second a job.
+struct Slow;
+
+impl Handle<Job> for Slow {
+    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        sleep(Duration::from_secs(1)).await;
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn handlers_that_fall_behind_stop_the_pollers_growing_and_what_is_held_with_them() {
+    prometheus();
+    let account = Account::new();
+    // Default settings: concurrency 10, batch 10, up to 16 pollers.
+    let queue = SqsQueue::new("slow").create_if_missing();
+    fill(&account, &queue, 500).await;
+    let hooks = Delayed::default();
+    let receives = hooks.0.clone();
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), hooks));
+    let app = RustStream::new(AppInfo::new("pollers", "0")).with_broker(broker, |b| {
+        b.include(subscriber(queue, Slow).build());
+    });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    let url = account.get_queue_url("slow").await.unwrap();
+    // The first full receive finds every handler idle and lets a second poller receive; from
+    // then on the handlers are busy whenever a receive comes back, and none more does.
+    for _ in 0..30 {
+        sleep(Duration::from_secs(1)).await;
+        let held = account.counts(&url).await.unwrap().in_flight;
+        assert!(held <= 10 + 2 * 10, "{held} held: the handlers' 10 and two batches");
+        assert_eq!(gauge(POLLERS_ACTIVE, "slow"), Some(2.0));
+    }
+    assert_eq!(receives.most_in_flight.load(Ordering::SeqCst), 2);
     running.stop().await.unwrap();
 }

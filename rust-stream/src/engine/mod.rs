@@ -443,7 +443,7 @@ impl Consumer {
             dispatcher.clone(),
             settler.clone(),
         ));
-        intake.start();
+        intake.start().await;
         probe.started();
         let heartbeat = Heartbeat::start(&shared, visibility_batcher, settler.clone());
         tracing::info!(

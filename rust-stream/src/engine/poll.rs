@@ -15,15 +15,20 @@
 //!
 //! **How many receive at once** follows the demand ([`Turns`]): the subscription's `pollers` are
 //! the most, and one of them always receives (one long poll out when the queue is idle, as a
-//! single poller had). A receive that comes back full lets one more poller receive, up to the
-//! most; one that comes back empty, or fails, retires its poller's turn, down to the one. Under a
-//! backlog the receives in flight so double each round trip until they reach the most (or the
-//! room: a poller with a turn still takes room before it receives, so handlers that fall behind
-//! stop the receives, whatever the turns); once the queue is drained the extra long polls come
-//! back empty and stop, and an idle queue costs one long poll per `wait`. Partial receives change
-//! nothing: the receives in flight then bring what arrives, no more are needed and fewer would
-//! leave it waiting. Every poller is a task from the start; one without a turn waits for one
-//! and costs nothing else.
+//! single poller had). A receive that comes back full while a handler slot is free lets one more
+//! poller receive, up to the most; one that comes back empty, or fails, retires its poller's
+//! turn, down to the one. Under a backlog that the handlers keep up with, the receives in flight
+//! so double each round trip until they reach the most; once the queue is drained the extra long
+//! polls come back empty and stop, and an idle queue costs one long poll per `wait`. Partial
+//! receives change nothing: the receives in flight then bring what arrives, no more are needed
+//! and fewer would leave it waiting. Every poller is a task from the start; one without a turn
+//! waits for one and costs nothing else.
+//!
+//! The room follows the turns too: the intake keeps a batch of the dispatcher's room aside for
+//! each poller without a turn, so the consumer holds at most what the handlers work through plus
+//! a batch per poller *with a turn*, as it did with that many fixed pollers. Handlers that fall
+//! behind (no slot free when a full receive comes back) so stop the growth, and what is held for
+//! them with it, however large `pollers` is.
 //!
 //! At shutdown no new receive starts, but one in flight is allowed to finish (within its long
 //! poll): a server hands messages to a receive even after its caller stopped listening, and those
@@ -31,10 +36,10 @@
 //! run while the stop still starts attempts, else parked for the stop's final release.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tracing::Instrument;
 
 use super::dispatch::Dispatcher;
@@ -95,6 +100,9 @@ struct Turns {
     /// The permits there are, held or not.
     active: AtomicUsize,
     max: usize,
+    /// A batch of the dispatcher's room for each poller without a turn, kept from the pollers
+    /// (taken when the intake starts).
+    reserve: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 impl Turns {
@@ -104,33 +112,57 @@ impl Turns {
             permits: Semaphore::new(min),
             active: AtomicUsize::new(min),
             max,
+            reserve: Mutex::new(None),
         }
     }
 
-    /// One more poller may receive, unless the most already do; the new count when it grew.
-    fn grow(&self) -> Option<usize> {
+    fn reserve(&self) -> std::sync::MutexGuard<'_, Option<OwnedSemaphorePermit>> {
+        self.reserve.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One more poller may receive, with a batch of room back from the reserve, unless the most
+    /// already do; the new count when it grew.
+    fn grow(&self, batch: usize) -> Option<usize> {
         let grown = self
             .active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |active| {
                 (active < self.max).then_some(active + 1)
             })
             .ok()?;
+        if let Some(reserve) = self.reserve().as_mut() {
+            drop(reserve.split(batch));
+        }
         self.permits.add_permits(1);
         Some(grown + 1)
     }
 
-    /// Retires `turn` unless only the fewest pollers receive; the new count when it shrank.
-    fn shrink(&self, turn: SemaphorePermit<'_>) -> Option<usize> {
-        let before = self
+    /// Retires `turn` unless only the fewest pollers receive, its unused `room` (a whole batch:
+    /// the receive brought nothing) going to the reserve; the new count when it shrank, else the
+    /// turn and the room back.
+    fn shrink<'a>(
+        &self,
+        turn: SemaphorePermit<'a>,
+        room: OwnedSemaphorePermit,
+    ) -> Result<usize, Kept<'a>> {
+        let Ok(before) = self
             .active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |active| {
                 (active > MIN_POLLERS).then(|| active - 1)
             })
-            .ok()?;
+        else {
+            return Err((turn, room));
+        };
         turn.forget();
-        Some(before - 1)
+        match self.reserve().as_mut() {
+            Some(reserve) => reserve.merge(room),
+            None => drop(room),
+        }
+        Ok(before - 1)
     }
 }
+
+/// A turn and its room, kept by a poller that could not retire.
+type Kept<'a> = (SemaphorePermit<'a>, OwnedSemaphorePermit);
 
 /// What a receive says about the demand: see [`Turns`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,8 +236,14 @@ impl Intake {
         self.receiving.load(Ordering::Acquire)
     }
 
-    /// Starts the subscription's pollers: all of them tasks, the fewest with a turn.
-    pub(crate) fn start(self: &Arc<Self>) {
+    /// Starts the subscription's pollers: all of them tasks, the fewest with a turn, the room of
+    /// the others set aside.
+    pub(crate) async fn start(self: &Arc<Self>) {
+        let without_turn = self.turns.max - self.turns.active.load(Ordering::Acquire);
+        if without_turn > 0 {
+            // Nothing is held yet: taken at once.
+            *self.turns.reserve() = self.dispatcher.room(without_turn * self.batch_size).await;
+        }
         self.metrics
             .pollers
             .set(self.turns.active.load(Ordering::Acquire) as f64);
@@ -223,16 +261,26 @@ impl Intake {
         }
     }
 
-    /// Follows what a receive said about the demand: another poller's turn, or `turn` retired.
-    fn follow(&self, demand: Demand, turn: SemaphorePermit<'_>) {
-        let changed = match demand {
-            Demand::More => self.turns.grow(),
-            Demand::Same => None,
-            Demand::Fewer => self.turns.shrink(turn),
-        };
-        if let Some(active) = changed {
+    /// Another poller's turn, after a full receive while a handler slot is free.
+    fn grow(&self) {
+        if self.dispatcher.idle_slots() == 0 {
+            return;
+        }
+        if let Some(active) = self.turns.grow(self.batch_size) {
             self.metrics.pollers.set(active as f64);
         }
+    }
+
+    /// Retires `turn` (with `room`, untouched by an empty or failed receive) unless only the
+    /// fewest pollers receive; the turn and the room back when it did not.
+    fn retire<'a>(
+        &self,
+        turn: SemaphorePermit<'a>,
+        room: OwnedSemaphorePermit,
+    ) -> Result<(), Kept<'a>> {
+        let active = self.turns.shrink(turn, room)?;
+        self.metrics.pollers.set(active as f64);
+        Ok(())
     }
 
     /// One receive loop, until shutdown.
@@ -308,16 +356,34 @@ impl Intake {
                     Some(delay)
                 }
             };
-            drop(room);
-            // The turn is held through the back-off, so another poller does not take it and
-            // receive at once.
+            let turn = match demand {
+                Demand::More => {
+                    drop(room);
+                    self.grow();
+                    turn
+                }
+                Demand::Same => {
+                    drop(room);
+                    turn
+                }
+                // Retired, the poller waits for a turn again: no back-off of its own.
+                Demand::Fewer => match self.retire(turn, room) {
+                    Ok(()) => continue,
+                    Err((turn, room)) => {
+                        drop(room);
+                        turn
+                    }
+                },
+            };
+            // The last turn is held through the back-off, so no other poller takes it and
+            // receives at once.
             if let Some(delay) = delay {
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     () = self.tasks.stopping().cancelled() => return,
                 }
             }
-            self.follow(demand, turn);
+            drop(turn);
         }
     }
 
