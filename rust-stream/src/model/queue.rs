@@ -186,15 +186,18 @@ impl SqsQueue {
 
     /// The most receives in flight at once, 1–1,000 (default 16). How many run follows the
     /// demand: one long poll is always out (an idle queue costs one receive per `wait`); each
-    /// receive that comes back full lets one more poller receive, up to this; each that comes back
-    /// empty (or fails) stops one, down to the one. Under a backlog the receives so double each
-    /// round trip: at 20 ms a call, 16 reach about what 16 plain receive-and-delete loops do.
+    /// receive that comes back full while a handler slot is free lets one more poller receive, up
+    /// to this; each that comes back empty (or fails) stops one, down to the one. Under a backlog
+    /// the receives so double each round trip: at 20 ms a call, 16 reach about what 16 plain
+    /// receive-and-delete loops do. The `rust_stream.pollers.active` gauge shows how many may
+    /// receive now.
     ///
     /// It is the most rather than the fewest because it bounds what the subscription holds: up
-    /// to `concurrency` messages (on FIFO, a batch for each) plus a batch for each poller, and
-    /// the receives SQS sees at once. A poller receives only with room for its batch, so slow
-    /// handlers stop the receives whatever this says. Set it lower to hold fewer messages (1: one
-    /// receive at a time, as before the pollers scaled), higher for more calls in flight.
+    /// to `concurrency` messages (on FIFO, a batch for each) plus a batch for each poller
+    /// receiving, and the receives SQS sees at once; a bound is what a setting had to keep, and
+    /// a fewest would cost an idle queue a long poll per poller. Set it lower to hold fewer
+    /// messages (1: one receive at a time, as before the pollers scaled), higher for more calls
+    /// in flight.
     pub fn pollers(mut self, pollers: usize) -> Self {
         self.consumer.pollers = pollers;
         self
