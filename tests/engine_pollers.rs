@@ -13,13 +13,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use common::engine::{Job, Log, Scripted};
-use rust_stream::{Context, Handle, HandlerOutcome};
 use rust_stream::account::Account;
 use rust_stream::metrics::{POLLERS_ACTIVE, RECEIVES_IN_FLIGHT};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::transport::layer::{Action, Hooked, Hooks};
 use rust_stream::transport::TransportError;
+use rust_stream::{Context, Handle, HandlerOutcome};
 use tokio::time::sleep;
 
 /// The round trip of every call.
@@ -209,7 +209,10 @@ async fn handlers_that_fall_behind_stop_the_pollers_growing_and_what_is_held_wit
     for _ in 0..30 {
         sleep(Duration::from_secs(1)).await;
         let held = account.counts(&url).await.unwrap().in_flight;
-        assert!(held <= 10 + 2 * 10, "{held} held: the handlers' 10 and two batches");
+        assert!(
+            held <= 10 + 2 * 10,
+            "{held} held: the handlers' 10 and two batches"
+        );
         assert_eq!(gauge(POLLERS_ACTIVE, "slow"), Some(2.0));
     }
     assert_eq!(receives.most_in_flight.load(Ordering::SeqCst), 2);

@@ -129,7 +129,13 @@ pub async fn run(options: &Options) -> Fallible<RealLatencyReport> {
         }
         let (account, _) = filled(workload, count).await?;
         let engine = engine_consume(&account, workload, round_trip, count).await?;
-        consume.push(row(workload.label(), "default".to_owned(), count, engine, sweep));
+        consume.push(row(
+            workload.label(),
+            "default".to_owned(),
+            count,
+            engine,
+            sweep,
+        ));
     }
 
     let mut publish = Vec::new();
@@ -321,7 +327,9 @@ async fn plain_consume(
             Err(error) => return Err(error.into()),
         }
     }
-    let done = *done.get().ok_or("the loops ended before every message was deleted")?;
+    let done = *done
+        .get()
+        .ok_or("the loops ended before every message was deleted")?;
     let mut calls = ApiCalls::default();
     calls.receive_message = receives.load(Ordering::SeqCst);
     calls.delete_message_batch = deletes.load(Ordering::SeqCst);

@@ -346,6 +346,10 @@ mod tests {
         assert_eq!(placement.unanswered[busy], 0);
         assert!(!placement.groups.contains_key("busy"));
         assert_eq!(placement.place("busy"), busy, "now the least busy");
-        assert_eq!(placement.place("a"), others[0], "a still has one unanswered");
+        assert_eq!(
+            placement.place("a"),
+            others[0],
+            "a still has one unanswered"
+        );
     }
 }
