@@ -34,7 +34,7 @@ impl Settings {
 
     fn label(self) -> &'static str {
         match self {
-            Self::Default => "default (concurrency 10, 1 poller)",
+            Self::Default => "default (concurrency 10, up to 16 pollers)",
             Self::High => "concurrency 100, 4 pollers",
         }
     }

@@ -16,6 +16,8 @@
 //! # Throughput at two backlogs, on one and on two worker threads.
 //! cargo run --release --example bench -- --in-process --only throughput \
 //!     --backlogs 100_000,1_000_000 --worker-threads 1,2 --workloads standard,fifo-100
+//! # Every SQS call taking 20 ms, default settings beside the best plain loop.
+//! cargo run --release --example bench -- --in-process --only real-latency
 //! ```
 //!
 //! What it measures, each against its limit:
@@ -42,6 +44,13 @@
 //!   `api_calls()`). Limit: a plain aws-sdk-sqs loop in the same run (ReceiveMessage of 10 +
 //!   DeleteMessageBatch, as many loops as pollers; SendMessageBatch of 10 from 4 loops at once).
 //!   Each row is the median of 3 runs, alternating with its limit's.
+//! - **At real network latency** (`--only real-latency`, not in the default set: it runs in real
+//!   time, a minute or two): every SQS call of the in-process account delayed by a set round trip
+//!   (`--round-trip-ms`, default 20); consume standard, FIFO over 50 groups and FIFO over one
+//!   hot group, publish standard and FIFO (one `send_batch`, and a `send()` each all at once),
+//!   at default settings; msgs/s and API calls per message by action. Limit: the best of 1, 2,
+//!   4, 8 and 16 plain loops over the same delayed account (ReceiveMessage of 10 + decode +
+//!   DeleteMessageBatch; SendMessageBatch of 10).
 //!
 //! It prints markdown tables (with the date, the machine and its load at the start and the end)
 //! and writes the same as JSON (`--json PATH`, default `target/bench.json`). `--help` lists the
@@ -54,6 +63,7 @@ mod localstack;
 mod memory;
 mod options;
 mod orders;
+mod real_latency;
 mod report;
 
 use std::process::ExitCode;
@@ -113,6 +123,7 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
         latency: Vec::new(),
         memory: Vec::new(),
         localstack: None,
+        real_latency: None,
     };
     if options.runs(Section::Throughput) {
         report.throughput = in_process::throughput(options).await?;
@@ -125,6 +136,9 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
     }
     if let (true, Some(endpoint)) = (options.runs(Section::LocalStack), &options.localstack) {
         report.localstack = Some(localstack::run(endpoint, options).await?);
+    }
+    if options.runs(Section::RealLatency) {
+        report.real_latency = Some(real_latency::run(options).await?);
     }
     report.machine.load_at_end = load_average();
     println!("{}", report.tables());

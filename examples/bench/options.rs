@@ -15,7 +15,7 @@ Where it runs (neither: in process, and on LocalStack too when RUST_STREAM_LIVE_
 
 What it runs:
   --only LIST                only these sections, comma-separated: throughput, latency, memory,
-                             localstack
+                             localstack, real-latency (every SQS call delayed; only when named)
   --quick                    smaller counts, for a first look or a test (the options below win)
   --messages N               orders a throughput row consumes (400,000; quick 20,000)
   --backlogs LIST            instead, a row at each of these backlogs, comma-separated (write
@@ -29,6 +29,9 @@ What it runs:
   --latency-rate N           messages a second in the latency rows, a multiple of 1,000 (10,000)
   --latency-secs S           how long each latency row publishes (3; quick 1)
   --localstack-messages N    messages each LocalStack run consumes or publishes (5,000; quick 500)
+  --round-trip-ms N          the round trip of every SQS call in real-latency (20)
+  --round-trip-messages N    messages each real-latency row consumes or publishes (10,000;
+                             quick 1,000; one hot FIFO group a tenth)
   --localstack-repeats N     runs of each LocalStack row and of its limit, alternating; the row
                              shows the medians (3; quick 1)
 
@@ -44,6 +47,8 @@ pub enum Section {
     Latency,
     Memory,
     LocalStack,
+    /// Every SQS call delayed by a round trip; run only when named in `--only`.
+    RealLatency,
 }
 
 impl Section {
@@ -53,6 +58,7 @@ impl Section {
             "latency" => Some(Self::Latency),
             "memory" => Some(Self::Memory),
             "localstack" => Some(Self::LocalStack),
+            "real-latency" => Some(Self::RealLatency),
             _ => None,
         }
     }
@@ -74,6 +80,8 @@ pub struct Options {
     pub latency_secs: f64,
     pub localstack_messages: u64,
     pub localstack_repeats: usize,
+    pub round_trip_ms: u64,
+    pub round_trip_messages: u64,
     pub json: PathBuf,
     /// Set in the child processes that measure memory: the one thing the process does.
     pub memory_probe: Option<MemoryCase>,
@@ -99,6 +107,7 @@ impl Options {
         let (mut messages, mut memory_messages, mut latency_rate) = (None, None, None);
         let (mut latency_secs, mut localstack_messages, mut localstack_repeats) =
             (None, None, None);
+        let (mut round_trip_ms, mut round_trip_messages) = (None, None);
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
         let (mut worker_threads, mut workloads, mut settings) = (None, None, None);
@@ -161,6 +170,8 @@ impl Options {
                 }
                 "--localstack-messages" => localstack_messages = Some(count(&arg, &value()?)?),
                 "--localstack-repeats" => localstack_repeats = Some(count(&arg, &value()?)?),
+                "--round-trip-ms" => round_trip_ms = Some(count(&arg, &value()?)?),
+                "--round-trip-messages" => round_trip_messages = Some(count(&arg, &value()?)?),
                 "--json" => json = PathBuf::from(value()?),
                 "--memory-probe" => {
                     let name = value()?;
@@ -185,6 +196,10 @@ impl Options {
             sections.push(Section::LocalStack);
         }
         if let Some(only) = only {
+            // Named only: it runs in real time, a minute or two.
+            if only.contains(&Section::RealLatency) {
+                sections.push(Section::RealLatency);
+            }
             if only.contains(&Section::LocalStack) && localstack.is_none() {
                 return Err(
                     "--only localstack needs --localstack URL (or RUST_STREAM_LIVE_ENDPOINT)"
@@ -207,6 +222,8 @@ impl Options {
             latency_secs: latency_secs.unwrap_or(if quick { 1.0 } else { 3.0 }),
             localstack_messages: localstack_messages.unwrap_or(if quick { 500 } else { 5_000 }),
             localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
+            round_trip_ms: round_trip_ms.unwrap_or(20),
+            round_trip_messages: round_trip_messages.unwrap_or(if quick { 1_000 } else { 10_000 }),
             json,
             memory_probe,
         })))
@@ -238,7 +255,7 @@ fn list<T>(
 /// The subscription's settings in a throughput row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settings {
-    /// As `SqsQueue` comes: concurrency 10, 1 poller.
+    /// As `SqsQueue` comes: concurrency 10, up to 16 pollers.
     Default,
     /// `concurrency = 100`, 4 pollers.
     High,

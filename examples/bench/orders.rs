@@ -88,6 +88,7 @@ impl Workload {
     pub fn label(self) -> String {
         match self {
             Self::Standard => "standard".to_owned(),
+            Self::Fifo { groups: 1 } => "FIFO, 1 hot group".to_owned(),
             Self::Fifo { groups } => format!("FIFO, {} groups", crate::report::thousands(groups)),
         }
     }

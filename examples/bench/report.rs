@@ -23,6 +23,8 @@ pub struct Report {
     pub latency: Vec<LatencyRow>,
     pub memory: Vec<MemoryRow>,
     pub localstack: Option<LocalStackReport>,
+    /// Every SQS call delayed by a set round trip: `--only real-latency`.
+    pub real_latency: Option<RealLatencyReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -161,8 +163,57 @@ pub struct PublishRow {
     pub limit_runs_msgs_per_sec: Vec<f64>,
 }
 
-/// API calls per message by action.
+/// In process with every SQS call taking a set round trip: the engine at default settings beside
+/// the best plain loop.
 #[derive(Debug, Serialize)]
+pub struct RealLatencyReport {
+    /// The round trip of every call.
+    pub round_trip_ms: u64,
+    pub consume: Vec<RealLatencyRow>,
+    pub publish: Vec<RealLatencyRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RealLatencyRow {
+    pub workload: String,
+    /// The settings (consume) or how the messages were handed over (publish).
+    pub how: String,
+    pub messages: u64,
+    pub msgs_per_sec: f64,
+    /// The best point of `sweep`.
+    pub limit_msgs_per_sec: f64,
+    /// How many plain loops the best point ran.
+    pub limit_loops: u64,
+    /// `msgs_per_sec / limit_msgs_per_sec`.
+    pub ratio: f64,
+    pub calls_per_message: CallsPerMessage,
+    pub limit_calls_per_message: CallsPerMessage,
+    /// The plain loop at each number of loops.
+    pub sweep: Vec<SweepPoint>,
+}
+
+/// One run of the plain loop: `loops` at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepPoint {
+    pub loops: u64,
+    pub messages: u64,
+    pub msgs_per_sec: f64,
+    pub calls_per_message: CallsPerMessage,
+}
+
+impl SweepPoint {
+    pub fn of(loops: u64, messages: u64, figures: &crate::real_latency::Figures) -> Self {
+        Self {
+            loops,
+            messages,
+            msgs_per_sec: figures.msgs_per_sec,
+            calls_per_message: figures.calls.clone(),
+        }
+    }
+}
+
+/// API calls per message by action.
+#[derive(Debug, Clone, Serialize)]
 pub struct CallsPerMessage {
     pub send: f64,
     pub receive: f64,
@@ -414,6 +465,69 @@ impl Report {
                     rows,
                 );
             }
+        }
+        if let Some(real) = &self.real_latency {
+            out += &real.tables();
+        }
+        out
+    }
+}
+
+impl RealLatencyReport {
+    fn tables(&self) -> String {
+        let mut out = String::new();
+        let sweep = |row: &RealLatencyRow| {
+            row.sweep
+                .iter()
+                .map(|point| format!("{}: {}", point.loops, rate(point.msgs_per_sec)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let rows = |rows: &[RealLatencyRow]| {
+            rows.iter()
+                .map(|row| {
+                    vec![
+                        row.workload.clone(),
+                        row.how.clone(),
+                        rate(row.msgs_per_sec),
+                        format!("{} ({})", rate(row.limit_msgs_per_sec), row.limit_loops),
+                        format!("{:.2}x", row.ratio),
+                        row.calls_per_message.summary(),
+                        row.limit_calls_per_message.summary(),
+                        sweep(row),
+                    ]
+                })
+                .collect()
+        };
+        let headers = |first: &'static str| {
+            [
+                "workload",
+                first,
+                "rust-stream msg/s",
+                "best plain loop msg/s (loops)",
+                "ratio",
+                "calls/msg",
+                "limit calls/msg",
+                "plain loop by loops",
+            ]
+        };
+        if let Some(first) = self.consume.first() {
+            let _ = writeln!(
+                out,
+                "\nIn process, every SQS call taking {} ms (a delaying hook over the account): consume {} pre-filled messages (one hot FIFO group: fewer) at default settings until the last is deleted. Limit: the best of 1–16 plain loops (ReceiveMessage of 10, decode, DeleteMessageBatch) over the same delayed account. Calls per message: s send, r receive, d delete, v visibility.\n",
+                self.round_trip_ms,
+                thousands(first.messages)
+            );
+            out += &table(&headers("settings"), rows(&self.consume));
+        }
+        if let Some(first) = self.publish.first() {
+            let _ = writeln!(
+                out,
+                "\nIn process, every SQS call taking {} ms: publish {} messages (FIFO over 50 groups). Limit: the best of 1–16 plain loops of SendMessageBatch of 10 at once, each FIFO group in one loop.\n",
+                self.round_trip_ms,
+                thousands(first.messages)
+            );
+            out += &table(&headers("published with"), rows(&self.publish));
         }
         out
     }

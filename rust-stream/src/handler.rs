@@ -132,7 +132,8 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
         self
     }
 
-    /// Receive loops, 1–1,000 (default 1).
+    /// The most receives in flight, 1–1,000 (default 16); how many run follows the demand, from
+    /// one up. See [`SqsQueue::pollers`].
     pub fn pollers(mut self, pollers: usize) -> Self {
         self.queue = self.queue.pollers(pollers);
         self

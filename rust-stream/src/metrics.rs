@@ -23,6 +23,8 @@
 //! | `rust_stream.messages.in_flight` | gauge | | handlers running |
 //! | `rust_stream.messages.held` | gauge | | messages received and not yet settled or released (running, waiting for a slot, or behind their group) |
 //! | `rust_stream.groups.resting` | gauge | | FIFO groups waiting out a retry delay, held by this consumer |
+//! | `rust_stream.pollers.active` | gauge | | pollers that may receive now: from 1 up to the subscription's `pollers`, one more after each full receive, one fewer after each empty or failed one |
+//! | `rust_stream.receives.in_flight` | gauge | | receives in flight (at most `rust_stream.pollers.active`) |
 //! | `rust_stream.message.age` | histogram | | at receive, now − `SentTimestamp` |
 //! | `rust_stream.receive.batch_size` | histogram | | messages each receive brought, empty ones included |
 //! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `CreateQueue` |
@@ -67,6 +69,10 @@ pub const GROUPS_RESTING: &str = "rust_stream.groups.resting";
 pub const MESSAGES_IN_FLIGHT: &str = "rust_stream.messages.in_flight";
 /// Messages held.
 pub const MESSAGES_HELD: &str = "rust_stream.messages.held";
+/// Pollers that may receive now.
+pub const POLLERS_ACTIVE: &str = "rust_stream.pollers.active";
+/// Receives in flight.
+pub const RECEIVES_IN_FLIGHT: &str = "rust_stream.receives.in_flight";
 /// Message age at receive.
 pub const MESSAGE_AGE: &str = "rust_stream.message.age";
 /// Messages per receive.
@@ -92,6 +98,10 @@ pub(crate) struct SubscriptionMetrics {
     pub(crate) held: Gauge,
     /// FIFO groups resting between retries.
     pub(crate) resting: Gauge,
+    /// Pollers that may receive now.
+    pub(crate) pollers: Gauge,
+    /// Receives in flight.
+    pub(crate) receiving: Gauge,
     age: Histogram,
     batch_size: Histogram,
 }
@@ -140,6 +150,8 @@ impl SubscriptionMetrics {
             in_flight: ::metrics::gauge!(MESSAGES_IN_FLIGHT, &base),
             held: ::metrics::gauge!(MESSAGES_HELD, &base),
             resting: ::metrics::gauge!(GROUPS_RESTING, &base),
+            pollers: ::metrics::gauge!(POLLERS_ACTIVE, &base),
+            receiving: ::metrics::gauge!(RECEIVES_IN_FLIGHT, &base),
             age: ::metrics::histogram!(MESSAGE_AGE, &base),
             batch_size: ::metrics::histogram!(RECEIVE_BATCH_SIZE, &base),
         }

@@ -68,8 +68,11 @@ struct Batchers {
     visibility: HashMap<String, Batcher<batch::VisibilityBatch>>,
 }
 
-/// Calls in flight per batcher where order does not matter.
-const PARALLEL_CALLS: usize = 4;
+/// Calls in flight per batcher where order does not matter: at 20 ms a call, 16 calls of 10 carry
+/// about 7,000 messages a second, what a consumer's 16 receives bring. A call goes out only once
+/// full or once its first entry has waited the linger, so room for more calls adds calls only
+/// when the ones out are slow.
+const PARALLEL_CALLS: usize = 16;
 
 /// Full delete calls in flight for a FIFO queue (a call that is not full waits for the calls in
 /// flight, gathering the deletes of other lanes meanwhile).

@@ -2,9 +2,11 @@
 //!
 //! A standard queue has one batcher with several calls in flight: order is not promised there.
 //! A FIFO queue must store each message group in the order of its sends, and it has several
-//! in-order batchers, *shards*, each with one call in flight; a stable hash of the group id picks
-//! a message's shard. A group always maps to the same shard, so its messages go out in order
-//! one call at a time, while other groups' calls go out beside it on the other shards.
+//! in-order batchers, *shards*, each with one call in flight. A group's messages go through one
+//! shard while any of them is unanswered: the shard it was placed on when it had none, the one
+//! with the fewest unanswered messages then. So a group's messages go out in order one call at a
+//! time, while other groups' calls go out beside it on the other shards; once every message of
+//! the group has been answered (stored, or failed for good), its next one may go through another.
 //!
 //! Why shards rather than one batcher that keeps several calls in flight but never two carrying
 //! one group:
@@ -19,26 +21,36 @@
 //!   that cycle over a handful of groups (every call of 10 then holds every group) still spread
 //!   over the shards. A batcher that never lets two calls in flight share a group would send
 //!   those one at a time.
-//! - **What it costs.** Each shard gathers alone, so messages of several groups that one call
-//!   would have carried may take a call per shard: a `send_batch` of 10 over 10 groups makes up
-//!   to 4 calls where it made 1, and sends arriving one by one share calls less. A large
-//!   `send_batch` still fills its calls (it is split by shard before it is packed: at most one
-//!   partial call per shard), and groups spread over the shards only as evenly as their hashes
-//!   do. A submission that fills a call goes out at once, as it did in one batcher: its parts do
-//!   not wait the linger for company.
+//!
+//! Why placed by load rather than by a hash of the group: at 20 ms a call a shard carries about
+//! 450 messages a second, and a FIFO queue's sends reach what 16 plain in-order loops do only if
+//! every shard is busy. A hash spreads a few dozen busy groups unevenly (50 groups over 16 shards:
+//! the busiest shard gets six, twice its share, and sets the pace); placing each group that has
+//! nothing unanswered on the least busy shard spreads them as evenly as their traffic, and a
+//! group keeps its shard for as long as it keeps it busy. A send whose future is dropped before
+//! its answer keeps its group on its shard for good: its message may still be queued there, and
+//! a later one must not pass it.
+//!
+//! **What it costs.** Each shard gathers alone, so messages of several groups that one call
+//! would have carried may take a call per shard: sends arriving one by one, at a rate below what
+//! keeps the shards busy, go out in calls of one or two where one shard would have gathered
+//! them. A large `send_batch` still fills its calls (it is split by shard before it is packed:
+//! at most one partial call per shard). A submission that fills a call goes out at once, as it
+//! did in one batcher: its parts do not wait the linger for company.
 //!
 //! **Latency.** A shard never lingers: when its call is free a send goes out at once, and sends
 //! that arrive while the call is out gather for the next one. With one call in flight, a linger
-//! would only add to the wait: a lone send would wait it out on its shard (four shards share
-//! 10,000 sends a second so thinly that each waited most of the 5 ms), and the entries arriving
-//! during a call would wait for the call after the linger's. Under load the calls still fill,
-//! with what queued during the call before.
+//! would only add to the wait: a lone send would wait it out on its shard, and the entries
+//! arriving during a call would wait for the call after the linger's. Under load the calls still
+//! fill, with what queued during the call before.
 //!
 //! Within one call, entries of one group go in the order sent and SQS stores a batch in request
 //! order. Should SQS store a group's later entry of a call and fail an earlier one in a way worth
 //! retrying, the retry lands behind it: the batcher cannot take back a stored message, and only
 //! one message of a group a call would prevent it, at ten times the calls.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::client::batch::{BatchSettings, Batcher, SendBatch};
@@ -47,13 +59,69 @@ use crate::transport::{SendMessage, SentMessage, SharedTransport, TransportError
 
 /// The in-order batchers of a FIFO queue's sends: as many calls in flight as a standard queue's
 /// batcher has.
-pub(crate) const FIFO_SEND_SHARDS: usize = 4;
+pub(crate) const FIFO_SEND_SHARDS: usize = 16;
 
 /// A queue's send batchers. Cheap to clone.
 #[derive(Clone, Debug)]
 pub(crate) struct Sender {
     /// One batcher for a standard queue; [`FIFO_SEND_SHARDS`] in-order ones for a FIFO queue.
     shards: Vec<Batcher<SendBatch>>,
+    /// On a FIFO queue: which shard each group with unanswered messages goes through.
+    placement: Option<Arc<Mutex<Placement>>>,
+}
+
+/// Where a FIFO queue's groups go: see [the module](self).
+#[derive(Debug, Default)]
+struct Placement {
+    /// Each group with unanswered messages: its shard, and how many.
+    groups: HashMap<String, (usize, usize)>,
+    /// Unanswered messages by shard.
+    unanswered: Vec<usize>,
+}
+
+impl Placement {
+    /// The shard of a message of `group`, counted as unanswered there.
+    fn place(&mut self, group: &str) -> usize {
+        let shard = match self.groups.get_mut(group) {
+            Some((shard, count)) => {
+                *count += 1;
+                *shard
+            }
+            None => {
+                let shard = least_busy(&self.unanswered);
+                self.groups.insert(group.to_owned(), (shard, 1));
+                shard
+            }
+        };
+        self.unanswered[shard] += 1;
+        shard
+    }
+
+    /// A message of `group` was answered.
+    fn answered(&mut self, group: &str) {
+        if let Some((shard, count)) = self.groups.get_mut(group) {
+            self.unanswered[*shard] -= 1;
+            *count -= 1;
+            if *count == 0 {
+                self.groups.remove(group);
+            }
+        }
+    }
+}
+
+/// The shard with the fewest unanswered messages, the first of those.
+fn least_busy(unanswered: &[usize]) -> usize {
+    unanswered
+        .iter()
+        .enumerate()
+        .min_by_key(|&(_, count)| *count)
+        .map_or(0, |(shard, _)| shard)
+}
+
+/// A message's group as placement knows it: a message without one (which a FIFO queue refuses)
+/// counts as the empty group.
+fn group_of(message: &SendMessage) -> &str {
+    message.group_id.as_deref().unwrap_or("")
 }
 
 impl Sender {
@@ -61,6 +129,7 @@ impl Sender {
     pub(crate) fn standard(transport: SharedTransport, url: &str, settings: BatchSettings) -> Self {
         Self {
             shards: vec![Batcher::spawn(transport, url.to_owned(), settings)],
+            placement: None,
         }
     }
 
@@ -71,10 +140,16 @@ impl Sender {
             linger: Duration::ZERO,
             max_in_flight: 1,
         };
+        let shards: Vec<_> = (0..shards.max(1))
+            .map(|_| Batcher::spawn(transport.clone(), url.to_owned(), in_order))
+            .collect();
+        let placement = Placement {
+            groups: HashMap::new(),
+            unanswered: vec![0; shards.len()],
+        };
         Self {
-            shards: (0..shards.max(1))
-                .map(|_| Batcher::spawn(transport.clone(), url.to_owned(), in_order))
-                .collect(),
+            shards,
+            placement: Some(Arc::new(Mutex::new(placement))),
         }
     }
 
@@ -84,20 +159,49 @@ impl Sender {
         &self,
         messages: Vec<SendMessage>,
     ) -> Vec<Result<SentMessage, TransportError>> {
-        let count = self.shards.len();
-        let shard_of = |message: &SendMessage| shard(message.group_id.as_deref(), count);
-        let first = messages.first().map(shard_of).unwrap_or(0);
-        if messages.iter().all(|message| shard_of(message) == first) {
+        let Some(placement) = &self.placement else {
+            return self.shards[0].submit(messages).await;
+        };
+        // Placed all at once, so the submission's groups spread by what is unanswered with them.
+        let (placed, groups): (Vec<usize>, Vec<String>) = {
+            let mut placement = placement.lock().unwrap_or_else(PoisonError::into_inner);
+            messages
+                .iter()
+                .map(|message| {
+                    let group = group_of(message);
+                    (placement.place(group), group.to_owned())
+                })
+                .unzip()
+        };
+        let answers = self.submit_placed(messages, &placed).await;
+        // Reached only once every message was answered: a submission dropped before keeps its
+        // groups where they are (see the module's doc).
+        let mut placement = placement.lock().unwrap_or_else(PoisonError::into_inner);
+        for group in &groups {
+            placement.answered(group);
+        }
+        answers
+    }
+
+    /// Submits each message to its shard in `placed`, each shard's part in the order given.
+    async fn submit_placed(
+        &self,
+        messages: Vec<SendMessage>,
+        placed: &[usize],
+    ) -> Vec<Result<SentMessage, TransportError>> {
+        let first = placed.first().copied().unwrap_or(0);
+        if placed.iter().all(|&shard| shard == first) {
             return self.shards[first].submit(messages).await;
         }
         // Split by shard, each keeping the order given, and remember where each answer goes.
+        let count = self.shards.len();
         let mut split: Vec<(Vec<SendMessage>, Vec<usize>)> = vec![Default::default(); count];
-        for (position, message) in messages.into_iter().enumerate() {
-            let (messages, positions) = &mut split[shard_of(&message)];
+        for (position, (message, &shard)) in messages.into_iter().zip(placed).enumerate() {
+            let (messages, positions) = &mut split[shard];
             messages.push(message);
             positions.push(position);
         }
-        let total = split.iter().map(|(_, positions)| positions.len()).sum();
+        let total = placed.len();
         let mut waiting = Vec::new();
         let mut positions = Vec::new();
         // A submission that fills a call would have gone out at once in one batcher; its parts do
@@ -125,19 +229,6 @@ impl Sender {
             .map(|answer| answer.expect("every shard answers each of its messages"))
             .collect()
     }
-}
-
-/// The shard of a group: a hash of its id (rustc's FxHash, fixed within a process, which is all
-/// a group's order needs). A message without a group (which a FIFO queue refuses) goes to the
-/// first.
-fn shard(group: Option<&str>, shards: usize) -> usize {
-    use std::hash::BuildHasher as _;
-    if shards <= 1 {
-        return 0;
-    }
-    let Some(group) = group else { return 0 };
-    let hash = rustc_hash::FxBuildHasher.hash_one(group);
-    (hash % shards as u64) as usize
 }
 
 #[cfg(test)]
@@ -216,13 +307,6 @@ mod tests {
                     .dedup_id(format!("m{n}"))
             })
             .collect();
-        let mut shards: Vec<usize> = full
-            .iter()
-            .map(|message| shard(message.group_id.as_deref(), FIFO_SEND_SHARDS))
-            .collect();
-        shards.sort_unstable();
-        shards.dedup();
-        assert!(shards.len() > 1, "the ten groups spread over shards");
         let started = Instant::now();
         assert!(sender.submit(full).await.iter().all(Result::is_ok));
         assert_eq!(
@@ -230,29 +314,42 @@ mod tests {
             Duration::ZERO,
             "no shard waited for company"
         );
+        let placement = sender.placement.as_ref().unwrap().lock().unwrap();
+        assert!(placement.groups.is_empty(), "every group answered");
+        assert_eq!(placement.unanswered, vec![0; FIFO_SEND_SHARDS]);
     }
 
     #[test]
-    fn a_group_always_maps_to_the_same_shard_and_groups_spread_over_all_shards() {
-        let groups: Vec<String> = (0..1000).map(|n| format!("customer-{n}")).collect();
-        let mut per_shard = [0usize; FIFO_SEND_SHARDS];
-        for group in &groups {
-            let at = shard(Some(group), FIFO_SEND_SHARDS);
-            assert_eq!(at, shard(Some(group), FIFO_SEND_SHARDS));
-            per_shard[at] += 1;
+    fn a_group_keeps_its_shard_while_unanswered_and_new_groups_go_to_the_least_busy() {
+        let mut placement = Placement {
+            groups: HashMap::new(),
+            unanswered: vec![0; 4],
+        };
+        // Groups spread one a shard, then by load: a busy group's shard takes no new group.
+        let busy = placement.place("busy");
+        for _ in 0..9 {
+            assert_eq!(placement.place("busy"), busy, "a group stays on its shard");
         }
-        for count in per_shard {
-            assert!((200..300).contains(&count), "{per_shard:?}");
-        }
-        let letters: Vec<usize> = ["a", "e", "i", "m", "q", "u"]
+        let others: Vec<usize> = ["a", "b", "c", "d", "e", "f"]
             .into_iter()
-            .map(|group| shard(Some(group), FIFO_SEND_SHARDS))
+            .map(|group| placement.place(group))
             .collect();
-        assert!(
-            letters.iter().any(|at| *at != letters[0]),
-            "ids that differ only in their bytes' high bits spread too: {letters:?}"
+        assert!(!others.contains(&busy), "{others:?}");
+        let mut per_shard = placement.unanswered.clone();
+        per_shard.remove(busy);
+        assert_eq!(per_shard, vec![2, 2, 2], "the others spread evenly");
+
+        // Answered, a group leaves the table, and its next message goes to the least busy shard.
+        for _ in 0..10 {
+            placement.answered("busy");
+        }
+        assert_eq!(placement.unanswered[busy], 0);
+        assert!(!placement.groups.contains_key("busy"));
+        assert_eq!(placement.place("busy"), busy, "now the least busy");
+        assert_eq!(
+            placement.place("a"),
+            others[0],
+            "a still has one unanswered"
         );
-        assert_eq!(shard(None, FIFO_SEND_SHARDS), 0);
-        assert_eq!(shard(Some("any"), 1), 0);
     }
 }

@@ -257,6 +257,11 @@ impl Dispatcher {
         std::mem::take(&mut *self.parked.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Handler slots free now: the intake lets another poller receive only while some are.
+    pub(crate) fn idle_slots(&self) -> usize {
+        self.running.available_permits()
+    }
+
     /// A handler slot, or `None` once a stop no longer starts attempts.
     async fn slot(&self) -> Option<OwnedSemaphorePermit> {
         if self.tasks.no_new_attempts().is_cancelled() {

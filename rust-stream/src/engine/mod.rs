@@ -10,10 +10,11 @@
 //!
 //! # A message's path
 //!
-//! 1. **Receive** (`poll::Intake`): each poller takes room for one batch from the dispatcher
-//!    (the subscription's *capacity*: one batch per poller beyond what the handlers work through:
-//!    a message per handler slot, on FIFO a batch per slot, as a slot there works through a
-//!    group's run), and on FIFO waits until fewer groups run than the concurrency; then it
+//! 1. **Receive** (`poll::Intake`): one poller receives, more while receives come back full (up
+//!    to the subscription's `pollers`), fewer once they come back empty; each takes room for one
+//!    batch from the dispatcher (the subscription's *capacity*: one batch per poller beyond what
+//!    the handlers work through: a message per handler slot, on FIFO a batch per slot, as a slot
+//!    there works through a group's run), and on FIFO waits until fewer groups run than the concurrency; then it
 //!    long-polls, opens a lease per message, and hands each on as a `held::Held`: its delivery,
 //!    its lease, its room.
 //! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
@@ -443,9 +444,7 @@ impl Consumer {
             dispatcher.clone(),
             settler.clone(),
         ));
-        for _ in 0..settings.pollers {
-            shared.tasks.spawn(intake.clone().poll());
-        }
+        intake.start().await;
         probe.started();
         let heartbeat = Heartbeat::start(&shared, visibility_batcher, settler.clone());
         tracing::info!(

@@ -13,15 +13,33 @@
 //! A failed receive backs off with jitter, from 1 s to 30 s, and so does an empty short poll
 //! (`wait` of 0); neither loops tight.
 //!
+//! **How many receive at once** follows the demand ([`Turns`]): the subscription's `pollers` are
+//! the most, and one of them always receives (one long poll out when the queue is idle, as a
+//! single poller had). A receive that comes back full while a handler slot is free lets one more
+//! poller receive, up to the most; one that comes back empty, or fails, retires its poller's
+//! turn, down to the one. Under a backlog that the handlers keep up with, the receives in flight
+//! so double each round trip until they reach the most; once the queue is drained the extra long
+//! polls come back empty and stop, and an idle queue costs one long poll per `wait`. Partial
+//! receives change nothing: the receives in flight then bring what arrives, no more are needed
+//! and fewer would leave it waiting. Every poller is a task from the start; one without a turn
+//! waits for one and costs nothing else.
+//!
+//! The room follows the turns too: the intake keeps a batch of the dispatcher's room aside for
+//! each poller without a turn, so the consumer holds at most what the handlers work through plus
+//! a batch per poller *with a turn*, as it did with that many fixed pollers. Handlers that fall
+//! behind (no slot free when a full receive comes back) so stop the growth, and what is held for
+//! them with it, however large `pollers` is.
+//!
 //! At shutdown no new receive starts, but one in flight is allowed to finish (within its long
 //! poll): a server hands messages to a receive even after its caller stopped listening, and those
 //! would stay invisible for a whole visibility timeout. What it returns is handled like the rest:
 //! run while the stop still starts attempts, else parked for the stop's final release.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tracing::Instrument;
 
 use super::dispatch::Dispatcher;
@@ -52,20 +70,109 @@ const READ_ATTRIBUTES: [&str; 5] = [
 /// How long past its long poll a receive may take before the engine gives it up.
 pub(crate) const RECEIVE_MARGIN: Duration = Duration::from_secs(10);
 
-/// Counts a receive in flight while it lives.
-struct Receiving<'a>(&'a AtomicUsize);
+/// The fewest pollers that receive: one long poll is always out, so a message sent to an idle
+/// queue is received at once, as with a single poller.
+pub(crate) const MIN_POLLERS: usize = 1;
+
+/// Counts a receive in flight while it lives, in the intake's count and its gauge.
+struct Receiving<'a>(&'a Intake);
 
 impl<'a> Receiving<'a> {
-    fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::AcqRel);
-        Self(count)
+    fn new(intake: &'a Intake) -> Self {
+        intake.receiving.fetch_add(1, Ordering::AcqRel);
+        intake.metrics.receiving.increment(1.0);
+        Self(intake)
     }
 }
 
 impl Drop for Receiving<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.receiving.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.receiving.decrement(1.0);
     }
+}
+
+/// Which pollers may receive now: a permit each, between [`MIN_POLLERS`] and the subscription's
+/// `pollers`. A poller holds its permit from before it takes room until its receive is handed on
+/// (and through a back-off after it), so the receives in flight never outnumber the permits.
+struct Turns {
+    permits: Semaphore,
+    /// The permits there are, held or not.
+    active: AtomicUsize,
+    max: usize,
+    /// A batch of the dispatcher's room for each poller without a turn, kept from the pollers
+    /// (taken when the intake starts).
+    reserve: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl Turns {
+    fn new(max: usize) -> Self {
+        let min = MIN_POLLERS.min(max);
+        Self {
+            permits: Semaphore::new(min),
+            active: AtomicUsize::new(min),
+            max,
+            reserve: Mutex::new(None),
+        }
+    }
+
+    fn reserve(&self) -> std::sync::MutexGuard<'_, Option<OwnedSemaphorePermit>> {
+        self.reserve.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One more poller may receive, with a batch of room back from the reserve, unless the most
+    /// already do; the new count when it grew.
+    fn grow(&self, batch: usize) -> Option<usize> {
+        let grown = self
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |active| {
+                (active < self.max).then_some(active + 1)
+            })
+            .ok()?;
+        if let Some(reserve) = self.reserve().as_mut() {
+            drop(reserve.split(batch));
+        }
+        self.permits.add_permits(1);
+        Some(grown + 1)
+    }
+
+    /// Retires `turn` unless only the fewest pollers receive, its unused `room` (a whole batch:
+    /// the receive brought nothing) going to the reserve; the new count when it shrank, else the
+    /// turn and the room back.
+    fn shrink<'a>(
+        &self,
+        turn: SemaphorePermit<'a>,
+        room: OwnedSemaphorePermit,
+    ) -> Result<usize, Kept<'a>> {
+        let Ok(before) = self
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |active| {
+                (active > MIN_POLLERS).then(|| active - 1)
+            })
+        else {
+            return Err((turn, room));
+        };
+        turn.forget();
+        match self.reserve().as_mut() {
+            Some(reserve) => reserve.merge(room),
+            None => drop(room),
+        }
+        Ok(before - 1)
+    }
+}
+
+/// A turn and its room, kept by a poller that could not retire.
+type Kept<'a> = (SemaphorePermit<'a>, OwnedSemaphorePermit);
+
+/// What a receive says about the demand: see [`Turns`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Demand {
+    /// It came back full: one more poller may receive.
+    More,
+    /// Partial: as many as now.
+    Same,
+    /// It came back empty, or failed: one fewer.
+    Fewer,
 }
 
 /// One subscription's intake: what its pollers share.
@@ -81,6 +188,8 @@ pub(crate) struct Intake {
     wait: Duration,
     /// Receives in flight, which a stop waits for on a network backend.
     receiving: AtomicUsize,
+    /// How many pollers may receive now.
+    turns: Turns,
     /// What the subscription tells the app's health.
     probe: Arc<SubscriptionProbe>,
     metrics: Arc<SubscriptionMetrics>,
@@ -112,6 +221,7 @@ impl Intake {
             batch_size: settings.batch_size,
             wait: settings.wait,
             receiving: AtomicUsize::new(0),
+            turns: Turns::new(settings.pollers),
             probe,
             metrics: shared.metrics.clone(),
             leases: shared.leases.clone(),
@@ -126,6 +236,53 @@ impl Intake {
         self.receiving.load(Ordering::Acquire)
     }
 
+    /// Starts the subscription's pollers: all of them tasks, the fewest with a turn, the room of
+    /// the others set aside.
+    pub(crate) async fn start(self: &Arc<Self>) {
+        let without_turn = self.turns.max - self.turns.active.load(Ordering::Acquire);
+        if without_turn > 0 {
+            // Nothing is held yet: taken at once.
+            *self.turns.reserve() = self.dispatcher.room(without_turn * self.batch_size).await;
+        }
+        self.metrics
+            .pollers
+            .set(self.turns.active.load(Ordering::Acquire) as f64);
+        for _ in 0..self.turns.max {
+            self.tasks.spawn(self.clone().poll());
+        }
+    }
+
+    /// A turn to receive; `None` once the stop has begun.
+    async fn turn(&self) -> Option<SemaphorePermit<'_>> {
+        tokio::select! {
+            biased;
+            () = self.tasks.stopping().cancelled() => None,
+            turn = self.turns.permits.acquire() => turn.ok(),
+        }
+    }
+
+    /// Another poller's turn, after a full receive while a handler slot is free.
+    fn grow(&self) {
+        if self.dispatcher.idle_slots() == 0 {
+            return;
+        }
+        if let Some(active) = self.turns.grow(self.batch_size) {
+            self.metrics.pollers.set(active as f64);
+        }
+    }
+
+    /// Retires `turn` (with `room`, untouched by an empty or failed receive) unless only the
+    /// fewest pollers receive; the turn and the room back when it did not.
+    fn retire<'a>(
+        &self,
+        turn: SemaphorePermit<'a>,
+        room: OwnedSemaphorePermit,
+    ) -> Result<(), Kept<'a>> {
+        let active = self.turns.shrink(turn, room)?;
+        self.metrics.pollers.set(active as f64);
+        Ok(())
+    }
+
     /// One receive loop, until shutdown.
     pub(crate) async fn poll(self: Arc<Self>) {
         let batch_size = self.batch_size;
@@ -133,6 +290,10 @@ impl Intake {
         let mut failures = 0;
         let mut empty = 0;
         loop {
+            // The turn first: a poller waiting for one holds no room the others could use.
+            let Some(turn) = self.turn().await else {
+                return;
+            };
             let Some(room) = self.dispatcher.room(batch_size).await else {
                 return;
             };
@@ -158,6 +319,11 @@ impl Intake {
                 return;
             };
             let mut room = room;
+            let demand = match &received {
+                Ok(messages) if messages.len() >= batch_size => Demand::More,
+                Ok(messages) if !messages.is_empty() => Demand::Same,
+                _ => Demand::Fewer,
+            };
             let delay = match received {
                 Ok(messages) => {
                     failures = 0;
@@ -190,13 +356,34 @@ impl Intake {
                     Some(delay)
                 }
             };
-            drop(room);
+            let turn = match demand {
+                Demand::More => {
+                    drop(room);
+                    self.grow();
+                    turn
+                }
+                Demand::Same => {
+                    drop(room);
+                    turn
+                }
+                // Retired, the poller waits for a turn again: no back-off of its own.
+                Demand::Fewer => match self.retire(turn, room) {
+                    Ok(()) => continue,
+                    Err((turn, room)) => {
+                        drop(room);
+                        turn
+                    }
+                },
+            };
+            // The last turn is held through the back-off, so no other poller takes it and
+            // receives at once.
             if let Some(delay) = delay {
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     () = self.tasks.stopping().cancelled() => return,
                 }
             }
+            drop(turn);
         }
     }
 
@@ -223,7 +410,7 @@ impl Intake {
                 ))
             })
         };
-        let _receiving = Receiving::new(&self.receiving);
+        let _receiving = Receiving::new(self);
         if !self.client.transport.abandoned_receive_takes_nothing() {
             // Waited for at shutdown (within its own deadline), so what it brings is handled or
             // released rather than hidden for a visibility timeout.
