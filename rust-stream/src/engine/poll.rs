@@ -93,8 +93,9 @@ impl Drop for Receiving<'_> {
 }
 
 /// Which pollers may receive now: a permit each, between [`MIN_POLLERS`] and the subscription's
-/// `pollers`. A poller holds its permit from before it takes room until its receive is handed on
-/// (and through a back-off after it), so the receives in flight never outnumber the permits.
+/// `pollers`. A poller takes a permit before it takes room and keeps it from receive to receive
+/// (through its back-offs) until it retires, so the receives in flight never outnumber the
+/// permits.
 struct Turns {
     permits: Semaphore,
     /// The permits there are, held or not.
@@ -289,10 +290,17 @@ impl Intake {
         let wait = self.wait;
         let mut failures = 0;
         let mut empty = 0;
+        // Kept from receive to receive until the poller retires, so its back-off (kept here)
+        // spaces its own receives rather than passing the turn to a poller that has none.
+        let mut turn = None;
         loop {
             // The turn first: a poller waiting for one holds no room the others could use.
-            let Some(turn) = self.turn().await else {
-                return;
+            let turn_now = match turn.take() {
+                Some(turn) => turn,
+                None => match self.turn().await {
+                    Some(turn) => turn,
+                    None => return,
+                },
             };
             let Some(room) = self.dispatcher.room(batch_size).await else {
                 return;
@@ -356,18 +364,18 @@ impl Intake {
                     Some(delay)
                 }
             };
-            let turn = match demand {
+            let kept = match demand {
                 Demand::More => {
                     drop(room);
                     self.grow();
-                    turn
+                    turn_now
                 }
                 Demand::Same => {
                     drop(room);
-                    turn
+                    turn_now
                 }
                 // Retired, the poller waits for a turn again: no back-off of its own.
-                Demand::Fewer => match self.retire(turn, room) {
+                Demand::Fewer => match self.retire(turn_now, room) {
                     Ok(()) => continue,
                     Err((turn, room)) => {
                         drop(room);
@@ -383,7 +391,7 @@ impl Intake {
                     () = self.tasks.stopping().cancelled() => return,
                 }
             }
-            drop(turn);
+            turn = Some(kept);
         }
     }
 
