@@ -478,7 +478,9 @@ async fn a_hot_group_deletes_each_run_in_one_call_and_stays_in_order() {
     let groups = send_backlog(&publisher, 1, 200).await;
     let (handler, record) = probe(|_, _| (Duration::from_millis(10), Step::Ack));
     let before = broker.api_calls();
-    let running = start(&broker, subscriber(queue, handler).build()).await;
+    // One poller: further pollers would each add a long poll that waits out the drained queue,
+    // a cost of the pollers (tests/engine_pollers.rs), not of the lane.
+    let running = start(&broker, subscriber(queue, handler).pollers(1).build()).await;
     until("every message deleted", async || {
         is_empty(&account, QUEUE).await
     })

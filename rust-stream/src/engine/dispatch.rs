@@ -291,8 +291,14 @@ impl Dispatcher {
         loop {
             // The run is deleted once nothing more waits (the lane then ends, and the group is
             // received again only after its deletes are answered), or once it is due.
-            if !run.is_empty() && (run.is_due() || self.lanes.waiting(&group) == 0) {
-                self.delete_run(&mut run, &group).await;
+            if !run.is_empty() {
+                if self.lanes.waiting(&group) == 0 {
+                    // Nothing left to handle: the intake may take another group meanwhile.
+                    let _finishing = self.lanes.counts().finishing();
+                    self.delete_run(&mut run, &group).await;
+                } else if run.is_due() {
+                    self.delete_run(&mut run, &group).await;
+                }
             }
             let Some(mut held) = self.lanes.next(&group) else {
                 break;

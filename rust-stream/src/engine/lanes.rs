@@ -38,6 +38,8 @@ pub(crate) struct Lanes {
 pub(crate) struct LaneCounts {
     running: AtomicUsize,
     resting: AtomicUsize,
+    /// Lanes with nothing left to handle, waiting for their run's delete before they end.
+    finishing: AtomicUsize,
     left: Arc<Notify>,
 }
 
@@ -53,16 +55,20 @@ impl LaneCounts {
         self.running.load(Ordering::Acquire).saturating_sub(resting)
     }
 
-    /// Returns once fewer than `limit` lanes are active: a FIFO poller receives only while a group
-    /// it brings would find a handler slot soon, so the consumer holds about as many groups as it
-    /// runs, not groups that wait for a slot while other consumers could have them.
+    /// Returns once fewer than `limit` lanes are active and not finishing: a FIFO poller receives
+    /// only while a group it brings would find a handler slot soon, so the consumer holds about as
+    /// many groups as it runs, not groups that wait for a slot while other consumers could have
+    /// them. A lane waiting for its run's delete before it ends needs no slot, so the next group
+    /// is received meanwhile: at a real round trip that overlaps one group's delete with the next
+    /// group's receive.
     pub(crate) async fn below(&self, limit: usize) {
         loop {
             // Made before the count is read, so a lane ending after the read still wakes us.
             let left = self.left.notified();
             tokio::pin!(left);
             left.as_mut().enable();
-            if self.active() < limit {
+            let finishing = self.finishing.load(Ordering::Acquire);
+            if self.active().saturating_sub(finishing) < limit {
                 return;
             }
             left.await;
@@ -76,9 +82,27 @@ impl LaneCounts {
         Resting(self)
     }
 
+    /// Counts a lane as finishing (nothing left to handle, its run's delete on its way) until the
+    /// guard is dropped. It still counts as [`active`](Self::active): the deleter waits for its
+    /// run as for any other.
+    pub(crate) fn finishing(&self) -> Finishing<'_> {
+        self.finishing.fetch_add(1, Ordering::AcqRel);
+        self.left.notify_waiters();
+        Finishing(self)
+    }
+
     fn ended(&self) {
         self.running.fetch_sub(1, Ordering::AcqRel);
         self.left.notify_waiters();
+    }
+}
+
+/// A lane waiting for its last run's delete; see [`LaneCounts::finishing`].
+pub(crate) struct Finishing<'a>(&'a LaneCounts);
+
+impl Drop for Finishing<'_> {
+    fn drop(&mut self) {
+        self.0.finishing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
