@@ -720,6 +720,56 @@ async fn a_stalled_fifo_delete_holds_up_no_other_group_and_nothing_runs_twice() 
     );
 }
 
+/// A FIFO lane whose work is done and whose run's delete is on its way holds no handler slot:
+/// with one slot, the next group is received and handled while the first group's delete stalls,
+/// where it used to wait for that lane to end. At a real round trip this overlaps a group's
+/// delete with the next group's receive.
+#[tokio::test(start_paused = true)]
+async fn the_next_group_is_received_while_a_finished_lane_waits_for_its_delete() {
+    let account = Account::new();
+    let stalling = Stalling::new();
+    *stalling.stall_delete.lock().unwrap() = Some(Duration::from_secs(3));
+    let broker = SqsBroker::with_transport(stalling.over(&account));
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .concurrency(1)
+        .visibility_timeout(Duration::from_secs(30));
+    send(&broker, &queue, "a", 1).await;
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue.clone(),
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::ZERO,
+            fails: |_| false,
+        },
+    )
+    .await;
+    // "b" comes in a later receive, once "a" is handled and its delete stalls.
+    sleep(Duration::from_millis(500)).await;
+    send(&broker, &queue, "b", 1).await;
+    sleep(Duration::from_secs(60)).await;
+    app.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "each group handled once: {calls:?}");
+    let b = calls.iter().find(|call| call.job.group == "b").unwrap();
+    assert!(
+        b.start < 1.5,
+        "b, sent at 0.5 s, was handled at {:.3} s, not while a's delete stalled for 3 s: {calls:?}",
+        b.start
+    );
+    let url = account.get_queue_url("jobs.fifo").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        counts.visible + counts.in_flight,
+        0,
+        "all deleted: {counts:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
     let account = Account::new();
