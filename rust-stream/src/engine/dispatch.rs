@@ -320,6 +320,7 @@ impl Dispatcher {
                 }
                 let attempts = self.settler.attempts(&held, attempt);
                 self.open_process_span(&mut held, attempts);
+                let started = tokio::time::Instant::now();
                 let verdict = self.process(&held, attempts).await;
                 drop(slot);
                 let span = held.span.clone();
@@ -331,7 +332,7 @@ impl Dispatcher {
                 let (again, delay_or_seconds) = match next {
                     Next::Done => break,
                     Next::Delete(deleting) => {
-                        run.push(deleting);
+                        run.push(deleting, started);
                         break;
                     }
                     Next::Again(again, delay) => (again, Ok(delay)),

@@ -80,17 +80,18 @@ impl Deleting {
     }
 }
 
-/// How long a FIFO lane lets the first message of its run wait for the others before it deletes
-/// the run: long against a quick handler, so a busy group's run of 10 goes in one call, and short
-/// enough that a consumer killed mid-run handles again only what it handled in about a second
-/// (plus the attempt it was in).
+/// How long a FIFO lane's run may have been in handlers, from its first message's attempt on,
+/// before the lane deletes it ahead of its next message: long against a quick handler, so a busy
+/// group's run of 10 goes in one call, and short enough that a consumer killed mid-run handles
+/// again only what it handled in about a second (plus the attempt it was in). A handler slower
+/// than that has each message deleted before the next starts.
 pub(crate) const RUN_DELETE_WITHIN: Duration = Duration::from_secs(1);
 
 /// A FIFO lane's run: the messages of its group it handled since its last delete call, each
 /// claimed for its delete (held, and extended if need be, until the delete is answered) and
 /// holding its room. The lane deletes them together ([`Settler::delete_run`]) when nothing more of
 /// the group waits in it (before the lane ends, so the group is received again only once they are
-/// gone), when it is as long as the subscription's `delete_run` (10 by default: a full call), when the first waited [`RUN_DELETE_WITHIN`], and before the
+/// gone), when it is as long as the subscription's `delete_run` (10 by default: a full call), when it has been in handlers for [`RUN_DELETE_WITHIN`] since its first message began, and before the
 /// lane rests between retries, gives the group back, lets it go or parks it at a stop.
 ///
 /// So a busy group costs one `DeleteMessageBatch` a run, not one a message, and a delete never
@@ -100,7 +101,7 @@ pub(crate) const RUN_DELETE_WITHIN: Duration = Duration::from_secs(1);
 /// visible, so it is handled again before anything later of its group.
 pub(crate) struct Run {
     deletes: Vec<Deleting>,
-    /// When the first of `deletes` was settled.
+    /// When the handling of the first of `deletes` began.
     since: Option<tokio::time::Instant>,
     /// How many are deleted together at most: the subscription's `delete_run`.
     longest: usize,
@@ -130,9 +131,9 @@ impl Run {
                 .is_some_and(|since| since.elapsed() >= RUN_DELETE_WITHIN)
     }
 
-    /// Adds a settled message's delete ([`Next::Delete`]).
-    pub(crate) fn push(&mut self, deleting: Deleting) {
-        self.since.get_or_insert_with(tokio::time::Instant::now);
+    /// Adds a settled message's delete ([`Next::Delete`]); its attempt began at `started`.
+    pub(crate) fn push(&mut self, deleting: Deleting, started: tokio::time::Instant) {
+        self.since.get_or_insert(started);
         self.deletes.push(deleting);
     }
 }
