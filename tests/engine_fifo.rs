@@ -465,29 +465,41 @@ async fn the_deletes_of_groups_handled_in_step_share_calls_and_each_group_stays_
     assert_each_group_in_order(&record, &groups, 20);
 }
 
+/// Sends `count` messages of one group, runs one poller over them with handlers that work 10 ms
+/// each and the given `delete_run`, and says what the drain cost, what the handlers saw and the
+/// group's name. One poller: further pollers would each add a long poll that waits out the drained
+/// queue, a cost of the pollers (tests/engine_pollers.rs), not of the lane.
+async fn drain_one_hot_group(
+    count: u32,
+    delete_run: usize,
+) -> (rust_stream::ApiCalls, Record, Vec<String>) {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let queue = SqsQueue::new(QUEUE).create_if_missing();
+    let publisher = broker.publisher(queue.clone());
+    let groups = send_backlog(&publisher, 1, count).await;
+    let (handler, record) = probe(|_, _| (Duration::from_millis(10), Step::Ack));
+    let before = broker.api_calls();
+    let subscription = subscriber(queue, handler)
+        .pollers(1)
+        .delete_run(delete_run)
+        .build();
+    let running = start(&broker, subscription).await;
+    until("every message deleted", async || {
+        is_empty(&account, QUEUE).await
+    })
+    .await;
+    running.stop().await.unwrap();
+    (broker.api_calls() - before, take(&record), groups)
+}
+
 /// One hot group (one merchant, one ledger account) costs a delete call a run, not one a message:
 /// its lane works through what a receive brought and deletes it in one call, so 200 messages take
 /// 20 delete calls (a call per delete would be 200) and 20 receives, and stay in order. Each
 /// handler works 10 ms, so the run is not deleted early for its age.
 #[tokio::test(start_paused = true)]
 async fn a_hot_group_deletes_each_run_in_one_call_and_stays_in_order() {
-    let account = Account::new();
-    let broker = SqsBroker::with_account(&account);
-    let queue = SqsQueue::new(QUEUE).create_if_missing();
-    let publisher = broker.publisher(queue.clone());
-    let groups = send_backlog(&publisher, 1, 200).await;
-    let (handler, record) = probe(|_, _| (Duration::from_millis(10), Step::Ack));
-    let before = broker.api_calls();
-    // One poller: further pollers would each add a long poll that waits out the drained queue,
-    // a cost of the pollers (tests/engine_pollers.rs), not of the lane.
-    let running = start(&broker, subscriber(queue, handler).pollers(1).build()).await;
-    until("every message deleted", async || {
-        is_empty(&account, QUEUE).await
-    })
-    .await;
-    running.stop().await.unwrap();
-
-    let calls = broker.api_calls() - before;
+    let (calls, record, groups) = drain_one_hot_group(200, 10).await;
     assert_eq!(
         calls.delete_message_batch, 20,
         "one delete call a run of 10: {calls:?}"
@@ -497,7 +509,6 @@ async fn a_hot_group_deletes_each_run_in_one_call_and_stays_in_order() {
         per_message <= 0.21,
         "{per_message} calls a message for one hot group: {calls:?}"
     );
-    let record = take(&record);
     assert_each_group_in_order(&record, &groups, 200);
 }
 
@@ -505,26 +516,11 @@ async fn a_hot_group_deletes_each_run_in_one_call_and_stays_in_order() {
 /// message, still in order.
 #[tokio::test(start_paused = true)]
 async fn a_delete_run_of_one_confirms_each_delete_before_the_next_message() {
-    let account = Account::new();
-    let broker = SqsBroker::with_account(&account);
-    let queue = SqsQueue::new(QUEUE).create_if_missing();
-    let publisher = broker.publisher(queue.clone());
-    let groups = send_backlog(&publisher, 1, 30).await;
-    let (handler, record) = probe(|_, _| (Duration::from_millis(10), Step::Ack));
-    let before = broker.api_calls();
-    let running = start(&broker, subscriber(queue, handler).delete_run(1).build()).await;
-    until("every message deleted", async || {
-        is_empty(&account, QUEUE).await
-    })
-    .await;
-    running.stop().await.unwrap();
-
-    let calls = broker.api_calls() - before;
+    let (calls, record, groups) = drain_one_hot_group(30, 1).await;
     assert_eq!(
         calls.delete_message_batch, 30,
         "a delete call a message: {calls:?}"
     );
-    let record = take(&record);
     assert_each_group_in_order(&record, &groups, 30);
 }
 
