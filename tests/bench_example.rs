@@ -108,6 +108,8 @@ fn a_small_in_process_run_reports_each_figure_beside_its_limit() {
             "--in-process",
             "--messages",
             "2000",
+            "--throughput-repeats",
+            "2",
             "--memory-messages",
             "20000",
             "--latency-secs",
@@ -159,6 +161,15 @@ fn a_small_in_process_run_reports_each_figure_beside_its_limit() {
         // side (the count misses at most a few dozen per thread).
         assert!(number(row, "allocations_per_message") >= 1.0, "{row}");
         assert!(number(row, "limit_allocations_per_message") >= 0.5, "{row}");
+        // Each row ran twice, each run in a fresh process; the row is one of its runs.
+        let runs: Vec<f64> = row["run_ratios"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no run_ratios in {row}"))
+            .iter()
+            .map(|ratio| ratio.as_f64().unwrap())
+            .collect();
+        assert_eq!(runs.len(), 2, "{row}");
+        assert!(runs.contains(&number(row, "ratio")), "{row}");
     }
 
     let latency = rows(&report, "/latency");

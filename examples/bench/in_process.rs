@@ -2,6 +2,7 @@
 //! same bodies to a task that decodes them with serde_json: what a queue in the same process
 //! could cost at the least.
 
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,14 @@ impl Settings {
         }
     }
 
+    /// The name `--settings` reads.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::High => "high",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Self::Default => "default (concurrency 10, up to 16 pollers)",
@@ -40,10 +49,82 @@ impl Settings {
     }
 }
 
+/// Runs every throughput row `options.throughput_repeats` times, each run in a fresh child
+/// process and the rows taking turns, and keeps each row's median run.
+///
+/// A fresh process per run because what one row leaves in the heap changes the next: after a row
+/// at a 1,000,000 backlog the allocator's free lists span hundreds of megabytes, and rows that
+/// followed it in the same process ran at about half their speed.
+pub fn throughput(options: &Options) -> Fallible<Vec<ThroughputRow>> {
+    let mut cases = Vec::new();
+    for &threads in &options.worker_threads {
+        for &workload in &options.workloads {
+            for &messages in &options.messages {
+                for &settings in &options.settings {
+                    cases.push((threads, workload, messages, settings));
+                }
+            }
+        }
+    }
+    let mut runs: Vec<Vec<ThroughputRow>> = vec![Vec::new(); cases.len()];
+    for _ in 0..options.throughput_repeats {
+        for (case, &(threads, workload, messages, settings)) in cases.iter().enumerate() {
+            runs[case].push(child(threads, workload, messages, settings)?);
+        }
+    }
+    Ok(runs.into_iter().map(median_run).collect())
+}
+
+/// The run of median ratio, carrying every run's ratio in the order run.
+fn median_run(mut runs: Vec<ThroughputRow>) -> ThroughputRow {
+    let ratios: Vec<f64> = runs.iter().map(|run| run.ratio).collect();
+    runs.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    let mut median = runs.swap_remove(runs.len() / 2);
+    median.run_ratios = ratios;
+    median
+}
+
+/// Runs this binary as a child that measures one row, and reads the row it printed.
+fn child(
+    threads: usize,
+    workload: Workload,
+    messages: u64,
+    settings: Settings,
+) -> Fallible<ThroughputRow> {
+    let output = Command::new(std::env::current_exe()?)
+        .args(["--in-process", "--only", "throughput", "--throughput-child"])
+        .args(["--worker-threads", &threads.to_string()])
+        .args(["--workloads", &workload.name()])
+        .args(["--backlogs", &messages.to_string()])
+        .args(["--settings", settings.name()])
+        .stderr(Stdio::inherit())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "the throughput run of {} failed ({}): {stdout}",
+            workload.label(),
+            output.status
+        )
+        .into());
+    }
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last)
+        .map_err(|error| format!("the throughput child printed {last:?}: {error}").into())
+}
+
+/// In a child: the rows asked for, run here, each printed as a line of JSON.
+pub async fn throughput_here(options: &Options) -> Fallible<()> {
+    for row in rows_here(options).await? {
+        println!("{}", serde_json::to_string(&row)?);
+    }
+    Ok(())
+}
+
 /// Consumes each backlog of pre-published orders per workload, settings and worker-thread
 /// count, with the channel limit measured just before each workload's engine runs at that
 /// backlog, on the same runtime.
-pub async fn throughput(options: &Options) -> Fallible<Vec<ThroughputRow>> {
+async fn rows_here(options: &Options) -> Fallible<Vec<ThroughputRow>> {
     let mut rows = Vec::new();
     for &threads in &options.worker_threads {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -80,6 +161,7 @@ pub async fn throughput(options: &Options) -> Fallible<Vec<ThroughputRow>> {
                         msgs_per_sec: run.msgs_per_sec,
                         limit_msgs_per_sec: limit,
                         ratio: run.msgs_per_sec / limit,
+                        run_ratios: Vec::new(),
                         published_msgs_per_sec: run.published_per_sec,
                         api_calls_per_message: run.calls_per_message,
                         allocations_per_message: run.allocations_per_message,

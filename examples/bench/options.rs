@@ -25,6 +25,8 @@ What it runs:
   --workloads LIST           throughput workloads, comma-separated: standard, fifo-100, fifo-10000
                              (all three)
   --settings LIST            throughput settings, comma-separated: default, high (both)
+  --throughput-repeats N     runs of each throughput row, each in a fresh process, taken in turn
+                             with the other rows; the row shows the medians (3; quick 1)
   --memory-messages N        messages queued for the memory rows (1,000,000; quick 100,000)
   --latency-rate N           messages a second in the latency rows, a multiple of 1,000 (10,000)
   --latency-secs S           how long each latency row publishes (3; quick 1)
@@ -80,11 +82,15 @@ pub struct Options {
     pub latency_secs: f64,
     pub localstack_messages: u64,
     pub localstack_repeats: usize,
+    /// Runs of each throughput row, each in a child process of its own.
+    pub throughput_repeats: usize,
     pub round_trip_ms: u64,
     pub round_trip_messages: u64,
     pub json: PathBuf,
     /// Set in the child processes that measure memory: the one thing the process does.
     pub memory_probe: Option<MemoryCase>,
+    /// Set in the child processes that run throughput rows: they run here and print them.
+    pub throughput_child: bool,
 }
 
 /// What the command line asked for, or why it cannot be run.
@@ -110,6 +116,7 @@ impl Options {
         let (mut round_trip_ms, mut round_trip_messages) = (None, None);
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
+        let (mut throughput_repeats, mut throughput_child) = (None, false);
         let (mut worker_threads, mut workloads, mut settings) = (None, None, None);
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -170,6 +177,8 @@ impl Options {
                 }
                 "--localstack-messages" => localstack_messages = Some(count(&arg, &value()?)?),
                 "--localstack-repeats" => localstack_repeats = Some(count(&arg, &value()?)?),
+                "--throughput-repeats" => throughput_repeats = Some(count(&arg, &value()?)?),
+                "--throughput-child" => throughput_child = true,
                 "--round-trip-ms" => round_trip_ms = Some(count(&arg, &value()?)?),
                 "--round-trip-messages" => round_trip_messages = Some(count(&arg, &value()?)?),
                 "--json" => json = PathBuf::from(value()?),
@@ -222,10 +231,12 @@ impl Options {
             latency_secs: latency_secs.unwrap_or(if quick { 1.0 } else { 3.0 }),
             localstack_messages: localstack_messages.unwrap_or(if quick { 500 } else { 5_000 }),
             localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
+            throughput_repeats: throughput_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             round_trip_ms: round_trip_ms.unwrap_or(20),
             round_trip_messages: round_trip_messages.unwrap_or(if quick { 1_000 } else { 10_000 }),
             json,
             memory_probe,
+            throughput_child,
         })))
     }
 
@@ -262,7 +273,7 @@ pub enum Settings {
 }
 
 impl Settings {
-    fn parse(name: &str) -> Option<Self> {
+    pub fn parse(name: &str) -> Option<Self> {
         match name {
             "default" => Some(Self::Default),
             "high" => Some(Self::High),

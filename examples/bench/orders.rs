@@ -85,6 +85,14 @@ impl Workload {
     }
 
     /// How the tables name it.
+    /// The name `parse` reads back.
+    pub fn name(self) -> String {
+        match self {
+            Self::Standard => "standard".to_owned(),
+            Self::Fifo { groups } => format!("fifo-{groups}"),
+        }
+    }
+
     pub fn label(self) -> String {
         match self {
             Self::Standard => "standard".to_owned(),

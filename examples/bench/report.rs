@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rust_stream::ApiCalls;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Fallible;
 
@@ -69,7 +69,7 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ThroughputRow {
     pub workload: String,
     pub settings: String,
@@ -81,6 +81,10 @@ pub struct ThroughputRow {
     pub limit_msgs_per_sec: f64,
     /// `msgs_per_sec / limit_msgs_per_sec`.
     pub ratio: f64,
+    /// Each run's ratio in the order run, each run in a fresh process; the row's figures are
+    /// the median run's.
+    #[serde(default)]
+    pub run_ratios: Vec<f64>,
     /// How fast the orders were pre-published (`send_batch`, 10,000 at a time).
     pub published_msgs_per_sec: f64,
     /// Receive, delete and visibility calls per message consumed.
@@ -290,7 +294,7 @@ impl Report {
         if !self.throughput.is_empty() {
             let _ = writeln!(
                 out,
-                "\nIn process: a backlog of orders of 100 bytes pre-published, then consumed by one `#[subscriber]` (serde decode, ack) until the last is deleted, on a runtime of the worker threads shown. Limit: the same bodies through a tokio mpsc channel, decoded with serde_json on the same runtime (median of 5 runs).\n"
+                "\nIn process: a backlog of orders of 100 bytes pre-published, then consumed by one `#[subscriber]` (serde decode, ack) until the last is deleted, on a runtime of the worker threads shown. Limit: the same bodies through a tokio mpsc channel, decoded with serde_json on the same runtime (median of 5 runs). Each row ran as often as its runs show (the lowest and highest ratio beside the median), each run in a fresh process, taking turns with the other rows; the figures are the median run's.\n"
             );
             let rows = self
                 .throughput
@@ -303,7 +307,7 @@ impl Report {
                         row.worker_threads.to_string(),
                         rate(row.msgs_per_sec),
                         rate(row.limit_msgs_per_sec),
-                        format!("{:.3}x", row.ratio),
+                        ratio_with_runs(row.ratio, &row.run_ratios),
                         format!("{:.3}", row.api_calls_per_message),
                         format!(
                             "{:.1} ({:.1})",
@@ -555,6 +559,17 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
         out += &line(row);
     }
     out
+}
+
+/// `0.079x`, or with more than one run `0.079x (0.061–0.090, 3 runs)`.
+fn ratio_with_runs(ratio: f64, runs: &[f64]) -> String {
+    let low = runs.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if runs.len() < 2 {
+        format!("{ratio:.3}x")
+    } else {
+        format!("{ratio:.3}x ({low:.3}–{high:.3}, {} runs)", runs.len())
+    }
 }
 
 fn rate(per_sec: f64) -> String {
