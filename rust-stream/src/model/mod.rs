@@ -5,6 +5,8 @@
 //! - [`rules`]: the limits and checks both backends enforce alike.
 //! - [`queue`]: a queue as an app declares it ([`SqsQueue`]), and what is wrong with a
 //!   declaration ([`ConfigError`]).
+//! - [`filter_policy`]: SNS subscription filter policies, parsed, checked against SNS's limits
+//!   and matched against a message's attributes or JSON body.
 //! - `naming`: the prefix and suffix a broker adds to every queue name, applied in one place.
 //! - `declare`: the declarations of a broker's apps and publishers, merged per queue.
 //!
@@ -12,6 +14,7 @@
 
 pub(crate) mod declare;
 pub mod error;
+pub mod filter_policy;
 pub(crate) mod naming;
 pub mod queue;
 pub mod rules;
