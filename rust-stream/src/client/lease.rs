@@ -46,7 +46,8 @@ pub(crate) struct Lease {
     /// Settled by a delete whose answer has not come: still extended, so a slow delete does not
     /// let the message time out into another consumer's hands.
     deleting: AtomicBool,
-    /// When the delete was submitted: nanoseconds after `received_at`.
+    /// When the delete was submitted: nanoseconds after `received_at`; [`NOT_SENT`] while it
+    /// waits in a FIFO lane's run for the run's call.
     deleting_since_ns: AtomicU64,
     orphaned: AtomicBool,
     /// When its visibility ends, as this consumer last set it: nanoseconds after `received_at`.
@@ -68,6 +69,9 @@ pub(crate) struct LeaseState {
 
 /// The margin before a lease's visibility ends at which it counts as lapsed: the server's clock
 /// started the visibility when it answered the receive, a little before this consumer read it.
+/// `deleting_since_ns` of a delete that waits in a run, not yet sent.
+const NOT_SENT: u64 = u64::MAX;
+
 fn lapse_margin(visibility: Duration) -> Duration {
     (visibility / 10).min(Duration::from_millis(500))
 }
@@ -83,9 +87,13 @@ impl Lease {
         self.deleting.load(Ordering::Acquire)
     }
 
-    /// When its delete was submitted (meaningful while [`is_deleting`](Self::is_deleting)).
-    pub(crate) fn deleting_since(&self) -> Instant {
-        self.received_at + Duration::from_nanos(self.deleting_since_ns.load(Ordering::Acquire))
+    /// When its delete was submitted (meaningful while [`is_deleting`](Self::is_deleting));
+    /// `None` while the delete waits in a FIFO lane's run, not yet on its way.
+    pub(crate) fn deleting_since(&self) -> Option<Instant> {
+        match self.deleting_since_ns.load(Ordering::Acquire) {
+            NOT_SENT => None,
+            nanos => Some(self.received_at + Duration::from_nanos(nanos)),
+        }
     }
 
     /// Its state, for an extension, unless a settle or another extension holds it.
@@ -317,6 +325,24 @@ pub(crate) struct DeleteInFlight {
 impl DeleteInFlight {
     pub(crate) fn lease(&self) -> &Arc<Lease> {
         &self.lease
+    }
+
+    /// The delete waits in a FIFO lane's run for the run's call: until [`sent`](Self::sent),
+    /// the heartbeat extends the lease as it extends a message in hand, however long the run
+    /// waits (a later message of the run may take longer than the visibility timeout).
+    pub(crate) fn wait_in_run(&self) {
+        self.lease
+            .deleting_since_ns
+            .store(NOT_SENT, Ordering::Release);
+    }
+
+    /// The delete is on its way now.
+    pub(crate) fn sent(&self) {
+        let since = Instant::now().saturating_duration_since(self.lease.received_at);
+        self.lease.deleting_since_ns.store(
+            u64::try_from(since.as_nanos()).unwrap_or(NOT_SENT - 1),
+            Ordering::Release,
+        );
     }
 }
 

@@ -625,6 +625,7 @@ impl Settler {
         };
         let held = Deleting::new(held, in_flight);
         if self.fifo {
+            held.lease.wait_in_run();
             return Next::Delete(held);
         }
         // Shutdown waits for the answer as it waits for a task.
@@ -652,6 +653,9 @@ impl Settler {
         let deletes = std::mem::take(&mut run.deletes);
         if deletes.is_empty() {
             return true;
+        }
+        for deleting in &deletes {
+            deleting.lease.sent();
         }
         // A run of one (a quiet group) needs no list.
         let answers = if let [only] = deletes.as_slice() {
