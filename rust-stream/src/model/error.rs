@@ -1,13 +1,15 @@
-//! What a queue service answers when it refuses: the SQS error kinds, a failed request
-//! ([`TransportError`]) and a failed batch entry ([`BatchFailure`]). Every backend answers in these
-//! words, so a caller matches on one enum whatever is underneath.
+//! What a queue or topic service answers when it refuses: the SQS and SNS error kinds, a failed
+//! request ([`TransportError`]) and a failed batch entry ([`BatchFailure`]). Every backend answers
+//! in these words, so a caller matches on one enum whatever is underneath.
 
 use std::fmt;
 
-/// The SQS error kinds, named as the service names them.
+/// The SQS and SNS error kinds, named as the services name them.
 ///
 /// Both the in-process account and the network transport report these, so a caller matches on
-/// one enum whatever the backend.
+/// one enum whatever the backend. The kinds SNS shares with SQS (`InvalidParameterValue`, the batch
+/// errors, throttling) are the same variants; [`InvalidParameter`](Self::InvalidParameter) and
+/// [`NotFound`](Self::NotFound) are SNS's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -49,6 +51,12 @@ pub enum ErrorKind {
     RequestThrottled,
     /// The service failed; the request may be retried.
     InternalError,
+    /// SNS: a request parameter breaks its constraints (a topic name, a publish's size, subject,
+    /// group or deduplication id); SNS's `InvalidParameter`, distinct from `InvalidParameterValue`,
+    /// which SNS answers for a bad message attribute.
+    InvalidParameter,
+    /// SNS: the topic or subscription named does not exist.
+    NotFound,
 }
 
 impl ErrorKind {
@@ -74,11 +82,14 @@ impl ErrorKind {
             Self::UnsupportedOperation => "UnsupportedOperation",
             Self::RequestThrottled => "RequestThrottled",
             Self::InternalError => "InternalError",
+            Self::InvalidParameter => "InvalidParameter",
+            Self::NotFound => "NotFound",
         }
     }
 
-    /// The kind an SQS error code names: the JSON protocol's short codes (`QueueDoesNotExist`) and
-    /// the query-compatible ones (`AWS.SimpleQueueService.NonExistentQueue`) alike.
+    /// The kind an SQS or SNS error code names: the JSON protocol's short codes
+    /// (`QueueDoesNotExist`), the query-compatible ones (`AWS.SimpleQueueService.NonExistentQueue`)
+    /// and the SDKs' exception names (`NotFoundException`) alike.
     pub fn from_code(code: &str) -> Option<Self> {
         let short = code.strip_prefix("AWS.SimpleQueueService.").unwrap_or(code);
         let short = short.rsplit('#').next().unwrap_or(short);
@@ -106,6 +117,8 @@ impl ErrorKind {
                 Self::RequestThrottled
             }
             "InternalError" | "InternalFailure" | "ServiceUnavailable" => Self::InternalError,
+            "InvalidParameter" | "InvalidParameterException" => Self::InvalidParameter,
+            "NotFound" | "NotFoundException" => Self::NotFound,
             _ => return None,
         })
     }

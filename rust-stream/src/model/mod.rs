@@ -1,4 +1,4 @@
-//! Amazon SQS as data: the ground floor every other layer stands on.
+//! Amazon SQS and SNS as data: the ground floor every other layer stands on.
 //!
 //! - [`error`]: what a service answers when it refuses ([`ErrorKind`], [`TransportError`]).
 //! - [`wire`]: requests and responses, shaped like the SQS API.
@@ -9,15 +9,22 @@
 //!   and matched against a message's attributes or JSON body.
 //! - `naming`: the prefix and suffix a broker adds to every queue name, applied in one place.
 //! - `declare`: the declarations of a broker's apps and publishers, merged per queue.
+//! - [`topic`]: SNS topics and publishes, shaped like the SNS API, and SNS's limits and rules.
+//! - [`envelope`]: the JSON notification SNS delivers to a queue without raw message delivery,
+//!   built and parsed, and how a raw delivery carries a publish's attributes.
+//! - `base64`: the text form of binary attribute values in an envelope.
 //!
 //! Nothing here calls a service or runs a task.
 
+pub(crate) mod base64;
 pub(crate) mod declare;
+pub mod envelope;
 pub mod error;
 pub mod filter_policy;
 pub(crate) mod naming;
 pub mod queue;
 pub mod rules;
+pub mod topic;
 pub mod wire;
 
 pub use error::{BatchFailure, ErrorKind, TransportError};

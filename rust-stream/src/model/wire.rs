@@ -18,7 +18,8 @@ pub type MessageAttributes = BTreeMap<String, MessageAttributeValue>;
 /// A message attribute: a data type and one value of that type.
 #[derive(Clone, PartialEq, Eq)]
 pub struct MessageAttributeValue {
-    /// `String`, `Number` or `Binary`, optionally with a `.label` suffix.
+    /// `String`, `Number` or `Binary`, optionally with a `.label` suffix (SNS reads the label of
+    /// `String.Array`).
     pub data_type: String,
     /// The value of a `String` or `Number` attribute.
     pub string_value: Option<String>,
@@ -41,6 +42,17 @@ impl MessageAttributeValue {
         Self {
             data_type: "Number".to_owned(),
             string_value: Some(value.into()),
+            binary_value: None,
+        }
+    }
+
+    /// An SNS `String.Array` attribute: a JSON array of strings, numbers, `true`, `false` and
+    /// `null`, written as text (`["ledger","risk"]`). SQS takes it as a `String` with the label
+    /// `Array`.
+    pub fn string_array(json: impl Into<String>) -> Self {
+        Self {
+            data_type: "String.Array".to_owned(),
+            string_value: Some(json.into()),
             binary_value: None,
         }
     }

@@ -155,7 +155,10 @@ pub(crate) fn check_message_attributes(
     Ok(size)
 }
 
-fn check_attribute_name(name: &str) -> Result<(), TransportError> {
+/// Checks a message attribute's name: 1–256 characters of `[A-Za-z0-9_.-]`, no `AWS.` or `Amazon.`
+/// prefix in any case, no `.` first, last or twice in a row. SNS's rule is word for word the same,
+/// so its publishes are checked here too ([`topic`](super::topic)).
+pub(crate) fn check_attribute_name(name: &str) -> Result<(), TransportError> {
     // Compared without a lowercase copy: every send's attributes are checked twice (the
     // broker's meter, then the backend).
     let reserved = |prefix: &str| {
@@ -170,7 +173,7 @@ fn check_attribute_name(name: &str) -> Result<(), TransportError> {
     {
         Some("may hold only letters, digits, `_`, `-` and `.`")
     } else if reserved("aws.") || reserved("amazon.") {
-        Some("may not start with `AWS.` or `Amazon.`, which SQS reserves")
+        Some("may not start with `AWS.` or `Amazon.`, which AWS reserves")
     } else if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
         Some("may not start or end with `.` or hold `..`")
     } else {
