@@ -383,17 +383,7 @@ impl<'a> PublishTarget<'a> {
 /// not its base64 text).
 /// (MessageAttributeValue: <https://docs.aws.amazon.com/sns/latest/api/API_MessageAttributeValue.html>)
 pub fn publish_size(publish: &Publish) -> usize {
-    publish.message.len()
-        + publish
-            .message_attributes
-            .iter()
-            .map(|(name, value)| {
-                name.len()
-                    + value.data_type.len()
-                    + value.string_value.as_ref().map_or(0, String::len)
-                    + value.binary_value.as_ref().map_or(0, Vec::len)
-            })
-            .sum::<usize>()
+    publish.message.len() + rules::attributes_size(&publish.message_attributes)
 }
 
 /// A check's failure with SNS's kind in place of the one the shared SQS check gave: the rule is

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 pub use super::error::ErrorKind;
 use super::error::TransportError;
-use super::wire::{MessageAttributeValue, SendMessage};
+use super::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
 
 /// Largest message: body and message attributes together, in bytes (1 MiB since 2025-08).
 pub const MAX_MESSAGE_SIZE: usize = 1_048_576;
@@ -247,17 +247,21 @@ fn is_sqs_number(text: &str) -> bool {
 /// A message's size as SQS counts it against `MaximumMessageSize` and a batch's payload limit:
 /// the body, and each attribute's name, type and value.
 pub(crate) fn message_size(message: &SendMessage) -> usize {
-    message.body.len()
-        + message
-            .message_attributes
-            .iter()
-            .map(|(name, value)| {
-                name.len()
-                    + value.data_type.len()
-                    + value.string_value.as_ref().map_or(0, String::len)
-                    + value.binary_value.as_ref().map_or(0, Vec::len)
-            })
-            .sum::<usize>()
+    message.body.len() + attributes_size(&message.message_attributes)
+}
+
+/// What message attributes add to a message's size, as SQS and SNS both count it: each
+/// attribute's name, data type and value (a `Binary` value's bytes, not its base64 text).
+pub(crate) fn attributes_size(attributes: &MessageAttributes) -> usize {
+    attributes
+        .iter()
+        .map(|(name, value)| {
+            name.len()
+                + value.data_type.len()
+                + value.string_value.as_ref().map_or(0, String::len)
+                + value.binary_value.as_ref().map_or(0, Vec::len)
+        })
+        .sum()
 }
 
 /// What a send must know of the queue it goes to.
