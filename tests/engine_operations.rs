@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::engine::Job;
+use common::gauges::{gauge, prometheus};
 use rust_stream::account::Account;
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
@@ -348,24 +349,6 @@ async fn a_stop_starts_what_it_holds_before_giving_anything_back() {
 
 // ---------------------------------------------------------------------------------------------
 // Failing groups beside healthy ones.
-
-/// Every recorder reading of this binary: the gauge is read back from its text.
-fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
-    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("the only recorder of this test binary")
-    })
-}
-
-fn gauge(name: &str, queue: &str) -> Option<f64> {
-    let text = prometheus().render();
-    let metric = name.replace('.', "_");
-    text.lines()
-        .filter(|line| line.starts_with(&metric) && line.contains(&format!("\"{queue}\"")))
-        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
-}
 
 #[tokio::test(start_paused = true)]
 async fn failing_fifo_groups_never_starve_a_healthy_one() {

@@ -9,10 +9,11 @@ mod common;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::engine::{Job, Log, Scripted};
+use common::gauges::{gauge, prometheus};
 use rust_stream::account::Account;
 use rust_stream::metrics::{POLLERS_ACTIVE, RECEIVES_IN_FLIGHT};
 use rust_stream::prelude::*;
@@ -24,24 +25,6 @@ use tokio::time::sleep;
 
 /// The round trip of every call.
 const ROUND_TRIP: Duration = Duration::from_millis(20);
-
-/// Every recorder reading of this binary: the gauges are read back from its text.
-fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
-    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("the only recorder of this test binary")
-    })
-}
-
-fn gauge(name: &str, queue: &str) -> Option<f64> {
-    let text = prometheus().render();
-    let metric = name.replace('.', "_");
-    text.lines()
-        .filter(|line| line.starts_with(&metric) && line.contains(&format!("\"{queue}\"")))
-        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
-}
 
 /// What the transport saw of the receives.
 #[derive(Debug, Default)]

@@ -184,6 +184,33 @@ pub async fn release(
 
 pub mod proxy;
 
+/// The engine's gauges, read back from a Prometheus recorder installed once per test binary.
+pub mod gauges {
+    use std::sync::OnceLock;
+
+    use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+    /// The binary's only recorder, installed on first use: call it before the engine starts, so
+    /// the gauges it sets are recorded.
+    pub fn prometheus() -> &'static PrometheusHandle {
+        static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+        HANDLE.get_or_init(|| {
+            PrometheusBuilder::new()
+                .install_recorder()
+                .expect("the only recorder of this test binary")
+        })
+    }
+
+    /// The gauge `name` (dotted, as the engine names it) of `queue`, if it was set.
+    pub fn gauge(name: &str, queue: &str) -> Option<f64> {
+        let text = prometheus().render();
+        let metric = name.replace('.', "_");
+        text.lines()
+            .filter(|line| line.starts_with(&metric) && line.contains(&format!("\"{queue}\"")))
+            .find_map(|line| line.rsplit(' ').next()?.parse().ok())
+    }
+}
+
 pub mod engine {
     //! Helpers for tests of services: a job type, a scripted handler, and fault-injecting hooks
     //! over a real account.
