@@ -28,7 +28,7 @@ use rust_stream::testing::{eventually, TestApp};
 use rust_stream::transport::{MessageAttributeValue, ReceivedMessage, Transport};
 use rust_stream::{
     ApiCalls, ConfigError, ConfigErrors, Outgoing, PublishError, Publisher, RetryPolicy, RunError,
-    Subscriber, DEAD_LETTER_REASON_HEADER,
+    SnsTopic, Subscriber, TopicSubscription, DEAD_LETTER_REASON_HEADER,
 };
 
 /// A broker over SQS at a port nothing listens on: any call it made would fail to connect, so an
@@ -266,11 +266,32 @@ mod configuration {
         expected: fn(&ConfigError) -> bool,
         says: &[&str],
     ) {
+        refused_at_start_of(backend, &[queue], &[], expected, says).await;
+    }
+
+    /// Starts an app with a subscription of each of `queues` on each broker, after making a
+    /// publisher of each of `published` there, and asserts the start fails with exactly one
+    /// problem, `expected`, saying `says`, before any SQS call.
+    async fn refused_at_start_of<T: Transport>(
+        backend: &Backend<T>,
+        queues: &[SqsQueue],
+        published: &[SqsQueue],
+        expected: fn(&ConfigError) -> bool,
+        says: &[&str],
+    ) {
         for (broker, on) in brokers(backend).await {
-            let (handler, log) = Scripted::new(|_, _| Ok(()));
+            let _publishers: Vec<Publisher> = published
+                .iter()
+                .map(|queue| broker.publisher(queue.clone()))
+                .collect();
+            let mut logs = Vec::new();
             let app =
                 RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker.clone(), |b| {
-                    b.include(subscriber(queue.clone(), handler).build());
+                    for queue in queues {
+                        let (handler, log) = Scripted::new(|_, _| Ok(()));
+                        logs.push(log);
+                        b.include(subscriber(queue.clone(), handler).build());
+                    }
                 });
             let error = app.run_until(std::future::pending()).await.unwrap_err();
             let RunError::Config(ConfigErrors(problems)) = &error else {
@@ -294,7 +315,7 @@ mod configuration {
                 ApiCalls::default(),
                 "on {on}: refused before any SQS call"
             );
-            assert!(log.lock().unwrap().is_empty());
+            assert!(logs.iter().all(|log| log.lock().unwrap().is_empty()));
         }
     }
 
@@ -312,12 +333,89 @@ mod configuration {
                     .await;
                 }
             )*
-            both_backends!($($name),*);
+            both_backends!(
+                $($name,)*
+                topic_declared_with_two_content_based_deduplications,
+                queue_subscribed_to_a_topic_in_two_declarations_that_disagree,
+            );
         };
     }
 
     fn long(n: usize) -> String {
         "q".repeat(n)
+    }
+
+    /// `ledger` subscribed to `topic`.
+    fn subscribed_to(topic: impl Into<SnsTopic>) -> SqsQueue {
+        SqsQueue::new("ledger").subscribed_to(TopicSubscription::new(topic))
+    }
+
+    /// `ledger` subscribed to `posted` with this filter policy on the message attributes.
+    fn policy(json: &str) -> SqsQueue {
+        SqsQueue::new("ledger").subscribed_to(TopicSubscription::new("posted").filter_policy(json))
+    }
+
+    /// `ledger` subscribed to `posted` with this filter policy on the message body.
+    fn body_policy(json: &str) -> SqsQueue {
+        SqsQueue::new("ledger")
+            .subscribed_to(TopicSubscription::new("posted").filter_policy_on_body(json))
+    }
+
+    /// A policy of `keys` keys, each with `values` values.
+    fn policy_of(keys: usize, values: usize) -> String {
+        let values: Vec<String> = (0..values).map(|v| format!("\"v{v}\"")).collect();
+        let keys: Vec<String> = (0..keys)
+            .map(|k| format!("\"k{k}\": [{}]", values.join(",")))
+            .collect();
+        format!("{{{}}}", keys.join(","))
+    }
+
+    /// Two subscriptions of one app declare their topic with content-based deduplication on and
+    /// off: the start is refused naming both.
+    async fn topic_declared_with_two_content_based_deduplications<T: Transport>(
+        backend: Backend<T>,
+    ) {
+        let posted = |dedup| SnsTopic::new("posted.fifo").content_based_deduplication(dedup);
+        refused_at_start_of(
+            &backend,
+            &[
+                SqsQueue::new("ledger.fifo").subscribed_to(posted(true)),
+                SqsQueue::new("risk.fifo").subscribed_to(posted(false)),
+            ],
+            &[],
+            |problem| {
+                matches!(problem, ConfigError::ConflictingTopicDeclarations { setting, .. } if *setting == "content-based deduplication")
+            },
+            &[
+                "topic `posted.fifo`",
+                "the subscription of `ledger.fifo`",
+                "the subscription of `risk.fifo`",
+            ],
+        )
+        .await;
+    }
+
+    /// A publisher and a subscription declare one queue's subscription to a topic with raw
+    /// delivery on and off; SNS would keep one of them (and refuse the other): the start is
+    /// refused naming both.
+    async fn queue_subscribed_to_a_topic_in_two_declarations_that_disagree<T: Transport>(
+        backend: Backend<T>,
+    ) {
+        refused_at_start_of(
+            &backend,
+            &[subscribed_to("posted")],
+            &[SqsQueue::new("ledger")
+                .subscribed_to(TopicSubscription::new("posted").raw_message_delivery(true))],
+            |problem| {
+                matches!(problem, ConfigError::ConflictingSubscriptions { setting, .. } if *setting == "raw message delivery")
+            },
+            &[
+                "queue `ledger`'s subscription to topic `posted`",
+                "the subscription of `ledger`",
+                "a publisher made with `broker.publisher(..)`",
+            ],
+        )
+        .await;
     }
 
     fn retry(initial: Duration, max: Duration) -> SqsQueue {
@@ -403,6 +501,56 @@ mod configuration {
             => ConfigError::HandlerTimeout { .. }, ["timeout of 0", "`.timeout(..)`"];
         content_based_dedup_on_a_standard_queue: SqsQueue::new("orders").content_based_dedup()
             => ConfigError::ContentBasedDedup { .. }, ["needs a FIFO queue", "`.fifo`"];
+        topic_name_of_257_characters: subscribed_to("t".repeat(257))
+            => ConfigError::TopicName { .. }, ["(257 characters)", "1 to 256"];
+        fifo_topic_name_of_257_characters_with_its_suffix: SqsQueue::new("ledger.fifo").subscribed_to(SnsTopic::new(format!("{}.fifo", "t".repeat(252))))
+            => ConfigError::TopicName { .. }, ["(257 characters)", "counted in the 256"];
+        topic_name_with_a_space: subscribed_to("payments posted")
+            => ConfigError::TopicName { .. }, ["`payments posted`", "letters, digits, `-` and `_`"];
+        empty_topic_name: subscribed_to("")
+            => ConfigError::TopicName { .. }, ["(0 characters)", "1 to 256"];
+        topic_name_that_is_only_the_fifo_suffix: SqsQueue::new("ledger.fifo").subscribed_to(SnsTopic::new(".fifo"))
+            => ConfigError::TopicName { .. }, ["`.fifo`", "1 to 256"];
+        fifo_topic_suffix_in_capitals: subscribed_to("posted.FIFO")
+            => ConfigError::TopicName { .. }, ["`posted.FIFO`", "letters, digits, `-` and `_`"];
+        content_based_deduplication_on_a_standard_topic: subscribed_to(SnsTopic::new("posted").content_based_deduplication(true))
+            => ConfigError::TopicContentBasedDedup { .. }, ["topic `posted`", "needs a FIFO topic", "`.content_based_deduplication(true)`"];
+        fifo_queue_subscribed_to_a_standard_topic: SqsQueue::new("ledger.fifo").subscribed_to(SnsTopic::new("posted"))
+            => ConfigError::FifoQueueOnStandardTopic { .. }, ["`ledger.fifo` is FIFO", "`posted` is standard", "subscribe it to a FIFO topic"];
+        queue_subscribed_to_a_topic_twice_with_different_settings: subscribed_to("posted").subscribed_to(TopicSubscription::new("posted").raw_message_delivery(true))
+            => ConfigError::SubscribedTwice { .. }, ["`posted` twice", "give `.subscribed_to(..)` the topic once"];
+        filter_policy_over_256_kib: policy(&format!(r#"{{"kind": ["{}"]}}"#, "k".repeat(262_144)))
+            => ConfigError::FilterPolicy { .. }, ["queue `ledger`, subscribed to topic `posted`", "262158 bytes", "more than SNS's 262144", "`.filter_policy(..)`"];
+        filter_policy_that_is_not_json: policy(r#"{"kind": ["#)
+            => ConfigError::FilterPolicy { .. }, ["not valid JSON"];
+        filter_policy_that_is_not_an_object: policy(r#"["card"]"#)
+            => ConfigError::FilterPolicy { .. }, ["must be a JSON object", "an array"];
+        filter_policy_key_without_an_array: policy(r#"{"kind": "card"}"#)
+            => ConfigError::FilterPolicy { .. }, ["key `kind` must be given an array of values"];
+        filter_policy_nested_in_the_attribute_scope: policy(r#"{"payment": {"currency": ["EUR"]}}"#)
+            => ConfigError::FilterPolicy { .. }, ["key `payment` holds nested keys", "set the scope to MessageBody"];
+        filter_policy_key_with_an_empty_array: body_policy(r#"{"payment": {"currency": []}}"#)
+            => ConfigError::FilterPolicy { .. }, ["key `payment.currency` has an empty array", "`.filter_policy_on_body(..)`"];
+        filter_policy_value_that_is_an_array: policy(r#"{"kind": [["card"]]}"#)
+            => ConfigError::FilterPolicy { .. }, ["key `kind` has an array among its values"];
+        filter_policy_operator_object_with_two_operators: policy(r#"{"kind": [{"prefix": "c", "suffix": "d"}]}"#)
+            => ConfigError::FilterPolicy { .. }, ["operator object with 2 keys", "one operator per object"];
+        filter_policy_unknown_operator: policy(r#"{"kind": [{"contains": "ar"}]}"#)
+            => ConfigError::FilterPolicy { .. }, ["unknown operator `contains`"];
+        filter_policy_operator_given_the_wrong_kind_of_value: policy(r#"{"kind": [{"prefix": 5}]}"#)
+            => ConfigError::FilterPolicy { .. }, ["`prefix` takes"];
+        filter_policy_anything_but_with_a_pattern_it_does_not_take: policy(r#"{"kind": [{"anything-but": {"numeric": [">", 5]}}]}"#)
+            => ConfigError::FilterPolicy { .. }, ["`anything-but` accepts"];
+        filter_policy_malformed_numeric_expression: policy(r#"{"amount": [{"numeric": [">", "ten"]}]}"#)
+            => ConfigError::FilterPolicy { .. }, ["key `amount`: bad numeric expression"];
+        filter_policy_number_over_a_billion: policy(r#"{"amount": [{"numeric": [">", 2000000000]}]}"#)
+            => ConfigError::FilterPolicy { .. }, ["key `amount` has number 2000000000", "-1000000000 to 1000000000"];
+        filter_policy_malformed_cidr: policy(r#"{"source_ip": [{"cidr": "10.0.0.0/33"}]}"#)
+            => ConfigError::FilterPolicy { .. }, ["`10.0.0.0/33` is not an IP network"];
+        filter_policy_with_six_keys: policy(&policy_of(6, 1))
+            => ConfigError::FilterPolicy { .. }, ["6 keys", "more than SNS's 5"];
+        filter_policy_with_151_combinations: policy(&policy_of(2, 13))
+            => ConfigError::FilterPolicy { .. }, ["169 combinations", "more than SNS's 150"];
     }
 }
 

@@ -1,8 +1,9 @@
 //! Queue names chosen at run time (issue 19, item 1), on both backends: one `#[subscriber]`
 //! handler mounted with `.on(..)` on queues named per run, two apps at once with no cross-talk
 //! and the attribute's settings kept; and a broker's queue-name prefix applied to every queue it
-//! resolves (subscription, dead-letter queue, output, publisher, creation, health, AsyncAPI),
-//! with a prefix SQS would refuse found before any network call.
+//! resolves (subscription, dead-letter queue, output, publisher, creation, health, AsyncAPI) and
+//! to the topics its queues are subscribed to, with a prefix SQS or SNS would refuse found before
+//! any network call.
 //!
 //! The live twins are what the newcomer's review met (two live tests on the macro's fixed names
 //! took each other's messages): `both_backends!` runs the scenarios of this file side by side,
@@ -392,4 +393,61 @@ async fn a_prefix_that_makes_a_name_too_long_says_by_how_much() {
     assert!(shown.contains("81 characters, over SQS's 80"), "{shown}");
     assert!(shown.contains("by 1"), "{shown}");
     assert_eq!(broker.api_calls(), rust_stream::ApiCalls::default());
+}
+
+/// A prefix is added to the topics an app's queues are subscribed to as to the queues: one SNS
+/// refuses (a character) names the topic and the fix, and one that takes a topic's name past
+/// SNS's 256 characters says by how much; both before any call.
+#[tokio::test(start_paused = true)]
+async fn a_prefix_sns_refuses_in_a_topic_name_is_found_before_any_call() {
+    let start = |prefix: String, topic: String| async move {
+        let broker = SqsBroker::in_process().queue_name_prefix(prefix);
+        let queue = SqsQueue::new("ledger").subscribed_to(rust_stream::SnsTopic::new(topic));
+        let app =
+            RustStream::new(AppInfo::new("payments", "0.0.0")).with_broker(broker.clone(), |b| {
+                b.include(subscriber(queue, Ignore).build());
+            });
+        let Err(RunError::Config(problems)) = TestApp::spawn(app).await.map(drop) else {
+            panic!("the app started with a topic name SNS refuses");
+        };
+        assert_eq!(broker.api_calls(), rust_stream::ApiCalls::default());
+        problems
+    };
+
+    let problems = start("staging.".into(), "posted".into()).await;
+    let topics: Vec<&str> = problems
+        .0
+        .iter()
+        .filter_map(|problem| match problem {
+            ConfigError::TopicNaming { topic, .. } => Some(topic.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(topics, ["posted"], "{problems}");
+    let shown = problems.to_string();
+    for needle in ["`staging.posted`", "SNS refuses", "queue_name_prefix"] {
+        assert!(shown.contains(needle), "`{needle}` missing in: {shown}");
+    }
+
+    // 250 + 8 characters: within SQS's 80 for the queue, over SNS's 256 for the topic.
+    let problems = start("staging-".into(), "t".repeat(250)).await;
+    assert_eq!(problems.0.len(), 1, "{problems}");
+    let shown = problems.to_string();
+    for needle in ["258 characters, over SNS's 256", "by 2"] {
+        assert!(shown.contains(needle), "`{needle}` missing in: {shown}");
+    }
+}
+
+/// Takes every message.
+struct Ignore;
+
+impl Handle<serde_json::Value> for Ignore {
+    async fn handle(
+        &self,
+        _: &serde_json::Value,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        Ok(())
+    }
 }

@@ -41,7 +41,8 @@
 //!    place, holding its group); [`describe`] (a message type's [`Payload`](describe::Payload));
 //!    [`record`] (what the engine did with each message, for tests).
 //! 1. [`model`]: Amazon SQS as data: error kinds, requests and responses, the
-//!    [`rules`](model::rules) both backends honour, and [`SqsQueue`], a queue as an app declares it.
+//!    [`rules`](model::rules) both backends honour, and [`SqsQueue`] and [`SnsTopic`], a queue and
+//!    a topic as an app declares them.
 //! 2. [`metrics`] and [`propagation`]: metric names, and traces that join across services
 //!    (publishes carry the W3C trace context; each message's `process` span continues it, feature
 //!    `opentelemetry`).
@@ -139,6 +140,7 @@ pub use engine::settle::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
 pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
+pub use model::{SnsTopic, TopicSubscription};
 pub use outcome::{HandlerOutcome, IntoOutcome};
 pub use publish::{
     Outgoing, Output, Outputs, PublishError, PublishedMessage, Publisher, PARTITION_KEY_HEADER,

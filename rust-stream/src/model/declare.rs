@@ -25,10 +25,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::queue::{ConfigError, SqsQueue};
+use super::sns_topic::{SnsTopic, TopicSubscription};
 use crate::describe::Payload;
 
 /// Who declares a queue when a publisher made from the broker does.
 const PUBLISHER: &str = "a publisher made with `broker.publisher(..)`";
+
+/// Who declares a topic when a topic publisher made from the broker does.
+const TOPIC_PUBLISHER: &str = "a publisher made with `broker.topic(..)`";
 
 /// Who declared a queue, for messages that name both sides of a disagreement.
 #[derive(Debug, Clone)]
@@ -37,11 +41,30 @@ struct Declared {
     by: String,
 }
 
-/// Declarations by queue name: an app's, or the publishers' of a broker.
+/// Who declared a topic, for messages that name both sides of a disagreement.
+#[derive(Debug, Clone)]
+struct DeclaredTopic {
+    topic: SnsTopic,
+    by: String,
+}
+
+/// Declarations by queue name and by topic name: an app's, or the publishers' of a broker.
 #[derive(Debug, Default)]
 pub(crate) struct Declarations {
     by_name: BTreeMap<String, Declared>,
+    topics: BTreeMap<String, DeclaredTopic>,
     conflicts: Vec<ConfigError>,
+}
+
+/// A setting two declarations of one queue give differently.
+enum Disagreement {
+    /// A setting of the queue itself.
+    Queue(&'static str),
+    /// A setting of the queue's subscription to a topic.
+    Subscription {
+        topic: String,
+        setting: &'static str,
+    },
 }
 
 impl Declarations {
@@ -66,9 +89,14 @@ impl Declarations {
         declarations
     }
 
-    /// Adds `by`'s declaration of `queue`, merged into the earlier ones of the same name; a
-    /// setting that disagrees with an earlier one is kept as a problem for the app's start.
+    /// Adds `by`'s declaration of `queue`, merged into the earlier ones of the same name, and of
+    /// the topics it is subscribed to; a setting that disagrees with an earlier one is kept as a
+    /// problem for the app's start.
     pub(crate) fn declare(&mut self, queue: &SqsQueue, by: &str) {
+        for subscription in &queue.subscriptions {
+            let through = format!("{by}, through `{}`'s `.subscribed_to(..)`", queue.name);
+            self.declare_topic(&subscription.topic, &through);
+        }
         let Some(earlier) = self.by_name.get_mut(&queue.name) else {
             self.by_name.insert(
                 queue.name.clone(),
@@ -79,12 +107,24 @@ impl Declarations {
             );
             return;
         };
-        for setting in merge(&mut earlier.queue, queue) {
-            let conflict = ConfigError::ConflictingDeclarations {
-                queue: queue.name.clone(),
-                setting,
-                first: earlier.by.clone(),
-                second: by.to_owned(),
+        for disagreement in merge(&mut earlier.queue, queue) {
+            let (first, second) = (earlier.by.clone(), by.to_owned());
+            let conflict = match disagreement {
+                Disagreement::Queue(setting) => ConfigError::ConflictingDeclarations {
+                    queue: queue.name.clone(),
+                    setting,
+                    first,
+                    second,
+                },
+                Disagreement::Subscription { topic, setting } => {
+                    ConfigError::ConflictingSubscriptions {
+                        queue: queue.name.clone(),
+                        topic,
+                        setting,
+                        first,
+                        second,
+                    }
+                }
             };
             // A broker's publishers are made again and again (one per request, say); the same
             // disagreement is one problem, and must not grow the list for the broker's life.
@@ -94,9 +134,47 @@ impl Declarations {
         }
     }
 
-    /// Adds `other`'s declarations of the queues `keep` picks after this one's, and the
-    /// disagreements `other` found among them.
-    fn join(&mut self, other: &Self, keep: impl Fn(&str) -> bool) {
+    /// Adds `by`'s declaration of `topic`, merged into the earlier ones of the same name; a
+    /// setting that disagrees with an earlier one is kept as a problem for the app's start.
+    pub(crate) fn declare_topic(&mut self, topic: &SnsTopic, by: &str) {
+        let Some(earlier) = self.topics.get_mut(&topic.name) else {
+            self.topics.insert(
+                topic.name.clone(),
+                DeclaredTopic {
+                    topic: topic.clone(),
+                    by: by.to_owned(),
+                },
+            );
+            return;
+        };
+        for setting in merge_topic(&mut earlier.topic, topic) {
+            let conflict = ConfigError::ConflictingTopicDeclarations {
+                topic: topic.name.clone(),
+                setting,
+                first: earlier.by.clone(),
+                second: by.to_owned(),
+            };
+            if !self.conflicts.contains(&conflict) {
+                self.conflicts.push(conflict);
+            }
+        }
+    }
+
+    /// Adds `other`'s declarations of the queues `keep` picks and of the topics `keep_topic`
+    /// picks after this one's, and the disagreements `other` found among them.
+    fn join(
+        &mut self,
+        other: &Self,
+        keep: impl Fn(&str) -> bool,
+        keep_topic: impl Fn(&str) -> bool,
+    ) {
+        for declared in other
+            .topics
+            .values()
+            .filter(|declared| keep_topic(&declared.topic.name))
+        {
+            self.declare_topic(&declared.topic, &declared.by);
+        }
         for declared in other
             .by_name
             .values()
@@ -105,7 +183,12 @@ impl Declarations {
             self.declare(&declared.queue, &declared.by);
         }
         for conflict in &other.conflicts {
-            let kept = matches!(conflict, ConfigError::ConflictingDeclarations { queue, .. } if keep(queue));
+            let kept = match conflict {
+                ConfigError::ConflictingDeclarations { queue, .. }
+                | ConfigError::ConflictingSubscriptions { queue, .. } => keep(queue),
+                ConfigError::ConflictingTopicDeclarations { topic, .. } => keep_topic(topic),
+                _ => false,
+            };
             if kept && !self.conflicts.contains(conflict) {
                 self.conflicts.push(conflict.clone());
             }
@@ -136,6 +219,30 @@ impl Declarations {
         queues
     }
 
+    /// The topic as its declarations together describe it, or `topic` itself when undeclared.
+    #[allow(
+        dead_code,
+        reason = "the resolver of issue 21 (creating topics at startup) reads it"
+    )]
+    pub(crate) fn merged_topic(&self, topic: &SnsTopic) -> SnsTopic {
+        self.topics
+            .get(&topic.name)
+            .map_or_else(|| topic.clone(), |declared| declared.topic.clone())
+    }
+
+    /// Every declared topic, by name: a subscription's topic is among them, to be resolved (or
+    /// created) before the queue is subscribed to it.
+    #[allow(
+        dead_code,
+        reason = "the resolver of issue 21 (creating topics at startup) reads it"
+    )]
+    pub(crate) fn topics(&self) -> Vec<SnsTopic> {
+        self.topics
+            .values()
+            .map(|declared| declared.topic.clone())
+            .collect()
+    }
+
     /// The disagreements found so far.
     pub(crate) fn conflicts(&self) -> Vec<ConfigError> {
         self.conflicts.clone()
@@ -143,12 +250,14 @@ impl Declarations {
 }
 
 /// Merges `queue`'s settings into `merged`, the earlier declarations of the same queue: a setting
-/// only `queue` gives is taken; the settings both give otherwise are returned, and `merged`
-/// keeps its own.
-fn merge(merged: &mut SqsQueue, queue: &SqsQueue) -> Vec<&'static str> {
+/// only `queue` gives is taken (a subscription to a topic `merged` lacks, too); the settings both
+/// give otherwise are returned, and `merged` keeps its own.
+fn merge(merged: &mut SqsQueue, queue: &SqsQueue) -> Vec<Disagreement> {
     let mut disagreeing = Vec::new();
     match (&merged.dead_letter, &queue.dead_letter) {
-        (Some(first), Some(second)) if first != second => disagreeing.push("dead-letter queue"),
+        (Some(first), Some(second)) if first != second => {
+            disagreeing.push(Disagreement::Queue("dead-letter queue"));
+        }
         (None, Some(second)) => merged.dead_letter = Some(second.clone()),
         _ => {}
     }
@@ -156,13 +265,67 @@ fn merge(merged: &mut SqsQueue, queue: &SqsQueue) -> Vec<&'static str> {
         merged.consumer.visibility_timeout,
         queue.consumer.visibility_timeout,
     ) {
-        (Some(first), Some(second)) if first != second => disagreeing.push("visibility timeout"),
+        (Some(first), Some(second)) if first != second => {
+            disagreeing.push(Disagreement::Queue("visibility timeout"));
+        }
         (None, Some(second)) => merged.consumer.visibility_timeout = Some(second),
         _ => {}
     }
     // Asking for creation or content-based deduplication in one place asks for the queue.
     merged.create_if_missing |= queue.create_if_missing;
     merged.content_based_dedup |= queue.content_based_dedup;
+    for subscription in &queue.subscriptions {
+        let earlier = merged
+            .subscriptions
+            .iter_mut()
+            .find(|earlier| earlier.topic.name == subscription.topic.name);
+        let Some(earlier) = earlier else {
+            merged.subscriptions.push(subscription.clone());
+            continue;
+        };
+        for setting in merge_subscription(earlier, subscription) {
+            disagreeing.push(Disagreement::Subscription {
+                topic: subscription.topic.name.clone(),
+                setting,
+            });
+        }
+    }
+    disagreeing
+}
+
+/// Merges `subscription` into `merged`, an earlier declaration of the same queue's subscription
+/// to the same topic. SNS keeps one subscription of a queue to a topic, with one set of
+/// attributes: both must say the same. The topic's own settings are merged too; where they
+/// disagree, the topic's declarations report it.
+fn merge_subscription(
+    merged: &mut TopicSubscription,
+    subscription: &TopicSubscription,
+) -> Vec<&'static str> {
+    let mut disagreeing = Vec::new();
+    if merged.raw_message_delivery != subscription.raw_message_delivery {
+        disagreeing.push("raw message delivery");
+    }
+    if merged.declared_policy() != subscription.declared_policy() {
+        disagreeing.push("filter policy");
+    }
+    let _ = merge_topic(&mut merged.topic, &subscription.topic);
+    disagreeing
+}
+
+/// Merges `topic`'s settings into `merged`, the earlier declarations of the same topic, as
+/// [`merge`] does a queue's: a setting only `topic` gives is taken, the settings both give
+/// otherwise are returned.
+fn merge_topic(merged: &mut SnsTopic, topic: &SnsTopic) -> Vec<&'static str> {
+    let mut disagreeing = Vec::new();
+    match (merged.content_based_dedup, topic.content_based_dedup) {
+        (Some(first), Some(second)) if first != second => {
+            disagreeing.push("content-based deduplication");
+        }
+        (None, Some(second)) => merged.content_based_dedup = Some(second),
+        _ => {}
+    }
+    // Asking for creation in one place asks for the topic.
+    merged.create_if_missing |= topic.create_if_missing;
     disagreeing
 }
 
@@ -182,6 +345,15 @@ impl Registry {
     /// Adds the declaration of a publisher made with `broker.publisher(..)`.
     pub(crate) fn publisher(&mut self, queue: &SqsQueue) {
         self.publishers.declare(queue, PUBLISHER);
+    }
+
+    /// Adds the declaration of a topic publisher made with `broker.topic(..)`.
+    #[allow(
+        dead_code,
+        reason = "the topic publisher of issue 21 (step 6) declares its topic with it"
+    )]
+    pub(crate) fn topic_publisher(&mut self, topic: &SnsTopic) {
+        self.publishers.declare_topic(topic, TOPIC_PUBLISHER);
     }
 
     /// Adds `payload` to what a publisher made with `broker.publisher(..)` sends to `queue`; a type
@@ -230,14 +402,19 @@ impl Registry {
     pub(crate) fn checked(&self, app: Declarations) -> Declarations {
         let mut declarations = app;
         let own: BTreeSet<String> = declarations.by_name.keys().cloned().collect();
-        declarations.join(&self.publishers, |name| own.contains(name));
+        let own_topics: BTreeSet<String> = declarations.topics.keys().cloned().collect();
+        declarations.join(
+            &self.publishers,
+            |name| own.contains(name),
+            |topic| own_topics.contains(topic),
+        );
         declarations
     }
 
     /// What an app's AsyncAPI document shows: its own declarations, joined by every publisher's.
     pub(crate) fn documented(&self, app: Declarations) -> Declarations {
         let mut declarations = app;
-        declarations.join(&self.publishers, |_| true);
+        declarations.join(&self.publishers, |_| true, |_| true);
         declarations
     }
 
@@ -253,6 +430,23 @@ impl Registry {
             queue,
             std::iter::once(&self.publishers).chain(self.apps.values()),
         )
+    }
+
+    /// `topic` as a topic publisher resolves it: with the publishers' declarations of it, then
+    /// each living app's, the app built first first.
+    #[allow(
+        dead_code,
+        reason = "the topic publisher of issue 21 (step 6) resolves its topic with it"
+    )]
+    pub(crate) fn for_topic_publisher(&self, topic: &SnsTopic) -> SnsTopic {
+        let mut merged = topic.clone();
+        for declared in std::iter::once(&self.publishers)
+            .chain(self.apps.values())
+            .filter_map(|declarations| declarations.topics.get(&topic.name))
+        {
+            let _ = merge_topic(&mut merged, &declared.topic);
+        }
+        merged
     }
 }
 
@@ -340,6 +534,187 @@ mod tests {
                 && shown.contains("a publisher"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_subscriptions_topic_is_declared_with_it_and_merged_with_other_declarations() {
+        let mut declarations = Declarations::default();
+        declarations.declare(
+            &SqsQueue::new("ledger").subscribed_to(
+                TopicSubscription::new(SnsTopic::new("posted.fifo").create_if_missing())
+                    .raw_message_delivery(true),
+            ),
+            "the subscription of `ledger`",
+        );
+        declarations.declare(
+            &SqsQueue::new("risk")
+                .subscribed_to(SnsTopic::new("posted.fifo").content_based_deduplication(true)),
+            "the subscription of `risk`",
+        );
+        let topics = declarations.topics();
+        assert_eq!(
+            topics,
+            [SnsTopic::new("posted.fifo")
+                .create_if_missing()
+                .content_based_deduplication(true)]
+        );
+        assert_eq!(
+            declarations.merged_topic(&SnsTopic::new("posted.fifo")),
+            topics[0]
+        );
+        assert_eq!(
+            declarations.merged_topic(&SnsTopic::new("elsewhere")),
+            SnsTopic::new("elsewhere"),
+            "an undeclared topic is itself"
+        );
+        assert!(declarations.conflicts().is_empty());
+    }
+
+    #[test]
+    fn a_topic_declared_with_two_deduplications_is_a_problem_naming_both() {
+        let mut declarations = Declarations::default();
+        declarations.declare(
+            &SqsQueue::new("ledger.fifo")
+                .subscribed_to(SnsTopic::new("posted.fifo").content_based_deduplication(true)),
+            "the subscription of `ledger.fifo`",
+        );
+        declarations.declare(
+            &SqsQueue::new("risk.fifo")
+                .subscribed_to(SnsTopic::new("posted.fifo").content_based_deduplication(false)),
+            "the subscription of `risk.fifo`",
+        );
+        let conflicts = declarations.conflicts();
+        let [conflict @ ConfigError::ConflictingTopicDeclarations { .. }] = conflicts.as_slice()
+        else {
+            panic!("{conflicts:#?}");
+        };
+        let shown = conflict.to_string();
+        for needle in [
+            "topic `posted.fifo`",
+            "content-based deduplication",
+            "the subscription of `ledger.fifo`, through `ledger.fifo`'s `.subscribed_to(..)`",
+            "the subscription of `risk.fifo`",
+        ] {
+            assert!(shown.contains(needle), "`{needle}` missing in: {shown}");
+        }
+    }
+
+    #[test]
+    fn one_queues_subscription_declared_twice_must_say_the_same() {
+        let posted = || TopicSubscription::new(SnsTopic::new("posted"));
+        let mut declarations = Declarations::default();
+        declarations.declare(
+            &SqsQueue::new("ledger").subscribed_to(posted().filter_policy(r#"{"kind": ["a"]}"#)),
+            "the subscription of `ledger`",
+        );
+        declarations.declare(
+            &SqsQueue::new("ledger").subscribed_to(posted().filter_policy(r#"{"kind": ["a"]}"#)),
+            "an output of the subscription of `jobs`",
+        );
+        declarations.declare(
+            &SqsQueue::new("ledger").subscribed_to(SnsTopic::new("refunded")),
+            "a publisher",
+        );
+        let merged = declarations.merged(&SqsQueue::new("ledger"));
+        let topics: Vec<&str> = merged
+            .subscriptions()
+            .iter()
+            .map(|subscription| subscription.topic().name())
+            .collect();
+        assert_eq!(topics, ["posted", "refunded"], "the same twice is one");
+        assert!(declarations.conflicts().is_empty());
+
+        declarations.declare(
+            &SqsQueue::new("ledger").subscribed_to(
+                posted()
+                    .raw_message_delivery(true)
+                    .filter_policy_on_body(r#"{"kind": ["a"]}"#),
+            ),
+            "the subscription of `other`",
+        );
+        let conflicts = declarations.conflicts();
+        let settings: Vec<&str> = conflicts
+            .iter()
+            .map(|conflict| match conflict {
+                ConfigError::ConflictingSubscriptions { setting, .. } => *setting,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(settings, ["raw message delivery", "filter policy"]);
+        let shown = conflicts[0].to_string();
+        for needle in [
+            "queue `ledger`'s subscription to topic `posted`",
+            "by the subscription of `ledger` and by the subscription of `other`",
+            "one subscription of a queue to a topic",
+        ] {
+            assert!(shown.contains(needle), "`{needle}` missing in: {shown}");
+        }
+    }
+
+    #[test]
+    fn an_app_is_checked_with_the_topic_publishers_of_its_own_topics_only() {
+        let mut registry = Registry::default();
+        registry.topic_publisher(&SnsTopic::new("posted.fifo").content_based_deduplication(false));
+        registry.topic_publisher(&SnsTopic::new("posted.fifo").content_based_deduplication(true));
+        registry.topic_publisher(&SnsTopic::new("elsewhere").create_if_missing());
+        let app = [crate::subscriber(
+            SqsQueue::new("ledger.fifo").subscribed_to(SnsTopic::new("posted.fifo")),
+            Take,
+        )
+        .build()];
+        let checked = registry.checked(crate::handler::declarations(&app));
+        let names: Vec<String> = checked
+            .topics()
+            .into_iter()
+            .map(|topic| topic.name)
+            .collect();
+        assert_eq!(
+            names,
+            ["posted.fifo"],
+            "the publisher of `elsewhere` is not the app's"
+        );
+        assert_eq!(
+            checked
+                .merged_topic(&SnsTopic::new("posted.fifo"))
+                .content_based_dedup,
+            Some(false)
+        );
+        assert!(
+            matches!(
+                checked.conflicts().as_slice(),
+                [ConfigError::ConflictingTopicDeclarations { .. }]
+            ),
+            "{:?}",
+            checked.conflicts()
+        );
+        let documented = registry.documented(crate::handler::declarations(&app));
+        assert_eq!(documented.topics().len(), 2);
+        let app = [crate::subscriber("jobs", Take).build()];
+        assert!(registry
+            .checked(crate::handler::declarations(&app))
+            .conflicts()
+            .is_empty());
+    }
+
+    #[test]
+    fn a_topic_publisher_creates_with_the_living_apps_declarations() {
+        let registry = Arc::new(Mutex::new(Registry::default()));
+        let app = [crate::subscriber(
+            SqsQueue::new("ledger.fifo").subscribed_to(
+                SnsTopic::new("posted.fifo")
+                    .content_based_deduplication(true)
+                    .create_if_missing(),
+            ),
+            Take,
+        )
+        .build()];
+        let registered = Registry::register(&registry, crate::handler::declarations(&app));
+        let published = SnsTopic::new("posted.fifo");
+        let resolved = registry.lock().unwrap().for_topic_publisher(&published);
+        assert!(resolved.create_if_missing && resolved.deduplicates_by_content());
+        drop(registered);
+        let resolved = registry.lock().unwrap().for_topic_publisher(&published);
+        assert_eq!(resolved, published);
     }
 
     /// Takes every message.

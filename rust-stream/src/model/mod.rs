@@ -3,12 +3,17 @@
 //! - [`error`]: what a service answers when it refuses ([`ErrorKind`], [`TransportError`]).
 //! - [`wire`]: requests and responses, shaped like the SQS API.
 //! - [`rules`]: the limits and checks both backends enforce alike.
-//! - [`queue`]: a queue as an app declares it ([`SqsQueue`]), and what is wrong with a
-//!   declaration ([`ConfigError`]).
+//! - [`queue`]: a queue as an app declares it ([`SqsQueue`]), the topics it is subscribed to
+//!   among its settings.
+//! - [`sns_topic`]: a topic as an app declares it ([`SnsTopic`]), and a queue's subscription to a
+//!   topic ([`TopicSubscription`]: raw delivery, filter policy).
+//! - `config`: what is wrong with a declaration ([`ConfigError`]), found before any network call.
 //! - [`filter_policy`]: SNS subscription filter policies, parsed, checked against SNS's limits
 //!   and matched against a message's attributes or JSON body.
-//! - `naming`: the prefix and suffix a broker adds to every queue name, applied in one place.
-//! - `declare`: the declarations of a broker's apps and publishers, merged per queue.
+//! - `naming`: the prefix and suffix a broker adds to every queue and topic name, applied in one
+//!   place.
+//! - `declare`: the declarations of a broker's apps and publishers, merged per queue and per
+//!   topic.
 //! - [`topic`]: SNS topics and publishes, shaped like the SNS API, and SNS's limits and rules.
 //! - [`envelope`]: the JSON notification SNS delivers to a queue without raw message delivery,
 //!   built and parsed, and how a raw delivery carries a publish's attributes.
@@ -17,6 +22,7 @@
 //! Nothing here calls a service or runs a task.
 
 pub(crate) mod base64;
+pub(crate) mod config;
 pub(crate) mod declare;
 pub mod envelope;
 pub mod error;
@@ -24,8 +30,10 @@ pub mod filter_policy;
 pub(crate) mod naming;
 pub mod queue;
 pub mod rules;
+pub mod sns_topic;
 pub mod topic;
 pub mod wire;
 
 pub use error::{BatchFailure, ErrorKind, TransportError};
 pub use queue::{ConfigError, ConfigErrors, SqsQueue};
+pub use sns_topic::{SnsTopic, TopicSubscription};

@@ -1,11 +1,13 @@
-//! [`SqsQueue`]: a queue by name, how to create it when missing, its dead-letter queue, and the
-//! knobs of a subscription that reads it; and [`ConfigError`], what is wrong with them.
+//! [`SqsQueue`]: a queue by name, how to create it when missing, its dead-letter queue, the topics
+//! it is subscribed to, and the knobs of a subscription that reads it; and [`ConfigError`] (from
+//! `config`), what is wrong with them.
 
-use std::fmt;
 use std::time::Duration;
 
+pub use super::config::{ConfigError, ConfigErrors, MAX_BATCH_LINGER};
 use super::error::TransportError;
 use super::rules;
+use super::sns_topic::TopicSubscription;
 use super::wire::SendMessage;
 use crate::retry::RetryPolicy;
 
@@ -29,6 +31,8 @@ pub struct SqsQueue {
     pub(crate) create_if_missing: bool,
     pub(crate) content_based_dedup: bool,
     pub(crate) dead_letter: Option<DeadLetter>,
+    /// The topics SNS delivers to this queue, in the order declared, one per topic.
+    pub(crate) subscriptions: Vec<TopicSubscription>,
     pub(crate) consumer: ConsumerSettings,
 }
 
@@ -109,6 +113,7 @@ impl SqsQueue {
             create_if_missing: false,
             content_based_dedup: false,
             dead_letter: None,
+            subscriptions: Vec::new(),
             consumer: ConsumerSettings::default(),
         }
     }
@@ -157,6 +162,27 @@ impl SqsQueue {
             max_receive_count,
         });
         self
+    }
+
+    /// Subscribe the queue to a topic: SNS delivers the topic's messages (those its filter policy
+    /// accepts) to this queue. A queue may be subscribed to several topics, each once; the
+    /// topic is declared with the subscription. A FIFO queue takes FIFO topics only. See
+    /// [`TopicSubscription`] for raw delivery and filter policies; a bare [`SnsTopic`] is a
+    /// subscription with SNS's defaults.
+    ///
+    /// [`SnsTopic`]: super::SnsTopic
+    pub fn subscribed_to(mut self, subscription: impl Into<TopicSubscription>) -> Self {
+        let subscription = subscription.into();
+        // The same subscription declared twice is one; a different one is reported at start.
+        if !self.subscriptions.contains(&subscription) {
+            self.subscriptions.push(subscription);
+        }
+        self
+    }
+
+    /// The topics this queue is subscribed to, in the order declared.
+    pub fn subscriptions(&self) -> &[TopicSubscription] {
+        &self.subscriptions
     }
 
     /// How many handlers run at once, 1–100,000 (default 10). On a FIFO queue each group still
@@ -341,6 +367,23 @@ impl SqsQueue {
         if self.content_based_dedup && !self.is_fifo() {
             problems.push(ConfigError::ContentBasedDedup { queue: queue() });
         }
+        for (index, subscription) in self.subscriptions.iter().enumerate() {
+            let topic = &subscription.topic.name;
+            let earlier = &self.subscriptions[..index];
+            match earlier
+                .iter()
+                .filter(|other| &other.topic.name == topic)
+                .count()
+            {
+                0 => subscription.problems(&self.name, self.is_fifo(), problems),
+                // One problem however often the topic comes back.
+                1 => problems.push(ConfigError::SubscribedTwice {
+                    queue: queue(),
+                    topic: topic.clone(),
+                }),
+                _ => {}
+            }
+        }
     }
 }
 
@@ -355,186 +398,6 @@ impl From<String> for SqsQueue {
         Self::new(name)
     }
 }
-
-/// A setting that cannot work, found before any network call.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The queue's name breaks SQS's naming rules.
-    #[error("queue `{queue}`: {reason}")]
-    QueueName {
-        /// The queue.
-        queue: String,
-        /// What is wrong with the name.
-        reason: String,
-    },
-    /// The receive batch size is outside 1..=10.
-    #[error("queue `{queue}`: batch size {got} is outside 1..=10; change `.batch_size(..)`")]
-    BatchSize {
-        /// The queue.
-        queue: String,
-        /// The batch size given.
-        got: usize,
-    },
-    /// The FIFO delete run is outside 1..=10 (a `DeleteMessageBatch` takes up to 10).
-    #[error("queue `{queue}`: delete run {got} is outside 1..=10 (a delete call takes up to 10 messages); change `.delete_run(..)`")]
-    DeleteRun {
-        /// The queue.
-        queue: String,
-        /// The run length given.
-        got: usize,
-    },
-    /// The long-poll wait is over 20 s, or not a whole number of seconds.
-    #[error("queue `{queue}`: wait {got:?} is not a whole number of seconds within SQS's 0..=20 s long poll; change `.wait(..)`")]
-    Wait {
-        /// The queue.
-        queue: String,
-        /// The wait given.
-        got: Duration,
-    },
-    /// The long-poll wait is not shorter than the transport's bound on one call attempt, so every
-    /// receive would be cut and retried.
-    #[error("queue `{queue}`: wait {wait:?} is not shorter than the SQS client's attempt timeout {attempt_timeout:?}, so every long poll would be cut and retried; lower `.wait(..)` or raise `attempt_timeout(..)`")]
-    WaitPastAttemptTimeout {
-        /// The queue.
-        queue: String,
-        /// The wait given.
-        wait: Duration,
-        /// The transport's attempt timeout.
-        attempt_timeout: Duration,
-    },
-    /// The visibility timeout is outside 1 s..=12 h, or not a whole number of seconds.
-    #[error("queue `{queue}`: visibility timeout {got:?} is not a whole number of seconds within 1 s..=12 h; change `.visibility_timeout(..)`")]
-    VisibilityTimeout {
-        /// The queue.
-        queue: String,
-        /// The timeout given.
-        got: Duration,
-    },
-    /// Concurrency is 0, which would never handle a message, or over 100,000.
-    #[error("queue `{queue}`: concurrency {got} is outside 1..=100000; set `.concurrency(..)` within it")]
-    Concurrency {
-        /// The queue.
-        queue: String,
-        /// The concurrency given.
-        got: usize,
-    },
-    /// Pollers are 0, which would never receive a message, or over 1,000.
-    #[error("queue `{queue}`: {got} pollers is outside 1..=1000; set `.pollers(..)` within it")]
-    Pollers {
-        /// The queue.
-        queue: String,
-        /// The number of pollers given.
-        got: usize,
-    },
-    /// The retry policy would retry at once or past SQS's limits.
-    #[error("queue `{queue}`: retry policy: {reason}; change `.retry(..)`")]
-    Retry {
-        /// The queue.
-        queue: String,
-        /// What is wrong with the policy.
-        reason: String,
-    },
-    /// A handler timeout of zero would cancel every call.
-    #[error("queue `{queue}`: a handler timeout of 0 would cancel every call; give `.timeout(..)` a positive duration")]
-    HandlerTimeout {
-        /// The queue.
-        queue: String,
-    },
-    /// maxReceiveCount is outside 1..=1000.
-    #[error(
-        "queue `{queue}`: max receive count {got} is outside 1..=1000; change `.dead_letter(..)`"
-    )]
-    MaxReceiveCount {
-        /// The queue.
-        queue: String,
-        /// The count given.
-        got: u32,
-    },
-    /// The dead-letter queue is the queue itself or of the other type.
-    #[error(
-        "queue `{queue}`: dead-letter queue `{dead_letter}` must be another queue of the same type \
-         (a FIFO queue needs a `.fifo` dead-letter queue, a standard queue a standard one)"
-    )]
-    DeadLetterType {
-        /// The queue.
-        queue: String,
-        /// The dead-letter queue given.
-        dead_letter: String,
-    },
-    /// Content-based deduplication asked of a standard queue.
-    #[error("queue `{queue}`: content-based deduplication needs a FIFO queue (a name ending in `.fifo`)")]
-    ContentBasedDedup {
-        /// The queue.
-        queue: String,
-    },
-    /// A subscriber reads state the app did not register.
-    #[error("queue `{queue}`: the subscriber reads state `{type_name}`, which the app does not have; add `.with_state(..)` to the app")]
-    MissingState {
-        /// The queue.
-        queue: String,
-        /// The state's type.
-        type_name: &'static str,
-    },
-    /// Two declarations give one queue different settings.
-    #[error("queue `{queue}` is declared with two different {setting}s, by {first} and by {second}; declare it the same way in both places")]
-    ConflictingDeclarations {
-        /// The queue.
-        queue: String,
-        /// The setting they disagree on.
-        setting: &'static str,
-        /// Who declared it first.
-        first: String,
-        /// Who declared it otherwise.
-        second: String,
-    },
-    /// A subscription names a queue another subscription of the app already reads.
-    #[error("queue `{queue}` has two subscriptions; give each queue one subscriber")]
-    DuplicateSubscription {
-        /// The queue.
-        queue: String,
-    },
-    /// The broker's queue-name prefix or suffix makes a name SQS refuses: a character SQS does
-    /// not take, or a name over 80 characters.
-    #[error("queue `{queue}` is named `{named}` on this broker (its queue-name prefix and suffix), which SQS refuses: {reason}")]
-    QueueNaming {
-        /// The queue, as declared.
-        queue: String,
-        /// The name the prefix and suffix make of it.
-        named: String,
-        /// What is wrong with it, and how to fix it.
-        reason: String,
-    },
-    /// The broker's batch linger is so long that a lone delete would wait near a visibility
-    /// timeout (and be handled again), and a stop would wait it out.
-    #[error("batch linger {got:?} is longer than {max:?}: a lone delete would wait that long for company; give `SqsBroker::batch_linger(..)` at most {max:?}")]
-    BatchLinger {
-        /// The linger given.
-        got: Duration,
-        /// The longest allowed.
-        max: Duration,
-    },
-}
-
-/// The longest batch linger a broker takes: company for a call is worth milliseconds, not a
-/// share of a visibility timeout.
-pub const MAX_BATCH_LINGER: Duration = Duration::from_secs(1);
-
-/// Every problem found, shown one per line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors(pub Vec<ConfigError>);
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} setting problem(s):", self.0.len())?;
-        for problem in &self.0 {
-            write!(f, "\n  - {problem}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
 
 #[cfg(test)]
 mod tests {
@@ -558,11 +421,37 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_subscribed_to_a_topic_twice_differently_is_one_problem() {
+        let posted = || crate::model::TopicSubscription::new("posted");
+        let queue = SqsQueue::new("ledger")
+            .subscribed_to(posted())
+            .subscribed_to(posted())
+            .subscribed_to(posted().raw_message_delivery(true))
+            .subscribed_to(posted().filter_policy(r#"{"kind": ["a"]}"#));
+        assert_eq!(
+            queue.subscriptions().len(),
+            3,
+            "the same twice is kept once"
+        );
+        let mut problems = Vec::new();
+        queue.problems(&mut problems);
+        let [problem @ ConfigError::SubscribedTwice { .. }] = problems.as_slice() else {
+            panic!("{problems:#?}");
+        };
+        let shown = problem.to_string();
+        assert!(
+            shown.contains("`ledger`") && shown.contains("`posted` twice"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn a_sound_queue_has_no_problems() {
         let mut problems = Vec::new();
         SqsQueue::new("orders.fifo")
             .dead_letter("orders-dlq.fifo", 3)
             .content_based_dedup()
+            .subscribed_to(crate::model::SnsTopic::new("orders.fifo"))
             .problems(&mut problems);
         assert!(problems.is_empty(), "{problems:?}");
     }
