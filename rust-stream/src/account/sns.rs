@@ -163,8 +163,11 @@ impl Account {
         Ok(self.topics().get(topic_arn)?.list_subscriptions())
     }
 
-    /// SNS `Publish`: checks the publish, deduplicates it on a FIFO topic, and delivers it to
-    /// every subscription whose filter policy takes it, all at once (see [the module](self)).
+    /// SNS `Publish`: checks the publish, deduplicates it on a FIFO topic (a repeat within 5
+    /// minutes is accepted, answered with the original's id and not delivered again), and
+    /// delivers it to every subscription whose filter policy takes it in one step, through each
+    /// queue's own send path. A delivery SNS would fail (the queue does not exist or refuses the
+    /// message, a raw delivery of more than 10 attributes) is dropped with a warning.
     ///
     /// # Errors
     ///

@@ -413,18 +413,12 @@ impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
             .around(Action::GetTopicAttributes, topic_arn, call)
     }
 
-    fn subscribe(
-        &self,
-        request: Subscribe,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        // The request moves into the call, so `around` is lent a copy of its topic's ARN, kept
-        // in this future (a subscribe is a startup call: the extra layer costs nothing that
-        // matters).
-        async move {
-            let topic_arn = request.topic_arn.clone();
-            let call = self.hooks.subscribe(&self.inner, request);
-            self.hooks.around(Action::Subscribe, &topic_arn, call).await
-        }
+    // The request moves into the call, so `around` is lent a copy of its topic's ARN, kept in
+    // this future (a subscribe is a startup call: the extra layer costs nothing that matters).
+    async fn subscribe(&self, request: Subscribe) -> Result<String, TransportError> {
+        let topic_arn = request.topic_arn.clone();
+        let call = self.hooks.subscribe(&self.inner, request);
+        self.hooks.around(Action::Subscribe, &topic_arn, call).await
     }
 
     fn get_subscription_attributes(

@@ -199,25 +199,33 @@ pub(crate) trait DynTransport: Send + Sync + 'static {
         queue_url: &'a str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
+    // The SNS calls: made by the broker's SNS publisher (issue 21, later pieces); until then
+    // by tests only.
+    #[cfg_attr(not(test), allow(dead_code))]
     fn create_topic<'a>(
         &'a self,
         name: &'a str,
         attributes: TopicAttributes,
     ) -> BoxFuture<'a, Result<String, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
     fn get_topic_attributes<'a>(
         &'a self,
         topic_arn: &'a str,
     ) -> BoxFuture<'a, Result<TopicAttributes, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
     fn subscribe<'a>(&'a self, request: Subscribe)
         -> BoxFuture<'a, Result<String, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
     fn get_subscription_attributes<'a>(
         &'a self,
         subscription_arn: &'a str,
     ) -> BoxFuture<'a, Result<SubscriptionAttributes, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
     fn list_subscriptions_by_topic<'a>(
         &'a self,
         topic_arn: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Subscription>, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
     fn publish_batch<'a>(
         &'a self,
         topic_arn: &'a str,
