@@ -46,12 +46,13 @@
 //! 2. [`metrics`] and [`propagation`]: metric names, and traces that join across services
 //!    (publishes carry the W3C trace context; each message's `process` span continues it, feature
 //!    `opentelemetry`).
-//! 3. [`transport`]: the [`Transport`](transport::Transport) seam to a queue service,
+//! 3. [`transport`]: the [`Transport`](transport::Transport) seam to a queue service (and its
+//!    SNS topics),
 //!    [`Hooked`](transport::layer::Hooked) (a transport that changes a few calls of another, by
 //!    [hooks](transport::layer::Hooks)), and the [`meter`](transport::meter) that counts every call
 //!    ([`ApiCalls`]).
 //! 4. The backends: [`account`], the in-process SQS account (SQS semantics on tokio's clock, for
-//!    tests), and [`aws`], Amazon SQS over aws-sdk-sqs (feature `aws`).
+//!    tests, with SNS topics that deliver into its queues), and [`aws`], Amazon SQS over aws-sdk-sqs (feature `aws`).
 //! 5. The app contract: [`health`] ([`App::health`], for liveness and readiness probes),
 //!    [`broker`] (the [`Broker`] trait and what it is given: [`AppInfo`], [`AppContext`]), and
 //!    [`app`] ([`RustStream`], [`App::run`] until a signal or a [`ShutdownHandle`], then a

@@ -1,4 +1,5 @@
-//! The in-process SQS account: Amazon SQS semantics without a network.
+//! The in-process SQS account: Amazon SQS semantics without a network, and SNS topics that
+//! deliver into its queues.
 //!
 //! An [`Account`] holds named queues and answers the SQS operations a client uses, named and
 //! shaped like SQS's own (`create_queue`, `send_message_batch`, `receive_message`,
@@ -36,10 +37,17 @@
 //! - FIFO: storage order and sequence numbers, groups held while any of their messages is in
 //!   flight, released messages served first once the group is free, deduplication for 5 minutes
 //!   by id or body SHA-256 (per queue or per group), `ReceiveRequestAttemptId`.
+//! - SNS topics (`create_topic`, `subscribe`, `publish_batch`, ...): standard and FIFO topics,
+//!   subscriptions of the account's queues with raw delivery and filter policies, SNS's publish
+//!   rules, a FIFO topic's 5-minute deduplication and sequence numbers, and each publish
+//!   delivered to every matching subscription in one step through the queues' own send path.
 //!
 //! # What it does not model
 //!
-//! Throttling and the per-queue API rate limits, IAM and queue policies (stored, not enforced),
+//! Throttling and the per-queue API rate limits, IAM and queue policies (stored, not enforced; a
+//! topic needs none to deliver), SNS protocols other than `sqs`, subscription dead-letter queues
+//! and delivery retries (a delivery SNS would fail is dropped with a warning), topic deletion and
+//! unsubscribing, message signatures (envelopes are marked unsigned),
 //! encryption, tags, `RedriveAllowPolicy` and message move tasks, the eventual consistency of the
 //! `Approximate*` counts (here they are exact), and the sampling of standard queues (here a
 //! receive returns the oldest visible messages, and never duplicates a message by itself).
@@ -51,7 +59,9 @@ mod message;
 mod messaging;
 mod queue;
 mod received;
+mod sns;
 mod store;
+mod topics;
 mod transport;
 
 use std::collections::HashMap;
@@ -65,6 +75,7 @@ use config::Config;
 use ids::{Moment, Now};
 use queue::Queue;
 pub use queue::QueueCounts;
+use topics::Topics;
 
 use crate::model::rules::{self, fail, ErrorKind};
 use crate::transport::{QueueAttributes, TransportError};
@@ -98,6 +109,8 @@ impl std::fmt::Debug for Account {
 
 struct Inner {
     state: Mutex<State>,
+    /// The SNS topics; a publish holds this lock while it delivers (see `sns.rs`).
+    topics: Mutex<Topics>,
     /// Maps tokio's clock to wall-clock time, so timestamps advance with a paused clock.
     epoch_ms_at_start: u64,
     started: Instant,
@@ -111,6 +124,7 @@ impl Default for Inner {
             .as_millis() as u64;
         Self {
             state: Mutex::default(),
+            topics: Mutex::default(),
             epoch_ms_at_start: epoch_ms,
             started: Instant::now(),
         }

@@ -1,9 +1,10 @@
 //! The account as a [`Transport`]: each method is the account's operation of the same name, so
-//! the engine runs on the account exactly as it runs on Amazon SQS.
+//! the engine runs on the account exactly as it runs on Amazon SQS (and SNS).
 
 use crate::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
+    QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
+    Subscription, SubscriptionAttributes, TopicAttributes, Transport, TransportError,
 };
 
 use super::Account;
@@ -62,6 +63,47 @@ impl Transport for Account {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
         Account::change_message_visibility_batch(self, queue_url, entries)
+    }
+
+    async fn create_topic(
+        &self,
+        name: &str,
+        attributes: TopicAttributes,
+    ) -> Result<String, TransportError> {
+        Account::create_topic(self, name, attributes).await
+    }
+
+    async fn get_topic_attributes(
+        &self,
+        topic_arn: &str,
+    ) -> Result<TopicAttributes, TransportError> {
+        Account::get_topic_attributes(self, topic_arn).await
+    }
+
+    async fn subscribe(&self, request: Subscribe) -> Result<String, TransportError> {
+        Account::subscribe(self, request).await
+    }
+
+    async fn get_subscription_attributes(
+        &self,
+        subscription_arn: &str,
+    ) -> Result<SubscriptionAttributes, TransportError> {
+        Account::get_subscription_attributes(self, subscription_arn).await
+    }
+
+    async fn list_subscriptions_by_topic(
+        &self,
+        topic_arn: &str,
+    ) -> Result<Vec<Subscription>, TransportError> {
+        Account::list_subscriptions_by_topic(self, topic_arn).await
+    }
+
+    fn publish_batch(
+        &self,
+        topic_arn: &str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
+        Account::publish_batch(self, topic_arn, entries)
     }
 
     /// The account takes messages in the same step that answers, so a receive dropped before

@@ -67,11 +67,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
+    QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
+    Subscription, SubscriptionAttributes, TopicAttributes, Transport, TransportError,
 };
 
-/// The SQS action a [`Transport`] call performs, as [`Hooks::around`] sees it.
+/// The SQS or SNS action a [`Transport`] call performs, as [`Hooks::around`] sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Action {
@@ -89,10 +90,22 @@ pub enum Action {
     DeleteMessageBatch,
     /// `ChangeMessageVisibilityBatch`.
     ChangeMessageVisibilityBatch,
+    /// SNS `CreateTopic`.
+    CreateTopic,
+    /// SNS `GetTopicAttributes`.
+    GetTopicAttributes,
+    /// SNS `Subscribe`.
+    Subscribe,
+    /// SNS `GetSubscriptionAttributes`.
+    GetSubscriptionAttributes,
+    /// SNS `ListSubscriptionsByTopic`.
+    ListSubscriptionsByTopic,
+    /// SNS `PublishBatch`.
+    PublishBatch,
 }
 
 impl Action {
-    /// The action's name in the SQS API: `"ReceiveMessage"`.
+    /// The action's name in the SQS or SNS API: `"ReceiveMessage"`, `"PublishBatch"`.
     pub fn name(self) -> &'static str {
         match self {
             Action::GetQueueUrl => "GetQueueUrl",
@@ -102,6 +115,12 @@ impl Action {
             Action::ReceiveMessage => "ReceiveMessage",
             Action::DeleteMessageBatch => "DeleteMessageBatch",
             Action::ChangeMessageVisibilityBatch => "ChangeMessageVisibilityBatch",
+            Action::CreateTopic => "CreateTopic",
+            Action::GetTopicAttributes => "GetTopicAttributes",
+            Action::Subscribe => "Subscribe",
+            Action::GetSubscriptionAttributes => "GetSubscriptionAttributes",
+            Action::ListSubscriptionsByTopic => "ListSubscriptionsByTopic",
+            Action::PublishBatch => "PublishBatch",
         }
     }
 }
@@ -120,7 +139,9 @@ impl fmt::Display for Action {
 /// answer), so the future allocated per call holds no second copy of the arguments.
 pub trait Hooks: Send + Sync + 'static {
     /// Runs around every call: `action` on `queue` (its URL, or its name for `GetQueueUrl` and
-    /// `CreateQueue`), whose future is `call` (the typed hook's, over the inner transport's).
+    /// `CreateQueue`; for an SNS call, the topic's ARN, its name for `CreateTopic`, or the
+    /// subscription's ARN for `GetSubscriptionAttributes`), whose future is `call` (the typed
+    /// hook's, over the inner transport's).
     /// Runs when the call is made; what it hands back is what the caller awaits.
     fn around<R: Send>(
         &self,
@@ -199,6 +220,62 @@ pub trait Hooks: Send + Sync + 'static {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
         inner.change_message_visibility_batch(queue_url, entries)
+    }
+
+    /// SNS `CreateTopic`, over `inner`.
+    fn create_topic(
+        &self,
+        inner: &impl Transport,
+        name: &str,
+        attributes: TopicAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        inner.create_topic(name, attributes)
+    }
+
+    /// SNS `GetTopicAttributes`, over `inner`.
+    fn get_topic_attributes(
+        &self,
+        inner: &impl Transport,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
+        inner.get_topic_attributes(topic_arn)
+    }
+
+    /// SNS `Subscribe`, over `inner`.
+    fn subscribe(
+        &self,
+        inner: &impl Transport,
+        request: Subscribe,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        inner.subscribe(request)
+    }
+
+    /// SNS `GetSubscriptionAttributes`, over `inner`.
+    fn get_subscription_attributes(
+        &self,
+        inner: &impl Transport,
+        subscription_arn: &str,
+    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
+        inner.get_subscription_attributes(subscription_arn)
+    }
+
+    /// SNS `ListSubscriptionsByTopic`, over `inner`.
+    fn list_subscriptions_by_topic(
+        &self,
+        inner: &impl Transport,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
+        inner.list_subscriptions_by_topic(topic_arn)
+    }
+
+    /// SNS `PublishBatch`, over `inner`.
+    fn publish_batch(
+        &self,
+        inner: &impl Transport,
+        topic_arn: &str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
+        inner.publish_batch(topic_arn, entries)
     }
 
     /// [`Transport::abandoned_receive_takes_nothing`]: `inner`'s answer unless overridden (a
@@ -318,6 +395,63 @@ impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
             .around(Action::ChangeMessageVisibilityBatch, queue_url, call)
     }
 
+    fn create_topic(
+        &self,
+        name: &str,
+        attributes: TopicAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        let call = self.hooks.create_topic(&self.inner, name, attributes);
+        self.hooks.around(Action::CreateTopic, name, call)
+    }
+
+    fn get_topic_attributes(
+        &self,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
+        let call = self.hooks.get_topic_attributes(&self.inner, topic_arn);
+        self.hooks
+            .around(Action::GetTopicAttributes, topic_arn, call)
+    }
+
+    // The request moves into the call, so `around` is lent a copy of its topic's ARN, kept in
+    // this future (a subscribe is a startup call: the extra layer costs nothing that matters).
+    async fn subscribe(&self, request: Subscribe) -> Result<String, TransportError> {
+        let topic_arn = request.topic_arn.clone();
+        let call = self.hooks.subscribe(&self.inner, request);
+        self.hooks.around(Action::Subscribe, &topic_arn, call).await
+    }
+
+    fn get_subscription_attributes(
+        &self,
+        subscription_arn: &str,
+    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
+        let call = self
+            .hooks
+            .get_subscription_attributes(&self.inner, subscription_arn);
+        self.hooks
+            .around(Action::GetSubscriptionAttributes, subscription_arn, call)
+    }
+
+    fn list_subscriptions_by_topic(
+        &self,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
+        let call = self
+            .hooks
+            .list_subscriptions_by_topic(&self.inner, topic_arn);
+        self.hooks
+            .around(Action::ListSubscriptionsByTopic, topic_arn, call)
+    }
+
+    fn publish_batch(
+        &self,
+        topic_arn: &str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
+        let call = self.hooks.publish_batch(&self.inner, topic_arn, entries);
+        self.hooks.around(Action::PublishBatch, topic_arn, call)
+    }
+
     fn abandoned_receive_takes_nothing(&self) -> bool {
         self.hooks.abandoned_receive_takes_nothing(&self.inner)
     }
@@ -416,6 +550,55 @@ mod tests {
         fn abandoned_receive_takes_nothing(&self, _inner: &impl Transport) -> bool {
             false
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sns_calls_pass_through_hooks_that_see_each_one() {
+        use crate::transport::{Publish, PublishBatchEntry, Subscribe, TopicAttributes};
+
+        let account = Account::new();
+        let hooked = Hooked::new(account.clone(), Meddling::default());
+        let topic = hooked
+            .create_topic("events", TopicAttributes::new())
+            .await
+            .unwrap();
+        let queue = account.create_standard_queue("jobs").await.unwrap();
+        let subscription = hooked
+            .subscribe(
+                Subscribe::sqs(&topic, account.queue_arn_for("jobs")).raw_message_delivery(true),
+            )
+            .await
+            .unwrap();
+        let attributes = hooked.get_topic_attributes(&topic).await.unwrap();
+        assert_eq!(attributes["SubscriptionsConfirmed"], "1");
+        let listed = hooked.list_subscriptions_by_topic(&topic).await.unwrap();
+        assert_eq!(listed[0].subscription_arn, subscription);
+        let attributes = hooked
+            .get_subscription_attributes(&subscription)
+            .await
+            .unwrap();
+        assert_eq!(attributes["RawMessageDelivery"], "true");
+        let entries = vec![PublishBatchEntry::new("0", Publish::new("hello"))];
+        let published = hooked.publish_batch(&topic, entries).await.unwrap();
+        assert_eq!(published.successful.len(), 1);
+        let received = account
+            .receive_message(&queue, ReceiveMessage::new(10))
+            .await
+            .unwrap();
+        assert_eq!(received[0].body, "hello", "the publish reached the account");
+
+        let seen = hooked.hooks().seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                (Action::CreateTopic, "events".to_owned()),
+                (Action::Subscribe, topic.clone()),
+                (Action::GetTopicAttributes, topic.clone()),
+                (Action::ListSubscriptionsByTopic, topic.clone()),
+                (Action::GetSubscriptionAttributes, subscription.clone()),
+                (Action::PublishBatch, topic.clone()),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -1,4 +1,4 @@
-//! Counts of SQS API calls by action, kept by every broker over whatever transport it has, so
+//! Counts of SQS and SNS API calls by action, kept by every broker over whatever transport it has, so
 //! tests and benchmarks can see what a workload costs (SQS bills per request); each call is also
 //! recorded as a metric (see [`crate::metrics`]). The meter is hooks over the broker's transport:
 //! [`Hooks::around`] times every call, and each action's typed hook counts it, unless its request
@@ -13,12 +13,14 @@ use std::sync::Arc;
 
 use super::layer::{Action, Hooks};
 use super::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
+    QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
+    Subscription, SubscriptionAttributes, TopicAttributes, Transport, TransportError,
 };
 use crate::model::rules;
+use crate::model::topic::{self, PublishTarget, TopicArn};
 
-/// SQS API calls by action: those sent, not those a backend refused before sending them (see
+/// SQS and SNS API calls by action: those sent, not those a backend refused before sending them (see
 /// [the module](self)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -37,16 +39,29 @@ pub struct ApiCalls {
     pub delete_message_batch: u64,
     /// `ChangeMessageVisibilityBatch`.
     pub change_message_visibility_batch: u64,
+    /// SNS `CreateTopic`.
+    pub create_topic: u64,
+    /// SNS `GetTopicAttributes`.
+    pub get_topic_attributes: u64,
+    /// SNS `Subscribe`.
+    pub subscribe: u64,
+    /// SNS `GetSubscriptionAttributes`.
+    pub get_subscription_attributes: u64,
+    /// SNS `ListSubscriptionsByTopic`.
+    pub list_subscriptions_by_topic: u64,
+    /// SNS `PublishBatch`: one a batch, however many entries (SNS bills a request per batch).
+    pub publish_batch: u64,
 }
 
 impl ApiCalls {
-    /// The calls that move messages (send, receive, delete, change visibility): what a
-    /// workload costs, without the startup calls.
+    /// The calls that move messages (send, receive, delete, change visibility, and SNS's
+    /// publish): what a workload costs, without the startup calls.
     pub fn messaging(&self) -> u64 {
         self.send_message_batch
             + self.receive_message
             + self.delete_message_batch
             + self.change_message_visibility_batch
+            + self.publish_batch
     }
 }
 
@@ -64,6 +79,14 @@ impl Sub for ApiCalls {
             delete_message_batch: self.delete_message_batch - earlier.delete_message_batch,
             change_message_visibility_batch: self.change_message_visibility_batch
                 - earlier.change_message_visibility_batch,
+            create_topic: self.create_topic - earlier.create_topic,
+            get_topic_attributes: self.get_topic_attributes - earlier.get_topic_attributes,
+            subscribe: self.subscribe - earlier.subscribe,
+            get_subscription_attributes: self.get_subscription_attributes
+                - earlier.get_subscription_attributes,
+            list_subscriptions_by_topic: self.list_subscriptions_by_topic
+                - earlier.list_subscriptions_by_topic,
+            publish_batch: self.publish_batch - earlier.publish_batch,
         }
     }
 }
@@ -78,6 +101,12 @@ pub(crate) struct CallCounter {
     receive_message: AtomicU64,
     delete_message_batch: AtomicU64,
     change_message_visibility_batch: AtomicU64,
+    create_topic: AtomicU64,
+    get_topic_attributes: AtomicU64,
+    subscribe: AtomicU64,
+    get_subscription_attributes: AtomicU64,
+    list_subscriptions_by_topic: AtomicU64,
+    publish_batch: AtomicU64,
 }
 
 impl CallCounter {
@@ -91,6 +120,12 @@ impl CallCounter {
             Action::ReceiveMessage => &self.receive_message,
             Action::DeleteMessageBatch => &self.delete_message_batch,
             Action::ChangeMessageVisibilityBatch => &self.change_message_visibility_batch,
+            Action::CreateTopic => &self.create_topic,
+            Action::GetTopicAttributes => &self.get_topic_attributes,
+            Action::Subscribe => &self.subscribe,
+            Action::GetSubscriptionAttributes => &self.get_subscription_attributes,
+            Action::ListSubscriptionsByTopic => &self.list_subscriptions_by_topic,
+            Action::PublishBatch => &self.publish_batch,
         }
     }
 
@@ -105,6 +140,12 @@ impl CallCounter {
             receive_message: read(&self.receive_message),
             delete_message_batch: read(&self.delete_message_batch),
             change_message_visibility_batch: read(&self.change_message_visibility_batch),
+            create_topic: read(&self.create_topic),
+            get_topic_attributes: read(&self.get_topic_attributes),
+            subscribe: read(&self.subscribe),
+            get_subscription_attributes: read(&self.get_subscription_attributes),
+            list_subscriptions_by_topic: read(&self.list_subscriptions_by_topic),
+            publish_batch: read(&self.publish_batch),
         }
     }
 }
@@ -234,6 +275,67 @@ impl Hooks for Meter {
         self.count(Action::ChangeMessageVisibilityBatch, checked);
         inner.change_message_visibility_batch(queue_url, entries)
     }
+
+    fn create_topic(
+        &self,
+        inner: &impl Transport,
+        name: &str,
+        attributes: TopicAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        let checked = topic::check_topic_attributes(name, &attributes);
+        self.count(Action::CreateTopic, checked);
+        inner.create_topic(name, attributes)
+    }
+
+    fn get_topic_attributes(
+        &self,
+        inner: &impl Transport,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
+        self.count(Action::GetTopicAttributes, TopicArn::parse(topic_arn));
+        inner.get_topic_attributes(topic_arn)
+    }
+
+    fn subscribe(
+        &self,
+        inner: &impl Transport,
+        request: Subscribe,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        self.count(Action::Subscribe, topic::check_subscribe(&request));
+        inner.subscribe(request)
+    }
+
+    fn get_subscription_attributes(
+        &self,
+        inner: &impl Transport,
+        subscription_arn: &str,
+    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
+        self.count(Action::GetSubscriptionAttributes, Ok(()));
+        inner.get_subscription_attributes(subscription_arn)
+    }
+
+    fn list_subscriptions_by_topic(
+        &self,
+        inner: &impl Transport,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
+        self.count(Action::ListSubscriptionsByTopic, TopicArn::parse(topic_arn));
+        inner.list_subscriptions_by_topic(topic_arn)
+    }
+
+    fn publish_batch(
+        &self,
+        inner: &impl Transport,
+        topic_arn: &str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
+        // The whole-batch rules at the default size limit, which every topic has (no topic
+        // attribute sets another).
+        let checked = TopicArn::parse(topic_arn)
+            .and_then(|arn| topic::check_publish_batch(&entries, PublishTarget::new(arn.name())));
+        self.count(Action::PublishBatch, checked);
+        inner.publish_batch(topic_arn, entries)
+    }
 }
 
 #[cfg(test)]
@@ -290,6 +392,39 @@ mod tests {
                 calls.receive_message
             ),
             (1, 1, 1)
+        );
+        assert_eq!(calls.messaging(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_publish_batch_of_ten_is_one_call_and_a_batch_of_eleven_none() {
+        use crate::transport::{Publish, PublishBatchEntry, TopicAttributes};
+
+        let metered = Hooked::new(Account::new(), Meter::default());
+        let topic = metered
+            .create_topic("events", TopicAttributes::new())
+            .await
+            .unwrap();
+        let batch = |size: usize| -> Vec<PublishBatchEntry> {
+            (0..size)
+                .map(|n| PublishBatchEntry::new(n.to_string(), Publish::new("m")))
+                .collect()
+        };
+        let published = metered.publish_batch(&topic, batch(10)).await.unwrap();
+        assert_eq!(published.successful.len(), 10);
+        metered.publish_batch(&topic, batch(11)).await.unwrap_err();
+        metered
+            .create_topic("bad name", TopicAttributes::new())
+            .await
+            .unwrap_err();
+        let calls = metered.hooks().calls.snapshot();
+        assert_eq!(
+            calls,
+            ApiCalls {
+                create_topic: 1,
+                publish_batch: 1,
+                ..ApiCalls::default()
+            }
         );
         assert_eq!(calls.messaging(), 1);
     }

@@ -2,13 +2,21 @@
 //! a broker shares, [`layer`], which makes a transport that changes a few calls of another out of
 //! hooks, and [`meter`], the hooks that count and time every call of a broker.
 //!
-//! A transport speaks in the SQS words of [`model`](crate::model): its requests, responses and
-//! errors are re-exported here, so an implementation imports one module.
+//! A transport speaks in the SQS and SNS words of [`model`](crate::model): its requests,
+//! responses and errors are re-exported here, so an implementation imports one module.
+//!
+//! The SNS calls (topics, subscriptions, `PublishBatch`) have default bodies that answer
+//! [`ErrorKind::UnsupportedOperation`], so a transport written for SQS alone keeps compiling and
+//! says which call it lacks when one is made.
 
 use std::future::Future;
 use std::sync::Arc;
 
 pub use crate::model::error::{BatchFailure, ErrorKind, TransportError};
+pub use crate::model::topic::{
+    Publish, PublishBatchEntry, PublishBatchResult, Published, Subscribe, Subscription,
+    SubscriptionAttributes, TopicAttributes,
+};
 pub use crate::model::wire::*;
 
 pub mod layer;
@@ -18,7 +26,8 @@ pub mod meter;
 /// [`Account`](crate::account::Account) and the aws-sdk transport answer alike, with the same
 /// [`ErrorKind`]s, so everything above this trait is tested once, on the account.
 ///
-/// Every method mirrors the SQS action of the same name.
+/// Every method mirrors the SQS or SNS action of the same name. The SNS methods answer
+/// [`ErrorKind::UnsupportedOperation`] unless implemented (see [the module](self)).
 pub trait Transport: Send + Sync + 'static {
     /// `GetQueueUrl`.
     fn get_queue_url(
@@ -68,6 +77,65 @@ pub trait Transport: Send + Sync + 'static {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send;
 
+    /// SNS `CreateTopic`: creates the topic (FIFO with `FifoTopic=true`) and returns its ARN, or
+    /// the ARN of the topic of this name if its attributes are the ones given.
+    fn create_topic(
+        &self,
+        name: &str,
+        attributes: TopicAttributes,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        let _ = (name, attributes);
+        std::future::ready(Err(without_sns("CreateTopic")))
+    }
+
+    /// SNS `GetTopicAttributes`.
+    fn get_topic_attributes(
+        &self,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
+        let _ = topic_arn;
+        std::future::ready(Err(without_sns("GetTopicAttributes")))
+    }
+
+    /// SNS `Subscribe`: returns the subscription's ARN (SNS's `ReturnSubscriptionArn`), the
+    /// existing one's when the endpoint is subscribed already with the attributes given.
+    fn subscribe(
+        &self,
+        request: Subscribe,
+    ) -> impl Future<Output = Result<String, TransportError>> + Send {
+        let _ = request;
+        std::future::ready(Err(without_sns("Subscribe")))
+    }
+
+    /// SNS `GetSubscriptionAttributes`.
+    fn get_subscription_attributes(
+        &self,
+        subscription_arn: &str,
+    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
+        let _ = subscription_arn;
+        std::future::ready(Err(without_sns("GetSubscriptionAttributes")))
+    }
+
+    /// SNS `ListSubscriptionsByTopic`: every page, in one list.
+    fn list_subscriptions_by_topic(
+        &self,
+        topic_arn: &str,
+    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
+        let _ = topic_arn;
+        std::future::ready(Err(without_sns("ListSubscriptionsByTopic")))
+    }
+
+    /// SNS `PublishBatch` (a single publish is a batch of one): each entry succeeds or fails
+    /// alone, as in `SendMessageBatch`.
+    fn publish_batch(
+        &self,
+        topic_arn: &str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
+        let _ = (topic_arn, entries);
+        std::future::ready(Err(without_sns("PublishBatch")))
+    }
+
     /// Whether a `ReceiveMessage` dropped before it answers has taken no message. Over a network
     /// it may have: the server still hands messages to the abandoned call, and they stay
     /// invisible for their visibility timeout. So by default the engine lets a receive in flight
@@ -82,6 +150,17 @@ pub trait Transport: Send + Sync + 'static {
     fn attempt_timeout(&self) -> Option<std::time::Duration> {
         None
     }
+}
+
+/// What an SNS call answers on a transport that does not implement it.
+fn without_sns(action: &str) -> TransportError {
+    TransportError::service(
+        ErrorKind::UnsupportedOperation,
+        format!(
+            "this transport has no SNS: it does not implement `{action}`; implement the SNS \
+             methods of `Transport`, or use a transport that has them (the in-process account)"
+        ),
+    )
 }
 
 pub use crate::task::BoxFuture;
@@ -120,6 +199,38 @@ pub(crate) trait DynTransport: Send + Sync + 'static {
         queue_url: &'a str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
+    // The SNS calls: made by the broker's SNS publisher (issue 21, later pieces); until then
+    // by tests only.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn create_topic<'a>(
+        &'a self,
+        name: &'a str,
+        attributes: TopicAttributes,
+    ) -> BoxFuture<'a, Result<String, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn get_topic_attributes<'a>(
+        &'a self,
+        topic_arn: &'a str,
+    ) -> BoxFuture<'a, Result<TopicAttributes, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn subscribe<'a>(&'a self, request: Subscribe)
+        -> BoxFuture<'a, Result<String, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn get_subscription_attributes<'a>(
+        &'a self,
+        subscription_arn: &'a str,
+    ) -> BoxFuture<'a, Result<SubscriptionAttributes, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn list_subscriptions_by_topic<'a>(
+        &'a self,
+        topic_arn: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Subscription>, TransportError>>;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn publish_batch<'a>(
+        &'a self,
+        topic_arn: &'a str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> BoxFuture<'a, Result<PublishBatchResult, TransportError>>;
     fn abandoned_receive_takes_nothing(&self) -> bool;
     fn attempt_timeout(&self) -> Option<std::time::Duration>;
 }
@@ -172,6 +283,47 @@ impl<T: Transport> DynTransport for T {
             self, queue_url, entries,
         ))
     }
+    fn create_topic<'a>(
+        &'a self,
+        name: &'a str,
+        attributes: TopicAttributes,
+    ) -> BoxFuture<'a, Result<String, TransportError>> {
+        Box::pin(Transport::create_topic(self, name, attributes))
+    }
+    fn get_topic_attributes<'a>(
+        &'a self,
+        topic_arn: &'a str,
+    ) -> BoxFuture<'a, Result<TopicAttributes, TransportError>> {
+        Box::pin(Transport::get_topic_attributes(self, topic_arn))
+    }
+    fn subscribe<'a>(
+        &'a self,
+        request: Subscribe,
+    ) -> BoxFuture<'a, Result<String, TransportError>> {
+        Box::pin(Transport::subscribe(self, request))
+    }
+    fn get_subscription_attributes<'a>(
+        &'a self,
+        subscription_arn: &'a str,
+    ) -> BoxFuture<'a, Result<SubscriptionAttributes, TransportError>> {
+        Box::pin(Transport::get_subscription_attributes(
+            self,
+            subscription_arn,
+        ))
+    }
+    fn list_subscriptions_by_topic<'a>(
+        &'a self,
+        topic_arn: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Subscription>, TransportError>> {
+        Box::pin(Transport::list_subscriptions_by_topic(self, topic_arn))
+    }
+    fn publish_batch<'a>(
+        &'a self,
+        topic_arn: &'a str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> BoxFuture<'a, Result<PublishBatchResult, TransportError>> {
+        Box::pin(Transport::publish_batch(self, topic_arn, entries))
+    }
     fn abandoned_receive_takes_nothing(&self) -> bool {
         Transport::abandoned_receive_takes_nothing(self)
     }
@@ -182,3 +334,97 @@ impl<T: Transport> DynTransport for T {
 
 /// The transport a broker and its engine share.
 pub(crate) type SharedTransport = Arc<dyn DynTransport>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transport written for SQS alone, before SNS: its SQS calls are never made here.
+    struct SqsOnly;
+
+    impl Transport for SqsOnly {
+        async fn get_queue_url(&self, _name: &str) -> Result<String, TransportError> {
+            unreachable!()
+        }
+        async fn create_queue(
+            &self,
+            _name: &str,
+            _attributes: QueueAttributes,
+        ) -> Result<String, TransportError> {
+            unreachable!()
+        }
+        async fn get_queue_attributes(
+            &self,
+            _queue_url: &str,
+            _names: &[&str],
+        ) -> Result<QueueAttributes, TransportError> {
+            unreachable!()
+        }
+        async fn send_message_batch(
+            &self,
+            _queue_url: &str,
+            _entries: Vec<SendBatchEntry>,
+        ) -> Result<BatchResult<SentMessage>, TransportError> {
+            unreachable!()
+        }
+        async fn receive_message(
+            &self,
+            _queue_url: &str,
+            _request: ReceiveMessage,
+        ) -> Result<Vec<ReceivedMessage>, TransportError> {
+            unreachable!()
+        }
+        async fn delete_message_batch(
+            &self,
+            _queue_url: &str,
+            _entries: Vec<DeleteEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            unreachable!()
+        }
+        async fn change_message_visibility_batch(
+            &self,
+            _queue_url: &str,
+            _entries: Vec<ChangeVisibilityEntry>,
+        ) -> Result<BatchResult<()>, TransportError> {
+            unreachable!()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transport_without_sns_says_so_for_each_sns_call() {
+        let transport: SharedTransport = Arc::new(SqsOnly);
+        let topic = "arn:aws:sns:us-east-1:000000000000:events";
+        let answers = [
+            transport
+                .create_topic("events", TopicAttributes::new())
+                .await
+                .map(drop),
+            transport.get_topic_attributes(topic).await.map(drop),
+            transport
+                .subscribe(Subscribe::sqs(
+                    topic,
+                    "arn:aws:sqs:us-east-1:000000000000:q",
+                ))
+                .await
+                .map(drop),
+            transport.get_subscription_attributes(topic).await.map(drop),
+            transport.list_subscriptions_by_topic(topic).await.map(drop),
+            transport
+                .publish_batch(topic, vec![PublishBatchEntry::new("0", Publish::new("m"))])
+                .await
+                .map(drop),
+        ];
+        for (answer, action) in answers.into_iter().zip([
+            "CreateTopic",
+            "GetTopicAttributes",
+            "Subscribe",
+            "GetSubscriptionAttributes",
+            "ListSubscriptionsByTopic",
+            "PublishBatch",
+        ]) {
+            let error = answer.unwrap_err();
+            assert_eq!(error.kind(), Some(ErrorKind::UnsupportedOperation));
+            assert!(error.to_string().contains(action), "{error}");
+        }
+    }
+}
