@@ -33,6 +33,14 @@ impl Transport for Account {
         Account::get_queue_attributes(self, queue_url, names).await
     }
 
+    async fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: QueueAttributes,
+    ) -> Result<(), TransportError> {
+        Account::set_queue_attributes(self, queue_url, attributes).await
+    }
+
     fn send_message_batch(
         &self,
         queue_url: &str,

@@ -108,6 +108,34 @@ impl Transport for AwsTransport {
             .collect())
     }
 
+    async fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: QueueAttributes,
+    ) -> Result<(), TransportError> {
+        for (attribute, value) in &attributes {
+            if attribute == "FifoQueue" {
+                return Err(TransportError::service(
+                    ErrorKind::InvalidAttributeName,
+                    "FifoQueue is fixed when a queue is created; it cannot be set",
+                ));
+            }
+            rules::parse_queue_attribute(attribute, value)?;
+        }
+        let attributes: HashMap<QueueAttributeName, String> = attributes
+            .into_iter()
+            .map(|(name, value)| (QueueAttributeName::from(name.as_str()), value))
+            .collect();
+        self.client
+            .set_queue_attributes()
+            .queue_url(queue_url)
+            .set_attributes(Some(attributes))
+            .send()
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
     async fn send_message_batch(
         &self,
         queue_url: &str,

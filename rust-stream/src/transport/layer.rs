@@ -82,6 +82,8 @@ pub enum Action {
     CreateQueue,
     /// `GetQueueAttributes`.
     GetQueueAttributes,
+    /// `SetQueueAttributes`.
+    SetQueueAttributes,
     /// `SendMessageBatch`.
     SendMessageBatch,
     /// `ReceiveMessage`.
@@ -111,6 +113,7 @@ impl Action {
             Action::GetQueueUrl => "GetQueueUrl",
             Action::CreateQueue => "CreateQueue",
             Action::GetQueueAttributes => "GetQueueAttributes",
+            Action::SetQueueAttributes => "SetQueueAttributes",
             Action::SendMessageBatch => "SendMessageBatch",
             Action::ReceiveMessage => "ReceiveMessage",
             Action::DeleteMessageBatch => "DeleteMessageBatch",
@@ -180,6 +183,16 @@ pub trait Hooks: Send + Sync + 'static {
         names: &[&str],
     ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
         inner.get_queue_attributes(queue_url, names)
+    }
+
+    /// `SetQueueAttributes`, over `inner`.
+    fn set_queue_attributes(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        attributes: QueueAttributes,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        inner.set_queue_attributes(queue_url, attributes)
     }
 
     /// `SendMessageBatch`, over `inner`.
@@ -349,6 +362,18 @@ impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
             .get_queue_attributes(&self.inner, queue_url, names);
         self.hooks
             .around(Action::GetQueueAttributes, queue_url, call)
+    }
+
+    fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: QueueAttributes,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        let call = self
+            .hooks
+            .set_queue_attributes(&self.inner, queue_url, attributes);
+        self.hooks
+            .around(Action::SetQueueAttributes, queue_url, call)
     }
 
     fn send_message_batch(

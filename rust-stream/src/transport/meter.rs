@@ -31,6 +31,8 @@ pub struct ApiCalls {
     pub create_queue: u64,
     /// `GetQueueAttributes`.
     pub get_queue_attributes: u64,
+    /// `SetQueueAttributes`.
+    pub set_queue_attributes: u64,
     /// `SendMessageBatch`.
     pub send_message_batch: u64,
     /// `ReceiveMessage`.
@@ -74,6 +76,7 @@ impl Sub for ApiCalls {
             get_queue_url: self.get_queue_url - earlier.get_queue_url,
             create_queue: self.create_queue - earlier.create_queue,
             get_queue_attributes: self.get_queue_attributes - earlier.get_queue_attributes,
+            set_queue_attributes: self.set_queue_attributes - earlier.set_queue_attributes,
             send_message_batch: self.send_message_batch - earlier.send_message_batch,
             receive_message: self.receive_message - earlier.receive_message,
             delete_message_batch: self.delete_message_batch - earlier.delete_message_batch,
@@ -97,6 +100,7 @@ pub(crate) struct CallCounter {
     get_queue_url: AtomicU64,
     create_queue: AtomicU64,
     get_queue_attributes: AtomicU64,
+    set_queue_attributes: AtomicU64,
     send_message_batch: AtomicU64,
     receive_message: AtomicU64,
     delete_message_batch: AtomicU64,
@@ -116,6 +120,7 @@ impl CallCounter {
             Action::GetQueueUrl => &self.get_queue_url,
             Action::CreateQueue => &self.create_queue,
             Action::GetQueueAttributes => &self.get_queue_attributes,
+            Action::SetQueueAttributes => &self.set_queue_attributes,
             Action::SendMessageBatch => &self.send_message_batch,
             Action::ReceiveMessage => &self.receive_message,
             Action::DeleteMessageBatch => &self.delete_message_batch,
@@ -136,6 +141,7 @@ impl CallCounter {
             get_queue_url: read(&self.get_queue_url),
             create_queue: read(&self.create_queue),
             get_queue_attributes: read(&self.get_queue_attributes),
+            set_queue_attributes: read(&self.set_queue_attributes),
             send_message_batch: read(&self.send_message_batch),
             receive_message: read(&self.receive_message),
             delete_message_batch: read(&self.delete_message_batch),
@@ -225,6 +231,19 @@ impl Hooks for Meter {
     ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
         self.count(Action::GetQueueAttributes, Ok(()));
         inner.get_queue_attributes(queue_url, names)
+    }
+
+    fn set_queue_attributes(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        attributes: QueueAttributes,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        let checked = attributes.iter().try_for_each(|(attribute, value)| {
+            rules::parse_queue_attribute(attribute, value).map(drop)
+        });
+        self.count(Action::SetQueueAttributes, checked);
+        inner.set_queue_attributes(queue_url, attributes)
     }
 
     fn send_message_batch(
@@ -459,6 +478,13 @@ mod tests {
             .send_message_batch(&url, Vec::new())
             .await
             .unwrap_err();
+        let bad_attribute = QueueAttributes::from([("DelaySeconds".into(), "901".into())]);
+        metered
+            .set_queue_attributes(&url, bad_attribute)
+            .await
+            .unwrap_err();
+        let policy = QueueAttributes::from([("Policy".into(), "{}".into())]);
+        metered.set_queue_attributes(&url, policy).await.unwrap();
         // Sent and refused by the service: counted.
         metered.get_queue_url("missing").await.unwrap_err();
         let calls = metered.hooks().calls.snapshot();
@@ -467,6 +493,7 @@ mod tests {
             ApiCalls {
                 get_queue_url: 1,
                 create_queue: 1,
+                set_queue_attributes: 1,
                 ..ApiCalls::default()
             }
         );
