@@ -1,6 +1,11 @@
 //! Publishing to a topic: each publish checked against the resolved topic before the network,
 //! then sent through the topic's sender (`PublishBatch`, up to 10 publishes and 256 KiB a call),
 //! which keeps every FIFO group in order as a FIFO queue's sender does ([`send`](super::send)).
+//! Each call of publishes runs in a `publish` span (`messaging.system = aws_sns`, the topic as
+//! `messaging.destination.name`), and each publish is counted in `messaging.client.sent.messages`
+//! with the same labels.
+
+use tracing::Instrument;
 
 use crate::model::topic::check_publish;
 use crate::model::SnsTopic;
@@ -44,8 +49,18 @@ impl Client {
         let mut answers = if accepted.is_empty() {
             Vec::new()
         } else {
+            // OpenTelemetry's messaging span for a publish, named by its operation; the trace
+            // context the messages carry is the caller's, read above.
+            let span = tracing::info_span!(
+                "publish",
+                messaging.system = "aws_sns",
+                messaging.destination.name = %resolved.name,
+                messaging.operation.type = "publish",
+                messaging.batch.message_count = accepted.len(),
+            );
             self.publisher(&resolved.arn, resolved.fifo)
                 .submit(accepted)
+                .instrument(span)
                 .await
         }
         .into_iter();
