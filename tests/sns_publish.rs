@@ -13,7 +13,11 @@ use rust_stream::model::topic::Subscribe;
 use rust_stream::model::{SnsTopic, TopicSubscription};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
-use rust_stream::transport::{ErrorKind, QueueAttributes, ReceiveMessage, TopicAttributes};
+use rust_stream::transport::layer::{Hooked, Hooks};
+use rust_stream::transport::{
+    ErrorKind, PublishBatchEntry, PublishBatchResult, QueueAttributes, ReceiveMessage,
+    TopicAttributes, Transport, TransportError,
+};
 use rust_stream::{Handle, PublishError, RunError};
 use serde_json::{json, Value};
 
@@ -25,7 +29,12 @@ type Seen = Arc<Mutex<Vec<(Value, bool)>>>;
 struct Record(Seen);
 
 impl Handle<Value> for Record {
-    async fn handle(&self, value: &Value, _outs: &(), _ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+    async fn handle(
+        &self,
+        value: &Value,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
         // Enveloped deliveries carry the publish in `Message` (until the consumer unwraps them).
         let (message, raw) = match value.get("Type").and_then(Value::as_str) {
             Some("Notification") => (
@@ -82,7 +91,11 @@ async fn a_publish_reaches_exactly_the_subscribed_queues_whose_policy_takes_it()
     let running = TestApp::spawn(app).await.expect("the app starts");
     let calls = broker.api_calls();
     assert_eq!(
-        (calls.create_topic, calls.subscribe, calls.set_queue_attributes),
+        (
+            calls.create_topic,
+            calls.subscribe,
+            calls.set_queue_attributes
+        ),
         (1, 3, 3),
         "the topic made once, each queue subscribed once with its policy set: {calls:?}"
     );
@@ -107,7 +120,10 @@ async fn a_publish_reaches_exactly_the_subscribed_queues_whose_policy_takes_it()
         "the raw body as published"
     );
     assert_eq!(cards.lock().unwrap()[0].0, json!({"id": 1}));
-    assert!(wires.lock().unwrap().is_empty(), "the wire policy refuses a card");
+    assert!(
+        wires.lock().unwrap().is_empty(),
+        "the wire policy refuses a card"
+    );
     let url = account.get_queue_url("wires").await.unwrap();
     assert_eq!(account.counts(&url).await.unwrap().visible, 0);
 }
@@ -119,7 +135,10 @@ async fn a_second_start_finds_the_topic_and_subscriptions_and_makes_nothing() {
     let (app, _) = fan_out(&first);
     TestApp::spawn(app).await.unwrap().stop().await.unwrap();
     let topic_arn = account.topic_arn_for(TOPIC);
-    let subscriptions = account.list_subscriptions_by_topic(&topic_arn).await.unwrap();
+    let subscriptions = account
+        .list_subscriptions_by_topic(&topic_arn)
+        .await
+        .unwrap();
     assert_eq!(subscriptions.len(), 3);
 
     let second = SqsBroker::with_account(&account);
@@ -127,13 +146,20 @@ async fn a_second_start_finds_the_topic_and_subscriptions_and_makes_nothing() {
     TestApp::spawn(app).await.unwrap().stop().await.unwrap();
     let calls = second.api_calls();
     assert_eq!(
-        (calls.create_topic, calls.subscribe, calls.set_queue_attributes),
+        (
+            calls.create_topic,
+            calls.subscribe,
+            calls.set_queue_attributes
+        ),
         (0, 0, 0),
         "found, not made: {calls:?}"
     );
     assert_eq!(calls.list_subscriptions_by_topic, 3);
     assert_eq!(
-        account.list_subscriptions_by_topic(&topic_arn).await.unwrap(),
+        account
+            .list_subscriptions_by_topic(&topic_arn)
+            .await
+            .unwrap(),
         subscriptions,
         "the same subscriptions, the same ARNs"
     );
@@ -142,8 +168,14 @@ async fn a_second_start_finds_the_topic_and_subscriptions_and_makes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_missing_subscription_or_topic_the_app_may_not_make_is_a_typed_start_error() {
     let account = Account::new();
-    account.create_queue("ledger", QueueAttributes::new()).await.unwrap();
-    account.create_topic(TOPIC, TopicAttributes::new()).await.unwrap();
+    account
+        .create_queue("ledger", QueueAttributes::new())
+        .await
+        .unwrap();
+    account
+        .create_topic(TOPIC, TopicAttributes::new())
+        .await
+        .unwrap();
     let start = |queue: SqsQueue| {
         let broker = SqsBroker::with_account(&account);
         let seen = Seen::default();
@@ -161,9 +193,16 @@ async fn a_missing_subscription_or_topic_the_app_may_not_make_is_a_typed_start_e
         panic!("{refused:?}");
     };
     assert_eq!((queue.as_str(), topic.as_str()), ("ledger", TOPIC));
-    assert!(refused.to_string().contains(".create_if_missing()"), "{refused}");
+    assert!(
+        refused.to_string().contains(".create_if_missing()"),
+        "{refused}"
+    );
     let topic_arn = account.topic_arn_for(TOPIC);
-    assert!(account.list_subscriptions_by_topic(&topic_arn).await.unwrap().is_empty());
+    assert!(account
+        .list_subscriptions_by_topic(&topic_arn)
+        .await
+        .unwrap()
+        .is_empty());
 
     // A topic that does not exist and is not declared `create_if_missing`.
     let refused = start(SqsQueue::new("ledger").subscribed_to(SnsTopic::new("refunds")))
@@ -173,15 +212,24 @@ async fn a_missing_subscription_or_topic_the_app_may_not_make_is_a_typed_start_e
         matches!(&refused, RunError::TopicMissing { topic } if topic == "refunds"),
         "{refused:?}"
     );
-    assert!(refused.to_string().contains("create_if_missing"), "{refused}");
+    assert!(
+        refused.to_string().contains("create_if_missing"),
+        "{refused}"
+    );
 }
 
 #[test]
 fn a_subscription_made_by_hand_with_another_filter_policy_is_warned_about_by_name() {
     let logs = common::logged_while(|| async {
         let account = Account::new();
-        let url = account.create_queue("cards", QueueAttributes::new()).await.unwrap();
-        let topic_arn = account.create_topic(TOPIC, TopicAttributes::new()).await.unwrap();
+        let url = account
+            .create_queue("cards", QueueAttributes::new())
+            .await
+            .unwrap();
+        let topic_arn = account
+            .create_topic(TOPIC, TopicAttributes::new())
+            .await
+            .unwrap();
         let queue_arn = account.queue_arn_for("cards");
         let by_hand = Subscribe::sqs(&topic_arn, &queue_arn)
             .attribute("FilterPolicy", r#"{"kind": ["cheque"]}"#);
@@ -203,7 +251,10 @@ fn a_subscription_made_by_hand_with_another_filter_policy_is_warned_about_by_nam
         .find(|line| line.contains("WARN") && line.contains("subscription"))
         .unwrap_or_else(|| panic!("no warning in:\n{logs}"));
     assert!(warning.contains("attribute=FilterPolicy"), "{warning}");
-    assert!(warning.contains("cheque") && warning.contains("card"), "{warning}");
+    assert!(
+        warning.contains("cheque") && warning.contains("card"),
+        "{warning}"
+    );
     assert!(!logs.contains("attribute=RawMessageDelivery"), "{logs}");
 }
 
@@ -213,11 +264,22 @@ async fn a_thousand_publishes_take_a_tenth_of_a_call_each() {
     let broker = SqsBroker::with_account(&account);
     let payments = broker.topic(topic());
     let results = payments
-        .send_batch((0..1_000).map(|id| payments.message(&json!({ "id": id })).header("kind", "card")))
+        .send_batch((0..1_000).map(|id| {
+            payments
+                .message(&json!({ "id": id }))
+                .header("kind", "card")
+        }))
         .await;
-    assert!(results.iter().all(Result::is_ok), "{:?}", results.iter().find(|r| r.is_err()));
+    assert!(
+        results.iter().all(Result::is_ok),
+        "{:?}",
+        results.iter().find(|r| r.is_err())
+    );
     let calls = broker.api_calls().publish_batch;
-    assert!(calls <= 100, "{calls} PublishBatch calls for 1,000 publishes");
+    assert!(
+        calls <= 100,
+        "{calls} PublishBatch calls for 1,000 publishes"
+    );
 
     // Published one by one from many tasks, they still share calls.
     let sends: Vec<_> = (0..1_000)
@@ -230,14 +292,19 @@ async fn a_thousand_publishes_take_a_tenth_of_a_call_each() {
         send.await.unwrap().unwrap();
     }
     let calls = broker.api_calls().publish_batch - calls;
-    assert!(calls <= 100, "{calls} PublishBatch calls for 1,000 single publishes");
+    assert!(
+        calls <= 100,
+        "{calls} PublishBatch calls for 1,000 single publishes"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn every_bad_publish_is_refused_before_the_network_with_a_typed_error() {
     let broker = SqsBroker::in_process();
     let standard = broker.topic(topic());
-    let fifo = broker.topic(SnsTopic::new("payments.fifo").create_if_missing()).strict_groups();
+    let fifo = broker
+        .topic(SnsTopic::new("payments.fifo").create_if_missing())
+        .strict_groups();
     let kind = |result: Result<_, PublishError>| match result {
         Err(error @ PublishError::Rejected { .. }) => error.kind(),
         other => panic!("{other:?}"),
@@ -245,22 +312,52 @@ async fn every_bad_publish_is_refused_before_the_network_with_a_typed_error() {
     // Over the topic's 256 KiB (within the 1 MiB an SQS queue could take).
     let oversize = standard.raw("x".repeat(300 * 1024)).send().await;
     assert_eq!(kind(oversize), Some(ErrorKind::InvalidParameter));
-    assert_eq!(kind(standard.raw("").send().await), Some(ErrorKind::InvalidParameter));
-    let bad_number = standard.raw("{}").header_number("amount", "12abc").send().await;
+    assert_eq!(
+        kind(standard.raw("").send().await),
+        Some(ErrorKind::InvalidParameter)
+    );
+    let bad_number = standard
+        .raw("{}")
+        .header_number("amount", "12abc")
+        .send()
+        .await;
     assert_eq!(kind(bad_number), Some(ErrorKind::InvalidParameterValue));
     let bad_type = standard.raw("{}").header("emoji", "\u{1F600}").send().await;
     assert_eq!(kind(bad_type), Some(ErrorKind::InvalidParameterValue));
     let dedup = standard.raw("{}").dedup_id("d").send().await;
-    assert_eq!(kind(dedup), Some(ErrorKind::InvalidParameter), "no dedup id on a standard topic");
-    let delayed = standard.raw("{}").delay(Duration::from_secs(1)).send().await;
-    assert_eq!(kind(delayed), Some(ErrorKind::InvalidParameter), "SNS has no delay");
-    let bad_group = fifo.raw("{}").group_id("a group with spaces\u{7}").send().await;
+    assert_eq!(
+        kind(dedup),
+        Some(ErrorKind::InvalidParameter),
+        "no dedup id on a standard topic"
+    );
+    let delayed = standard
+        .raw("{}")
+        .delay(Duration::from_secs(1))
+        .send()
+        .await;
+    assert_eq!(
+        kind(delayed),
+        Some(ErrorKind::InvalidParameter),
+        "SNS has no delay"
+    );
+    let bad_group = fifo
+        .raw("{}")
+        .group_id("a group with spaces\u{7}")
+        .send()
+        .await;
     assert_eq!(kind(bad_group), Some(ErrorKind::InvalidParameter));
     let no_group = fifo.raw("{}").send().await.unwrap_err();
-    assert!(matches!(no_group, PublishError::NoGroup { .. }), "{no_group:?}");
+    assert!(
+        matches!(no_group, PublishError::NoGroup { .. }),
+        "{no_group:?}"
+    );
     // In a batch, each bad one alone.
     let batch = standard
-        .send_batch([standard.raw(""), standard.raw("{}"), fifo.raw("{}").group_id("g")])
+        .send_batch([
+            standard.raw(""),
+            standard.raw("{}"),
+            fifo.raw("{}").group_id("g"),
+        ])
         .await;
     assert!(batch[0].is_err() && batch[1].is_ok(), "{batch:?}");
     assert!(
@@ -268,34 +365,72 @@ async fn every_bad_publish_is_refused_before_the_network_with_a_typed_error() {
         "{:?}",
         batch[2]
     );
-    assert_eq!(broker.api_calls().publish_batch, 1, "only the good one went out");
+    assert_eq!(
+        broker.api_calls().publish_batch,
+        1,
+        "only the good one went out"
+    );
+}
+
+/// Delays every third `PublishBatch` call by 30 ms and the others by 1 ms.
+#[derive(Default)]
+struct Uneven(std::sync::atomic::AtomicUsize);
+
+impl Hooks for Uneven {
+    async fn publish_batch(
+        &self,
+        inner: &impl Transport,
+        topic_arn: &str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> Result<PublishBatchResult, TransportError> {
+        let call = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let delay = if call.is_multiple_of(3) { 30 } else { 1 };
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        inner.publish_batch(topic_arn, entries).await
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_fifo_topic_keeps_each_group_in_order_into_a_fifo_queue() {
     let account = Account::new();
     let queue_url = common::fifo_queue(&account, "ledger.fifo", &[]).await;
-    let topic_arn = account.create_fifo_topic("payments.fifo", false).await.unwrap();
-    let subscribe = Subscribe::sqs(&topic_arn, account.queue_arn_for("ledger.fifo"))
-        .raw_message_delivery(true);
+    let topic_arn = account
+        .create_fifo_topic("payments.fifo", false)
+        .await
+        .unwrap();
+    let subscribe =
+        Subscribe::sqs(&topic_arn, account.queue_arn_for("ledger.fifo")).raw_message_delivery(true);
     account.subscribe(subscribe).await.unwrap();
-    // Made once the topic's subscription is there: its ARN is built from a queue's.
-    let broker = SqsBroker::with_account(&account);
-    broker.publisher("ledger.fifo").raw("start").group_id("z").send().await.unwrap();
+    // Publish calls whose answers come late, then early, then late: a call sent after another
+    // of its group, if one were, would overtake it.
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), Uneven::default()));
+    // A topic not declared `create_if_missing` is found by the ARN it has in the account and
+    // region of the broker's queues: a send resolves one (its body has no `-`, so it is skipped).
+    broker
+        .publisher("ledger.fifo")
+        .raw("start")
+        .group_id("z")
+        .send()
+        .await
+        .unwrap();
     let payments = broker.topic("payments.fifo");
 
     // Interleaved, in one batch and in sends racing from a task per group.
     let groups = ["a", "b", "c"];
-    let batch = (0..25).flat_map(|n| {
-        groups.map(|group| payments.raw(format!("{group}-{n}")).group_id(group))
-    });
+    let batch = (0..25)
+        .flat_map(|n| groups.map(|group| payments.raw(format!("{group}-{n}")).group_id(group)));
     assert!(payments.send_batch(batch).await.iter().all(Result::is_ok));
     let tasks: Vec<_> = groups
         .map(|group| {
             let payments = payments.clone();
             tokio::spawn(async move {
                 for n in 25..50 {
-                    payments.raw(format!("{group}-{n}")).group_id(group).send().await.unwrap();
+                    payments
+                        .raw(format!("{group}-{n}"))
+                        .group_id(group)
+                        .send()
+                        .await
+                        .unwrap();
                 }
             })
         })
@@ -316,7 +451,10 @@ async fn a_fifo_topic_keeps_each_group_in_order_into_a_fifo_queue() {
         }
         for message in &received {
             if let Some((group, n)) = message.body.split_once('-') {
-                order.entry(group.to_owned()).or_default().push(n.parse().unwrap());
+                order
+                    .entry(group.to_owned())
+                    .or_default()
+                    .push(n.parse().unwrap());
             }
         }
         common::delete_all(&account, &queue_url, &received).await;

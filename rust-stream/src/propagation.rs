@@ -287,7 +287,7 @@ mod tests {
     #[test]
     fn the_senders_own_trace_attributes_are_kept() {
         let mut message = with_attributes(0);
-        attributes.insert(
+        message.message_attributes.insert(
             TRACESTATE_HEADER.to_owned(),
             MessageAttributeValue::string("mine"),
         );

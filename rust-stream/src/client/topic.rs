@@ -221,10 +221,7 @@ impl Client {
                 attributes.insert(CONTENT_BASED_DEDUP_ATTRIBUTE.into(), dedup.to_string());
             }
         }
-        let arn = self
-            .transport
-            .create_topic(&topic.name, attributes)
-            .await?;
+        let arn = self.transport.create_topic(&topic.name, attributes).await?;
         self.learn_home(&arn);
         tracing::info!(messaging.system = "aws_sns", messaging.destination.name = %topic.name, topic.arn = %arn, "topic created");
         Ok(arn)

@@ -291,8 +291,8 @@ mod tests {
     #[test]
     fn our_statement_replaces_itself_and_keeps_the_others() {
         let queue = "arn:aws:sqs:eu-west-1:1:ledger";
-        let first = with_our_statement(None, queue, ["arn:aws:sns:eu-west-1:1:a"].into_iter())
-            .unwrap();
+        let first =
+            with_our_statement(None, queue, ["arn:aws:sns:eu-west-1:1:a"].into_iter()).unwrap();
         let theirs = json!({"Sid": "theirs", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": queue});
         let mut with_theirs: Value = serde_json::from_str(&first).unwrap();
         with_theirs["Statement"]
