@@ -222,7 +222,7 @@ async fn a_missing_subscription_or_topic_the_app_may_not_make_is_a_typed_start_e
 fn a_subscription_made_by_hand_with_another_filter_policy_is_warned_about_by_name() {
     let logs = common::logged_while(|| async {
         let account = Account::new();
-        let url = account
+        account
             .create_queue("cards", QueueAttributes::new())
             .await
             .unwrap();
@@ -234,7 +234,6 @@ fn a_subscription_made_by_hand_with_another_filter_policy_is_warned_about_by_nam
         let by_hand = Subscribe::sqs(&topic_arn, &queue_arn)
             .attribute("FilterPolicy", r#"{"kind": ["cheque"]}"#);
         account.subscribe(by_hand).await.unwrap();
-        let _ = url;
 
         let broker = SqsBroker::with_account(&account);
         let queue = SqsQueue::new("cards").subscribed_to(
@@ -462,4 +461,34 @@ async fn a_fifo_topic_keeps_each_group_in_order_into_a_fifo_queue() {
     for group in groups {
         assert_eq!(order[group], (0..50).collect::<Vec<_>>(), "group {group}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_topic_that_cannot_be_found_refuses_its_publishes_saying_how_to_fix_it() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    // No queue resolved yet: the broker cannot build the topic's ARN, and may not create it.
+    let refused = broker.topic("refunds").raw("{}").send().await.unwrap_err();
+    assert_eq!(refused.kind(), Some(ErrorKind::NotFound), "{refused:?}");
+    assert!(
+        refused.to_string().contains(".create_if_missing()"),
+        "{refused}"
+    );
+    // Once a queue is resolved, the topic is looked up by the ARN it would have: missing still.
+    account
+        .create_queue("ledger", QueueAttributes::new())
+        .await
+        .unwrap();
+    broker.publisher("ledger").raw("x").send().await.unwrap();
+    let refused = broker.topic("refunds").raw("{}").send().await.unwrap_err();
+    assert_eq!(refused.kind(), Some(ErrorKind::NotFound), "{refused:?}");
+    assert!(refused.to_string().contains("does not exist"), "{refused}");
+    assert_eq!(broker.api_calls().create_topic, 0);
+    assert_eq!(broker.api_calls().publish_batch, 0);
+    // It exists now: the next publish finds it (a failed lookup is not kept).
+    account
+        .create_topic("refunds", TopicAttributes::new())
+        .await
+        .unwrap();
+    broker.topic("refunds").raw("{}").send().await.unwrap();
 }

@@ -267,3 +267,26 @@ fn error_type(error: &TransportError) -> String {
         TransportError::Unavailable { .. } => "unavailable".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_sns_call_is_labelled_by_its_topic_and_an_sqs_call_by_its_queue() {
+        assert_eq!(
+            topic_name("arn:aws:sns:eu-west-1:123:payments.fifo"),
+            "payments.fifo"
+        );
+        assert_eq!(
+            topic_name("arn:aws:sns:eu-west-1:123:payments:0f1e2d3c"),
+            "payments",
+            "a subscription's ARN names its topic"
+        );
+        assert_eq!(topic_name("payments"), "payments", "CreateTopic names it");
+        assert_eq!(
+            queue_name("https://sqs.eu-west-1.amazonaws.com/123/ledger"),
+            "ledger"
+        );
+    }
+}
