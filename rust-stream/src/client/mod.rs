@@ -7,8 +7,9 @@
 //!   visibility): calls of up to 10 entries, gathered for a linger, retried with backoff.
 //! - [`send`]: the senders, one per queue (sharded by group on FIFO, so each group stays in order).
 //! - [`lease`]: a held message's claim on its visibility, settled exactly once.
-//! - [`topic`]: SNS topics resolved once (their ARN, created when asked, the attributes a publish
-//!   is checked against), and the queue ARNs a subscription needs.
+//! - [`topic`]: what a broker learns of an SNS topic once (its ARN, the attributes a publish is
+//!   checked against); `topic_lookup`: how it looks one up (created when asked), and the queue
+//!   ARNs a subscription needs.
 //! - [`publish`]: publishes to a topic through its batchers (`PublishBatch`), each FIFO group in
 //!   order.
 
@@ -17,6 +18,7 @@ pub(crate) mod lease;
 pub(crate) mod publish;
 pub(crate) mod send;
 pub(crate) mod topic;
+mod topic_lookup;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
