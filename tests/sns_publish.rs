@@ -259,6 +259,7 @@ fn a_subscription_made_by_hand_with_another_filter_policy_is_warned_about_by_nam
 
 #[tokio::test(start_paused = true)]
 async fn a_thousand_publishes_take_a_tenth_of_a_call_each() {
+    let prometheus = common::gauges::prometheus();
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
     let payments = broker.topic(topic());
@@ -290,10 +291,37 @@ async fn a_thousand_publishes_take_a_tenth_of_a_call_each() {
     for send in sends {
         send.await.unwrap().unwrap();
     }
-    let calls = broker.api_calls().publish_batch - calls;
+    let singles = broker.api_calls().publish_batch - calls;
     assert!(
-        calls <= 100,
-        "{calls} PublishBatch calls for 1,000 single publishes"
+        singles <= 100,
+        "{singles} PublishBatch calls for 1,000 single publishes"
+    );
+    common::report(format!(
+        "PublishBatch calls for 1,000 publishes: {calls} in one send_batch, {singles} sent one by \
+         one from 1,000 tasks"
+    ));
+
+    // Metered as SNS, by topic name (other tests of this binary publish to it too).
+    let text = prometheus.render();
+    let line = |prefix: &str, labels: &str| {
+        text.lines()
+            .find(|line| line.starts_with(prefix) && line.contains(labels))
+            .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {prefix}{{{labels}}} in:\n{text}"))
+    };
+    let sent = line(
+        "messaging_client_sent_messages",
+        r#"messaging_system="aws_sns",messaging_destination_name="payments"}"#,
+    );
+    assert!(sent >= 2_000.0, "{sent}");
+    let timed = line(
+        "messaging_client_operation_duration_count",
+        r#"messaging_system="aws_sns",messaging_operation_name="PublishBatch",messaging_destination_name="payments"}"#,
+    );
+    assert!(timed >= (calls + singles) as f64, "{timed}");
+    assert!(
+        !text.contains(r#"messaging_system="aws_sqs",messaging_operation_name="PublishBatch""#),
+        "{text}"
     );
 }
 

@@ -197,7 +197,8 @@ impl Publisher {
     /// it lists a subscription's outputs (with the `schemars` feature `Payload::schema::<T>()` is
     /// their JSON Schema). A publisher takes any type, so it may say several; a type said again is
     /// listed once. Only a publisher made with [`SqsBroker::publisher`](crate::SqsBroker::publisher)
-    /// is in the document: on another, this does nothing.
+    /// is in the document: on another, this does nothing; nor does it on a topic publisher, whose
+    /// topic the document does not describe yet.
     ///
     /// ```
     /// use rust_stream::asyncapi::Payload;
@@ -216,7 +217,8 @@ impl Publisher {
     /// );
     /// ```
     pub fn payload(self, payload: Payload) -> Self {
-        if let Some(core) = self.core() {
+        // Payloads are listed by queue name: a topic's would land on a queue of the same name.
+        if let (Some(core), None) = (self.core(), self.topic()) {
             core.declarations()
                 .publisher_payload(&self.queue().name, payload);
         }
