@@ -453,6 +453,115 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
     parser.assert_clean(&[("every_declaration".to_owned(), document)]);
 }
 
+/// An app whose queues are fed by SNS topics: a standard topic into two queues (one raw with a
+/// numeric filter policy, one enveloped with a list of strings), and a FIFO topic of the same
+/// name as a queue into a FIFO queue with a body filter.
+fn topics_declaration() -> Value {
+    let posted = SnsTopic::new("payments-posted").create_if_missing();
+    let booked = SnsTopic::new("payments.fifo").content_based_deduplication(true);
+    RustStream::new(AppInfo::new("fan-out", "1.0.0"))
+        .with_broker(SqsBroker::in_process(), |b| {
+            b.include(
+                subscriber(
+                    SqsQueue::new("large-payments").subscribed_to(
+                        TopicSubscription::new(posted.clone())
+                            .raw_message_delivery(true)
+                            .filter_policy(r#"{"amount": [{"numeric": [">=", 1000]}]}"#),
+                    ),
+                    Audit,
+                )
+                .build(),
+            );
+            b.include(
+                subscriber(
+                    SqsQueue::new("eur-payments").subscribed_to(
+                        TopicSubscription::new(posted).filter_policy(r#"{"currency": ["EUR"]}"#),
+                    ),
+                    Audit,
+                )
+                .build(),
+            );
+            b.include(
+                subscriber(
+                    SqsQueue::new("payments.fifo").subscribed_to(
+                        TopicSubscription::new(booked)
+                            .filter_policy_on_body(r#"{"payment": {"method": ["card"]}}"#),
+                    ),
+                    Audit,
+                )
+                .build(),
+            );
+        })
+        .asyncapi()
+}
+
+#[test]
+fn a_document_of_topics_has_their_channels_and_deliveries_and_the_parser_accepts_it() {
+    let document = topics_declaration();
+    let channels = &document["channels"];
+    let mut names: Vec<&String> = channels.as_object().expect("channels").keys().collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "eur-payments",
+            "large-payments",
+            "payments.fifo",
+            "sns.payments-posted",
+            "sns.payments.fifo"
+        ]
+    );
+    let posted = &channels["sns.payments-posted"];
+    assert_eq!(posted["address"], "payments-posted");
+    assert_eq!(posted["bindings"]["sns"]["name"], "payments-posted");
+    assert_eq!(posted["bindings"]["sns"]["ordering"]["type"], "standard");
+    let booked = &channels["sns.payments.fifo"]["bindings"]["sns"];
+    assert_eq!(booked["ordering"]["type"], "FIFO");
+    assert_eq!(booked["ordering"]["contentBasedDeduplication"], true);
+    assert_eq!(
+        posted["messages"]
+            .as_object()
+            .map(|messages| messages.len()),
+        Some(1),
+        "two queues of one payload type share the topic's message"
+    );
+
+    let operations = &document["operations"];
+    let delivery = &operations["deliver.payments-posted"];
+    assert_eq!(delivery["action"], "receive");
+    assert_eq!(
+        delivery["channel"]["$ref"],
+        "#/channels/sns.payments-posted"
+    );
+    let consumers = &delivery["bindings"]["sns"]["consumers"];
+    assert_eq!(
+        consumers,
+        &serde_json::json!([
+            {
+                "protocol": "sqs",
+                "endpoint": { "name": "large-payments" },
+                "rawMessageDelivery": true,
+                // A list of operators is beyond the binding's schema: kept whole, as an extension.
+                "x-filterPolicy": { "amount": [{ "numeric": [">=", 1000] }] },
+            },
+            {
+                "protocol": "sqs",
+                "endpoint": { "name": "eur-payments" },
+                "rawMessageDelivery": false,
+                "filterPolicy": { "currency": ["EUR"] },
+            },
+        ])
+    );
+    let fifo = &operations["deliver.payments.fifo"]["bindings"]["sns"]["consumers"][0];
+    assert_eq!(fifo["filterPolicyScope"], "MessageBody");
+    assert_eq!(fifo["filterPolicy"]["payment"]["method"][0], "card");
+
+    let Some(parser) = Parser::installed("topics") else {
+        return;
+    };
+    parser.assert_clean(&[("topics".to_owned(), document)]);
+}
+
 #[test]
 fn the_parser_reports_a_broken_document() {
     let Some(parser) = Parser::installed("broken") else {

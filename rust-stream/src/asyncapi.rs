@@ -42,6 +42,16 @@
 //!   (version 0.2.0, the one AsyncAPI 3.0.0 defines): the queue's name, whether it is FIFO, the
 //!   visibility timeout and dead-letter queue (with `maxReceiveCount`) when declared, and the
 //!   messages that travel on it.
+//! - topics: a channel per SNS topic the app's queues are subscribed to
+//!   ([`SqsQueue::subscribed_to`](crate::SqsQueue::subscribed_to)), keyed `sns.TOPIC` (no queue's
+//!   channel can take that key) and addressed by the topic's name, with its SNS binding (version
+//!   0.1.0, the one AsyncAPI 3.0.0 defines: the name, `ordering` standard or FIFO and
+//!   content-based deduplication), and a `receive` operation `deliver.TOPIC` whose binding lists
+//!   the subscribed queues as its `consumers` (protocol `sqs`, the queue by its SQS binding's
+//!   name, raw delivery, the filter policy and its scope). The binding's schema takes a filter
+//!   policy only when each value is a string, a list of strings or an object; a policy with
+//!   operators in a list (`{"amount": [{"numeric": [">", 0]}]}`) is written whole as
+//!   `x-filterPolicy` instead, which keeps the document valid.
 //! - `operations`: a `receive` per subscription, named after its handler (the function of a
 //!   `#[subscriber]`; its full path in `x-rust-handler`) and described by its doc comment
 //!   ([`SubscriberBuilder::description`](crate::SubscriberBuilder::description)); a
@@ -67,12 +77,16 @@ use crate::app::AppInfo;
 use crate::describe::short_name;
 pub use crate::describe::Payload;
 use crate::handler::Subscriber;
-use crate::model::SqsQueue;
+use crate::model::filter_policy::FilterPolicyScope;
+use crate::model::{SnsTopic, SqsQueue};
 
 pub use crate::broker::ASYNCAPI_VERSION;
 
 /// The version of the SQS bindings used: the one the AsyncAPI 3.0.0 schema knows.
 pub const SQS_BINDING_VERSION: &str = "0.2.0";
+
+/// The version of the SNS bindings used: the one the AsyncAPI 3.0.0 schema knows.
+pub const SNS_BINDING_VERSION: &str = "0.1.0";
 
 /// `base`, or `base-2`, `base-3`... when taken.
 fn unique(base: String, taken: impl Fn(&str) -> bool) -> String {
@@ -92,12 +106,25 @@ struct Channel {
     messages: BTreeMap<String, Value>,
 }
 
+/// One topic of the document: the topic as first declared, its messages, and the app's queues
+/// subscribed to it (the consumers of its SNS binding).
+struct TopicChannel {
+    topic: SnsTopic,
+    messages: BTreeMap<String, Value>,
+    consumers: Vec<Value>,
+    /// The receive operations of the subscriptions fed by the topic: the delivery operation
+    /// lists their messages.
+    message_refs: Vec<Value>,
+}
+
 /// Writes the document of an app on SQS.
 pub(crate) struct Writer<'a> {
     info: &'a AppInfo,
     /// Each queue as the app's declarations and the broker's publishers' together describe it.
     merged: &'a dyn Fn(&SqsQueue) -> SqsQueue,
     channels: BTreeMap<String, Channel>,
+    /// Topics by name.
+    topics: BTreeMap<String, TopicChannel>,
     operations: Map<String, Value>,
     #[cfg(feature = "schemars")]
     generator: schemars::SchemaGenerator,
@@ -109,6 +136,7 @@ impl<'a> Writer<'a> {
             info,
             merged,
             channels: BTreeMap::new(),
+            topics: BTreeMap::new(),
             operations: Map::new(),
             #[cfg(feature = "schemars")]
             generator: {
@@ -138,6 +166,39 @@ impl<'a> Writer<'a> {
         self.operations.insert(id.clone(), receive);
 
         let merged = (self.merged)(&subscriber.queue);
+        for subscription in merged.subscriptions() {
+            let topic = subscription.topic();
+            let channel = self
+                .topics
+                .entry(topic.name().to_owned())
+                .or_insert_with(|| TopicChannel {
+                    topic: topic.clone(),
+                    messages: BTreeMap::new(),
+                    consumers: Vec::new(),
+                    message_refs: Vec::new(),
+                });
+            // The queue's message, once per topic: queues whose handlers take the same type
+            // share it.
+            let mut topic_message = self.channels[&queue].messages[&message].clone();
+            let same = |other: &Value| {
+                other["x-rust-type"] == topic_message["x-rust-type"]
+                    && other.get("contentType") == topic_message.get("contentType")
+            };
+            let key = match channel.messages.iter().find(|(_, other)| same(other)) {
+                Some((key, _)) => key.clone(),
+                None => {
+                    let key = unique(message.clone(), |key| channel.messages.contains_key(key));
+                    topic_message["name"] = json!(key);
+                    channel.messages.insert(key.clone(), topic_message);
+                    channel
+                        .message_refs
+                        .push(json!({ "$ref": topic_message_ref(topic.name(), &key) }));
+                    key
+                }
+            };
+            debug_assert!(channel.messages.contains_key(&key));
+            channel.consumers.push(sns_consumer(&queue, subscription));
+        }
         if let Some(dead_letter) = &merged.dead_letter {
             let message = self.message(
                 &dead_letter.queue,
@@ -276,11 +337,32 @@ impl<'a> Writer<'a> {
     /// The document.
     pub(crate) fn finish(mut self) -> Value {
         let info = self.info.asyncapi();
-        let channels: Map<String, Value> = self
+        let mut channels: Map<String, Value> = self
             .channels
             .iter()
             .map(|(name, channel)| (name.clone(), channel_object(channel)))
             .collect();
+        for (name, topic) in &self.topics {
+            channels.insert(topic_channel_key(name), topic_channel_object(topic));
+            let id = unique(format!("deliver.{name}"), |id| {
+                self.operations.contains_key(id)
+            });
+            let delivery = json!({
+                "action": "receive",
+                "channel": { "$ref": topic_channel_ref(name) },
+                "messages": topic.message_refs,
+                "description": format!(
+                    "SNS delivers the messages published to `{name}` to the app's queues \
+                     subscribed to it (the consumers of the binding), each through its filter \
+                     policy; the app receives them from those queues."
+                ),
+                "bindings": { "sns": {
+                    "consumers": topic.consumers,
+                    "bindingVersion": SNS_BINDING_VERSION,
+                } },
+            });
+            self.operations.insert(id, delivery);
+        }
         let schemas = self.schemas();
         let mut document = json!({
             "asyncapi": ASYNCAPI_VERSION,
@@ -312,6 +394,78 @@ fn channel_ref(queue: &str) -> String {
 
 fn message_ref(queue: &str, message: &str) -> String {
     format!("#/channels/{queue}/messages/{message}")
+}
+
+/// The key of a topic's channel: `sns.` and the topic's name, which no queue's channel can take
+/// (a queue's name has no `.` but in `.fifo`, last).
+fn topic_channel_key(topic: &str) -> String {
+    format!("sns.{topic}")
+}
+
+fn topic_channel_ref(topic: &str) -> String {
+    format!("#/channels/{}", topic_channel_key(topic))
+}
+
+fn topic_message_ref(topic: &str, message: &str) -> String {
+    format!("{}/messages/{message}", topic_channel_ref(topic))
+}
+
+/// A topic's channel object: its address (the topic's name), its messages and its SNS binding.
+fn topic_channel_object(channel: &TopicChannel) -> Value {
+    let topic = &channel.topic;
+    let mut binding = json!({
+        "name": topic.name(),
+        "bindingVersion": SNS_BINDING_VERSION,
+    });
+    if topic.is_fifo() {
+        binding["ordering"] = json!({
+            "type": "FIFO",
+            "contentBasedDeduplication": topic.deduplicates_by_content(),
+        });
+    } else {
+        binding["ordering"] = json!({ "type": "standard" });
+    }
+    let kind = if topic.is_fifo() { "FIFO" } else { "standard" };
+    json!({
+        "address": topic.name(),
+        "description": format!("The {kind} SNS topic `{}`.", topic.name()),
+        "messages": channel.messages,
+        "bindings": { "sns": binding },
+    })
+}
+
+/// The SNS binding's consumer for `queue`'s subscription: the queue by the name of its channel's
+/// SQS binding, raw or enveloped, and its filter policy. The binding's schema takes a filter
+/// policy whose every value is a string, a list of strings or an object; a policy with a list of
+/// operators (`[{"numeric": [">", 0]}]`) or `$or` is kept whole in `x-filterPolicy` instead, so
+/// the document stays valid and says everything.
+fn sns_consumer(queue: &str, subscription: &crate::model::TopicSubscription) -> Value {
+    let mut consumer = json!({
+        "protocol": "sqs",
+        "endpoint": { "name": queue },
+        "rawMessageDelivery": subscription.is_raw_message_delivery(),
+    });
+    if let Some((text, scope)) = subscription.declared_policy() {
+        if let Ok(policy) = serde_json::from_str::<Value>(text) {
+            let fits = policy.as_object().is_some_and(|keys| {
+                keys.values().all(|value| match value {
+                    Value::String(_) | Value::Object(_) => true,
+                    Value::Array(items) => items.iter().all(Value::is_string),
+                    _ => false,
+                })
+            });
+            let field = if fits {
+                "filterPolicy"
+            } else {
+                "x-filterPolicy"
+            };
+            consumer[field] = policy;
+            if scope != FilterPolicyScope::default() {
+                consumer["filterPolicyScope"] = json!(scope.as_str());
+            }
+        }
+    }
+    consumer
 }
 
 /// A channel object: the queue's address, its messages and its SQS binding.

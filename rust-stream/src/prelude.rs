@@ -5,6 +5,7 @@ pub use std::future::{ready, Future};
 pub use crate::app::{App, AppInfo, RustStream};
 pub use crate::context::Context;
 pub use crate::handler::{subscriber, Handle};
+pub use crate::model::{SnsTopic, TopicSubscription};
 pub use crate::outcome::HandlerOutcome;
 pub use crate::sqs::{SqsBroker, SqsQueue};
 #[cfg(feature = "macros")]

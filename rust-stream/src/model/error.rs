@@ -45,7 +45,8 @@ pub enum ErrorKind {
     BatchEntryIdsNotDistinct,
     /// A send batch's messages add up to more than 1 MiB.
     BatchRequestTooLong,
-    /// The operation is not supported on this queue.
+    /// The operation is not supported: on this queue, or by this transport (a transport without
+    /// SNS answers it to an SNS call).
     UnsupportedOperation,
     /// The request was throttled.
     RequestThrottled,

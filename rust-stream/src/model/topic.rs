@@ -121,7 +121,14 @@ pub fn check_topic_name(name: &str, fifo: bool) -> Result<(), TransportError> {
         return Ok(());
     }
     let kind = if fifo { "FIFO topic" } else { "standard topic" };
-    let suffix = if fifo {
+    let lower_case = name.len() > FIFO_TOPIC_SUFFIX.len()
+        && name.is_char_boundary(name.len() - FIFO_TOPIC_SUFFIX.len())
+        && name[name.len() - FIFO_TOPIC_SUFFIX.len()..].eq_ignore_ascii_case(FIFO_TOPIC_SUFFIX);
+    let suffix = if !fifo && lower_case {
+        // `.FIFO` is not the suffix SNS knows: the name is neither a FIFO topic's nor a valid
+        // standard one's.
+        "for a FIFO topic, end the name in `.fifo`, in lower case"
+    } else if fifo {
         "end in `.fifo` (counted in the 256)"
     } else {
         "not end in `.fifo`, which only a FIFO topic's name does"

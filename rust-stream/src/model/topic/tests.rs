@@ -66,6 +66,18 @@ fn a_fifo_topic_name_ends_in_fifo_counted_in_the_256() {
 }
 
 #[test]
+fn an_upper_case_fifo_suffix_is_named_as_the_mistake() {
+    assert!(!is_fifo_topic_name("orders.FIFO"));
+    let shown = message(check_topic_name("orders.FIFO", false));
+    assert!(
+        shown.contains("end the name in `.fifo`, in lower case"),
+        "{shown}"
+    );
+    let plain = message(check_topic_name("orders.x", false));
+    assert!(!plain.contains("lower case"), "{plain}");
+}
+
+#[test]
 fn a_topic_arn_is_built_from_its_parts_and_read_back() {
     let arn = TopicArn::new("us-east-2", "111122223333", "ExampleTopic1").unwrap();
     assert_eq!(
