@@ -86,9 +86,38 @@ fn fan_out(broker: &SqsBroker) -> (impl App, [Seen; 3]) {
 #[tokio::test(start_paused = true)]
 async fn a_publish_reaches_exactly_the_subscribed_queues_whose_policy_takes_it() {
     let account = Account::new();
+    // One queue exists already, with a policy statement of its own, which must be kept.
+    let theirs = json!({"Sid": "theirs", "Effect": "Allow", "Principal": {"AWS": "123"}, "Action": "sqs:ReceiveMessage", "Resource": "*"});
+    let policy = json!({"Version": "2012-10-17", "Statement": [theirs]}).to_string();
+    account
+        .create_queue(
+            "all",
+            QueueAttributes::from([("Policy".to_owned(), policy)]),
+        )
+        .await
+        .unwrap();
     let broker = SqsBroker::with_account(&account);
     let (app, [all, cards, wires]) = fan_out(&broker);
     let running = TestApp::spawn(app).await.expect("the app starts");
+    let url = account.get_queue_url("all").await.unwrap();
+    let policy = account
+        .get_queue_attributes(&url, &["Policy"])
+        .await
+        .unwrap()["Policy"]
+        .clone();
+    let policy: Value = serde_json::from_str(&policy).unwrap();
+    let statements = policy["Statement"].as_array().unwrap();
+    assert_eq!(statements.len(), 2, "{policy}");
+    assert_eq!(statements[0], theirs, "kept as it was");
+    assert_eq!(
+        statements[1]["Principal"],
+        json!({"Service": "sns.amazonaws.com"})
+    );
+    assert_eq!(
+        statements[1]["Condition"]["ArnEquals"]["aws:SourceArn"],
+        json!([account.topic_arn_for(TOPIC)]),
+        "{policy}"
+    );
     let calls = broker.api_calls();
     assert_eq!(
         (
