@@ -295,6 +295,37 @@ pub enum RunError {
         /// Why it could not be reached.
         error: TransportError,
     },
+    /// A topic the app's queues are subscribed to does not exist, and is not declared
+    /// `create_if_missing`.
+    #[error(
+        "topic `{topic}` does not exist; create it, or declare it with `.create_if_missing()` \
+         (`SnsTopic::new(\"{topic}\").create_if_missing()`)"
+    )]
+    TopicMissing {
+        /// The topic.
+        topic: String,
+    },
+    /// SNS refused a startup call for a topic (or one of its subscriptions).
+    #[error("topic `{topic}`: {error}")]
+    Topic {
+        /// The topic.
+        topic: String,
+        /// What SNS said.
+        error: TransportError,
+    },
+    /// A queue is declared `subscribed_to` a topic but is not subscribed to it, and the app may
+    /// not subscribe it: the queue is not declared `create_if_missing`.
+    #[error(
+        "queue `{queue}` is not subscribed to topic `{topic}`: subscribe it (protocol sqs, the \
+         queue's ARN as endpoint, and a queue Policy letting the topic sqs:SendMessage to it), or \
+         declare the queue `.create_if_missing()` for the app to do both"
+    )]
+    SubscriptionMissing {
+        /// The queue.
+        queue: String,
+        /// The topic.
+        topic: String,
+    },
     /// The signal handlers could not be installed.
     #[error("cannot listen for SIGINT/SIGTERM: {0}")]
     Signal(String),

@@ -57,13 +57,15 @@
 //!    [`broker`] (the [`Broker`] trait and what it is given: [`AppInfo`], [`AppContext`]), and
 //!    [`app`] ([`RustStream`], [`App::run`] until a signal or a [`ShutdownHandle`], then a
 //!    graceful stop).
-//! 6. The client a broker shares among publishers and consumers: queues resolved once, one
-//!    batcher per queue and action (send, delete, change visibility), leases (internal).
+//! 6. The client a broker shares among publishers and consumers: queues and SNS topics resolved
+//!    once, one batcher per queue or topic and action (send, delete, change visibility, publish),
+//!    leases (internal).
 //! 7. The handler API: [`publish`] ([`Publisher`], [`Output`]: one message or a batch, FIFO groups,
-//!    deduplication ids, headers), [`context`] ([`Context`], the message in hand), and [`handler`]
+//!    deduplication ids, headers; to a queue, or to a topic with [`SqsBroker::topic`]), [`context`] ([`Context`], the message in hand), and [`handler`]
 //!    (the [`Handle`] trait and [`subscriber`](fn@subscriber); the
 //!    [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`).
-//! 8. [`engine`]: the consumer: receive, dispatch, settle, extend visibility.
+//! 8. [`engine`]: the consumer: the app's topic subscriptions found or made at start, then receive,
+//!    dispatch, settle, extend visibility.
 //! 9. [`sqs`] and [`asyncapi`]: [`SqsBroker`], over the account or Amazon SQS
 //!    ([`SqsBroker::from_env`], or whichever the environment names with
 //!    [`SqsBroker::from_env_or_in_process`]), and the app's AsyncAPI 3.0 document

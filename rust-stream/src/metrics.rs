@@ -12,7 +12,8 @@
 //!
 //! Every metric carries `messaging.system = "aws_sqs"` and the queue as
 //! `messaging.destination.name` (an app has one subscription per queue, so the queue names the
-//! subscription too); durations are in seconds.
+//! subscription too), except those of SNS: an SNS call and a publish to a topic carry
+//! `messaging.system = "aws_sns"` and the topic's name; durations are in seconds.
 //!
 //! | Metric | Kind | Labels besides the two | What |
 //! | --- | --- | --- | --- |
@@ -27,8 +28,8 @@
 //! | `rust_stream.receives.in_flight` | gauge | | receives in flight (at most `rust_stream.pollers.active`) |
 //! | `rust_stream.message.age` | histogram | | at receive, now − `SentTimestamp` |
 //! | `rust_stream.receive.batch_size` | histogram | | messages each receive brought, empty ones included |
-//! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `CreateQueue` |
-//! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered |
+//! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `SetQueueAttributes`, `CreateQueue`; SNS's (`aws_sns`): `PublishBatch`, `CreateTopic`, `GetTopicAttributes`, `Subscribe`, `GetSubscriptionAttributes`, `ListSubscriptionsByTopic` |
+//! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered; to a topic with `aws_sns` |
 //!
 //! `error.type` is the [`ErrorKind`](crate::model::rules::ErrorKind) SQS answered (its `Debug`
 //! name, e.g. `Throttled`), the code of an error it does not know (e.g. `AccessDenied`), or
@@ -44,9 +45,9 @@ use crate::model::{
 };
 use crate::record::Settled;
 
-/// `messaging.system`, always `aws_sqs`.
+/// `messaging.system`: `aws_sqs`, or `aws_sns` for SNS calls and publishes to topics.
 pub const SYSTEM: &str = "messaging.system";
-/// `messaging.destination.name`: the queue.
+/// `messaging.destination.name`: the queue, or the topic.
 pub const DESTINATION: &str = "messaging.destination.name";
 /// `messaging.operation.name`: the SQS action of a call.
 pub const OPERATION: &str = "messaging.operation.name";
@@ -82,8 +83,10 @@ pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
 /// Messages published.
 pub const MESSAGES_SENT: &str = "messaging.client.sent.messages";
 
-/// The value of `messaging.system`.
+/// The value of `messaging.system` for SQS.
 const AWS_SQS: &str = "aws_sqs";
+/// The value of `messaging.system` for SNS: its calls and the publishes to topics.
+const AWS_SNS: &str = "aws_sns";
 
 /// One subscription's instruments, registered once when it starts, so that recording a message
 /// costs no label building.
@@ -194,19 +197,26 @@ impl SubscriptionMetrics {
     }
 }
 
-/// Records one SQS API call of `action` on the queue at `queue_url`.
+/// Records one API call of `action` on `target`: for an SQS action the queue's URL (or its name),
+/// for an SNS action (`sns`) the topic's ARN, a subscription's, or the topic's name.
 pub(crate) fn call<T>(
     action: &'static str,
-    queue_url: &str,
+    sns: bool,
+    target: &str,
     took: Duration,
     result: &Result<T, TransportError>,
 ) {
     // Labels handed over as they are: every call (one per 10 messages) builds them, and a label
     // list lent to the macro is copied a second time.
     let mut labels = Vec::with_capacity(4);
-    labels.push(Label::from_static_parts(SYSTEM, AWS_SQS));
+    let (system, destination) = if sns {
+        (AWS_SNS, topic_name(target))
+    } else {
+        (AWS_SQS, queue_name(target))
+    };
+    labels.push(Label::from_static_parts(SYSTEM, system));
     labels.push(Label::from_static_parts(OPERATION, action));
-    labels.push(Label::new(DESTINATION, queue_name(queue_url).to_owned()));
+    labels.push(Label::new(DESTINATION, destination.to_owned()));
     if let Err(error) = result {
         labels.push(Label::new(ERROR_TYPE, error_type(error)));
     }
@@ -224,6 +234,27 @@ pub(crate) fn sent(queue: &str, count: usize, error: Option<&TransportError>) {
     ::metrics::counter!(MESSAGES_SENT, labels).increment(count as u64);
 }
 
+/// Records `count` messages published to the SNS topic `topic`, failed with `error` if any.
+pub(crate) fn published(topic: &str, count: usize, error: Option<&TransportError>) {
+    let mut labels = Vec::with_capacity(3);
+    labels.push(Label::from_static_parts(SYSTEM, AWS_SNS));
+    labels.push(Label::new(DESTINATION, topic.to_owned()));
+    if let Some(error) = error {
+        labels.push(Label::new(ERROR_TYPE, error_type(error)));
+    }
+    ::metrics::counter!(MESSAGES_SENT, labels).increment(count as u64);
+}
+
+/// A topic's name from its ARN (`arn:PARTITION:sns:REGION:ACCOUNT:NAME`, and `:ID` for a
+/// subscription's), or the name itself.
+fn topic_name(target: &str) -> &str {
+    if target.starts_with("arn:") {
+        target.split(':').nth(5).unwrap_or(target)
+    } else {
+        target
+    }
+}
+
 /// A queue's name from its URL (its last segment), or the name itself.
 fn queue_name(queue_url: &str) -> &str {
     queue_url.rsplit('/').next().unwrap_or(queue_url)
@@ -234,5 +265,28 @@ fn error_type(error: &TransportError) -> String {
         TransportError::Service { kind, .. } => format!("{kind:?}"),
         TransportError::Other { code, .. } => code.clone(),
         TransportError::Unavailable { .. } => "unavailable".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_sns_call_is_labelled_by_its_topic_and_an_sqs_call_by_its_queue() {
+        assert_eq!(
+            topic_name("arn:aws:sns:eu-west-1:123:payments.fifo"),
+            "payments.fifo"
+        );
+        assert_eq!(
+            topic_name("arn:aws:sns:eu-west-1:123:payments:0f1e2d3c"),
+            "payments",
+            "a subscription's ARN names its topic"
+        );
+        assert_eq!(topic_name("payments"), "payments", "CreateTopic names it");
+        assert_eq!(
+            queue_name("https://sqs.eu-west-1.amazonaws.com/123/ledger"),
+            "ledger"
+        );
     }
 }

@@ -37,6 +37,7 @@
 //! OpenTelemetry SDK provider (and exporter); rust-stream needs no global propagator of its own.
 
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
+use crate::model::topic::Publish;
 use crate::model::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
 
 /// The message attribute carrying the W3C `traceparent` of the span a message was published in:
@@ -76,7 +77,30 @@ impl TraceHeaders {
     /// Adds the context to `message` where it fits (see the module docs): never over the
     /// attribute count or `maximum_message_size`, never over the sender's own attributes.
     pub(crate) fn inject(&self, message: &mut SendMessage, maximum_message_size: usize) {
-        let attributes = &message.message_attributes;
+        self.inject_into(
+            message.body.len(),
+            &mut message.message_attributes,
+            maximum_message_size,
+        );
+    }
+
+    /// Adds the context to a publish to an SNS topic, as [`inject`](Self::inject) does to an SQS
+    /// message: SNS has the same 10-attribute limit for a raw delivery, and counts size alike.
+    pub(crate) fn inject_publish(&self, publish: &mut Publish, maximum_message_size: usize) {
+        self.inject_into(
+            publish.message.len(),
+            &mut publish.message_attributes,
+            maximum_message_size,
+        );
+    }
+
+    /// Adds the context to `attributes`, those of a message whose body is `body` bytes long.
+    fn inject_into(
+        &self,
+        body: usize,
+        attributes: &mut MessageAttributes,
+        maximum_message_size: usize,
+    ) {
         if attributes.contains_key(TRACEPARENT_HEADER) || attributes.contains_key(TRACESTATE_HEADER)
         {
             return;
@@ -90,7 +114,8 @@ impl TraceHeaders {
             return;
         }
         if !fits(
-            message,
+            body,
+            attributes,
             TRACEPARENT_HEADER,
             &self.traceparent,
             maximum_message_size,
@@ -98,7 +123,6 @@ impl TraceHeaders {
             tracing::debug!("the trace context would take the message past its queue's MaximumMessageSize; sent without it");
             return;
         }
-        let attributes = &mut message.message_attributes;
         attributes.insert(
             TRACEPARENT_HEADER.to_owned(),
             MessageAttributeValue::string(self.traceparent.clone()),
@@ -106,23 +130,38 @@ impl TraceHeaders {
         let Some(tracestate) = &self.tracestate else {
             return;
         };
-        if free < 2 || !fits(message, TRACESTATE_HEADER, tracestate, maximum_message_size) {
+        if free < 2
+            || !fits(
+                body,
+                attributes,
+                TRACESTATE_HEADER,
+                tracestate,
+                maximum_message_size,
+            )
+        {
             tracing::debug!(
                 "no room left for the message's tracestate; sent with its traceparent alone"
             );
             return;
         }
-        message.message_attributes.insert(
+        attributes.insert(
             TRACESTATE_HEADER.to_owned(),
             MessageAttributeValue::string(tracestate.clone()),
         );
     }
 }
 
-/// Whether `message` stays within `maximum` bytes with a `String` attribute `name` of `value`.
-fn fits(message: &SendMessage, name: &str, value: &str, maximum: usize) -> bool {
+/// Whether a message of `body` bytes and `attributes` stays within `maximum` bytes with a
+/// `String` attribute `name` of `value`.
+fn fits(
+    body: usize,
+    attributes: &MessageAttributes,
+    name: &str,
+    value: &str,
+    maximum: usize,
+) -> bool {
     let added = name.len() + "String".len() + value.len();
-    rules::message_size(message) + added <= maximum
+    body + rules::attributes_size(attributes) + added <= maximum
 }
 
 /// Continues in `span` the trace a received message carries, when it carries a valid one.

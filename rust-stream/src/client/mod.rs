@@ -7,10 +7,18 @@
 //!   visibility): calls of up to 10 entries, gathered for a linger, retried with backoff.
 //! - [`send`]: the senders, one per queue (sharded by group on FIFO, so each group stays in order).
 //! - [`lease`]: a held message's claim on its visibility, settled exactly once.
+//! - [`topic`]: what a broker learns of an SNS topic once (its ARN, the attributes a publish is
+//!   checked against); `topic_lookup`: how it looks one up (created when asked), and the queue
+//!   ARNs a subscription needs.
+//! - [`publish`]: publishes to a topic through its batchers (`PublishBatch`), each FIFO group in
+//!   order.
 
 pub(crate) mod batch;
 pub(crate) mod lease;
+pub(crate) mod publish;
 pub(crate) mod send;
+pub(crate) mod topic;
+mod topic_lookup;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +50,13 @@ pub(crate) struct Client {
     /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
     /// no other, and callers asking for the same queue at once share one lookup.
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
+    /// Topics by name, each resolved once behind its own cell, as queues are.
+    topics: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<topic::ResolvedTopic>>>>,
+    /// Queue ARNs by URL, read once: a subscription's endpoint, and a queue policy's resource.
+    queue_arns: Mutex<HashMap<String, String>>,
+    /// The account and region of the backend, from the first ARN read: what a topic's ARN is
+    /// built from (SNS has no `GetTopicArn`).
+    home: std::sync::OnceLock<topic::Home>,
     /// The publishers' declarations, and those of the apps built on the broker that live.
     pub(crate) declarations: Arc<Mutex<declare::Registry>>,
     batchers: Mutex<Batchers>,
@@ -64,6 +79,8 @@ pub(crate) struct Resolved {
 #[derive(Default)]
 struct Batchers {
     send: HashMap<String, send::Sender>,
+    /// By topic ARN.
+    publish: HashMap<String, send::Sender<batch::PublishBatch>>,
     delete: HashMap<String, Batcher<batch::DeleteBatch>>,
     visibility: HashMap<String, Batcher<batch::VisibilityBatch>>,
 }
@@ -94,6 +111,9 @@ impl Client {
             strict_groups: std::sync::atomic::AtomicBool::new(false),
             naming: std::sync::RwLock::default(),
             queues: Mutex::new(HashMap::new()),
+            topics: Mutex::default(),
+            queue_arns: Mutex::default(),
+            home: std::sync::OnceLock::new(),
             declarations: Arc::default(),
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),

@@ -1,4 +1,6 @@
-//! A queue's sender: the `SendMessageBatch` batchers its sends go through.
+//! A queue's sender: the `SendMessageBatch` batchers its sends go through; and a topic's, the
+//! `PublishBatch` batchers of its publishes, by the same rules ([`Grouped`]: an action whose
+//! entries name a message group).
 //!
 //! A standard queue has one batcher with several calls in flight: order is not promised there.
 //! A FIFO queue must store each message group in the order of its sends, and it has several
@@ -53,19 +55,39 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::client::batch::{BatchSettings, Batcher, SendBatch};
+use crate::client::batch::{Action, BatchSettings, Batcher, PublishBatch, SendBatch};
 use crate::model::rules::MAX_BATCH_ENTRIES;
-use crate::transport::{SendMessage, SentMessage, SharedTransport, TransportError};
+use crate::transport::{Publish, SendMessage, SharedTransport, TransportError};
+
+/// A batched action whose entries go to a FIFO target by message group: a send to a queue, a
+/// publish to a topic.
+pub(crate) trait Grouped: Action {
+    /// The entry's group as placement knows it: an entry without one (which a FIFO target
+    /// refuses) counts as the empty group.
+    fn group(entry: &Self::Entry) -> &str;
+}
+
+impl Grouped for SendBatch {
+    fn group(message: &SendMessage) -> &str {
+        message.group_id.as_deref().unwrap_or("")
+    }
+}
+
+impl Grouped for PublishBatch {
+    fn group(publish: &Publish) -> &str {
+        publish.group_id.as_deref().unwrap_or("")
+    }
+}
 
 /// The in-order batchers of a FIFO queue's sends: as many calls in flight as a standard queue's
 /// batcher has.
 pub(crate) const FIFO_SEND_SHARDS: usize = 16;
 
-/// A queue's send batchers. Cheap to clone.
-#[derive(Clone, Debug)]
-pub(crate) struct Sender {
+/// A queue's send batchers (or a topic's publish batchers). Cheap to clone.
+#[derive(Debug)]
+pub(crate) struct Sender<A: Grouped = SendBatch> {
     /// One batcher for a standard queue; [`FIFO_SEND_SHARDS`] in-order ones for a FIFO queue.
-    shards: Vec<Batcher<SendBatch>>,
+    shards: Vec<Batcher<A>>,
     /// On a FIFO queue: which shard each group with unanswered messages goes through.
     placement: Option<Arc<Mutex<Placement>>>,
 }
@@ -118,24 +140,43 @@ fn least_busy(unanswered: &[usize]) -> usize {
         .map_or(0, |(shard, _)| shard)
 }
 
-/// A message's group as placement knows it: a message without one (which a FIFO queue refuses)
-/// counts as the empty group.
-fn group_of(message: &SendMessage) -> &str {
-    message.group_id.as_deref().unwrap_or("")
+impl<A: Grouped> Clone for Sender<A> {
+    fn clone(&self) -> Self {
+        Self {
+            shards: self.shards.clone(),
+            placement: self.placement.clone(),
+        }
+    }
 }
 
-impl Sender {
-    /// A standard queue's sender: one batcher, with the calls in flight `settings` allow.
+impl Sender<SendBatch> {
+    /// A standard queue's sender: see [`standard_of`](Self::standard_of).
     pub(crate) fn standard(transport: SharedTransport, url: &str, settings: BatchSettings) -> Self {
+        Self::standard_of(transport, url, settings)
+    }
+
+    /// A FIFO queue's sender: see [`fifo_of`](Self::fifo_of).
+    pub(crate) fn fifo(transport: SharedTransport, url: &str, shards: usize) -> Self {
+        Self::fifo_of(transport, url, shards)
+    }
+}
+
+impl<A: Grouped> Sender<A> {
+    /// A standard target's sender: one batcher, with the calls in flight `settings` allow.
+    pub(crate) fn standard_of(
+        transport: SharedTransport,
+        url: &str,
+        settings: BatchSettings,
+    ) -> Self {
         Self {
             shards: vec![Batcher::spawn(transport, url.to_owned(), settings)],
             placement: None,
         }
     }
 
-    /// A FIFO queue's sender: `shards` batchers of one call in flight each, which never linger
+    /// A FIFO target's sender: `shards` batchers of one call in flight each, which never linger
     /// (see the module's doc on latency).
-    pub(crate) fn fifo(transport: SharedTransport, url: &str, shards: usize) -> Self {
+    pub(crate) fn fifo_of(transport: SharedTransport, url: &str, shards: usize) -> Self {
         let in_order = BatchSettings {
             linger: Duration::ZERO,
             max_in_flight: 1,
@@ -157,8 +198,8 @@ impl Sender {
     /// order through its shard; the shards' calls go out at once.
     pub(crate) async fn submit(
         &self,
-        messages: Vec<SendMessage>,
-    ) -> Vec<Result<SentMessage, TransportError>> {
+        messages: Vec<A::Entry>,
+    ) -> Vec<Result<A::Output, TransportError>> {
         let Some(placement) = &self.placement else {
             return self.shards[0].submit(messages).await;
         };
@@ -168,7 +209,7 @@ impl Sender {
             messages
                 .iter()
                 .map(|message| {
-                    let group = group_of(message);
+                    let group = A::group(message);
                     (placement.place(group), group.to_owned())
                 })
                 .unzip()
@@ -186,16 +227,17 @@ impl Sender {
     /// Submits each message to its shard in `placed`, each shard's part in the order given.
     async fn submit_placed(
         &self,
-        messages: Vec<SendMessage>,
+        messages: Vec<A::Entry>,
         placed: &[usize],
-    ) -> Vec<Result<SentMessage, TransportError>> {
+    ) -> Vec<Result<A::Output, TransportError>> {
         let first = placed.first().copied().unwrap_or(0);
         if placed.iter().all(|&shard| shard == first) {
             return self.shards[first].submit(messages).await;
         }
         // Split by shard, each keeping the order given, and remember where each answer goes.
         let count = self.shards.len();
-        let mut split: Vec<(Vec<SendMessage>, Vec<usize>)> = vec![Default::default(); count];
+        let mut split: Vec<(Vec<A::Entry>, Vec<usize>)> =
+            (0..count).map(|_| Default::default()).collect();
         for (position, (message, &shard)) in messages.into_iter().zip(placed).enumerate() {
             let (messages, positions) = &mut split[shard];
             messages.push(message);
@@ -213,7 +255,7 @@ impl Sender {
                 positions.push(at);
             }
         }
-        let mut answers: Vec<Option<Result<SentMessage, TransportError>>> =
+        let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
             (0..total).map(|_| None).collect();
         for (answered, at) in futures_util::future::join_all(waiting)
             .await

@@ -40,7 +40,8 @@
 //!
 //! # The lifecycle
 //!
-//! `mod.rs` checks the subscriptions, resolves their queues, decides where each one's failed
+//! `mod.rs` checks the subscriptions, resolves their queues, then the topics they are subscribed
+//! to and their subscriptions (`topics`: found and compared, or made), decides where each one's failed
 //! messages go, and builds its consumer: what the parts share (`shared::Shared`: the queue's name,
 //! FIFO or not, the visibility, the leases, the metrics; `shared::Tasks`: the engine tasks and the
 //! stop's signals to them), then the settler, the dispatcher over it, the intake over both, and
@@ -71,6 +72,7 @@ pub(crate) mod lanes;
 pub(crate) mod poll;
 pub(crate) mod settle;
 pub(crate) mod shared;
+mod topics;
 
 /// Moved: [`crate::record`].
 #[deprecated(since = "0.1.0", note = "moved to `rust_stream::record`")]
@@ -173,6 +175,8 @@ pub(crate) async fn run(
             .await
             .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
     }
+    // Then the topics the app declares, and its queues' subscriptions to them.
+    topics::wire(&client, crate::handler::declarations(&subscribers)).await?;
     let shutdown = app.shutdown();
     warn_about_settings(&client, &subscribers, shutdown.timeout());
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout

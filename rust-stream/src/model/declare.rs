@@ -232,10 +232,6 @@ impl Declarations {
 
     /// Every declared topic, by name: a subscription's topic is among them, to be resolved (or
     /// created) before the queue is subscribed to it.
-    #[allow(
-        dead_code,
-        reason = "the resolver of issue 21 (creating topics at startup) reads it"
-    )]
     pub(crate) fn topics(&self) -> Vec<SnsTopic> {
         self.topics
             .values()
@@ -348,10 +344,6 @@ impl Registry {
     }
 
     /// Adds the declaration of a topic publisher made with `broker.topic(..)`.
-    #[allow(
-        dead_code,
-        reason = "the topic publisher of issue 21 (step 6) declares its topic with it"
-    )]
     pub(crate) fn topic_publisher(&mut self, topic: &SnsTopic) {
         self.publishers.declare_topic(topic, TOPIC_PUBLISHER);
     }
@@ -434,10 +426,6 @@ impl Registry {
 
     /// `topic` as a topic publisher resolves it: with the publishers' declarations of it, then
     /// each living app's, the app built first first.
-    #[allow(
-        dead_code,
-        reason = "the topic publisher of issue 21 (step 6) resolves its topic with it"
-    )]
     pub(crate) fn for_topic_publisher(&self, topic: &SnsTopic) -> SnsTopic {
         let mut merged = topic.clone();
         for declared in std::iter::once(&self.publishers)

@@ -1,4 +1,4 @@
-//! Publishing: a [`Publisher`] for a queue, the [`Outgoing`] message with its steps
+//! Publishing: a [`Publisher`] for a queue or an SNS topic, the [`Outgoing`] message with its steps
 //! (`group_id`, `dedup_id`, `delay`, `header`, `header_number`, `header_binary`), sent one at a
 //! time or many at once ([`Publisher::send_batch`]), and a subscriber's typed [`Output`]s.
 //!
@@ -22,6 +22,13 @@
 //! the queue's own `MaximumMessageSize` included. With the `opentelemetry` feature every send also
 //! carries the W3C trace context of the span it was made in, where the message has room for it
 //! ([`propagation`](crate::propagation)).
+//!
+//! A publisher for a topic ([`SqsBroker::topic`](crate::SqsBroker::topic)) is the same type with
+//! the same steps: the same group and deduplication rules on a FIFO topic, its publishes checked
+//! against every SNS rule (the topic's `MaximumMessageSize`, its attributes, FIFO or not, with
+//! content-based deduplication or not, read from the topic once) before the network and sent in
+//! `PublishBatch` calls of up to 10, each FIFO group in order. SNS has no delay: a `delay` step is
+//! refused.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -34,9 +41,11 @@ use crate::client::Client;
 use crate::codec::{Codec, EncodeError, Json};
 use crate::describe::Payload;
 use crate::model::rules::{self, ErrorKind};
-use crate::model::{ConfigError, SqsQueue};
+use crate::model::topic::{check_publish, PublishTarget};
+use crate::model::{ConfigError, SnsTopic, SqsQueue};
 use crate::transport::{
-    MessageAttributeValue, MessageAttributes, SendMessage, SentMessage, TransportError,
+    MessageAttributeValue, MessageAttributes, Publish, Published, SendMessage, SentMessage,
+    TransportError,
 };
 
 /// The group of a FIFO message that names none, unless strict groups refuse it.
@@ -46,15 +55,18 @@ const DEFAULT_GROUP: &str = "default";
 /// given, and every delivery from a FIFO queue carries its group in it.
 pub const PARTITION_KEY_HEADER: &str = "partition_key";
 
-/// Publishes to one queue. Cheap to clone.
+/// Publishes to one queue, or to one SNS topic. Cheap to clone.
 #[derive(Clone)]
 pub struct Publisher {
     inner: Arc<PublisherInner>,
 }
 
 struct PublisherInner {
-    /// The queue as declared.
+    /// The queue as declared; for a topic publisher, the topic's name and FIFO settings as a
+    /// queue's, which the FIFO steps (group, deduplication id) read as they do a queue's.
     queue: SqsQueue,
+    /// The topic as declared, for a topic publisher.
+    topic: Option<SnsTopic>,
     binding: OnceLock<Binding>,
     /// Refuses a FIFO message that names no group rather than send it to `"default"`.
     strict_groups: bool,
@@ -66,12 +78,31 @@ struct Binding {
     core: Arc<Client>,
     /// The queue with the broker's prefix and suffix, or why they make a name SQS refuses.
     named: Result<SqsQueue, ConfigError>,
+    /// For a topic publisher: the topic as the broker names it.
+    topic: Option<SnsTopic>,
+}
+
+/// A topic's name and FIFO settings as a queue's: what the FIFO steps of a message read.
+fn stand_in(topic: &SnsTopic) -> SqsQueue {
+    let mut queue = SqsQueue::new(topic.name.clone());
+    queue.content_based_dedup = topic.deduplicates_by_content();
+    queue
+}
+
+/// What a topic's publish answers, as a queue's send answers it: the same three facts.
+fn sent(published: Published) -> SentMessage {
+    SentMessage {
+        message_id: published.message_id,
+        sequence_number: published.sequence_number,
+        duplicate: published.duplicate,
+    }
 }
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher")
             .field("queue", &self.queue().name)
+            .field("topic", &self.topic().is_some())
             .field("bound", &self.inner.binding.get().is_some())
             .finish()
     }
@@ -85,12 +116,48 @@ impl Publisher {
         Self {
             inner: Arc::new(PublisherInner {
                 queue: queue.into(),
+                topic: None,
                 binding: OnceLock::new(),
                 strict_groups: false,
             }),
         }
     }
 
+    /// A publisher for `topic`, bound to a broker later; see
+    /// [`SqsBroker::topic`](crate::SqsBroker::topic) for one that is bound at once.
+    pub(crate) fn for_topic(topic: SnsTopic) -> Self {
+        Self {
+            inner: Arc::new(PublisherInner {
+                queue: stand_in(&topic),
+                topic: Some(topic),
+                binding: OnceLock::new(),
+                strict_groups: false,
+            }),
+        }
+    }
+
+    /// The topic this publisher publishes to, for a topic publisher: once bound to a broker, as
+    /// the broker names it, else as declared. `None` for a queue's publisher.
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// use rust_stream::model::SnsTopic;
+    ///
+    /// let broker = SqsBroker::in_process().queue_name_prefix("staging-");
+    /// let posted = broker.topic(SnsTopic::new("payments-posted").create_if_missing());
+    /// assert_eq!(posted.topic().unwrap().name(), "staging-payments-posted");
+    /// assert!(broker.publisher("ledger").topic().is_none());
+    /// ```
+    pub fn topic(&self) -> Option<&SnsTopic> {
+        match self.inner.binding.get() {
+            Some(Binding {
+                named: Ok(_),
+                topic: Some(named),
+                ..
+            }) => Some(named),
+            _ => self.inner.topic.as_ref(),
+        }
+    }
     /// Refuses a message for a FIFO queue that names no group (no `group_id` step, no
     /// [`PARTITION_KEY_HEADER`] header, and, for a handler's output, no FIFO input to take it
     /// from) with [`PublishError::NoGroup`], before any call, instead of sending it to the group
@@ -118,6 +185,7 @@ impl Publisher {
         Self {
             inner: Arc::new(PublisherInner {
                 queue: self.inner.queue.clone(),
+                topic: self.inner.topic.clone(),
                 binding: self.inner.binding.clone(),
                 strict_groups: true,
             }),
@@ -129,7 +197,8 @@ impl Publisher {
     /// it lists a subscription's outputs (with the `schemars` feature `Payload::schema::<T>()` is
     /// their JSON Schema). A publisher takes any type, so it may say several; a type said again is
     /// listed once. Only a publisher made with [`SqsBroker::publisher`](crate::SqsBroker::publisher)
-    /// is in the document: on another, this does nothing.
+    /// is in the document: on another, this does nothing; nor does it on a topic publisher, whose
+    /// topic the document does not describe yet.
     ///
     /// ```
     /// use rust_stream::asyncapi::Payload;
@@ -148,7 +217,8 @@ impl Publisher {
     /// );
     /// ```
     pub fn payload(self, payload: Payload) -> Self {
-        if let Some(core) = self.core() {
+        // Payloads are listed by queue name: a topic's would land on a queue of the same name.
+        if let (Some(core), None) = (self.core(), self.topic()) {
             core.declarations()
                 .publisher_payload(&self.queue().name, payload);
         }
@@ -173,6 +243,7 @@ impl Publisher {
         let _ = publisher.inner.binding.set(Binding {
             core,
             named: Ok(queue),
+            topic: None,
         });
         publisher
     }
@@ -182,10 +253,18 @@ impl Publisher {
     pub(crate) fn bind(&self, core: &Arc<Client>) {
         self.inner.binding.get_or_init(|| {
             let mut problems = Vec::new();
-            let named = core.naming().queue(&self.inner.queue, &mut problems);
+            let naming = core.naming();
+            let (named, topic) = match &self.inner.topic {
+                Some(topic) => {
+                    let topic = naming.topic(topic, &mut problems);
+                    (stand_in(&topic), Some(topic))
+                }
+                None => (naming.queue(&self.inner.queue, &mut problems), None),
+            };
             Binding {
                 core: core.clone(),
                 named: problems.into_iter().next().map_or(Ok(named), Err),
+                topic,
             }
         });
     }
@@ -202,7 +281,9 @@ impl Publisher {
     }
 
     /// The queue this publisher sends to: once bound to a broker, as the broker names it (with
-    /// its [queue-name prefix](crate::SqsBroker::queue_name_prefix)), else as declared.
+    /// its [queue-name prefix](crate::SqsBroker::queue_name_prefix)), else as declared. A topic
+    /// publisher has no queue: this is its topic's name and FIFO settings as a queue's (see
+    /// [`topic`](Self::topic)).
     pub fn queue(&self) -> &SqsQueue {
         match self.inner.binding.get().map(|binding| &binding.named) {
             Some(Ok(named)) => named,
@@ -287,12 +368,26 @@ impl Publisher {
             .collect();
         let answers = match (requests.is_empty(), self.core()) {
             (true, _) => Vec::new(),
-            (false, Some(core)) => core
-                .send_many(self.queue(), requests)
-                .await
-                .into_iter()
-                .map(|answer| answer.map_err(PublishError::rejected(self.queue())))
-                .collect(),
+            (false, Some(core)) => match self.topic() {
+                Some(topic) => {
+                    let publishes = requests.into_iter().map(publish_of).collect();
+                    core.publish_many(topic, publishes)
+                        .await
+                        .into_iter()
+                        .map(|answer| {
+                            answer
+                                .map(sent)
+                                .map_err(PublishError::rejected(self.queue()))
+                        })
+                        .collect()
+                }
+                None => core
+                    .send_many(self.queue(), requests)
+                    .await
+                    .into_iter()
+                    .map(|answer| answer.map_err(PublishError::rejected(self.queue())))
+                    .collect(),
+            },
             (false, None) => requests
                 .iter()
                 .map(|_| {
@@ -314,7 +409,9 @@ impl Publisher {
 
     /// The request `outgoing` becomes as a message of this publisher.
     fn request_for(&self, outgoing: Outgoing) -> Result<SendMessage, PublishError> {
-        if outgoing.publisher.declared().name != self.declared().name {
+        if outgoing.publisher.declared().name != self.declared().name
+            || outgoing.publisher.inner.topic.is_some() != self.inner.topic.is_some()
+        {
             return Err(PublishError::OtherQueue {
                 queue: self.queue().name.clone(),
                 message_queue: outgoing.queue().name.clone(),
@@ -327,7 +424,7 @@ impl Publisher {
             publisher: self.clone(),
             ..outgoing
         };
-        Ok(outgoing.into_request()?.1)
+        Ok(outgoing.into_checked()?.1)
     }
 }
 
@@ -470,8 +567,23 @@ impl Outgoing {
         self
     }
 
-    /// The `SendMessage` this becomes, checked against every SQS rule.
+    /// The `SendMessage` this becomes, checked against every SQS rule: what a handler's output
+    /// sends. A handler's output goes to a queue; a message of a topic publisher is refused
+    /// ([`PublishError::TopicOutput`]).
     pub(crate) fn into_request(self) -> Result<(Publisher, SendMessage), PublishError> {
+        if let Some(topic) = self.publisher.topic() {
+            return Err(PublishError::TopicOutput {
+                topic: topic.name.clone(),
+            });
+        }
+        self.into_checked()
+    }
+
+    /// The message this becomes, checked against every rule of its destination: SQS's for a
+    /// queue; SNS's for a topic (as declared; the topic's own attributes are checked again once
+    /// it is resolved), its body and attributes in a `SendMessage` ([`publish_of`] makes the
+    /// publish).
+    fn into_checked(self) -> Result<(Publisher, SendMessage), PublishError> {
         if let Some(problem) = self.publisher.naming_problem() {
             return Err(PublishError::Config(problem.clone()));
         }
@@ -496,6 +608,31 @@ impl Outgoing {
                 .as_secs()
                 .saturating_add(u64::from(delay.subsec_nanos() > 0));
             message.delay_seconds = Some(i32::try_from(seconds).unwrap_or(i32::MAX));
+        }
+        if let Some(topic) = self.publisher.topic() {
+            if message.delay_seconds.is_some() {
+                return Err(reject(TransportError::service(
+                    ErrorKind::InvalidParameter,
+                    format!(
+                        "topic `{}`: SNS delivers at once and takes no delay; remove the \
+                         `delay(..)` step, or give the subscribed queue a DelaySeconds",
+                        topic.name
+                    ),
+                )));
+            }
+            message.group_id = group;
+            message.dedup_id = match self.dedup_id {
+                None if topic.is_fifo() && !topic.deduplicates_by_content() => {
+                    Some(uuid::Uuid::new_v4().to_string())
+                }
+                dedup => dedup,
+            };
+            let target = PublishTarget::new(&topic.name)
+                .content_based_dedup(topic.deduplicates_by_content())
+                .maximum_message_size(crate::model::topic::MAX_MAXIMUM_MESSAGE_SIZE);
+            // The largest size any topic takes: the topic's own is read when it is resolved.
+            check_publish(&publish_of(message.clone()), target).map_err(reject)?;
+            return Ok((self.publisher, message));
         }
         if queue.is_fifo() {
             message.group_id = group;
@@ -526,13 +663,34 @@ impl Outgoing {
     /// [`PublishError`] when the message breaks an SQS rule (found before the network), cannot be
     /// encoded, its publisher is not bound to a broker, or SQS refuses it.
     pub async fn send(self) -> Result<SentMessage, PublishError> {
-        let (publisher, message) = self.into_request()?;
+        let (publisher, message) = self.into_checked()?;
         let core = publisher.core().ok_or_else(|| PublishError::Unbound {
             queue: publisher.queue().name.clone(),
         })?;
+        if let Some(topic) = publisher.topic() {
+            return core
+                .publish_many(topic, vec![publish_of(message)])
+                .await
+                .pop()
+                .expect("one answer per publish")
+                .map(sent)
+                .map_err(PublishError::rejected(publisher.queue()));
+        }
         core.send(publisher.queue(), message)
             .await
             .map_err(PublishError::rejected(publisher.queue()))
+    }
+}
+
+/// The SNS publish a checked message for a topic becomes: its body, attributes, group and
+/// deduplication id (a topic has no delay, which the check refused).
+fn publish_of(message: SendMessage) -> Publish {
+    Publish {
+        message: message.body,
+        subject: None,
+        message_attributes: message.message_attributes,
+        group_id: message.group_id,
+        dedup_id: message.dedup_id,
     }
 }
 
@@ -614,6 +772,17 @@ pub enum PublishError {
         queue: String,
         /// The queue the message was made for.
         message_queue: String,
+    },
+    /// A handler gave [`Context::publish`](crate::Context::publish) a message of a topic
+    /// publisher: a handler's outputs go to queues (see [`PublishError::TopicOutput`]'s message).
+    #[error(
+        "a handler's output goes to a queue, and this message is for topic `{topic}`: publish it \
+         with the topic's publisher (`publisher.message(..).send().await`) from the handler \
+         instead of `ctx.publish(..)`"
+    )]
+    TopicOutput {
+        /// The topic.
+        topic: String,
     },
     /// A message for a FIFO queue names no group, and its publisher or broker refuses to send
     /// such a message to the group `"default"` (`strict_groups()`).

@@ -37,7 +37,7 @@ use crate::app::{AppContext, AppInfo, RunError};
 use crate::broker::Broker;
 use crate::client::Client;
 use crate::handler::Subscriber;
-use crate::model::declare;
+use crate::model::{declare, SnsTopic};
 use crate::publish::Publisher;
 use crate::transport::layer::Hooked;
 use crate::transport::meter::{ApiCalls, Meter};
@@ -304,6 +304,44 @@ impl SqsBroker {
         // A name the broker cannot make is refused by every send, and declares nothing.
         if publisher.naming_problem().is_none() {
             self.core.declarations().publisher(publisher.queue());
+        }
+        publisher
+    }
+
+    /// A publisher for an SNS `topic`, bound to this broker: the same [`Publisher`], with the
+    /// same steps, whose messages go to the topic (`PublishBatch`, up to 10 a call, each FIFO
+    /// group in order) and from it to every queue subscribed whose filter policy takes them.
+    ///
+    /// The topic is looked up once, on the first publish: created when declared
+    /// `create_if_missing` (as every declaration of it on the broker describes it), else found
+    /// by its ARN in the account and region of the broker's queues. Its name is named as the
+    /// broker names every queue and topic (see [`queue_name_prefix`](Self::queue_name_prefix)).
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// use rust_stream::model::SnsTopic;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let broker = SqsBroker::in_process();
+    /// let posted = broker.topic(SnsTopic::new("payments-posted.fifo").create_if_missing());
+    /// let sent = posted
+    ///     .message(&serde_json::json!({"id": 1}))
+    ///     .group_id("account-7")
+    ///     .header("kind", "card")
+    ///     .send()
+    ///     .await
+    ///     .unwrap();
+    /// assert!(sent.sequence_number.is_some());
+    /// assert_eq!(broker.api_calls().publish_batch, 1);
+    /// # }
+    /// ```
+    pub fn topic(&self, topic: impl Into<SnsTopic>) -> Publisher {
+        let publisher = Publisher::for_topic(topic.into());
+        publisher.bind(&self.core);
+        // A name the broker cannot make is refused by every publish, and declares nothing.
+        if let (None, Some(topic)) = (publisher.naming_problem(), publisher.topic()) {
+            self.core.declarations().topic_publisher(topic);
         }
         publisher
     }

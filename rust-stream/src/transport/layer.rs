@@ -126,6 +126,19 @@ impl Action {
             Action::PublishBatch => "PublishBatch",
         }
     }
+
+    /// Whether the action is SNS's (a topic's, a subscription's, a publish) rather than SQS's.
+    pub fn is_sns(self) -> bool {
+        matches!(
+            self,
+            Action::CreateTopic
+                | Action::GetTopicAttributes
+                | Action::Subscribe
+                | Action::GetSubscriptionAttributes
+                | Action::ListSubscriptionsByTopic
+                | Action::PublishBatch
+        )
+    }
 }
 
 impl fmt::Display for Action {

@@ -156,8 +156,9 @@ impl CallCounter {
     }
 }
 
-/// Runs one call of `action` on `queue` (a URL, or a name before there is one), and records its
-/// duration and failure as the `messaging.client.operation.duration` metric.
+/// Runs one call of `action` on `queue` (a URL, or a name before there is one; for an SNS action a
+/// topic's or subscription's ARN, or a topic's name), and records its duration and failure as the
+/// `messaging.client.operation.duration` metric.
 async fn timed<T>(
     action: Action,
     queue: &str,
@@ -165,7 +166,13 @@ async fn timed<T>(
 ) -> Result<T, TransportError> {
     let started = tokio::time::Instant::now();
     let result = call.await;
-    crate::metrics::call(action.name(), queue, started.elapsed(), &result);
+    crate::metrics::call(
+        action.name(),
+        action.is_sns(),
+        queue,
+        started.elapsed(),
+        &result,
+    );
     result
 }
 

@@ -1,4 +1,4 @@
-//! The batched SQS actions ([`Action`]): what an entry is, how a call of entries is made, and
+//! The batched SQS and SNS actions ([`Action`]): what an entry is, how a call of entries is made, and
 //! what the batcher may do with an entry (repeat it unanswered, withhold it, give up on it when
 //! its lease is about to lapse).
 
@@ -9,9 +9,10 @@ use tokio::time::Instant;
 
 use crate::client::lease::Lease;
 use crate::model::rules::{self, ErrorKind};
+use crate::model::topic::{self, DEFAULT_MAX_MESSAGE_SIZE};
 use crate::transport::{
-    BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, SendBatchEntry, SendMessage,
-    SentMessage, SharedTransport, TransportError,
+    BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, Publish, PublishBatchEntry,
+    Published, SendBatchEntry, SendMessage, SentMessage, SharedTransport, TransportError,
 };
 
 /// The longest one try of a call may take before the engine gives it up and tries again. A
@@ -25,6 +26,9 @@ pub(super) const SHORTEST_CALL_DEADLINE: Duration = Duration::from_millis(200);
 pub(crate) trait Action: Send + Sync + 'static {
     type Entry: Clone + Send + Sync + 'static;
     type Output: Send + 'static;
+    /// The most payload (as [`size`](Self::size) counts it) one call may carry: SQS's 1 MiB per
+    /// `SendMessageBatch` unless the action says otherwise.
+    const MAX_PAYLOAD: usize = rules::MAX_BATCH_PAYLOAD_SIZE;
     /// The entry's share of a call's payload, counted against SQS's 1 MiB per `SendMessageBatch`;
     /// deletes and visibility changes have no such limit.
     fn size(_entry: &Self::Entry) -> usize {
@@ -160,5 +164,31 @@ impl Action for VisibilityBatch {
 
     fn useful_until((lease, _): &Self::Entry) -> Option<Instant> {
         Some(lease.lapses_at())
+    }
+}
+
+/// SNS `PublishBatch`: the batcher's target address is the topic's ARN. A call carries at most 10
+/// publishes and 256 KiB of messages and attributes together, SNS's default `MaximumMessageSize`,
+/// which bounds a whole batch (a topic that takes more still gets calls within the default).
+#[derive(Debug)]
+pub(crate) struct PublishBatch;
+
+impl Action for PublishBatch {
+    type Entry = Publish;
+    type Output = Published;
+    const MAX_PAYLOAD: usize = DEFAULT_MAX_MESSAGE_SIZE;
+    fn size(publish: &Publish) -> usize {
+        topic::publish_size(publish)
+    }
+    fn call<'a>(
+        transport: &'a SharedTransport,
+        topic_arn: &'a str,
+        entries: Vec<(String, Publish)>,
+    ) -> BoxFuture<'a, Result<BatchResult<Published>, TransportError>> {
+        let entries = entries
+            .into_iter()
+            .map(|(id, publish)| PublishBatchEntry { id, publish })
+            .collect();
+        transport.publish_batch(topic_arn, entries)
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
-use crate::model::rules::{MAX_BATCH_ENTRIES, MAX_BATCH_PAYLOAD_SIZE};
+use crate::model::rules::MAX_BATCH_ENTRIES;
 use crate::transport::SharedTransport;
 
 use super::action::Action;
@@ -39,14 +39,14 @@ impl<A: Action> Gathering<A> {
 
     /// Whether the call takes nothing more: 10 entries, or the payload limit.
     pub(super) fn is_full(&self) -> bool {
-        self.count >= MAX_BATCH_ENTRIES || self.size >= MAX_BATCH_PAYLOAD_SIZE
+        self.count >= MAX_BATCH_ENTRIES || self.size >= A::MAX_PAYLOAD
     }
 
     /// Adds `job` if it fits; a job is never split across calls, so one that does not fit is
     /// handed back to start the next.
     pub(super) fn take(&mut self, job: Job<A>) -> Result<(), Job<A>> {
         if self.count + job.entries.len() > MAX_BATCH_ENTRIES
-            || self.size + job.size > MAX_BATCH_PAYLOAD_SIZE
+            || self.size + job.size > A::MAX_PAYLOAD
         {
             return Err(job);
         }

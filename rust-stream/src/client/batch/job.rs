@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::model::rules::{ErrorKind, MAX_BATCH_ENTRIES, MAX_BATCH_PAYLOAD_SIZE};
+use crate::model::rules::{ErrorKind, MAX_BATCH_ENTRIES};
 use crate::transport::TransportError;
 
 use super::action::Action;
@@ -100,7 +100,7 @@ pub(super) fn chunks<A: Action>(entries: Vec<A::Entry>) -> Vec<(Vec<A::Entry>, u
         let size = A::size(&entry);
         match chunks.last_mut() {
             Some((chunk, total))
-                if chunk.len() < MAX_BATCH_ENTRIES && *total + size <= MAX_BATCH_PAYLOAD_SIZE =>
+                if chunk.len() < MAX_BATCH_ENTRIES && *total + size <= A::MAX_PAYLOAD =>
             {
                 chunk.push(entry);
                 *total += size;

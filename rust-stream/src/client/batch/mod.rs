@@ -1,5 +1,6 @@
-//! The one batcher behind every batched SQS call: `SendMessageBatch` for publishers,
-//! `DeleteMessageBatch` and `ChangeMessageVisibilityBatch` for settling and extending.
+//! The one batcher behind every batched call: `SendMessageBatch` for publishers,
+//! `DeleteMessageBatch` and `ChangeMessageVisibilityBatch` for settling and extending, and SNS's
+//! `PublishBatch` for topic publishers (its target address a topic ARN rather than a queue URL).
 //!
 //! Callers submit *jobs* of entries and await each entry's answer. A batcher per queue and action
 //! gathers jobs into calls of at most 10 entries and, for sends, at most 1 MiB of bodies and
@@ -15,7 +16,7 @@
 //! own, outside the call's place.
 
 //!
-//! - [`action`]: the three batched actions and what each allows.
+//! - [`action`]: the batched actions and what each allows.
 //! - `job`: what a caller submits and how it is answered.
 //! - `gather`: jobs into calls.
 //! - `flush`: a call, its retries and its answers.
@@ -31,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::transport::{SharedTransport, TransportError};
 
-pub(crate) use action::{Action, DeleteBatch, SendBatch, VisibilityBatch};
+pub(crate) use action::{Action, DeleteBatch, PublishBatch, SendBatch, VisibilityBatch};
 use gather::{gather, gather_with_company};
 use job::{chunks, stopped, Answer, Answers, Entries, Job, Reply};
 pub(crate) use job::{unanswered_within, BatchSettings, Company};
