@@ -453,14 +453,34 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
     parser.assert_clean(&[("every_declaration".to_owned(), document)]);
 }
 
+/// Books a refund and announces it on a topic.
+#[subscriber(
+    "refund-requests",
+    outputs(refunded = SnsTopic::new("payments-refunded").create_if_missing())
+)]
+async fn refund(
+    payment: &Payment,
+    refunded: &Output<Receipt>,
+    ctx: &mut Context<'_>,
+) -> HandlerOutcome {
+    ctx.publish(refunded.message(&Receipt {
+        payment: payment.id,
+    }));
+    HandlerOutcome::ack()
+}
+
 /// An app whose queues are fed by SNS topics: a standard topic into two queues (one raw with a
 /// numeric filter policy, one enveloped with a list of strings), and a FIFO topic of the same
-/// name as a queue into a FIFO queue with a body filter.
+/// name as a queue into a FIFO queue with a body filter; a handler's output to a topic, and a
+/// broker's topic publisher.
 fn topics_declaration() -> Value {
     let posted = SnsTopic::new("payments-posted").create_if_missing();
     let booked = SnsTopic::new("payments.fifo").content_based_deduplication(true);
+    let broker = SqsBroker::in_process();
+    let _announcements = broker.topic(SnsTopic::new("announcements"));
     RustStream::new(AppInfo::new("fan-out", "1.0.0"))
-        .with_broker(SqsBroker::in_process(), |b| {
+        .with_broker(broker, |b| {
+            b.include(refund);
             b.include(
                 subscriber(
                     SqsQueue::new("large-payments").subscribed_to(
@@ -507,7 +527,10 @@ fn a_document_of_topics_has_their_channels_and_deliveries_and_the_parser_accepts
             "eur-payments",
             "large-payments",
             "payments.fifo",
+            "refund-requests",
+            "sns.announcements",
             "sns.payments-posted",
+            "sns.payments-refunded",
             "sns.payments.fifo"
         ]
     );
@@ -552,6 +575,22 @@ fn a_document_of_topics_has_their_channels_and_deliveries_and_the_parser_accepts
             },
         ])
     );
+    // A handler's output to a topic and a broker's topic publisher send on the topic's channel;
+    // a topic no queue of the app is subscribed to has no delivery.
+    assert_eq!(
+        operations["refund.payments-refunded"]["channel"]["$ref"],
+        "#/channels/sns.payments-refunded"
+    );
+    assert_eq!(
+        operations["refund.payments-refunded"]["messages"][0]["$ref"],
+        "#/channels/sns.payments-refunded/messages/Receipt"
+    );
+    assert_eq!(
+        operations["publish.announcements"]["channel"]["$ref"],
+        "#/channels/sns.announcements"
+    );
+    assert!(operations.get("deliver.payments-refunded").is_none());
+    assert!(operations.get("deliver.announcements").is_none());
     let fifo = &operations["deliver.payments.fifo"]["bindings"]["sns"]["consumers"][0];
     assert_eq!(fifo["filterPolicyScope"], "MessageBody");
     assert_eq!(fifo["filterPolicy"]["payment"]["method"][0], "card");

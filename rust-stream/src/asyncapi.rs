@@ -148,16 +148,18 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// A subscription: its receive operation, its dead-letter queue's, its outputs'.
+    /// A subscription: its receive operation, its topics' deliveries, its dead-letter queue's
+    /// and its outputs'.
     pub(crate) fn subscriber(&mut self, subscriber: &Subscriber) {
         let handler = short_name(subscriber.handler_type);
         let id = unique(handler, |name| self.operations.contains_key(name));
         let queue = subscriber.queue.name.clone();
-        let message = self.message(&queue, &subscriber.payload, subscriber.content_type);
+        let place = Place::Queue(&queue);
+        let message = self.message(&place, &subscriber.payload, subscriber.content_type);
         let mut receive = json!({
             "action": "receive",
-            "channel": { "$ref": channel_ref(&queue) },
-            "messages": [{ "$ref": message_ref(&queue, &message) }],
+            "channel": { "$ref": place.channel_ref() },
+            "messages": [{ "$ref": place.message_ref(&message) }],
             "x-rust-handler": subscriber.handler_type,
         });
         if let Some(description) = &subscriber.description {
@@ -167,48 +169,23 @@ impl<'a> Writer<'a> {
 
         let merged = (self.merged)(&subscriber.queue);
         for subscription in merged.subscriptions() {
-            let topic = subscription.topic();
-            let channel = self
-                .topics
-                .entry(topic.name().to_owned())
-                .or_insert_with(|| TopicChannel {
-                    topic: topic.clone(),
-                    messages: BTreeMap::new(),
-                    consumers: Vec::new(),
-                    message_refs: Vec::new(),
-                });
-            // The queue's message, once per topic: queues whose handlers take the same type
-            // share it.
-            let mut topic_message = self.channels[&queue].messages[&message].clone();
-            let same = |other: &Value| {
-                other["x-rust-type"] == topic_message["x-rust-type"]
-                    && other.get("contentType") == topic_message.get("contentType")
-            };
-            let key = match channel.messages.iter().find(|(_, other)| same(other)) {
-                Some((key, _)) => key.clone(),
-                None => {
-                    let key = unique(message.clone(), |key| channel.messages.contains_key(key));
-                    topic_message["name"] = json!(key);
-                    channel.messages.insert(key.clone(), topic_message);
-                    channel
-                        .message_refs
-                        .push(json!({ "$ref": topic_message_ref(topic.name(), &key) }));
-                    key
-                }
-            };
-            debug_assert!(channel.messages.contains_key(&key));
+            let topic = Place::Topic(subscription.topic());
+            // Queues whose handlers take the same type share the topic's message.
+            let key = self.message(&topic, &subscriber.payload, subscriber.content_type);
+            let reference = json!({ "$ref": topic.message_ref(&key) });
+            let channel = self.topic_channel(subscription.topic());
+            if !channel.message_refs.contains(&reference) {
+                channel.message_refs.push(reference);
+            }
             channel.consumers.push(sns_consumer(&queue, subscription));
         }
         if let Some(dead_letter) = &merged.dead_letter {
-            let message = self.message(
-                &dead_letter.queue,
-                &subscriber.payload,
-                subscriber.content_type,
-            );
+            let place = Place::Queue(&dead_letter.queue);
+            let message = self.message(&place, &subscriber.payload, subscriber.content_type);
             let send = json!({
                 "action": "send",
-                "channel": { "$ref": channel_ref(&dead_letter.queue) },
-                "messages": [{ "$ref": message_ref(&dead_letter.queue, &message) }],
+                "channel": { "$ref": place.channel_ref() },
+                "messages": [{ "$ref": place.message_ref(&message) }],
                 "description": format!(
                     "Messages of `{queue}` that fail {} attempts, that the handler dead-letters, \
                      or that do not decode, moved here by the consumer.",
@@ -226,25 +203,28 @@ impl<'a> Writer<'a> {
         let payloads = &subscriber.output_payloads;
         let described = payloads.len() == subscriber.outputs.len();
         for (index, output) in subscriber.outputs.iter().enumerate() {
-            let target = output.queue().name.clone();
+            let place = match output.topic() {
+                Some(topic) => Place::Topic(topic),
+                None => Place::Queue(&output.queue().name),
+            };
             let payload = payloads.get(index).filter(|_| described);
             let message = payload.map(|payload| {
                 self.message(
-                    &target,
+                    &place,
                     payload,
                     crate::codec::Codec::content_type(&crate::codec::Json),
                 )
             });
-            self.channel(&target);
+            self.messages_of(&place);
             let mut send = json!({
                 "action": "send",
-                "channel": { "$ref": channel_ref(&target) },
+                "channel": { "$ref": place.channel_ref() },
                 "description": format!("Published as part of handling a message of `{queue}`."),
             });
             if let Some(message) = message {
-                send["messages"] = json!([{ "$ref": message_ref(&target, &message) }]);
+                send["messages"] = json!([{ "$ref": place.message_ref(&message) }]);
             }
-            let send_id = unique(format!("{id}.{target}"), |name| {
+            let send_id = unique(format!("{id}.{}", place.name()), |name| {
                 self.operations.contains_key(name)
             });
             self.operations.insert(send_id, send);
@@ -254,10 +234,11 @@ impl<'a> Writer<'a> {
     /// A queue a publisher made from the broker sends to, with the payloads its publishers said
     /// they send (`Publisher::payload`), in JSON as such a publisher's `message` encodes them.
     pub(crate) fn publisher(&mut self, queue: &SqsQueue, payloads: &[Payload]) {
-        self.channel(&queue.name);
+        let place = Place::Queue(&queue.name);
+        self.messages_of(&place);
         let mut send = json!({
             "action": "send",
-            "channel": { "$ref": channel_ref(&queue.name) },
+            "channel": { "$ref": place.channel_ref() },
             "description": "Sent by a publisher made with `SqsBroker::publisher`, which takes \
                             messages of any type.",
         });
@@ -266,8 +247,8 @@ impl<'a> Writer<'a> {
             let messages: Vec<Value> = payloads
                 .iter()
                 .map(|payload| {
-                    let message = self.message(&queue.name, payload, content_type);
-                    json!({ "$ref": message_ref(&queue.name, &message) })
+                    let message = self.message(&place, payload, content_type);
+                    json!({ "$ref": place.message_ref(&message) })
                 })
                 .collect();
             send["messages"] = json!(messages);
@@ -277,6 +258,23 @@ impl<'a> Writer<'a> {
             );
         }
         let id = unique(format!("publish.{}", queue.name), |name| {
+            self.operations.contains_key(name)
+        });
+        self.operations.insert(id, send);
+    }
+
+    /// A topic a publisher made from the broker (`SqsBroker::topic`) publishes to: a send
+    /// operation on the topic's channel. Such a publisher takes any type, so no message is listed.
+    pub(crate) fn topic_publisher(&mut self, topic: &SnsTopic) {
+        let place = Place::Topic(topic);
+        self.messages_of(&place);
+        let send = json!({
+            "action": "send",
+            "channel": { "$ref": place.channel_ref() },
+            "description": "Published by a publisher made with `SqsBroker::topic`, which takes \
+                            messages of any type.",
+        });
+        let id = unique(format!("publish.{}", place.name()), |name| {
             self.operations.contains_key(name)
         });
         self.operations.insert(id, send);
@@ -293,18 +291,43 @@ impl<'a> Writer<'a> {
             })
     }
 
-    /// Adds the message `payload` to the channel of `queue`, once; answers its key there.
-    fn message(&mut self, queue: &str, payload: &Payload, content_type: Option<&str>) -> String {
-        let channel = self.channel(queue);
+    /// The channel of `topic`, made on first use with the topic as first declared.
+    fn topic_channel(&mut self, topic: &SnsTopic) -> &mut TopicChannel {
+        self.topics
+            .entry(topic.name().to_owned())
+            .or_insert_with(|| TopicChannel {
+                topic: topic.clone(),
+                messages: BTreeMap::new(),
+                consumers: Vec::new(),
+                message_refs: Vec::new(),
+            })
+    }
+
+    /// The messages of the channel of `place`, which is made on first use.
+    fn messages_of(&mut self, place: &Place<'_>) -> &mut BTreeMap<String, Value> {
+        match place {
+            Place::Queue(queue) => &mut self.channel(queue).messages,
+            Place::Topic(topic) => &mut self.topic_channel(topic).messages,
+        }
+    }
+
+    /// Adds the message `payload` to the channel of `place`, once; answers its key there.
+    fn message(
+        &mut self,
+        place: &Place<'_>,
+        payload: &Payload,
+        content_type: Option<&str>,
+    ) -> String {
+        let messages = self.messages_of(place);
         let same = |message: &Value| {
             message["x-rust-type"] == payload.type_name
                 && message.get("contentType").and_then(Value::as_str) == content_type
         };
-        if let Some((key, _)) = channel.messages.iter().find(|(_, message)| same(message)) {
+        if let Some((key, _)) = messages.iter().find(|(_, message)| same(message)) {
             return key.clone();
         }
         let key = unique(short_name(payload.type_name), |name| {
-            channel.messages.contains_key(name)
+            messages.contains_key(name)
         });
         let mut message = json!({
             "name": key,
@@ -314,7 +337,7 @@ impl<'a> Writer<'a> {
             message["contentType"] = json!(content_type);
         }
         message["payload"] = self.payload(payload);
-        self.channel(queue).messages.insert(key.clone(), message);
+        self.messages_of(place).insert(key.clone(), message);
         key
     }
 
@@ -344,6 +367,10 @@ impl<'a> Writer<'a> {
             .collect();
         for (name, topic) in &self.topics {
             channels.insert(topic_channel_key(name), topic_channel_object(topic));
+            if topic.consumers.is_empty() {
+                // Only published to (by an output or a publisher): no queue of the app is fed.
+                continue;
+            }
             let id = unique(format!("deliver.{name}"), |id| {
                 self.operations.contains_key(id)
             });
@@ -392,8 +419,31 @@ fn channel_ref(queue: &str) -> String {
     format!("#/channels/{queue}")
 }
 
-fn message_ref(queue: &str, message: &str) -> String {
-    format!("#/channels/{queue}/messages/{message}")
+/// Where a message travels in the document: a queue's channel, or a topic's.
+enum Place<'p> {
+    Queue(&'p str),
+    Topic(&'p SnsTopic),
+}
+
+impl Place<'_> {
+    /// The queue's or the topic's name.
+    fn name(&self) -> &str {
+        match self {
+            Place::Queue(queue) => queue,
+            Place::Topic(topic) => topic.name(),
+        }
+    }
+
+    fn channel_ref(&self) -> String {
+        match self {
+            Place::Queue(queue) => channel_ref(queue),
+            Place::Topic(topic) => topic_channel_ref(topic.name()),
+        }
+    }
+
+    fn message_ref(&self, message: &str) -> String {
+        format!("{}/messages/{message}", self.channel_ref())
+    }
 }
 
 /// The key of a topic's channel: `sns.` and the topic's name, which no queue's channel can take
@@ -404,10 +454,6 @@ fn topic_channel_key(topic: &str) -> String {
 
 fn topic_channel_ref(topic: &str) -> String {
     format!("#/channels/{}", topic_channel_key(topic))
-}
-
-fn topic_message_ref(topic: &str, message: &str) -> String {
-    format!("{}/messages/{message}", topic_channel_ref(topic))
 }
 
 /// A topic's channel object: its address (the topic's name), its messages and its SNS binding.

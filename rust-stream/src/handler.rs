@@ -360,7 +360,10 @@ pub(crate) fn declarations(subscribers: &[Subscriber]) -> crate::model::declare:
         let outputs = subscriber
             .outputs
             .iter()
-            .map(|output| output.queue())
+            .map(|output| match output.topic() {
+                Some(topic) => crate::model::declare::Target::Topic(topic),
+                None => crate::model::declare::Target::Queue(output.queue()),
+            })
             .collect();
         (&subscriber.queue, outputs)
     }))

@@ -390,10 +390,16 @@ impl Consumer {
             dead_letter_decision(client, &queue, redrive.as_ref()).await?;
         for output in &subscriber.outputs {
             output.bind(client);
-            client
-                .resolve(output.queue())
-                .await
-                .map_err(failed(output.queue()))?;
+            match output.topic() {
+                // Resolved with the app's other topics, before any subscription started.
+                Some(_) => {}
+                None => {
+                    client
+                        .resolve(output.queue())
+                        .await
+                        .map_err(failed(output.queue()))?;
+                }
+            }
         }
         let settings = &queue.consumer;
         let fifo = queue.is_fifo();

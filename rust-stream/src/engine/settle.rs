@@ -33,8 +33,8 @@ use crate::client::lease::{DeleteInFlight, Lease, Leases};
 use crate::client::Client;
 use crate::metrics::SubscriptionMetrics;
 use crate::model::rules::{self, MAX_BATCH_ENTRIES, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
-use crate::model::SqsQueue;
-use crate::publish::{Outgoing, PublishError, Publisher};
+use crate::model::{SnsTopic, SqsQueue};
+use crate::publish::{publish_of, Outgoing, PublishError, Publisher};
 use crate::record::{Event, Settled};
 use crate::retry::{self, AfterFailure, MessageTally, Retries};
 use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
@@ -500,21 +500,39 @@ impl Settler {
     /// publisher belongs to (the subscription's own when the publisher is not bound, which names
     /// its queue as it names every other).
     async fn publish_staged(&self, staged: Vec<Outgoing>) -> Result<(), PublishError> {
+        // Keyed by broker and queue (or topic) name, so each destination's messages go out
+        // together, in the order staged.
         type ByQueue = BTreeMap<(usize, String), (Arc<Client>, SqsQueue, Vec<SendMessage>)>;
+        type ByTopic =
+            BTreeMap<(usize, String), (Arc<Client>, SnsTopic, SqsQueue, Vec<SendMessage>)>;
         let mut by_queue = ByQueue::new();
+        let mut by_topic = ByTopic::new();
         for outgoing in staged {
             let (publisher, message) = outgoing.into_request()?;
-            let (client, queue) = match publisher.core() {
-                Some(client) => (client, publisher.queue().clone()),
-                None => {
-                    let mut problems = Vec::new();
-                    let queue = self.client.naming().queue(publisher.queue(), &mut problems);
-                    if let Some(problem) = problems.pop() {
-                        return Err(PublishError::Config(problem));
-                    }
-                    (self.client.clone(), queue)
+            let client = publisher.core().unwrap_or_else(|| self.client.clone());
+            let mut problems = Vec::new();
+            if let Some(topic) = publisher.topic() {
+                let topic = match publisher.core() {
+                    Some(_) => topic.clone(),
+                    None => self.client.naming().topic(topic, &mut problems),
+                };
+                if let Some(problem) = problems.pop() {
+                    return Err(PublishError::Config(problem));
                 }
+                by_topic
+                    .entry((Arc::as_ptr(&client) as usize, topic.name.clone()))
+                    .or_insert_with(|| (client, topic, publisher.queue().clone(), Vec::new()))
+                    .3
+                    .push(message);
+                continue;
+            }
+            let queue = match publisher.core() {
+                Some(_) => publisher.queue().clone(),
+                None => self.client.naming().queue(publisher.queue(), &mut problems),
             };
+            if let Some(problem) = problems.pop() {
+                return Err(PublishError::Config(problem));
+            }
             by_queue
                 .entry((Arc::as_ptr(&client) as usize, queue.name.clone()))
                 .or_insert_with(|| (client, queue, Vec::new()))
@@ -522,26 +540,44 @@ impl Settler {
                 .push(message);
         }
         for (client, queue, messages) in by_queue.into_values() {
-            // Bodies are kept for a test's recorder only.
-            let bodies: Option<Vec<String>> = self.client.is_recording().then(|| {
-                messages
-                    .iter()
-                    .map(|message| message.body.clone())
-                    .collect()
-            });
-            for (index, answer) in client
-                .send_many(&queue, messages)
-                .await
-                .into_iter()
-                .enumerate()
-            {
-                answer.map_err(PublishError::rejected(&queue))?;
-                if let Some(bodies) = &bodies {
-                    self.client.record(|| Event::Published {
-                        queue: queue.name.clone(),
-                        body: bodies[index].clone(),
-                    });
-                }
+            let bodies = self.recorded_bodies(&messages);
+            let answers = client.send_many(&queue, messages).await;
+            self.check_sent(&queue, answers, bodies)?;
+        }
+        for (client, topic, stand_in, messages) in by_topic.into_values() {
+            let bodies = self.recorded_bodies(&messages);
+            let publishes = messages.into_iter().map(publish_of).collect();
+            let answers = client.publish_many(&topic, publishes).await;
+            self.check_sent(&stand_in, answers, bodies)?;
+        }
+        Ok(())
+    }
+
+    /// The bodies of messages about to be sent, kept for a test's recorder only.
+    fn recorded_bodies(&self, messages: &[SendMessage]) -> Option<Vec<String>> {
+        self.client.is_recording().then(|| {
+            messages
+                .iter()
+                .map(|message| message.body.clone())
+                .collect()
+        })
+    }
+
+    /// The first refusal among the answers of a send to `queue` (or a topic, as its stand-in),
+    /// and each message sent told to the recorder.
+    fn check_sent<T>(
+        &self,
+        queue: &SqsQueue,
+        answers: Vec<Result<T, crate::transport::TransportError>>,
+        bodies: Option<Vec<String>>,
+    ) -> Result<(), PublishError> {
+        for (index, answer) in answers.into_iter().enumerate() {
+            answer.map_err(PublishError::rejected(queue))?;
+            if let Some(bodies) = &bodies {
+                self.client.record(|| Event::Published {
+                    queue: queue.name.clone(),
+                    body: bodies[index].clone(),
+                });
             }
         }
         Ok(())

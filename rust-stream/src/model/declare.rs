@@ -67,11 +67,18 @@ enum Disagreement {
     },
 }
 
+/// Where a subscription's output goes: a queue, or an SNS topic.
+pub(crate) enum Target<'a> {
+    Queue(&'a SqsQueue),
+    Topic(&'a SnsTopic),
+}
+
 impl Declarations {
     /// The declarations of an app with these subscriptions, each given as its queue and the
-    /// queues of its outputs: each subscription's queue, its dead-letter queue and its outputs.
+    /// targets of its outputs: each subscription's queue, its dead-letter queue and its outputs'
+    /// queues and topics.
     pub(crate) fn of_app<'a>(
-        subscriptions: impl IntoIterator<Item = (&'a SqsQueue, Vec<&'a SqsQueue>)>,
+        subscriptions: impl IntoIterator<Item = (&'a SqsQueue, Vec<Target<'a>>)>,
     ) -> Self {
         let mut declarations = Self::default();
         for (queue, outputs) in subscriptions {
@@ -83,7 +90,10 @@ impl Declarations {
             }
             for output in outputs {
                 let by = format!("an output of the subscription of `{name}`");
-                declarations.declare(output, &by);
+                match output {
+                    Target::Queue(queue) => declarations.declare(queue, &by),
+                    Target::Topic(topic) => declarations.declare_topic(topic, &by),
+                }
             }
         }
         declarations
@@ -332,6 +342,8 @@ pub(crate) struct Registry {
     /// What the broker's publishers say they send, by queue name, each type once: for the
     /// AsyncAPI document.
     publisher_payloads: BTreeMap<String, Vec<Payload>>,
+    /// The topics of the broker's topic publishers, by name: for the AsyncAPI document.
+    topic_publishers: BTreeSet<String>,
     /// By registration, so the app built first comes first.
     apps: BTreeMap<u64, Declarations>,
     next_app: u64,
@@ -346,6 +358,16 @@ impl Registry {
     /// Adds the declaration of a topic publisher made with `broker.topic(..)`.
     pub(crate) fn topic_publisher(&mut self, topic: &SnsTopic) {
         self.publishers.declare_topic(topic, TOPIC_PUBLISHER);
+        self.topic_publishers.insert(topic.name.clone());
+    }
+
+    /// The topics of the broker's topic publishers, as every publisher declares them.
+    pub(crate) fn published_topics(&self) -> Vec<SnsTopic> {
+        self.topic_publishers
+            .iter()
+            .filter_map(|name| self.publishers.topics.get(name))
+            .map(|declared| declared.topic.clone())
+            .collect()
     }
 
     /// Adds `payload` to what a publisher made with `broker.publisher(..)` sends to `queue`; a type

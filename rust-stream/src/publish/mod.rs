@@ -424,7 +424,7 @@ impl Publisher {
             publisher: self.clone(),
             ..outgoing
         };
-        Ok(outgoing.into_checked()?.1)
+        Ok(outgoing.into_request()?.1)
     }
 }
 
@@ -567,23 +567,11 @@ impl Outgoing {
         self
     }
 
-    /// The `SendMessage` this becomes, checked against every SQS rule: what a handler's output
-    /// sends. A handler's output goes to a queue; a message of a topic publisher is refused
-    /// ([`PublishError::TopicOutput`]).
-    pub(crate) fn into_request(self) -> Result<(Publisher, SendMessage), PublishError> {
-        if let Some(topic) = self.publisher.topic() {
-            return Err(PublishError::TopicOutput {
-                topic: topic.name.clone(),
-            });
-        }
-        self.into_checked()
-    }
-
     /// The message this becomes, checked against every rule of its destination: SQS's for a
     /// queue; SNS's for a topic (as declared; the topic's own attributes are checked again once
     /// it is resolved), its body and attributes in a `SendMessage` ([`publish_of`] makes the
-    /// publish).
-    fn into_checked(self) -> Result<(Publisher, SendMessage), PublishError> {
+    /// publish). What a send and a handler's output send, with the publisher that sends it.
+    pub(crate) fn into_request(self) -> Result<(Publisher, SendMessage), PublishError> {
         if let Some(problem) = self.publisher.naming_problem() {
             return Err(PublishError::Config(problem.clone()));
         }
@@ -663,7 +651,7 @@ impl Outgoing {
     /// [`PublishError`] when the message breaks an SQS rule (found before the network), cannot be
     /// encoded, its publisher is not bound to a broker, or SQS refuses it.
     pub async fn send(self) -> Result<SentMessage, PublishError> {
-        let (publisher, message) = self.into_checked()?;
+        let (publisher, message) = self.into_request()?;
         let core = publisher.core().ok_or_else(|| PublishError::Unbound {
             queue: publisher.queue().name.clone(),
         })?;
@@ -684,7 +672,7 @@ impl Outgoing {
 
 /// The SNS publish a checked message for a topic becomes: its body, attributes, group and
 /// deduplication id (a topic has no delay, which the check refused).
-fn publish_of(message: SendMessage) -> Publish {
+pub(crate) fn publish_of(message: SendMessage) -> Publish {
     Publish {
         message: message.body,
         subject: None,
@@ -773,17 +761,6 @@ pub enum PublishError {
         /// The queue the message was made for.
         message_queue: String,
     },
-    /// A handler gave [`Context::publish`](crate::Context::publish) a message of a topic
-    /// publisher: a handler's outputs go to queues (see [`PublishError::TopicOutput`]'s message).
-    #[error(
-        "a handler's output goes to a queue, and this message is for topic `{topic}`: publish it \
-         with the topic's publisher (`publisher.message(..).send().await`) from the handler \
-         instead of `ctx.publish(..)`"
-    )]
-    TopicOutput {
-        /// The topic.
-        topic: String,
-    },
     /// A message for a FIFO queue names no group, and its publisher or broker refuses to send
     /// such a message to the group `"default"` (`strict_groups()`).
     #[error(
@@ -869,11 +846,63 @@ impl<U> Clone for Output<U> {
     }
 }
 
+/// Where an [`Output`] publishes: a queue (its name, or an [`SqsQueue`]) or an SNS topic
+/// ([`SnsTopic`]).
+///
+/// ```
+/// use rust_stream::prelude::*;
+/// use rust_stream::publish::OutputTarget;
+///
+/// assert!(matches!(OutputTarget::from("ledger.fifo"), OutputTarget::Queue(_)));
+/// assert!(matches!(
+///     OutputTarget::from(SnsTopic::new("payments-posted")),
+///     OutputTarget::Topic(_)
+/// ));
+/// ```
+#[derive(Debug, Clone)]
+pub enum OutputTarget {
+    /// A queue: the output sends to it.
+    Queue(SqsQueue),
+    /// A topic: the output publishes to it, and SNS delivers to its subscriptions.
+    Topic(SnsTopic),
+}
+
+impl From<SqsQueue> for OutputTarget {
+    fn from(queue: SqsQueue) -> Self {
+        Self::Queue(queue)
+    }
+}
+
+impl From<&str> for OutputTarget {
+    fn from(queue: &str) -> Self {
+        Self::Queue(queue.into())
+    }
+}
+
+impl From<String> for OutputTarget {
+    fn from(queue: String) -> Self {
+        Self::Queue(queue.into())
+    }
+}
+
+impl From<SnsTopic> for OutputTarget {
+    fn from(topic: SnsTopic) -> Self {
+        Self::Topic(topic)
+    }
+}
+
 impl<U: Serialize> Output<U> {
-    /// An output to `queue`.
-    pub fn new(queue: impl Into<SqsQueue>) -> Self {
+    /// An output to a queue (a name or an [`SqsQueue`]) or to an SNS topic (an [`SnsTopic`]):
+    /// what the handler gives [`Context::publish`](crate::Context::publish) is sent after it
+    /// returns, before its message is acknowledged. A topic output's topic is resolved (or
+    /// created, when declared so) with the app's other topics when it starts.
+    pub fn new(target: impl Into<OutputTarget>) -> Self {
+        let publisher = match target.into() {
+            OutputTarget::Queue(queue) => Publisher::new(queue),
+            OutputTarget::Topic(topic) => Publisher::for_topic(topic),
+        };
         Self {
-            publisher: Publisher::new(queue),
+            publisher,
             payload: Payload::named::<U>(),
             _values: PhantomData,
         }

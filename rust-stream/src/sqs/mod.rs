@@ -381,11 +381,12 @@ impl Broker for SqsBroker {
     }
 
     fn asyncapi(&self, info: &AppInfo, subscribers: &[Subscriber]) -> serde_json::Value {
-        let (declarations, published) = {
+        let (declarations, published, published_topics) = {
             let registry = self.core.declarations();
             (
                 registry.documented(crate::handler::declarations(subscribers)),
                 registry.published(),
+                registry.published_topics(),
             )
         };
         let merged = |queue: &SqsQueue| declarations.merged(queue);
@@ -395,6 +396,9 @@ impl Broker for SqsBroker {
         }
         for (queue, payloads) in &published {
             writer.publisher(queue, payloads);
+        }
+        for topic in &published_topics {
+            writer.topic_publisher(topic);
         }
         writer.finish()
     }
