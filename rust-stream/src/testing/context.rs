@@ -176,7 +176,7 @@ impl TestContext {
     /// The context, owning the message and the state.
     pub fn build(self) -> Context<'static> {
         // The engine's own reading of a received message, so a test sees what a handler would.
-        let mut delivery = Delivery::new(&self.queue.as_str().into(), self.message);
+        let mut delivery = Delivery::new(&self.queue.as_str().into(), self.message, false);
         delivery.sent_at = self.sent_at;
         let attempt = self
             .attempt
