@@ -425,3 +425,75 @@ impl<'a> Context<'a> {
         self.staged
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::topic::Publish;
+    use crate::model::wire::{MessageAttributeValue, SystemAttributes};
+
+    fn received(body: &str) -> ReceivedMessage {
+        ReceivedMessage {
+            message_id: "sqs-1".to_owned(),
+            receipt_handle: String::new(),
+            body: body.to_owned(),
+            attributes: SystemAttributes::from_iter([("MessageGroupId", "customer-7")]),
+            message_attributes: MessageAttributes::from([(
+                "sqs-only".to_owned(),
+                MessageAttributeValue::string("kept for the dead letter"),
+            )]),
+        }
+    }
+
+    fn envelope() -> Envelope {
+        let topic = TopicArn::new("us-east-1", "000000000000", "payments").unwrap();
+        let publish = Publish::new(r#"{"id":7}"#)
+            .attribute("kind", MessageAttributeValue::string("card"))
+            .attribute("digest", MessageAttributeValue::binary(vec![1, 2]));
+        Envelope::unsigned(&publish, &topic, "sns-1", 1_000, "sub")
+    }
+
+    #[test]
+    fn an_envelope_is_read_as_its_message_with_its_attributes_and_the_sqs_message_is_kept() {
+        let body = envelope().to_json();
+        let delivery = Delivery::new(&Arc::from("q"), received(&body), true);
+        assert_eq!(delivery.payload(), Ok(r#"{"id":7}"#));
+        assert_eq!(
+            delivery.message_attributes(),
+            &envelope().message_attributes
+        );
+        let headers: Vec<_> = delivery.headers.iter().collect();
+        assert_eq!(
+            headers,
+            [
+                (&"kind".to_owned(), &"card".to_owned()),
+                (&PARTITION_KEY_HEADER.to_owned(), &"customer-7".to_owned()),
+            ],
+            "the envelope's text attributes and the group; the binary one is no header"
+        );
+        assert_eq!(delivery.body, body, "the SQS body as received");
+        assert!(delivery.attributes.contains_key("sqs-only"));
+        assert!(matches!(&delivery.sns, Sns::Notification(n) if n.message_id() == "sns-1"));
+    }
+
+    #[test]
+    fn other_bodies_are_read_as_they_are_and_a_broken_envelope_does_not_decode() {
+        let direct = Delivery::new(&Arc::from("q"), received(r#"{"id":7}"#), true);
+        assert_eq!(direct.payload(), Ok(r#"{"id":7}"#));
+        assert!(direct.headers.contains_key("sqs-only"));
+
+        let not_reading = Delivery::new(&Arc::from("q"), received(&envelope().to_json()), false);
+        assert_eq!(not_reading.payload(), Ok(envelope().to_json().as_str()));
+        assert!(matches!(not_reading.sns, Sns::Unwrapped));
+
+        let broken = r#"{"Type":"Notification","TopicArn":"arn:aws:sns:us-east-1:000000000000:payments","MessageId":"m","Timestamp":"1970-01-01T00:00:01.000Z"}"#;
+        let delivery = Delivery::new(&Arc::from("q"), received(broken), true);
+        let error = delivery.payload().unwrap_err();
+        assert!(error.to_string().contains("`Message`"), "{error}");
+        assert_eq!(
+            delivery.message_attributes(),
+            &delivery.attributes,
+            "a broken envelope's own attributes are not read"
+        );
+    }
+}
