@@ -175,7 +175,13 @@ impl SqsQueue {
     /// [`TopicSubscription`] for raw delivery and filter policies; a bare [`SnsTopic`] is a
     /// subscription with SNS's defaults.
     ///
+    /// A subscriber of a queue with at least one subscription whose raw message delivery is off
+    /// reads each body that is an SNS notification envelope as the message inside it, with the
+    /// publish's attributes as headers and the notification in [`Context::sns`]; any other body
+    /// (a raw delivery, a message sent to the queue directly) is read as it is.
+    ///
     /// [`SnsTopic`]: super::SnsTopic
+    /// [`Context::sns`]: crate::Context::sns
     pub fn subscribed_to(mut self, subscription: impl Into<TopicSubscription>) -> Self {
         let subscription = subscription.into();
         self.consumer.reads_envelopes |= !subscription.raw_message_delivery;
