@@ -556,3 +556,64 @@ async fn a_traceparent_published_to_the_topic_parents_the_handlers_span_either_w
         );
     }
 }
+
+/// From a FIFO topic into a FIFO queue, enveloped: the notification has SNS's sequence number,
+/// and the group comes with the SQS message, as a header too.
+#[tokio::test(start_paused = true)]
+async fn a_fifo_topics_notification_has_its_sequence_number_and_the_group() {
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let topic_arn = account
+        .create_fifo_topic("payments.fifo", true)
+        .await
+        .unwrap();
+    let queue = "ledger.fifo";
+    account
+        .create_queue(
+            queue,
+            BTreeMap::from([("FifoQueue".to_owned(), "true".to_owned())]),
+        )
+        .await
+        .unwrap();
+    account
+        .subscribe(
+            Subscribe::sqs(&topic_arn, account.queue_arn_for(queue)).raw_message_delivery(false),
+        )
+        .await
+        .unwrap();
+    let record = Record::default();
+    let app = TestApp::spawn(RustStream::new(AppInfo::new("ledger", "0")).with_broker(
+        broker.clone(),
+        |b| {
+            let declared = SqsQueue::new(queue).subscribed_to(SnsTopic::new("payments.fifo"));
+            b.include(subscriber(declared, record.clone()).build());
+        },
+    ))
+    .await
+    .unwrap();
+    let published = account
+        .publish(
+            &topic_arn,
+            Publish::new(json(&payment(14))).group_id("customer-7"),
+        )
+        .await
+        .unwrap();
+    eventually("the notification is handled", async || {
+        record.seen().len() == 1
+    })
+    .await;
+    app.stop().await.unwrap();
+    let seen = &record.seen()[0];
+    assert_eq!(seen.payment, payment(14));
+    let notification = seen.sns.as_ref().expect("enveloped");
+    assert_eq!(
+        notification.sequence_number(),
+        published.sequence_number.as_deref()
+    );
+    assert!(notification.sequence_number().is_some());
+    assert_eq!(notification.topic_arn().name(), "payments.fifo");
+    assert_eq!(
+        seen.headers[rust_stream::PARTITION_KEY_HEADER],
+        "customer-7"
+    );
+}
