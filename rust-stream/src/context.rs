@@ -40,8 +40,8 @@ pub(crate) struct Delivery {
     pub(crate) sequence_number: Option<String>,
     pub(crate) receive_count: u32,
     pub(crate) sent_at: Option<SystemTime>,
-    /// The `String` and `Number` attributes of the message the handler reads (see
-    /// [`message_attributes`](Self::message_attributes)), and its group.
+    /// The text attributes (`String`, `Number`, `String.Array`) of the message the handler reads
+    /// (see [`message_attributes`](Self::message_attributes)), and its group.
     pub(crate) headers: BTreeMap<String, String>,
     /// The SQS message's own attributes as received (an envelope's are in its notification).
     pub(crate) attributes: MessageAttributes,
