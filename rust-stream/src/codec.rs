@@ -1,8 +1,14 @@
 //! How message bodies become values and back: the [`Codec`] trait and [`Json`], the default.
 //!
+//! A codec decodes the message a handler reads: the SQS body, or, on a queue with an enveloped
+//! SNS subscription, the `Message` of the notification envelope the body is (the engine unwraps
+//! it first; see [`Context::sns`](crate::Context::sns)).
+//!
 //! A body that does not decode is never deleted: the engine logs the [`DecodeError`] with the
 //! message id and dead-letters the message when the subscription has a dead-letter queue, or
-//! retries it so the queue's redrive policy can act.
+//! retries it so the queue's redrive policy can act. An SNS envelope that cannot be read (no
+//! `Message`, an attribute SNS would not write) is a [`DecodeError`] too, whose reason names the
+//! field.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

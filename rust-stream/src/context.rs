@@ -1,5 +1,17 @@
 //! [`Context`]: what a handler knows of the message in hand (ids, queue, group, sequence, receive
-//! count, attempt, sent time, headers) and how it publishes as part of handling it.
+//! count, attempt, sent time, headers, and the SNS notification it came in, if any) and how it
+//! publishes as part of handling it.
+//!
+//! The engine holds each received message as a `Delivery`, made once per receive. A queue
+//! subscribed to an SNS topic with raw message delivery off receives SNS's JSON notification
+//! envelopes; its delivery unwraps them here, where the message is first read, so that
+//! everything downstream sees the published message: the codec decodes the envelope's `Message`,
+//! the headers and [`Context::attributes`] are the envelope's `MessageAttributes`, the `process`
+//! span continues the trace they carry, and [`Context::sns`] has the envelope itself. A raw
+//! delivery, or a message sent to the queue directly, is no envelope and is read as it is, so a
+//! handler gets the same value and headers from either kind of delivery. What the engine keeps
+//! of the SQS message itself (the body and attributes a dead-letter copy is made of, the body a
+//! test's recorder shows) stays as received.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -7,7 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
+use crate::model::envelope::{Envelope, EnvelopeError};
 use crate::model::rules;
+use crate::model::topic::TopicArn;
 use crate::publish::{Outgoing, PublishedMessage, PARTITION_KEY_HEADER};
 use crate::state::{State, States};
 use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
@@ -17,6 +31,8 @@ use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 #[derive(Debug, Clone)]
 pub(crate) struct Delivery {
     pub(crate) message_id: String,
+    /// The SQS message's body as received: an SNS envelope's JSON when it is one (the message
+    /// the handler reads is [`payload`](Self::payload)).
     pub(crate) body: String,
     pub(crate) queue: Arc<str>,
     pub(crate) group_id: Option<String>,
@@ -24,16 +40,51 @@ pub(crate) struct Delivery {
     pub(crate) sequence_number: Option<String>,
     pub(crate) receive_count: u32,
     pub(crate) sent_at: Option<SystemTime>,
+    /// The text attributes (`String`, `Number`, `String.Array`) of the message the handler reads
+    /// (see [`message_attributes`](Self::message_attributes)), and its group.
     pub(crate) headers: BTreeMap<String, String>,
+    /// The SQS message's own attributes as received (an envelope's are in its notification).
     pub(crate) attributes: MessageAttributes,
+    /// The SNS envelope the body is, when the subscription reads envelopes.
+    pub(crate) sns: Sns,
+}
+
+/// What SNS wrapped a delivery's body in.
+#[derive(Debug, Clone)]
+pub(crate) enum Sns {
+    /// Nothing: the body is the message (a raw delivery, a message sent to the queue directly,
+    /// or any body of a queue subscribed to no topic with enveloped delivery).
+    Unwrapped,
+    /// An SNS notification, whose `Message` is the message.
+    Notification(Box<SnsNotification>),
+    /// An SNS notification that cannot be read (its `Message` missing, an attribute SNS would
+    /// not write): the body does not decode.
+    Broken(Box<EnvelopeError>),
 }
 
 impl Delivery {
     /// The delivery of a received message from `queue`. The system attributes it keeps are moved
-    /// out of the message, not copied.
-    pub(crate) fn new(queue: &Arc<str>, mut message: ReceivedMessage) -> Self {
-        let mut headers: BTreeMap<String, String> = message
-            .message_attributes
+    /// out of the message, not copied. With `reads_envelopes` (the queue has an enveloped topic
+    /// subscription), a body that is an SNS notification envelope is unwrapped.
+    pub(crate) fn new(
+        queue: &Arc<str>,
+        mut message: ReceivedMessage,
+        reads_envelopes: bool,
+    ) -> Self {
+        let sns = if reads_envelopes {
+            match Envelope::parse(&message.body) {
+                Ok(envelope) => Sns::Notification(Box::new(SnsNotification(envelope))),
+                Err(EnvelopeError::NotAnEnvelope) => Sns::Unwrapped,
+                Err(error) => Sns::Broken(Box::new(error)),
+            }
+        } else {
+            Sns::Unwrapped
+        };
+        let read_attributes = match &sns {
+            Sns::Notification(notification) => &notification.0.message_attributes,
+            Sns::Unwrapped | Sns::Broken(_) => &message.message_attributes,
+        };
+        let mut headers: BTreeMap<String, String> = read_attributes
             .iter()
             .filter_map(|(name, value)| Some((name.clone(), value.string_value.clone()?)))
             .collect();
@@ -58,7 +109,91 @@ impl Delivery {
             body: message.body,
             queue: queue.clone(),
             attributes: message.message_attributes,
+            sns,
         }
+    }
+
+    /// The message the handler reads, for its codec: an SNS notification's `Message`, else the
+    /// body; the envelope's error when the body is a notification that cannot be read.
+    pub(crate) fn payload(&self) -> Result<&str, &EnvelopeError> {
+        match &self.sns {
+            Sns::Unwrapped => Ok(&self.body),
+            Sns::Notification(notification) => Ok(&notification.0.message),
+            Sns::Broken(error) => Err(error),
+        }
+    }
+
+    /// The attributes of the message the handler reads: an SNS notification's
+    /// `MessageAttributes`, else the SQS message's. The trace context is read from these.
+    pub(crate) fn message_attributes(&self) -> &MessageAttributes {
+        match &self.sns {
+            Sns::Notification(notification) => &notification.0.message_attributes,
+            Sns::Unwrapped | Sns::Broken(_) => &self.attributes,
+        }
+    }
+}
+
+/// The SNS notification a message came in: what SNS says of the publish when it delivers it to a
+/// queue in its JSON envelope (raw message delivery off). [`Context::sns`] gives it.
+///
+/// The handler's message is the notification's `Message`, and its headers the notification's
+/// `MessageAttributes`, so it reads the same from a raw delivery, which has no notification.
+/// Here are the rest: the topic, SNS's own message id (the same in every subscribed queue's
+/// copy, unlike the SQS message id), the subject and when SNS accepted the publish; the whole
+/// envelope, signature fields included, is [`envelope`](Self::envelope).
+///
+/// ```
+/// # use rust_stream::prelude::*;
+/// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+/// if let Some(notification) = ctx.sns() {
+///     tracing::info!(
+///         topic = notification.topic_arn().name(),
+///         sns.message_id = notification.message_id(),
+///         subject = notification.subject(),
+///         "published to a topic"
+///     );
+/// }
+/// # HandlerOutcome::ack()
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnsNotification(Envelope);
+
+impl SnsNotification {
+    /// The topic the message was published to (`TopicArn`).
+    pub fn topic_arn(&self) -> &TopicArn {
+        &self.0.topic_arn
+    }
+
+    /// SNS's id of the publish (`MessageId`): the same in every subscription's copy, and not the
+    /// SQS message id of [`Context::message_id`].
+    pub fn message_id(&self) -> &str {
+        &self.0.message_id
+    }
+
+    /// The publish's subject (`Subject`), when it had one.
+    pub fn subject(&self) -> Option<&str> {
+        self.0.subject.as_deref()
+    }
+
+    /// When SNS accepted the publish (`Timestamp`, to the millisecond); `None` when the envelope's
+    /// timestamp is not ISO 8601 in UTC, which SNS always writes ([`envelope`](Self::envelope)
+    /// has the text).
+    pub fn timestamp(&self) -> Option<SystemTime> {
+        self.0
+            .timestamp_millis()
+            .map(|millis| UNIX_EPOCH + Duration::from_millis(millis))
+    }
+
+    /// The number SNS gave the publish on a FIFO topic (`SequenceNumber`).
+    pub fn sequence_number(&self) -> Option<&str> {
+        self.0.sequence_number.as_deref()
+    }
+
+    /// The whole envelope as received: its signature fields, to verify it, and the timestamp as
+    /// written.
+    pub fn envelope(&self) -> &Envelope {
+        &self.0
     }
 }
 
@@ -208,21 +343,50 @@ impl<'a> Context<'a> {
         self.delivery.sent_at
     }
 
-    /// A header (a message attribute of type `String`, or `Number` as its decimal text). A
-    /// `Binary` attribute is in [`attributes`](Self::attributes).
+    /// A header (a message attribute of type `String`, or `Number` as its decimal text, or
+    /// `String.Array` as its JSON array text). A `Binary` attribute is in
+    /// [`attributes`](Self::attributes). A message that came from an SNS topic has the publish's
+    /// attributes as headers, whether SNS delivered it raw or in its envelope.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.delivery.headers.get(name).map(String::as_str)
     }
 
-    /// All headers (message attributes of type `String` or `Number`), with the group in
-    /// [`PARTITION_KEY_HEADER`] when the message has one.
+    /// All headers (message attributes of type `String`, `Number` or `String.Array`), with the
+    /// group in [`PARTITION_KEY_HEADER`] when the message has one.
     pub fn headers(&self) -> &BTreeMap<String, String> {
         &self.delivery.headers
     }
 
-    /// All message attributes as received, binary ones included.
+    /// All message attributes as received, binary ones included; for a message SNS delivered in
+    /// its envelope, the publish's attributes read from the envelope (each with its SNS type, a
+    /// `Binary` value decoded from base64), as a raw delivery carries them.
     pub fn attributes(&self) -> &MessageAttributes {
-        &self.delivery.attributes
+        self.delivery.message_attributes()
+    }
+
+    /// The SNS notification the message came in, when SNS delivered it from a topic in its JSON
+    /// envelope (the queue's subscription has raw message delivery off): the topic, SNS's
+    /// message id, the subject and when it was published. `None` for a raw delivery, which
+    /// carries none of these, and for a message sent to the queue directly.
+    ///
+    /// A subscriber unwraps envelopes when its queue declares an enveloped subscription
+    /// ([`SqsQueue::subscribed_to`](crate::SqsQueue::subscribed_to) a topic without
+    /// [`raw_message_delivery(true)`](crate::TopicSubscription::raw_message_delivery)); on other
+    /// queues a body is always read as it is.
+    ///
+    /// ```
+    /// # use rust_stream::prelude::*;
+    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+    /// let topic = ctx.sns().map(|notification| notification.topic_arn().name());
+    /// tracing::info!(topic, "payment received");
+    /// # HandlerOutcome::ack()
+    /// # }
+    /// ```
+    pub fn sns(&self) -> Option<&SnsNotification> {
+        match &self.delivery.sns {
+            Sns::Notification(notification) => Some(notification),
+            Sns::Unwrapped | Sns::Broken(_) => None,
+        }
     }
 
     /// Publishes `message` as part of handling this one: it is sent after the handler returns,
@@ -259,5 +423,77 @@ impl<'a> Context<'a> {
 
     pub(crate) fn into_staged(self) -> Vec<Outgoing> {
         self.staged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::topic::Publish;
+    use crate::model::wire::{MessageAttributeValue, SystemAttributes};
+
+    fn received(body: &str) -> ReceivedMessage {
+        ReceivedMessage {
+            message_id: "sqs-1".to_owned(),
+            receipt_handle: String::new(),
+            body: body.to_owned(),
+            attributes: SystemAttributes::from_iter([("MessageGroupId", "customer-7")]),
+            message_attributes: MessageAttributes::from([(
+                "sqs-only".to_owned(),
+                MessageAttributeValue::string("kept for the dead letter"),
+            )]),
+        }
+    }
+
+    fn envelope() -> Envelope {
+        let topic = TopicArn::new("us-east-1", "000000000000", "payments").unwrap();
+        let publish = Publish::new(r#"{"id":7}"#)
+            .attribute("kind", MessageAttributeValue::string("card"))
+            .attribute("digest", MessageAttributeValue::binary(vec![1, 2]));
+        Envelope::unsigned(&publish, &topic, "sns-1", 1_000, "sub")
+    }
+
+    #[test]
+    fn an_envelope_is_read_as_its_message_with_its_attributes_and_the_sqs_message_is_kept() {
+        let body = envelope().to_json();
+        let delivery = Delivery::new(&Arc::from("q"), received(&body), true);
+        assert_eq!(delivery.payload(), Ok(r#"{"id":7}"#));
+        assert_eq!(
+            delivery.message_attributes(),
+            &envelope().message_attributes
+        );
+        let headers: Vec<_> = delivery.headers.iter().collect();
+        assert_eq!(
+            headers,
+            [
+                (&"kind".to_owned(), &"card".to_owned()),
+                (&PARTITION_KEY_HEADER.to_owned(), &"customer-7".to_owned()),
+            ],
+            "the envelope's text attributes and the group; the binary one is no header"
+        );
+        assert_eq!(delivery.body, body, "the SQS body as received");
+        assert!(delivery.attributes.contains_key("sqs-only"));
+        assert!(matches!(&delivery.sns, Sns::Notification(n) if n.message_id() == "sns-1"));
+    }
+
+    #[test]
+    fn other_bodies_are_read_as_they_are_and_a_broken_envelope_does_not_decode() {
+        let direct = Delivery::new(&Arc::from("q"), received(r#"{"id":7}"#), true);
+        assert_eq!(direct.payload(), Ok(r#"{"id":7}"#));
+        assert!(direct.headers.contains_key("sqs-only"));
+
+        let not_reading = Delivery::new(&Arc::from("q"), received(&envelope().to_json()), false);
+        assert_eq!(not_reading.payload(), Ok(envelope().to_json().as_str()));
+        assert!(matches!(not_reading.sns, Sns::Unwrapped));
+
+        let broken = r#"{"Type":"Notification","TopicArn":"arn:aws:sns:us-east-1:000000000000:payments","MessageId":"m","Timestamp":"1970-01-01T00:00:01.000Z"}"#;
+        let delivery = Delivery::new(&Arc::from("q"), received(broken), true);
+        let error = delivery.payload().unwrap_err();
+        assert!(error.to_string().contains("`Message`"), "{error}");
+        assert_eq!(
+            delivery.message_attributes(),
+            &delivery.attributes,
+            "a broken envelope's own attributes are not read"
+        );
     }
 }

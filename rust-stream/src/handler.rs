@@ -335,7 +335,15 @@ where
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
-            let message: T = match self.codec.decode(&delivery.body) {
+            // An SNS envelope is already unwrapped: the codec reads the published message.
+            let decoded = match delivery.payload() {
+                Ok(payload) => self.codec.decode(payload),
+                Err(broken) => Err(DecodeError {
+                    type_name: std::any::type_name::<T>(),
+                    reason: broken.to_string(),
+                }),
+            };
+            let message: T = match decoded {
                 Ok(message) => message,
                 Err(error) => return Handled::Undecodable(error),
             };

@@ -138,7 +138,7 @@ pub use app::{
 };
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
-pub use context::Context;
+pub use context::{Context, SnsNotification};
 pub use engine::settle::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };

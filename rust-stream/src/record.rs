@@ -100,7 +100,8 @@ pub struct Recorder {
 pub struct Handled {
     /// The message id.
     pub message_id: String,
-    /// The body as received.
+    /// The body as received: for a message SNS delivered in its envelope, the envelope's JSON
+    /// (the handler read its `Message`).
     pub body: String,
     /// How the attempt was settled.
     pub settled: Settled,

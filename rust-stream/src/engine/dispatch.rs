@@ -539,11 +539,11 @@ impl Dispatcher {
             rust_stream.handler = %self.handler_name,
             rust_stream.attempt = attempts,
             rust_stream.outcome = tracing::field::Empty,
-            traceparent = propagation::traceparent(&delivery.attributes),
+            traceparent = propagation::traceparent(delivery.message_attributes()),
         );
         #[cfg(feature = "opentelemetry")]
         if !span.is_disabled() {
-            propagation::continue_trace(&span, &delivery.attributes);
+            propagation::continue_trace(&span, delivery.message_attributes());
         }
         held.span = span;
     }

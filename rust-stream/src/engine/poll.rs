@@ -187,6 +187,9 @@ pub(crate) struct Intake {
     visibility: Duration,
     batch_size: usize,
     wait: Duration,
+    /// Whether a body may be an SNS notification envelope to unwrap (the queue has an enveloped
+    /// topic subscription).
+    reads_envelopes: bool,
     /// Receives in flight, which a stop waits for on a network backend.
     receiving: AtomicUsize,
     /// How many pollers may receive now.
@@ -221,6 +224,7 @@ impl Intake {
             visibility: shared.visibility,
             batch_size: settings.batch_size,
             wait: settings.wait,
+            reads_envelopes: settings.reads_envelopes,
             receiving: AtomicUsize::new(0),
             turns: Turns::new(settings.pollers),
             probe,
@@ -467,7 +471,7 @@ impl Intake {
                 continue;
             };
             let held = Held {
-                delivery: Arc::new(Delivery::new(&self.queue, message)),
+                delivery: Arc::new(Delivery::new(&self.queue, message, self.reads_envelopes)),
                 lease: HeldLease(lease),
                 _room: permit,
                 span: tracing::Span::none(),

@@ -67,6 +67,10 @@ pub(crate) struct ConsumerSettings {
     pub(crate) handler_timeout: Option<Duration>,
     /// FIFO: how many handled messages of a group its lane deletes in one call, at most.
     pub(crate) delete_run: usize,
+    /// Whether the queue is subscribed to a topic with raw message delivery off, so that bodies
+    /// may be SNS notification envelopes to unwrap (`context::Delivery`). Kept by
+    /// [`SqsQueue::subscribed_to`], so that the consumer reads it with its other settings.
+    pub(crate) reads_envelopes: bool,
 }
 
 impl Default for ConsumerSettings {
@@ -80,6 +84,7 @@ impl Default for ConsumerSettings {
             retry: RetryPolicy::default(),
             handler_timeout: None,
             delete_run: rules::MAX_BATCH_ENTRIES,
+            reads_envelopes: false,
         }
     }
 }
@@ -170,9 +175,16 @@ impl SqsQueue {
     /// [`TopicSubscription`] for raw delivery and filter policies; a bare [`SnsTopic`] is a
     /// subscription with SNS's defaults.
     ///
+    /// A subscriber of a queue with at least one subscription whose raw message delivery is off
+    /// reads each body that is an SNS notification envelope as the message inside it, with the
+    /// publish's attributes as headers and the notification in [`Context::sns`]; any other body
+    /// (a raw delivery, a message sent to the queue directly) is read as it is.
+    ///
     /// [`SnsTopic`]: super::SnsTopic
+    /// [`Context::sns`]: crate::Context::sns
     pub fn subscribed_to(mut self, subscription: impl Into<TopicSubscription>) -> Self {
         let subscription = subscription.into();
+        self.consumer.reads_envelopes |= !subscription.raw_message_delivery;
         // The same subscription declared twice is one; a different one is reported at start.
         if !self.subscriptions.contains(&subscription) {
             self.subscriptions.push(subscription);

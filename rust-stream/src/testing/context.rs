@@ -3,6 +3,7 @@
 use std::time::SystemTime;
 
 use crate::context::{Context, Delivery};
+use crate::model::envelope::Envelope;
 use crate::state::States;
 use crate::transport::{
     MessageAttributeValue, MessageAttributes, ReceivedMessage, SystemAttributes,
@@ -72,6 +73,9 @@ pub struct TestContext {
     message: ReceivedMessage,
     sent_at: Option<SystemTime>,
     attempt: Option<u32>,
+    /// Whether the body is an SNS envelope to read, as a queue with an enveloped subscription
+    /// reads it.
+    reads_envelopes: bool,
     states: States,
     stopping: tokio_util::sync::CancellationToken,
 }
@@ -97,6 +101,7 @@ impl TestContext {
             },
             sent_at: None,
             attempt: None,
+            reads_envelopes: false,
             states: States::default(),
             stopping: tokio_util::sync::CancellationToken::new(),
         }
@@ -158,6 +163,40 @@ impl TestContext {
         self
     }
 
+    /// The message came from an SNS topic in this notification envelope, as SNS delivers it to a
+    /// queue subscribed with raw message delivery off: [`Context::sns`] has its topic, message
+    /// id, subject and timestamp, and the headers and [`Context::attributes`] are the envelope's
+    /// `MessageAttributes` (so [`header`](Self::header) no longer shows): what a handler's
+    /// context has for a message that came in this envelope.
+    ///
+    /// ```
+    /// use rust_stream::model::envelope::Envelope;
+    /// use rust_stream::model::topic::{Publish, TopicArn};
+    /// use rust_stream::model::wire::MessageAttributeValue;
+    /// use rust_stream::testing::TestContext;
+    ///
+    /// let topic = TopicArn::new("us-east-1", "000000000000", "payments-posted").unwrap();
+    /// let publish = Publish::new(r#"{"amount":120}"#)
+    ///     .subject("posted")
+    ///     .attribute("kind", MessageAttributeValue::string("card"));
+    /// let envelope = Envelope::unsigned(&publish, &topic, "sns-1", 1_764_633_600_123, "sub");
+    /// let ctx = TestContext::new().sns(envelope).build();
+    ///
+    /// let notification = ctx.sns().unwrap();
+    /// assert_eq!(notification.topic_arn().name(), "payments-posted");
+    /// assert_eq!(notification.message_id(), "sns-1");
+    /// assert_eq!(notification.subject(), Some("posted"));
+    /// assert_eq!(ctx.header("kind"), Some("card"));
+    /// ```
+    ///
+    /// [`Context::sns`]: crate::Context::sns
+    /// [`Context::attributes`]: crate::Context::attributes
+    pub fn sns(mut self, envelope: Envelope) -> Self {
+        self.message.body = envelope.to_json();
+        self.reads_envelopes = true;
+        self
+    }
+
     /// Shared state of type `T`, as [`RustStream::with_state`](crate::RustStream::with_state)
     /// registers it on an app.
     pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
@@ -176,7 +215,11 @@ impl TestContext {
     /// The context, owning the message and the state.
     pub fn build(self) -> Context<'static> {
         // The engine's own reading of a received message, so a test sees what a handler would.
-        let mut delivery = Delivery::new(&self.queue.as_str().into(), self.message);
+        let mut delivery = Delivery::new(
+            &self.queue.as_str().into(),
+            self.message,
+            self.reads_envelopes,
+        );
         delivery.sent_at = self.sent_at;
         let attempt = self
             .attempt
