@@ -21,8 +21,8 @@ use rust_stream::transport::{
 use rust_stream::{Handle, PublishError, RunError};
 use serde_json::{json, Value};
 
-/// What each queue's handler saw: the message as published (an SNS envelope's `Message`, or the
-/// raw body), and whether it came raw.
+/// What each queue's handler saw: the message as published (the consumer unwraps an SNS
+/// envelope), and whether it came raw (no envelope, so no `Context::sns`).
 type Seen = Arc<Mutex<Vec<(Value, bool)>>>;
 
 /// Records what it handles.
@@ -33,18 +33,10 @@ impl Handle<Value> for Record {
         &self,
         value: &Value,
         _outs: &(),
-        _ctx: &mut Context<'_>,
+        ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
-        // Enveloped deliveries carry the publish in `Message` (until the consumer unwraps them).
-        let (message, raw) = match value.get("Type").and_then(Value::as_str) {
-            Some("Notification") => (
-                serde_json::from_str(value["Message"].as_str().expect("a Message"))
-                    .expect("the published JSON"),
-                false,
-            ),
-            _ => (value.clone(), true),
-        };
-        self.0.lock().unwrap().push((message, raw));
+        let raw = ctx.sns().is_none();
+        self.0.lock().unwrap().push((value.clone(), raw));
         Ok(())
     }
 }
@@ -148,7 +140,11 @@ async fn a_publish_reaches_exactly_the_subscribed_queues_whose_policy_takes_it()
         [(json!({"id": 1}), true)],
         "the raw body as published"
     );
-    assert_eq!(cards.lock().unwrap()[0].0, json!({"id": 1}));
+    assert_eq!(
+        *cards.lock().unwrap(),
+        [(json!({"id": 1}), false)],
+        "the published message, from its envelope"
+    );
     assert!(
         wires.lock().unwrap().is_empty(),
         "the wire policy refuses a card"
@@ -548,4 +544,72 @@ async fn a_topic_that_cannot_be_found_refuses_its_publishes_saying_how_to_fix_it
         .await
         .unwrap();
     broker.topic("refunds").raw("{}").send().await.unwrap();
+}
+
+/// Publishes each refund request it handles to the `refunds` topic, as its output.
+struct Refund(rust_stream::Output<Value>);
+
+impl Handle<Value, rust_stream::Output<Value>> for Refund {
+    async fn handle(
+        &self,
+        value: &Value,
+        refunds: &rust_stream::Output<Value>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        ctx.publish(
+            refunds
+                .message(&json!({"refunded": value["id"]}))
+                .header("kind", "refund"),
+        );
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_output_to_a_topic_reaches_the_queues_subscribed_to_it() {
+    let refunds = SnsTopic::new("refunds").create_if_missing();
+    let broker = SqsBroker::in_process();
+    let seen: Seen = Seen::default();
+    let handled = seen.clone();
+    let output = rust_stream::Output::new(refunds.clone());
+    assert!(output.publisher().topic().is_some());
+    let app = RustStream::new(AppInfo::new("refunds", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(
+                SqsQueue::new("refund-requests").create_if_missing(),
+                Refund(output.clone()),
+            )
+            .outputs(output)
+            .build(),
+        );
+        b.include(
+            subscriber(
+                SqsQueue::new("notices").create_if_missing().subscribed_to(
+                    TopicSubscription::new(refunds).filter_policy(r#"{"kind": ["refund"]}"#),
+                ),
+                Record(handled),
+            )
+            .build(),
+        );
+    });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    broker
+        .publisher("refund-requests")
+        .message(&json!({"id": 7}))
+        .send()
+        .await
+        .unwrap();
+    eventually("the output reaches the subscribed queue", async || {
+        seen.lock().unwrap().len() == 1
+    })
+    .await;
+    running.stop().await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(json!({"refunded": 7}), false)],
+        "published to the topic by the handler, delivered enveloped through the filter policy"
+    );
+    let calls = broker.api_calls();
+    assert_eq!(calls.publish_batch, 1, "{calls:?}");
+    assert_eq!(calls.create_topic, 1, "{calls:?}");
 }
