@@ -547,7 +547,7 @@ async fn a_topic_that_cannot_be_found_refuses_its_publishes_saying_how_to_fix_it
 }
 
 /// Publishes each refund request it handles to the `refunds` topic, as its output.
-struct Refund(rust_stream::Output<Value>);
+struct Refund;
 
 impl Handle<Value, rust_stream::Output<Value>> for Refund {
     async fn handle(
@@ -575,12 +575,9 @@ async fn a_handlers_output_to_a_topic_reaches_the_queues_subscribed_to_it() {
     assert!(output.publisher().topic().is_some());
     let app = RustStream::new(AppInfo::new("refunds", "0")).with_broker(broker.clone(), |b| {
         b.include(
-            subscriber(
-                SqsQueue::new("refund-requests").create_if_missing(),
-                Refund(output.clone()),
-            )
-            .outputs(output)
-            .build(),
+            subscriber(SqsQueue::new("refund-requests").create_if_missing(), Refund)
+                .outputs(output)
+                .build(),
         );
         b.include(
             subscriber(
