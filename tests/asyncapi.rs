@@ -179,11 +179,22 @@ fn every_example_prints_a_document_the_official_parser_accepts() {
                 ],
             ),
         ),
+        ("fan_out".to_owned(), example_document("fan_out", &[])),
     ];
     for (name, document) in &documents {
         assert_eq!(document["asyncapi"], "3.0.0", "{name}");
         assert_eq!(document["info"]["version"], "0.1.0", "{name}");
     }
+
+    // The fan-out: its topic's channel, with the three queues as the delivery's consumers.
+    let fan_out = &documents
+        .iter()
+        .find(|(name, _)| name == "fan_out")
+        .expect("the fan-out document")
+        .1;
+    let consumers =
+        &fan_out["operations"]["deliver.fan-out-payments-posted"]["bindings"]["sns"]["consumers"];
+    assert_eq!(consumers.as_array().map(Vec::len), Some(3), "{consumers}");
 
     // The quickstart: its handler's doc comment, its dead-letter queue, its payload's schema.
     let quickstart = &documents[0].1;

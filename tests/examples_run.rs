@@ -120,3 +120,62 @@ fn the_quickstart_fulfils_its_orders_and_exits_0() {
         .collect();
     assert!(warnings.is_empty(), "{warnings:#?}");
 }
+
+/// The payment ids each fan-out handler logged, by what it logged (`payment booked`, ...).
+fn handled_payments(log: &str) -> BTreeMap<String, Vec<u64>> {
+    let mut handled: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for event in ["payment booked", "payment reviewed", "payment noticed"] {
+        for line in log.lines().filter(|line| line.contains(event)) {
+            let start = line.find("payment.id=").expect("a payment.id") + "payment.id=".len();
+            let id = line[start..]
+                .split_whitespace()
+                .next()
+                .and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("no payment.id in {line:?}"));
+            handled.entry(event.to_owned()).or_default().push(id);
+        }
+    }
+    for ids in handled.values_mut() {
+        ids.sort_unstable();
+    }
+    handled
+}
+
+/// Runs the fan-out example against `endpoint` (or in process): every payment booked, the
+/// large ones reviewed and the euro ones noticed, each once, through the topic's filter policies.
+fn assert_fan_out(endpoint: Option<&str>) {
+    let output = cargo_run_example("fan_out", endpoint);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "fan_out failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert_eq!(
+        handled_payments(&stdout),
+        BTreeMap::from([
+            ("payment booked".to_owned(), vec![1, 2, 3, 4]),
+            ("payment noticed".to_owned(), vec![1, 3]),
+            ("payment reviewed".to_owned(), vec![2, 3]),
+        ]),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(r#"topic="fan-out-payments-posted""#),
+        "the ledger read its envelope's topic:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_fan_out_example_delivers_each_payment_where_its_policies_take_it() {
+    assert_fan_out(None);
+}
+
+#[test]
+fn with_aws_endpoint_url_the_fan_out_example_runs_on_localstack() {
+    let Some(endpoint) = rust_stream::testing::live_endpoint("the live fan-out example") else {
+        return;
+    };
+    assert_fan_out(Some(&endpoint));
+}
