@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Runs a real LocalStack (SQS only) on this machine WITHOUT Docker, for this repository's tests:
+# Runs a real LocalStack (SQS and SNS) on this machine WITHOUT Docker, for this repository's tests:
 # the steps (and the pinned LocalStack version) are those of the testing kit's script,
 # `rust-stream/src/testing/localstack.sh`, which `rust_stream::testing::LocalStack` runs for a
 # downstream crate; this wrapper only says where things go in a checkout.
 #
 #   scripts/localstack.sh install   create/refresh the cached virtualenv
-#   scripts/localstack.sh start     install if needed, start, wait until SQS is up,
+#   scripts/localstack.sh start     install if needed, start, wait until SQS and SNS are up,
 #                                   print the endpoint URL on stdout
 #   scripts/localstack.sh stop      stop the server this script started (idempotent)
-#   scripts/localstack.sh status    exit 0 iff SQS on the port is healthy
+#   scripts/localstack.sh status    exit 0 iff SQS and SNS on the port are both healthy
 #
 # Environment: LOCALSTACK_PORT (default 4566), LOCALSTACK_START_TIMEOUT (default 90 s),
 # LOCALSTACK_PYTHON (default python3); see the kit's script.

@@ -52,7 +52,7 @@
 //!    [hooks](transport::layer::Hooks)), and the [`meter`](transport::meter) that counts every call
 //!    ([`ApiCalls`]).
 //! 4. The backends: [`account`], the in-process SQS account (SQS semantics on tokio's clock, for
-//!    tests, with SNS topics that deliver into its queues), and [`aws`], Amazon SQS over aws-sdk-sqs (feature `aws`).
+//!    tests, with SNS topics that deliver into its queues), and [`aws`], Amazon SQS and SNS over aws-sdk-sqs and aws-sdk-sns (feature `aws`).
 //! 5. The app contract: [`health`] ([`App::health`], for liveness and readiness probes),
 //!    [`broker`] (the [`Broker`] trait and what it is given: [`AppInfo`], [`AppContext`]), and
 //!    [`app`] ([`RustStream`], [`App::run`] until a signal or a [`ShutdownHandle`], then a
@@ -85,7 +85,7 @@
 //!
 //! | Name | Description | Default |
 //! | --- | --- | --- |
-//! | `aws` | [`SqsBroker::from_env`], [`SqsBroker::from_env_or_in_process`] and [`SqsBroker::aws`]: Amazon SQS over aws-sdk-sqs | yes |
+//! | `aws` | [`SqsBroker::from_env`], [`SqsBroker::from_env_or_in_process`] and [`SqsBroker::aws`]: Amazon SQS and SNS over aws-sdk-sqs and aws-sdk-sns | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
 //! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes, and `process` spans continue it, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
 //! | `schemars` | JSON Schemas of message payloads in the [`asyncapi`] document, for types that implement `schemars::JsonSchema` | no |

@@ -1,5 +1,6 @@
-//! Between the SDK's types and the model's: errors, message attributes, batch failures, and the
-//! rule checks of batch entries before they go out.
+//! Between the SDK's types and the model's: errors (SQS's and SNS's codes), message attributes,
+//! batch failures, and the rule checks of batch entries before they go out. SNS's own conversions
+//! are in `sns.rs`.
 
 use std::collections::HashMap;
 
@@ -12,7 +13,8 @@ use crate::transport::{
     BatchFailure, BatchResult, MessageAttributeValue, MessageAttributes, TransportError,
 };
 
-/// An SDK error as a [`TransportError`]: service errors by their SQS kind, the rest retryable.
+/// An SDK error as a [`TransportError`]: service errors by their SQS or SNS kind, the rest
+/// retryable. The SDKs share their error types, so one function reads both.
 pub(super) fn error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
     error: SdkError<E, R>,
 ) -> TransportError {
@@ -20,7 +22,7 @@ pub(super) fn error<E: ProvideErrorMetadata + std::error::Error + 'static, R: st
         SdkError::ServiceError(_) => {
             let code = error.code().unwrap_or("Unknown").to_owned();
             let message = error.message().unwrap_or("").to_owned();
-            match ErrorKind::from_code(&code) {
+            match error_kind(&code) {
                 Some(kind) => TransportError::Service { kind, message },
                 None => TransportError::Other { code, message },
             }
@@ -33,6 +35,22 @@ pub(super) fn error<E: ProvideErrorMetadata + std::error::Error + 'static, R: st
             message: describe(&error),
         },
     }
+}
+
+/// The kind an SQS or SNS error code names: [`ErrorKind::from_code`], and the codes SNS alone
+/// uses for kinds SQS names otherwise (`ParameterValueInvalid` is SNS's
+/// `InvalidParameterValueException`, `Throttled` its `ThrottledException`). SNS's codes without a
+/// kind of their own (`AuthorizationError`, `TopicLimitExceeded`, `SubscriptionLimitExceeded`,
+/// `FilterPolicyLimitExceeded`, the KMS ones...) are none: they reach the caller as
+/// [`TransportError::Other`] with their code.
+/// (SNS's errors: <https://docs.aws.amazon.com/sns/latest/api/CommonErrors.html> and each action's
+/// page, e.g. <https://docs.aws.amazon.com/sns/latest/api/API_Publish.html#API_Publish_Errors>)
+pub(super) fn error_kind(code: &str) -> Option<ErrorKind> {
+    ErrorKind::from_code(code).or(match code {
+        "ParameterValueInvalid" => Some(ErrorKind::InvalidParameterValue),
+        "Throttled" | "ThrottledException" => Some(ErrorKind::RequestThrottled),
+        _ => None,
+    })
 }
 
 /// The error and its causes on one line (the SDK's top-level message alone says little).
@@ -90,7 +108,7 @@ pub(super) fn failures(failed: &[aws_sdk_sqs::types::BatchResultErrorEntry]) -> 
     failed
         .iter()
         .map(|entry| {
-            let known = ErrorKind::from_code(entry.code());
+            let known = error_kind(entry.code());
             BatchFailure {
                 id: entry.id().to_owned(),
                 kind: known.unwrap_or(ErrorKind::InternalError),

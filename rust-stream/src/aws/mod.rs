@@ -1,14 +1,18 @@
-//! [`AwsTransport`]: the [`Transport`](crate::transport::Transport) over aws-sdk-sqs, and [`AwsBrokerBuilder`], how a broker
-//! is configured for Amazon SQS or a local stand-in. This is the only file that names the SDK.
+//! [`AwsTransport`]: the [`Transport`](crate::transport::Transport) over aws-sdk-sqs and
+//! aws-sdk-sns, and [`AwsBrokerBuilder`], how a broker is configured for Amazon SQS and SNS or a
+//! local stand-in. The transport holds two SDK clients made from one configuration (region,
+//! credentials, endpoint, timeouts, retries), so a local stack's endpoint serves both; the SQS
+//! calls are in `transport.rs`, the SNS ones in `sns.rs`, the conversions between the SDKs' types
+//! and the model's in `convert.rs`.
 //!
 //! Connecting checks, before any SQS call, that a region is configured and that the credentials
 //! provider answers with credentials, and fails with a [`ConnectError`] saying what to set: without
 //! the check a missing region or missing credentials would show only at the first SQS call, after
 //! the SDK's warnings about the instance metadata service, with a message naming neither.
 //!
-//! Every request is checked against the SQS rules before it is sent, with the same error kinds as
-//! the in-process account; batch entries that break a rule are answered as failed entries and the
-//! rest go out. The SDK retries throttling, 5xx and network errors with jittered backoff; each
+//! Every request is checked against the SQS or SNS rules before it is sent, with the same error
+//! kinds as the in-process account; batch entries that break a rule are answered as failed
+//! entries and the rest go out. The SDK retries throttling, 5xx and network errors with jittered backoff; each
 //! attempt may take longer than a 20 s long poll, and no longer than its attempt timeout (30 s
 //! unless set), so a connection that stalls is given up and tried again. Queue URLs that a local stack returns with
 //! another host are rebased onto the configured endpoint.
@@ -18,6 +22,7 @@ use std::time::Duration;
 use aws_sdk_sqs::config::ProvideCredentials;
 
 mod convert;
+mod sns;
 #[cfg(test)]
 mod tests;
 mod transport;
@@ -97,8 +102,9 @@ pub struct AwsBrokerBuilder {
 }
 
 impl AwsBrokerBuilder {
-    /// Sends requests to this endpoint (a local stack) instead of the region's (also read from
-    /// `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_SQS` when not set here).
+    /// Sends requests to this endpoint (a local stack) instead of the region's, SQS's and SNS's
+    /// alike (also read from `AWS_ENDPOINT_URL`, or per service from `AWS_ENDPOINT_URL_SQS` and
+    /// `AWS_ENDPOINT_URL_SNS`, when not set here).
     pub fn endpoint(mut self, url: impl Into<String>) -> Self {
         self.endpoint = Some(url.into());
         self
@@ -159,10 +165,15 @@ impl std::fmt::Debug for AwsBrokerBuilder {
     }
 }
 
-/// The [`Transport`](crate::transport::Transport) over aws-sdk-sqs.
+/// The [`Transport`](crate::transport::Transport) over aws-sdk-sqs (queues) and aws-sdk-sns
+/// (topics, subscriptions, publishes).
 #[derive(Clone)]
 pub struct AwsTransport {
     client: aws_sdk_sqs::Client,
+    /// Made from the same configuration as the SQS client, so both reach the same endpoint and
+    /// region; `None` for a transport over an SQS client alone
+    /// ([`from_client`](Self::from_client)), whose SNS calls then say so.
+    sns: Option<aws_sdk_sns::Client>,
     /// The configured endpoint, onto which queue URLs are rebased.
     endpoint: Option<String>,
 }
@@ -232,35 +243,78 @@ impl AwsTransport {
         );
         Ok(Self {
             client: aws_sdk_sqs::Client::new(&config),
+            sns: Some(aws_sdk_sns::Client::new(&config)),
             endpoint,
         })
     }
 
-    /// A transport for a local stand-in of SQS (LocalStack) at `endpoint`, in `region`, with the
-    /// test credentials (`test`/`test`) such stand-ins accept; never for AWS itself. Nothing is
+    /// A transport for a local stand-in of SQS and SNS (LocalStack) at `endpoint`, in `region`,
+    /// with the test credentials (`test`/`test`) such stand-ins accept; never for AWS itself. Nothing is
     /// loaded from the environment or the profile, so nothing can fail: unlike
     /// [`AwsBrokerBuilder::transport`] this needs no `.await` and returns no `Result`. The SDK's
     /// retries and attempt timeout are those of a connected broker.
     pub fn local(endpoint: impl Into<String>, region: impl Into<String>) -> Self {
         let endpoint = endpoint.into();
+        let region = region.into();
         let config = aws_sdk_sqs::Config::builder()
             .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
             .endpoint_url(&endpoint)
-            .region(aws_sdk_sqs::config::Region::new(region.into()))
+            .region(aws_sdk_sqs::config::Region::new(region.clone()))
             .credentials_provider(test_credentials())
             .timeout_config(timeouts(None))
             .retry_config(retries())
             .build();
-        Self {
-            client: aws_sdk_sqs::Client::from_conf(config),
-            endpoint: Some(endpoint),
-        }
+        let sns = aws_sdk_sns::Config::builder()
+            .behavior_version(aws_sdk_sns::config::BehaviorVersion::latest())
+            .endpoint_url(&endpoint)
+            .region(aws_sdk_sns::config::Region::new(region))
+            .credentials_provider(test_credentials())
+            .timeout_config(timeouts(None))
+            .retry_config(retries())
+            .build();
+        Self::from_clients(
+            aws_sdk_sqs::Client::from_conf(config),
+            aws_sdk_sns::Client::from_conf(sns),
+            Some(endpoint),
+        )
     }
 
     /// A transport over an SDK client you configured yourself; `endpoint` is the one it was given,
-    /// if any, onto which queue URLs are rebased.
+    /// if any, onto which queue URLs are rebased. It has no SNS client (an SQS client's
+    /// credentials cannot be read back to make one), so its SNS calls answer
+    /// [`UnsupportedOperation`](crate::model::ErrorKind::UnsupportedOperation): for topics, give
+    /// a client of each to [`from_clients`](Self::from_clients).
     pub fn from_client(client: aws_sdk_sqs::Client, endpoint: Option<String>) -> Self {
-        Self { client, endpoint }
+        Self {
+            client,
+            sns: None,
+            endpoint,
+        }
+    }
+
+    /// A transport over an SQS and an SNS client you configured yourself, for queues and topics;
+    /// `endpoint` is the SQS client's, if any, onto which queue URLs are rebased.
+    ///
+    /// ```no_run
+    /// # async fn make() -> rust_stream::aws::AwsTransport {
+    /// let config = aws_config::load_from_env().await;
+    /// rust_stream::aws::AwsTransport::from_clients(
+    ///     aws_sdk_sqs::Client::new(&config),
+    ///     aws_sdk_sns::Client::new(&config),
+    ///     None,
+    /// )
+    /// # }
+    /// ```
+    pub fn from_clients(
+        client: aws_sdk_sqs::Client,
+        sns: aws_sdk_sns::Client,
+        endpoint: Option<String>,
+    ) -> Self {
+        Self {
+            client,
+            sns: Some(sns),
+            endpoint,
+        }
     }
 
     /// An SDK error as a [`TransportError`](crate::transport::TransportError); one that never
@@ -275,29 +329,58 @@ impl AwsTransport {
         E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
     {
+        self.error_of("SQS", error)
+    }
+
+    /// An SNS SDK error as a [`TransportError`](crate::transport::TransportError), as
+    /// [`error`](Self::error) reads an SQS one (the SDKs share their error types).
+    fn sns_error<E, R>(
+        &self,
+        error: aws_sdk_sns::error::SdkError<E, R>,
+    ) -> crate::transport::TransportError
+    where
+        E: aws_sdk_sns::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        self.error_of("SNS", error)
+    }
+
+    fn error_of<E, R>(
+        &self,
+        service: &str,
+        error: aws_sdk_sqs::error::SdkError<E, R>,
+    ) -> crate::transport::TransportError
+    where
+        E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
         match convert::error(error) {
             crate::transport::TransportError::Unavailable { message } => {
                 crate::transport::TransportError::Unavailable {
-                    message: format!("{message} (calling {})", self.place()),
+                    message: format!("{message} (calling {})", self.place(service)),
                 }
             }
             other => other,
         }
     }
 
-    /// Where this transport sends its calls, as an error names it: the endpoint (the configured
-    /// one, or the region's own) and the region.
-    fn place(&self) -> String {
+    /// Where this transport sends its calls to `service` (`SQS`, `SNS`), as an error names it:
+    /// the endpoint (the configured one, or the region's own) and the region.
+    fn place(&self, service: &str) -> String {
         let region = self
             .client
             .config()
             .region()
             .map_or("(none)", |region| region.as_ref());
         match &self.endpoint {
-            Some(endpoint) => format!("SQS at {} in region {region}", shown_endpoint(endpoint)),
+            Some(endpoint) => format!(
+                "{service} at {} in region {region}",
+                shown_endpoint(endpoint)
+            ),
             None => format!(
-                "SQS at https://sqs.{region}.amazonaws.com, the endpoint of region {region}; \
-                 check the region's name"
+                "{service} at https://{}.{region}.amazonaws.com, the endpoint of region {region}; \
+                 check the region's name",
+                service.to_ascii_lowercase()
             ),
         }
     }

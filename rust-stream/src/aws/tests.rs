@@ -82,3 +82,130 @@ fn both_generations_of_error_codes_name_the_same_kind() {
     );
     assert_eq!(ErrorKind::from_code("AccessDenied"), None);
 }
+
+#[test]
+fn sns_codes_name_the_models_kinds() {
+    for (code, kind) in [
+        ("InvalidParameter", Some(ErrorKind::InvalidParameter)),
+        (
+            "ParameterValueInvalid",
+            Some(ErrorKind::InvalidParameterValue),
+        ),
+        ("NotFound", Some(ErrorKind::NotFound)),
+        ("Throttled", Some(ErrorKind::RequestThrottled)),
+        ("InternalError", Some(ErrorKind::InternalError)),
+        (
+            "TooManyEntriesInBatchRequest",
+            Some(ErrorKind::TooManyEntriesInBatchRequest),
+        ),
+        ("BatchRequestTooLong", Some(ErrorKind::BatchRequestTooLong)),
+        // No kind of its own: reaches the caller with its code.
+        ("AuthorizationError", None),
+        ("TopicLimitExceeded", None),
+    ] {
+        assert_eq!(error_kind(code), kind, "{code}");
+    }
+    let failed = sns::sns_failures(&[aws_sdk_sns::types::BatchResultErrorEntry::builder()
+        .id("e0")
+        .code("ParameterValueInvalid")
+        .sender_fault(false)
+        .message("bad attribute")
+        .build()
+        .expect("id, code and sender fault are set")]);
+    assert_eq!(failed[0].kind, ErrorKind::InvalidParameterValue);
+    assert!(
+        failed[0].sender_fault,
+        "the request's fault is never retried"
+    );
+}
+
+#[test]
+fn a_local_transport_calls_sns_where_it_calls_sqs() {
+    let transport = AwsTransport::local("http://127.0.0.1:4566", "eu-west-1");
+    let sns = transport.sns.as_ref().expect("an SNS client").config();
+    assert_eq!(
+        sns.region().map(|region| region.as_ref()),
+        Some("eu-west-1")
+    );
+    assert_eq!(
+        sns.timeout_config()
+            .and_then(|timeouts| timeouts.operation_attempt_timeout()),
+        Some(ATTEMPT_TIMEOUT)
+    );
+    assert_eq!(
+        sns.retry_config().map(|retries| retries.max_attempts()),
+        Some(SDK_ATTEMPTS)
+    );
+    assert_eq!(
+        transport.place("SNS"),
+        "SNS at http://127.0.0.1:4566 in region eu-west-1"
+    );
+}
+
+#[tokio::test]
+async fn a_transport_over_an_sqs_client_alone_says_it_has_no_sns() {
+    use crate::transport::Transport;
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url("http://127.0.0.1:9")
+        .build();
+    let transport = AwsTransport::from_client(
+        aws_sdk_sqs::Client::from_conf(config),
+        Some("http://127.0.0.1:9".to_owned()),
+    );
+    let error = transport
+        .get_topic_attributes("arn:aws:sns:us-east-1:000000000000:orders")
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), Some(ErrorKind::UnsupportedOperation));
+    assert!(error.to_string().contains("from_clients"), "{error}");
+}
+
+#[tokio::test]
+async fn sns_requests_that_break_the_rules_never_reach_the_network() {
+    use crate::transport::{Publish, PublishBatchEntry, Subscribe, Transport};
+    // Nothing listens on port 9: a request that went out would fail as unavailable.
+    let closed = AwsTransport::local("http://127.0.0.1:9", "us-east-1");
+    let topic = "arn:aws:sns:us-east-1:000000000000:orders";
+    let kind = |error: crate::transport::TransportError| error.kind();
+    assert_eq!(
+        kind(closed.get_topic_attributes("not-an-arn").await.unwrap_err()),
+        Some(ErrorKind::InvalidParameter)
+    );
+    assert_eq!(
+        kind(closed.get_subscription_attributes(topic).await.unwrap_err()),
+        Some(ErrorKind::InvalidParameter),
+        "a topic's ARN is not a subscription's"
+    );
+    assert_eq!(
+        kind(
+            closed
+                .subscribe(Subscribe::sqs(
+                    topic,
+                    "arn:aws:sqs:us-east-1:000000000000:q.fifo"
+                ))
+                .await
+                .unwrap_err()
+        ),
+        Some(ErrorKind::InvalidParameter)
+    );
+    let result = closed
+        .publish_batch(
+            topic,
+            vec![PublishBatchEntry::new(
+                "e0",
+                Publish::new("x").dedup_id("d"),
+            )],
+        )
+        .await
+        .expect("the failed entry is answered, nothing sent");
+    assert_eq!(result.failed[0].kind, ErrorKind::InvalidParameter);
+    assert!(result.successful.is_empty());
+    let unreachable = closed.list_subscriptions_by_topic(topic).await.unwrap_err();
+    assert!(
+        matches!(&unreachable, crate::transport::TransportError::Unavailable { message }
+            if message.contains("SNS at http://127.0.0.1:9")),
+        "{unreachable:?}"
+    );
+}

@@ -1,5 +1,6 @@
 //! The SQS actions over the SDK: each request checked against the rules, built, sent, and its
-//! answer read back into the model's words.
+//! answer read back into the model's words. The SNS actions are `sns.rs`'s; the trait's SNS
+//! methods here hand over to them.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,8 +12,9 @@ use aws_sdk_sqs::types::{
 
 use crate::model::rules::{self, ErrorKind};
 use crate::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, SendBatchEntry, SentMessage, Transport, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
+    QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
+    Subscription, SubscriptionAttributes, TopicAttributes, Transport, TransportError,
 };
 
 use super::convert::*;
@@ -344,5 +346,46 @@ impl Transport for AwsTransport {
         );
         result.failed.extend(failures(output.failed()));
         Ok(result)
+    }
+
+    async fn create_topic(
+        &self,
+        name: &str,
+        attributes: TopicAttributes,
+    ) -> Result<String, TransportError> {
+        self.sns_create_topic(name, attributes).await
+    }
+
+    async fn get_topic_attributes(
+        &self,
+        topic_arn: &str,
+    ) -> Result<TopicAttributes, TransportError> {
+        self.sns_get_topic_attributes(topic_arn).await
+    }
+
+    async fn subscribe(&self, request: Subscribe) -> Result<String, TransportError> {
+        self.sns_subscribe(request).await
+    }
+
+    async fn get_subscription_attributes(
+        &self,
+        subscription_arn: &str,
+    ) -> Result<SubscriptionAttributes, TransportError> {
+        self.sns_get_subscription_attributes(subscription_arn).await
+    }
+
+    async fn list_subscriptions_by_topic(
+        &self,
+        topic_arn: &str,
+    ) -> Result<Vec<Subscription>, TransportError> {
+        self.sns_list_subscriptions_by_topic(topic_arn).await
+    }
+
+    async fn publish_batch(
+        &self,
+        topic_arn: &str,
+        entries: Vec<PublishBatchEntry>,
+    ) -> Result<PublishBatchResult, TransportError> {
+        self.sns_publish_batch(topic_arn, entries).await
     }
 }

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Runs a real LocalStack (SQS only) on this machine WITHOUT Docker, so that tests can talk to a
-# genuine SQS implementation over loopback. One script for two callers: the repository's
+# Runs a real LocalStack (SQS and SNS) on this machine WITHOUT Docker, so that tests can talk to
+# genuine SQS and SNS implementations over loopback. One script for two callers: the repository's
 # `scripts/localstack.sh` runs it for the project's own tests, and `rust_stream::testing::LocalStack`
 # (feature `testing`) carries it inside the crate (`include_str!`), writes it out and runs it for a
 # downstream crate's tests, which have no checkout of this repository. The pinned LocalStack
 # version is here and nowhere else.
 #
 #   localstack.sh install   create/refresh the cached virtualenv
-#   localstack.sh start     install if needed, start, wait until SQS is up,
+#   localstack.sh start     install if needed, start, wait until SQS and SNS are up,
 #                           print the endpoint URL on stdout
 #   localstack.sh stop      stop the server this script started on the port (idempotent)
-#   localstack.sh status    exit 0 iff SQS on the port is healthy
+#   localstack.sh status    exit 0 iff SQS and SNS on the port are both healthy
 #   localstack.sh serve     `start`, then hold the server until standard input closes (or a
 #                           signal comes), then `stop` it: a test process keeps the pipe to this
 #                           script open while it lives, so the server ends with it, however it ends
@@ -122,13 +122,17 @@ do_install() {
 
 # --- health ----------------------------------------------------------------
 
-# True when /_localstack/health on the port reports sqs in one of the given
-# states (an extended regex; default: "available" = enabled but loaded lazily
-# on first request, or "running" = loaded).
+# True when /_localstack/health on the port reports both sqs and sns in one of
+# the given states (an extended regex; default: "available" = enabled but loaded
+# lazily on first request, or "running" = loaded). Both are required: a server
+# started by an older copy of this script (SQS only) on the same port is not
+# taken for a healthy one.
 healthy() {
-  local states="${1:-available|running}" body
+  local states="${1:-available|running}" body service
   body="$(curl -fsS --max-time 2 "$ENDPOINT/_localstack/health" 2>/dev/null)" || return 1
-  grep -Eq "\"sqs\": *\"($states)\"" <<<"$body"
+  for service in sqs sns; do
+    grep -Eq "\"$service\": *\"($states)\"" <<<"$body" || return 1
+  done
 }
 
 # PID from the pid file, only if that process is still our LocalStack
@@ -194,7 +198,8 @@ do_start() {
     #                          GATEWAY_LISTEN and binds 0.0.0.0; hypercorn honours it
     #   LOCALSTACK_HOST        host:port put into returned QueueUrls; the default
     #                          localhost.localstack.cloud needs public DNS (none here)
-    #   SERVICES / EAGER_...   only SQS, loaded at startup (health says "running"),
+    #   SERVICES / EAGER_...   only SQS and SNS (topics that deliver to SQS queues),
+    #                          loaded at startup (health says "running" for both),
     #                          not on the first request (health would say
     #                          "available" and the first test would pay the load)
     #   PERSISTENCE=0          every start is a clean slate
@@ -215,7 +220,7 @@ do_start() {
       GATEWAY_LISTEN="$HOST:$PORT" \
       GATEWAY_SERVER=hypercorn \
       LOCALSTACK_HOST="$HOST:$PORT" \
-      SERVICES=sqs \
+      SERVICES=sqs,sns \
       EAGER_SERVICE_LOADING=1 \
       PERSISTENCE=0 \
       SQS_ENDPOINT_STRATEGY=path \
