@@ -78,8 +78,8 @@
 //! The repository's `docs/` folder has a guide per topic, each opening with an example that runs
 //! as a test: FIFO queues and ordering (`docs/fifo.md`), retries and dead letters
 //! (`docs/retries.md`), testing a service (`docs/testing.md`), observability
-//! (`docs/observability.md`), running on AWS (`docs/aws.md`), and performance and cost
-//! (`docs/performance.md`).
+//! (`docs/observability.md`), running on AWS (`docs/aws.md`), SNS topics, fan-out and filter
+//! policies (`docs/sns.md`), and performance and cost (`docs/performance.md`).
 //!
 //! # Features
 //!
@@ -186,6 +186,9 @@ mod guides {
 
     #[doc = include_str!("../../docs/performance.md")]
     mod performance {}
+
+    #[doc = include_str!("../../docs/sns.md")]
+    mod sns {}
 
     #[doc = include_str!("../../docs/bad-input.md")]
     mod bad_input {}
