@@ -160,20 +160,14 @@ async fn allow_topics(
 }
 
 /// `current` (a queue's policy, if any) with our statement in place of the one it had: SNS may
-/// send to `queue_arn` from each of `topic_arns`.
+/// send to `queue_arn` from each of `topic_arns`, and from every topic our statement allowed
+/// already (another app may have subscribed the queue to a topic this one does not name; taking
+/// that topic's permission away would stop its deliveries).
 fn with_our_statement<'a>(
     current: Option<&str>,
     queue_arn: &str,
     topic_arns: impl Iterator<Item = &'a str>,
 ) -> Result<String, TransportError> {
-    let ours = json!({
-        "Sid": POLICY_SID,
-        "Effect": "Allow",
-        "Principal": { "Service": "sns.amazonaws.com" },
-        "Action": "sqs:SendMessage",
-        "Resource": queue_arn,
-        "Condition": { "ArnEquals": { "aws:SourceArn": topic_arns.collect::<Vec<_>>() } },
-    });
     let mut policy = match current.filter(|text| !text.trim().is_empty()) {
         None => json!({ "Version": "2012-10-17", "Statement": [] }),
         Some(text) => serde_json::from_str::<Value>(text)
@@ -194,11 +188,31 @@ fn with_our_statement<'a>(
         Some(Value::Null) | None => Vec::new(),
         Some(one) => vec![one],
     };
-    let mut statements: Vec<Value> = statements
+    let (earlier, mut statements): (Vec<Value>, Vec<Value>) = statements
         .into_iter()
-        .filter(|statement| statement.get("Sid").and_then(Value::as_str) != Some(POLICY_SID))
-        .collect();
-    statements.push(ours);
+        .partition(|statement| statement.get("Sid").and_then(Value::as_str) == Some(POLICY_SID));
+    // The topics allowed so far, then the new ones, each once, in that order.
+    let mut allowed: Vec<String> = Vec::new();
+    for statement in &earlier {
+        match &statement["Condition"]["ArnEquals"]["aws:SourceArn"] {
+            Value::String(arn) => allowed.push(arn.clone()),
+            Value::Array(arns) => {
+                allowed.extend(arns.iter().filter_map(Value::as_str).map(str::to_owned))
+            }
+            _ => {}
+        }
+    }
+    allowed.extend(topic_arns.map(str::to_owned));
+    let mut seen = std::collections::HashSet::new();
+    allowed.retain(|arn| seen.insert(arn.clone()));
+    statements.push(json!({
+        "Sid": POLICY_SID,
+        "Effect": "Allow",
+        "Principal": { "Service": "sns.amazonaws.com" },
+        "Action": "sqs:SendMessage",
+        "Resource": queue_arn,
+        "Condition": { "ArnEquals": { "aws:SourceArn": allowed } },
+    }));
     policy["Statement"] = Value::Array(statements);
     if policy.get("Version").is_none() {
         policy["Version"] = json!("2012-10-17");
@@ -313,6 +327,22 @@ mod tests {
         assert_eq!(
             statements[1]["Condition"]["ArnEquals"]["aws:SourceArn"],
             json!(["arn:aws:sns:eu-west-1:1:a", "arn:aws:sns:eu-west-1:1:b"])
+        );
+        // Another app's topic stays allowed when this one names only its own.
+        let third = with_our_statement(
+            Some(&second.to_string()),
+            queue,
+            ["arn:aws:sns:eu-west-1:1:c"].into_iter(),
+        )
+        .unwrap();
+        let third: Value = serde_json::from_str(&third).unwrap();
+        assert_eq!(
+            third["Statement"][1]["Condition"]["ArnEquals"]["aws:SourceArn"],
+            json!([
+                "arn:aws:sns:eu-west-1:1:a",
+                "arn:aws:sns:eu-west-1:1:b",
+                "arn:aws:sns:eu-west-1:1:c"
+            ])
         );
         assert!(with_our_statement(Some("[1]"), queue, std::iter::empty()).is_err());
     }
