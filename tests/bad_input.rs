@@ -21,7 +21,9 @@
 //! - **Received messages**: garbage (not JSON, the wrong shape, huge, odd attributes) never
 //!   reaches the handler, never crashes the consumer and is never deleted: it is dead-lettered
 //!   whole with its reason, or, without a dead-letter queue, retried with backoff and left on
-//!   the queue.
+//!   the queue. On a queue subscribed to a topic (`sns_received`), a broken notification
+//!   envelope, or a published message not of the handler's type, is dead-lettered as the
+//!   envelope it came in.
 
 #[macro_use]
 mod common;
@@ -748,7 +750,13 @@ mod sns_publishing {
 
     /// Asserts `error` is a rejection of a publish to `topic` with `kind`, naming the topic and
     /// saying `says`.
-    fn assert_rejected(error: &PublishError, topic: &str, kind: ErrorKind, says: &[&str], on: &str) {
+    fn assert_rejected(
+        error: &PublishError,
+        topic: &str,
+        kind: ErrorKind,
+        says: &[&str],
+        on: &str,
+    ) {
         let PublishError::Rejected {
             queue: named,
             error: cause,
@@ -881,19 +889,25 @@ mod sns_publishing {
             &error,
             &name,
             ErrorKind::InvalidParameter,
-            &["Message too long", "262145 bytes", "at most 262144 (MaximumMessageSize)"],
+            &[
+                "Message too long",
+                "262145 bytes",
+                "at most 262144 (MaximumMessageSize)",
+            ],
             "the backend",
         );
         assert_eq!(backend.broker.api_calls().publish_batch, 0);
         publisher.raw("x".repeat(256 * 1024)).send().await.unwrap();
-        assert_eq!(backend.broker.api_calls().publish_batch, 1, "its limit is taken");
+        assert_eq!(
+            backend.broker.api_calls().publish_batch,
+            1,
+            "its limit is taken"
+        );
     }
 
     /// A publish to a FIFO topic needs a group (SNS answers `InvalidParameter` without one): with
     /// `strict_groups()` the publisher refuses it, before any call.
-    async fn fifo_publish_without_a_group_id_with_strict_groups<T: Transport>(
-        backend: Backend<T>,
-    ) {
+    async fn fifo_publish_without_a_group_id_with_strict_groups<T: Transport>(backend: Backend<T>) {
         for (broker, on) in brokers(&backend).await {
             let publisher = broker.topic("payments.fifo").strict_groups();
             let error = publisher.raw("x").send().await.unwrap_err();
@@ -901,7 +915,10 @@ mod sns_publishing {
                 matches!(&error, PublishError::NoGroup { queue } if queue == "payments.fifo"),
                 "on {on}: {error:?}"
             );
-            assert!(error.to_string().contains("give it `.group_id(..)`"), "on {on}: {error}");
+            assert!(
+                error.to_string().contains("give it `.group_id(..)`"),
+                "on {on}: {error}"
+            );
             assert_eq!(broker.api_calls(), ApiCalls::default(), "on {on}");
         }
     }
@@ -929,7 +946,13 @@ mod sns_publishing {
         // The broker knows its account and region once it has resolved a queue.
         let queue = backend.name("ledger");
         backend.queue("ledger", &[]).await;
-        backend.broker.publisher(queue.as_str()).raw("start").send().await.unwrap();
+        backend
+            .broker
+            .publisher(queue.as_str())
+            .raw("start")
+            .send()
+            .await
+            .unwrap();
         let publisher = backend.broker.topic(name.as_str());
         let error = publisher.raw("x").send().await.unwrap_err();
         assert_rejected(
@@ -950,10 +973,12 @@ mod sns_at_start {
     /// Starts an app with a subscription of `queue` on the backend's broker: the start's error.
     async fn start_error<T: Transport>(backend: &Backend<T>, queue: SqsQueue) -> RunError {
         let (handler, log) = Scripted::new(|_, _| Ok(()));
-        let app = RustStream::new(AppInfo::new("bad-input", "0"))
-            .with_broker(backend.broker.clone(), |b| {
+        let app = RustStream::new(AppInfo::new("bad-input", "0")).with_broker(
+            backend.broker.clone(),
+            |b| {
                 b.include(subscriber(queue, handler).build());
-            });
+            },
+        );
         let error = match TestApp::spawn(app).await {
             Ok(running) => {
                 running.stop().await.unwrap();
@@ -1013,7 +1038,10 @@ mod sns_at_start {
             .list_subscriptions_by_topic(&topic_arn)
             .await
             .unwrap();
-        assert!(subscriptions.is_empty(), "nothing subscribed: {subscriptions:?}");
+        assert!(
+            subscriptions.is_empty(),
+            "nothing subscribed: {subscriptions:?}"
+        );
         assert_eq!(backend.broker.api_calls().subscribe, 0);
     }
 
@@ -1026,11 +1054,19 @@ mod sns_at_start {
             .create_if_missing()
             .subscribed_to(SnsTopic::new(backend.name("payments")).create_if_missing());
         let error = start_error(&backend, queue).await;
-        let RunError::Queue { queue, error: cause } = &error else {
+        let RunError::Queue {
+            queue,
+            error: cause,
+        } = &error
+        else {
             panic!("{error:?}")
         };
         assert_eq!(*queue, queue_name);
-        assert_eq!(cause.kind(), Some(ErrorKind::InvalidAttributeValue), "{error}");
+        assert_eq!(
+            cause.kind(),
+            Some(ErrorKind::InvalidAttributeValue),
+            "{error}"
+        );
         assert!(
             error.to_string().contains("Policy is not a JSON object")
                 && error.to_string().contains("fix the policy"),
@@ -1043,6 +1079,166 @@ mod sns_at_start {
         topic_that_does_not_exist,
         subscription_missing_on_a_queue_the_app_may_not_change,
         queue_policy_that_is_not_json,
+    );
+}
+
+mod sns_received {
+    use super::*;
+    use rust_stream::model::topic::TopicAttributes;
+
+    /// A queue with a dead-letter queue, subscribed (enveloped) to a topic, with its app running.
+    struct Enveloped {
+        running: TestApp,
+        log: common::engine::Log,
+        topic: Publisher,
+        topic_arn: String,
+        queue: Publisher,
+        dead_letters: String,
+    }
+
+    /// Makes the topic, starts an app whose queue the app subscribes to it, enveloped.
+    async fn enveloped<T: Transport>(backend: &Backend<T>) -> Enveloped {
+        let topic = backend.name("payments");
+        let topic_arn = backend
+            .transport
+            .create_topic(&topic, TopicAttributes::new())
+            .await
+            .unwrap();
+        let queue = SqsQueue::new(backend.name("enveloped"))
+            .create_if_missing()
+            .visibility_timeout(backend.short())
+            .wait(Duration::from_secs(1))
+            .retry(RetryPolicy::exponential(
+                Duration::from_secs(1),
+                Duration::from_secs(4),
+            ))
+            .dead_letter(backend.name("enveloped-dlq"), 3)
+            .subscribed_to(SnsTopic::new(topic.as_str()));
+        let (handler, log) = Scripted::new(|_, _| Ok(()));
+        let running = TestApp::spawn(
+            RustStream::new(AppInfo::new("bad-input", "0"))
+                .shutdown_timeout(Duration::from_secs(5))
+                .with_broker(backend.broker.clone(), |b| {
+                    b.include(subscriber(queue.clone(), handler).build());
+                }),
+        )
+        .await
+        .expect("the app starts");
+        let dead_letters = backend
+            .transport
+            .get_queue_url(&backend.name("enveloped-dlq"))
+            .await
+            .unwrap();
+        Enveloped {
+            running,
+            log,
+            topic: backend.broker.topic(topic.as_str()),
+            topic_arn,
+            queue: backend.broker.publisher(queue),
+            dead_letters,
+        }
+    }
+
+    impl Enveloped {
+        /// Publishes a valid job through the topic, waits until it is handled and the bad
+        /// delivery dead-lettered; stops the app. Asserts the handler saw only the job and the
+        /// letter's reason says `reason`. Returns the letter.
+        async fn dead_letter<T: Transport>(
+            self,
+            backend: &Backend<T>,
+            reason: &str,
+        ) -> ReceivedMessage {
+            self.topic.message(&Job::new("g", 1)).send().await.unwrap();
+            eventually("the valid job handled", async || {
+                !jobs(&self.log).is_empty()
+            })
+            .await;
+            let dead = backend.drain(&self.dead_letters, 1).await;
+            self.running.drain().await;
+            self.running.stop().await.unwrap();
+            assert_eq!(
+                jobs(&self.log),
+                [Job::new("g", 1)],
+                "the handler saw only the job"
+            );
+            assert_eq!(dead.len(), 1, "the bad delivery is dead-lettered, once");
+            let letter = dead.into_iter().next().unwrap();
+            let said = letter
+                .message_attributes
+                .get(DEAD_LETTER_REASON_HEADER)
+                .and_then(|why| why.string_value.clone())
+                .unwrap_or_default();
+            assert!(said.contains(reason), "the reason says `{reason}`: {said}");
+            assert!(said.contains("Job`"), "the reason names the type: {said}");
+            letter
+        }
+    }
+
+    /// The head of a notification envelope from `topic_arn`, without `Message`.
+    fn envelope_head(topic_arn: &str) -> String {
+        format!(
+            r#""Type":"Notification","MessageId":"0f9e7a44-0000-4000-8000-00000000000b","TopicArn":"{topic_arn}","Timestamp":"2026-12-02T04:00:00.000Z""#
+        )
+    }
+
+    /// Row 133: an envelope (sent to the queue as SNS would) without its `Message`.
+    async fn envelope_without_its_message<T: Transport>(backend: Backend<T>) {
+        let subscribed = enveloped(&backend).await;
+        let broken = format!("{{{}}}", envelope_head(&subscribed.topic_arn));
+        subscribed.queue.raw(broken.as_str()).send().await.unwrap();
+        let letter = subscribed
+            .dead_letter(
+                &backend,
+                "the SNS notification envelope's `Message` is invalid: it is missing",
+            )
+            .await;
+        assert_eq!(letter.body, broken, "the letter is the envelope as it came");
+    }
+
+    /// Row 134: an envelope whose `Binary` attribute's value is not base64.
+    async fn envelope_with_an_attribute_that_is_not_base64<T: Transport>(backend: Backend<T>) {
+        let subscribed = enveloped(&backend).await;
+        let broken = format!(
+            r#"{{{},"Message":"{{\"group\":\"g\",\"n\":2}}","MessageAttributes":{{"digest":{{"Type":"Binary","Value":"not base64!"}}}}}}"#,
+            envelope_head(&subscribed.topic_arn)
+        );
+        subscribed.queue.raw(broken.as_str()).send().await.unwrap();
+        let letter = subscribed
+            .dead_letter(&backend, "`MessageAttributes.digest.Value` is invalid")
+            .await;
+        assert_eq!(letter.body, broken, "the letter is the envelope as it came");
+    }
+
+    /// Row 135: a message published through the topic that is not the handler's type: the
+    /// letter is the envelope SNS delivered.
+    async fn published_message_that_is_not_the_handlers_type<T: Transport>(backend: Backend<T>) {
+        let subscribed = enveloped(&backend).await;
+        subscribed
+            .topic
+            .raw(r#"{"group":7,"n":1}"#)
+            .header("kind", "card")
+            .send()
+            .await
+            .unwrap();
+        let letter = subscribed.dead_letter(&backend, "invalid type").await;
+        let envelope: serde_json::Value = serde_json::from_str(&letter.body).unwrap();
+        assert_eq!(envelope["Type"], "Notification", "{}", letter.body);
+        assert_eq!(
+            envelope["Message"], r#"{"group":7,"n":1}"#,
+            "{}",
+            letter.body
+        );
+        assert_eq!(
+            envelope["MessageAttributes"]["kind"]["Value"], "card",
+            "{}",
+            letter.body
+        );
+    }
+
+    both_backends!(
+        envelope_without_its_message,
+        envelope_with_an_attribute_that_is_not_base64,
+        published_message_that_is_not_the_handlers_type,
     );
 }
 
