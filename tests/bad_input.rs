@@ -1046,7 +1046,9 @@ mod sns_at_start {
     }
 
     /// Row 141: a queue whose `Policy` is not a JSON object, when the app must add the statement
-    /// letting its topic send to it.
+    /// letting its topic send to it. Both backends take such a `Policy` at `CreateQueue`; AWS
+    /// documents the attribute as a policy document and may refuse one that is not (not checked
+    /// here), so there the row is a guard for a policy the app cannot parse.
     async fn queue_policy_that_is_not_json<T: Transport>(backend: Backend<T>) {
         backend.queue("ledger", &[("Policy", "not json")]).await;
         let queue_name = backend.name("ledger");
