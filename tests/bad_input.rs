@@ -747,6 +747,7 @@ mod publishing {
 
 mod sns_publishing {
     use super::*;
+    use rust_stream::model::topic::TopicAttributes;
 
     /// Asserts `error` is a rejection of a publish to `topic` with `kind`, naming the topic and
     /// saying `says`.
@@ -828,6 +829,7 @@ mod sns_publishing {
                 fifo_publish_without_a_group_id_with_strict_groups,
                 fifo_publish_without_a_group_id_is_published_in_the_default_group,
                 topic_that_does_not_exist,
+                publisher_declaring_content_based_dedup_for_a_fifo_topic_without_it,
             );
         };
     }
@@ -936,6 +938,52 @@ mod sns_publishing {
         let sent = publisher.raw("no group").send().await.unwrap();
         assert!(sent.sequence_number.is_some(), "{sent:?}");
         assert_eq!(backend.broker.api_calls().publish_batch, 1);
+    }
+
+    /// Row 127 as a topic publisher meets it: declared with content-based deduplication, for a
+    /// FIFO topic that has none, a publish without a deduplication id is refused once the topic
+    /// is looked up (its own attribute decides), before any `PublishBatch`.
+    async fn publisher_declaring_content_based_dedup_for_a_fifo_topic_without_it<T: Transport>(
+        backend: Backend<T>,
+    ) {
+        let name = backend.name("plain.fifo");
+        let attributes = TopicAttributes::from([("FifoTopic".to_owned(), "true".to_owned())]);
+        backend
+            .transport
+            .create_topic(&name, attributes)
+            .await
+            .unwrap();
+        let queue = backend.name("ledger");
+        backend.queue("ledger", &[]).await;
+        backend
+            .broker
+            .publisher(queue.as_str())
+            .raw("start")
+            .send()
+            .await
+            .unwrap();
+        let publisher = backend
+            .broker
+            .topic(SnsTopic::new(name.as_str()).content_based_deduplication(true));
+        let error = publisher.raw("x").group_id("g").send().await.unwrap_err();
+        assert_rejected(
+            &error,
+            &name,
+            ErrorKind::InvalidParameter,
+            &[
+                "FIFO without ContentBasedDeduplication",
+                "give each publish a MessageDeduplicationId",
+            ],
+            "the backend",
+        );
+        assert_eq!(backend.broker.api_calls().publish_batch, 0);
+        let with_id = publisher
+            .raw("x")
+            .group_id("g")
+            .dedup_id("d-1")
+            .send()
+            .await;
+        assert!(with_id.is_ok(), "{with_id:?}");
     }
 
     /// A topic publisher for a topic that does not exist and is not declared
