@@ -48,7 +48,7 @@ const IN_PROCESS_SCALE: (u32, u32) = (50, 100);
 
 /// Groups × messages per group on LocalStack: 600 handler calls, about 20 s of a 45 s run on the
 /// 2-core test machine (`cargo test --test sns_fifo`), half of it the apps' starts and stops.
-const LIVE_SCALE: (u32, u32) = (10, 20);
+const LIVE_SCALE: (u32, u32) = (20, 30);
 
 /// How many apps compete for each queue.
 const APPS: usize = 3;
@@ -147,9 +147,8 @@ async fn a_fifo_topic_reaches_three_competing_apps_in_order_exactly_once<T: Tran
     let mut apps = Vec::new();
     for app in 0..APPS {
         let broker = SqsBroker::with_transport(backend.transport.clone());
-        let declared = RustStream::new(AppInfo::new(format!("fan-in-{app}"), "0")).with_broker(
-            broker,
-            |b| {
+        let declared =
+            RustStream::new(AppInfo::new(format!("fan-in-{app}"), "0")).with_broker(broker, |b| {
                 for queue in queues() {
                     b.include(
                         subscriber(
@@ -162,8 +161,7 @@ async fn a_fifo_topic_reaches_three_competing_apps_in_order_exactly_once<T: Tran
                         .build(),
                     );
                 }
-            },
-        );
+            });
         apps.push(TestApp::spawn(declared).await.expect("the app starts"));
     }
     let consuming = started.elapsed();
@@ -172,7 +170,12 @@ async fn a_fifo_topic_reaches_three_competing_apps_in_order_exactly_once<T: Tran
     // `send_batch` calls of 100, then the last ones with `send`.
     let publisher = backend.broker.topic(topic());
     let publish_order: Vec<Step> = (0..per_group)
-        .flat_map(|seq| (0..groups).map(move |g| Step { group: group(g), seq }))
+        .flat_map(|seq| {
+            (0..groups).map(move |g| Step {
+                group: group(g),
+                seq,
+            })
+        })
         .collect();
     let (batched, last) = publish_order.split_at(publish_order.len() - groups as usize);
     for chunk in batched.chunks(100) {
@@ -200,7 +203,10 @@ async fn a_fifo_topic_reaches_three_competing_apps_in_order_exactly_once<T: Tran
             let again = publish().send().await.expect("a repeat is accepted");
             if backend.kind == Kind::InProcess {
                 assert!(again.duplicate, "the repeat is answered as a duplicate");
-                assert_eq!(again.message_id, answer.message_id, "with the first one's id");
+                assert_eq!(
+                    again.message_id, answer.message_id,
+                    "with the first one's id"
+                );
                 assert_eq!(again.sequence_number, answer.sequence_number);
             }
             first_answer = Some(answer);
@@ -228,7 +234,10 @@ async fn a_fifo_topic_reaches_three_competing_apps_in_order_exactly_once<T: Tran
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Stopped together: on LocalStack each stop waits for its open long polls.
-    let stops: Vec<_> = apps.into_iter().map(|app| tokio::spawn(app.stop())).collect();
+    let stops: Vec<_> = apps
+        .into_iter()
+        .map(|app| tokio::spawn(app.stop()))
+        .collect();
     for (app, stop) in stops.into_iter().enumerate() {
         let stopped = stop.await.expect("the stop does not panic");
         stopped.unwrap_or_else(|error| panic!("app {app} stops cleanly: {error}"));
@@ -302,9 +311,10 @@ async fn a_fifo_topic_reaches_three_competing_apps_in_order_exactly_once<T: Tran
     report(format_args!(
         "sns_fifo {:?}: {groups} groups × {per_group} into {} queues, {} handler calls; \
          consuming at {consuming:?}, published at {published:?}, all handled at {handled_all:?}, \
-         stopped at {stopped:?}; calls per (queue, app): {split:?}",
+         stopped at {stopped:?}; {} PublishBatch calls; calls per (queue, app): {split:?}",
         backend.kind,
         queue_names.len(),
         journal.len(),
+        backend.broker.api_calls().publish_batch,
     ));
 }
