@@ -20,10 +20,10 @@
 //! Scale: 50 groups × 100 messages (5,000 publishes, 15,000 handler calls) in process, where the
 //! paused clock makes it cost CPU only (about 5 s of a debug build). On LocalStack 20 groups × 30
 //! (600 publishes, 1,800 handler calls): measured on a warm LocalStack 4.13.1 on the 2-core test
-//! machine at 17–23 s a run (apps consuming after ~1.5 s, publishing ~6–17 s in ~117
+//! machine at 17–23 s a run (apps consuming after ~1.5 s, publishing 4–17 s in 117
 //! `PublishBatch` calls, the handlers keeping up, 4 s of settling and stops); the first run on a
-//! fresh LocalStack spent ~14 s more starting the apps. That leaves room under a minute for a
-//! loaded CI machine; 10 × 20 ran in ~8 s less, so more groups than that cost little.
+//! fresh LocalStack spent ~14 s more starting the apps (10 × 20 then took 23 s, 15 s of it
+//! starting). That leaves room under a minute for a cold start on a loaded CI machine.
 //!
 //! Every assertion was seen to fail under a mutation: each 100-message batch sent reversed
 //! (order), the repeat sent with a fresh deduplication id (duplicate answer in process, handled
