@@ -108,18 +108,33 @@ pub(super) fn failures(failed: &[aws_sdk_sqs::types::BatchResultErrorEntry]) -> 
     failed
         .iter()
         .map(|entry| {
-            let known = error_kind(entry.code());
-            BatchFailure {
-                id: entry.id().to_owned(),
-                kind: known.unwrap_or(ErrorKind::InternalError),
-                // A code that names the request's fault is never retried, whatever the entry's
-                // flag says: LocalStack flags an expired receipt handle as the service's fault,
-                // and retrying that delete for seconds would hold its FIFO group for nothing.
-                sender_fault: entry.sender_fault() || known.is_some_and(ErrorKind::sender_fault),
-                message: format!("{}: {}", entry.code(), entry.message().unwrap_or_default()),
-            }
+            batch_failure(
+                entry.id(),
+                entry.code(),
+                entry.message(),
+                entry.sender_fault(),
+            )
         })
         .collect()
+}
+
+/// A failed entry of an SQS or SNS batch, read by its code.
+pub(super) fn batch_failure(
+    id: &str,
+    code: &str,
+    message: Option<&str>,
+    flagged_sender_fault: bool,
+) -> BatchFailure {
+    let known = error_kind(code);
+    BatchFailure {
+        id: id.to_owned(),
+        kind: known.unwrap_or(ErrorKind::InternalError),
+        // A code that names the request's fault is never retried, whatever the entry's flag
+        // says: LocalStack flags an expired receipt handle as the service's fault, and retrying
+        // that delete for seconds would hold its FIFO group for nothing.
+        sender_fault: flagged_sender_fault || known.is_some_and(ErrorKind::sender_fault),
+        message: format!("{code}: {}", message.unwrap_or_default()),
+    }
 }
 
 /// Checks and converts each batch entry: those that break a rule are answered as failed entries

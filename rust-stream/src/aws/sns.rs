@@ -25,7 +25,7 @@ use crate::transport::{
     Subscribe, Subscription, SubscriptionAttributes, TopicAttributes, TransportError,
 };
 
-use super::convert::{error_kind, split_checked};
+use super::convert::{batch_failure, split_checked};
 use super::AwsTransport;
 
 impl AwsTransport {
@@ -264,14 +264,12 @@ pub(super) fn sns_failures(failed: &[BatchResultErrorEntry]) -> Vec<BatchFailure
     failed
         .iter()
         .map(|entry| {
-            let known = error_kind(entry.code());
-            BatchFailure {
-                id: entry.id().to_owned(),
-                kind: known.unwrap_or(ErrorKind::InternalError),
-                // As for SQS: a code that names the request's fault is never retried.
-                sender_fault: entry.sender_fault() || known.is_some_and(ErrorKind::sender_fault),
-                message: format!("{}: {}", entry.code(), entry.message().unwrap_or_default()),
-            }
+            batch_failure(
+                entry.id(),
+                entry.code(),
+                entry.message(),
+                entry.sender_fault(),
+            )
         })
         .collect()
 }
