@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
+use crate::batch::{BatchLimits, ErasedBatchHandler, HandleBatch, TypedBatch};
 use crate::codec::{Codec, DecodeError, Json};
 use crate::context::{Context, Delivery};
 use crate::describe::Payload;
@@ -75,13 +76,23 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
         description: None,
         payload: None,
         requirements: Vec::new(),
+        calls: OneAtATime,
     }
 }
+
+/// A [`SubscriberBuilder`] whose handler takes one message a call: a [`Handle`].
+#[derive(Debug, Clone, Copy)]
+pub struct OneAtATime;
+
+/// A [`SubscriberBuilder`] whose handler takes a batch a call: a
+/// [`HandleBatch`](crate::batch::HandleBatch), made by [`SubscriberBuilder::batch`].
+#[derive(Debug, Clone, Copy)]
+pub struct Batched(BatchLimits);
 
 /// Settings of one subscription, made by [`subscriber`].
 #[derive(Debug)]
 #[must_use = "call `.build()` and include the subscriber"]
-pub struct SubscriberBuilder<H, O = (), C = Json> {
+pub struct SubscriberBuilder<H, O = (), C = Json, K = OneAtATime> {
     queue: SqsQueue,
     handler: H,
     outputs: O,
@@ -89,9 +100,30 @@ pub struct SubscriberBuilder<H, O = (), C = Json> {
     description: Option<String>,
     payload: Option<Payload>,
     requirements: Vec<Requirement>,
+    /// How the handler takes messages: [`OneAtATime`] or [`Batched`].
+    calls: K,
 }
 
 impl<H, O, C> SubscriberBuilder<H, O, C> {
+    /// Hands the handler batches of up to `max` messages (1–1,000) instead of one at a time,
+    /// gathered for at most `window` (up to 5 minutes) from the first: the handler is then a
+    /// [`HandleBatch`](crate::batch::HandleBatch), and each message settled by its own outcome
+    /// (see [`batch`](crate::batch)). `concurrency` then counts the batch calls that run at once.
+    pub fn batch(self, max: usize, window: Duration) -> SubscriberBuilder<H, O, C, Batched> {
+        SubscriberBuilder {
+            queue: self.queue,
+            handler: self.handler,
+            outputs: self.outputs,
+            codec: self.codec,
+            description: self.description,
+            payload: self.payload,
+            requirements: self.requirements,
+            calls: Batched(BatchLimits { max, window }),
+        }
+    }
+}
+
+impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
     /// Declares that the handler reads state of type `T`: the app then refuses to start without it
     /// (`RustStream::with_state`), instead of the handler finding it missing at run time.
     pub fn requires_state<T: Clone + Send + Sync + 'static>(mut self) -> Self {
@@ -180,7 +212,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
     }
 
     /// The outputs the handler publishes to, handed to it as its `outs` parameter.
-    pub fn outputs<P: Outputs>(self, outputs: P) -> SubscriberBuilder<H, P, C> {
+    pub fn outputs<P: Outputs>(self, outputs: P) -> SubscriberBuilder<H, P, C, K> {
         SubscriberBuilder {
             queue: self.queue,
             handler: self.handler,
@@ -189,11 +221,12 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             description: self.description,
             payload: self.payload,
             requirements: self.requirements,
+            calls: self.calls,
         }
     }
 
     /// The codec for message bodies (default [`Json`]).
-    pub fn codec<D: Codec>(self, codec: D) -> SubscriberBuilder<H, O, D> {
+    pub fn codec<D: Codec>(self, codec: D) -> SubscriberBuilder<H, O, D, K> {
         SubscriberBuilder {
             queue: self.queue,
             handler: self.handler,
@@ -202,18 +235,13 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             description: self.description,
             payload: self.payload,
             requirements: self.requirements,
+            calls: self.calls,
         }
     }
 
-    /// The subscriber, ready for `b.include(..)`.
-    ///
-    /// # Panics
-    ///
-    /// When a [`payload`](Self::payload) was given that describes another type than `T`.
-    pub fn build<T>(self) -> Subscriber
+    /// The subscriber around `handler`, the erased handler built from this builder's own.
+    fn into_subscriber<T: 'static>(self, handler: impl FnOnce(H, O, C) -> Handler) -> Subscriber
     where
-        H: Handle<T, O>,
-        T: DeserializeOwned + Send + Sync + 'static,
         O: Outputs,
         C: Codec,
     {
@@ -231,13 +259,61 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             outputs: publishers,
             requirements: self.requirements,
             problems: Vec::new(),
-            handler: Arc::new(Typed {
-                handler: self.handler,
-                outputs: self.outputs,
-                codec: self.codec,
-                _message: PhantomData,
-            }),
+            handler: handler(self.handler, self.outputs, self.codec),
         }
+    }
+}
+
+impl<H, O, C> SubscriberBuilder<H, O, C, OneAtATime> {
+    /// The subscriber, ready for `b.include(..)`.
+    ///
+    /// # Panics
+    ///
+    /// When a [`payload`](Self::payload) was given that describes another type than `T`.
+    pub fn build<T>(self) -> Subscriber
+    where
+        H: Handle<T, O>,
+        T: DeserializeOwned + Send + Sync + 'static,
+        O: Outputs,
+        C: Codec,
+    {
+        self.into_subscriber::<T>(|handler, outputs, codec| {
+            Handler::One(Arc::new(Typed {
+                handler,
+                outputs,
+                codec,
+                _message: PhantomData,
+            }))
+        })
+    }
+}
+
+impl<H, O, C> SubscriberBuilder<H, O, C, Batched> {
+    /// The subscriber, ready for `b.include(..)`; its batch's `max` and `window` are checked when
+    /// the app starts.
+    ///
+    /// # Panics
+    ///
+    /// When a [`payload`](Self::payload) was given that describes another type than `T`.
+    pub fn build<T>(self) -> Subscriber
+    where
+        H: HandleBatch<T, O>,
+        T: DeserializeOwned + Send + Sync + 'static,
+        O: Outputs,
+        C: Codec,
+    {
+        let Batched(limits) = self.calls;
+        self.into_subscriber::<T>(|handler, outputs, codec| {
+            Handler::Batch(
+                Arc::new(TypedBatch {
+                    handler,
+                    outputs,
+                    codec,
+                    _message: PhantomData,
+                }),
+                limits,
+            )
+        })
     }
 }
 
@@ -257,7 +333,24 @@ pub struct Subscriber {
     /// What the broker found wrong when it took the subscriber in (a queue-name prefix that
     /// makes a name SQS refuses), for the app's start to refuse with.
     pub(crate) problems: Vec<crate::model::ConfigError>,
-    pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) handler: Handler,
+}
+
+/// A subscription's handler, erased: one that takes a message a call, or a batch.
+#[derive(Clone)]
+pub(crate) enum Handler {
+    One(Arc<dyn ErasedHandler>),
+    Batch(Arc<dyn ErasedBatchHandler>, BatchLimits),
+}
+
+impl Handler {
+    /// The batch limits of a batch handler.
+    pub(crate) fn batch_limits(&self) -> Option<BatchLimits> {
+        match self {
+            Self::One(_) => None,
+            Self::Batch(_, limits) => Some(*limits),
+        }
+    }
 }
 
 impl std::fmt::Debug for Subscriber {

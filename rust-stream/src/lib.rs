@@ -104,6 +104,7 @@ pub mod asyncapi;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub mod aws;
+pub mod batch;
 pub mod broker;
 pub(crate) mod client;
 pub mod codec;

@@ -36,6 +36,11 @@ pub(crate) enum Event {
         message_id: String,
         reason: String,
     },
+    /// A batch handler was called on these messages, in the order it got them.
+    Batch {
+        queue: String,
+        message_ids: Vec<String>,
+    },
 }
 
 /// Where events go.
@@ -105,6 +110,30 @@ pub struct Handled {
     pub body: String,
     /// How the attempt was settled.
     pub settled: Settled,
+}
+
+/// One call of a batch handler, as a [`Recorder`] saw it: the messages it got, in order (each
+/// one's outcome is in [`Recorder::handled`]).
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Batch {
+    /// The ids of the messages the call got, in the order the handler saw them.
+    pub message_ids: Vec<String>,
+}
+
+#[cfg(feature = "testing")]
+impl Batch {
+    /// How many messages the call got.
+    pub fn len(&self) -> usize {
+        self.message_ids.len()
+    }
+
+    /// Whether the call got none (never: a batch handler is called on one message at least).
+    pub fn is_empty(&self) -> bool {
+        self.message_ids.is_empty()
+    }
 }
 
 /// A message moved to its dead-letter queue, as a [`Recorder`] saw it.
@@ -208,6 +237,28 @@ impl Recorder {
                 serde_json::from_str(body).unwrap_or_else(|error| {
                     panic!("an output to `{queue}` is not the type asked for: {error}: {body}")
                 })
+            })
+            .collect()
+    }
+
+    /// Each call of `queue`'s batch handler, in the order they began: the messages it got.
+    /// Messages whose body did not decode never reach the handler, and are not in it.
+    ///
+    /// # Panics
+    ///
+    /// If the broker never resolved a queue of that name (listing those it did).
+    #[track_caller]
+    pub fn batches(&self, queue: &str) -> Vec<Batch> {
+        self.events_of(queue)
+            .iter()
+            .filter_map(|event| match event {
+                Event::Batch {
+                    queue: of,
+                    message_ids,
+                } if of == queue => Some(Batch {
+                    message_ids: message_ids.clone(),
+                }),
+                _ => None,
             })
             .collect()
     }

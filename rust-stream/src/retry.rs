@@ -279,6 +279,20 @@ impl MessageTally {
         }
     }
 
+    /// Forgets the message: its count is 0 again.
+    pub(crate) fn forget(&self, message_id: &str) {
+        if !self.any.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let mut remembered = self
+            .remembered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if remembered.counts.remove(message_id).is_some() {
+            remembered.order.retain(|id| id != message_id);
+        }
+    }
+
     /// How often the message was noted (0 when never, or forgotten).
     pub(crate) fn count(&self, message_id: &str) -> u32 {
         if !self.any.load(std::sync::atomic::Ordering::Acquire) {

@@ -49,7 +49,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::app::{App, QueueLoad, Readiness, RunError, ShutdownHandle};
-pub use crate::record::{DeadLettered, Handled, Recorder, Settled};
+pub use crate::record::{Batch, DeadLettered, Handled, Recorder, Settled};
 
 mod backend;
 mod context;

@@ -16,8 +16,6 @@
 //! between retries, the rest of the group let go or given back behind a message) is here. Groups
 //! are independent: a slow or failing lane holds up nobody else.
 
-use std::future::Future;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -25,15 +23,17 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use super::attempt::{self, InFlight};
+use super::batches::{Batches, Item};
 use super::held::Held;
 use super::lanes::{Lanes, Resting};
 use super::settle::{Next, Run, Settler, Verdict};
 use super::shared::{Shared, Tasks};
 use crate::client::lease::Leases;
-use crate::handler::{ErasedHandler, Handled};
+use crate::client::Client;
+use crate::handler::{ErasedHandler, Handled, Handler};
 use crate::metrics::{Attempt, SubscriptionMetrics};
 use crate::model::queue::ConsumerSettings;
-use crate::outcome::HandlerOutcome;
 use crate::propagation;
 use crate::state::States;
 use crate::task::poll_once;
@@ -50,9 +50,49 @@ pub(crate) const MAX_LENT_GROUPS_PER_SLOT: usize = 4;
 /// receive hands out a run of one group's messages (up to a batch), so there each handler slot has
 /// room for a batch. Counting FIFO room in messages would hold two or three groups at a time and
 /// leave the other handler slots idle (and a delete call per message or two).
-fn capacity(settings: &ConsumerSettings, fifo: bool) -> usize {
-    let per_slot = if fifo { settings.batch_size } else { 1 };
+///
+/// A batch handler's call takes up to its batch's `max` messages a slot, so that is its room a
+/// slot (the pollers' batches on top fill the next calls while these run).
+fn capacity(settings: &ConsumerSettings, fifo: bool, batch_max: Option<usize>) -> usize {
+    let per_slot = match batch_max {
+        Some(max) => max,
+        None if fifo => settings.batch_size,
+        None => 1,
+    };
     settings.concurrency * per_slot + settings.pollers * settings.batch_size
+}
+
+/// How many FIFO lanes may run before the intake waits to take new groups: one a handler slot,
+/// as a slot works through one lane at a time; for a batch handler, whose call takes runs of many
+/// lanes, as many as its calls can take messages (each lane gives a call one at least).
+fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
+    concurrency.saturating_mul(batch_max.unwrap_or(1))
+}
+
+/// How a lane's attempt ended.
+enum Step {
+    /// Settled (deleted, or its delete in the run; dead-lettered), or let go: the lane goes on
+    /// with its next message.
+    Forward,
+    /// The stop parked the group.
+    Parked,
+    /// The message did not go forward: run it again after the delay (`Ok`), or it went back to
+    /// the queue hidden for these seconds (`Err`). `attempt` is its attempt number in this
+    /// receive, `span` the span of the attempt.
+    Stopped {
+        held: Held,
+        attempt: u32,
+        retry: Result<Duration, i32>,
+        span: tracing::Span,
+    },
+}
+
+/// How the subscription's handler is called.
+enum Calls {
+    /// A message a call, in the message's task or lane.
+    One(Arc<dyn ErasedHandler>),
+    /// Runs gathered into batch calls.
+    Batch(Arc<Batches>),
 }
 
 /// Runs one subscription's received messages: handler slots, FIFO lanes, the room they hold.
@@ -60,14 +100,15 @@ pub(crate) struct Dispatcher {
     /// The queue's name, as the `process` span and the logs name it.
     queue: Arc<str>,
     fifo: bool,
-    handler: Arc<dyn ErasedHandler>,
+    calls: Calls,
     /// The handler's name, as the `process` span records it: a `#[subscriber]` function's name.
     handler_name: String,
     states: Arc<States>,
     handler_timeout: Option<Duration>,
-    /// How many handler slots: on FIFO the intake takes new groups only while fewer lanes run,
-    /// and it bounds the groups resting between retries.
+    /// How many handler slots: it bounds the groups resting between retries.
     concurrency: usize,
+    /// On FIFO the intake takes new groups only while fewer lanes run; see [`lane_limit`].
+    lane_limit: usize,
     /// Room for held messages; see [`capacity`].
     capacity: Arc<Semaphore>,
     /// Handler slots.
@@ -131,22 +172,37 @@ impl Dispatcher {
     pub(crate) fn new(
         shared: &Shared,
         settings: &ConsumerSettings,
-        handler: Arc<dyn ErasedHandler>,
+        (handler, client): (Handler, Arc<Client>),
         handler_name: String,
         states: Arc<States>,
         lanes: Lanes,
         settler: Arc<Settler>,
     ) -> Self {
+        let running = Arc::new(Semaphore::new(settings.concurrency));
+        let batch_max = handler.batch_limits().map(|limits| limits.max);
+        let calls = match handler {
+            Handler::One(handler) => Calls::One(handler),
+            Handler::Batch(handler, limits) => Calls::Batch(Arc::new(Batches::new(
+                shared,
+                client,
+                (handler, limits),
+                handler_name.clone(),
+                states.clone(),
+                settings.handler_timeout,
+                running.clone(),
+            ))),
+        };
         Self {
             queue: shared.queue.clone(),
             fifo: shared.fifo,
-            handler,
+            calls,
             handler_name,
             states,
             handler_timeout: settings.handler_timeout,
             concurrency: settings.concurrency,
-            capacity: Arc::new(Semaphore::new(capacity(settings, shared.fifo))),
-            running: Arc::new(Semaphore::new(settings.concurrency)),
+            lane_limit: lane_limit(settings.concurrency, batch_max),
+            capacity: Arc::new(Semaphore::new(capacity(settings, shared.fifo, batch_max))),
+            running,
             lanes,
             delete_run: settings.delete_run,
             lent_groups: AtomicUsize::new(0),
@@ -189,7 +245,7 @@ impl Dispatcher {
             tokio::select! {
                 biased;
                 () = self.tasks.stopping().cancelled() => return None,
-                () = self.lanes.counts().below(self.concurrency) => {}
+                () = self.lanes.counts().below(self.lane_limit) => {}
             }
         }
         Some(room)
@@ -202,16 +258,39 @@ impl Dispatcher {
             let dispatcher = self.clone();
             let work = async move {
                 let mut held = held;
-                // Releases are boxed: they are rare here, and their state would make every
-                // message's task larger.
-                let Some(slot) = dispatcher.slot().await else {
-                    dispatcher.settler.count_given_back(&held, 1);
-                    return dispatcher.park(vec![held]);
+                let (verdict, attempts) = match &dispatcher.calls {
+                    Calls::One(_) => {
+                        // Releases are boxed: they are rare here, and their state would make
+                        // every message's task larger.
+                        let Some(slot) = dispatcher.slot().await else {
+                            dispatcher.settler.count_given_back(&held, 1);
+                            return dispatcher.park(vec![held]);
+                        };
+                        let attempts = dispatcher.settler.attempts(&held, 1);
+                        dispatcher.open_process_span(&mut held, attempts);
+                        let verdict = dispatcher.process(&held, attempts).await;
+                        drop(slot);
+                        (verdict, attempts)
+                    }
+                    Calls::Batch(batches) => {
+                        let attempts = dispatcher.settler.attempts(&held, 1);
+                        dispatcher.open_process_span(&mut held, attempts);
+                        let item = Item {
+                            delivery: held.delivery.clone(),
+                            attempts,
+                            span: held.span.clone(),
+                        };
+                        match Box::pin(batches.attempt(vec![item])).await {
+                            Some(mut verdicts) => {
+                                (verdicts.pop().expect("a verdict a message"), attempts)
+                            }
+                            None => {
+                                dispatcher.settler.count_given_back(&held, 1);
+                                return dispatcher.park(vec![held]);
+                            }
+                        }
+                    }
                 };
-                let attempts = dispatcher.settler.attempts(&held, 1);
-                dispatcher.open_process_span(&mut held, attempts);
-                let verdict = dispatcher.process(&held, attempts).await;
-                drop(slot);
                 let span = held.span.clone();
                 // A standard queue retries by a visibility change, never in place.
                 let settled = dispatcher
@@ -305,38 +384,25 @@ impl Dispatcher {
             };
             let mut attempt = 1;
             loop {
-                let Some(slot) = self.slot().await else {
-                    // Shutdown: the message and the rest of its group go back, in order.
-                    self.settler.count_given_back(&held, attempt);
-                    return self.park_group(held, &group, &mut run).await;
-                };
-                if held.lease.has_lapsed() {
-                    // SQS may have handed the message to another consumer: this one must not run
-                    // it, nor anything behind it.
-                    drop(slot);
-                    self.delete_run(&mut run, &group).await;
-                    self.let_lapsed_go(held, &group);
-                    break;
-                }
-                let attempts = self.settler.attempts(&held, attempt);
-                self.open_process_span(&mut held, attempts);
-                let started = tokio::time::Instant::now();
-                let verdict = self.process(&held, attempts).await;
-                drop(slot);
-                let span = held.span.clone();
-                let next = self
-                    .settler
-                    .settle(held, verdict, (attempts, attempt))
-                    .instrument(span.clone())
-                    .await;
-                let (again, delay_or_seconds) = match next {
-                    Next::Done => break,
-                    Next::Delete(deleting) => {
-                        run.push(deleting, started);
-                        break;
+                let step = match &self.calls {
+                    Calls::One(_) => self.attempt_in_lane(held, attempt, &group, &mut run).await,
+                    Calls::Batch(batches) => {
+                        Box::pin(self.attempt_run_in_lane(batches, held, attempt, &group, &mut run))
+                            .await
                     }
-                    Next::Again(again, delay) => (again, Ok(delay)),
-                    Next::GoBack(back, seconds) => (back, Err(seconds)),
+                };
+                let (again, delay_or_seconds, span) = match step {
+                    Step::Parked => return,
+                    Step::Forward => break,
+                    Step::Stopped {
+                        held,
+                        attempt: made,
+                        retry,
+                        span,
+                    } => {
+                        attempt = made;
+                        (held, retry, span)
+                    }
                 };
                 held = again;
                 // Whatever the group does now (rest, go back), the run before the message is
@@ -414,6 +480,165 @@ impl Dispatcher {
             }
         }
         task.finished = true;
+    }
+
+    /// Runs the lane's message `held`, its attempt number `attempt` in this receive, in a handler
+    /// slot, and settles it.
+    async fn attempt_in_lane(
+        &self,
+        mut held: Held,
+        attempt: u32,
+        group: &str,
+        run: &mut Run,
+    ) -> Step {
+        let Some(slot) = self.slot().await else {
+            // Shutdown: the message and the rest of its group go back, in order.
+            self.settler.count_given_back(&held, attempt);
+            self.park_group(held, group, run).await;
+            return Step::Parked;
+        };
+        if held.lease.has_lapsed() {
+            // SQS may have handed the message to another consumer: this one must not run it, nor
+            // anything behind it.
+            drop(slot);
+            self.delete_run(run, group).await;
+            self.let_lapsed_go(held, group);
+            return Step::Forward;
+        }
+        let attempts = self.settler.attempts(&held, attempt);
+        self.open_process_span(&mut held, attempts);
+        let started = tokio::time::Instant::now();
+        let verdict = self.process(&held, attempts).await;
+        drop(slot);
+        self.settle_in_lane(held, verdict, (attempts, attempt), started, run)
+            .await
+            .unwrap_or(Step::Forward)
+    }
+
+    /// Runs the lane's message `held` (its attempt number `attempt` in this receive) and the
+    /// group's next messages behind it, up to the batch's `max`, in a batch call, and settles
+    /// them in order until one does not go forward: the later ones go back into the lane,
+    /// uncounted, to run again after it (see [`batch`](crate::batch)).
+    async fn attempt_run_in_lane(
+        &self,
+        batches: &Arc<Batches>,
+        held: Held,
+        attempt: u32,
+        group: &str,
+        run: &mut Run,
+    ) -> Step {
+        if self.tasks.no_new_attempts().is_cancelled() {
+            self.settler.count_given_back(&held, attempt);
+            self.park_group(held, group, run).await;
+            return Step::Parked;
+        }
+        if held.lease.has_lapsed() {
+            self.delete_run(run, group).await;
+            self.let_lapsed_go(held, group);
+            return Step::Forward;
+        }
+        // A lapsed message stops the run: it is handled (let go) as the lane's next; so does one
+        // that runs alone, after a call that failed as a whole.
+        let followers = if batches.runs_alone(&held.delivery) {
+            Vec::new()
+        } else {
+            self.lanes
+                .take_next(group, batches.max().saturating_sub(1), |next| {
+                    !next.lease.has_lapsed() && !batches.runs_alone(&next.delivery)
+                })
+        };
+        let mut members = Vec::with_capacity(1 + followers.len());
+        for (mut member, made) in
+            std::iter::once((held, attempt)).chain(followers.into_iter().map(|held| (held, 1)))
+        {
+            let attempts = self.settler.attempts(&member, made);
+            self.open_process_span(&mut member, attempts);
+            members.push((member, attempts, made));
+        }
+        let items = members
+            .iter()
+            .map(|(member, attempts, _)| Item {
+                delivery: member.delivery.clone(),
+                attempts: *attempts,
+                span: member.span.clone(),
+            })
+            .collect();
+        let started = tokio::time::Instant::now();
+        let Some(verdicts) = batches.attempt(items).await else {
+            // Shutdown: the run and the rest of its group go back, in order; none of it started.
+            let mut members = members.into_iter().map(|(member, _, made)| (member, made));
+            let (first, made) = members.next().expect("a run has its first message");
+            self.lanes
+                .put_back(group, members.map(|(member, _)| member).collect());
+            self.settler.count_given_back(&first, made);
+            self.park_group(first, group, run).await;
+            return Step::Parked;
+        };
+        let mut settling = members.into_iter().zip(verdicts);
+        while let Some(((member, attempts, made), verdict)) = settling.next() {
+            let Some(stopped) = self
+                .settle_in_lane(member, verdict, (attempts, made), started, run)
+                .await
+            else {
+                continue;
+            };
+            // Nothing later of the group may count as handled before this message: what the
+            // call did with them is not settled, and they run again after it.
+            let later: Vec<Held> = settling
+                .map(|((mut member, ..), _)| {
+                    member.span = tracing::Span::none();
+                    member
+                })
+                .collect();
+            if !later.is_empty() {
+                if let Step::Stopped { span, .. } = &stopped {
+                    span.in_scope(|| {
+                        tracing::info!(
+                            messaging.destination.name = %self.queue,
+                            sqs.group_id = %group,
+                            held_back = later.len(),
+                            "the later messages of the group in the batch run again after this one"
+                        );
+                    });
+                }
+                self.lanes.put_back(group, later);
+            }
+            return stopped;
+        }
+        Step::Forward
+    }
+
+    /// Settles a lane's attempt at `held` (begun at `started`), adding its delete to the lane's
+    /// run; `None` when the lane goes forward, else how the message stopped it.
+    async fn settle_in_lane(
+        &self,
+        held: Held,
+        verdict: Verdict,
+        (attempts, attempt): (u32, u32),
+        started: tokio::time::Instant,
+        run: &mut Run,
+    ) -> Option<Step> {
+        let span = held.span.clone();
+        let next = self
+            .settler
+            .settle(held, verdict, (attempts, attempt))
+            .instrument(span.clone())
+            .await;
+        let (held, retry) = match next {
+            Next::Done => return None,
+            Next::Delete(deleting) => {
+                run.push(deleting, started);
+                return None;
+            }
+            Next::Again(again, delay) => (again, Ok(delay)),
+            Next::GoBack(back, seconds) => (back, Err(seconds)),
+        };
+        Some(Step::Stopped {
+            held,
+            attempt,
+            retry,
+            span,
+        })
     }
 
     /// Deletes the lane's run ([`Settler::delete_run`]); when a delete was not confirmed, its
@@ -553,7 +778,7 @@ impl Dispatcher {
     /// attempt's duration and how it ended).
     async fn process(&self, held: &Held, attempts: u32) -> Verdict {
         let started = tokio::time::Instant::now();
-        let running = InFlight::new(&self.metrics);
+        let running = InFlight::new(&self.metrics, 1);
         let verdict = self.attempt(held, attempts).await;
         drop(running);
         let attempt = match &verdict {
@@ -573,8 +798,11 @@ impl Dispatcher {
     async fn attempt(&self, held: &Held, attempts: u32) -> Verdict {
         let delivery = &held.delivery;
         let span = &held.span;
+        let Calls::One(handler) = &self.calls else {
+            unreachable!("a batch subscription's messages run in batch calls, not one by one");
+        };
         let mut call = CatchUnwind::new(
-            self.handler
+            handler
                 .clone()
                 .call(
                     delivery.clone(),
@@ -588,105 +816,26 @@ impl Dispatcher {
             Some(handled) => handled,
             // Boxed: the wait's state (timers, the shutdown signal) would otherwise make every
             // message's task larger, while a handler ready at once needs none of it.
-            None => match Box::pin(self.wait_for_handler(call, span)).await {
+            None => match Box::pin(attempt::wait_for_handler(
+                call,
+                self.handler_timeout,
+                &self.tasks,
+                span,
+            ))
+            .await
+            {
                 Ok(handled) => handled,
-                Err(verdict) => return verdict,
+                Err(dropped) => return dropped.verdict(),
             },
         };
         let _entered = span.enter();
         match handled {
-            Ok(Handled::Done { outcome, staged }) => Self::verdict(outcome, staged),
-            Ok(Handled::Undecodable(error)) => {
-                self.metrics.undecodable();
-                tracing::error!(error = %error, "message body does not decode");
-                Verdict::DeadLetter {
-                    reason: error.to_string(),
-                    undecodable: true,
-                }
-            }
+            Ok(Handled::Done { outcome, staged }) => attempt::verdict(outcome, staged),
+            Ok(Handled::Undecodable(error)) => attempt::undecodable(&error, &self.metrics),
             Err(panic) => {
                 tracing::error!(panic = %panic, "handler panicked");
-                Verdict::Failed {
-                    reason: format!("the handler panicked: {panic}"),
-                    asked: None,
-                }
+                attempt::panicked(&panic)
             }
         }
-    }
-
-    /// Waits for a handler that was not ready at its first poll, at most its timeout and until
-    /// the shutdown timeout; the verdict when it was cancelled instead.
-    async fn wait_for_handler<F: Future + Unpin>(
-        &self,
-        mut call: F,
-        span: &tracing::Span,
-    ) -> Result<F::Output, Verdict> {
-        let timeout = self.handler_timeout;
-        let timed_out = async {
-            match timeout {
-                Some(timeout) => tokio::time::sleep(timeout).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            handled = &mut call => Ok(handled),
-            () = timed_out => {
-                // Dropped here, so the handler no longer runs once its message is settled.
-                drop(call);
-                let timeout = timeout.unwrap_or_default();
-                let _entered = span.enter();
-                tracing::error!(timeout_ms = timeout.as_millis() as u64, "handler timed out and was cancelled");
-                Err(Verdict::Failed {
-                    reason: format!("the handler did not finish within its timeout of {timeout:?}"),
-                    asked: None,
-                })
-            }
-            () = self.tasks.cancel_handlers().cancelled() => {
-                // Dropped here, so the handler no longer runs once its message is released.
-                drop(call);
-                let _entered = span.enter();
-                tracing::warn!("handler cancelled at the shutdown timeout; its message is released");
-                Err(Verdict::Cancelled)
-            }
-        }
-    }
-
-    fn verdict(outcome: HandlerOutcome, staged: Vec<crate::publish::Outgoing>) -> Verdict {
-        match outcome {
-            HandlerOutcome::Ack => Verdict::Ack { staged },
-            HandlerOutcome::Retry => Verdict::Failed {
-                reason: "the handler asked to retry".to_owned(),
-                asked: None,
-            },
-            HandlerOutcome::Failed(error) => Verdict::Failed {
-                reason: format!("the handler failed: {error}"),
-                asked: None,
-            },
-            HandlerOutcome::RetryAfter(delay) => Verdict::Failed {
-                reason: format!("the handler asked to retry after {delay:?}"),
-                asked: Some(delay),
-            },
-            HandlerOutcome::DeadLetter(reason) => Verdict::DeadLetter {
-                reason,
-                undecodable: false,
-            },
-        }
-    }
-}
-
-/// A handler counted as running while this lives, however its attempt ends (a dropped future
-/// included).
-struct InFlight<'a>(&'a SubscriptionMetrics);
-
-impl<'a> InFlight<'a> {
-    fn new(metrics: &'a SubscriptionMetrics) -> Self {
-        metrics.in_flight.increment(1.0);
-        Self(metrics)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight.decrement(1.0);
     }
 }

@@ -122,10 +122,7 @@ impl Lanes {
 
     /// Puts a message in its group's lane; the group when the lane is new and needs a task.
     pub(crate) fn join(&self, held: Held, leases: &Leases) -> Option<String> {
-        let key = match held.delivery.sequence_number.as_deref().map(str::parse) {
-            Some(Ok(sequence)) => (sequence, None),
-            _ => (u128::MAX, Some(held.delivery.message_id.clone())),
-        };
+        let key = Self::key(&held);
         let group = held.delivery.group_id.as_deref().unwrap_or_default();
         let mut table = self.lock();
         // The group's name is copied only for a new lane, not for every message of a running one.
@@ -154,6 +151,57 @@ impl Lanes {
             self.counts.ended();
         }
         next
+    }
+
+    /// Takes the lane's next messages, in order, while `joins` takes them and at most `most`;
+    /// the lane goes on, even if they were all it had (a batch handler's lane hands them to the
+    /// call with the message it runs).
+    pub(crate) fn take_next(
+        &self,
+        group: &str,
+        most: usize,
+        joins: impl Fn(&Held) -> bool,
+    ) -> Vec<Held> {
+        let mut table = self.lock();
+        let Some(pending) = table.get_mut(group) else {
+            return Vec::new();
+        };
+        let mut taken = Vec::new();
+        while taken.len() < most {
+            match pending.first_entry() {
+                Some(next) if joins(next.get()) => taken.push(next.remove()),
+                _ => break,
+            }
+        }
+        taken
+    }
+
+    /// Puts messages taken from the running lane of `group` back in it, in their order: a batch
+    /// call's later messages of a group, to run again after the one that failed.
+    pub(crate) fn put_back(&self, group: &str, held: Vec<Held>) {
+        let mut table = self.lock();
+        let Some(pending) = table.get_mut(group) else {
+            // The lane runs while its task puts messages back; were it gone, the heartbeat
+            // releases them, as orphans.
+            tracing::error!(
+                sqs.group_id = %group,
+                messages = held.len(),
+                "messages put back in a lane that ended; they are released"
+            );
+            return;
+        };
+        for held in held {
+            pending.insert(Self::key(&held), held);
+        }
+    }
+
+    /// Where a message goes in its lane: by its sequence number, or last by its id when it has
+    /// none.
+    fn key(held: &Held) -> (u128, Option<String>) {
+        match held.delivery.sequence_number.as_deref().map(str::parse) {
+            Some(Ok(sequence)) => (sequence, None),
+            _ => (u128::MAX, Some(held.delivery.message_id.clone())),
+        }
     }
 
     /// How many messages wait in the lane behind the one running.

@@ -65,6 +65,8 @@
 //! retry and its reason, the dead-letter move, a release, a failed delete) is inside it. With the
 //! `opentelemetry` feature it continues the trace the message carries ([`crate::propagation`]).
 
+mod attempt;
+mod batches;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
 pub(crate) mod held;
@@ -142,6 +144,21 @@ pub(crate) async fn run(
                 wait,
                 attempt_timeout,
             });
+        }
+        if let Some(limits) = subscriber.handler.batch_limits() {
+            if !(1..=crate::batch::MAX_BATCH_MESSAGES).contains(&limits.max) {
+                problems.push(ConfigError::BatchMax {
+                    queue: subscriber.queue.name.clone(),
+                    got: limits.max,
+                });
+            }
+            if limits.window > crate::batch::MAX_BATCH_WINDOW {
+                problems.push(ConfigError::BatchWindow {
+                    queue: subscriber.queue.name.clone(),
+                    got: limits.window,
+                    max: crate::batch::MAX_BATCH_WINDOW,
+                });
+            }
         }
         for requirement in &subscriber.requirements {
             if !app.states().contains(requirement.type_id) {
@@ -439,7 +456,7 @@ impl Consumer {
         let dispatcher = Arc::new(Dispatcher::new(
             &shared,
             settings,
-            subscriber.handler,
+            (subscriber.handler, client.clone()),
             crate::describe::short_name(subscriber.handler_type),
             states,
             lanes,

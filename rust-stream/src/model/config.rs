@@ -30,6 +30,25 @@ pub enum ConfigError {
         /// The batch size given.
         got: usize,
     },
+    /// A batch handler's batch is outside 1..=1,000 messages.
+    #[error("queue `{queue}`: a batch handler's batch of {got} messages is outside 1..=1000; change `.batch({got}, ..)` (`batch(max = ..)`)")]
+    BatchMax {
+        /// The queue.
+        queue: String,
+        /// The most messages a call was given.
+        got: usize,
+    },
+    /// A batch handler's window is longer than 5 minutes, the longest its messages wait to fill
+    /// a call.
+    #[error("queue `{queue}`: a batch handler's window of {got:?} is longer than {max:?}; shorten `.batch(.., window)` (`batch(window = ..)`)")]
+    BatchWindow {
+        /// The queue.
+        queue: String,
+        /// The window given.
+        got: Duration,
+        /// The longest allowed.
+        max: Duration,
+    },
     /// The FIFO delete run is outside 1..=10 (a `DeleteMessageBatch` takes up to 10).
     #[error("queue `{queue}`: delete run {got} is outside 1..=10 (a delete call takes up to 10 messages); change `.delete_run(..)`")]
     DeleteRun {

@@ -1,0 +1,509 @@
+//! Batch handlers: [`HandleBatch`] takes a slice of messages and gives each its own outcome
+//! ([`BatchOutcome`]), so a ledger writes ten postings in one `INSERT` and still retries only the
+//! one that failed.
+//!
+//! ```
+//! use std::time::Duration;
+//! use rust_stream::prelude::*;
+//! use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
+//! # #[derive(serde::Deserialize)] struct Posting { account: String, cents: i64 }
+//!
+//! struct Post;
+//!
+//! impl HandleBatch<Posting> for Post {
+//!     async fn handle(&self, postings: &[Posting], _outs: &(), _ctx: &mut BatchContext<'_>) -> BatchOutcome {
+//!         // One round trip for the whole batch; an empty account is refused on its own.
+//!         postings
+//!             .iter()
+//!             .map(|posting| match posting.account.is_empty() {
+//!                 true => HandlerOutcome::dead_letter("no account"),
+//!                 false => HandlerOutcome::ack(),
+//!             })
+//!             .collect()
+//!     }
+//! }
+//!
+//! let post = subscriber(SqsQueue::new("postings.fifo"), Post)
+//!     .batch(50, Duration::from_millis(100)) // up to 50 messages, gathered for at most 100 ms
+//!     .build();
+//! # let _ = post;
+//! ```
+//!
+//! # What the engine does with a batch
+//!
+//! The consumer gathers received messages into one handler call until it holds the batch's
+//! `max` messages or the `window` has passed since the first one joined, whichever comes first;
+//! a call may so hold messages of several receives. Each message is then settled by its own
+//! outcome, exactly as a single handler's: an ack sends what the handler published for that
+//! message ([`BatchContext::message_mut`]) and deletes it (the batch's deletes go out together),
+//! a failure is retried by the subscription's [`RetryPolicy`](crate::RetryPolicy), counting
+//! attempts per message, and dead-lettered once out of attempts. `Ok(())` acks every message;
+//! `Err(e)` and a panic fail every message; the handler timeout covers the call, and the
+//! heartbeat keeps every message of it from timing out.
+//!
+//! Messages whose body does not decode never reach the handler: they follow the undecodable
+//! rules (dead-lettered at once, or retried when the subscription has no dead-letter queue).
+//!
+//! On a FIFO queue a batch holds runs of groups, each run in its group's order. When a message
+//! of group G fails, the later messages of G in the batch are not counted as handled, whatever
+//! their outcomes said: they stay held, and run again after the failed one, in order, when it
+//! is retried in place; other groups' messages are settled by their outcomes. So nothing later
+//! of G is deleted (or has its outputs sent) before the failed message succeeds or is
+//! dead-lettered, and a message run again this way does not count it as an attempt. A handler
+//! that must not repeat the work of those later messages skips a group once one of its
+//! messages failed:
+//!
+//! ```
+//! # use std::collections::HashSet;
+//! # use rust_stream::prelude::*;
+//! # use rust_stream::batch::{BatchContext, BatchOutcome};
+//! # #[derive(serde::Deserialize)] struct Posting { cents: i64 }
+//! # fn post(posting: &Posting) -> Result<(), String> { Ok(()) }
+//! async fn post_all(postings: &[Posting], ctx: &mut BatchContext<'_>) -> BatchOutcome {
+//!     let mut failed_groups = HashSet::new();
+//!     let mut outcome = BatchOutcome::ack();
+//!     for (index, posting) in postings.iter().enumerate() {
+//!         let group = ctx[index].group_id().map(str::to_owned);
+//!         if failed_groups.contains(&group) {
+//!             continue; // runs again after the failed one, whatever its outcome says
+//!         }
+//!         if let Err(error) = post(posting) {
+//!             outcome.set(index, HandlerOutcome::failed(error));
+//!             failed_groups.insert(group);
+//!         }
+//!     }
+//!     outcome
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::ops::{Index, IndexMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::codec::{Codec, DecodeError};
+use crate::context::{Context, Delivery};
+use crate::outcome::HandlerOutcome;
+use crate::publish::{Outgoing, Outputs};
+use crate::state::{State, States};
+use crate::task::BoxFuture;
+
+/// The most messages one batch handler call may take.
+pub const MAX_BATCH_MESSAGES: usize = 1_000;
+/// The longest a batch may be gathered for, as Lambda's batching window.
+pub const MAX_BATCH_WINDOW: Duration = Duration::from_secs(300);
+
+/// Handles messages of type `T` a batch at a time, publishing to outputs `O` (`()` when it
+/// declares none); mounted with [`SubscriberBuilder::batch`](crate::SubscriberBuilder::batch).
+///
+/// The outcome settles each message on its own (see the [module](self)); a panic fails every
+/// message of the call.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not handle batches of `{T}` messages with outputs `{O}`",
+    note = "implement `HandleBatch<{T}, {O}>` for `{Self}`, or write the handler as an `async fn` over `&[{T}]` with `#[subscriber(.., batch(..))]`"
+)]
+pub trait HandleBatch<T, O = ()>: Send + Sync + 'static {
+    /// Handles the messages of one batch, in the order the engine holds them (on FIFO, each
+    /// group's in its order).
+    fn handle(
+        &self,
+        messages: &[T],
+        outs: &O,
+        ctx: &mut BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send;
+}
+
+impl<T, O, H: HandleBatch<T, O>> HandleBatch<T, O> for Arc<H> {
+    fn handle(
+        &self,
+        messages: &[T],
+        outs: &O,
+        ctx: &mut BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send {
+        (**self).handle(messages, outs, ctx)
+    }
+}
+
+/// How a batch handler settles each message of its batch: every message acked unless the
+/// outcome [`set`](Self::set)s another for it.
+///
+/// ```
+/// use rust_stream::batch::BatchOutcome;
+/// use rust_stream::HandlerOutcome;
+///
+/// // The third message waits a minute; the others are handled.
+/// let outcome = BatchOutcome::ack().with(2, HandlerOutcome::retry_after(std::time::Duration::from_secs(60)));
+/// assert_eq!(outcome.outcome_of(0), &HandlerOutcome::ack());
+///
+/// // Or one outcome per message, in order.
+/// let outcome: BatchOutcome = [HandlerOutcome::ack(), HandlerOutcome::dead_letter("bad")].into_iter().collect();
+/// assert_eq!(outcome.outcome_of(1), &HandlerOutcome::dead_letter("bad"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a batch outcome settles the messages only when returned"]
+pub struct BatchOutcome {
+    /// The outcome of every message not named in `messages`.
+    rest: HandlerOutcome,
+    /// Outcomes by the message's index in the batch.
+    messages: BTreeMap<usize, HandlerOutcome>,
+}
+
+impl BatchOutcome {
+    /// Every message handled.
+    pub fn ack() -> Self {
+        Self::all(HandlerOutcome::Ack)
+    }
+
+    /// Every message settled as `outcome` (unless [`set`](Self::set) says otherwise).
+    pub fn all(outcome: HandlerOutcome) -> Self {
+        Self {
+            rest: outcome,
+            messages: BTreeMap::new(),
+        }
+    }
+
+    /// Settles the message at `index` of the batch as `outcome`. An index past the batch is
+    /// logged as an error and ignored.
+    pub fn set(&mut self, index: usize, outcome: HandlerOutcome) -> &mut Self {
+        self.messages.insert(index, outcome);
+        self
+    }
+
+    /// [`set`](Self::set), by value.
+    pub fn with(mut self, index: usize, outcome: HandlerOutcome) -> Self {
+        self.set(index, outcome);
+        self
+    }
+
+    /// How the message at `index` is settled.
+    pub fn outcome_of(&self, index: usize) -> &HandlerOutcome {
+        self.messages.get(&index).unwrap_or(&self.rest)
+    }
+
+    /// The outcomes of a batch of `len` messages, in order, and the indexes named past it.
+    pub(crate) fn into_outcomes(mut self, len: usize) -> (Vec<HandlerOutcome>, Vec<usize>) {
+        let outcomes = (0..len)
+            .map(|index| {
+                self.messages
+                    .remove(&index)
+                    .unwrap_or_else(|| self.rest.clone())
+            })
+            .collect();
+        (outcomes, self.messages.into_keys().collect())
+    }
+}
+
+/// One outcome per message, in the batch's order; messages past the last are acked.
+impl FromIterator<HandlerOutcome> for BatchOutcome {
+    fn from_iter<I: IntoIterator<Item = HandlerOutcome>>(outcomes: I) -> Self {
+        Self {
+            rest: HandlerOutcome::Ack,
+            messages: outcomes.into_iter().enumerate().collect(),
+        }
+    }
+}
+
+/// What a batch handler may return: anything that says how to settle its messages.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot settle a batch of messages",
+    label = "a batch handler must return how to settle its messages",
+    note = "return `BatchOutcome`, `()`, `Result<(), E: Display>` or `Result<BatchOutcome, E: Display>`"
+)]
+pub trait IntoBatchOutcome {
+    /// The outcome this value stands for.
+    fn into_batch_outcome(self) -> BatchOutcome;
+}
+
+impl IntoBatchOutcome for BatchOutcome {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        self
+    }
+}
+
+/// `()` acks every message.
+impl IntoBatchOutcome for () {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        BatchOutcome::ack()
+    }
+}
+
+/// `Ok(())` acks every message; `Err(e)` fails every one with `e` as the reason.
+impl<E: fmt::Display> IntoBatchOutcome for Result<(), E> {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        match self {
+            Ok(()) => BatchOutcome::ack(),
+            Err(error) => BatchOutcome::all(HandlerOutcome::failed(error)),
+        }
+    }
+}
+
+/// `Ok(outcome)` settles as the outcome says; `Err(e)` fails every message with `e` as the reason.
+impl<E: fmt::Display> IntoBatchOutcome for Result<BatchOutcome, E> {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        self.unwrap_or_else(|error| BatchOutcome::all(HandlerOutcome::failed(error)))
+    }
+}
+
+/// The messages of a batch in hand: a [`Context`] for each (ids, group, headers, attempt, and
+/// what the handler publishes for it), by its index in the batch, and what the call shares (the
+/// app's state, its stop).
+///
+/// What a handler publishes for a message (`ctx[i].publish(..)`) is sent once the call returns,
+/// before that message is deleted, and only if its outcome acks it.
+#[derive(Debug)]
+pub struct BatchContext<'a> {
+    messages: Vec<Context<'a>>,
+    states: &'a States,
+    stopping: CancellationToken,
+}
+
+impl<'a> BatchContext<'a> {
+    pub(crate) fn new(
+        messages: Vec<Context<'a>>,
+        states: &'a States,
+        stopping: CancellationToken,
+    ) -> Self {
+        Self {
+            messages,
+            states,
+            stopping,
+        }
+    }
+
+    /// How many messages the batch holds.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether the batch is empty (never, for a batch the engine hands a handler).
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The context of the message at `index`: its ids, group, headers and attempt.
+    pub fn message(&self, index: usize) -> Option<&Context<'a>> {
+        self.messages.get(index)
+    }
+
+    /// The context of the message at `index`, to publish as part of handling it.
+    pub fn message_mut(&mut self, index: usize) -> Option<&mut Context<'a>> {
+        self.messages.get_mut(index)
+    }
+
+    /// Every message's context, in the batch's order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Context<'a>> {
+        self.messages.iter()
+    }
+
+    /// Every message's context, in the batch's order, to publish.
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Context<'a>> {
+        self.messages.iter_mut()
+    }
+
+    /// The app's shared state of type `T`, registered with
+    /// [`RustStream::with_state`](crate::RustStream::with_state).
+    pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<State<T>> {
+        self.states.get::<T>()
+    }
+
+    /// Whether the app has begun to stop (see [`Context::is_stopping`]).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
+    }
+
+    /// Resolves once the app begins to stop (see [`Context::stopping`]).
+    pub fn stopping(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.stopping.clone().cancelled_owned()
+    }
+
+    pub(crate) fn into_staged(self) -> Vec<Vec<Outgoing>> {
+        self.messages
+            .into_iter()
+            .map(Context::into_staged)
+            .collect()
+    }
+}
+
+/// The context of the message at `index`.
+///
+/// # Panics
+///
+/// When `index` is past the batch.
+impl<'a> Index<usize> for BatchContext<'a> {
+    type Output = Context<'a>;
+
+    fn index(&self, index: usize) -> &Context<'a> {
+        &self.messages[index]
+    }
+}
+
+/// The context of the message at `index`, to publish.
+///
+/// # Panics
+///
+/// When `index` is past the batch.
+impl<'a> IndexMut<usize> for BatchContext<'a> {
+    fn index_mut(&mut self, index: usize) -> &mut Context<'a> {
+        &mut self.messages[index]
+    }
+}
+
+/// How a batch subscription gathers its calls: at most `max` messages, gathered for at most
+/// `window` from the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchLimits {
+    pub(crate) max: usize,
+    pub(crate) window: Duration,
+}
+
+/// A batch call, once the engine's messages were decoded: the ones that did not, and the call
+/// over the rest (none when no message decoded).
+pub(crate) struct BatchCall {
+    /// The index (in the deliveries given) and error of each message that did not decode.
+    pub(crate) undecodable: Vec<(usize, DecodeError)>,
+    /// The handler's call over the messages that decoded, in order: each one's outcome and what
+    /// it published, and the indexes the outcome named past the batch.
+    pub(crate) call: Option<BoxFuture<'static, Answered>>,
+}
+
+/// What a batch handler's call answered: for each message it took, in order, its outcome and what
+/// it published for it; and the indexes its outcome named past the batch.
+pub(crate) struct Answered {
+    pub(crate) messages: Vec<(HandlerOutcome, Vec<Outgoing>)>,
+    pub(crate) past_the_batch: Vec<usize>,
+}
+
+/// A batch handler with its message type, outputs and codec erased, so the engine holds any of
+/// them.
+pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
+    /// Decodes `deliveries` (each with its attempt number, as the retry policy counts them) and
+    /// makes the handler's call over those that decode.
+    fn call(
+        self: Arc<Self>,
+        deliveries: Vec<(Arc<Delivery>, u32)>,
+        states: Arc<States>,
+        stopping: CancellationToken,
+    ) -> BatchCall;
+}
+
+pub(crate) struct TypedBatch<H, T, O, C> {
+    pub(crate) handler: H,
+    pub(crate) outputs: O,
+    pub(crate) codec: C,
+    pub(crate) _message: PhantomData<fn() -> T>,
+}
+
+impl<H, T, O, C> ErasedBatchHandler for TypedBatch<H, T, O, C>
+where
+    H: HandleBatch<T, O>,
+    T: DeserializeOwned + Send + Sync + 'static,
+    O: Outputs,
+    C: Codec,
+{
+    fn call(
+        self: Arc<Self>,
+        deliveries: Vec<(Arc<Delivery>, u32)>,
+        states: Arc<States>,
+        stopping: CancellationToken,
+    ) -> BatchCall {
+        let mut undecodable = Vec::new();
+        let mut messages = Vec::with_capacity(deliveries.len());
+        let mut decoded = Vec::with_capacity(deliveries.len());
+        for (index, (delivery, attempt)) in deliveries.into_iter().enumerate() {
+            let message = match delivery.payload() {
+                Ok(payload) => self.codec.decode(payload),
+                Err(broken) => Err(DecodeError {
+                    type_name: std::any::type_name::<T>(),
+                    reason: broken.to_string(),
+                }),
+            };
+            match message {
+                Ok(message) => {
+                    messages.push(message);
+                    decoded.push((delivery, attempt));
+                }
+                Err(error) => undecodable.push((index, error)),
+            }
+        }
+        if messages.is_empty() {
+            return BatchCall {
+                undecodable,
+                call: None,
+            };
+        }
+        let call = Box::pin(async move {
+            let contexts = decoded
+                .iter()
+                .map(|(delivery, attempt)| {
+                    Context::new(delivery, *attempt, &states, stopping.clone())
+                })
+                .collect();
+            let mut ctx = BatchContext::new(contexts, &states, stopping.clone());
+            let outcome = self
+                .handler
+                .handle(&messages, &self.outputs, &mut ctx)
+                .await;
+            let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
+            Answered {
+                messages: outcomes.into_iter().zip(ctx.into_staged()).collect(),
+                past_the_batch,
+            }
+        });
+        BatchCall {
+            undecodable,
+            call: Some(call),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unnamed_messages_take_the_outcome_for_all() {
+        let outcome = BatchOutcome::all(HandlerOutcome::retry()).with(1, HandlerOutcome::ack());
+        let (outcomes, past) = outcome.into_outcomes(3);
+        assert_eq!(
+            outcomes,
+            [
+                HandlerOutcome::retry(),
+                HandlerOutcome::ack(),
+                HandlerOutcome::retry()
+            ]
+        );
+        assert!(past.is_empty());
+    }
+
+    #[test]
+    fn outcomes_past_the_batch_are_reported_not_applied() {
+        let outcome: BatchOutcome = [HandlerOutcome::ack(), HandlerOutcome::retry()]
+            .into_iter()
+            .chain([HandlerOutcome::dead_letter("x")])
+            .collect();
+        let (outcomes, past) = outcome.into_outcomes(2);
+        assert_eq!(outcomes, [HandlerOutcome::ack(), HandlerOutcome::retry()]);
+        assert_eq!(past, [2]);
+    }
+
+    #[test]
+    fn every_return_shape_maps_to_its_outcome() {
+        assert_eq!(().into_batch_outcome(), BatchOutcome::ack());
+        assert_eq!(
+            Err::<(), _>("down").into_batch_outcome(),
+            BatchOutcome::all(HandlerOutcome::failed("down"))
+        );
+        assert_eq!(
+            Ok::<_, String>(BatchOutcome::ack().with(0, HandlerOutcome::retry()))
+                .into_batch_outcome()
+                .outcome_of(0),
+            &HandlerOutcome::retry()
+        );
+    }
+}
