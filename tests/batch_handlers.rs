@@ -19,7 +19,7 @@ use std::time::Duration;
 use rust_stream::aws::AwsTransport;
 use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::prelude::*;
-use rust_stream::testing::{on_each_backend, Backend, BackendKind, Settled, TestApp};
+use rust_stream::testing::{eventually, on_each_backend, Backend, BackendKind, Settled, TestApp};
 use rust_stream::transport::{ReceiveMessage, ReceivedMessage, Transport};
 use rust_stream::{
     RetryPolicy, Subscriber, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER,
@@ -572,5 +572,95 @@ fn a_message_that_does_not_decode_never_reaches_the_batch_handler() {
             .clone()
             .unwrap();
         assert!(reason.contains("Posting"), "{reason}");
+    });
+}
+
+/// Sends `postings` in batches of 10 (each in its group on a FIFO queue), before any consumer runs.
+async fn send_backlog(backend: &Backend, queue: &SqsQueue, postings: &[Posting]) {
+    let publisher = backend.broker().publisher(queue.clone());
+    for chunk in postings.chunks(10) {
+        let messages: Vec<_> = chunk
+            .iter()
+            .map(|posting| {
+                let message = publisher.message(posting);
+                if queue.is_fifo() {
+                    message.group_id(&posting.group)
+                } else {
+                    message
+                }
+            })
+            .collect();
+        for sent in publisher.send_batch(messages).await {
+            sent.expect("send");
+        }
+    }
+}
+
+/// Consumes a backlog of `MESSAGES` messages over `groups` groups with a batch handler and counts
+/// the SQS calls it took (receives, deletes, visibility changes), from after the backlog was sent
+/// until the consumer stopped, its last receives included: each of the pollers that ran ends on
+/// an empty receive, about 16 calls, which the backlog is long enough to spread thin.
+async fn consume_costs<const MESSAGES: u32>(
+    backend: &Backend,
+    queue: SqsQueue,
+    groups: u32,
+) -> f64 {
+    let postings: Vec<Posting> = (0..MESSAGES)
+        .map(|n| posting(&format!("g{}", n % groups), n))
+        .collect();
+    send_backlog(backend, &queue, &postings).await;
+    let recorder = backend.broker().recorder();
+    let before = backend.broker().api_calls();
+    let (handler, calls) = ledger(|_, _| Step::Settle(HandlerOutcome::ack()));
+    let running = start(
+        backend,
+        subscriber(queue.clone(), handler)
+            .batch(50, Duration::from_millis(100))
+            .concurrency(4)
+            .build(),
+    )
+    .await;
+    eventually("every message settled", async || {
+        recorder.handled(queue.name()).len() >= MESSAGES as usize
+    })
+    .await;
+    running.stop().await.unwrap();
+    let used = backend.broker().api_calls() - before;
+    let handled = recorder.handled(queue.name());
+    assert_eq!(
+        handled.len(),
+        MESSAGES as usize,
+        "each message handled once"
+    );
+    assert!(handled.iter().all(|h| h.settled == Settled::Acked));
+    let calls = calls.lock().unwrap().len();
+    let per_message = used.messaging() as f64 / f64::from(MESSAGES);
+    eprintln!(
+        "{} ({:?}): {MESSAGES} messages in {calls} handler calls, {used:?} = {per_message:.3} SQS calls a message",
+        queue.name(),
+        backend.kind()
+    );
+    per_message
+}
+
+#[test]
+fn consuming_with_a_batch_handler_costs_at_most_021_sqs_calls_a_message() {
+    on_each_backend(async |backend| {
+        let standard = SqsQueue::new(backend.queue_name("cost"))
+            .create_if_missing()
+            .visibility_timeout(Duration::from_secs(60));
+        let per_message = consume_costs::<4000>(&backend, standard, 1).await;
+        assert!(
+            per_message <= 0.21,
+            "standard: {per_message:.3} calls a message"
+        );
+        let fifo = SqsQueue::new(backend.queue_name("cost.fifo"))
+            .create_if_missing()
+            .visibility_timeout(Duration::from_secs(60));
+        let per_message = consume_costs::<2000>(&backend, fifo, 20).await;
+        assert!(
+            per_message <= 0.21,
+            "FIFO: {per_message:.3} calls a message"
+        );
     });
 }
