@@ -179,3 +179,34 @@ fn with_aws_endpoint_url_the_fan_out_example_runs_on_localstack() {
     };
     assert_fan_out(Some(&endpoint));
 }
+
+/// The ledger example books the same postings with a handler of one posting a call and with a
+/// batch handler: the same balances and dead letters, and at least 5× fewer store round trips for
+/// the batch handler (it says so, and exits 0 only then).
+#[test]
+fn the_ledger_example_books_the_same_postings_in_at_least_5x_fewer_round_trips_in_batches() {
+    let output = cargo_run_example("ledger", None);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "ledger failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    let round_trips = |prefix: &str| -> u32 {
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{stdout}"));
+        line[prefix.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no round trips in {line:?}"))
+    };
+    let one = round_trips("one posting a call: ");
+    let batch = round_trips("a batch a call: ");
+    assert_eq!(one, 600, "a round trip a posting:\n{stdout}");
+    assert!(batch * 5 <= one, "{batch} round trips in batches against {one}:\n{stdout}");
+    assert!(stdout.contains("same balances and dead letters: true"), "{stdout}");
+}
