@@ -304,29 +304,104 @@ mod configuration {
                     }
                 });
             let error = app.run_until(std::future::pending()).await.unwrap_err();
-            let RunError::Config(ConfigErrors(problems)) = &error else {
-                panic!("on {on}: expected a configuration error, got: {error}")
-            };
-            assert_eq!(problems.len(), 1, "on {on}: one problem: {problems:#?}");
-            let problem = &problems[0];
-            assert!(
-                expected(problem),
-                "on {on}: unexpected variant: {problem:?}"
-            );
-            let text = problem.to_string();
-            for needle in says {
-                assert!(
-                    text.contains(needle),
-                    "on {on}: `{needle}` missing in: {text}"
-                );
-            }
-            assert_eq!(
-                broker.api_calls(),
-                ApiCalls::default(),
-                "on {on}: refused before any SQS call"
-            );
+            assert_refused(&error, &broker, on, expected, says);
             assert!(logs.iter().all(|log| log.lock().unwrap().is_empty()));
         }
+    }
+
+    /// Asserts `error` is exactly one problem, `expected`, saying `says`, and that `broker` made
+    /// no SQS call.
+    fn assert_refused(
+        error: &RunError,
+        broker: &SqsBroker,
+        on: &str,
+        expected: fn(&ConfigError) -> bool,
+        says: &[&str],
+    ) {
+        let RunError::Config(ConfigErrors(problems)) = error else {
+            panic!("on {on}: expected a configuration error, got: {error}")
+        };
+        assert_eq!(problems.len(), 1, "on {on}: one problem: {problems:#?}");
+        let problem = &problems[0];
+        assert!(
+            expected(problem),
+            "on {on}: unexpected variant: {problem:?}"
+        );
+        let text = problem.to_string();
+        for needle in says {
+            assert!(
+                text.contains(needle),
+                "on {on}: `{needle}` missing in: {text}"
+            );
+        }
+        assert_eq!(
+            broker.api_calls(),
+            ApiCalls::default(),
+            "on {on}: refused before any SQS call"
+        );
+    }
+
+    /// A batch handler that acks.
+    struct AckAll;
+
+    impl rust_stream::batch::HandleBatch<Job> for AckAll {
+        async fn handle(
+            &self,
+            _: &[Job],
+            _: &(),
+            _: &mut rust_stream::batch::BatchContext<'_>,
+        ) -> rust_stream::batch::BatchOutcome {
+            rust_stream::batch::BatchOutcome::ack()
+        }
+    }
+
+    /// Starts an app with a batch handler of `max` messages and `window` on each broker, and
+    /// asserts the start fails with exactly one problem, `expected`, saying `says`, before any SQS
+    /// call.
+    async fn batch_refused_at_start<T: Transport>(
+        backend: &Backend<T>,
+        (max, window): (usize, Duration),
+        expected: fn(&ConfigError) -> bool,
+        says: &[&str],
+    ) {
+        for (broker, on) in brokers(backend).await {
+            let app =
+                RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker.clone(), |b| {
+                    b.include(subscriber("postings", AckAll).batch(max, window).build());
+                });
+            let error = app.run_until(std::future::pending()).await.unwrap_err();
+            assert_refused(&error, &broker, on, expected, says);
+        }
+    }
+
+    async fn batch_of_0_messages<T: Transport>(backend: Backend<T>) {
+        batch_refused_at_start(
+            &backend,
+            (0, Duration::from_millis(100)),
+            |problem| matches!(problem, ConfigError::BatchMax { got: 0, .. }),
+            &["batch of 0 messages", "1..=1000", "`.batch(0, ..)`"],
+        )
+        .await;
+    }
+
+    async fn batch_of_1001_messages<T: Transport>(backend: Backend<T>) {
+        batch_refused_at_start(
+            &backend,
+            (1001, Duration::from_millis(100)),
+            |problem| matches!(problem, ConfigError::BatchMax { got: 1001, .. }),
+            &["queue `postings`", "batch of 1001 messages", "1..=1000"],
+        )
+        .await;
+    }
+
+    async fn batch_window_over_5_minutes<T: Transport>(backend: Backend<T>) {
+        batch_refused_at_start(
+            &backend,
+            (10, Duration::from_secs(301)),
+            |problem| matches!(problem, ConfigError::BatchWindow { .. }),
+            &["window of 301s", "300s", "`.batch(.., window)`"],
+        )
+        .await;
     }
 
     /// One row: `name: queue => variant, [what the message says];`.
@@ -345,6 +420,9 @@ mod configuration {
             )*
             both_backends!(
                 $($name,)*
+                batch_of_0_messages,
+                batch_of_1001_messages,
+                batch_window_over_5_minutes,
                 topic_declared_with_two_content_based_deduplications,
                 queue_subscribed_to_a_topic_in_two_declarations_that_disagree,
             );

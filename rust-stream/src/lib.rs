@@ -175,6 +175,9 @@ mod guides {
     #[doc = include_str!("../../docs/retries.md")]
     mod retries {}
 
+    #[doc = include_str!("../../docs/batching.md")]
+    mod batching {}
+
     #[doc = include_str!("../../docs/testing.md")]
     mod testing {}
 
