@@ -21,7 +21,7 @@
 //! | `messaging.process.duration` | histogram | `error.type` unless it succeeded: `failed` (an error, a retry, a panic, a timeout), `dead_letter`, `cancelled` (at shutdown) | one attempt: decoding and the handler |
 //! | `rust_stream.messages.settled` | counter | `rust_stream.outcome`: `acked`, `retried`, `dead_lettered` | attempts settled, by how |
 //! | `rust_stream.messages.undecodable` | counter | | bodies that did not decode (then dead-lettered, or retried without a dead-letter queue) |
-//! | `rust_stream.messages.in_flight` | gauge | | handlers running |
+//! | `rust_stream.messages.in_flight` | gauge | | messages in handlers now (a batch handler's call counts each of its messages) |
 //! | `rust_stream.messages.held` | gauge | | messages received and not yet settled or released (running, waiting for a slot, or behind their group) |
 //! | `rust_stream.groups.resting` | gauge | | FIFO groups waiting out a retry delay, held by this consumer |
 //! | `rust_stream.pollers.active` | gauge | | pollers that may receive now: from 1 up to the subscription's `pollers`, one more after each full receive, one fewer after each empty or failed one |

@@ -21,8 +21,12 @@
 //!    slot in a task of its own; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
 //!    which runs one message at a time in sequence order, while lanes of different groups run in
 //!    parallel. Decoding and the handler run in the message's task behind a panic catch; a handler
-//!    timeout cancels it, and so does the shutdown timeout. The attempt ends in a
-//!    `settle::Verdict`.
+//!    timeout cancels it, and so does the shutdown timeout (`attempt.rs` holds what every call
+//!    shares). The attempt ends in a `settle::Verdict`. A batch handler's subscription hands its
+//!    messages to `batches::Batches` instead: a standard message alone, a FIFO lane its next
+//!    messages in order (a *run*); runs gather into one call (up to the batch's `max`, within its
+//!    `window`), which answers a verdict per message, and the lane settles them in order until
+//!    one does not go forward, putting the later ones of its group back to run again after it.
 //! 3. **Settle** (`settle::Settler`): ack sends the handler's staged outputs, then deletes;
 //!    dead-letter sends a copy to the dead-letter queue, then deletes. Every failure goes to the
 //!    one [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding
@@ -59,6 +63,7 @@
 //! | --- | --- |
 //! | `receive` | `messaging.system`, `messaging.destination.name`, `messaging.operation.type`, `messaging.batch.message_count` |
 //! | `process` | `messaging.system`, `messaging.destination.name`, `messaging.operation.type`, `messaging.message.id`, `sqs.group_id`, `sqs.receive_count`, `rust_stream.handler`, `rust_stream.attempt`, `rust_stream.outcome` (recorded once the attempt is settled), `traceparent` (the incoming one) |
+//! | `process` (a batch handler's call) | `messaging.system`, `messaging.destination.name`, `messaging.operation.type`, `messaging.batch.message_count`, `rust_stream.handler`; each message of the call keeps its own `process` span above, for its settling |
 //!
 //! A `process` span lasts from the start of an attempt until the attempt is settled (deleted,
 //! retried, dead-lettered or released), so every event the engine logs about the message (a
