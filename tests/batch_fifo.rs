@@ -261,6 +261,9 @@ impl HandleBatch<Job> for Probe {
     }
 }
 
+/// A dead-letter copy's reason and attempts headers.
+type DeadLetterCopy = (Option<String>, Option<u32>);
+
 /// The most tokio time a case may take: an hour means the engine hung.
 const CASE_BOUND: Duration = Duration::from_secs(3600);
 
@@ -347,7 +350,7 @@ async fn scripted_batches(case: Case) -> Result<(), TestCaseError> {
     );
     let settled = settled(&recorder);
     let dead = receive_all(&account, DEAD_LETTERS).await;
-    let mut copies: HashMap<u32, Vec<(Option<String>, Option<u32>)>> = HashMap::new();
+    let mut copies: HashMap<u32, Vec<DeadLetterCopy>> = HashMap::new();
     for message in &dead {
         let job: Job = serde_json::from_str(&message.body).expect("a job");
         let attribute = |name: &str| {

@@ -58,7 +58,7 @@
 //! # use rust_stream::prelude::*;
 //! # use rust_stream::batch::{BatchContext, BatchOutcome};
 //! # #[derive(serde::Deserialize)] struct Posting { cents: i64 }
-//! # fn post(posting: &Posting) -> Result<(), String> { Ok(()) }
+//! # fn post(_posting: &Posting) -> Result<(), String> { Ok(()) }
 //! async fn post_all(postings: &[Posting], ctx: &mut BatchContext<'_>) -> BatchOutcome {
 //!     let mut failed_groups = HashSet::new();
 //!     let mut outcome = BatchOutcome::ack();
@@ -256,26 +256,46 @@ impl<E: fmt::Display> IntoBatchOutcome for Result<BatchOutcome, E> {
 ///
 /// What a handler publishes for a message (`ctx[i].publish(..)`) is sent once the call returns,
 /// before that message is deleted, and only if its outcome acks it.
+///
+/// A unit test collects one from contexts built with `rust_stream::testing::TestContext`
+/// (feature `testing`):
+///
+/// ```
+/// # #[cfg(feature = "testing")] {
+/// use rust_stream::batch::BatchContext;
+/// use rust_stream::testing::TestContext;
+///
+/// let ctx: BatchContext<'static> = ["p-1", "p-2"]
+///     .into_iter()
+///     .map(|id| TestContext::new().message_id(id).group_id("acct-7").build())
+///     .collect();
+/// assert_eq!(ctx.len(), 2);
+/// assert_eq!(ctx[1].message_id(), "p-2");
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct BatchContext<'a> {
     messages: Vec<Context<'a>>,
-    states: &'a States,
+    /// Cancelled once the app begins to stop: the messages' own.
     stopping: CancellationToken,
 }
 
-impl<'a> BatchContext<'a> {
-    pub(crate) fn new(
-        messages: Vec<Context<'a>>,
-        states: &'a States,
-        stopping: CancellationToken,
-    ) -> Self {
-        Self {
-            messages,
-            states,
-            stopping,
-        }
+/// A batch of these messages' contexts, in order: what a unit test hands a batch handler, from
+/// contexts built with `rust_stream::testing::TestContext` (feature `testing`).
+///
+/// The batch reads the app's state and its stop from its first message's context.
+impl<'a> FromIterator<Context<'a>> for BatchContext<'a> {
+    fn from_iter<I: IntoIterator<Item = Context<'a>>>(messages: I) -> Self {
+        let messages: Vec<Context<'a>> = messages.into_iter().collect();
+        let stopping = messages
+            .first()
+            .map(|first| first.stopping_token().clone())
+            .unwrap_or_default();
+        Self { messages, stopping }
     }
+}
 
+impl<'a> BatchContext<'a> {
     /// How many messages the batch holds.
     pub fn len(&self) -> usize {
         self.messages.len()
@@ -309,7 +329,7 @@ impl<'a> BatchContext<'a> {
     /// The app's shared state of type `T`, registered with
     /// [`RustStream::with_state`](crate::RustStream::with_state).
     pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<State<T>> {
-        self.states.get::<T>()
+        self.messages.first()?.state::<T>()
     }
 
     /// Whether the app has begun to stop (see [`Context::is_stopping`]).
@@ -438,13 +458,12 @@ where
             };
         }
         let call = Box::pin(async move {
-            let contexts = decoded
+            let mut ctx: BatchContext<'_> = decoded
                 .iter()
                 .map(|(delivery, attempt)| {
                     Context::new(delivery, *attempt, &states, stopping.clone())
                 })
                 .collect();
-            let mut ctx = BatchContext::new(contexts, &states, stopping.clone());
             let outcome = self
                 .handler
                 .handle(&messages, &self.outputs, &mut ctx)

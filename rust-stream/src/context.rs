@@ -421,6 +421,11 @@ impl<'a> Context<'a> {
         self.staged.iter().map(PublishedMessage::new).collect()
     }
 
+    /// The token cancelled once the app begins to stop.
+    pub(crate) fn stopping_token(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
     pub(crate) fn into_staged(self) -> Vec<Outgoing> {
         self.staged
     }
