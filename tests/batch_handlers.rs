@@ -667,3 +667,85 @@ fn consuming_with_a_batch_handler_costs_at_most_021_sqs_calls_a_message() {
         );
     });
 }
+
+/// A batch handler that sleeps while its batch holds the slow posting.
+struct SlowOnce {
+    calls: Calls,
+}
+
+impl HandleBatch<Posting> for SlowOnce {
+    async fn handle(
+        &self,
+        postings: &[Posting],
+        _outs: &(),
+        ctx: &mut BatchContext<'_>,
+    ) -> BatchOutcome {
+        let seen: Vec<Seen> = postings
+            .iter()
+            .enumerate()
+            .map(|(index, p)| (p.group.clone(), p.n, ctx[index].attempt()))
+            .collect();
+        self.calls.lock().unwrap().push(seen);
+        if postings
+            .iter()
+            .enumerate()
+            .any(|(index, p)| p.n == 2 && ctx[index].attempt() == 1)
+        {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        BatchOutcome::ack()
+    }
+}
+
+#[test]
+fn a_batch_call_past_the_handler_timeout_is_cancelled_and_its_messages_retried_each_alone() {
+    on_each_backend(async |backend| {
+        let queue = SqsQueue::new(backend.queue_name("slow-postings"))
+            .create_if_missing()
+            .visibility_timeout(Duration::from_secs(30));
+        let recorder = backend.broker().recorder();
+        let calls = Calls::default();
+        let sent: Vec<Posting> = (1..=3).map(|n| posting("-", n)).collect();
+        let ids = send(&backend, &queue, &sent).await;
+        let running = start(
+            &backend,
+            subscriber(
+                queue.clone(),
+                SlowOnce {
+                    calls: calls.clone(),
+                },
+            )
+            .timeout(Duration::from_secs(1))
+            .retry(RetryPolicy::fixed(Duration::from_secs(1)))
+            .batch(10, Duration::from_millis(500))
+            .build(),
+        )
+        .await;
+        running.drain().await;
+        running.stop().await.unwrap();
+
+        let handled = recorder.handled(queue.name());
+        for id in &ids {
+            let settled: Vec<Settled> = handled
+                .iter()
+                .filter(|h| &h.message_id == id)
+                .map(|h| h.settled)
+                .collect();
+            assert_eq!(settled.last(), Some(&Settled::Acked), "{id}: {settled:?}");
+        }
+        let calls = calls.lock().unwrap().clone();
+        let slow = calls
+            .iter()
+            .position(|call| call.iter().any(|s| s.1 == 2))
+            .unwrap();
+        // Every message of the call that timed out was retried (attempt 2), in a call of its own.
+        for seen in &calls[slow] {
+            let again = calls[slow + 1..]
+                .iter()
+                .find(|call| call.iter().any(|s| s.1 == seen.1))
+                .expect("retried");
+            assert_eq!(again.len(), 1, "{calls:?}");
+            assert_eq!(again[0].2, 2, "{calls:?}");
+        }
+    });
+}
