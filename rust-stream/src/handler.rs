@@ -75,6 +75,7 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
         description: None,
         payload: None,
         requirements: Vec::new(),
+        filter: None,
     }
 }
 
@@ -89,9 +90,47 @@ pub struct SubscriberBuilder<H, O = (), C = Json> {
     description: Option<String>,
     payload: Option<Payload>,
     requirements: Vec<Requirement>,
+    filter: Option<Filter>,
+}
+
+/// A routed subscriber's predicate: whether it takes a message (see
+/// [`SubscriberBuilder::filter`]).
+#[derive(Clone)]
+pub(crate) struct Filter(pub(crate) Arc<dyn Fn(&Context<'_>) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Filter(..)")
+    }
 }
 
 impl<H, O, C> SubscriberBuilder<H, O, C> {
+    /// Takes the messages `filter` accepts, on a queue whose subscribers are routed
+    /// ([`routing`](crate::routing)): a message whose type header names no route of the queue
+    /// goes to the first subscriber, in the order included, whose filter accepts it, and is
+    /// dead-lettered if none does. A subscriber with a filter is chosen by its filter only,
+    /// never by its type. With `|_| true` it takes whatever no other route claims.
+    ///
+    /// ```
+    /// use rust_stream::{subscriber, Context, HandlerOutcome};
+    /// # use rust_stream::{Handle};
+    /// # struct Audit;
+    /// # impl Handle<serde_json::Value> for Audit {
+    /// #     async fn handle(&self, _: &serde_json::Value, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> { Ok(()) }
+    /// # }
+    ///
+    /// fn from_the_ledger(ctx: &Context<'_>) -> bool {
+    ///     ctx.header("source") == Some("ledger")
+    /// }
+    ///
+    /// let audit = subscriber("payments", Audit).filter(from_the_ledger).build();
+    /// # let _ = audit;
+    /// ```
+    pub fn filter(mut self, filter: impl Fn(&Context<'_>) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(Filter(Arc::new(filter)));
+        self
+    }
+
     /// Declares that the handler reads state of type `T`: the app then refuses to start without it
     /// (`RustStream::with_state`), instead of the handler finding it missing at run time.
     pub fn requires_state<T: Clone + Send + Sync + 'static>(mut self) -> Self {
@@ -189,6 +228,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             description: self.description,
             payload: self.payload,
             requirements: self.requirements,
+            filter: self.filter,
         }
     }
 
@@ -202,6 +242,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             description: self.description,
             payload: self.payload,
             requirements: self.requirements,
+            filter: self.filter,
         }
     }
 
@@ -231,6 +272,8 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             outputs: publishers,
             requirements: self.requirements,
             problems: Vec::new(),
+            filter: self.filter,
+            handler_name: None,
             handler: Arc::new(Typed {
                 handler: self.handler,
                 outputs: self.outputs,
@@ -257,6 +300,11 @@ pub struct Subscriber {
     /// What the broker found wrong when it took the subscriber in (a queue-name prefix that
     /// makes a name SQS refuses), for the app's start to refuse with.
     pub(crate) problems: Vec<crate::model::ConfigError>,
+    /// On a routed queue, the predicate that chooses this subscriber instead of its type.
+    pub(crate) filter: Option<Filter>,
+    /// The handler's name in the engine's spans, when not its type's: a routed queue's consumer
+    /// names its routes.
+    pub(crate) handler_name: Option<String>,
     pub(crate) handler: Arc<dyn ErasedHandler>,
 }
 

@@ -124,6 +124,7 @@ pub mod publish;
 #[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub mod record;
 pub mod retry;
+pub mod routing;
 pub mod sqs;
 pub mod state;
 pub(crate) mod task;

@@ -92,7 +92,6 @@ pub mod meter {
     pub use crate::transport::meter::*;
 }
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -123,7 +122,6 @@ pub(crate) async fn run(
     app: AppContext,
 ) -> Result<(), RunError> {
     let mut problems = Vec::new();
-    let mut seen = HashSet::new();
     let attempt_timeout = client.transport.attempt_timeout();
     for subscriber in &subscribers {
         problems.extend(subscriber.problems.iter().cloned());
@@ -151,9 +149,14 @@ pub(crate) async fn run(
                 });
             }
         }
-        if !seen.insert(subscriber.queue.name.clone()) {
-            problems.push(ConfigError::DuplicateSubscription {
-                queue: subscriber.queue.name.clone(),
+    }
+    crate::routing::check(&subscribers, &mut problems);
+    let type_header = client.type_header();
+    if !crate::routing::routed_queues(&subscribers).is_empty() {
+        if let Err(error) = rules::check_attribute_name(&type_header) {
+            problems.push(ConfigError::TypeHeaderName {
+                name: type_header.to_string(),
+                reason: error.to_string(),
             });
         }
     }
@@ -177,6 +180,8 @@ pub(crate) async fn run(
     }
     // Then the topics the app declares, and its queues' subscriptions to them.
     topics::wire(&client, crate::handler::declarations(&subscribers)).await?;
+    // Several subscribers of one queue become one consumer that routes by type.
+    let subscribers = crate::routing::merge(subscribers, type_header);
     let shutdown = app.shutdown();
     warn_about_settings(&client, &subscribers, shutdown.timeout());
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
@@ -440,7 +445,9 @@ impl Consumer {
             &shared,
             settings,
             subscriber.handler,
-            crate::describe::short_name(subscriber.handler_type),
+            subscriber
+                .handler_name
+                .unwrap_or_else(|| crate::describe::short_name(subscriber.handler_type)),
             states,
             lanes,
             settler.clone(),
