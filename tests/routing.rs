@@ -502,3 +502,46 @@ async fn routes_that_cannot_work_are_refused_at_start_naming_the_fix() {
     assert_eq!(name, "AWS.type");
     assert!(problem.to_string().contains("reserves"), "{problem}");
 }
+
+/// A filter that panics on its first call.
+fn panics_once(_: &Context<'_>) -> bool {
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    if CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+        panic!("a filter's bug");
+    }
+    true
+}
+
+#[subscriber("payments", filter = panics_once)]
+async fn after_a_panic(entry: &serde_json::Value, State(seen): State<Seen>) {
+    seen.push(format!("taken:{entry}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_filter_that_panics_is_a_handler_that_panics_and_its_message_is_retried() {
+    let broker = SqsBroker::in_process();
+    let seen = Seen::default();
+    let payments = SqsQueue::new("payments")
+        .create_if_missing()
+        .retry(rust_stream::RetryPolicy::fixed(Duration::from_secs(1)));
+    let app = RustStream::new(AppInfo::new("ledger", "0"))
+        .with_state(seen.clone())
+        .with_broker(broker.clone(), |b| {
+            b.include(posted.on(payments.clone()));
+            b.include(after_a_panic.on(payments.clone()));
+        });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    broker
+        .publisher(payments.clone())
+        .raw(r#"{"id":1}"#)
+        .send()
+        .await
+        .unwrap();
+    eventually("taken at the second attempt", async || {
+        seen.all().len() == 1
+    })
+    .await;
+    running.drain().await;
+    running.stop().await.unwrap();
+    assert_eq!(seen.all(), [r#"taken:{"id":1}"#]);
+}

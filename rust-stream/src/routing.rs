@@ -15,10 +15,10 @@
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct PaymentReversed { id: u64 }
 //!
 //! #[subscriber(SqsQueue::new("payments").create_if_missing())]
-//! async fn posted(payment: &PaymentPosted) {}
+//! async fn posted(_payment: &PaymentPosted) {}
 //!
 //! #[subscriber(SqsQueue::new("payments").create_if_missing())]
-//! async fn reversed(payment: &PaymentReversed) {}
+//! async fn reversed(_payment: &PaymentReversed) {}
 //!
 //! let app = RustStream::new(AppInfo::new("ledger", "1.0.0")).with_broker(SqsBroker::in_process(), |b| {
 //!     b.include(posted);   // messages whose `rust_stream.type` is `PaymentPosted`
@@ -46,10 +46,11 @@
 //! would otherwise be a dead letter per message. Routes are Rust types, so the types themselves
 //! are checked by the compiler.
 //!
-//! The pieces: [`check`] finds those problems among an app's subscribers, [`merge`] makes each
-//! routed queue's subscribers one subscriber whose handler is a `Router`, and the engine runs it
-//! as any other: a `Router` only chooses the route and calls its handler, whose decoding, outcome
-//! and outputs the engine settles as it settles any handler's.
+//! Inside: `check` finds those problems among an app's subscribers when it starts, `merge` makes
+//! each routed queue's subscribers one subscriber whose handler is a `Router`, and the engine runs
+//! it as any other: a `Router` only chooses the route and calls its handler, whose decoding,
+//! outcome and outputs the engine settles as it settles any handler's. See also
+//! `docs/routing.md`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -340,20 +341,24 @@ impl ErasedHandler for Router {
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
-        let chosen = {
-            let ctx = Context::new(&delivery, attempt, &states, stopping.clone());
-            self.choose(&ctx)
-                .map(|route| (route.handler.clone(), route.handler_name.clone()))
-        };
-        match chosen {
-            Ok((handler, name)) => Box::pin(async move {
-                tracing::debug!(rust_stream.route = %name, "routed");
-                handler.call(delivery, attempt, states, stopping).await
-            }),
-            Err(reason) => Box::pin(std::future::ready(Handled::Done {
-                outcome: HandlerOutcome::dead_letter(reason),
-                staged: Vec::new(),
-            })),
-        }
+        // Chosen when the engine first polls the attempt, in its `process` span and behind its
+        // panic catch: a filter that panics is a handler that panics, and its message is retried.
+        Box::pin(async move {
+            let chosen = {
+                let ctx = Context::new(&delivery, attempt, &states, stopping.clone());
+                self.choose(&ctx)
+                    .map(|route| (route.handler.clone(), route.handler_name.clone()))
+            };
+            match chosen {
+                Ok((handler, name)) => {
+                    tracing::debug!(rust_stream.route = %name, "routed");
+                    handler.call(delivery, attempt, states, stopping).await
+                }
+                Err(reason) => Handled::Done {
+                    outcome: HandlerOutcome::dead_letter(reason),
+                    staged: Vec::new(),
+                },
+            }
+        })
     }
 }

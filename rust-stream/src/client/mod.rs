@@ -68,6 +68,9 @@ pub(crate) struct Client {
     /// Queues that an app on this broker routes by type (as the broker names them): typed
     /// messages sent to them carry the type header.
     routed: Mutex<std::collections::HashSet<String>>,
+    /// Whether `routed` holds any queue: a typed send to a broker that routes nothing (most) takes
+    /// no lock to learn it.
+    routes_any: std::sync::atomic::AtomicBool,
 }
 
 /// What a broker learns of a queue once.
@@ -125,6 +128,7 @@ impl Client {
             batchers: Mutex::new(Batchers::default()),
             type_header: std::sync::RwLock::new(Arc::from(crate::describe::TYPE_HEADER)),
             routed: Mutex::default(),
+            routes_any: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -151,10 +155,14 @@ impl Client {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(queue.to_owned());
+        self.routes_any.store(true, Ordering::Release);
     }
 
     /// Whether an app on this broker routes `queue` by type.
     pub(crate) fn routes_by_type(&self, queue: &str) -> bool {
+        if !self.routes_any.load(Ordering::Acquire) {
+            return false;
+        }
         self.routed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -353,12 +353,10 @@ impl Publisher {
     /// when it says so ([`with_type_header`](Self::with_type_header)) or its broker routes its
     /// queue by type.
     fn type_header(&self) -> Option<Arc<str>> {
-        let core = self.core();
+        let core = self.inner.binding.get().map(|binding| &binding.core);
         let routed = || {
             self.inner.topic.is_none()
-                && core
-                    .as_ref()
-                    .is_some_and(|core| core.routes_by_type(&self.queue().name))
+                && core.is_some_and(|core| core.routes_by_type(&self.queue().name))
         };
         if !self.inner.type_header && !routed() {
             return None;

@@ -413,6 +413,10 @@ impl Broker for SqsBroker {
         };
         let merged = |queue: &SqsQueue| declarations.merged(queue);
         let mut writer = crate::asyncapi::Writer::new(info, &merged);
+        writer.routed(
+            crate::routing::routed_queues(subscribers),
+            &self.core.type_header(),
+        );
         for subscriber in subscribers {
             writer.subscriber(subscriber);
         }
