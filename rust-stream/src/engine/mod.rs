@@ -1,7 +1,8 @@
 //! The consumer engine: one engine over a [`Transport`](transport::Transport), whichever backend
 //! is underneath.
 //!
-//! Each subscription runs as one consumer, made of parts that each own their state, a type to a
+//! Each subscription runs as one consumer (the subscriptions of a queue routed by type together,
+//! as one: [`crate::routing`]), made of parts that each own their state, a type to a
 //! file, and hand a message on as small values: the intake (`poll.rs`) receives, the dispatcher
 //! (`dispatch.rs`, with its FIFO lanes in `lanes.rs`) runs the handler, the settler (`settle.rs`)
 //! deletes, retries or dead-letters, and the heartbeat (`extend.rs`) keeps what is held from
@@ -40,8 +41,10 @@
 //!
 //! # The lifecycle
 //!
-//! `mod.rs` checks the subscriptions, resolves their queues, then the topics they are subscribed
-//! to and their subscriptions (`topics`: found and compared, or made), decides where each one's failed
+//! `mod.rs` checks the subscriptions (and the routes of queues several of them read),
+//! resolves their queues, then the topics they are subscribed
+//! to and their subscriptions (`topics`: found and compared, or made), makes each routed queue's
+//! subscriptions one (`routing::merge`), decides where each one's failed
 //! messages go, and builds its consumer: what the parts share (`shared::Shared`: the queue's name,
 //! FIFO or not, the visibility, the leases, the metrics; `shared::Tasks`: the engine tasks and the
 //! stop's signals to them), then the settler, the dispatcher over it, the intake over both, and
