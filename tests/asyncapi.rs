@@ -180,6 +180,7 @@ fn every_example_prints_a_document_the_official_parser_accepts() {
             ),
         ),
         ("fan_out".to_owned(), example_document("fan_out", &[])),
+        ("routing".to_owned(), example_document("routing", &[])),
     ];
     for (name, document) in &documents {
         assert_eq!(document["asyncapi"], "3.0.0", "{name}");
@@ -610,6 +611,75 @@ fn a_document_of_topics_has_their_channels_and_deliveries_and_the_parser_accepts
         return;
     };
     parser.assert_clean(&[("topics".to_owned(), document)]);
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct PaymentPosted {
+    id: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PaymentReversed {
+    id: u64,
+}
+
+/// Posts a payment.
+#[subscriber("payment-events")]
+async fn post(payment: &PaymentPosted) {
+    let _ = payment;
+}
+
+/// Reverses a payment.
+#[subscriber("payment-events")]
+async fn reverse(payment: &PaymentReversed) {
+    let _ = payment;
+}
+
+/// Takes what the ledger sends that no type claims.
+#[subscriber("payment-events", filter = |ctx: &Context<'_>| ctx.header("source") == Some("ledger"))]
+async fn ledger_entry(entry: &Receipt) {
+    let _ = entry;
+}
+
+#[test]
+fn a_routed_queue_lists_each_message_with_its_type_header_and_the_parser_accepts_it() {
+    let document = RustStream::new(AppInfo::new("ledger", "1.0.0"))
+        .with_broker(SqsBroker::in_process().type_header("event_type"), |b| {
+            b.include(post);
+            b.include(reverse);
+            b.include(ledger_entry);
+        })
+        .asyncapi();
+    let channel = &document["channels"]["payment-events"];
+    let messages = channel["messages"].as_object().expect("messages");
+    let mut names: Vec<&String> = messages.keys().collect();
+    names.sort();
+    assert_eq!(names, ["PaymentPosted", "PaymentReversed", "Receipt"]);
+    for name in ["PaymentPosted", "PaymentReversed"] {
+        assert_eq!(
+            messages[name]["headers"]["properties"]["event_type"]["const"], name,
+            "{name}"
+        );
+        assert_eq!(messages[name]["headers"]["required"][0], "event_type");
+    }
+    assert!(
+        messages["Receipt"].get("headers").is_none(),
+        "a filter takes it, not its type"
+    );
+    for (operation, message) in [
+        ("post", "PaymentPosted"),
+        ("reverse", "PaymentReversed"),
+        ("ledger_entry", "Receipt"),
+    ] {
+        assert_eq!(
+            document["operations"][operation]["messages"][0]["$ref"],
+            format!("#/channels/payment-events/messages/{message}")
+        );
+    }
+    let Some(parser) = Parser::installed("routed") else {
+        return;
+    };
+    parser.assert_clean(&[("routed".to_owned(), document)]);
 }
 
 #[test]

@@ -394,6 +394,46 @@ mod configuration {
         .await;
     }
 
+    /// A single handler of any JSON value.
+    struct AnyValue;
+
+    impl Handle<serde_json::Value> for AnyValue {
+        async fn handle(
+            &self,
+            _: &serde_json::Value,
+            _: &(),
+            _: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            Ok(())
+        }
+    }
+
+    async fn batch_handler_on_a_routed_queue<T: Transport>(backend: Backend<T>) {
+        for (broker, on) in brokers(&backend).await {
+            let app =
+                RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker.clone(), |b| {
+                    b.include(subscriber("events", AnyValue).build());
+                    b.include(
+                        subscriber("events", AckAll)
+                            .batch(10, Duration::from_millis(100))
+                            .build(),
+                    );
+                });
+            let error = app.run_until(std::future::pending()).await.unwrap_err();
+            assert_refused(
+                &error,
+                &broker,
+                on,
+                |problem| matches!(problem, ConfigError::RoutedBatchHandler { .. }),
+                &[
+                    "queue `events`",
+                    "`AckAll` is a batch handler",
+                    "one message a call",
+                ],
+            );
+        }
+    }
+
     async fn batch_window_over_5_minutes<T: Transport>(backend: Backend<T>) {
         batch_refused_at_start(
             &backend,
@@ -423,6 +463,7 @@ mod configuration {
                 batch_of_0_messages,
                 batch_of_1001_messages,
                 batch_window_over_5_minutes,
+                batch_handler_on_a_routed_queue,
                 topic_declared_with_two_content_based_deduplications,
                 queue_subscribed_to_a_topic_in_two_declarations_that_disagree,
             );

@@ -216,3 +216,42 @@ fn the_ledger_example_books_the_same_postings_in_at_least_5x_fewer_round_trips_i
         "{stdout}"
     );
 }
+
+/// Runs the routing example against `endpoint` (or in process): each of the three types handled
+/// by its own handler, once, and the fourth dead-lettered with a reason naming its type.
+fn assert_routing(endpoint: Option<&str>) {
+    let output = cargo_run_example("routing", endpoint);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "routing failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    for (line, times) in [
+        ("payment posted", 1),
+        ("payment reversed", 1),
+        ("account closed", 1),
+        ("dead letter read", 1),
+    ] {
+        let found = stdout.lines().filter(|log| log.contains(line)).count();
+        assert_eq!(found, times, "`{line}` {found} times:\n{stdout}");
+    }
+    assert!(
+        stdout.contains("it carries type `RefundIssued`"),
+        "the reason names the type no handler takes:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_routing_example_hands_each_type_to_its_handler_and_dead_letters_the_rest() {
+    assert_routing(None);
+}
+
+#[test]
+fn with_aws_endpoint_url_the_routing_example_runs_on_localstack() {
+    let Some(endpoint) = rust_stream::testing::live_endpoint("the live routing example") else {
+        return;
+    };
+    assert_routing(Some(&endpoint));
+}

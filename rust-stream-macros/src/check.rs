@@ -137,6 +137,25 @@ fn literals(attribute: &Attribute, errors: &mut Errors) {
             );
         }
     }
+    if let Some(setting) = &attribute.filter {
+        if let syn::Expr::Lit(literal) = &setting.value {
+            let routes_by_type = if matches!(literal.lit, syn::Lit::Str(_)) {
+                " (a queue's subscribers are routed by their message type already: no filter \
+                 names a type)"
+            } else {
+                ""
+            };
+            errors.spanned(
+                &setting.value,
+                format!(
+                    "`filter` takes a function of the message's context, \
+                     `fn(&Context<'_>) -> bool`, not a literal{routes_by_type}: write \
+                     `filter = from_the_ledger` with \
+                     `fn from_the_ledger(ctx: &Context<'_>) -> bool {{ .. }}`"
+                ),
+            );
+        }
+    }
     if let Some(dead_letter) = &attribute.dead_letter {
         if let Some(got) = int_literal(&dead_letter.max_receive_count) {
             if !(1..=1000).contains(&got) {

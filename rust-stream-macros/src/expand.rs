@@ -407,6 +407,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         &attribute.pollers,
         &attribute.retry,
         &attribute.timeout,
+        &attribute.filter,
     ]
     .into_iter()
     .flatten()
@@ -437,7 +438,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
          itself, there or here (`.create_if_missing()`, `.content_based_dedup()`, and any \
          setting written on the `SqsQueue`, such as `.visibility_timeout(..)`). The settings \
          after it in the attribute (`concurrency`, `batch_size`, `wait`, `visibility_timeout`, \
-         `pollers`, `retry`, `timeout`, `dead_letter`, `codec`, `outputs`), the states it reads \
+         `pollers`, `retry`, `timeout`, `filter`, `dead_letter`, `codec`, `outputs`), the states it reads \
          and its description are applied on top, as `{name}` itself applies them: where both \
          set one, the attribute's wins. The broker's queue-name prefix \
          (`SqsBroker::queue_name_prefix`) applies to it too."

@@ -54,6 +54,7 @@ mod parse;
 /// | `timeout = Duration::from_secs(30)` | `Duration`: a handler call's limit | `.timeout(..)` |
 /// | `dead_letter("orders-dlq.fifo", 5)` | queue name, attempts 1–1000 | `.dead_letter("orders-dlq.fifo", 5)` |
 /// | `codec = MyCodec` | a `Codec` | `.codec(MyCodec)` |
+/// | `filter = from_the_ledger` | `fn(&Context<'_>) -> bool`: on a routed queue, takes what it accepts instead of by type | `.filter(..)` |
 /// | `outputs(receipts = "receipts.fifo", ...)` | one source per `&Output<U>` parameter | `.outputs(..)` |
 ///
 /// The function's doc comment becomes the subscriber's description: its operation's in the app's

@@ -64,6 +64,11 @@
 //!   content type. With the `schemars` feature, a payload whose type implements
 //!   `schemars::JsonSchema` is its JSON Schema (draft 7, the types it uses under
 //!   `components/schemas`); otherwise the payload names the type.
+//! - routed queues ([`crate::routing`]): the channel of a queue whose subscribers are routed by
+//!   type lists the message of each (AsyncAPI 3's `messages` map: a message on the channel is one
+//!   of them, what AsyncAPI 2 wrote as `oneOf`), with a `receive` operation per handler; a message
+//!   taken by its type has a `headers` schema whose type header (`rust_stream.type`, or the name
+//!   the broker gives it) is the type's short name as a `const`.
 //!
 //! A `#[subscriber]` picks up the schemas of its message and outputs by itself. A subscriber, an
 //! [`Output`](crate::Output) made by hand or a broker's publisher says it with
@@ -126,6 +131,9 @@ pub(crate) struct Writer<'a> {
     /// Topics by name.
     topics: BTreeMap<String, TopicChannel>,
     operations: Map<String, Value>,
+    /// The queues the app routes by type, and the header that names a message's type there.
+    routed: Vec<String>,
+    type_header: String,
     #[cfg(feature = "schemars")]
     generator: schemars::SchemaGenerator,
 }
@@ -138,6 +146,8 @@ impl<'a> Writer<'a> {
             channels: BTreeMap::new(),
             topics: BTreeMap::new(),
             operations: Map::new(),
+            routed: Vec::new(),
+            type_header: crate::describe::TYPE_HEADER.to_owned(),
             #[cfg(feature = "schemars")]
             generator: {
                 let mut settings = schemars::generate::SchemaSettings::draft07();
@@ -148,6 +158,14 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Says which queues the app routes by type ([`crate::routing`]) and the header that names a
+    /// message's type there: each message a subscriber of such a queue takes by type says the
+    /// header's value in its `headers` schema.
+    pub(crate) fn routed(&mut self, queues: Vec<String>, type_header: &str) {
+        self.routed = queues;
+        self.type_header = type_header.to_owned();
+    }
+
     /// A subscription: its receive operation, its topics' deliveries, its dead-letter queue's
     /// and its outputs'.
     pub(crate) fn subscriber(&mut self, subscriber: &Subscriber) {
@@ -156,6 +174,17 @@ impl<'a> Writer<'a> {
         let queue = subscriber.queue.name.clone();
         let place = Place::Queue(&queue);
         let message = self.message(&place, &subscriber.payload, subscriber.content_type);
+        if self.routed.contains(&queue) && subscriber.filter.is_none() {
+            let header = self.type_header.clone();
+            let type_name = short_name(subscriber.message_type);
+            self.messages_of(&place)
+                .get_mut(&message)
+                .expect("just added")["headers"] = json!({
+                "type": "object",
+                "properties": { header.as_str(): { "type": "string", "const": type_name } },
+                "required": [header],
+            });
+        }
         let mut receive = json!({
             "action": "receive",
             "channel": { "$ref": place.channel_ref() },

@@ -77,6 +77,7 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
         payload: None,
         requirements: Vec::new(),
         calls: OneAtATime,
+        filter: None,
     }
 }
 
@@ -102,9 +103,47 @@ pub struct SubscriberBuilder<H, O = (), C = Json, K = OneAtATime> {
     requirements: Vec<Requirement>,
     /// How the handler takes messages: [`OneAtATime`] or [`Batched`].
     calls: K,
+    filter: Option<Filter>,
+}
+
+/// A routed subscriber's predicate: whether it takes a message (see
+/// [`SubscriberBuilder::filter`]).
+#[derive(Clone)]
+pub(crate) struct Filter(pub(crate) Arc<dyn Fn(&Context<'_>) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Filter(..)")
+    }
 }
 
 impl<H, O, C> SubscriberBuilder<H, O, C> {
+    /// Takes the messages `filter` accepts, on a queue whose subscribers are routed
+    /// ([`routing`](crate::routing)): a message whose type header names no route of the queue
+    /// goes to the first subscriber, in the order included, whose filter accepts it, and is
+    /// dead-lettered if none does. A subscriber with a filter is chosen by its filter only,
+    /// never by its type. With `|_| true` it takes whatever no other route claims.
+    ///
+    /// ```
+    /// use rust_stream::{subscriber, Context, HandlerOutcome};
+    /// # use rust_stream::{Handle};
+    /// # struct Audit;
+    /// # impl Handle<serde_json::Value> for Audit {
+    /// #     async fn handle(&self, _: &serde_json::Value, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> { Ok(()) }
+    /// # }
+    ///
+    /// fn from_the_ledger(ctx: &Context<'_>) -> bool {
+    ///     ctx.header("source") == Some("ledger")
+    /// }
+    ///
+    /// let audit = subscriber("payments", Audit).filter(from_the_ledger).build();
+    /// # let _ = audit;
+    /// ```
+    pub fn filter(mut self, filter: impl Fn(&Context<'_>) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(Filter(Arc::new(filter)));
+        self
+    }
+
     /// Hands the handler batches of up to `max` messages (1–1,000) instead of one at a time,
     /// gathered for at most `window` (up to 5 minutes) from the first: the handler is then a
     /// [`HandleBatch`], and each message settled by its own outcome
@@ -118,6 +157,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             description: self.description,
             payload: self.payload,
             requirements: self.requirements,
+            filter: self.filter,
             calls: Batched(BatchLimits { max, window }),
         }
     }
@@ -222,6 +262,7 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             payload: self.payload,
             requirements: self.requirements,
             calls: self.calls,
+            filter: self.filter,
         }
     }
 
@@ -236,6 +277,7 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             payload: self.payload,
             requirements: self.requirements,
             calls: self.calls,
+            filter: self.filter,
         }
     }
 
@@ -259,6 +301,8 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             outputs: publishers,
             requirements: self.requirements,
             problems: Vec::new(),
+            filter: self.filter,
+            handler_name: None,
             handler: handler(self.handler, self.outputs, self.codec),
         }
     }
@@ -333,6 +377,11 @@ pub struct Subscriber {
     /// What the broker found wrong when it took the subscriber in (a queue-name prefix that
     /// makes a name SQS refuses), for the app's start to refuse with.
     pub(crate) problems: Vec<crate::model::ConfigError>,
+    /// On a routed queue, the predicate that chooses this subscriber instead of its type.
+    pub(crate) filter: Option<Filter>,
+    /// The handler's name in the engine's spans, when not its type's: a routed queue's consumer
+    /// names its routes.
+    pub(crate) handler_name: Option<String>,
     pub(crate) handler: Handler,
 }
 

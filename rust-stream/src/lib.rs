@@ -63,7 +63,8 @@
 //! 7. The handler API: [`publish`] ([`Publisher`], [`Output`]: one message or a batch, FIFO groups,
 //!    deduplication ids, headers; to a queue, or to a topic with [`SqsBroker::topic`]), [`context`] ([`Context`], the message in hand), and [`handler`]
 //!    (the [`Handle`] trait and [`subscriber`](fn@subscriber); the
-//!    [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`).
+//!    [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`), and
+//!    [`routing`]: several subscribers of one queue, each message to the one of its type.
 //! 8. [`engine`]: the consumer: the app's topic subscriptions found or made at start, then receive,
 //!    dispatch, settle, extend visibility.
 //! 9. [`sqs`] and [`asyncapi`]: [`SqsBroker`], over the account or Amazon SQS
@@ -79,7 +80,8 @@
 //! as a test: FIFO queues and ordering (`docs/fifo.md`), retries and dead letters
 //! (`docs/retries.md`), testing a service (`docs/testing.md`), observability
 //! (`docs/observability.md`), running on AWS (`docs/aws.md`), SNS topics, fan-out and filter
-//! policies (`docs/sns.md`), and performance and cost (`docs/performance.md`).
+//! policies (`docs/sns.md`), several message types on one queue routed to their handlers
+//! (`docs/routing.md`, [`routing`]), and performance and cost (`docs/performance.md`).
 //!
 //! # Features
 //!
@@ -125,6 +127,7 @@ pub mod publish;
 #[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub mod record;
 pub mod retry;
+pub mod routing;
 pub mod sqs;
 pub mod state;
 pub(crate) mod task;
@@ -193,6 +196,9 @@ mod guides {
 
     #[doc = include_str!("../../docs/sns.md")]
     mod sns {}
+
+    #[doc = include_str!("../../docs/routing.md")]
+    mod routing {}
 
     #[doc = include_str!("../../docs/bad-input.md")]
     mod bad_input {}

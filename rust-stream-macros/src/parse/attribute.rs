@@ -24,6 +24,7 @@ const ASSIGNED: &[(&str, &str)] = &[
     ),
     ("timeout", "timeout = Duration::from_secs(30)"),
     ("codec", "codec = MyCodec"),
+    ("filter", "filter = from_the_ledger"),
 ];
 
 /// The settings written as `key(..)`.
@@ -57,6 +58,9 @@ const RENAMED: &[(&str, &str)] = &[
     ("output", "outputs"),
     ("publish", "outputs"),
     ("publishes", "outputs"),
+    ("predicate", "filter"),
+    ("condition", "filter"),
+    ("when", "filter"),
 ];
 
 /// The example for a setting, by name.
@@ -122,6 +126,7 @@ pub(crate) struct Attribute {
     pub(crate) retry: Option<Setting>,
     pub(crate) timeout: Option<Setting>,
     pub(crate) codec: Option<Setting>,
+    pub(crate) filter: Option<Setting>,
     pub(crate) dead_letter: Option<DeadLetter>,
     /// The `outputs` key, to say "set twice".
     pub(crate) outputs_key: Option<Ident>,
@@ -301,6 +306,7 @@ impl Attribute {
                     "retry" => &mut self.retry,
                     "timeout" => &mut self.timeout,
                     "codec" => &mut self.codec,
+                    "filter" => &mut self.filter,
                     "dead_letter" | "outputs" => {
                         let example = example(&name).unwrap_or_default();
                         errors.spanned(

@@ -62,6 +62,15 @@ pub(crate) struct Client {
     batchers: Mutex<Batchers>,
     /// Told what the engine does, when a test asked for a recorder.
     pub(crate) recorder: std::sync::OnceLock<Arc<dyn crate::record::Record>>,
+    /// The message attribute that names a typed message's type (`crate::describe::TYPE_HEADER`
+    /// unless the broker names it otherwise), for publishers and routed subscriptions alike.
+    type_header: std::sync::RwLock<Arc<str>>,
+    /// Queues that an app on this broker routes by type (as the broker names them): typed
+    /// messages sent to them carry the type header.
+    routed: Mutex<std::collections::HashSet<String>>,
+    /// Whether `routed` holds any queue: a typed send to a broker that routes nothing (most) takes
+    /// no lock to learn it.
+    routes_any: std::sync::atomic::AtomicBool,
 }
 
 /// What a broker learns of a queue once.
@@ -117,7 +126,47 @@ impl Client {
             declarations: Arc::default(),
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
+            type_header: std::sync::RwLock::new(Arc::from(crate::describe::TYPE_HEADER)),
+            routed: Mutex::default(),
+            routes_any: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The name of the message attribute that names a typed message's type.
+    pub(crate) fn type_header(&self) -> Arc<str> {
+        self.type_header
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Names the message attribute that names a typed message's type.
+    pub(crate) fn set_type_header(&self, name: &str) {
+        *self
+            .type_header
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::from(name);
+    }
+
+    /// Notes that an app on this broker routes `queue` by type, so that typed messages sent to it
+    /// carry the type header.
+    pub(crate) fn route_by_type(&self, queue: &str) {
+        self.routed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(queue.to_owned());
+        self.routes_any.store(true, Ordering::Release);
+    }
+
+    /// Whether an app on this broker routes `queue` by type.
+    pub(crate) fn routes_by_type(&self, queue: &str) -> bool {
+        if !self.routes_any.load(Ordering::Acquire) {
+            return false;
+        }
+        self.routed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(queue)
     }
 
     pub(crate) fn linger(&self) -> Duration {

@@ -1,7 +1,8 @@
 //! The consumer engine: one engine over a [`Transport`](transport::Transport), whichever backend
 //! is underneath.
 //!
-//! Each subscription runs as one consumer, made of parts that each own their state, a type to a
+//! Each subscription runs as one consumer (the subscriptions of a queue routed by type together,
+//! as one: [`crate::routing`]), made of parts that each own their state, a type to a
 //! file, and hand a message on as small values: the intake (`poll.rs`) receives, the dispatcher
 //! (`dispatch.rs`, with its FIFO lanes in `lanes.rs`) runs the handler, the settler (`settle.rs`)
 //! deletes, retries or dead-letters, and the heartbeat (`extend.rs`) keeps what is held from
@@ -44,8 +45,10 @@
 //!
 //! # The lifecycle
 //!
-//! `mod.rs` checks the subscriptions, resolves their queues, then the topics they are subscribed
-//! to and their subscriptions (`topics`: found and compared, or made), decides where each one's failed
+//! `mod.rs` checks the subscriptions (and the routes of queues several of them read),
+//! resolves their queues, then the topics they are subscribed
+//! to and their subscriptions (`topics`: found and compared, or made), makes each routed queue's
+//! subscriptions one (`routing::merge`), decides where each one's failed
 //! messages go, and builds its consumer: what the parts share (`shared::Shared`: the queue's name,
 //! FIFO or not, the visibility, the leases, the metrics; `shared::Tasks`: the engine tasks and the
 //! stop's signals to them), then the settler, the dispatcher over it, the intake over both, and
@@ -99,7 +102,6 @@ pub mod meter {
     pub use crate::transport::meter::*;
 }
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -130,7 +132,6 @@ pub(crate) async fn run(
     app: AppContext,
 ) -> Result<(), RunError> {
     let mut problems = Vec::new();
-    let mut seen = HashSet::new();
     let attempt_timeout = client.transport.attempt_timeout();
     for subscriber in &subscribers {
         problems.extend(subscriber.problems.iter().cloned());
@@ -173,9 +174,14 @@ pub(crate) async fn run(
                 });
             }
         }
-        if !seen.insert(subscriber.queue.name.clone()) {
-            problems.push(ConfigError::DuplicateSubscription {
-                queue: subscriber.queue.name.clone(),
+    }
+    crate::routing::check(&subscribers, &mut problems);
+    let type_header = client.type_header();
+    if !crate::routing::routed_queues(&subscribers).is_empty() {
+        if let Err(error) = rules::check_attribute_name(&type_header) {
+            problems.push(ConfigError::TypeHeaderName {
+                name: type_header.to_string(),
+                reason: error.to_string(),
             });
         }
     }
@@ -199,6 +205,8 @@ pub(crate) async fn run(
     }
     // Then the topics the app declares, and its queues' subscriptions to them.
     topics::wire(&client, crate::handler::declarations(&subscribers)).await?;
+    // Several subscribers of one queue become one consumer that routes by type.
+    let subscribers = crate::routing::merge(subscribers, type_header);
     let shutdown = app.shutdown();
     warn_about_settings(&client, &subscribers, shutdown.timeout());
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
@@ -462,7 +470,9 @@ impl Consumer {
             &shared,
             settings,
             (subscriber.handler, client.clone()),
-            crate::describe::short_name(subscriber.handler_type),
+            subscriber
+                .handler_name
+                .unwrap_or_else(|| crate::describe::short_name(subscriber.handler_type)),
             states,
             lanes,
             settler.clone(),

@@ -161,8 +161,9 @@ pub enum ConfigError {
         /// Who declared it otherwise.
         second: String,
     },
-    /// A subscription names a queue another subscription of the app already reads.
-    #[error("queue `{queue}` has two subscriptions; give each queue one subscriber")]
+    /// A subscription names a queue another subscription of the app already reads, for messages
+    /// of the same type (subscribers of different types on one queue are routed by type).
+    #[error("queue `{queue}` has two subscriptions for one message type; give each queue one subscriber per message type")]
     DuplicateSubscription {
         /// The queue.
         queue: String,
@@ -259,6 +260,50 @@ pub enum ConfigError {
         first: String,
         /// Who declared it otherwise.
         second: String,
+    },
+    /// Subscribers routed by type on one queue set the queue up differently; one consumer reads
+    /// it for all of them, with one set of settings.
+    #[error("queue `{queue}` is read by `{first}` and `{second}`, routed by message type, which set its {setting} differently; one consumer reads a routed queue: give its subscribers the same settings")]
+    RouteSettings {
+        /// The queue.
+        queue: String,
+        /// The setting they disagree on.
+        setting: &'static str,
+        /// The first subscriber's handler.
+        first: String,
+        /// The handler that sets it otherwise.
+        second: String,
+    },
+    /// A batch handler is among the subscribers of a routed queue, whose consumer hands each
+    /// message to one route a call.
+    #[error("queue `{queue}` is routed by message type and `{handler}` is a batch handler: a routed queue's subscribers take one message a call; read the queue with one batch handler alone, or make `{handler}` a single handler")]
+    RoutedBatchHandler {
+        /// The queue.
+        queue: String,
+        /// The batch handler.
+        handler: String,
+    },
+    /// A handler's output sends messages of a type to a queue of the same app that routes by
+    /// type, and no route of that queue takes the type: every such message would be
+    /// dead-lettered.
+    #[error("`{handler}` sends `{type_name}` messages to queue `{queue}`, which routes by message type and has no route for `{type_name}` (its routes: {routes}); include a subscriber of `{type_name}` on `{queue}`, or send another type")]
+    UnroutedOutput {
+        /// The handler whose output it is.
+        handler: String,
+        /// The routed queue.
+        queue: String,
+        /// The short name of the output's message type, as its type header carries it.
+        type_name: String,
+        /// The types the queue routes, named as their type headers carry them.
+        routes: String,
+    },
+    /// The broker's type header name is not a message attribute name SQS takes.
+    #[error("type header `{name}`: {reason}; give `SqsBroker::type_header(..)` a name of letters, digits, `_`, `-` and `.`")]
+    TypeHeaderName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The broker's batch linger is so long that a lone delete would wait near a visibility
     /// timeout (and be handled again), and a stop would wait it out.

@@ -70,6 +70,9 @@ struct PublisherInner {
     binding: OnceLock<Binding>,
     /// Refuses a FIFO message that names no group rather than send it to `"default"`.
     strict_groups: bool,
+    /// Every typed message carries the type header, whether or not the broker knows the queue
+    /// as routed.
+    type_header: bool,
 }
 
 /// The broker a publisher belongs to, and its queue as that broker names it.
@@ -119,6 +122,7 @@ impl Publisher {
                 topic: None,
                 binding: OnceLock::new(),
                 strict_groups: false,
+                type_header: false,
             }),
         }
     }
@@ -132,6 +136,7 @@ impl Publisher {
                 topic: Some(topic),
                 binding: OnceLock::new(),
                 strict_groups: false,
+                type_header: false,
             }),
         }
     }
@@ -188,6 +193,41 @@ impl Publisher {
                 topic: self.inner.topic.clone(),
                 binding: self.inner.binding.clone(),
                 strict_groups: true,
+                type_header: self.inner.type_header,
+            }),
+        }
+    }
+
+    /// Makes every typed message of this publisher ([`message`](Self::message),
+    /// [`encoded`](Self::encoded)) carry the type header (`rust_stream.type` unless the broker
+    /// names it otherwise, [`SqsBroker::type_header`](crate::SqsBroker::type_header)), set to the
+    /// short name of the value's Rust type, as subscribers routed by type read it
+    /// ([`routing`](crate::routing)). A publisher adds it by itself for a queue that an app on
+    /// its broker routes; this is for a queue routed by a service elsewhere, or a topic that
+    /// feeds one. A header of that name set by hand is kept; a message that already has 10
+    /// attributes is refused with [`PublishError::NoRoomForType`], before any call.
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// # #[derive(serde::Serialize)] struct PaymentPosted { id: u64 }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let broker = SqsBroker::in_process();
+    /// let payments = broker
+    ///     .publisher(SqsQueue::new("payments").create_if_missing())
+    ///     .with_type_header();
+    /// payments.message(&PaymentPosted { id: 1 }).send().await.unwrap();
+    /// # }
+    /// ```
+    pub fn with_type_header(self) -> Self {
+        Self {
+            inner: Arc::new(PublisherInner {
+                queue: self.inner.queue.clone(),
+                topic: self.inner.topic.clone(),
+                binding: self.inner.binding.clone(),
+                strict_groups: self.inner.strict_groups,
+                type_header: true,
             }),
         }
     }
@@ -304,7 +344,27 @@ impl Publisher {
 
     /// A message whose body is `value` encoded by `codec`.
     pub fn encoded<C: Codec, T: Serialize + ?Sized>(&self, codec: &C, value: &T) -> Outgoing {
-        Outgoing::new(self.clone(), codec.encode(value))
+        let mut outgoing = Outgoing::new(self.clone(), codec.encode(value));
+        outgoing.type_name = Some(std::any::type_name::<T>());
+        outgoing
+    }
+
+    /// The name of the type header this publisher's typed messages carry, when they carry it:
+    /// when it says so ([`with_type_header`](Self::with_type_header)) or its broker routes its
+    /// queue by type.
+    fn type_header(&self) -> Option<Arc<str>> {
+        let core = self.inner.binding.get().map(|binding| &binding.core);
+        let routed = || {
+            self.inner.topic.is_none()
+                && core.is_some_and(|core| core.routes_by_type(&self.queue().name))
+        };
+        if !self.inner.type_header && !routed() {
+            return None;
+        }
+        Some(core.map_or_else(
+            || Arc::from(crate::describe::TYPE_HEADER),
+            |core| core.type_header(),
+        ))
     }
 
     /// A message with this body as it is.
@@ -440,6 +500,8 @@ pub struct Outgoing {
     dedup_id: Option<String>,
     delay: Option<Duration>,
     headers: MessageAttributes,
+    /// The Rust type of a typed message's value, for its type header.
+    type_name: Option<&'static str>,
 }
 
 impl Outgoing {
@@ -451,7 +513,34 @@ impl Outgoing {
             dedup_id: None,
             delay: None,
             headers: MessageAttributes::new(),
+            type_name: None,
         }
+    }
+
+    /// Adds the type header, when the message is typed and its publisher sends it (see
+    /// [`Publisher::with_type_header`]); one set by hand is kept.
+    fn add_type_header(&mut self) -> Result<(), PublishError> {
+        let Some(type_name) = self.type_name else {
+            return Ok(());
+        };
+        let Some(header) = self.publisher.type_header() else {
+            return Ok(());
+        };
+        if self.headers.contains_key(&*header) {
+            return Ok(());
+        }
+        if self.headers.len() >= rules::MAX_MESSAGE_ATTRIBUTES {
+            return Err(PublishError::NoRoomForType {
+                queue: self.publisher.queue().name.clone(),
+                header: header.to_string(),
+                attributes: self.headers.len(),
+            });
+        }
+        self.headers.insert(
+            header.to_string(),
+            MessageAttributeValue::string(crate::describe::short_name(type_name)),
+        );
+        Ok(())
     }
 
     /// The message group (FIFO): messages of one group are handled in order, one at a time.
@@ -571,10 +660,11 @@ impl Outgoing {
     /// queue; SNS's for a topic (as declared; the topic's own attributes are checked again once
     /// it is resolved), its body and attributes in a `SendMessage` ([`publish_of`] makes the
     /// publish). What a send and a handler's output send, with the publisher that sends it.
-    pub(crate) fn into_request(self) -> Result<(Publisher, SendMessage), PublishError> {
+    pub(crate) fn into_request(mut self) -> Result<(Publisher, SendMessage), PublishError> {
         if let Some(problem) = self.publisher.naming_problem() {
             return Err(PublishError::Config(problem.clone()));
         }
+        self.add_type_header()?;
         let queue = self.publisher.queue().clone();
         let reject = |error: TransportError| PublishError::Rejected {
             queue: queue.name.clone(),
@@ -776,6 +866,21 @@ pub enum PublishError {
     /// before the network.
     #[error(transparent)]
     Config(ConfigError),
+    /// A typed message for a queue routed by type has no room left for its type header: it
+    /// carries 10 attributes already, the most SQS takes. Found before the network.
+    #[error(
+        "a message for `{queue}`, which routes by message type, carries {attributes} attributes \
+         and has no room for its type header `{header}` (SQS takes at most 10): drop or merge \
+         one, or set `{header}` yourself in place of one"
+    )]
+    NoRoomForType {
+        /// The queue.
+        queue: String,
+        /// The type header's name.
+        header: String,
+        /// How many attributes the message carries.
+        attributes: usize,
+    },
     /// The publisher belongs to no broker.
     #[error(
         "publisher for `{queue}` is not bound to a broker: declare it as a subscriber's output, \

@@ -271,6 +271,24 @@ impl SqsBroker {
         self
     }
 
+    /// Names the message attribute that carries a typed message's type, for this broker's
+    /// publishers and its apps' routed queues (default [`TYPE_HEADER`](crate::routing::TYPE_HEADER),
+    /// `rust_stream.type`; see [`routing`](crate::routing)). A clone shares it; set it before
+    /// building apps and publishers on the broker. A name SQS does not take as an attribute name
+    /// keeps an app with a routed queue from starting ([`ConfigError::TypeHeaderName`]).
+    ///
+    /// ```
+    /// use rust_stream::SqsBroker;
+    ///
+    /// let broker = SqsBroker::in_process().type_header("event_type");
+    /// # let _ = broker;
+    /// ```
+    #[must_use]
+    pub fn type_header(self, name: impl Into<String>) -> Self {
+        self.core.set_type_header(&name.into());
+        self
+    }
+
     /// A recorder of what this broker's subscriptions do with each message: what they handled,
     /// published and dead-lettered. The first call starts it; later calls share it.
     #[cfg(feature = "testing")]
@@ -372,6 +390,10 @@ impl Broker for SqsBroker {
     /// holds: until the app is dropped, or its run ends. Its checks never read them: the app's
     /// start builds its own from its subscribers again.
     fn declare(&self, subscribers: &[Subscriber]) {
+        // Typed messages sent to a routed queue from now on carry their type header.
+        for queue in crate::routing::routed_queues(subscribers) {
+            self.core.route_by_type(&queue);
+        }
         let registered = declare::Registry::register(
             &self.core.declarations,
             crate::handler::declarations(subscribers),
@@ -391,6 +413,10 @@ impl Broker for SqsBroker {
         };
         let merged = |queue: &SqsQueue| declarations.merged(queue);
         let mut writer = crate::asyncapi::Writer::new(info, &merged);
+        writer.routed(
+            crate::routing::routed_queues(subscribers),
+            &self.core.type_header(),
+        );
         for subscriber in subscribers {
             writer.subscriber(subscriber);
         }
