@@ -11,7 +11,7 @@ use proc_macro2::Span;
 use quote::ToTokens;
 use syn::{Expr, Lit};
 
-pub(crate) use attribute::{attribute, Attribute};
+pub(crate) use attribute::{attribute, Attribute, WindowValue};
 pub(crate) use function::{handler, Handler, Kind};
 
 /// Every problem found so far, reported together.
