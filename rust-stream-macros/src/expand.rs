@@ -359,8 +359,8 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
             format!(
                 "Runs `{name}` as written, with its parameters and return type: the body its \
                  `HandleBatch` impl runs. A unit test calls it with a batch context from \
-                 `rust_stream::testing::TestContext::batch` (feature `testing`) and asserts \
-                 what it returns and publishes."
+                 `rust_stream::testing::TestBatch` (feature `testing`) and asserts what it \
+                 returns and publishes for each message."
             )
         } else {
             format!(

@@ -2,6 +2,33 @@
 //! ([`BatchOutcome`]), so a ledger writes ten postings in one `INSERT` and still retries only the
 //! one that failed.
 //!
+//! Written as an `async fn` over `&[T]` with
+//! [`#[subscriber(.., batch(..))]`](macro@crate::subscriber), whose context is a
+//! [`BatchContext`]:
+//!
+//! ```
+//! use rust_stream::prelude::*;
+//! use rust_stream::batch::BatchOutcome;
+//! # #[derive(serde::Deserialize)] struct Posting { account: String, cents: i64 }
+//!
+//! /// Up to 50 postings a call, gathered for at most 100 ms; an empty account is refused alone.
+//! #[subscriber(SqsQueue::new("postings.fifo"), batch(max = 50, window = 100ms))]
+//! async fn post(postings: &[Posting]) -> BatchOutcome {
+//!     // One round trip for the whole batch; an outcome per message, in order.
+//!     postings
+//!         .iter()
+//!         .map(|posting| match posting.account.is_empty() {
+//!             true => HandlerOutcome::dead_letter("no account"),
+//!             false => HandlerOutcome::ack(),
+//!         })
+//!         .collect()
+//! }
+//! # let _ = rust_stream::Subscriber::from(post);
+//! ```
+//!
+//! By hand, the same handler implements [`HandleBatch`] and is mounted with
+//! [`SubscriberBuilder::batch`](crate::SubscriberBuilder::batch):
+//!
 //! ```
 //! use std::time::Duration;
 //! use rust_stream::prelude::*;
@@ -58,7 +85,7 @@
 //! # use rust_stream::prelude::*;
 //! # use rust_stream::batch::{BatchContext, BatchOutcome};
 //! # #[derive(serde::Deserialize)] struct Posting { cents: i64 }
-//! # fn post(posting: &Posting) -> Result<(), String> { Ok(()) }
+//! # fn post(_posting: &Posting) -> Result<(), String> { Ok(()) }
 //! async fn post_all(postings: &[Posting], ctx: &mut BatchContext<'_>) -> BatchOutcome {
 //!     let mut failed_groups = HashSet::new();
 //!     let mut outcome = BatchOutcome::ack();

@@ -125,6 +125,29 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_window_is_read_by_its_unit_or_kept_as_an_expression() {
+        let nanos = |window: proc_macro2::TokenStream| {
+            let mut errors = Errors::default();
+            let parsed = attribute(
+                quote!("postings", batch(max = 10, window = #window)),
+                &mut errors,
+            );
+            assert!(errors.finish().is_ok());
+            match parsed.batch.and_then(|batch| batch.window) {
+                Some(WindowValue::Literal { nanos, .. }) => Some(nanos),
+                Some(WindowValue::Expr(_)) => None,
+                None => panic!("no window"),
+            }
+        };
+        assert_eq!(nanos(quote!(100ms)), Some(100_000_000));
+        assert_eq!(nanos(quote!(2s)), Some(2_000_000_000));
+        assert_eq!(nanos(quote!(0.25s)), Some(250_000_000));
+        assert_eq!(nanos(quote!(5m)), Some(300_000_000_000));
+        assert_eq!(nanos(quote!(0ms)), Some(0));
+        assert_eq!(nanos(quote!(Duration::from_millis(250))), None);
+    }
+
+    #[test]
     fn literals_are_read_through_groups() {
         let expr: Expr = syn::parse_quote!("orders");
         assert_eq!(string_literal(&expr).as_deref(), Some("orders"));

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rust_stream::batch::{BatchContext, BatchOutcome};
 use rust_stream::prelude::*;
+use rust_stream::testing::{TestBatch, TestContext};
 use rust_stream::{Output, RetryPolicy, State};
 
 #[derive(serde::Deserialize)]
@@ -77,7 +78,7 @@ async fn fallible(postings: &[Posting]) -> Result<(), Refused> {
 /// `Result<BatchOutcome, E>`, `?` in the body, a window in minutes and state by value.
 #[subscriber("settled", batch(max = 1, window = 5m), retry = RetryPolicy::fixed(Duration::from_secs(1)))]
 async fn settled(postings: &[Posting], ledger: State<Ledger>) -> Result<BatchOutcome, String> {
-    let first = postings.first().ok_or_else(|| ledger.name.to_owned())?;
+    let first = postings.first().ok_or_else(|| ledger.0.name.to_owned())?;
     Ok(BatchOutcome::all(HandlerOutcome::ack()).with(0, match first.cents {
         0 => HandlerOutcome::retry(),
         _ => HandlerOutcome::ack(),
@@ -107,4 +108,14 @@ async fn main() {
     assert_eq!(fallible::call(&postings).await.unwrap_err().to_string(), "the ledger refused the batch");
     let outcome = settled::call(&postings[..1], State(Ledger { name: "main" })).await;
     assert_eq!(outcome.unwrap().outcome_of(0), &HandlerOutcome::ack());
+
+    // A batch context made for the test: what the body published, message by message.
+    let batch = TestBatch::new([TestContext::new(), TestContext::new()]);
+    let mut ctx = batch.build();
+    let postings = [Posting { cents: 5 }, Posting { cents: 0 }];
+    let receipts = Output::new("receipts");
+    let outcome = post::call(&postings, State(Ledger { name: "main" }), &receipts, &mut ctx).await;
+    assert_eq!(outcome.outcome_of(1), &HandlerOutcome::dead_letter("main"));
+    assert_eq!((ctx[0].published().len(), ctx[1].published().len()), (1, 0));
+    unit::call(&postings, &batch.build()).await;
 }
