@@ -43,6 +43,9 @@ fn posting(group: &str, n: u32) -> Posting {
 /// One message of one call, as the handler saw it: `group`, `n`, attempt.
 type Seen = (String, u32, u32);
 
+/// The calls a [`Ledger`] had, each as the messages it saw.
+type Calls = Arc<Mutex<Vec<Vec<Seen>>>>;
+
 /// How the script settles a message.
 #[derive(Debug, Clone, PartialEq)]
 enum Step {
@@ -88,7 +91,7 @@ where
     }
 }
 
-fn ledger<F>(script: F) -> (Ledger<F>, Arc<Mutex<Vec<Vec<Seen>>>>)
+fn ledger<F>(script: F) -> (Ledger<F>, Calls)
 where
     F: Fn(&Posting, u32) -> Step + Send + Sync + 'static,
 {

@@ -85,7 +85,7 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
 pub struct OneAtATime;
 
 /// A [`SubscriberBuilder`] whose handler takes a batch a call: a
-/// [`HandleBatch`](crate::batch::HandleBatch), made by [`SubscriberBuilder::batch`].
+/// [`HandleBatch`], made by [`SubscriberBuilder::batch`].
 #[derive(Debug, Clone, Copy)]
 pub struct Batched(BatchLimits);
 
@@ -107,7 +107,7 @@ pub struct SubscriberBuilder<H, O = (), C = Json, K = OneAtATime> {
 impl<H, O, C> SubscriberBuilder<H, O, C> {
     /// Hands the handler batches of up to `max` messages (1–1,000) instead of one at a time,
     /// gathered for at most `window` (up to 5 minutes) from the first: the handler is then a
-    /// [`HandleBatch`](crate::batch::HandleBatch), and each message settled by its own outcome
+    /// [`HandleBatch`], and each message settled by its own outcome
     /// (see [`batch`](crate::batch)). `concurrency` then counts the batch calls that run at once.
     pub fn batch(self, max: usize, window: Duration) -> SubscriberBuilder<H, O, C, Batched> {
         SubscriberBuilder {
