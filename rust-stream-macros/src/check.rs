@@ -4,7 +4,16 @@
 //! made by a function) is left to `RustStream::run`, which reports every setting problem at once;
 //! what is written as a literal is checked here, so the mistake shows in the editor.
 
-use crate::parse::{int_literal, show, string_literal, Attribute, Errors, Handler, Kind};
+use quote::ToTokens;
+
+use crate::parse::{
+    int_literal, show, string_literal, Attribute, Errors, Handler, Kind, WindowValue,
+};
+
+/// The most messages a batch handler call takes: `rust_stream::batch::MAX_BATCH_MESSAGES`.
+const MAX_BATCH_MESSAGES: u128 = 1_000;
+/// The longest batch window, in nanoseconds: `rust_stream::batch::MAX_BATCH_WINDOW`, 5 minutes.
+const MAX_BATCH_WINDOW_NANOS: u128 = 300 * 1_000_000_000;
 
 /// The most outputs a subscriber has: `Outputs` is implemented for tuples up to six.
 const MAX_OUTPUTS: usize = 6;
@@ -83,10 +92,15 @@ fn contexts(handler: &Handler, errors: &mut Errors) {
         .iter()
         .filter(|param| matches!(param.kind, Kind::Context { .. }));
     let _first = contexts.next();
+    let context = if handler.batched {
+        "BatchContext"
+    } else {
+        "Context"
+    };
     for again in contexts {
         errors.spanned(
             &again.tokens,
-            "the context is taken twice; keep one `&mut Context<'_>` parameter",
+            format!("the context is taken twice; keep one `&mut {context}<'_>` parameter"),
         );
     }
 }
@@ -156,6 +170,7 @@ fn literals(attribute: &Attribute, errors: &mut Errors) {
             );
         }
     }
+    batch(attribute, errors);
     if let Some(dead_letter) = &attribute.dead_letter {
         if let Some(got) = int_literal(&dead_letter.max_receive_count) {
             if !(1..=1000).contains(&got) {
@@ -196,6 +211,93 @@ fn literals(attribute: &Attribute, errors: &mut Errors) {
                 );
             }
         }
+    }
+}
+
+/// `batch(max = .., window = ..)` within the limits the app checks at start.
+fn batch(attribute: &Attribute, errors: &mut Errors) {
+    let Some(batch) = &attribute.batch else {
+        return;
+    };
+    if let Some(max) = &batch.max {
+        if let Some(suffix) = int_suffix(&max.value).filter(|suffix| !suffix.is_empty()) {
+            if suffix != "usize" {
+                errors.spanned(
+                    &max.value,
+                    format!(
+                        "`max` is a number of messages, a `usize`, not `{}`: write `max = {}`",
+                        suffix,
+                        int_literal(&max.value).unwrap_or(10)
+                    ),
+                );
+            }
+        } else if let Some(got) = int_literal(&max.value) {
+            if !(1..=MAX_BATCH_MESSAGES).contains(&got) {
+                errors.spanned(
+                    &max.value,
+                    format!(
+                        "batch max {got} is outside 1..={MAX_BATCH_MESSAGES}: a batch handler \
+                         call takes at most {MAX_BATCH_MESSAGES} messages; set `max` between 1 \
+                         and {MAX_BATCH_MESSAGES}"
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(window) = &batch.window {
+        let (nanos, written) = match window {
+            WindowValue::Literal { written, nanos } => (Some(*nanos), written.to_token_stream()),
+            WindowValue::Expr(expr) => (duration_call(expr), expr.to_token_stream()),
+        };
+        if nanos.is_some_and(|nanos| nanos > MAX_BATCH_WINDOW_NANOS) {
+            errors.spanned(
+                &written,
+                format!(
+                    "a batch window of `{}` is longer than 5 minutes, the longest a batch's \
+                     first message may wait for the rest (as Lambda's batching window); set \
+                     `window` to at most `5m` (`300s`)",
+                    show(&written)
+                ),
+            );
+        }
+    }
+}
+
+/// The suffix of an integer literal (`""` for none), when the expression is one.
+fn int_suffix(expr: &syn::Expr) -> Option<String> {
+    match expr {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(int),
+            ..
+        }) => Some(int.suffix().to_owned()),
+        syn::Expr::Group(group) => int_suffix(&group.expr),
+        _ => None,
+    }
+}
+
+/// The length of `Duration::from_secs(N)` (or `from_millis`, `from_micros`, `from_nanos`) with
+/// a literal `N`, in nanoseconds.
+fn duration_call(expr: &syn::Expr) -> Option<u128> {
+    match expr {
+        syn::Expr::Call(call) if call.args.len() == 1 => {
+            let function = show(&call.func);
+            let unit: u128 = [
+                ("from_secs", 1_000_000_000),
+                ("from_millis", 1_000_000),
+                ("from_micros", 1_000),
+                ("from_nanos", 1),
+            ]
+            .into_iter()
+            .find(|(name, _)| function.ends_with(&format!("Duration::{name}")))?
+            .1;
+            call.args
+                .first()
+                .and_then(int_literal)
+                .map(|n| n.saturating_mul(unit))
+        }
+        syn::Expr::Group(group) => duration_call(&group.expr),
+        syn::Expr::Paren(paren) => duration_call(&paren.expr),
+        _ => None,
     }
 }
 

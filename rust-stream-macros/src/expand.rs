@@ -1,7 +1,8 @@
 //! Writes the code a person would write by hand for a subscriber: a unit struct named like the
 //! function, its associated `call` (the function as written, for tests), its `Handle<T, O>` impl
-//! calling `call`, its `on(queue)` building the subscriber with the attribute's settings on any
-//! queue, and `From<name> for Subscriber`, which is `on` with the attribute's own queue.
+//! calling `call` (`HandleBatch<T, O>` for a batch handler, over `&[T]`), its `on(queue)` building
+//! the subscriber with the attribute's settings on any queue, and `From<name> for Subscriber`,
+//! which is `on` with the attribute's own queue.
 //!
 //! Paths are absolute (`::rust_stream::..`, `::core::..`) so the user's imports do not matter;
 //! helpers live in `rust_stream::__private`. Bounds only the compiler can check (`T: Deserialize`,
@@ -13,7 +14,7 @@ use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::{FnArg, Ident, ItemFn, Pat, ReturnType};
 
 use crate::check;
-use crate::parse::{self, Attribute, Errors, Handler, Kind};
+use crate::parse::{self, Attribute, Errors, Handler, Kind, WindowValue};
 
 pub(crate) fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     let item: ItemFn = match syn::parse2(item.clone()) {
@@ -30,7 +31,7 @@ pub(crate) fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     let mut errors = Errors::default();
     let attribute = parse::attribute(args, &mut errors);
-    let handler = parse::handler(item, &mut errors);
+    let handler = parse::handler(item, attribute.batch.is_some(), &mut errors);
     check::check(&attribute, &handler, &mut errors);
     match errors.finish() {
         Ok(()) => expand(&attribute, &handler),
@@ -184,6 +185,7 @@ fn argument_names(handler: &Handler) -> Vec<Ident> {
     let mut taken: Vec<Ident> = Vec::new();
     for (position, (typed, kind)) in inputs.iter().zip(kinds).enumerate() {
         let fallback = match kind {
+            None if handler.batched => "messages",
             None => "message",
             Some(Kind::Context { .. }) => "ctx",
             Some(Kind::State { .. }) => "state",
@@ -291,11 +293,23 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
             Kind::Context { mutable: false } => arguments.push(quote!(&*__rust_stream_ctx)),
             Kind::State { inner } => {
                 let binding = format_ident!("__rust_stream_state_{}", index);
+                // A missing state settles the call: every message of a batch.
+                let (read, missing) = if handler.batched {
+                    (
+                        quote!(::rust_stream::__private::batch_state::<#inner>),
+                        quote!(outcome),
+                    )
+                } else {
+                    (
+                        quote!(::rust_stream::__private::state::<#inner>),
+                        quote!(::core::result::Result::Err(outcome)),
+                    )
+                };
                 read_states.push(quote! {
-                    let #binding = match ::rust_stream::__private::state::<#inner>(__rust_stream_ctx) {
+                    let #binding = match #read(__rust_stream_ctx) {
                         ::core::result::Result::Ok(state) => state,
                         ::core::result::Result::Err(outcome) => {
-                            return ::core::result::Result::Err(outcome);
+                            return #missing;
                         }
                     };
                 });
@@ -310,14 +324,20 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         }
     }
 
-    // What the function returns settles the message; a type that cannot is reported on it.
+    // What the function returns settles the message (each message of the batch); a type that
+    // cannot is reported on it.
+    let settler = if handler.batched {
+        format_ident!("settle_batch")
+    } else {
+        format_ident!("settle")
+    };
     let settle = match &item.sig.output {
         ReturnType::Default => quote! {
-            ::rust_stream::__private::settle(__rust_stream_returned)
+            ::rust_stream::__private::#settler(__rust_stream_returned)
         },
         ReturnType::Type(_, ty) => {
             let (first, last) = ends(ty);
-            let open = quote_spanned!(first=> ::rust_stream::__private::settle::<);
+            let open = quote_spanned!(first=> ::rust_stream::__private::#settler::<);
             let close = quote_spanned!(last=> >(__rust_stream_returned));
             quote!(#open #ty #close)
         }
@@ -335,12 +355,21 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
             FnArg::Typed(typed) => Some(&typed.ty),
             FnArg::Receiver(_) => None,
         });
-        let doc = format!(
-            "Runs `{name}` as written, with its parameters and return type: the body its \
-             `Handle` impl runs. A unit test calls it with a context from \
-             `rust_stream::testing::TestContext` (feature `testing`) and asserts what it \
-             returns and publishes."
-        );
+        let doc = if handler.batched {
+            format!(
+                "Runs `{name}` as written, with its parameters and return type: the body its \
+                 `HandleBatch` impl runs. A unit test calls it with a batch context from \
+                 `rust_stream::testing::TestBatch` (feature `testing`) and asserts what it \
+                 returns and publishes for each message."
+            )
+        } else {
+            format!(
+                "Runs `{name}` as written, with its parameters and return type: the body its \
+                 `Handle` impl runs. A unit test calls it with a context from \
+                 `rust_stream::testing::TestContext` (feature `testing`) and asserts what it \
+                 returns and publishes."
+            )
+        };
         quote! {
             #(#cfgs)*
             impl #name {
@@ -427,6 +456,17 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         let value = &setting.value;
         quote!(.#key(#value))
     });
+    let batch_call = attribute.batch.as_ref().and_then(|batch| {
+        let max = &batch.max.as_ref()?.value;
+        let window = match batch.window.as_ref()? {
+            WindowValue::Literal { written, nanos } => {
+                let nanos = u64::try_from(*nanos).ok()?;
+                quote_spanned!(written.span()=> ::core::time::Duration::from_nanos(#nanos))
+            }
+            WindowValue::Expr(expr) => quote!(#expr),
+        };
+        Some(quote!(.batch(#max, #window)))
+    });
     let description = description(&docs).map(|text| quote!(.description(#text)));
     let outputs_call = outs_value.map(|value| quote!(.outputs(#value)));
     let message_payload = describe(msg_ty);
@@ -438,14 +478,59 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
          itself, there or here (`.create_if_missing()`, `.content_based_dedup()`, and any \
          setting written on the `SqsQueue`, such as `.visibility_timeout(..)`). The settings \
          after it in the attribute (`concurrency`, `batch_size`, `wait`, `visibility_timeout`, \
-         `pollers`, `retry`, `timeout`, `filter`, `dead_letter`, `codec`, `outputs`), the states it reads \
+         `pollers`, `retry`, `timeout`, `filter`, `dead_letter`, `codec`, `outputs`, `batch`), the \
+         states it reads \
          and its description are applied on top, as `{name}` itself applies them: where both \
          set one, the attribute's wins. The broker's queue-name prefix \
          (`SqsBroker::queue_name_prefix`) applies to it too."
     );
     // A body whose future is not `Send` is reported on the function's name.
-    let returns = quote_spanned! {item.sig.ident.span()=>
-        -> ::core::result::Result<(), ::rust_stream::HandlerOutcome>
+    let handle_impl = if handler.batched {
+        let returns = quote_spanned! {item.sig.ident.span()=>
+            -> ::rust_stream::batch::BatchOutcome
+        };
+        quote! {
+            #(#cfgs)*
+            impl ::rust_stream::batch::HandleBatch<#msg_ty, #outs_ty> for #name
+            where
+                #(#state_bounds,)*
+            {
+                async fn handle(
+                    &self,
+                    __rust_stream_msg: &[#msg_ty],
+                    __rust_stream_outs: &#outs_ty,
+                    __rust_stream_ctx: &mut ::rust_stream::batch::BatchContext<'_>,
+                ) #returns {
+                    let #outs_pattern = __rust_stream_outs;
+                    #(#read_states)*
+                    let __rust_stream_returned = #name::call(#(#arguments),*).await;
+                    #settle
+                }
+            }
+        }
+    } else {
+        let returns = quote_spanned! {item.sig.ident.span()=>
+            -> ::core::result::Result<(), ::rust_stream::HandlerOutcome>
+        };
+        quote! {
+            #(#cfgs)*
+            impl ::rust_stream::Handle<#msg_ty, #outs_ty> for #name
+            where
+                #(#state_bounds,)*
+            {
+                async fn handle(
+                    &self,
+                    __rust_stream_msg: &#msg_ty,
+                    __rust_stream_outs: &#outs_ty,
+                    __rust_stream_ctx: &mut ::rust_stream::Context<'_>,
+                ) #returns {
+                    let #outs_pattern = __rust_stream_outs;
+                    #(#read_states)*
+                    let __rust_stream_returned = #name::call(#(#arguments),*).await;
+                    #settle
+                }
+            }
+        }
     };
 
     quote! {
@@ -455,23 +540,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         #[derive(Debug, Clone, Copy)]
         #vis struct #name;
 
-        #(#cfgs)*
-        impl ::rust_stream::Handle<#msg_ty, #outs_ty> for #name
-        where
-            #(#state_bounds,)*
-        {
-            async fn handle(
-                &self,
-                __rust_stream_msg: &#msg_ty,
-                __rust_stream_outs: &#outs_ty,
-                __rust_stream_ctx: &mut ::rust_stream::Context<'_>,
-            ) #returns {
-                let #outs_pattern = __rust_stream_outs;
-                #(#read_states)*
-                let __rust_stream_returned = #name::call(#(#arguments),*).await;
-                #settle
-            }
-        }
+        #handle_impl
 
         #call
 
@@ -490,6 +559,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
                 #(#state_bounds,)*
             {
                 ::rust_stream::subscriber(__rust_stream_queue, self)
+                    #batch_call
                     #(#settings)*
                     #dead_letter
                     #codec
@@ -523,7 +593,7 @@ mod tests {
 
     fn names_of_call(item: ItemFn) -> Vec<String> {
         let mut errors = Errors::default();
-        let handler = parse::handler(item, &mut errors);
+        let handler = parse::handler(item, false, &mut errors);
         assert!(errors.finish().is_ok());
         argument_names(&handler)
             .iter()

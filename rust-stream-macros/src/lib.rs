@@ -4,8 +4,9 @@
 //! The macro reads in three steps, each its own module: `parse` turns the attribute and the
 //! function into our AST (one problem per token, every problem kept), `check` applies the rules
 //! that span several parts (each `&Output<U>` parameter has an `outputs(..)` entry, literal
-//! settings are within SQS's limits), and `expand` writes the `Handle` impl a person would have
-//! written by hand, keeping the function callable as `name::call` for tests. When something is wrong, every error is reported at once, on the user's
+//! settings are within SQS's limits), and `expand` writes the `Handle` impl (`HandleBatch` for
+//! `batch(..)`) a person would have written by hand, keeping the function callable as
+//! `name::call` for tests. When something is wrong, every error is reported at once, on the user's
 //! token, and the function is still emitted beside a stub, so the only errors are the real ones.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -17,7 +18,8 @@ mod expand;
 mod parse;
 
 /// Turns an `async fn` into a subscriber: a value named like the function that
-/// `b.include(name)` mounts, and that implements `Handle<T, O>`.
+/// `b.include(name)` mounts, and that implements `Handle<T, O>` (or, with `batch(..)`,
+/// `HandleBatch<T, O>`: see [Batches](#batches)).
 ///
 /// ```
 /// use rust_stream::prelude::*;
@@ -56,6 +58,7 @@ mod parse;
 /// | `codec = MyCodec` | a `Codec` | `.codec(MyCodec)` |
 /// | `filter = from_the_ledger` | `fn(&Context<'_>) -> bool`: on a routed queue, takes what it accepts instead of by type | `.filter(..)` |
 /// | `outputs(receipts = "receipts.fifo", ...)` | one source per `&Output<U>` parameter | `.outputs(..)` |
+/// | `batch(max = 50, window = 100ms)` | `max`: `usize`, 1–1000; `window`: `100ms`, `2s`, `5m` or a `Duration`, ≤ 5 min | `.batch(50, Duration::from_millis(100))` |
 ///
 /// The function's doc comment becomes the subscriber's description: its operation's in the app's
 /// AsyncAPI document (`rust_stream::asyncapi`). There, the message and each output are described
@@ -76,7 +79,8 @@ mod parse;
 ///
 /// It returns `HandlerOutcome`, `()` (ack), `Result<(), E: Display>` (`Err` is logged and the
 /// message retried) or `Result<(), HandlerOutcome>`. The body runs as written: `?`, early `return`
-/// and borrows of the message work as in any `async fn`.
+/// and borrows of the message work as in any `async fn`. A function that takes the messages of a
+/// batch, `&[T]`, is described under [Batches](#batches).
 ///
 /// ```
 /// use std::time::Duration;
@@ -114,6 +118,61 @@ mod parse;
 /// # let _ = app;
 /// ```
 ///
+/// # Batches
+///
+/// With `batch(max = .., window = ..)` the function takes a batch of messages a call, `&[T]`,
+/// as the engine gathers them: up to `max` messages (1–1000), for at most `window` from the
+/// first (up to 5 minutes). Both are required. `window` is a number with a unit, `ms`, `s` or
+/// `m` (`100ms`, `0.5s`, `2s`, `5m`), or any `Duration` expression; `max` any `usize`
+/// expression. Literals out of range are compile errors; values only known at run time are
+/// checked when the app starts (`ConfigError::BatchMax`, `ConfigError::BatchWindow`).
+///
+/// The parameters after the messages are those of a single handler, except that the context
+/// is `ctx: &mut BatchContext<'_>` (or `&BatchContext<'_>`, from `rust_stream::batch`): a
+/// `Context` per message, `ctx[i]`, to read its ids and attempt and to publish for it. What is
+/// published for a message is sent only if its outcome acks it. The function returns
+/// `BatchOutcome` (an outcome per message, acks by default), `()` (acks every message),
+/// `Result<(), E: Display>` (`Err` fails every message) or `Result<BatchOutcome, E: Display>`.
+/// How the engine settles each message, and keeps FIFO groups in order, is told in
+/// `rust_stream::batch`.
+///
+/// ```
+/// use rust_stream::batch::{BatchContext, BatchOutcome};
+/// use rust_stream::prelude::*;
+/// use rust_stream::Output;
+/// # #[derive(serde::Deserialize)] struct Posting { account: String, cents: i64 }
+/// # #[derive(serde::Serialize)] struct Receipt { account: String, cents: i64 }
+///
+/// /// Books up to 50 postings in one round trip; a posting without an account is refused alone.
+/// #[subscriber(
+///     "postings",
+///     batch(max = 50, window = 100ms),
+///     outputs(receipts = "receipts"),
+/// )]
+/// async fn post(
+///     postings: &[Posting],
+///     receipts: &Output<Receipt>,
+///     ctx: &mut BatchContext<'_>,
+/// ) -> BatchOutcome {
+///     let mut outcome = BatchOutcome::ack();
+///     for (index, posting) in postings.iter().enumerate() {
+///         if posting.account.is_empty() {
+///             outcome.set(index, HandlerOutcome::dead_letter("no account"));
+///             continue;
+///         }
+///         let receipt = Receipt { account: posting.account.clone(), cents: posting.cents };
+///         ctx[index].publish(receipts.message(&receipt));
+///     }
+///     outcome
+/// }
+///
+/// let app = RustStream::new(AppInfo::new("ledger", "0.1.0"))
+///     .with_broker(SqsBroker::in_process(), |b| {
+///         b.include(post);
+///     });
+/// # let _ = app;
+/// ```
+///
 /// # Mounting it on a queue named at run time
 ///
 /// `name.on(queue)` mounts the handler on `queue` instead of `SOURCE`, with every setting after
@@ -121,10 +180,10 @@ mod parse;
 /// `queue` replaces `SOURCE` whole: its name and what is set on the queue itself
 /// (`.create_if_missing()`, `.content_based_dedup()`, and any setting written on the `SqsQueue`
 /// expression, such as `.visibility_timeout(..)`). The keyed settings (`concurrency`, `retry`,
-/// `dead_letter`, `outputs`, `codec`, ...), the states and the description are applied on top,
-/// so where both set one, the attribute's wins. For names per environment, a broker-wide
-/// prefix (`SqsBroker::queue_name_prefix`) renames every queue, this one, its dead-letter queue
-/// and outputs included, without `.on(..)`.
+/// `dead_letter`, `outputs`, `codec`, `batch`, ...), the states and the description are applied
+/// on top, so where both set one, the attribute's wins. For names per environment, a
+/// broker-wide prefix (`SqsBroker::queue_name_prefix`) renames every queue, this one, its
+/// dead-letter queue and outputs included, without `.on(..)`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -156,7 +215,9 @@ mod parse;
 /// (the outputs as one value, states read from the context).
 ///
 /// `rust_stream::testing::TestContext` (feature `testing`) builds the context without a broker,
-/// and `ctx.published()` shows what the body published, before anything is sent:
+/// and `ctx.published()` shows what the body published, before anything is sent (for a batch
+/// subscriber, `TestBatch` builds its `BatchContext` of them, and `ctx[i].published()` shows
+/// what it published for each message):
 ///
 /// ```
 /// use rust_stream::prelude::*;
@@ -197,8 +258,9 @@ mod parse;
 /// (same visibility), which holds the function as written, attributes and name included, so
 /// `#[tracing::instrument]` still names its span after the function; the struct's
 /// `Handle<T, O>` impl (`O` is `()`, the one `Output<U>`, or the tuple of them in parameter
-/// order), which reads the states from the context and awaits `call`; `on(queue)` (same
-/// visibility), which is `subscriber(queue, name)` with the settings, `.outputs(..)`,
+/// order), which reads the states from the context and awaits `call` (with `batch(..)`, its
+/// `HandleBatch<T, O>` impl over `&[T]`); `on(queue)` (same visibility), which is
+/// `subscriber(queue, name)` with `.batch(max, window)`, the settings, `.outputs(..)`,
 /// `.requires_state::<S>()` for each state, `.description(..)`, `.payload(..)` (the message's,
 /// and each output's on its `Output::new(..)`) and `.build()`; and `From<name> for
 /// Subscriber`, which is `name.on(SOURCE)`.

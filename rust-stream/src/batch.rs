@@ -2,6 +2,33 @@
 //! ([`BatchOutcome`]), so a ledger writes ten postings in one `INSERT` and still retries only the
 //! one that failed.
 //!
+//! Written as an `async fn` over `&[T]` with
+//! [`#[subscriber(.., batch(..))]`](macro@crate::subscriber), whose context is a
+//! [`BatchContext`]:
+//!
+//! ```
+//! use rust_stream::prelude::*;
+//! use rust_stream::batch::BatchOutcome;
+//! # #[derive(serde::Deserialize)] struct Posting { account: String, cents: i64 }
+//!
+//! /// Up to 50 postings a call, gathered for at most 100 ms; an empty account is refused alone.
+//! #[subscriber(SqsQueue::new("postings.fifo"), batch(max = 50, window = 100ms))]
+//! async fn post(postings: &[Posting]) -> BatchOutcome {
+//!     // One round trip for the whole batch; an outcome per message, in order.
+//!     postings
+//!         .iter()
+//!         .map(|posting| match posting.account.is_empty() {
+//!             true => HandlerOutcome::dead_letter("no account"),
+//!             false => HandlerOutcome::ack(),
+//!         })
+//!         .collect()
+//! }
+//! # let _ = rust_stream::Subscriber::from(post);
+//! ```
+//!
+//! By hand, the same handler implements [`HandleBatch`] and is mounted with
+//! [`SubscriberBuilder::batch`](crate::SubscriberBuilder::batch):
+//!
 //! ```
 //! use std::time::Duration;
 //! use rust_stream::prelude::*;
@@ -257,18 +284,15 @@ impl<E: fmt::Display> IntoBatchOutcome for Result<BatchOutcome, E> {
 /// What a handler publishes for a message (`ctx[i].publish(..)`) is sent once the call returns,
 /// before that message is deleted, and only if its outcome acks it.
 ///
-/// A unit test collects one from contexts built with `rust_stream::testing::TestContext`
-/// (feature `testing`):
+/// A unit test builds one with `rust_stream::testing::TestBatch` (feature `testing`), of a
+/// `TestContext` for each message:
 ///
 /// ```
 /// # #[cfg(feature = "testing")] {
-/// use rust_stream::batch::BatchContext;
-/// use rust_stream::testing::TestContext;
+/// use rust_stream::testing::{TestBatch, TestContext};
 ///
-/// let ctx: BatchContext<'static> = ["p-1", "p-2"]
-///     .into_iter()
-///     .map(|id| TestContext::new().message_id(id).group_id("acct-7").build())
-///     .collect();
+/// let batch = TestBatch::new(["p-1", "p-2"].map(|id| TestContext::new().message_id(id)));
+/// let ctx = batch.build();
 /// assert_eq!(ctx.len(), 2);
 /// assert_eq!(ctx[1].message_id(), "p-2");
 /// # }
@@ -280,10 +304,8 @@ pub struct BatchContext<'a> {
     stopping: CancellationToken,
 }
 
-/// A batch of these messages' contexts, in order: what a unit test hands a batch handler, from
-/// contexts built with `rust_stream::testing::TestContext` (feature `testing`).
-///
-/// The batch reads the app's state and its stop from its first message's context.
+/// A batch of these messages' contexts, in order (what `rust_stream::testing::TestBatch`
+/// builds). The batch reads the app's state and its stop from its first message's context.
 impl<'a> FromIterator<Context<'a>> for BatchContext<'a> {
     fn from_iter<I: IntoIterator<Item = Context<'a>>>(messages: I) -> Self {
         let messages: Vec<Context<'a>> = messages.into_iter().collect();

@@ -6,6 +6,7 @@ pub use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use crate::batch::{BatchContext, BatchOutcome, IntoBatchOutcome};
 use crate::describe::Payload;
 
 use crate::context::Context;
@@ -20,6 +21,11 @@ pub fn settle<R: IntoOutcome>(returned: R) -> Result<(), HandlerOutcome> {
     }
 }
 
+/// What a batch handler returned, as `HandleBatch::handle` reports it.
+pub fn settle_batch<R: IntoBatchOutcome>(returned: R) -> BatchOutcome {
+    returned.into_batch_outcome()
+}
+
 /// The app's state of type `T`, for a `State<T>` parameter.
 ///
 /// A `#[subscriber]` declares the state it reads, so the app refuses to start without it; only a
@@ -28,14 +34,26 @@ pub fn settle<R: IntoOutcome>(returned: R) -> Result<(), HandlerOutcome> {
 pub fn state<T: Clone + Send + Sync + 'static>(
     ctx: &Context<'_>,
 ) -> Result<State<T>, HandlerOutcome> {
-    ctx.state::<T>().ok_or_else(|| {
-        tracing::error!(
-            state = std::any::type_name::<T>(),
-            "the handler reads state the app does not have: register it with `.with_state(..)` \
-             and declare it with `.requires_state::<T>()`; the handler asks to retry the message in a minute"
-        );
-        HandlerOutcome::retry_after(Duration::from_secs(60))
-    })
+    ctx.state::<T>().ok_or_else(missing_state::<T>)
+}
+
+/// The app's state of type `T`, for a `State<T>` parameter of a batch handler; as [`state`],
+/// whose missing state retries every message of the batch in a minute.
+pub fn batch_state<T: Clone + Send + Sync + 'static>(
+    ctx: &BatchContext<'_>,
+) -> Result<State<T>, BatchOutcome> {
+    ctx.state::<T>()
+        .ok_or_else(|| BatchOutcome::all(missing_state::<T>()))
+}
+
+/// The outcome of a message whose handler reads state the app does not have, logged.
+fn missing_state<T>() -> HandlerOutcome {
+    tracing::error!(
+        state = std::any::type_name::<T>(),
+        "the handler reads state the app does not have: register it with `.with_state(..)` \
+         and declare it with `.requires_state::<T>()`; the handler asks to retry the message in a minute"
+    );
+    HandlerOutcome::retry_after(Duration::from_secs(60))
 }
 
 /// How the AsyncAPI document describes `T`: by its JSON Schema when `T` implements

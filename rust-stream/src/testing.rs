@@ -58,7 +58,7 @@ mod localstack;
 pub use backend::{
     live_endpoint, on_each_backend, Backend, BackendKind, QueueNames, SKIP_LIVE_VAR,
 };
-pub use context::TestContext;
+pub use context::{TestBatch, TestContext};
 #[cfg(feature = "aws")]
 pub use localstack::live_broker;
 pub use localstack::{

@@ -31,6 +31,7 @@ const ASSIGNED: &[(&str, &str)] = &[
 const CALLED: &[(&str, &str)] = &[
     ("dead_letter", "dead_letter(\"orders-dlq\", 5)"),
     ("outputs", "outputs(receipts = \"receipts\")"),
+    ("batch", "batch(max = 10, window = 100ms)"),
 ];
 
 /// Names people reach for, from SQS's API or other frameworks, and the setting that means it.
@@ -41,7 +42,9 @@ const RENAMED: &[(&str, &str)] = &[
     ("long_poll", "wait"),
     ("max_messages", "batch_size"),
     ("max_number_of_messages", "batch_size"),
-    ("batch", "batch_size"),
+    ("batch_window", "batch"),
+    ("batching_window", "batch"),
+    ("max_batching_window", "batch"),
     ("prefetch", "batch_size"),
     ("visibility", "visibility_timeout"),
     ("visibility_timeout_seconds", "visibility_timeout"),
@@ -114,6 +117,52 @@ pub(crate) struct OutputEntry {
     pub(crate) source: Expr,
 }
 
+/// `batch(max = .., window = ..)`: the handler takes a batch of messages a call.
+pub(crate) struct Batch {
+    /// The `batch` key, where an error about the whole setting goes.
+    pub(crate) key: Ident,
+    /// `max = ..`: the most messages a call, a `usize` expression; `None` after its error.
+    pub(crate) max: Option<Setting>,
+    /// `window = ..`: how long a batch is gathered from its first message; `None` after its error.
+    pub(crate) window: Option<WindowValue>,
+}
+
+/// What `window` is set to.
+pub(crate) enum WindowValue {
+    /// A number with a unit, `100ms`, which Rust would not take as an expression: its length.
+    Literal { written: syn::Lit, nanos: u128 },
+    /// Any `Duration` expression, as written.
+    Expr(Expr),
+}
+
+/// The units a `window` literal may have, with their length in nanoseconds.
+pub(crate) const WINDOW_UNITS: &[(&str, u128)] = &[
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+];
+
+/// The keys of `batch(..)`, as `batch` takes them.
+const BATCH_FORM: &str = "`batch(max = 10, window = 100ms)`, with `max` messages a call \
+                          (1–1000), gathered for at most `window` from the first (`100ms`, `2s` \
+                          or a `Duration`, at most 5 minutes)";
+
+/// Names people give the keys of `batch(..)`, from Lambda's event source mappings and elsewhere.
+const BATCH_RENAMED: &[(&str, &str)] = &[
+    ("size", "max"),
+    ("max_size", "max"),
+    ("batch_size", "max"),
+    ("max_messages", "max"),
+    ("messages", "max"),
+    ("count", "max"),
+    ("wait", "window"),
+    ("linger", "window"),
+    ("timeout", "window"),
+    ("max_wait", "window"),
+    ("batching_window", "window"),
+    ("maximum_batching_window", "window"),
+];
+
 /// `#[subscriber(SOURCE, settings..)]`.
 #[derive(Default)]
 pub(crate) struct Attribute {
@@ -131,6 +180,8 @@ pub(crate) struct Attribute {
     /// The `outputs` key, to say "set twice".
     pub(crate) outputs_key: Option<Ident>,
     pub(crate) outputs: Vec<OutputEntry>,
+    /// `batch(..)`: the handler takes `&[T]`.
+    pub(crate) batch: Option<Batch>,
 }
 
 /// One comma-separated item of the attribute, before it is understood.
@@ -289,6 +340,14 @@ impl Attribute {
             Item::Colon { key, value } => {
                 let name = key.to_string();
                 if is_key(&name) {
+                    if name == "batch" && self.batch.is_none() {
+                        // Meant as a batch handler: its `&[T]` is not reported again.
+                        self.batch = Some(Batch {
+                            key: key.clone(),
+                            max: None,
+                            window: None,
+                        });
+                    }
                     let fix = suggest(&name, Some(&value));
                     errors.spanned(&key, format!("write the setting `{name}` as `{fix}`"));
                 } else {
@@ -315,6 +374,23 @@ impl Attribute {
                         );
                         return;
                     }
+                    "batch" => {
+                        // Meant as a batch handler: its `&[T]` is not reported again.
+                        self.batch.get_or_insert(Batch {
+                            key: key.clone(),
+                            max: None,
+                            window: None,
+                        });
+                        errors.spanned(
+                            &key,
+                            format!(
+                                "`batch` is written like a call: {BATCH_FORM}; for the messages \
+                                 one receive asks SQS for, write `batch_size = {}`",
+                                show(&value)
+                            ),
+                        );
+                        return;
+                    }
                     _ => return Self::unknown(&key, Some(&value), errors),
                 };
                 if slot.is_some() {
@@ -328,6 +404,7 @@ impl Attribute {
                 match name.as_str() {
                     "dead_letter" => self.dead_letter(key, paren, args, errors),
                     "outputs" => self.outputs(key, args, errors),
+                    "batch" => self.batch(key, args, errors),
                     _ if ASSIGNED.iter().any(|(known, _)| *known == name) => {
                         let value = syn::parse2::<Expr>(args).ok();
                         let fix = suggest(&name, value.as_ref());
@@ -457,6 +534,165 @@ impl Attribute {
                 }
             }
             Err(error) => errors.push(error),
+        }
+    }
+}
+
+impl Attribute {
+    fn batch(&mut self, key: Ident, args: TokenStream, errors: &mut Errors) {
+        if self.batch.is_some() {
+            return twice(&key, errors);
+        }
+        let entry = |input: ParseStream<'_>| -> syn::Result<(Ident, Expr)> {
+            let name: Ident = input.parse().map_err(|error| {
+                syn::Error::new(
+                    error.span(),
+                    format!("`batch` takes its values by name: {BATCH_FORM}"),
+                )
+            })?;
+            if input.peek(Token![:]) {
+                let value = &name;
+                return Err(syn::Error::new_spanned(
+                    &name,
+                    format!("write `{value} = ..`, with `=`: {BATCH_FORM}"),
+                ));
+            }
+            input.parse::<Token![=]>().map_err(|error| {
+                syn::Error::new(
+                    error.span(),
+                    format!("give `{name}` its value: {BATCH_FORM}"),
+                )
+            })?;
+            Ok((name, input.parse()?))
+        };
+        let entries = (|input: ParseStream<'_>| {
+            Punctuated::<(Ident, Expr), Token![,]>::parse_terminated_with(input, entry)
+        })
+        .parse2(args);
+        let mut batch = Batch {
+            key,
+            max: None,
+            window: None,
+        };
+        // A key that was set, even to a value with an error, is not reported missing.
+        let (mut max_seen, mut window_seen) = (false, false);
+        match entries {
+            Ok(entries) => {
+                for (name, value) in entries {
+                    match name.to_string().as_str() {
+                        "max" if max_seen => twice(&name, errors),
+                        "max" => {
+                            max_seen = true;
+                            batch.max = Some(Setting { key: name, value });
+                        }
+                        "window" if window_seen => twice(&name, errors),
+                        "window" => {
+                            window_seen = true;
+                            batch.window = window(value, errors);
+                        }
+                        other => {
+                            let renamed = BATCH_RENAMED.iter().find(|(old, _)| *old == other);
+                            let message = match renamed {
+                                Some((_, new)) => format!(
+                                    "`{other}` is called `{new}` in `batch(..)`: write \
+                                     `{new} = {}`",
+                                    show(&value)
+                                ),
+                                None => format!(
+                                    "unknown key `{other}` in `batch(..)`; it takes {BATCH_FORM}"
+                                ),
+                            };
+                            errors.spanned(&name, message);
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                errors.push(error);
+                // The values could not be read: one error is enough.
+                (max_seen, window_seen) = (true, true);
+            }
+        }
+        let missing: Vec<&str> = [("max", max_seen), ("window", window_seen)]
+            .into_iter()
+            .filter(|(_, seen)| !seen)
+            .map(|(name, _)| name)
+            .collect();
+        if !missing.is_empty() {
+            errors.spanned(
+                &batch.key,
+                format!(
+                    "`batch(..)` needs `{}`: {BATCH_FORM}",
+                    missing.join("` and `")
+                ),
+            );
+        }
+        self.batch = Some(batch);
+    }
+}
+
+/// Reads `window = value`: a number with a unit or a `Duration` expression.
+fn window(value: Expr, errors: &mut Errors) -> Option<WindowValue> {
+    let lit = match &value {
+        Expr::Lit(lit) => Some(lit.lit.clone()),
+        Expr::Group(group) => match &*group.expr {
+            Expr::Lit(lit) => Some(lit.lit.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(lit) = lit else {
+        return Some(WindowValue::Expr(value));
+    };
+    let (digits, suffix) = match &lit {
+        syn::Lit::Int(int) => (int.base10_digits().to_owned(), int.suffix().to_owned()),
+        syn::Lit::Float(float) => (float.base10_digits().to_owned(), float.suffix().to_owned()),
+        _ => {
+            errors.spanned(
+                &value,
+                format!("`window` is a length of time: {BATCH_FORM}"),
+            );
+            return None;
+        }
+    };
+    let units: Vec<String> = WINDOW_UNITS
+        .iter()
+        .map(|(unit, _)| format!("`{digits}{unit}`"))
+        .collect();
+    let Some((_, unit)) = WINDOW_UNITS.iter().find(|(unit, _)| *unit == suffix) else {
+        let what = if suffix.is_empty() {
+            "`window` needs a unit".to_owned()
+        } else {
+            format!("`window` takes the units `ms`, `s` and `m`, not `{suffix}`")
+        };
+        errors.spanned(
+            &value,
+            format!(
+                "{what}: write {} (milliseconds, seconds, minutes), or a `Duration`",
+                match units.split_last() {
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => String::new(),
+                }
+            ),
+        );
+        return None;
+    };
+    let nanos = match &lit {
+        syn::Lit::Int(_) => digits.parse::<u128>().ok().map(|n| n.saturating_mul(*unit)),
+        // An f64 holds every window up to 5 minutes to the nanosecond.
+        _ => digits
+            .parse::<f64>()
+            .ok()
+            .map(|n| (n * *unit as f64).round() as u128),
+    };
+    match nanos {
+        Some(nanos) => Some(WindowValue::Literal {
+            written: lit,
+            nanos,
+        }),
+        None => {
+            errors.spanned(&value, "this window is too long: at most 5 minutes (`5m`)");
+            None
         }
     }
 }

@@ -11,7 +11,7 @@ use proc_macro2::Span;
 use quote::ToTokens;
 use syn::{Expr, Lit};
 
-pub(crate) use attribute::{attribute, Attribute};
+pub(crate) use attribute::{attribute, Attribute, WindowValue};
 pub(crate) use function::{handler, Handler, Kind};
 
 /// Every problem found so far, reported together.
@@ -122,6 +122,29 @@ mod tests {
         assert!(messages[0].starts_with("unknown setting `retries`"));
         assert!(messages[1].contains("set twice"));
         assert!(messages[2].contains("`dlq` is called `dead_letter`"));
+    }
+
+    #[test]
+    fn a_batch_window_is_read_by_its_unit_or_kept_as_an_expression() {
+        let nanos = |window: proc_macro2::TokenStream| {
+            let mut errors = Errors::default();
+            let parsed = attribute(
+                quote!("postings", batch(max = 10, window = #window)),
+                &mut errors,
+            );
+            assert!(errors.finish().is_ok());
+            match parsed.batch.and_then(|batch| batch.window) {
+                Some(WindowValue::Literal { nanos, .. }) => Some(nanos),
+                Some(WindowValue::Expr(_)) => None,
+                None => panic!("no window"),
+            }
+        };
+        assert_eq!(nanos(quote!(100ms)), Some(100_000_000));
+        assert_eq!(nanos(quote!(2s)), Some(2_000_000_000));
+        assert_eq!(nanos(quote!(0.25s)), Some(250_000_000));
+        assert_eq!(nanos(quote!(5m)), Some(300_000_000_000));
+        assert_eq!(nanos(quote!(0ms)), Some(0));
+        assert_eq!(nanos(quote!(Duration::from_millis(250))), None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
-//! [`TestContext`]: a [`Context`] for calling a handler in a unit test, without a broker.
+//! [`TestContext`]: a [`Context`] for calling a handler in a unit test, without a broker; and
+//! [`TestBatch`], a [`BatchContext`] of them for a batch handler.
 
 use std::time::SystemTime;
 
+use crate::batch::BatchContext;
 use crate::context::{Context, Delivery};
 use crate::model::envelope::Envelope;
 use crate::state::States;
@@ -233,6 +235,95 @@ impl TestContext {
     }
 }
 
+/// Builds the [`BatchContext`] a batch handler is called with in a unit test: a
+/// [`TestContext`] for each message of the batch, in order, and the app's state.
+///
+/// [`build`](Self::build) lends the context: hold it in a `let mut`, lend it to the handler,
+/// then read what the handler published for each message with `ctx[i].published()`.
+///
+/// ```
+/// use rust_stream::batch::{BatchContext, BatchOutcome};
+/// use rust_stream::prelude::*;
+/// use rust_stream::testing::{TestBatch, TestContext};
+/// use rust_stream::Output;
+/// # #[derive(serde::Deserialize)] struct Posting { cents: i64 }
+/// # #[derive(serde::Serialize)] struct Receipt { cents: i64 }
+///
+/// #[subscriber("postings", batch(max = 10, window = 100ms), outputs(receipts = "receipts"))]
+/// async fn post(postings: &[Posting], receipts: &Output<Receipt>, ctx: &mut BatchContext<'_>) -> BatchOutcome {
+///     let mut outcome = BatchOutcome::ack();
+///     for (index, posting) in postings.iter().enumerate() {
+///         if posting.cents == 0 {
+///             outcome.set(index, HandlerOutcome::dead_letter("nothing to post"));
+///         } else {
+///             ctx[index].publish(receipts.message(&Receipt { cents: posting.cents }));
+///         }
+///     }
+///     outcome
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let batch = TestBatch::new([
+///     TestContext::new().message_id("m-1"),
+///     TestContext::new().message_id("m-2"),
+/// ]);
+/// let mut ctx = batch.build();
+/// let receipts = Output::new("receipts");
+/// let outcome = post::call(&[Posting { cents: 5 }, Posting { cents: 0 }], &receipts, &mut ctx).await;
+///
+/// assert_eq!(outcome.outcome_of(0), &HandlerOutcome::ack());
+/// assert_eq!(outcome.outcome_of(1), &HandlerOutcome::dead_letter("nothing to post"));
+/// assert_eq!(ctx[0].published()[0].body().unwrap(), r#"{"cents":5}"#);
+/// assert!(ctx[1].published().is_empty());
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use = "call `.build()` for the context"]
+pub struct TestBatch {
+    messages: Vec<TestContext>,
+}
+
+impl TestBatch {
+    /// A batch of these messages, in order.
+    pub fn new(messages: impl IntoIterator<Item = TestContext>) -> Self {
+        Self {
+            messages: messages.into_iter().collect(),
+        }
+    }
+
+    /// Shared state of type `T`, as [`RustStream::with_state`](crate::RustStream::with_state)
+    /// registers it on an app: read through the batch context and each message's.
+    pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.messages = self
+            .messages
+            .into_iter()
+            .map(|message| message.state(value.clone()))
+            .collect();
+        self
+    }
+
+    /// The batch as the app has begun to stop: the batch context and each message's say so.
+    pub fn stopping(mut self) -> Self {
+        self.messages = self
+            .messages
+            .into_iter()
+            .map(TestContext::stopping)
+            .collect();
+        self
+    }
+
+    /// The batch context: a [`Context`] for each message, in order (collected as
+    /// `BatchContext`'s `FromIterator` does, reading the state and the stop from the first).
+    pub fn build(&self) -> BatchContext<'static> {
+        self.messages
+            .iter()
+            .cloned()
+            .map(TestContext::build)
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +368,24 @@ mod tests {
         assert!(ctx.headers().is_empty());
         assert_eq!(ctx.sent_at(), None);
         assert!(ctx.state::<u64>().is_none());
+    }
+
+    #[test]
+    fn a_test_batch_holds_its_messages_in_order_with_the_state_and_the_stop() {
+        let batch = TestBatch::new([
+            TestContext::new().message_id("m-1"),
+            TestContext::new().message_id("m-2").group_id("g"),
+        ])
+        .state(7_u64)
+        .stopping();
+        let ctx = batch.build();
+        let ids: Vec<&str> = ctx.iter().map(Context::message_id).collect();
+        assert_eq!(ids, ["m-1", "m-2"]);
+        assert_eq!(ctx[1].group_id(), Some("g"));
+        assert_eq!(ctx.state::<u64>().map(|state| state.0), Some(7));
+        assert_eq!(ctx[0].state::<u64>().map(|state| state.0), Some(7));
+        assert!(ctx.is_stopping() && ctx[1].is_stopping());
+        assert!(TestBatch::default().build().is_empty());
     }
 
     #[test]
