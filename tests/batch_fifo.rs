@@ -347,7 +347,9 @@ async fn scripted_batches(case: Case) -> Result<(), TestCaseError> {
     );
     let settled = settled(&recorder);
     let dead = receive_all(&account, DEAD_LETTERS).await;
-    let mut copies: HashMap<u32, Vec<(Option<String>, Option<u32>)>> = HashMap::new();
+    // Each job's dead-letter copies: their reason and attempts.
+    type Copy = (Option<String>, Option<u32>);
+    let mut copies: HashMap<u32, Vec<Copy>> = HashMap::new();
     for message in &dead {
         let job: Job = serde_json::from_str(&message.body).expect("a job");
         let attribute = |name: &str| {

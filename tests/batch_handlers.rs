@@ -43,6 +43,9 @@ fn posting(group: &str, n: u32) -> Posting {
 /// One message of one call, as the handler saw it: `group`, `n`, attempt.
 type Seen = (String, u32, u32);
 
+/// Every call of a handler, in order: what it saw of each of its messages.
+type Calls = Arc<Mutex<Vec<Vec<Seen>>>>;
+
 /// How the script settles a message.
 #[derive(Debug, Clone, PartialEq)]
 enum Step {
@@ -54,7 +57,7 @@ enum Step {
 /// A batch handler that records each call and settles each message as `script` says for its
 /// posting and attempt.
 struct Ledger<F> {
-    calls: Arc<Mutex<Vec<Vec<Seen>>>>,
+    calls: Calls,
     script: F,
 }
 
@@ -88,7 +91,7 @@ where
     }
 }
 
-fn ledger<F>(script: F) -> (Ledger<F>, Arc<Mutex<Vec<Vec<Seen>>>>)
+fn ledger<F>(script: F) -> (Ledger<F>, Calls)
 where
     F: Fn(&Posting, u32) -> Step + Send + Sync + 'static,
 {

@@ -207,6 +207,12 @@ fn the_ledger_example_books_the_same_postings_in_at_least_5x_fewer_round_trips_i
     let one = round_trips("one posting a call: ");
     let batch = round_trips("a batch a call: ");
     assert_eq!(one, 600, "a round trip a posting:\n{stdout}");
-    assert!(batch * 5 <= one, "{batch} round trips in batches against {one}:\n{stdout}");
-    assert!(stdout.contains("same balances and dead letters: true"), "{stdout}");
+    assert!(
+        batch * 5 <= one,
+        "{batch} round trips in batches against {one}:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("same balances and dead letters: true"),
+        "{stdout}"
+    );
 }

@@ -61,7 +61,8 @@
 //!    once, one batcher per queue or topic and action (send, delete, change visibility, publish),
 //!    leases (internal).
 //! 7. The handler API: [`publish`] ([`Publisher`], [`Output`]: one message or a batch, FIFO groups,
-//!    deduplication ids, headers; to a queue, or to a topic with [`SqsBroker::topic`]), [`context`] ([`Context`], the message in hand), and [`handler`]
+//!    deduplication ids, headers; to a queue, or to a topic with [`SqsBroker::topic`]), [`context`] ([`Context`], the message in hand), [`middleware`]
+//!    (layers around handlers, at the app's or a subscription's scope) and [`handler`]
 //!    (the [`Handle`] trait and [`subscriber`](fn@subscriber); the
 //!    [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`).
 //! 8. [`engine`]: the consumer: the app's topic subscriptions found or made at start, then receive,
@@ -79,7 +80,8 @@
 //! as a test: FIFO queues and ordering (`docs/fifo.md`), retries and dead letters
 //! (`docs/retries.md`), testing a service (`docs/testing.md`), observability
 //! (`docs/observability.md`), running on AWS (`docs/aws.md`), SNS topics, fan-out and filter
-//! policies (`docs/sns.md`), and performance and cost (`docs/performance.md`).
+//! policies (`docs/sns.md`), middleware around handlers (`docs/middleware.md`), and performance and
+//! cost (`docs/performance.md`).
 //!
 //! # Features
 //!
@@ -117,6 +119,7 @@ pub mod health;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod metrics;
+pub mod middleware;
 pub mod model;
 pub mod outcome;
 pub mod prelude;
@@ -196,4 +199,7 @@ mod guides {
 
     #[doc = include_str!("../../docs/bad-input.md")]
     mod bad_input {}
+
+    #[doc = include_str!("../../docs/middleware.md")]
+    mod middleware {}
 }

@@ -30,6 +30,7 @@ const ASSIGNED: &[(&str, &str)] = &[
 const CALLED: &[(&str, &str)] = &[
     ("dead_letter", "dead_letter(\"orders-dlq\", 5)"),
     ("outputs", "outputs(receipts = \"receipts\")"),
+    ("layers", "layers(from_fn(audit))"),
 ];
 
 /// Names people reach for, from SQS's API or other frameworks, and the setting that means it.
@@ -55,6 +56,8 @@ const RENAMED: &[(&str, &str)] = &[
     ("backoff", "retry"),
     ("handler_timeout", "timeout"),
     ("output", "outputs"),
+    ("layer", "layers"),
+    ("middleware", "layers"),
     ("publish", "outputs"),
     ("publishes", "outputs"),
 ];
@@ -126,6 +129,10 @@ pub(crate) struct Attribute {
     /// The `outputs` key, to say "set twice".
     pub(crate) outputs_key: Option<Ident>,
     pub(crate) outputs: Vec<OutputEntry>,
+    /// The `layers` key, to say "set twice".
+    pub(crate) layers_key: Option<Ident>,
+    /// The subscription's middleware, in order: each an expression of a `Middleware` value.
+    pub(crate) layers: Vec<Expr>,
 }
 
 /// One comma-separated item of the attribute, before it is understood.
@@ -301,7 +308,7 @@ impl Attribute {
                     "retry" => &mut self.retry,
                     "timeout" => &mut self.timeout,
                     "codec" => &mut self.codec,
-                    "dead_letter" | "outputs" => {
+                    "dead_letter" | "outputs" | "layers" => {
                         let example = example(&name).unwrap_or_default();
                         errors.spanned(
                             &key,
@@ -322,6 +329,7 @@ impl Attribute {
                 match name.as_str() {
                     "dead_letter" => self.dead_letter(key, paren, args, errors),
                     "outputs" => self.outputs(key, args, errors),
+                    "layers" => self.layers(key, paren, args, errors),
                     _ if ASSIGNED.iter().any(|(known, _)| *known == name) => {
                         let value = syn::parse2::<Expr>(args).ok();
                         let fix = suggest(&name, value.as_ref());
@@ -449,6 +457,27 @@ impl Attribute {
                         self.outputs.push(entry);
                     }
                 }
+            }
+            Err(error) => errors.push(error),
+        }
+    }
+}
+
+impl Attribute {
+    /// `layers(a, b)`: the subscription's middleware, outermost first.
+    fn layers(&mut self, key: Ident, paren: token::Paren, args: TokenStream, errors: &mut Errors) {
+        if self.layers_key.is_some() {
+            return twice(&key, errors);
+        }
+        match Punctuated::<Expr, Token![,]>::parse_terminated.parse2(args) {
+            Ok(list) if list.is_empty() => errors.at(
+                paren.span.join(),
+                "`layers` names the subscription's middleware, outermost first: \
+                 `layers(from_fn(audit))`",
+            ),
+            Ok(list) => {
+                self.layers_key = Some(key);
+                self.layers = list.into_iter().collect();
             }
             Err(error) => errors.push(error),
         }
