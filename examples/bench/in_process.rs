@@ -15,7 +15,9 @@ use tokio::sync::mpsc;
 use crate::allocations;
 use crate::deletes::{CountingDeletes, Deleted};
 use crate::options::{Options, Settings};
-use crate::orders::{publish_orders, service, since_epoch_us, Order, Workload, PROBE};
+use crate::orders::{
+    layered_service, publish_orders, service, since_epoch_us, Order, Workload, PROBE,
+};
 use crate::report::{thousands, LatencyRow, ThroughputRow};
 use crate::Fallible;
 
@@ -28,7 +30,7 @@ const PUBLISH_CHUNK: u64 = 10_000;
 impl Settings {
     fn apply(self, queue: SqsQueue) -> SqsQueue {
         match self {
-            Self::Default => queue,
+            Self::Default | Self::Layer => queue,
             Self::High => queue.concurrency(100).pollers(4),
         }
     }
@@ -38,6 +40,7 @@ impl Settings {
         match self {
             Self::Default => "default",
             Self::High => "high",
+            Self::Layer => "layer",
         }
     }
 
@@ -45,6 +48,7 @@ impl Settings {
         match self {
             Self::Default => "default (concurrency 10, up to 16 pollers)",
             Self::High => "concurrency 100, 4 pollers",
+            Self::Layer => "default, one no-op middleware layer",
         }
     }
 }
@@ -218,7 +222,13 @@ async fn engine_throughput(
     let before = broker.api_calls();
     let allocated_before = allocations::so_far();
     let started = Instant::now();
-    let running = TestApp::spawn(service(broker.clone(), settings.apply(queue))).await?;
+    let queue = settings.apply(queue);
+    let running = match settings {
+        Settings::Layer => TestApp::spawn(layered_service(broker.clone(), queue)).await?,
+        Settings::Default | Settings::High => {
+            TestApp::spawn(service(broker.clone(), queue)).await?
+        }
+    };
     let done = deleted.wait_for(messages, patience(messages)).await?;
     let took = done - started;
     let allocated = allocations::so_far() - allocated_before;

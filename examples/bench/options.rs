@@ -24,7 +24,8 @@ What it runs:
                              comma-separated for a row at each (the CPUs)
   --workloads LIST           throughput workloads, comma-separated: standard, fifo-100, fifo-10000
                              (all three)
-  --settings LIST            throughput settings, comma-separated: default, high (both)
+  --settings LIST            throughput settings, comma-separated: default, high (both), layer
+                             (default with one no-op middleware layer; only when named)
   --throughput-repeats N     runs of each throughput row, each in a fresh process, taken in turn
                              with the other rows; the row shows the medians (3; quick 1)
   --memory-messages N        messages queued for the memory rows (1,000,000; quick 100,000)
@@ -270,6 +271,8 @@ pub enum Settings {
     Default,
     /// `concurrency = 100`, 4 pollers.
     High,
+    /// As `Default`, with one middleware layer that does nothing: what a layer costs.
+    Layer,
 }
 
 impl Settings {
@@ -277,6 +280,7 @@ impl Settings {
         match name {
             "default" => Some(Self::Default),
             "high" => Some(Self::High),
+            "layer" => Some(Self::Layer),
             _ => None,
         }
     }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
 use rust_stream::prelude::*;
 use rust_stream::{Outgoing, Publisher};
 use serde::{Deserialize, Serialize};
@@ -242,6 +243,19 @@ pub async fn take_order(order: &Order) {
 /// A service of one subscription: [`take_order`] on `queue`.
 pub fn service(broker: SqsBroker, queue: SqsQueue) -> impl App {
     RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker, |b| {
+        b.include(subscriber(queue, take_order).build());
+    })
+}
+
+/// A middleware layer that only passes each call on: what a layer costs, with nothing of its own.
+async fn pass_on(call: Call, next: Next) -> Outcomes {
+    next.run(call).await
+}
+
+/// [`service`] with one app layer, [`pass_on`], around [`take_order`].
+pub fn layered_service(broker: SqsBroker, queue: SqsQueue) -> impl App {
+    RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker, |b| {
+        b.layer(from_fn(pass_on));
         b.include(subscriber(queue, take_order).build());
     })
 }

@@ -467,6 +467,12 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         };
         Some(quote!(.batch(#max, #window)))
     });
+    // Each layer's call on its expression's tokens, so a value that is no middleware is
+    // reported there.
+    let layers = attribute.layers.iter().map(|layer| {
+        let (first, _) = ends(layer);
+        quote_spanned!(first=> .layer(#layer))
+    });
     let description = description(&docs).map(|text| quote!(.description(#text)));
     let outputs_call = outs_value.map(|value| quote!(.outputs(#value)));
     let message_payload = describe(msg_ty);
@@ -478,8 +484,8 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
          itself, there or here (`.create_if_missing()`, `.content_based_dedup()`, and any \
          setting written on the `SqsQueue`, such as `.visibility_timeout(..)`). The settings \
          after it in the attribute (`concurrency`, `batch_size`, `wait`, `visibility_timeout`, \
-         `pollers`, `retry`, `timeout`, `filter`, `dead_letter`, `codec`, `outputs`, `batch`), the \
-         states it reads \
+         `pollers`, `retry`, `timeout`, `filter`, `dead_letter`, `codec`, `outputs`, `layers`, \
+         `batch`), the states it reads \
          and its description are applied on top, as `{name}` itself applies them: where both \
          set one, the attribute's wins. The broker's queue-name prefix \
          (`SqsBroker::queue_name_prefix`) applies to it too."
@@ -563,6 +569,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
                     #(#settings)*
                     #dead_letter
                     #codec
+                    #(#layers)*
                     #(.requires_state::<#state_types>())*
                     #description
                     .payload(#message_payload)

@@ -81,7 +81,7 @@ impl RustStream {
         let mut scope = Include::new();
         include(&mut scope);
         let subscribers: Vec<B::Subscriber> = scope
-            .subscribers
+            .into_subscribers()
             .into_iter()
             .map(|subscriber| broker.adopt(subscriber))
             .collect();

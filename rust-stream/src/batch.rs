@@ -115,7 +115,8 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::{Codec, DecodeError};
-use crate::context::{Context, Delivery};
+use crate::context::{Context, Delivery, Extensions};
+use crate::middleware::{Call, Endpoint, Layers, Message, Next, Outcomes};
 use crate::outcome::HandlerOutcome;
 use crate::publish::{Outgoing, Outputs};
 use crate::state::{State, States};
@@ -302,6 +303,8 @@ pub struct BatchContext<'a> {
     messages: Vec<Context<'a>>,
     /// Cancelled once the app begins to stop: the messages' own.
     stopping: CancellationToken,
+    /// What the call's middleware put in for the handler, when it has middleware.
+    extensions: Option<&'a Extensions>,
 }
 
 /// A batch of these messages' contexts, in order (what `rust_stream::testing::TestBatch`
@@ -313,11 +316,22 @@ impl<'a> FromIterator<Context<'a>> for BatchContext<'a> {
             .first()
             .map(|first| first.stopping_token().clone())
             .unwrap_or_default();
-        Self { messages, stopping }
+        Self {
+            messages,
+            stopping,
+            extensions: None,
+        }
     }
 }
 
 impl<'a> BatchContext<'a> {
+    /// The context, with what the call's middleware put in for the handler (each message's
+    /// context has it too).
+    fn with_extensions(mut self, extensions: &'a Extensions) -> Self {
+        self.extensions = Some(extensions);
+        self
+    }
+
     /// How many messages the batch holds.
     pub fn len(&self) -> usize {
         self.messages.len()
@@ -352,6 +366,12 @@ impl<'a> BatchContext<'a> {
     /// [`RustStream::with_state`](crate::RustStream::with_state).
     pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<State<T>> {
         self.messages.first()?.state::<T>()
+    }
+
+    /// The value of type `T` that a [middleware](crate::middleware) layer put in for this call
+    /// (see [`Context::extension`]; each message's context reads the same).
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extensions?.get::<T>()
     }
 
     /// Whether the app has begun to stop (see [`Context::is_stopping`]).
@@ -432,6 +452,31 @@ pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
         states: Arc<States>,
         stopping: CancellationToken,
     ) -> BatchCall;
+
+    /// The same handler inside `outer` and the layers it has.
+    fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedBatchHandler>;
+}
+
+/// The messages of `deliveries` that decode with `codec`, in order, with their deliveries; and
+/// the index and error of each that does not.
+#[allow(clippy::type_complexity)]
+fn decode_all<T: DeserializeOwned, C: Codec>(
+    codec: &C,
+    deliveries: Vec<(Arc<Delivery>, u32)>,
+) -> (Vec<T>, Vec<(Arc<Delivery>, u32)>, Vec<(usize, DecodeError)>) {
+    let mut undecodable = Vec::new();
+    let mut messages = Vec::with_capacity(deliveries.len());
+    let mut decoded = Vec::with_capacity(deliveries.len());
+    for (index, (delivery, attempt)) in deliveries.into_iter().enumerate() {
+        match delivery.decode(codec) {
+            Ok(message) => {
+                messages.push(message);
+                decoded.push((delivery, attempt));
+            }
+            Err(error) => undecodable.push((index, error)),
+        }
+    }
+    (messages, decoded, undecodable)
 }
 
 pub(crate) struct TypedBatch<H, T, O, C> {
@@ -454,25 +499,7 @@ where
         states: Arc<States>,
         stopping: CancellationToken,
     ) -> BatchCall {
-        let mut undecodable = Vec::new();
-        let mut messages = Vec::with_capacity(deliveries.len());
-        let mut decoded = Vec::with_capacity(deliveries.len());
-        for (index, (delivery, attempt)) in deliveries.into_iter().enumerate() {
-            let message = match delivery.payload() {
-                Ok(payload) => self.codec.decode(payload),
-                Err(broken) => Err(DecodeError {
-                    type_name: std::any::type_name::<T>(),
-                    reason: broken.to_string(),
-                }),
-            };
-            match message {
-                Ok(message) => {
-                    messages.push(message);
-                    decoded.push((delivery, attempt));
-                }
-                Err(error) => undecodable.push((index, error)),
-            }
-        }
+        let (messages, decoded, undecodable) = decode_all::<T, C>(&self.codec, deliveries);
         if messages.is_empty() {
             return BatchCall {
                 undecodable,
@@ -500,6 +527,97 @@ where
             undecodable,
             call: Some(call),
         }
+    }
+
+    fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedBatchHandler> {
+        Arc::new(LayeredBatch {
+            typed: self,
+            layers: outer.clone(),
+        })
+    }
+}
+
+/// A batch handler with middleware: [`TypedBatch`]'s decoding, then the layers over the
+/// messages that decoded, then the handler. Only subscriptions with layers have one.
+struct LayeredBatch<H, T, O, C> {
+    typed: Arc<TypedBatch<H, T, O, C>>,
+    layers: Layers,
+}
+
+impl<H, T, O, C> ErasedBatchHandler for LayeredBatch<H, T, O, C>
+where
+    H: HandleBatch<T, O>,
+    T: DeserializeOwned + Send + Sync + 'static,
+    O: Outputs,
+    C: Codec,
+{
+    fn call(
+        self: Arc<Self>,
+        deliveries: Vec<(Arc<Delivery>, u32)>,
+        states: Arc<States>,
+        stopping: CancellationToken,
+    ) -> BatchCall {
+        // Messages that do not decode never reach middleware: the engine settles them.
+        let (messages, decoded, undecodable) = decode_all::<T, C>(&self.typed.codec, deliveries);
+        if messages.is_empty() {
+            return BatchCall {
+                undecodable,
+                call: None,
+            };
+        }
+        let typed = self.typed.clone();
+        let handler: Endpoint = Box::new(move |call: Call| {
+            Box::pin(async move {
+                let (held, extensions) = call.into_parts();
+                let mut ctx = held
+                    .iter()
+                    .map(|message| {
+                        Context::new(
+                            message.delivery(),
+                            message.attempt(),
+                            &states,
+                            stopping.clone(),
+                        )
+                        .with_extensions(&extensions)
+                    })
+                    .collect::<BatchContext<'_>>()
+                    .with_extensions(&extensions);
+                let outcome = typed
+                    .handler
+                    .handle(&messages, &typed.outputs, &mut ctx)
+                    .await;
+                let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
+                Outcomes::handled(
+                    outcomes.into_iter().zip(ctx.into_staged()).collect(),
+                    past_the_batch,
+                )
+            })
+        });
+        let call = Call::new(
+            decoded
+                .into_iter()
+                .map(|(delivery, attempt)| Message::new(delivery, attempt))
+                .collect(),
+            true,
+        );
+        let next = Next::new(self.layers.clone(), handler);
+        BatchCall {
+            undecodable,
+            call: Some(Box::pin(async move {
+                let (messages, past_the_batch) = next.run(call).await.into_parts();
+                Answered {
+                    messages,
+                    past_the_batch,
+                }
+            })),
+        }
+    }
+
+    fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedBatchHandler> {
+        Arc::new(LayeredBatch {
+            typed: self.typed.clone(),
+            layers: outer.around(&self.layers),
+        })
     }
 }
 

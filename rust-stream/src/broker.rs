@@ -58,17 +58,51 @@ pub trait Broker: Send + 'static {
     ) -> impl Future<Output = Result<(), RunError>> + Send;
 }
 
-/// The subscribers of one broker, gathered by [`RustStream::with_broker`](crate::RustStream::with_broker).
-#[derive(Debug)]
+/// The subscribers of one broker, gathered by [`RustStream::with_broker`](crate::RustStream::with_broker),
+/// and the app's middleware around them (`b.layer(..)`, see
+/// [`middleware`](crate::middleware)).
 pub struct Include<B: Broker> {
-    pub(crate) subscribers: Vec<B::Subscriber>,
+    subscribers: Vec<B::Subscriber>,
+    /// What the app puts around every subscriber (its middleware layers), in the order added.
+    wraps: Vec<Wrap<B::Subscriber>>,
+}
+
+/// A change the app makes to each of its subscribers once all are included.
+type Wrap<S> = Box<dyn Fn(&mut S) + Send + Sync>;
+
+impl<B: Broker> std::fmt::Debug for Include<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Include")
+            .field("subscribers", &self.subscribers.len())
+            .field("layers", &self.wraps.len())
+            .finish()
+    }
 }
 
 impl<B: Broker> Include<B> {
     pub(crate) fn new() -> Self {
         Self {
             subscribers: Vec::new(),
+            wraps: Vec::new(),
         }
+    }
+
+    /// Changes every subscriber, included before or after, once the app has them all: the app's
+    /// middleware, which knows the broker's subscriber type.
+    pub(crate) fn wrap_each(&mut self, wrap: Wrap<B::Subscriber>) {
+        self.wraps.push(wrap);
+    }
+
+    /// The subscribers included, each inside the app's layers: the last added is put on first,
+    /// so that the first added ends outermost and runs first.
+    pub(crate) fn into_subscribers(self) -> Vec<B::Subscriber> {
+        let mut subscribers = self.subscribers;
+        for subscriber in &mut subscribers {
+            for wrap in self.wraps.iter().rev() {
+                wrap(subscriber);
+            }
+        }
+        subscribers
     }
 
     /// Mounts a subscriber: a built [`Subscriber`](crate::Subscriber), or a `#[subscriber]`

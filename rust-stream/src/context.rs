@@ -1,6 +1,7 @@
 //! [`Context`]: what a handler knows of the message in hand (ids, queue, group, sequence, receive
-//! count, attempt, sent time, headers, and the SNS notification it came in, if any) and how it
-//! publishes as part of handling it.
+//! count, attempt, sent time, headers, the SNS notification it came in, if any, and the values
+//! the subscription's [middleware](crate::middleware) put in for it) and how it publishes as part
+//! of handling it.
 //!
 //! The engine holds each received message as a `Delivery`, made once per receive. A queue
 //! subscribed to an SNS topic with raw message delivery off receives SNS's JSON notification
@@ -13,12 +14,14 @@
 //! of the SQS message itself (the body and attributes a dead-letter copy is made of, the body a
 //! test's recorder shows) stays as received.
 
+use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::{Codec, DecodeError};
 use crate::model::envelope::{Envelope, EnvelopeError};
 use crate::model::rules;
 use crate::model::topic::TopicArn;
@@ -123,6 +126,21 @@ impl Delivery {
         }
     }
 
+    /// The handler's message of type `T`, decoded by `codec` from the [`payload`](Self::payload):
+    /// an SNS envelope is already unwrapped, and one that cannot be read does not decode.
+    pub(crate) fn decode<T: serde::de::DeserializeOwned, C: Codec>(
+        &self,
+        codec: &C,
+    ) -> Result<T, DecodeError> {
+        match self.payload() {
+            Ok(payload) => codec.decode(payload),
+            Err(broken) => Err(DecodeError {
+                type_name: std::any::type_name::<T>(),
+                reason: broken.to_string(),
+            }),
+        }
+    }
+
     /// The attributes of the message the handler reads: an SNS notification's
     /// `MessageAttributes`, else the SQS message's. The trace context is read from these.
     pub(crate) fn message_attributes(&self) -> &MessageAttributes {
@@ -218,6 +236,9 @@ pub struct Context<'a> {
     staged: Vec<Outgoing>,
     /// Cancelled once the app begins to stop.
     stopping: CancellationToken,
+    /// What the call's middleware put in for the handler; borrowed from the call, or the shared
+    /// empty set when the subscription has no middleware.
+    extensions: Cow<'a, Extensions>,
 }
 
 impl<'a> Context<'a> {
@@ -234,15 +255,22 @@ impl<'a> Context<'a> {
             states: Cow::Borrowed(states),
             staged: Vec::new(),
             stopping,
+            extensions: Cow::Borrowed(&NO_EXTENSIONS),
         }
     }
 
+    /// The context, with what the call's middleware put in for the handler.
+    pub(crate) fn with_extensions(mut self, extensions: &'a Extensions) -> Self {
+        self.extensions = Cow::Borrowed(extensions);
+        self
+    }
+
     #[cfg(feature = "testing")]
-    /// A context that owns its delivery and state, as a unit test builds it.
+    /// A context that owns its delivery, state and extensions, as a unit test builds it.
     pub(crate) fn owned(
         delivery: Delivery,
         attempt: u32,
-        states: States,
+        (states, extensions): (States, Extensions),
         stopping: CancellationToken,
     ) -> Context<'static> {
         Context {
@@ -251,6 +279,7 @@ impl<'a> Context<'a> {
             states: Cow::Owned(states),
             staged: Vec::new(),
             stopping,
+            extensions: Cow::Owned(extensions),
         }
     }
 
@@ -282,6 +311,27 @@ impl<'a> Context<'a> {
     /// [`RustStream::with_state`](crate::RustStream::with_state).
     pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<State<T>> {
         self.states.get::<T>()
+    }
+
+    /// The value of type `T` that a [middleware](crate::middleware) layer put in for this call
+    /// ([`Call::insert`](crate::middleware::Call::insert)): the tenant it read from a header,
+    /// the user it authenticated. `None` when no layer did.
+    ///
+    /// ```
+    /// # use rust_stream::prelude::*;
+    /// #[derive(Debug)]
+    /// struct Tenant(String);
+    ///
+    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+    /// let Some(Tenant(tenant)) = ctx.extension::<Tenant>() else {
+    ///     return HandlerOutcome::dead_letter("no tenant");
+    /// };
+    /// tracing::info!(tenant, "handling");
+    /// # HandlerOutcome::ack()
+    /// # }
+    /// ```
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extensions.get::<T>()
     }
 
     /// The SQS message id, kept across redeliveries.
@@ -428,6 +478,43 @@ impl<'a> Context<'a> {
 
     pub(crate) fn into_staged(self) -> Vec<Outgoing> {
         self.staged
+    }
+}
+
+/// Values of any type, at most one a type: what a call's middleware puts in for its handler
+/// ([`Context::extension`]). Cloned only when a test's context takes a copy, so each value is
+/// shared, not cloned.
+#[derive(Clone, Default)]
+pub(crate) struct Extensions {
+    values: BTreeMap<TypeId, (Arc<dyn Any + Send + Sync>, &'static str)>,
+}
+
+/// The extensions of every call no middleware sees: one empty set, so a context without
+/// middleware borrows it and allocates nothing.
+static NO_EXTENSIONS: Extensions = Extensions {
+    values: BTreeMap::new(),
+};
+
+impl Extensions {
+    /// Puts `value` in, in place of any value of its type.
+    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.values.insert(
+            TypeId::of::<T>(),
+            (Arc::new(value), std::any::type_name::<T>()),
+        );
+    }
+
+    /// The value of type `T`, if one was put in.
+    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.values.get(&TypeId::of::<T>())?.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set()
+            .entries(self.values.values().map(|(_, name)| name))
+            .finish()
     }
 }
 

@@ -27,9 +27,11 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 
 use crate::batch::{BatchLimits, ErasedBatchHandler, HandleBatch, TypedBatch};
+use crate::broker::{Broker, Include};
 use crate::codec::{Codec, DecodeError, Json};
 use crate::context::{Context, Delivery};
 use crate::describe::Payload;
+use crate::middleware::{Call, Endpoint, Layers, Message, Middleware, Next, Outcomes};
 use crate::model::SqsQueue;
 use crate::outcome::{HandlerOutcome, IntoOutcome};
 use crate::publish::{Outgoing, Outputs, Publisher};
@@ -76,6 +78,7 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
         description: None,
         payload: None,
         requirements: Vec::new(),
+        layers: Layers::default(),
         calls: OneAtATime,
         filter: None,
     }
@@ -101,6 +104,8 @@ pub struct SubscriberBuilder<H, O = (), C = Json, K = OneAtATime> {
     description: Option<String>,
     payload: Option<Payload>,
     requirements: Vec<Requirement>,
+    /// The subscription's own middleware, outermost first.
+    layers: Layers,
     /// How the handler takes messages: [`OneAtATime`] or [`Batched`].
     calls: K,
     filter: Option<Filter>,
@@ -158,6 +163,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             payload: self.payload,
             requirements: self.requirements,
             filter: self.filter,
+            layers: self.layers,
             calls: Batched(BatchLimits { max, window }),
         }
     }
@@ -168,6 +174,33 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
     /// (`RustStream::with_state`), instead of the handler finding it missing at run time.
     pub fn requires_state<T: Clone + Send + Sync + 'static>(mut self) -> Self {
         self.requirements.push(Requirement::of::<T>());
+        self
+    }
+
+    /// Puts `layer` around the handler: after the app's layers and this subscription's earlier
+    /// ones, so the first added runs first (see [`middleware`](crate::middleware)).
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
+    /// # #[derive(serde::Deserialize)] struct Order;
+    /// # struct Fulfil;
+    /// # impl Handle<Order> for Fulfil {
+    /// #     async fn handle(&self, _: &Order, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> { Ok(()) }
+    /// # }
+    ///
+    /// async fn timed(call: Call, next: Next) -> Outcomes {
+    ///     let started = std::time::Instant::now();
+    ///     let outcomes = next.run(call).await;
+    ///     tracing::debug!(took_us = started.elapsed().as_micros(), "handled");
+    ///     outcomes
+    /// }
+    ///
+    /// let fulfil = subscriber("orders", Fulfil).layer(from_fn(timed)).build();
+    /// # let _ = fulfil;
+    /// ```
+    pub fn layer(mut self, layer: impl Middleware) -> Self {
+        self.layers = self.layers.around(&Layers::of(layer));
         self
     }
 
@@ -261,6 +294,7 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             description: self.description,
             payload: self.payload,
             requirements: self.requirements,
+            layers: self.layers,
             calls: self.calls,
             filter: self.filter,
         }
@@ -276,6 +310,7 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             description: self.description,
             payload: self.payload,
             requirements: self.requirements,
+            layers: self.layers,
             calls: self.calls,
             filter: self.filter,
         }
@@ -290,21 +325,26 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
         let publishers = self.outputs.publishers();
         let payload = self.payload.unwrap_or_else(Payload::named::<T>);
         payload.check_describes::<T>();
-        Subscriber {
+        let content_type = self.codec.content_type();
+        let output_payloads = self.outputs.payloads();
+        let handler = handler(self.handler, self.outputs, self.codec);
+        let mut subscriber = Subscriber {
             queue: self.queue,
             description: self.description,
             message_type: std::any::type_name::<T>(),
             handler_type: std::any::type_name::<H>(),
             payload,
-            content_type: self.codec.content_type(),
-            output_payloads: self.outputs.payloads(),
+            content_type,
+            output_payloads,
             outputs: publishers,
             requirements: self.requirements,
             problems: Vec::new(),
             filter: self.filter,
             handler_name: None,
-            handler: handler(self.handler, self.outputs, self.codec),
-        }
+            handler,
+        };
+        subscriber.wrap(&self.layers);
+        subscriber
     }
 }
 
@@ -393,6 +433,14 @@ pub(crate) enum Handler {
 }
 
 impl Handler {
+    /// The handler inside `outer` and the layers it has.
+    fn layered(self, outer: &Layers) -> Self {
+        match self {
+            Self::One(handler) => Self::One(handler.layered(outer)),
+            Self::Batch(handler, limits) => Self::Batch(handler.layered(outer), limits),
+        }
+    }
+
     /// The batch limits of a batch handler.
     pub(crate) fn batch_limits(&self) -> Option<BatchLimits> {
         match self {
@@ -413,6 +461,14 @@ impl std::fmt::Debug for Subscriber {
 }
 
 impl Subscriber {
+    /// Puts `outer` around the handler and the layers it has; without layers, nothing changes,
+    /// and the handler stays the one the engine calls without middleware.
+    pub(crate) fn wrap(&mut self, outer: &Layers) {
+        if !outer.is_empty() {
+            self.handler = self.handler.clone().layered(outer);
+        }
+    }
+
     /// The queue this subscriber reads: once an app has included it, as its broker names it
     /// (with the broker's [queue-name prefix](crate::SqsBroker::queue_name_prefix)).
     pub fn queue(&self) -> &SqsQueue {
@@ -453,6 +509,9 @@ pub(crate) trait ErasedHandler: Send + Sync + 'static {
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled>;
+
+    /// The same handler inside `outer` and the layers it has.
+    fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedHandler>;
 }
 
 struct Typed<H, T, O, C> {
@@ -478,14 +537,7 @@ where
     ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
             // An SNS envelope is already unwrapped: the codec reads the published message.
-            let decoded = match delivery.payload() {
-                Ok(payload) => self.codec.decode(payload),
-                Err(broken) => Err(DecodeError {
-                    type_name: std::any::type_name::<T>(),
-                    reason: broken.to_string(),
-                }),
-            };
-            let message: T = match decoded {
+            let message: T = match delivery.decode(&self.codec) {
                 Ok(message) => message,
                 Err(error) => return Handled::Undecodable(error),
             };
@@ -500,6 +552,113 @@ where
                 staged: ctx.into_staged(),
             }
         })
+    }
+
+    fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedHandler> {
+        Arc::new(LayeredOne {
+            typed: self,
+            layers: outer.clone(),
+        })
+    }
+}
+
+/// A handler with middleware: [`Typed`]'s decoding, then the layers, then the handler. Only
+/// subscriptions with layers have one, so those without run [`Typed`] as it is.
+struct LayeredOne<H, T, O, C> {
+    typed: Arc<Typed<H, T, O, C>>,
+    layers: Layers,
+}
+
+impl<H, T, O, C> ErasedHandler for LayeredOne<H, T, O, C>
+where
+    H: Handle<T, O>,
+    T: DeserializeOwned + Send + Sync + 'static,
+    O: Outputs,
+    C: Codec,
+{
+    fn call(
+        self: Arc<Self>,
+        delivery: Arc<Delivery>,
+        attempt: u32,
+        states: Arc<States>,
+        stopping: tokio_util::sync::CancellationToken,
+    ) -> BoxFuture<'static, Handled> {
+        Box::pin(async move {
+            // A body that does not decode never reaches middleware: the engine settles it.
+            let message: T = match delivery.decode(&self.typed.codec) {
+                Ok(message) => message,
+                Err(error) => return Handled::Undecodable(error),
+            };
+            let typed = self.typed.clone();
+            let handler: Endpoint = Box::new(move |call: Call| {
+                Box::pin(async move {
+                    let (messages, extensions) = call.into_parts();
+                    let one = &messages[0];
+                    let mut ctx = Context::new(one.delivery(), one.attempt(), &states, stopping)
+                        .with_extensions(&extensions);
+                    let outcome = typed
+                        .handler
+                        .handle(&message, &typed.outputs, &mut ctx)
+                        .await
+                        .into_outcome();
+                    Outcomes::handled(vec![(outcome, ctx.into_staged())], Vec::new())
+                })
+            });
+            let call = Call::new(vec![Message::new(delivery, attempt)], false);
+            let (mut each, past_the_call) = Next::new(self.layers.clone(), handler)
+                .run(call)
+                .await
+                .into_parts();
+            if !past_the_call.is_empty() {
+                tracing::error!(
+                    indexes = ?past_the_call,
+                    "middleware set outcomes past the call's one message; those outcomes are ignored"
+                );
+            }
+            let (outcome, staged) = each.pop().expect("one outcome for the one message");
+            Handled::Done { outcome, staged }
+        })
+    }
+
+    fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedHandler> {
+        Arc::new(LayeredOne {
+            typed: self.typed.clone(),
+            layers: outer.around(&self.layers),
+        })
+    }
+}
+
+/// App-scope middleware: every subscriber the app includes, before or after, runs inside it.
+impl<B: Broker<Subscriber = Subscriber>> Include<B> {
+    /// Puts `layer` around the handler of every subscriber this app includes, whether included
+    /// before this call or after: outside the subscribers' own layers, and inside the app's
+    /// earlier ones, so the first added runs first (see [`middleware`](crate::middleware)).
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
+    /// # #[subscriber("orders")]
+    /// # async fn fulfil(_order: &serde_json::Value) {}
+    ///
+    /// async fn audit(call: Call, next: Next) -> Outcomes {
+    ///     let ids: Vec<String> = call.messages().iter().map(|m| m.message_id().to_owned()).collect();
+    ///     let outcomes = next.run(call).await;
+    ///     tracing::info!(?ids, outcomes = ?outcomes.iter().collect::<Vec<_>>(), "audited");
+    ///     outcomes
+    /// }
+    ///
+    /// let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0")).with_broker(SqsBroker::in_process(), |b| {
+    ///     b.layer(from_fn(audit));
+    ///     b.include(fulfil);
+    /// });
+    /// # let _ = app;
+    /// ```
+    pub fn layer(&mut self, layer: impl Middleware) -> &mut Self {
+        let layers = Layers::of(layer);
+        self.wrap_each(Box::new(move |subscriber: &mut Subscriber| {
+            subscriber.wrap(&layers);
+        }));
+        self
     }
 }
 

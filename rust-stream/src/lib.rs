@@ -61,7 +61,8 @@
 //!    once, one batcher per queue or topic and action (send, delete, change visibility, publish),
 //!    leases (internal).
 //! 7. The handler API: [`publish`] ([`Publisher`], [`Output`]: one message or a batch, FIFO groups,
-//!    deduplication ids, headers; to a queue, or to a topic with [`SqsBroker::topic`]), [`context`] ([`Context`], the message in hand), and [`handler`]
+//!    deduplication ids, headers; to a queue, or to a topic with [`SqsBroker::topic`]), [`context`] ([`Context`], the message in hand), [`middleware`]
+//!    (layers around handlers, at the app's or a subscription's scope) and [`handler`]
 //!    (the [`Handle`] trait and [`subscriber`](fn@subscriber); the
 //!    [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`), and
 //!    [`routing`]: several subscribers of one queue, each message to the one of its type.
@@ -81,7 +82,8 @@
 //! (`docs/retries.md`), testing a service (`docs/testing.md`), observability
 //! (`docs/observability.md`), running on AWS (`docs/aws.md`), SNS topics, fan-out and filter
 //! policies (`docs/sns.md`), several message types on one queue routed to their handlers
-//! (`docs/routing.md`, [`routing`]), and performance and cost (`docs/performance.md`).
+//! (`docs/routing.md`, [`routing`]), middleware around handlers (`docs/middleware.md`), and
+//! performance and cost (`docs/performance.md`).
 //!
 //! # Features
 //!
@@ -119,6 +121,7 @@ pub mod health;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod metrics;
+pub mod middleware;
 pub mod model;
 pub mod outcome;
 pub mod prelude;
@@ -202,4 +205,7 @@ mod guides {
 
     #[doc = include_str!("../../docs/bad-input.md")]
     mod bad_input {}
+
+    #[doc = include_str!("../../docs/middleware.md")]
+    mod middleware {}
 }

@@ -58,6 +58,7 @@ use std::sync::Arc;
 use crate::context::{Context, Delivery};
 use crate::describe::short_name;
 use crate::handler::{ErasedHandler, Filter, Handled, Handler, Subscriber};
+use crate::middleware::Layers;
 use crate::model::ConfigError;
 use crate::outcome::HandlerOutcome;
 use crate::state::States;
@@ -374,6 +375,26 @@ impl ErasedHandler for Router {
                     staged: Vec::new(),
                 },
             }
+        })
+    }
+
+    /// Each route inside `outer`: the layers run once the route is chosen, as they do around a
+    /// subscriber's handler on a queue of its own.
+    fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedHandler> {
+        Arc::new(Router {
+            queue: self.queue.clone(),
+            header: self.header.clone(),
+            by_type: self.by_type.clone(),
+            routes: self
+                .routes
+                .iter()
+                .map(|route| Route {
+                    type_name: route.type_name.clone(),
+                    handler_name: route.handler_name.clone(),
+                    filter: route.filter.clone(),
+                    handler: route.handler.clone().layered(outer),
+                })
+                .collect(),
         })
     }
 }

@@ -32,6 +32,7 @@ const CALLED: &[(&str, &str)] = &[
     ("dead_letter", "dead_letter(\"orders-dlq\", 5)"),
     ("outputs", "outputs(receipts = \"receipts\")"),
     ("batch", "batch(max = 10, window = 100ms)"),
+    ("layers", "layers(from_fn(audit))"),
 ];
 
 /// Names people reach for, from SQS's API or other frameworks, and the setting that means it.
@@ -59,6 +60,8 @@ const RENAMED: &[(&str, &str)] = &[
     ("backoff", "retry"),
     ("handler_timeout", "timeout"),
     ("output", "outputs"),
+    ("layer", "layers"),
+    ("middleware", "layers"),
     ("publish", "outputs"),
     ("publishes", "outputs"),
     ("predicate", "filter"),
@@ -182,6 +185,10 @@ pub(crate) struct Attribute {
     pub(crate) outputs: Vec<OutputEntry>,
     /// `batch(..)`: the handler takes `&[T]`.
     pub(crate) batch: Option<Batch>,
+    /// The `layers` key, to say "set twice".
+    pub(crate) layers_key: Option<Ident>,
+    /// The subscription's middleware, in order: each an expression of a `Middleware` value.
+    pub(crate) layers: Vec<Expr>,
 }
 
 /// One comma-separated item of the attribute, before it is understood.
@@ -366,7 +373,7 @@ impl Attribute {
                     "timeout" => &mut self.timeout,
                     "codec" => &mut self.codec,
                     "filter" => &mut self.filter,
-                    "dead_letter" | "outputs" => {
+                    "dead_letter" | "outputs" | "layers" => {
                         let example = example(&name).unwrap_or_default();
                         errors.spanned(
                             &key,
@@ -405,6 +412,7 @@ impl Attribute {
                     "dead_letter" => self.dead_letter(key, paren, args, errors),
                     "outputs" => self.outputs(key, args, errors),
                     "batch" => self.batch(key, args, errors),
+                    "layers" => self.layers(key, paren, args, errors),
                     _ if ASSIGNED.iter().any(|(known, _)| *known == name) => {
                         let value = syn::parse2::<Expr>(args).ok();
                         let fix = suggest(&name, value.as_ref());
@@ -693,6 +701,27 @@ fn window(value: Expr, errors: &mut Errors) -> Option<WindowValue> {
         None => {
             errors.spanned(&value, "this window is too long: at most 5 minutes (`5m`)");
             None
+        }
+    }
+}
+
+impl Attribute {
+    /// `layers(a, b)`: the subscription's middleware, outermost first.
+    fn layers(&mut self, key: Ident, paren: token::Paren, args: TokenStream, errors: &mut Errors) {
+        if self.layers_key.is_some() {
+            return twice(&key, errors);
+        }
+        match Punctuated::<Expr, Token![,]>::parse_terminated.parse2(args) {
+            Ok(list) if list.is_empty() => errors.at(
+                paren.span.join(),
+                "`layers` names the subscription's middleware, outermost first: \
+                 `layers(from_fn(audit))`",
+            ),
+            Ok(list) => {
+                self.layers_key = Some(key);
+                self.layers = list.into_iter().collect();
+            }
+            Err(error) => errors.push(error),
         }
     }
 }

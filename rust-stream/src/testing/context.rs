@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use crate::batch::BatchContext;
-use crate::context::{Context, Delivery};
+use crate::context::{Context, Delivery, Extensions};
 use crate::model::envelope::Envelope;
 use crate::state::States;
 use crate::transport::{
@@ -79,6 +79,8 @@ pub struct TestContext {
     /// reads it.
     reads_envelopes: bool,
     states: States,
+    /// What a middleware layer would have put in for the handler.
+    extensions: Extensions,
     stopping: tokio_util::sync::CancellationToken,
 }
 
@@ -105,6 +107,7 @@ impl TestContext {
             attempt: None,
             reads_envelopes: false,
             states: States::default(),
+            extensions: Extensions::default(),
             stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
@@ -206,6 +209,14 @@ impl TestContext {
         self
     }
 
+    /// A value of type `T` as a [middleware](crate::middleware) layer puts it in for the handler
+    /// ([`Call::insert`](crate::middleware::Call::insert)), read with
+    /// [`Context::extension`](crate::Context::extension).
+    pub fn extension<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
     /// The context as the app has begun to stop:
     /// [`Context::is_stopping`](crate::Context::is_stopping) is true and
     /// [`Context::stopping`](crate::Context::stopping) resolves at once.
@@ -226,7 +237,12 @@ impl TestContext {
         let attempt = self
             .attempt
             .unwrap_or_else(|| crate::retry::attempts(delivery.receive_count, 1));
-        Context::owned(delivery, attempt, self.states, self.stopping)
+        Context::owned(
+            delivery,
+            attempt,
+            (self.states, self.extensions),
+            self.stopping,
+        )
     }
 
     fn attribute(mut self, name: &str, value: String) -> Self {
@@ -342,6 +358,7 @@ mod tests {
             .sent_at(sent_at)
             .header("trace", "t-1")
             .state(7_u64)
+            .extension("tenant-1")
             .build();
         assert_eq!(ctx.message_id(), "m-1");
         assert_eq!(ctx.queue(), "orders.fifo");
@@ -354,6 +371,7 @@ mod tests {
         assert_eq!(ctx.sent_at(), Some(sent_at));
         assert_eq!(ctx.header("trace"), Some("t-1"));
         assert_eq!(ctx.state::<u64>().map(|state| state.0), Some(7));
+        assert_eq!(ctx.extension::<&str>(), Some(&"tenant-1"));
         assert!(ctx.published().is_empty());
     }
 
@@ -368,6 +386,7 @@ mod tests {
         assert!(ctx.headers().is_empty());
         assert_eq!(ctx.sent_at(), None);
         assert!(ctx.state::<u64>().is_none());
+        assert!(ctx.extension::<u64>().is_none());
     }
 
     #[test]

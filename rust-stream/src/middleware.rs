@@ -1,0 +1,591 @@
+//! Middleware: layers around a subscription's handler that see each call's messages and its
+//! outcome, written as an `async fn` ([`from_fn`], as axum's) or as a type ([`Middleware`]).
+//!
+//! ```
+//! use rust_stream::prelude::*;
+//! use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
+//!
+//! /// Who sent the message, read once by the layer and handed to the handler.
+//! struct Tenant(String);
+//!
+//! async fn tenant(mut call: Call, next: Next) -> Outcomes {
+//!     let Some(tenant) = call.messages()[0].header("tenant").map(str::to_owned) else {
+//!         // Short-circuits: the handler is not called.
+//!         return Outcomes::all(HandlerOutcome::dead_letter("no tenant header"));
+//!     };
+//!     call.insert(Tenant(tenant));
+//!     next.run(call).await
+//! }
+//!
+//! #[subscriber("orders")]
+//! async fn fulfil(_order: &serde_json::Value, ctx: &mut Context<'_>) -> HandlerOutcome {
+//!     let Tenant(tenant) = ctx.extension::<Tenant>().expect("the layer puts it in");
+//!     tracing::info!(tenant, "fulfilled");
+//!     HandlerOutcome::ack()
+//! }
+//!
+//! let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0")).with_broker(SqsBroker::in_process(), |b| {
+//!     b.layer(from_fn(tenant)); // around every subscriber of the app
+//!     b.include(fulfil);
+//! });
+//! # let _ = app;
+//! ```
+//!
+//! # How the parts fit
+//!
+//! The engine decodes each message first: one whose body does not decode never reaches
+//! middleware, and follows the undecodable rules. The rest make a [`Call`] (one message for a
+//! [`Handle`](crate::Handle) handler, the decoded messages of a batch for a
+//! [`HandleBatch`](crate::batch::HandleBatch) one), which the first layer gets with a [`Next`];
+//! `next.run(call)` runs the next layer, and the last one's runs the handler. What comes back is
+//! [`Outcomes`], one [`HandlerOutcome`] per message of the call, which a layer reads, changes, or
+//! makes itself without calling `next` (a short-circuit). Values a layer puts in the call with
+//! [`Call::insert`] are the handler's through [`Context::extension`](crate::Context::extension)
+//! (and [`BatchContext::extension`](crate::batch::BatchContext::extension)).
+//!
+//! Layers are installed at two scopes: the app's, with `b.layer(..)` beside `b.include(..)`
+//! (every subscriber the app includes, whether included before or after), and a subscription's,
+//! with [`SubscriberBuilder::layer`](crate::SubscriberBuilder::layer) or `#[subscriber(..,
+//! layers(a, b))]`. A call runs through the app's layers first, in the order added, then the
+//! subscription's, in the order added, then the handler; outcomes come back the other way.
+//!
+//! The engine keeps what is not the handler's: the retry decision and backoff, dead-lettering,
+//! metrics and the `process` span (layers run inside it) stay around the whole call, so a layer
+//! that turns an outcome into `retry()` gets the subscription's backoff, and one that returns
+//! `dead_letter(..)` moves the message as a handler would. A panic in a layer is the handler's
+//! panic, and the handler timeout covers the layers with the handler. A subscription without
+//! layers runs its handler exactly as before: nothing of this module is on its path.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::context::{Delivery, Extensions, Sns, SnsNotification};
+use crate::outcome::HandlerOutcome;
+use crate::publish::Outgoing;
+use crate::task::BoxFuture;
+use crate::transport::MessageAttributes;
+
+/// A layer around handlers: sees a [`Call`], runs the rest with [`Next::run`] or answers without
+/// it, and returns the call's [`Outcomes`].
+///
+/// [`from_fn`] makes one from an `async fn`; a type with settings or state of its own implements
+/// it:
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use rust_stream::HandlerOutcome;
+/// use rust_stream::middleware::{Call, Middleware, Next, Outcomes};
+///
+/// /// Counts the messages handlers acked.
+/// #[derive(Clone, Default)]
+/// struct CountAcks(Arc<AtomicU64>);
+///
+/// impl Middleware for CountAcks {
+///     async fn call(&self, call: Call, next: Next) -> Outcomes {
+///         let outcomes = next.run(call).await;
+///         let acked = outcomes.iter().filter(|outcome| **outcome == HandlerOutcome::ack()).count();
+///         self.0.fetch_add(acked as u64, Ordering::Relaxed);
+///         outcomes
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not middleware",
+    label = "not a layer",
+    note = "a layer is an `async fn(Call, Next) -> Outcomes` wrapped in `rust_stream::middleware::from_fn(..)`, or a type that implements `Middleware`"
+)]
+pub trait Middleware: Send + Sync + 'static {
+    /// Handles `call`: usually does something, runs `next.run(call).await`, and returns (perhaps
+    /// changed) what it returns.
+    fn call(&self, call: Call, next: Next) -> impl Future<Output = Outcomes> + Send;
+}
+
+impl<M: Middleware> Middleware for Arc<M> {
+    fn call(&self, call: Call, next: Next) -> impl Future<Output = Outcomes> + Send {
+        (**self).call(call, next)
+    }
+}
+
+/// Middleware made of a function, by [`from_fn`].
+#[derive(Clone, Copy)]
+pub struct FromFn<F>(F);
+
+impl<F> fmt::Debug for FromFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FromFn")
+            .field(&std::any::type_name::<F>())
+            .finish()
+    }
+}
+
+/// Middleware of an `async fn(Call, Next) -> Outcomes`, or of a closure that returns such a
+/// future (to capture values: `from_fn(move |call, next| { let seen = seen.clone(); async move
+/// { .. } })`).
+pub fn from_fn<F, Fut>(f: F) -> FromFn<F>
+where
+    F: Fn(Call, Next) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcomes> + Send + 'static,
+{
+    FromFn(f)
+}
+
+impl<F, Fut> Middleware for FromFn<F>
+where
+    F: Fn(Call, Next) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcomes> + Send + 'static,
+{
+    fn call(&self, call: Call, next: Next) -> impl Future<Output = Outcomes> + Send {
+        (self.0)(call, next)
+    }
+}
+
+/// One handler call as middleware sees it: its messages, in order, and the values the layers put
+/// in for the handler.
+pub struct Call {
+    messages: Vec<Message>,
+    batch: bool,
+    extensions: Extensions,
+}
+
+impl fmt::Debug for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call")
+            .field("messages", &self.messages)
+            .field("batch", &self.batch)
+            .field("extensions", &self.extensions)
+            .finish()
+    }
+}
+
+impl Call {
+    /// A call over `messages`: a batch handler's when `batch`.
+    pub(crate) fn new(messages: Vec<Message>, batch: bool) -> Self {
+        Self {
+            messages,
+            batch,
+            extensions: Extensions::default(),
+        }
+    }
+
+    /// The call's messages, in the order the handler gets them: one for a
+    /// [`Handle`](crate::Handle) handler, those of the batch that decoded for a
+    /// [`HandleBatch`](crate::batch::HandleBatch) one.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// How many messages the call holds (at least one).
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether the call holds no message (never, for a call the engine makes).
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Whether the handler is a batch handler (whose call may hold a single message).
+    pub fn is_batch(&self) -> bool {
+        self.batch
+    }
+
+    /// Puts `value` in for the handler, in place of any value of its type: it reads it with
+    /// [`Context::extension`](crate::Context::extension), and later layers with
+    /// [`extension`](Self::extension).
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.extensions.insert(value);
+    }
+
+    /// The value of type `T` an earlier layer put in.
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extensions.get::<T>()
+    }
+
+    /// The messages and extensions, for the handler's context.
+    pub(crate) fn into_parts(self) -> (Vec<Message>, Extensions) {
+        (self.messages, self.extensions)
+    }
+}
+
+/// One message of a [`Call`]: what a handler's [`Context`](crate::Context) shows of it.
+#[derive(Clone)]
+pub struct Message {
+    delivery: Arc<Delivery>,
+    attempt: u32,
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("message_id", &self.delivery.message_id)
+            .field("queue", &self.delivery.queue)
+            .field("group_id", &self.delivery.group_id)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Message {
+    /// The message of `delivery`, at its attempt number `attempt`.
+    pub(crate) fn new(delivery: Arc<Delivery>, attempt: u32) -> Self {
+        Self { delivery, attempt }
+    }
+
+    /// The delivery, for the handler's context.
+    pub(crate) fn delivery(&self) -> &Delivery {
+        &self.delivery
+    }
+
+    /// The body the handler's message was decoded from: an SNS notification's `Message`, else the
+    /// SQS body.
+    pub fn body(&self) -> &str {
+        self.delivery.payload().unwrap_or(&self.delivery.body)
+    }
+
+    /// The SQS message id, kept across redeliveries.
+    pub fn message_id(&self) -> &str {
+        &self.delivery.message_id
+    }
+
+    /// The queue the message was received from.
+    pub fn queue(&self) -> &str {
+        &self.delivery.queue
+    }
+
+    /// The message group (FIFO queues, and standard queues whose sender set one).
+    pub fn group_id(&self) -> Option<&str> {
+        self.delivery.group_id.as_deref()
+    }
+
+    /// The deduplication id (FIFO queues).
+    pub fn dedup_id(&self) -> Option<&str> {
+        self.delivery.dedup_id.as_deref()
+    }
+
+    /// The sequence number (FIFO queues).
+    pub fn sequence_number(&self) -> Option<&str> {
+        self.delivery.sequence_number.as_deref()
+    }
+
+    /// How many times the message has been received, this time included (see
+    /// [`Context::receive_count`](crate::Context::receive_count)).
+    pub fn receive_count(&self) -> u32 {
+        self.delivery.receive_count
+    }
+
+    /// Which attempt this is, 1 for the first, as the retry policy counts them (see
+    /// [`Context::attempt`](crate::Context::attempt)).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the message was sent.
+    pub fn sent_at(&self) -> Option<SystemTime> {
+        self.delivery.sent_at
+    }
+
+    /// A header, as [`Context::header`](crate::Context::header) reads it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.delivery.headers.get(name).map(String::as_str)
+    }
+
+    /// All headers, as [`Context::headers`](crate::Context::headers) reads them.
+    pub fn headers(&self) -> &BTreeMap<String, String> {
+        &self.delivery.headers
+    }
+
+    /// All message attributes, binary ones included, as
+    /// [`Context::attributes`](crate::Context::attributes) reads them.
+    pub fn attributes(&self) -> &MessageAttributes {
+        self.delivery.message_attributes()
+    }
+
+    /// The SNS notification the message came in, if SNS delivered it in its envelope (see
+    /// [`Context::sns`](crate::Context::sns)).
+    pub fn sns(&self) -> Option<&SnsNotification> {
+        match &self.delivery.sns {
+            Sns::Notification(notification) => Some(notification),
+            Sns::Unwrapped | Sns::Broken(_) => None,
+        }
+    }
+}
+
+/// How each message of a [`Call`] is settled: one [`HandlerOutcome`] per message, in the call's
+/// order, with what the handler published for it.
+///
+/// What [`Next::run`] returns has one outcome per message of the call. A layer may change them:
+/// an outcome changed from ack to anything else drops what the handler published for that
+/// message (nothing is sent), and one changed to ack from anything else sends nothing, as the
+/// handler's outputs went with its failure. A layer that answers without calling `next` returns
+/// [`all`](Self::all) (or `.into()` of one outcome), with [`set`](Self::set) for single messages.
+///
+/// ```
+/// use rust_stream::HandlerOutcome;
+/// use rust_stream::middleware::Outcomes;
+///
+/// // The second message of the call waits; every other one is dead-lettered.
+/// let outcomes = Outcomes::all(HandlerOutcome::dead_letter("paused")).with(1, HandlerOutcome::retry());
+/// assert_eq!(outcomes.outcome_of(1), &HandlerOutcome::retry());
+/// assert_eq!(outcomes.outcome_of(7), &HandlerOutcome::dead_letter("paused"));
+/// ```
+#[must_use = "outcomes settle the messages only when returned"]
+pub struct Outcomes {
+    /// The outcome of each message by its index, with what the handler published for it: one
+    /// per message once the outcomes come back from a layer or the handler.
+    each: Vec<(HandlerOutcome, Vec<Outgoing>)>,
+    /// Outcomes [`set`](Self::set) past `each`, by index: a layer's own outcomes, which do not
+    /// know how many messages the call holds until they are fitted to it.
+    named: BTreeMap<usize, HandlerOutcome>,
+    /// The outcome of each message neither in `each` nor named.
+    rest: HandlerOutcome,
+    /// The indexes a batch handler's outcome, or a layer, named past the call.
+    past_the_call: Vec<usize>,
+}
+
+impl fmt::Debug for Outcomes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Outcomes")
+            .field("each", &self.iter().collect::<Vec<_>>())
+            .field("named", &self.named)
+            .field("rest", &self.rest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<HandlerOutcome> for Outcomes {
+    fn from(outcome: HandlerOutcome) -> Self {
+        Self::all(outcome)
+    }
+}
+
+impl Outcomes {
+    /// Every message of the call settled as `outcome` (unless [`set`](Self::set) says otherwise).
+    pub fn all(outcome: HandlerOutcome) -> Self {
+        Self {
+            each: Vec::new(),
+            named: BTreeMap::new(),
+            rest: outcome,
+            past_the_call: Vec::new(),
+        }
+    }
+
+    /// What the handler answered: each message's outcome and what it published for it, and the
+    /// indexes its outcome named past the call.
+    pub(crate) fn handled(
+        each: Vec<(HandlerOutcome, Vec<Outgoing>)>,
+        past_the_call: Vec<usize>,
+    ) -> Self {
+        Self {
+            each,
+            named: BTreeMap::new(),
+            rest: HandlerOutcome::Ack,
+            past_the_call,
+        }
+    }
+
+    /// How the message at `index` of the call is settled.
+    pub fn outcome_of(&self, index: usize) -> &HandlerOutcome {
+        match self.each.get(index) {
+            Some((outcome, _)) => outcome,
+            None => self.named.get(&index).unwrap_or(&self.rest),
+        }
+    }
+
+    /// Each message's outcome, in the call's order: one per message for what [`Next::run`]
+    /// returned (for outcomes a layer made itself, none until they are returned).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &HandlerOutcome> + '_ {
+        self.each.iter().map(|(outcome, _)| outcome)
+    }
+
+    /// Settles the message at `index` as `outcome` (see the type's doc for what becomes of what
+    /// the handler published). An index past the call is logged as an error and ignored.
+    pub fn set(&mut self, index: usize, outcome: HandlerOutcome) -> &mut Self {
+        match self.each.get_mut(index) {
+            Some((settled, published)) => {
+                if !(*settled == HandlerOutcome::Ack && outcome == HandlerOutcome::Ack) {
+                    published.clear();
+                }
+                *settled = outcome;
+            }
+            None => {
+                self.named.insert(index, outcome);
+            }
+        }
+        self
+    }
+
+    /// [`set`](Self::set), by value.
+    pub fn with(mut self, index: usize, outcome: HandlerOutcome) -> Self {
+        self.set(index, outcome);
+        self
+    }
+
+    /// Every message settled as `outcome` (see [`set`](Self::set)).
+    pub fn set_all(&mut self, outcome: HandlerOutcome) -> &mut Self {
+        for index in 0..self.each.len() {
+            self.set(index, outcome.clone());
+        }
+        self.named.clear();
+        self.rest = outcome;
+        self
+    }
+
+    /// Exactly one entry per message of a call of `len`: those named past it are noted (the
+    /// engine logs them), those not named take the outcome for all.
+    fn fit(mut self, len: usize) -> Self {
+        if self.each.len() > len {
+            self.past_the_call.extend(len..self.each.len());
+            self.each.truncate(len);
+        }
+        while self.each.len() < len {
+            self.each.push((self.rest.clone(), Vec::new()));
+        }
+        for (index, outcome) in std::mem::take(&mut self.named) {
+            if index < len {
+                self.set(index, outcome);
+            } else {
+                self.past_the_call.push(index);
+            }
+        }
+        self
+    }
+
+    /// Each message's outcome with what it published, in order, and the indexes named past the
+    /// call.
+    pub(crate) fn into_parts(self) -> (Vec<(HandlerOutcome, Vec<Outgoing>)>, Vec<usize>) {
+        (self.each, self.past_the_call)
+    }
+}
+
+/// The rest of a call's way: the layers after this one, then the handler.
+pub struct Next {
+    layers: Layers,
+    /// The index in `layers` of the layer `run` runs.
+    at: usize,
+    handler: Endpoint,
+}
+
+impl fmt::Debug for Next {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Next")
+            .field("layers_left", &(self.layers.0.len() - self.at))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The handler at the end of a call's layers: runs once, over the call the last layer passes on.
+pub(crate) type Endpoint = Box<dyn FnOnce(Call) -> BoxFuture<'static, Outcomes> + Send>;
+
+impl Next {
+    /// The way through `layers`, then to `handler`.
+    pub(crate) fn new(layers: Layers, handler: Endpoint) -> Self {
+        Self {
+            layers,
+            at: 0,
+            handler,
+        }
+    }
+
+    /// Runs the next layer, or the handler after the last one, on `call`; resolves to one
+    /// outcome per message of the call. A layer runs it at most once: a call that should be
+    /// handled again is retried by the engine (return `retry()`).
+    pub fn run(self, call: Call) -> impl Future<Output = Outcomes> + Send + 'static {
+        let len = call.len();
+        let layer = self.layers.0.get(self.at).cloned();
+        let outcomes = match layer {
+            Some(layer) => layer.call(
+                call,
+                Next {
+                    at: self.at + 1,
+                    ..self
+                },
+            ),
+            None => (self.handler)(call),
+        };
+        async move { outcomes.await.fit(len) }
+    }
+}
+
+/// [`Middleware`] behind a pointer, so a subscription holds layers of any type.
+trait ErasedMiddleware: Send + Sync + 'static {
+    fn call(self: Arc<Self>, call: Call, next: Next) -> BoxFuture<'static, Outcomes>;
+}
+
+impl<M: Middleware> ErasedMiddleware for M {
+    fn call(self: Arc<Self>, call: Call, next: Next) -> BoxFuture<'static, Outcomes> {
+        // The layer's own code, even what it does before its first `.await`, runs when the
+        // future is polled: inside the engine's panic catch, timeout and `process` span.
+        Box::pin(async move { Middleware::call(&*self, call, next).await })
+    }
+}
+
+/// A subscription's layers, outermost first: the app's, then its own.
+#[derive(Clone, Default)]
+pub(crate) struct Layers(Arc<[Arc<dyn ErasedMiddleware>]>);
+
+impl fmt::Debug for Layers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} layers", self.0.len())
+    }
+}
+
+impl Layers {
+    /// One layer.
+    pub(crate) fn of(layer: impl Middleware) -> Self {
+        Self(Arc::from([Arc::new(layer) as Arc<dyn ErasedMiddleware>]))
+    }
+
+    /// Whether there is none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `self`'s layers, then `inner`'s.
+    pub(crate) fn around(&self, inner: &Layers) -> Self {
+        Self(self.0.iter().chain(inner.0.iter()).cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_fit_the_call_and_note_what_is_past_it() {
+        let outcomes = Outcomes::all(HandlerOutcome::retry())
+            .with(1, HandlerOutcome::ack())
+            .with(3, HandlerOutcome::dead_letter("x"))
+            .fit(2);
+        assert_eq!(
+            outcomes.iter().collect::<Vec<_>>(),
+            [&HandlerOutcome::retry(), &HandlerOutcome::ack()]
+        );
+        assert_eq!(
+            outcomes.past_the_call,
+            [3],
+            "only what was named past the call"
+        );
+        let short = Outcomes::all(HandlerOutcome::ack()).fit(3);
+        assert_eq!(short.iter().len(), 3);
+    }
+
+    #[test]
+    fn set_all_reaches_every_message_and_those_past_the_ones_named() {
+        let mut outcomes = Outcomes::handled(
+            vec![
+                (HandlerOutcome::ack(), Vec::new()),
+                (HandlerOutcome::retry(), Vec::new()),
+            ],
+            Vec::new(),
+        );
+        outcomes.set_all(HandlerOutcome::dead_letter("stop"));
+        let outcomes = outcomes.fit(3);
+        assert!(outcomes
+            .iter()
+            .all(|outcome| *outcome == HandlerOutcome::dead_letter("stop")));
+    }
+}
