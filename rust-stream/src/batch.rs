@@ -566,38 +566,35 @@ where
             };
         }
         let typed = self.typed.clone();
-        let handler: Endpoint = Box::new(move |call: Call| {
-            Box::pin(async move {
-                let (held, extensions) = call.into_parts();
-                let mut ctx = held
-                    .iter()
-                    .map(|message| {
-                        Context::new(
-                            message.delivery(),
-                            message.attempt(),
-                            &states,
-                            stopping.clone(),
-                        )
-                        .with_extensions(&extensions)
-                    })
-                    .collect::<BatchContext<'_>>()
-                    .with_extensions(&extensions);
-                let outcome = typed
-                    .handler
-                    .handle(&messages, &typed.outputs, &mut ctx)
-                    .await;
-                let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
-                Outcomes::handled(
-                    outcomes.into_iter().zip(ctx.into_staged()).collect(),
-                    past_the_batch,
-                )
-            })
+        let handler = Endpoint::new(move |call: Call| async move {
+            let (held, extensions) = call.into_parts();
+            let mut ctx = held
+                .iter()
+                .map(|message| {
+                    Context::new(
+                        message.delivery(),
+                        message.attempt(),
+                        &states,
+                        stopping.clone(),
+                    )
+                    .with_extensions(&extensions)
+                })
+                .collect::<BatchContext<'_>>()
+                .with_extensions(&extensions);
+            let outcome = typed
+                .handler
+                .handle(&messages, &typed.outputs, &mut ctx)
+                .await;
+            let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
+            Outcomes::handled(
+                outcomes.into_iter().zip(ctx.into_staged()),
+                past_the_batch,
+            )
         });
         let call = Call::new(
             decoded
                 .into_iter()
-                .map(|(delivery, attempt)| Message::new(delivery, attempt))
-                .collect(),
+                .map(|(delivery, attempt)| Message::new(delivery, attempt)),
             true,
         );
         let next = Next::new(self.layers.clone(), handler);
@@ -606,7 +603,7 @@ where
             call: Some(Box::pin(async move {
                 let (messages, past_the_batch) = next.run(call).await.into_parts();
                 Answered {
-                    messages,
+                    messages: messages.into_vec(),
                     past_the_batch,
                 }
             })),

@@ -590,21 +590,19 @@ where
                 Err(error) => return Handled::Undecodable(error),
             };
             let typed = self.typed.clone();
-            let handler: Endpoint = Box::new(move |call: Call| {
-                Box::pin(async move {
-                    let (messages, extensions) = call.into_parts();
-                    let one = &messages[0];
-                    let mut ctx = Context::new(one.delivery(), one.attempt(), &states, stopping)
-                        .with_extensions(&extensions);
-                    let outcome = typed
-                        .handler
-                        .handle(&message, &typed.outputs, &mut ctx)
-                        .await
-                        .into_outcome();
-                    Outcomes::handled(vec![(outcome, ctx.into_staged())], Vec::new())
-                })
+            let handler = Endpoint::new(move |call: Call| async move {
+                let (messages, extensions) = call.into_parts();
+                let one = &messages[0];
+                let mut ctx = Context::new(one.delivery(), one.attempt(), &states, stopping)
+                    .with_extensions(&extensions);
+                let outcome = typed
+                    .handler
+                    .handle(&message, &typed.outputs, &mut ctx)
+                    .await
+                    .into_outcome();
+                Outcomes::handled([(outcome, ctx.into_staged())], Vec::new())
             });
-            let call = Call::new(vec![Message::new(delivery, attempt)], false);
+            let call = Call::new([Message::new(delivery, attempt)], false);
             let (mut each, past_the_call) = Next::new(self.layers.clone(), handler)
                 .run(call)
                 .await

@@ -59,8 +59,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::SystemTime;
+
+use futures_util::future::Either;
+use smallvec::SmallVec;
 
 use crate::context::{Delivery, Extensions, Sns, SnsNotification};
 use crate::outcome::HandlerOutcome;
@@ -146,7 +151,8 @@ where
 /// One handler call as middleware sees it: its messages, in order, and the values the layers put
 /// in for the handler.
 pub struct Call {
-    messages: Vec<Message>,
+    /// Inline for a single handler's one message, so its call allocates nothing for it.
+    messages: SmallVec<[Message; 1]>,
     batch: bool,
     extensions: Extensions,
 }
@@ -163,9 +169,9 @@ impl fmt::Debug for Call {
 
 impl Call {
     /// A call over `messages`: a batch handler's when `batch`.
-    pub(crate) fn new(messages: Vec<Message>, batch: bool) -> Self {
+    pub(crate) fn new(messages: impl IntoIterator<Item = Message>, batch: bool) -> Self {
         Self {
-            messages,
+            messages: messages.into_iter().collect(),
             batch,
             extensions: Extensions::default(),
         }
@@ -206,7 +212,7 @@ impl Call {
     }
 
     /// The messages and extensions, for the handler's context.
-    pub(crate) fn into_parts(self) -> (Vec<Message>, Extensions) {
+    pub(crate) fn into_parts(self) -> (SmallVec<[Message; 1]>, Extensions) {
         (self.messages, self.extensions)
     }
 }
@@ -335,8 +341,8 @@ impl Message {
 #[must_use = "outcomes settle the messages only when returned"]
 pub struct Outcomes {
     /// The outcome of each message by its index, with what the handler published for it: one
-    /// per message once the outcomes come back from a layer or the handler.
-    each: Vec<(HandlerOutcome, Vec<Outgoing>)>,
+    /// per message once the outcomes come back from a layer or the handler (inline for one).
+    each: Each,
     /// Outcomes [`set`](Self::set) past `each`, by index: a layer's own outcomes, which do not
     /// know how many messages the call holds until they are fitted to it.
     named: BTreeMap<usize, HandlerOutcome>,
@@ -345,6 +351,9 @@ pub struct Outcomes {
     /// The indexes a batch handler's outcome, or a layer, named past the call.
     past_the_call: Vec<usize>,
 }
+
+/// Each message's outcome and what the handler published for it, by index.
+pub(crate) type Each = SmallVec<[(HandlerOutcome, Vec<Outgoing>); 1]>;
 
 impl fmt::Debug for Outcomes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -366,7 +375,7 @@ impl Outcomes {
     /// Every message of the call settled as `outcome` (unless [`set`](Self::set) says otherwise).
     pub fn all(outcome: HandlerOutcome) -> Self {
         Self {
-            each: Vec::new(),
+            each: Each::new(),
             named: BTreeMap::new(),
             rest: outcome,
             past_the_call: Vec::new(),
@@ -376,11 +385,11 @@ impl Outcomes {
     /// What the handler answered: each message's outcome and what it published for it, and the
     /// indexes its outcome named past the call.
     pub(crate) fn handled(
-        each: Vec<(HandlerOutcome, Vec<Outgoing>)>,
+        each: impl IntoIterator<Item = (HandlerOutcome, Vec<Outgoing>)>,
         past_the_call: Vec<usize>,
     ) -> Self {
         Self {
-            each,
+            each: each.into_iter().collect(),
             named: BTreeMap::new(),
             rest: HandlerOutcome::Ack,
             past_the_call,
@@ -456,7 +465,7 @@ impl Outcomes {
 
     /// Each message's outcome with what it published, in order, and the indexes named past the
     /// call.
-    pub(crate) fn into_parts(self) -> (Vec<(HandlerOutcome, Vec<Outgoing>)>, Vec<usize>) {
+    pub(crate) fn into_parts(self) -> (Each, Vec<usize>) {
         (self.each, self.past_the_call)
     }
 }
@@ -477,8 +486,72 @@ impl fmt::Debug for Next {
     }
 }
 
-/// The handler at the end of a call's layers: runs once, over the call the last layer passes on.
-pub(crate) type Endpoint = Box<dyn FnOnce(Call) -> BoxFuture<'static, Outcomes> + Send>;
+/// The handler at the end of a call's layers: made before the call with what the handler needs,
+/// started once with the call the last layer passes on. One allocation holds both what it
+/// captured and, once started, the handler's future.
+pub(crate) struct Endpoint(Pin<Box<dyn StartOnce>>);
+
+impl Endpoint {
+    /// The handler that `start` runs on the call.
+    pub(crate) fn new<S, F>(start: S) -> Self
+    where
+        S: FnOnce(Call) -> F + Send + 'static,
+        F: Future<Output = Outcomes> + Send + 'static,
+    {
+        Self(Box::pin(HandlerCall::Waiting { start: Some(start) }))
+    }
+
+    /// Starts the handler on `call`; the returned future is the handler's.
+    fn start(self, call: Call) -> Pin<Box<dyn StartOnce>> {
+        let mut handler = self.0;
+        handler.as_mut().start(call);
+        handler
+    }
+}
+
+/// A handler's future that waits for its call before it can be polled.
+trait StartOnce: Future<Output = Outcomes> + Send {
+    fn start(self: Pin<&mut Self>, call: Call);
+}
+
+pin_project_lite::pin_project! {
+    #[project = HandlerCallProjection]
+    enum HandlerCall<S, F> {
+        Waiting { start: Option<S> },
+        Running { #[pin] future: F },
+    }
+}
+
+impl<S, F> StartOnce for HandlerCall<S, F>
+where
+    S: FnOnce(Call) -> F + Send,
+    F: Future<Output = Outcomes> + Send,
+{
+    fn start(mut self: Pin<&mut Self>, call: Call) {
+        if let HandlerCallProjection::Waiting { start } = self.as_mut().project() {
+            let start = start.take().expect("an endpoint starts once");
+            self.set(HandlerCall::Running {
+                future: start(call),
+            });
+        }
+    }
+}
+
+impl<S, F> Future for HandlerCall<S, F>
+where
+    F: Future<Output = Outcomes>,
+{
+    type Output = Outcomes;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Outcomes> {
+        match self.project() {
+            HandlerCallProjection::Running { future } => future.poll(cx),
+            HandlerCallProjection::Waiting { .. } => {
+                unreachable!("`Next::run` starts the handler before it polls it")
+            }
+        }
+    }
+}
 
 impl Next {
     /// The way through `layers`, then to `handler`.
@@ -497,14 +570,14 @@ impl Next {
         let len = call.len();
         let layer = self.layers.0.get(self.at).cloned();
         let outcomes = match layer {
-            Some(layer) => layer.call(
+            Some(layer) => Either::Left(layer.call(
                 call,
                 Next {
                     at: self.at + 1,
                     ..self
                 },
-            ),
-            None => (self.handler)(call),
+            )),
+            None => Either::Right(self.handler.start(call)),
         };
         async move { outcomes.await.fit(len) }
     }
