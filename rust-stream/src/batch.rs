@@ -586,10 +586,7 @@ where
                 .handle(&messages, &typed.outputs, &mut ctx)
                 .await;
             let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
-            Outcomes::handled(
-                outcomes.into_iter().zip(ctx.into_staged()),
-                past_the_batch,
-            )
+            Outcomes::handled(outcomes.into_iter().zip(ctx.into_staged()), past_the_batch)
         });
         let call = Call::new(
             decoded

@@ -133,6 +133,7 @@ pub mod retry;
 pub mod routing;
 pub mod sqs;
 pub mod state;
+pub mod store;
 pub(crate) mod task;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

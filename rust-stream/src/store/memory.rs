@@ -1,0 +1,354 @@
+//! An [`InboxStore`] in the process, on tokio's clock: for tests and examples, where a paused
+//! clock lets a test pass a key's retention without waiting.
+//!
+//! It keeps SQL's semantics where the inbox relies on them: a held key makes a second claim wait
+//! (up to its [`wait`](super::ClaimSettings::wait)), a commit makes the key and the handler's
+//! writes visible together, and a transaction dropped without commit releases the key. The
+//! handler's writes are actions given to [`MemoryTransaction::on_commit`], run at the commit.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError};
+
+/// An in-process [`InboxStore`]: see the [module docs](self). Clones share the store.
+///
+/// ```
+/// use rust_stream::store::memory::MemoryStore;
+/// use rust_stream::store::{Claim, ClaimSettings, InboxKey, InboxStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), rust_stream::store::StoreError> {
+/// let store = MemoryStore::new();
+/// let key = InboxKey::new("payments.fifo", "payment-7");
+/// let settings = ClaimSettings {
+///     wait: Duration::from_secs(1),
+///     lease: Duration::from_secs(60),
+///     retention: Duration::from_secs(3600),
+/// };
+///
+/// let Claim::Claimed(mut transaction) = store.claim(&key, settings).await? else { unreachable!() };
+/// transaction.on_commit(|| { /* the handler's own write: post payment-7 */ });
+/// store.complete(transaction, &key, None).await?;
+///
+/// // The same key again: done, so its handler does not run a second time.
+/// assert!(matches!(store.claim(&key, settings).await?, Claim::Completed(None)));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    keys: Mutex<Keys>,
+    /// Woken whenever a held key is completed or released.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct Keys {
+    by_key: HashMap<InboxKey, Entry>,
+    /// The number the next claim holds its key by.
+    next_claim: u64,
+}
+
+enum Entry {
+    /// A claim's open transaction holds the key.
+    Held {
+        claim: u64,
+        retention: std::time::Duration,
+    },
+    /// Completed; kept until `expires_at`.
+    Completed {
+        recorded: Option<String>,
+        expires_at: Instant,
+    },
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys = self.keys();
+        let held = keys
+            .by_key
+            .values()
+            .filter(|entry| matches!(entry, Entry::Held { .. }))
+            .count();
+        f.debug_struct("MemoryStore")
+            .field("held", &held)
+            .field("completed", &(keys.by_key.len() - held))
+            .finish()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many keys are completed and not yet swept.
+    pub fn completed(&self) -> usize {
+        self.keys()
+            .by_key
+            .values()
+            .filter(|entry| matches!(entry, Entry::Completed { .. }))
+            .count()
+    }
+
+    fn keys(&self) -> MutexGuard<'_, Keys> {
+        // A panic while the lock is held leaves the map whole (each change is one insert or
+        // remove), so a poisoned lock is still good to use.
+        self.shared
+            .keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Frees `key` if `claim` still holds it.
+    fn release_claim(&self, key: &InboxKey, claim: u64) {
+        let mut keys = self.keys();
+        if matches!(keys.by_key.get(key), Some(Entry::Held { claim: held, .. }) if *held == claim) {
+            keys.by_key.remove(key);
+        }
+        drop(keys);
+        self.shared.changed.notify_waiters();
+    }
+}
+
+/// The open transaction of a [`MemoryStore`] claim: the key is held until it is completed,
+/// released or dropped.
+pub struct MemoryTransaction {
+    store: MemoryStore,
+    key: InboxKey,
+    claim: u64,
+    on_commit: Vec<Box<dyn FnOnce() + Send>>,
+    settled: bool,
+}
+
+impl fmt::Debug for MemoryTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryTransaction")
+            .field("key", &self.key)
+            .field("on_commit", &self.on_commit.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryTransaction {
+    /// Runs `write` when the transaction commits, with the key's completion (never, if it rolls
+    /// back): the in-process stand-in for the handler's own writes. It runs under the store's
+    /// lock, so it must not use the store.
+    pub fn on_commit(&mut self, write: impl FnOnce() + Send + 'static) {
+        self.on_commit.push(Box::new(write));
+    }
+
+    /// The key this transaction holds.
+    pub fn key(&self) -> &InboxKey {
+        &self.key
+    }
+}
+
+impl Drop for MemoryTransaction {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.store.release_claim(&self.key, self.claim);
+        }
+    }
+}
+
+impl InboxStore for MemoryStore {
+    type Transaction = MemoryTransaction;
+
+    async fn claim(
+        &self,
+        key: &InboxKey,
+        settings: ClaimSettings,
+    ) -> Result<Claim<MemoryTransaction>, StoreError> {
+        let deadline = Instant::now() + settings.wait;
+        loop {
+            // Registered before the lock is let go, so a release between the two is not missed.
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut keys = self.keys();
+                match keys.by_key.get(key) {
+                    Some(Entry::Completed {
+                        recorded,
+                        expires_at,
+                    }) if *expires_at > Instant::now() => {
+                        return Ok(Claim::Completed(recorded.clone()));
+                    }
+                    Some(Entry::Held { .. }) => {}
+                    // Free, or completed longer ago than its retention: as good as swept.
+                    _ => {
+                        let claim = keys.next_claim;
+                        keys.next_claim += 1;
+                        keys.by_key.insert(
+                            key.clone(),
+                            Entry::Held {
+                                claim,
+                                retention: settings.retention,
+                            },
+                        );
+                        return Ok(Claim::Claimed(MemoryTransaction {
+                            store: self.clone(),
+                            key: key.clone(),
+                            claim,
+                            on_commit: Vec::new(),
+                            settled: false,
+                        }));
+                    }
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Ok(Claim::Busy);
+            }
+        }
+    }
+
+    async fn complete(
+        &self,
+        mut transaction: MemoryTransaction,
+        key: &InboxKey,
+        recorded: Option<&str>,
+    ) -> Result<(), StoreError> {
+        debug_assert_eq!(&transaction.key, key, "a transaction completes its own key");
+        transaction.settled = true;
+        let mut keys = self.keys();
+        let retention = match keys.by_key.get(&transaction.key) {
+            Some(Entry::Held { claim, retention }) if *claim == transaction.claim => *retention,
+            // Only a claim's own transaction removes its hold, and it has not: unreachable, but
+            // a commit of a key it does not hold must not happen either.
+            _ => return Ok(()),
+        };
+        for write in std::mem::take(&mut transaction.on_commit) {
+            write();
+        }
+        keys.by_key.insert(
+            transaction.key.clone(),
+            Entry::Completed {
+                recorded: recorded.map(str::to_owned),
+                expires_at: Instant::now() + retention,
+            },
+        );
+        drop(keys);
+        self.shared.changed.notify_waiters();
+        Ok(())
+    }
+
+    async fn release(&self, transaction: MemoryTransaction) -> Result<(), StoreError> {
+        drop(transaction);
+        Ok(())
+    }
+
+    async fn sweep(&self, limit: u32) -> Result<u64, StoreError> {
+        let now = Instant::now();
+        let mut keys = self.keys();
+        let expired: Vec<InboxKey> = keys
+            .by_key
+            .iter()
+            .filter(|(_, entry)| matches!(entry, Entry::Completed { expires_at, .. } if *expires_at <= now))
+            .map(|(key, _)| key.clone())
+            .take(limit as usize)
+            .collect();
+        for key in &expired {
+            keys.by_key.remove(key);
+        }
+        Ok(expired.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    const SETTINGS: ClaimSettings = ClaimSettings {
+        wait: Duration::from_secs(2),
+        lease: Duration::from_secs(60),
+        retention: Duration::from_secs(3600),
+    };
+
+    fn key() -> InboxKey {
+        InboxKey::new("payments", "payment-1")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_transaction_releases_its_key_and_its_writes_never_run() {
+        let store = MemoryStore::new();
+        let posted = Arc::new(AtomicU32::new(0));
+        let Claim::Claimed(mut transaction) = store.claim(&key(), SETTINGS).await.unwrap() else {
+            panic!("a free key is claimed");
+        };
+        let counter = posted.clone();
+        transaction.on_commit(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        drop(transaction);
+        assert_eq!(posted.load(Ordering::SeqCst), 0);
+        assert!(matches!(
+            store.claim(&key(), SETTINGS).await.unwrap(),
+            Claim::Claimed(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_claim_waits_for_the_first_and_finds_it_completed() {
+        let store = MemoryStore::new();
+        let Claim::Claimed(transaction) = store.claim(&key(), SETTINGS).await.unwrap() else {
+            panic!("a free key is claimed");
+        };
+        let second = tokio::spawn({
+            let store = store.clone();
+            async move { store.claim(&key(), SETTINGS).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        store
+            .complete(transaction, &key(), Some("[]"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            second.await.unwrap(),
+            Claim::Completed(Some(recorded)) if recorded == "[]"
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_held_past_the_wait_is_busy() {
+        let store = MemoryStore::new();
+        let _held = store.claim(&key(), SETTINGS).await.unwrap();
+        let started = Instant::now();
+        assert!(matches!(
+            store.claim(&key(), SETTINGS).await.unwrap(),
+            Claim::Busy
+        ));
+        assert_eq!(started.elapsed(), SETTINGS.wait);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn completed_keys_expire_after_their_retention_and_are_swept() {
+        let store = MemoryStore::new();
+        for n in 0..3 {
+            let key = InboxKey::new("payments", format!("payment-{n}"));
+            let Claim::Claimed(transaction) = store.claim(&key, SETTINGS).await.unwrap() else {
+                panic!("a free key is claimed");
+            };
+            store.complete(transaction, &key, None).await.unwrap();
+        }
+        assert_eq!(store.sweep(10).await.unwrap(), 0);
+        tokio::time::advance(SETTINGS.retention).await;
+        assert_eq!(store.sweep(2).await.unwrap(), 2);
+        assert_eq!(store.sweep(2).await.unwrap(), 1);
+        assert_eq!(store.completed(), 0);
+    }
+}

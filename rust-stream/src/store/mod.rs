@@ -1,0 +1,137 @@
+//! Where the inbox keeps what it knows about each message it has handled: the
+//! [`InboxStore`] contract, and the stores that keep it.
+//!
+//! SQS delivers at least once, so a consumer that must act exactly once (post a payment, ship
+//! an order) remembers which messages it has already acted on. The
+//! [inbox](crate::inbox) does so by *claiming* a message's key in a store before its handler
+//! runs. The claim is a database transaction: the handler writes its own rows in it, and the key
+//! is marked done in the same commit, so either both happen or neither does. A duplicate
+//! delivery finds the key done and is acked without running the handler again; a failed or
+//! panicking attempt rolls the transaction back, which releases the key for its retry.
+//!
+//! The stores:
+//!
+//! - [`memory::MemoryStore`]: in the process, on tokio's clock, for tests (a paused clock expires
+//!   its keys without waiting); the handler's "writes" are actions run on commit.
+//! - `postgres::PostgresStore` (feature `postgres`): PostgreSQL, shared by every replica of a
+//!   service; the handler gets a `sqlx::Transaction<'static, sqlx::Postgres>`.
+//! - `sqlite::SqliteStore` (feature `sqlite`): SQLite, the embedded default: a file, no server, one
+//!   process; the handler gets a `sqlx::Transaction<'static, sqlx::Sqlite>`.
+//!
+//! Each database store creates its tables on first use and records the schema version it wrote,
+//! so a later release can migrate them (and an older one refuses a newer schema).
+
+use std::future::Future;
+use std::time::Duration;
+
+pub mod memory;
+
+/// The key the inbox claims for one message: which consumer handles it, and the message's
+/// idempotency key (its FIFO deduplication id, its message id, or a key the inbox was told to
+/// take). Two subscriptions that consume the same message keep separate keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InboxKey {
+    /// The consumer the key belongs to: the subscription's queue name.
+    pub consumer: String,
+    /// The message's idempotency key.
+    pub key: String,
+}
+
+impl InboxKey {
+    /// The key `key` of `consumer`.
+    pub fn new(consumer: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            key: key.into(),
+        }
+    }
+}
+
+/// How a claim is made: how long to wait for another attempt that holds the key, how long the
+/// claim may stay open, and how long a completed key is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimSettings {
+    /// How long a claim waits for another attempt that holds the key to commit or roll back
+    /// before it answers [`Claim::Busy`].
+    pub wait: Duration,
+    /// How long the claim's transaction may sit open waiting for its client (the handler's
+    /// timeout and a margin): a database store has the server roll back a transaction idle for
+    /// longer, so a client that hangs or loses its connection frees the key. (In the process, the
+    /// engine's handler timeout drops the transaction, which frees it.)
+    pub lease: Duration,
+    /// How long the key is kept once completed: a duplicate delivered later is handled again.
+    pub retention: Duration,
+}
+
+/// What claiming a key found.
+#[derive(Debug)]
+pub enum Claim<T> {
+    /// The key is this attempt's, held by `T`, the open transaction: the handler runs, and
+    /// [`InboxStore::complete`] commits its writes with the key, or
+    /// [`InboxStore::release`] (or dropping `T`) rolls both back.
+    Claimed(T),
+    /// An earlier attempt completed the key; what it recorded with it (the inbox's record of the
+    /// handler's outputs, to send again), if anything.
+    Completed(Option<String>),
+    /// Another attempt held the key for longer than [`ClaimSettings::wait`]: try again later.
+    Busy,
+}
+
+/// A store the inbox claims keys in: see the [module docs](self).
+///
+/// Every method's transaction is the one [`claim`](Self::claim) opened; dropping it without
+/// [`complete`](Self::complete) rolls it back, so a handler that panics or times out (whose
+/// future is dropped) releases its key.
+pub trait InboxStore: Clone + Send + Sync + 'static {
+    /// The open transaction a claim holds, which the handler writes its own rows in.
+    type Transaction: Send + 'static;
+
+    /// Opens a transaction and claims `key` in it. When another attempt holds the key, waits up to
+    /// `settings.wait` for it to commit (then [`Claim::Completed`]) or roll back (then the claim
+    /// is this attempt's).
+    fn claim(
+        &self,
+        key: &InboxKey,
+        settings: ClaimSettings,
+    ) -> impl Future<Output = Result<Claim<Self::Transaction>, StoreError>> + Send;
+
+    /// Marks `key` completed, with `recorded` beside it, and commits `transaction`: the handler's
+    /// writes and the key together. An error means nothing was committed.
+    fn complete(
+        &self,
+        transaction: Self::Transaction,
+        key: &InboxKey,
+        recorded: Option<&str>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Rolls `transaction` back: the handler's writes are undone and the key is free again.
+    fn release(
+        &self,
+        transaction: Self::Transaction,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Deletes up to `limit` completed keys whose retention has passed; answers how many it
+    /// deleted (fewer than `limit`: none are left for now).
+    fn sweep(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// What went wrong in a store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database answered with an error, or could not be reached.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    #[error("the inbox's database failed: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The database's tables were written by a newer rust-stream than this one.
+    #[error(
+        "the database's rust-stream tables are at schema version {found}, newer than this \
+         release's {supported}: run the newer release, or point this one at another database"
+    )]
+    NewerSchema {
+        /// The version the database records.
+        found: i64,
+        /// The newest version this release knows.
+        supported: i64,
+    },
+}
