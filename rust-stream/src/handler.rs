@@ -81,6 +81,7 @@ pub fn subscriber<H>(source: impl Into<SqsQueue>, handler: H) -> SubscriberBuild
         layers: Layers::default(),
         calls: OneAtATime,
         filter: None,
+        innermost: None,
     }
 }
 
@@ -109,6 +110,22 @@ pub struct SubscriberBuilder<H, O = (), C = Json, K = OneAtATime> {
     /// How the handler takes messages: [`OneAtATime`] or [`Batched`].
     calls: K,
     filter: Option<Filter>,
+    /// The layer that runs inside every other, next to the handler: the inbox's, made from the
+    /// subscription's queue and outputs once they are known.
+    innermost: Option<Innermost>,
+}
+
+/// Makes a subscription's innermost layer from its queue and outputs (see
+/// [`SubscriberBuilder::innermost`]).
+pub(crate) struct Innermost(Box<MakeLayers>);
+
+/// What makes a layer from a subscription's queue and outputs.
+type MakeLayers = dyn FnOnce(&SqsQueue, &[Publisher]) -> Layers + Send;
+
+impl std::fmt::Debug for Innermost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Innermost(..)")
+    }
 }
 
 /// A routed subscriber's predicate: whether it takes a message (see
@@ -165,6 +182,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
             filter: self.filter,
             layers: self.layers,
             calls: Batched(BatchLimits { max, window }),
+            innermost: self.innermost,
         }
     }
 }
@@ -297,6 +315,7 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             layers: self.layers,
             calls: self.calls,
             filter: self.filter,
+            innermost: self.innermost,
         }
     }
 
@@ -313,6 +332,7 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             layers: self.layers,
             calls: self.calls,
             filter: self.filter,
+            innermost: self.innermost,
         }
     }
 
@@ -323,6 +343,9 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
         C: Codec,
     {
         let publishers = self.outputs.publishers();
+        let innermost = self
+            .innermost
+            .map(|Innermost(make)| make(&self.queue, &publishers));
         let payload = self.payload.unwrap_or_else(Payload::named::<T>);
         payload.check_describes::<T>();
         let content_type = self.codec.content_type();
@@ -343,8 +366,21 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
             handler_name: None,
             handler,
         };
+        if let Some(innermost) = innermost {
+            subscriber.wrap(&innermost);
+        }
         subscriber.wrap(&self.layers);
         subscriber
+    }
+
+    /// Puts the layer `make` makes inside every other, next to the handler (one only: a second
+    /// call replaces the first).
+    pub(crate) fn innermost(
+        mut self,
+        make: impl FnOnce(&SqsQueue, &[Publisher]) -> Layers + Send + 'static,
+    ) -> Self {
+        self.innermost = Some(Innermost(Box::new(make)));
+        self
     }
 }
 
@@ -379,7 +415,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C, Batched> {
     /// # Panics
     ///
     /// When a [`payload`](Self::payload) was given that describes another type than `T`.
-    pub fn build<T>(self) -> Subscriber
+    pub fn build<T>(mut self) -> Subscriber
     where
         H: HandleBatch<T, O>,
         T: DeserializeOwned + Send + Sync + 'static,
@@ -387,7 +423,9 @@ impl<H, O, C> SubscriberBuilder<H, O, C, Batched> {
         C: Codec,
     {
         let Batched(limits) = self.calls;
-        self.into_subscriber::<T>(|handler, outputs, codec| {
+        // `idempotent(..)` exists for single handlers only, but it may come before `batch(..)`.
+        let idempotent = self.innermost.take().is_some();
+        let mut subscriber = self.into_subscriber::<T>(|handler, outputs, codec| {
             Handler::Batch(
                 Arc::new(TypedBatch {
                     handler,
@@ -397,7 +435,16 @@ impl<H, O, C> SubscriberBuilder<H, O, C, Batched> {
                 }),
                 limits,
             )
-        })
+        });
+        if idempotent {
+            subscriber
+                .problems
+                .push(crate::model::ConfigError::IdempotentBatch {
+                    queue: subscriber.queue.name.clone(),
+                    handler: crate::describe::short_name(subscriber.handler_type),
+                });
+        }
+        subscriber
     }
 }
 

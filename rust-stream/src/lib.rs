@@ -120,6 +120,7 @@ pub mod health;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod inbox;
 pub mod metrics;
 pub mod middleware;
 pub mod model;

@@ -30,6 +30,7 @@
 //! | `rust_stream.receive.batch_size` | histogram | | messages each receive brought, empty ones included |
 //! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `SetQueueAttributes`, `CreateQueue`; SNS's (`aws_sns`): `PublishBatch`, `CreateTopic`, `GetTopicAttributes`, `Subscribe`, `GetSubscriptionAttributes`, `ListSubscriptionsByTopic` |
 //! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered; to a topic with `aws_sns` |
+//! | `rust_stream.inbox.duplicates` | counter | | messages an [inbox](crate::inbox) found handled before, acked without running their handler |
 //!
 //! `error.type` is the [`ErrorKind`](crate::model::rules::ErrorKind) SQS answered (its `Debug`
 //! name, e.g. `Throttled`), the code of an error it does not know (e.g. `AccessDenied`), or
@@ -221,6 +222,18 @@ pub(crate) fn call<T>(
         labels.push(Label::new(ERROR_TYPE, error_type(error)));
     }
     ::metrics::histogram!(OPERATION_DURATION, labels).record(took.as_secs_f64());
+}
+
+/// `rust_stream.inbox.duplicates`: copies of handled messages the inbox acked without a handler.
+pub const INBOX_DUPLICATES: &str = "rust_stream.inbox.duplicates";
+
+/// Records a copy of a handled message that `queue`'s inbox acked without running its handler.
+pub(crate) fn inbox_duplicate(queue: &str) {
+    let labels = [
+        Label::from_static_parts(SYSTEM, AWS_SQS),
+        Label::new(DESTINATION, queue.to_owned()),
+    ];
+    ::metrics::counter!(INBOX_DUPLICATES, labels.iter()).increment(1);
 }
 
 /// Records `count` messages published to `queue`, failed with `error` if any.

@@ -404,6 +404,14 @@ impl Outcomes {
         }
     }
 
+    /// What the handler published for the message at `index`: nothing when it is not acked, or
+    /// for outcomes a layer made itself.
+    pub(crate) fn published(&self, index: usize) -> &[Outgoing] {
+        self.each
+            .get(index)
+            .map_or(&[], |(_, published)| published.as_slice())
+    }
+
     /// Each message's outcome, in the call's order: one per message for what [`Next::run`]
     /// returned (for outcomes a layer made itself, none until they are returned).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &HandlerOutcome> + '_ {

@@ -283,6 +283,15 @@ pub enum ConfigError {
         /// The batch handler.
         handler: String,
     },
+    /// A batch handler was given an inbox: the inbox claims one message's key a call, in that
+    /// message's own transaction.
+    #[error("`{handler}` on queue `{queue}` is a batch handler with an inbox (`idempotent(..)`): the inbox claims one message's key a call, in its own transaction; make `{handler}` a single handler, or drop `idempotent(..)`")]
+    IdempotentBatch {
+        /// The queue.
+        queue: String,
+        /// The batch handler.
+        handler: String,
+    },
     /// A handler's output sends messages of a type to a queue of the same app that routes by
     /// type, and no route of that queue takes the type: every such message would be
     /// dead-lettered.

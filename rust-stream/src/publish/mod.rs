@@ -30,6 +30,7 @@
 //! `PublishBatch` calls of up to 10, each FIFO group in order. SNS has no delay: a `delay` step is
 //! refused.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
@@ -345,7 +346,7 @@ impl Publisher {
     /// A message whose body is `value` encoded by `codec`.
     pub fn encoded<C: Codec, T: Serialize + ?Sized>(&self, codec: &C, value: &T) -> Outgoing {
         let mut outgoing = Outgoing::new(self.clone(), codec.encode(value));
-        outgoing.type_name = Some(std::any::type_name::<T>());
+        outgoing.type_name = Some(Cow::Borrowed(std::any::type_name::<T>()));
         outgoing
     }
 
@@ -501,7 +502,7 @@ pub struct Outgoing {
     delay: Option<Duration>,
     headers: MessageAttributes,
     /// The Rust type of a typed message's value, for its type header.
-    type_name: Option<&'static str>,
+    type_name: Option<Cow<'static, str>>,
 }
 
 impl Outgoing {
@@ -520,7 +521,7 @@ impl Outgoing {
     /// Adds the type header, when the message is typed and its publisher sends it (see
     /// [`Publisher::with_type_header`]); one set by hand is kept.
     fn add_type_header(&mut self) -> Result<(), PublishError> {
-        let Some(type_name) = self.type_name else {
+        let Some(type_name) = self.type_name.as_deref() else {
             return Ok(());
         };
         let Some(header) = self.publisher.type_header() else {
@@ -1105,6 +1106,8 @@ tuple_outputs!(A, B, C);
 tuple_outputs!(A, B, C, D);
 tuple_outputs!(A, B, C, D, E);
 tuple_outputs!(A, B, C, D, E, F);
+
+pub(crate) mod recorded;
 
 #[cfg(test)]
 mod tests;
