@@ -434,6 +434,34 @@ mod configuration {
         }
     }
 
+    async fn batch_handler_with_an_inbox<T: Transport>(backend: Backend<T>) {
+        for (broker, on) in brokers(&backend).await {
+            let app =
+                RustStream::new(AppInfo::new("bad-input", "0")).with_broker(broker.clone(), |b| {
+                    b.include(
+                        subscriber("payments", AckAll)
+                            .idempotent(rust_stream::inbox::Inbox::new(
+                                rust_stream::store::memory::MemoryStore::new(),
+                            ))
+                            .batch(10, Duration::from_millis(100))
+                            .build(),
+                    );
+                });
+            let error = app.run_until(std::future::pending()).await.unwrap_err();
+            assert_refused(
+                &error,
+                &broker,
+                on,
+                |problem| matches!(problem, ConfigError::IdempotentBatch { .. }),
+                &[
+                    "`AckAll` on queue `payments`",
+                    "batch handler with an inbox (`idempotent(..)`)",
+                    "drop `idempotent(..)`",
+                ],
+            );
+        }
+    }
+
     async fn batch_window_over_5_minutes<T: Transport>(backend: Backend<T>) {
         batch_refused_at_start(
             &backend,
@@ -464,6 +492,7 @@ mod configuration {
                 batch_of_1001_messages,
                 batch_window_over_5_minutes,
                 batch_handler_on_a_routed_queue,
+                batch_handler_with_an_inbox,
                 topic_declared_with_two_content_based_deduplications,
                 queue_subscribed_to_a_topic_in_two_declarations_that_disagree,
             );

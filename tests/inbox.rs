@@ -11,15 +11,15 @@
 //!   the redelivery is acked without running, its output re-sent and stored once;
 //! - two consumers racing one key: one runs, the other waits for it and acks without running;
 //! - in process only (its clock passes five minutes at once): a copy sent after SQS's
-//!   deduplication window is still acked without running; one after the inbox's retention runs;
-//! - a batch handler with an inbox is refused at start.
+//!   deduplication window is still acked without running; one after the inbox's retention runs.
+//!
+//! A batch handler with an inbox is refused at start: `tests/bad_input.rs`, row 152.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rust_stream::aws::AwsTransport;
-use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::inbox::{Inbox, Key};
 use rust_stream::prelude::*;
 use rust_stream::record::Recorder;
@@ -442,29 +442,4 @@ async fn past_the_dedup_window_a_copy_is_acked_without_running_and_past_the_rete
     assert_eq!(post.runs(), 2);
     assert_eq!(post.posted(), ["pay-5", "pay-5"]);
     assert_eq!(settled(&recorder, &payments), [Settled::Acked; 3]);
-}
-
-struct PostAll;
-
-impl HandleBatch<Payment> for PostAll {
-    async fn handle(&self, _: &[Payment], _: &(), _: &mut BatchContext<'_>) -> BatchOutcome {
-        BatchOutcome::ack()
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_batch_handler_with_an_inbox_is_refused_at_start() {
-    let broker = SqsBroker::in_process();
-    let payments = subscriber("payments", PostAll)
-        .idempotent(Inbox::new(MemoryStore::new()))
-        .batch(10, Duration::from_secs(1))
-        .build();
-    let app = RustStream::new(AppInfo::new("inbox", "0")).with_broker(broker, |b| {
-        b.include(payments);
-    });
-    let error = TestApp::spawn(app).await.expect_err("refused").to_string();
-    assert!(
-        error.contains("is a batch handler with an inbox (`idempotent(..)`)"),
-        "{error}"
-    );
 }

@@ -186,6 +186,9 @@ mod guides {
     #[doc = include_str!("../../docs/batching.md")]
     mod batching {}
 
+    #[doc = include_str!("../../docs/exactly-once.md")]
+    mod exactly_once {}
+
     #[doc = include_str!("../../docs/testing.md")]
     mod testing {}
 
