@@ -1,8 +1,9 @@
 //! What every handler call shares, one message or a batch: the wait for a handler that was not
 //! ready at once (its timeout, the shutdown's cancellation), the verdict an outcome, a decode
-//! failure or a panic comes to, and the gauge of messages in handlers. The dispatcher's single
-//! attempts (`dispatch.rs`) and the batch calls (`batches.rs`) both run through here, so a
-//! message is settled the same way whichever handler took it.
+//! failure or a panic comes to and how each verdict is counted, and the gauge of messages in
+//! handlers. The dispatcher's single attempts (`dispatch.rs`) and the batch calls (`batches.rs`)
+//! both run through here, so a message is settled and counted the same way whichever handler
+//! took it.
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use super::settle::Verdict;
 use super::shared::Tasks;
 use crate::codec::DecodeError;
-use crate::metrics::SubscriptionMetrics;
+use crate::metrics::{Attempt, SubscriptionMetrics};
 use crate::outcome::HandlerOutcome;
 use crate::publish::Outgoing;
 
@@ -89,6 +90,16 @@ pub(crate) fn verdict(outcome: HandlerOutcome, staged: Vec<Outgoing>) -> Verdict
             reason,
             undecodable: false,
         },
+    }
+}
+
+/// How an attempt that came to `verdict` is counted in the subscription's metrics.
+pub(crate) fn counted(verdict: &Verdict) -> Attempt {
+    match verdict {
+        Verdict::Ack { .. } => Attempt::Succeeded,
+        Verdict::Failed { .. } => Attempt::Failed,
+        Verdict::DeadLetter { .. } => Attempt::DeadLetter,
+        Verdict::Cancelled => Attempt::Cancelled,
     }
 }
 

@@ -28,7 +28,7 @@ use super::shared::{Shared, Tasks};
 use crate::batch::{BatchCall, BatchLimits, ErasedBatchHandler};
 use crate::client::Client;
 use crate::context::Delivery;
-use crate::metrics::{Attempt, SubscriptionMetrics};
+use crate::metrics::SubscriptionMetrics;
 use crate::record::Event;
 use crate::retry::MessageTally;
 use crate::state::States;
@@ -325,15 +325,7 @@ impl Batches {
                 }
             }
             for (index, verdict) in decoded.into_iter().zip(decided) {
-                self.metrics.processed(
-                    match &verdict {
-                        Verdict::Ack { .. } => Attempt::Succeeded,
-                        Verdict::Failed { .. } => Attempt::Failed,
-                        Verdict::DeadLetter { .. } => Attempt::DeadLetter,
-                        Verdict::Cancelled => Attempt::Cancelled,
-                    },
-                    took,
-                );
+                self.metrics.processed(attempt::counted(&verdict), took);
                 verdicts[index] = Some(verdict);
             }
         }

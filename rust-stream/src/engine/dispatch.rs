@@ -32,7 +32,7 @@ use super::shared::{Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
 use crate::handler::{ErasedHandler, Handled, Handler};
-use crate::metrics::{Attempt, SubscriptionMetrics};
+use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConsumerSettings;
 use crate::propagation;
 use crate::state::States;
@@ -781,13 +781,8 @@ impl Dispatcher {
         let running = InFlight::new(&self.metrics, 1);
         let verdict = self.attempt(held, attempts).await;
         drop(running);
-        let attempt = match &verdict {
-            Verdict::Ack { .. } => Attempt::Succeeded,
-            Verdict::Failed { .. } => Attempt::Failed,
-            Verdict::DeadLetter { .. } => Attempt::DeadLetter,
-            Verdict::Cancelled => Attempt::Cancelled,
-        };
-        self.metrics.processed(attempt, started.elapsed());
+        self.metrics
+            .processed(attempt::counted(&verdict), started.elapsed());
         verdict
     }
 
