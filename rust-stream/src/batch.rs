@@ -325,11 +325,30 @@ impl<'a> FromIterator<Context<'a>> for BatchContext<'a> {
 }
 
 impl<'a> BatchContext<'a> {
-    /// The context, with what the call's middleware put in for the handler (each message's
-    /// context has it too).
-    fn with_extensions(mut self, extensions: &'a Extensions) -> Self {
-        self.extensions = Some(extensions);
-        self
+    /// The context of a call over `deliveries` (each with its attempt number, as the retry
+    /// policy counts them), with what the call's middleware put in for the handler when it has
+    /// middleware (each message's context has it too).
+    fn of(
+        deliveries: impl IntoIterator<Item = (&'a Delivery, u32)>,
+        states: &'a States,
+        stopping: &CancellationToken,
+        extensions: Option<&'a Extensions>,
+    ) -> Self {
+        let messages = deliveries
+            .into_iter()
+            .map(|(delivery, attempt)| {
+                let ctx = Context::new(delivery, attempt, states, stopping.clone());
+                match extensions {
+                    Some(extensions) => ctx.with_extensions(extensions),
+                    None => ctx,
+                }
+            })
+            .collect();
+        Self {
+            messages,
+            stopping: stopping.clone(),
+            extensions,
+        }
     }
 
     /// How many messages the batch holds.
@@ -457,33 +476,62 @@ pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
     fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedBatchHandler>;
 }
 
-/// The messages of `deliveries` that decode with `codec`, in order, with their deliveries; and
-/// the index and error of each that does not.
-#[allow(clippy::type_complexity)]
-fn decode_all<T: DeserializeOwned, C: Codec>(
-    codec: &C,
-    deliveries: Vec<(Arc<Delivery>, u32)>,
-) -> (Vec<T>, Vec<(Arc<Delivery>, u32)>, Vec<(usize, DecodeError)>) {
-    let mut undecodable = Vec::new();
-    let mut messages = Vec::with_capacity(deliveries.len());
-    let mut decoded = Vec::with_capacity(deliveries.len());
-    for (index, (delivery, attempt)) in deliveries.into_iter().enumerate() {
-        match delivery.decode(codec) {
-            Ok(message) => {
-                messages.push(message);
-                decoded.push((delivery, attempt));
-            }
-            Err(error) => undecodable.push((index, error)),
-        }
-    }
-    (messages, decoded, undecodable)
-}
-
+/// A batch handler with its message type, outputs and codec: what the engine calls, through
+/// [`ErasedBatchHandler`], and what [`LayeredBatch`] calls inside its layers.
 pub(crate) struct TypedBatch<H, T, O, C> {
     pub(crate) handler: H,
     pub(crate) outputs: O,
     pub(crate) codec: C,
     pub(crate) _message: PhantomData<fn() -> T>,
+}
+
+impl<H, T, O, C> TypedBatch<H, T, O, C>
+where
+    H: HandleBatch<T, O>,
+    T: DeserializeOwned,
+    C: Codec,
+{
+    /// Decodes `deliveries` and, when any decodes, makes the handler's call with `call`, given
+    /// the handler and the messages that decoded, in order, with their deliveries. Those that do
+    /// not decode never reach the handler, nor middleware: the engine settles them.
+    fn decode_then(
+        self: Arc<Self>,
+        deliveries: Vec<(Arc<Delivery>, u32)>,
+        call: impl FnOnce(Arc<Self>, Vec<T>, Vec<(Arc<Delivery>, u32)>) -> BoxFuture<'static, Answered>,
+    ) -> BatchCall {
+        let mut undecodable = Vec::new();
+        let mut messages = Vec::with_capacity(deliveries.len());
+        let mut decoded = Vec::with_capacity(deliveries.len());
+        for (index, (delivery, attempt)) in deliveries.into_iter().enumerate() {
+            match delivery.decode(&self.codec) {
+                Ok(message) => {
+                    messages.push(message);
+                    decoded.push((delivery, attempt));
+                }
+                Err(error) => undecodable.push((index, error)),
+            }
+        }
+        BatchCall {
+            undecodable,
+            call: (!messages.is_empty()).then(|| call(self, messages, decoded)),
+        }
+    }
+
+    /// Runs the handler on `messages` with `ctx`: each message's outcome and what the handler
+    /// published for it, in order, and the indexes its outcome named past the batch. With
+    /// middleware or without, the handler is called here.
+    async fn handle(
+        &self,
+        messages: &[T],
+        mut ctx: BatchContext<'_>,
+    ) -> (
+        impl Iterator<Item = (HandlerOutcome, Vec<Outgoing>)>,
+        Vec<usize>,
+    ) {
+        let outcome = self.handler.handle(messages, &self.outputs, &mut ctx).await;
+        let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
+        (outcomes.into_iter().zip(ctx.into_staged()), past_the_batch)
+    }
 }
 
 impl<H, T, O, C> ErasedBatchHandler for TypedBatch<H, T, O, C>
@@ -499,34 +547,19 @@ where
         states: Arc<States>,
         stopping: CancellationToken,
     ) -> BatchCall {
-        let (messages, decoded, undecodable) = decode_all::<T, C>(&self.codec, deliveries);
-        if messages.is_empty() {
-            return BatchCall {
-                undecodable,
-                call: None,
-            };
-        }
-        let call = Box::pin(async move {
-            let mut ctx: BatchContext<'_> = decoded
-                .iter()
-                .map(|(delivery, attempt)| {
-                    Context::new(delivery, *attempt, &states, stopping.clone())
-                })
-                .collect();
-            let outcome = self
-                .handler
-                .handle(&messages, &self.outputs, &mut ctx)
-                .await;
-            let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
-            Answered {
-                messages: outcomes.into_iter().zip(ctx.into_staged()).collect(),
-                past_the_batch,
-            }
-        });
-        BatchCall {
-            undecodable,
-            call: Some(call),
-        }
+        self.decode_then(deliveries, |typed, messages, decoded| {
+            Box::pin(async move {
+                let deliveries = decoded
+                    .iter()
+                    .map(|(delivery, attempt)| (&**delivery, *attempt));
+                let ctx = BatchContext::of(deliveries, &states, &stopping, None);
+                let (answered, past_the_batch) = typed.handle(&messages, ctx).await;
+                Answered {
+                    messages: answered.collect(),
+                    past_the_batch,
+                }
+            })
+        })
     }
 
     fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedBatchHandler> {
@@ -557,54 +590,33 @@ where
         states: Arc<States>,
         stopping: CancellationToken,
     ) -> BatchCall {
-        // Messages that do not decode never reach middleware: the engine settles them.
-        let (messages, decoded, undecodable) = decode_all::<T, C>(&self.typed.codec, deliveries);
-        if messages.is_empty() {
-            return BatchCall {
-                undecodable,
-                call: None,
-            };
-        }
-        let typed = self.typed.clone();
-        let handler = Endpoint::new(move |call: Call| async move {
-            let (held, extensions) = call.into_parts();
-            let mut ctx = held
-                .iter()
-                .map(|message| {
-                    Context::new(
-                        message.delivery(),
-                        message.attempt(),
-                        &states,
-                        stopping.clone(),
-                    )
-                    .with_extensions(&extensions)
+        self.typed
+            .clone()
+            .decode_then(deliveries, |typed, messages, decoded| {
+                let handler = Endpoint::new(move |call: Call| async move {
+                    let (held, extensions) = call.into_parts();
+                    let deliveries = held
+                        .iter()
+                        .map(|message| (message.delivery(), message.attempt()));
+                    let ctx = BatchContext::of(deliveries, &states, &stopping, Some(&extensions));
+                    let (answered, past_the_batch) = typed.handle(&messages, ctx).await;
+                    Outcomes::handled(answered, past_the_batch)
+                });
+                let call = Call::new(
+                    decoded
+                        .into_iter()
+                        .map(|(delivery, attempt)| Message::new(delivery, attempt)),
+                    true,
+                );
+                let next = Next::new(self.layers.clone(), handler);
+                Box::pin(async move {
+                    let (messages, past_the_batch) = next.run(call).await.into_parts();
+                    Answered {
+                        messages: messages.into_vec(),
+                        past_the_batch,
+                    }
                 })
-                .collect::<BatchContext<'_>>()
-                .with_extensions(&extensions);
-            let outcome = typed
-                .handler
-                .handle(&messages, &typed.outputs, &mut ctx)
-                .await;
-            let (outcomes, past_the_batch) = outcome.into_outcomes(messages.len());
-            Outcomes::handled(outcomes.into_iter().zip(ctx.into_staged()), past_the_batch)
-        });
-        let call = Call::new(
-            decoded
-                .into_iter()
-                .map(|(delivery, attempt)| Message::new(delivery, attempt)),
-            true,
-        );
-        let next = Next::new(self.layers.clone(), handler);
-        BatchCall {
-            undecodable,
-            call: Some(Box::pin(async move {
-                let (messages, past_the_batch) = next.run(call).await.into_parts();
-                Answered {
-                    messages: messages.into_vec(),
-                    past_the_batch,
-                }
-            })),
-        }
+            })
     }
 
     fn layered(self: Arc<Self>, outer: &Layers) -> Arc<dyn ErasedBatchHandler> {

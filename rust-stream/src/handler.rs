@@ -568,6 +568,30 @@ struct Typed<H, T, O, C> {
     _message: PhantomData<fn() -> T>,
 }
 
+impl<H, T, O, C> Typed<H, T, O, C>
+where
+    H: Handle<T, O>,
+    T: DeserializeOwned,
+    C: Codec,
+{
+    /// The handler's message in `delivery`: an SNS envelope is already unwrapped, so the codec
+    /// reads the published message.
+    fn decode(&self, delivery: &Delivery) -> Result<T, DecodeError> {
+        delivery.decode(&self.codec)
+    }
+
+    /// Runs the handler on `message` with `ctx`: how it settles the message, and what it
+    /// published. With middleware or without, the handler is called here.
+    async fn handle(&self, message: &T, mut ctx: Context<'_>) -> (HandlerOutcome, Vec<Outgoing>) {
+        let outcome = self
+            .handler
+            .handle(message, &self.outputs, &mut ctx)
+            .await
+            .into_outcome();
+        (outcome, ctx.into_staged())
+    }
+}
+
 impl<H, T, O, C> ErasedHandler for Typed<H, T, O, C>
 where
     H: Handle<T, O>,
@@ -583,21 +607,13 @@ where
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
-            // An SNS envelope is already unwrapped: the codec reads the published message.
-            let message: T = match delivery.decode(&self.codec) {
+            let message = match self.decode(&delivery) {
                 Ok(message) => message,
                 Err(error) => return Handled::Undecodable(error),
             };
-            let mut ctx = Context::new(&delivery, attempt, &states, stopping);
-            let outcome = self
-                .handler
-                .handle(&message, &self.outputs, &mut ctx)
-                .await
-                .into_outcome();
-            Handled::Done {
-                outcome,
-                staged: ctx.into_staged(),
-            }
+            let ctx = Context::new(&delivery, attempt, &states, stopping);
+            let (outcome, staged) = self.handle(&message, ctx).await;
+            Handled::Done { outcome, staged }
         })
     }
 
@@ -632,7 +648,7 @@ where
     ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
             // A body that does not decode never reaches middleware: the engine settles it.
-            let message: T = match delivery.decode(&self.typed.codec) {
+            let message = match self.typed.decode(&delivery) {
                 Ok(message) => message,
                 Err(error) => return Handled::Undecodable(error),
             };
@@ -640,14 +656,9 @@ where
             let handler = Endpoint::new(move |call: Call| async move {
                 let (messages, extensions) = call.into_parts();
                 let one = &messages[0];
-                let mut ctx = Context::new(one.delivery(), one.attempt(), &states, stopping)
+                let ctx = Context::new(one.delivery(), one.attempt(), &states, stopping)
                     .with_extensions(&extensions);
-                let outcome = typed
-                    .handler
-                    .handle(&message, &typed.outputs, &mut ctx)
-                    .await
-                    .into_outcome();
-                Outcomes::handled([(outcome, ctx.into_staged())], Vec::new())
+                Outcomes::handled([typed.handle(&message, ctx).await], Vec::new())
             });
             let call = Call::new([Message::new(delivery, attempt)], false);
             let (mut each, past_the_call) = Next::new(self.layers.clone(), handler)
