@@ -115,8 +115,8 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::{Codec, DecodeError};
-use crate::context::{Context, Delivery, Extensions};
-use crate::middleware::{Call, Endpoint, Layers, Message, Next, Outcomes};
+use crate::context::{Context, Extensions, Message};
+use crate::middleware::{Call, Endpoint, Layers, Next, Outcomes};
 use crate::outcome::HandlerOutcome;
 use crate::publish::{Outgoing, Outputs};
 use crate::state::{State, States};
@@ -325,19 +325,18 @@ impl<'a> FromIterator<Context<'a>> for BatchContext<'a> {
 }
 
 impl<'a> BatchContext<'a> {
-    /// The context of a call over `deliveries` (each with its attempt number, as the retry
-    /// policy counts them), with what the call's middleware put in for the handler when it has
-    /// middleware (each message's context has it too).
+    /// The context of a call over `messages`, with what the call's middleware put in for the
+    /// handler when it has middleware (each message's context has it too).
     fn of(
-        deliveries: impl IntoIterator<Item = (&'a Delivery, u32)>,
+        messages: &'a [Message],
         states: &'a States,
         stopping: &CancellationToken,
         extensions: Option<&'a Extensions>,
     ) -> Self {
-        let messages = deliveries
-            .into_iter()
-            .map(|(delivery, attempt)| {
-                let ctx = Context::new(delivery, attempt, states, stopping.clone());
+        let messages = messages
+            .iter()
+            .map(|message| {
+                let ctx = Context::new(message, states, stopping.clone());
                 match extensions {
                     Some(extensions) => ctx.with_extensions(extensions),
                     None => ctx,
@@ -463,11 +462,10 @@ pub(crate) struct Answered {
 /// A batch handler with its message type, outputs and codec erased, so the engine holds any of
 /// them.
 pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
-    /// Decodes `deliveries` (each with its attempt number, as the retry policy counts them) and
-    /// makes the handler's call over those that decode.
+    /// Decodes `messages` and makes the handler's call over those that decode.
     fn call(
         self: Arc<Self>,
-        deliveries: Vec<(Arc<Delivery>, u32)>,
+        messages: Vec<Message>,
         states: Arc<States>,
         stopping: CancellationToken,
     ) -> BatchCall;
@@ -491,29 +489,29 @@ where
     T: DeserializeOwned,
     C: Codec,
 {
-    /// Decodes `deliveries` and, when any decodes, makes the handler's call with `call`, given
-    /// the handler and the messages that decoded, in order, with their deliveries. Those that do
-    /// not decode never reach the handler, nor middleware: the engine settles them.
+    /// Decodes `messages` and, when any decodes, makes the handler's call with `call`, given the
+    /// handler, the values that decoded and their messages, in order. Those that do not decode
+    /// never reach the handler, nor middleware: the engine settles them.
     fn decode_then(
         self: Arc<Self>,
-        deliveries: Vec<(Arc<Delivery>, u32)>,
-        call: impl FnOnce(Arc<Self>, Vec<T>, Vec<(Arc<Delivery>, u32)>) -> BoxFuture<'static, Answered>,
+        messages: Vec<Message>,
+        call: impl FnOnce(Arc<Self>, Vec<T>, Vec<Message>) -> BoxFuture<'static, Answered>,
     ) -> BatchCall {
         let mut undecodable = Vec::new();
-        let mut messages = Vec::with_capacity(deliveries.len());
-        let mut decoded = Vec::with_capacity(deliveries.len());
-        for (index, (delivery, attempt)) in deliveries.into_iter().enumerate() {
-            match delivery.decode(&self.codec) {
-                Ok(message) => {
-                    messages.push(message);
-                    decoded.push((delivery, attempt));
+        let mut values = Vec::with_capacity(messages.len());
+        let mut decoded = Vec::with_capacity(messages.len());
+        for (index, message) in messages.into_iter().enumerate() {
+            match message.delivery().decode(&self.codec) {
+                Ok(value) => {
+                    values.push(value);
+                    decoded.push(message);
                 }
                 Err(error) => undecodable.push((index, error)),
             }
         }
         BatchCall {
             undecodable,
-            call: (!messages.is_empty()).then(|| call(self, messages, decoded)),
+            call: (!values.is_empty()).then(|| call(self, values, decoded)),
         }
     }
 
@@ -543,17 +541,14 @@ where
 {
     fn call(
         self: Arc<Self>,
-        deliveries: Vec<(Arc<Delivery>, u32)>,
+        messages: Vec<Message>,
         states: Arc<States>,
         stopping: CancellationToken,
     ) -> BatchCall {
-        self.decode_then(deliveries, |typed, messages, decoded| {
+        self.decode_then(messages, |typed, values, decoded| {
             Box::pin(async move {
-                let deliveries = decoded
-                    .iter()
-                    .map(|(delivery, attempt)| (&**delivery, *attempt));
-                let ctx = BatchContext::of(deliveries, &states, &stopping, None);
-                let (answered, past_the_batch) = typed.handle(&messages, ctx).await;
+                let ctx = BatchContext::of(&decoded, &states, &stopping, None);
+                let (answered, past_the_batch) = typed.handle(&values, ctx).await;
                 Answered {
                     messages: answered.collect(),
                     past_the_batch,
@@ -586,28 +581,20 @@ where
 {
     fn call(
         self: Arc<Self>,
-        deliveries: Vec<(Arc<Delivery>, u32)>,
+        messages: Vec<Message>,
         states: Arc<States>,
         stopping: CancellationToken,
     ) -> BatchCall {
         self.typed
             .clone()
-            .decode_then(deliveries, |typed, messages, decoded| {
+            .decode_then(messages, |typed, values, decoded| {
                 let handler = Endpoint::new(move |call: Call| async move {
                     let (held, extensions) = call.into_parts();
-                    let deliveries = held
-                        .iter()
-                        .map(|message| (message.delivery(), message.attempt()));
-                    let ctx = BatchContext::of(deliveries, &states, &stopping, Some(&extensions));
-                    let (answered, past_the_batch) = typed.handle(&messages, ctx).await;
+                    let ctx = BatchContext::of(&held, &states, &stopping, Some(&extensions));
+                    let (answered, past_the_batch) = typed.handle(&values, ctx).await;
                     Outcomes::handled(answered, past_the_batch)
                 });
-                let call = Call::new(
-                    decoded
-                        .into_iter()
-                        .map(|(delivery, attempt)| Message::new(delivery, attempt)),
-                    true,
-                );
+                let call = Call::new(decoded, true);
                 let next = Next::new(self.layers.clone(), handler);
                 Box::pin(async move {
                     let (messages, past_the_batch) = next.run(call).await.into_parts();

@@ -3,6 +3,10 @@
 //! the subscription's [middleware](crate::middleware) put in for it) and how it publishes as part
 //! of handling it.
 //!
+//! What a message shows of itself is read in one place, [`Message`]: a delivery at its attempt
+//! number. A handler's context is over one (its accessors say "see [`Message`]"), and so is each
+//! message of a middleware [`Call`](crate::middleware::Call), as `middleware::Message`.
+//!
 //! The engine holds each received message as a `Delivery`, made once per receive. A queue
 //! subscribed to an SNS topic with raw message delivery off receives SNS's JSON notification
 //! envelopes; its delivery unwraps them here, where the message is first read, so that
@@ -30,8 +34,7 @@ use crate::state::{State, States};
 use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 
 /// One received message as the engine holds it.
-// `Clone` because `Cow` asks for it; a context never clones its delivery.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Delivery {
     pub(crate) message_id: String,
     /// The SQS message's body as received: an SNS envelope's JSON when it is one (the message
@@ -53,7 +56,7 @@ pub(crate) struct Delivery {
 }
 
 /// What SNS wrapped a delivery's body in.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum Sns {
     /// Nothing: the body is the message (a raw delivery, a message sent to the queue directly,
     /// or any body of a queue subscribed to no topic with enveloped delivery).
@@ -215,123 +218,41 @@ impl SnsNotification {
     }
 }
 
-/// The message in hand: its identity and headers, and publishing that is part of handling it.
-///
-/// What a handler publishes through [`publish`](Self::publish) is sent after it returns and before
-/// its message is acknowledged, and only if it acknowledges; on a FIFO queue each such message
-/// carries a deduplication id made of the input's message id and its position, so a retried
-/// handler does not publish twice.
-///
-/// The engine lends each handler call a context over the delivery it holds. A unit test builds
-/// one that owns its message instead, with `rust_stream::testing::TestContext` (feature
-/// `testing`), and reads what the handler published with [`published`](Self::published).
-#[derive(Debug)]
-pub struct Context<'a> {
-    // Borrowed from the engine, which keeps the delivery until it is settled; owned when a test
-    // builds the context, so the test has one value to hold and no lifetime to arrange.
-    delivery: Cow<'a, Delivery>,
-    /// Which attempt this is, as the retry policy counts them.
+/// One received message at its attempt number, as a handler's [`Context`] and a
+/// [middleware](crate::middleware) [`Call`](crate::middleware::Call) show it: its ids, queue,
+/// group, headers, the SNS notification it came in, and which attempt this is.
+#[derive(Clone)]
+pub struct Message {
+    delivery: Arc<Delivery>,
     attempt: u32,
-    states: Cow<'a, States>,
-    staged: Vec<Outgoing>,
-    /// Cancelled once the app begins to stop.
-    stopping: CancellationToken,
-    /// What the call's middleware put in for the handler; borrowed from the call, or the shared
-    /// empty set when the subscription has no middleware.
-    extensions: Cow<'a, Extensions>,
 }
 
-impl<'a> Context<'a> {
-    /// A context over `delivery` for its attempt number `attempt` (as the retry policy counts).
-    pub(crate) fn new(
-        delivery: &'a Delivery,
-        attempt: u32,
-        states: &'a States,
-        stopping: CancellationToken,
-    ) -> Self {
-        Self {
-            delivery: Cow::Borrowed(delivery),
-            attempt,
-            states: Cow::Borrowed(states),
-            staged: Vec::new(),
-            stopping,
-            extensions: Cow::Borrowed(&NO_EXTENSIONS),
-        }
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message")
+            .field("message_id", &self.delivery.message_id)
+            .field("queue", &self.delivery.queue)
+            .field("group_id", &self.delivery.group_id)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Message {
+    /// The message of `delivery`, at its attempt number `attempt` (as the retry policy counts).
+    pub(crate) fn new(delivery: Arc<Delivery>, attempt: u32) -> Self {
+        Self { delivery, attempt }
     }
 
-    /// The context, with what the call's middleware put in for the handler.
-    pub(crate) fn with_extensions(mut self, extensions: &'a Extensions) -> Self {
-        self.extensions = Cow::Borrowed(extensions);
-        self
+    /// The delivery, as the engine holds it.
+    pub(crate) fn delivery(&self) -> &Delivery {
+        &self.delivery
     }
 
-    #[cfg(feature = "testing")]
-    /// A context that owns its delivery, state and extensions, as a unit test builds it.
-    pub(crate) fn owned(
-        delivery: Delivery,
-        attempt: u32,
-        (states, extensions): (States, Extensions),
-        stopping: CancellationToken,
-    ) -> Context<'static> {
-        Context {
-            delivery: Cow::Owned(delivery),
-            attempt,
-            states: Cow::Owned(states),
-            staged: Vec::new(),
-            stopping,
-            extensions: Cow::Owned(extensions),
-        }
-    }
-
-    /// Whether the app has begun to stop. A handler still runs to its end (within the stop's
-    /// budget, then it is cancelled) and its message is settled by what it returns; a long one
-    /// may use this to finish early, or to save its progress and ask for a retry.
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.is_cancelled()
-    }
-
-    /// Resolves once the app begins to stop (at once if it has): to race against a long piece
-    /// of work, as in `tokio::select!`.
-    ///
-    /// ```
-    /// # use rust_stream::prelude::*;
-    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
-    /// tokio::select! {
-    ///     () = tokio::time::sleep(std::time::Duration::from_secs(600)) => HandlerOutcome::ack(),
-    ///     // The work is saved elsewhere; the message comes back to finish it.
-    ///     () = ctx.stopping() => HandlerOutcome::retry(),
-    /// }
-    /// # }
-    /// ```
-    pub fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        self.stopping.clone().cancelled_owned()
-    }
-
-    /// The app's shared state of type `T`, registered with
-    /// [`RustStream::with_state`](crate::RustStream::with_state).
-    pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<State<T>> {
-        self.states.get::<T>()
-    }
-
-    /// The value of type `T` that a [middleware](crate::middleware) layer put in for this call
-    /// ([`Call::insert`](crate::middleware::Call::insert)): the tenant it read from a header,
-    /// the user it authenticated. `None` when no layer did.
-    ///
-    /// ```
-    /// # use rust_stream::prelude::*;
-    /// #[derive(Debug)]
-    /// struct Tenant(String);
-    ///
-    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
-    /// let Some(Tenant(tenant)) = ctx.extension::<Tenant>() else {
-    ///     return HandlerOutcome::dead_letter("no tenant");
-    /// };
-    /// tracing::info!(tenant, "handling");
-    /// # HandlerOutcome::ack()
-    /// # }
-    /// ```
-    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.extensions.get::<T>()
+    /// The body the handler's message was decoded from: an SNS notification's `Message`, else the
+    /// SQS body.
+    pub fn body(&self) -> &str {
+        self.delivery.payload().unwrap_or(&self.delivery.body)
     }
 
     /// The SQS message id, kept across redeliveries.
@@ -438,6 +359,185 @@ impl<'a> Context<'a> {
             Sns::Unwrapped | Sns::Broken(_) => None,
         }
     }
+}
+
+/// The message in hand: its identity and headers, and publishing that is part of handling it.
+///
+/// What a handler publishes through [`publish`](Self::publish) is sent after it returns and before
+/// its message is acknowledged, and only if it acknowledges; on a FIFO queue each such message
+/// carries a deduplication id made of the input's message id and its position, so a retried
+/// handler does not publish twice.
+///
+/// What it shows of the message (ids, group, headers, attempt, ..) is its [`Message`]'s, each
+/// accessor a "see [`Message`]" of the same name.
+///
+/// The engine lends each handler call a context over the delivery it holds. A unit test builds
+/// one that owns its message instead, with `rust_stream::testing::TestContext` (feature
+/// `testing`), and reads what the handler published with [`published`](Self::published).
+#[derive(Debug)]
+pub struct Context<'a> {
+    // Borrowed from the engine, which keeps the delivery until it is settled; owned when a test
+    // builds the context, so the test has one value to hold and no lifetime to arrange.
+    message: Cow<'a, Message>,
+    states: Cow<'a, States>,
+    staged: Vec<Outgoing>,
+    /// Cancelled once the app begins to stop.
+    stopping: CancellationToken,
+    /// What the call's middleware put in for the handler; borrowed from the call, or the shared
+    /// empty set when the subscription has no middleware.
+    extensions: Cow<'a, Extensions>,
+}
+
+impl<'a> Context<'a> {
+    /// A context over `message`.
+    pub(crate) fn new(
+        message: &'a Message,
+        states: &'a States,
+        stopping: CancellationToken,
+    ) -> Self {
+        Self {
+            message: Cow::Borrowed(message),
+            states: Cow::Borrowed(states),
+            staged: Vec::new(),
+            stopping,
+            extensions: Cow::Borrowed(&NO_EXTENSIONS),
+        }
+    }
+
+    /// The context, with what the call's middleware put in for the handler.
+    pub(crate) fn with_extensions(mut self, extensions: &'a Extensions) -> Self {
+        self.extensions = Cow::Borrowed(extensions);
+        self
+    }
+
+    #[cfg(feature = "testing")]
+    /// A context that owns its delivery, state and extensions, as a unit test builds it.
+    pub(crate) fn owned(
+        delivery: Delivery,
+        attempt: u32,
+        (states, extensions): (States, Extensions),
+        stopping: CancellationToken,
+    ) -> Context<'static> {
+        Context {
+            message: Cow::Owned(Message::new(Arc::new(delivery), attempt)),
+            states: Cow::Owned(states),
+            staged: Vec::new(),
+            stopping,
+            extensions: Cow::Owned(extensions),
+        }
+    }
+
+    /// Whether the app has begun to stop. A handler still runs to its end (within the stop's
+    /// budget, then it is cancelled) and its message is settled by what it returns; a long one
+    /// may use this to finish early, or to save its progress and ask for a retry.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
+    }
+
+    /// Resolves once the app begins to stop (at once if it has): to race against a long piece
+    /// of work, as in `tokio::select!`.
+    ///
+    /// ```
+    /// # use rust_stream::prelude::*;
+    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(600)) => HandlerOutcome::ack(),
+    ///     // The work is saved elsewhere; the message comes back to finish it.
+    ///     () = ctx.stopping() => HandlerOutcome::retry(),
+    /// }
+    /// # }
+    /// ```
+    pub fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.stopping.clone().cancelled_owned()
+    }
+
+    /// The app's shared state of type `T`, registered with
+    /// [`RustStream::with_state`](crate::RustStream::with_state).
+    pub fn state<T: Clone + Send + Sync + 'static>(&self) -> Option<State<T>> {
+        self.states.get::<T>()
+    }
+
+    /// The value of type `T` that a [middleware](crate::middleware) layer put in for this call
+    /// ([`Call::insert`](crate::middleware::Call::insert)): the tenant it read from a header,
+    /// the user it authenticated. `None` when no layer did.
+    ///
+    /// ```
+    /// # use rust_stream::prelude::*;
+    /// #[derive(Debug)]
+    /// struct Tenant(String);
+    ///
+    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+    /// let Some(Tenant(tenant)) = ctx.extension::<Tenant>() else {
+    ///     return HandlerOutcome::dead_letter("no tenant");
+    /// };
+    /// tracing::info!(tenant, "handling");
+    /// # HandlerOutcome::ack()
+    /// # }
+    /// ```
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extensions.get::<T>()
+    }
+
+    /// The SQS message id: see [`Message::message_id`].
+    pub fn message_id(&self) -> &str {
+        self.message.message_id()
+    }
+
+    /// The queue the message was received from: see [`Message::queue`].
+    pub fn queue(&self) -> &str {
+        self.message.queue()
+    }
+
+    /// The message group: see [`Message::group_id`].
+    pub fn group_id(&self) -> Option<&str> {
+        self.message.group_id()
+    }
+
+    /// The deduplication id: see [`Message::dedup_id`].
+    pub fn dedup_id(&self) -> Option<&str> {
+        self.message.dedup_id()
+    }
+
+    /// The sequence number: see [`Message::sequence_number`].
+    pub fn sequence_number(&self) -> Option<&str> {
+        self.message.sequence_number()
+    }
+
+    /// How many times the message has been received: see [`Message::receive_count`].
+    pub fn receive_count(&self) -> u32 {
+        self.message.receive_count()
+    }
+
+    /// Which attempt at the message this is, 1 for the first: see [`Message::attempt`].
+    pub fn attempt(&self) -> u32 {
+        self.message.attempt()
+    }
+
+    /// When the message was sent: see [`Message::sent_at`].
+    pub fn sent_at(&self) -> Option<SystemTime> {
+        self.message.sent_at()
+    }
+
+    /// A header: see [`Message::header`].
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.message.header(name)
+    }
+
+    /// All headers: see [`Message::headers`].
+    pub fn headers(&self) -> &BTreeMap<String, String> {
+        self.message.headers()
+    }
+
+    /// All message attributes, binary ones included: see [`Message::attributes`].
+    pub fn attributes(&self) -> &MessageAttributes {
+        self.message.attributes()
+    }
+
+    /// The SNS notification the message came in, if SNS delivered it in its envelope: see
+    /// [`Message::sns`].
+    pub fn sns(&self) -> Option<&SnsNotification> {
+        self.message.sns()
+    }
 
     /// Publishes `message` as part of handling this one: it is sent after the handler returns,
     /// before this message is acknowledged, and only if the handler acknowledges.
@@ -452,14 +552,13 @@ impl<'a> Context<'a> {
     /// minutes), while one that publishes something else at that position is stored, never taken
     /// for the earlier one.
     pub fn publish(&mut self, message: Outgoing) {
-        let message = match self.delivery.group_id.as_deref() {
-            Some(group) if rules::is_fifo_name(&self.delivery.queue) => {
-                message.inherit_group(group)
-            }
+        let delivery = self.message.delivery();
+        let message = match delivery.group_id.as_deref() {
+            Some(group) if rules::is_fifo_name(&delivery.queue) => message.inherit_group(group),
             _ => message,
         };
         let position = self.staged.len();
-        let input = &self.delivery.message_id;
+        let input = &delivery.message_id;
         self.staged
             .push(message.derive_dedup_id(|content| format!("{input}-{position}-{content}")));
     }

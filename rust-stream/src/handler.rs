@@ -29,9 +29,9 @@ use serde::de::DeserializeOwned;
 use crate::batch::{BatchLimits, ErasedBatchHandler, HandleBatch, TypedBatch};
 use crate::broker::{Broker, Include};
 use crate::codec::{Codec, DecodeError, Json};
-use crate::context::{Context, Delivery};
+use crate::context::{Context, Message};
 use crate::describe::Payload;
-use crate::middleware::{Call, Endpoint, Layers, Message, Middleware, Next, Outcomes};
+use crate::middleware::{Call, Endpoint, Layers, Middleware, Next, Outcomes};
 use crate::model::SqsQueue;
 use crate::outcome::{HandlerOutcome, IntoOutcome};
 use crate::publish::{Outgoing, Outputs, Publisher};
@@ -547,12 +547,10 @@ pub(crate) enum Handled {
 
 /// A handler with its message type, outputs and codec erased, so the engine holds any of them.
 pub(crate) trait ErasedHandler: Send + Sync + 'static {
-    /// Runs the handler on `delivery`, for its attempt number `attempt` (as the retry policy
-    /// counts them).
+    /// Runs the handler on `message`.
     fn call(
         self: Arc<Self>,
-        delivery: Arc<Delivery>,
-        attempt: u32,
+        message: Message,
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled>;
@@ -574,10 +572,10 @@ where
     T: DeserializeOwned,
     C: Codec,
 {
-    /// The handler's message in `delivery`: an SNS envelope is already unwrapped, so the codec
-    /// reads the published message.
-    fn decode(&self, delivery: &Delivery) -> Result<T, DecodeError> {
-        delivery.decode(&self.codec)
+    /// The handler's message of type `T` in `message`: an SNS envelope is already unwrapped, so
+    /// the codec reads the published message.
+    fn decode(&self, message: &Message) -> Result<T, DecodeError> {
+        message.delivery().decode(&self.codec)
     }
 
     /// Runs the handler on `message` with `ctx`: how it settles the message, and what it
@@ -601,18 +599,17 @@ where
 {
     fn call(
         self: Arc<Self>,
-        delivery: Arc<Delivery>,
-        attempt: u32,
+        message: Message,
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
-            let message = match self.decode(&delivery) {
-                Ok(message) => message,
+            let decoded = match self.decode(&message) {
+                Ok(decoded) => decoded,
                 Err(error) => return Handled::Undecodable(error),
             };
-            let ctx = Context::new(&delivery, attempt, &states, stopping);
-            let (outcome, staged) = self.handle(&message, ctx).await;
+            let ctx = Context::new(&message, &states, stopping);
+            let (outcome, staged) = self.handle(&decoded, ctx).await;
             Handled::Done { outcome, staged }
         })
     }
@@ -641,26 +638,24 @@ where
 {
     fn call(
         self: Arc<Self>,
-        delivery: Arc<Delivery>,
-        attempt: u32,
+        message: Message,
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
         Box::pin(async move {
             // A body that does not decode never reaches middleware: the engine settles it.
-            let message = match self.typed.decode(&delivery) {
-                Ok(message) => message,
+            let decoded = match self.typed.decode(&message) {
+                Ok(decoded) => decoded,
                 Err(error) => return Handled::Undecodable(error),
             };
             let typed = self.typed.clone();
             let handler = Endpoint::new(move |call: Call| async move {
                 let (messages, extensions) = call.into_parts();
-                let one = &messages[0];
-                let ctx = Context::new(one.delivery(), one.attempt(), &states, stopping)
-                    .with_extensions(&extensions);
-                Outcomes::handled([typed.handle(&message, ctx).await], Vec::new())
+                let ctx =
+                    Context::new(&messages[0], &states, stopping).with_extensions(&extensions);
+                Outcomes::handled([typed.handle(&decoded, ctx).await], Vec::new())
             });
-            let call = Call::new([Message::new(delivery, attempt)], false);
+            let call = Call::new([message], false);
             let (mut each, past_the_call) = Next::new(self.layers.clone(), handler)
                 .run(call)
                 .await

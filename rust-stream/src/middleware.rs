@@ -62,16 +62,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
-use std::time::SystemTime;
 
 use futures_util::future::Either;
 use smallvec::SmallVec;
 
-use crate::context::{Delivery, Extensions, Sns, SnsNotification};
+use crate::context::Extensions;
 use crate::outcome::HandlerOutcome;
 use crate::publish::Outgoing;
 use crate::task::BoxFuture;
-use crate::transport::MessageAttributes;
+
+/// One message of a [`Call`]: what a handler's [`Context`](crate::Context) shows of it (the
+/// context's accessors read it).
+#[doc(inline)]
+pub use crate::context::Message;
 
 /// A layer around handlers: sees a [`Call`], runs the rest with [`Next::run`] or answers without
 /// it, and returns the call's [`Outcomes`].
@@ -214,109 +217,6 @@ impl Call {
     /// The messages and extensions, for the handler's context.
     pub(crate) fn into_parts(self) -> (SmallVec<[Message; 1]>, Extensions) {
         (self.messages, self.extensions)
-    }
-}
-
-/// One message of a [`Call`]: what a handler's [`Context`](crate::Context) shows of it.
-#[derive(Clone)]
-pub struct Message {
-    delivery: Arc<Delivery>,
-    attempt: u32,
-}
-
-impl fmt::Debug for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Message")
-            .field("message_id", &self.delivery.message_id)
-            .field("queue", &self.delivery.queue)
-            .field("group_id", &self.delivery.group_id)
-            .field("attempt", &self.attempt)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Message {
-    /// The message of `delivery`, at its attempt number `attempt`.
-    pub(crate) fn new(delivery: Arc<Delivery>, attempt: u32) -> Self {
-        Self { delivery, attempt }
-    }
-
-    /// The delivery, for the handler's context.
-    pub(crate) fn delivery(&self) -> &Delivery {
-        &self.delivery
-    }
-
-    /// The body the handler's message was decoded from: an SNS notification's `Message`, else the
-    /// SQS body.
-    pub fn body(&self) -> &str {
-        self.delivery.payload().unwrap_or(&self.delivery.body)
-    }
-
-    /// The SQS message id, kept across redeliveries.
-    pub fn message_id(&self) -> &str {
-        &self.delivery.message_id
-    }
-
-    /// The queue the message was received from.
-    pub fn queue(&self) -> &str {
-        &self.delivery.queue
-    }
-
-    /// The message group (FIFO queues, and standard queues whose sender set one).
-    pub fn group_id(&self) -> Option<&str> {
-        self.delivery.group_id.as_deref()
-    }
-
-    /// The deduplication id (FIFO queues).
-    pub fn dedup_id(&self) -> Option<&str> {
-        self.delivery.dedup_id.as_deref()
-    }
-
-    /// The sequence number (FIFO queues).
-    pub fn sequence_number(&self) -> Option<&str> {
-        self.delivery.sequence_number.as_deref()
-    }
-
-    /// How many times the message has been received, this time included (see
-    /// [`Context::receive_count`](crate::Context::receive_count)).
-    pub fn receive_count(&self) -> u32 {
-        self.delivery.receive_count
-    }
-
-    /// Which attempt this is, 1 for the first, as the retry policy counts them (see
-    /// [`Context::attempt`](crate::Context::attempt)).
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-
-    /// When the message was sent.
-    pub fn sent_at(&self) -> Option<SystemTime> {
-        self.delivery.sent_at
-    }
-
-    /// A header, as [`Context::header`](crate::Context::header) reads it.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.delivery.headers.get(name).map(String::as_str)
-    }
-
-    /// All headers, as [`Context::headers`](crate::Context::headers) reads them.
-    pub fn headers(&self) -> &BTreeMap<String, String> {
-        &self.delivery.headers
-    }
-
-    /// All message attributes, binary ones included, as
-    /// [`Context::attributes`](crate::Context::attributes) reads them.
-    pub fn attributes(&self) -> &MessageAttributes {
-        self.delivery.message_attributes()
-    }
-
-    /// The SNS notification the message came in, if SNS delivered it in its envelope (see
-    /// [`Context::sns`](crate::Context::sns)).
-    pub fn sns(&self) -> Option<&SnsNotification> {
-        match &self.delivery.sns {
-            Sns::Notification(notification) => Some(notification),
-            Sns::Unwrapped | Sns::Broken(_) => None,
-        }
     }
 }
 

@@ -55,7 +55,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::context::{Context, Delivery};
+use crate::context::{Context, Message};
 use crate::describe::short_name;
 use crate::handler::{ErasedHandler, Filter, Handled, Handler, Subscriber};
 use crate::middleware::Layers;
@@ -352,8 +352,7 @@ impl Router {
 impl ErasedHandler for Router {
     fn call(
         self: Arc<Self>,
-        delivery: Arc<Delivery>,
-        attempt: u32,
+        message: Message,
         states: Arc<States>,
         stopping: tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'static, Handled> {
@@ -361,14 +360,14 @@ impl ErasedHandler for Router {
         // panic catch: a filter that panics is a handler that panics, and its message is retried.
         Box::pin(async move {
             let chosen = {
-                let ctx = Context::new(&delivery, attempt, &states, stopping.clone());
+                let ctx = Context::new(&message, &states, stopping.clone());
                 self.choose(&ctx)
                     .map(|route| (route.handler.clone(), route.handler_name.clone()))
             };
             match chosen {
                 Ok((handler, name)) => {
                     tracing::debug!(rust_stream.route = %name, "routed");
-                    handler.call(delivery, attempt, states, stopping).await
+                    handler.call(message, states, stopping).await
                 }
                 Err(reason) => Handled::Done {
                     outcome: HandlerOutcome::dead_letter(reason),

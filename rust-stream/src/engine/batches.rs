@@ -27,7 +27,7 @@ use super::settle::Verdict;
 use super::shared::{Shared, Tasks};
 use crate::batch::{BatchCall, BatchLimits, ErasedBatchHandler};
 use crate::client::Client;
-use crate::context::Delivery;
+use crate::context::{Delivery, Message};
 use crate::metrics::SubscriptionMetrics;
 use crate::record::Event;
 use crate::retry::MessageTally;
@@ -261,7 +261,7 @@ impl Batches {
         let BatchCall { undecodable, call } = self.handler.clone().call(
             items
                 .iter()
-                .map(|item| (item.delivery.clone(), item.attempts))
+                .map(|item| Message::new(item.delivery.clone(), item.attempts))
                 .collect(),
             self.states.clone(),
             self.tasks.stopping().clone(),

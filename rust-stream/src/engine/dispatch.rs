@@ -31,6 +31,7 @@ use super::settle::{Next, Run, Settler, Verdict};
 use super::shared::{Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
+use crate::context::Message;
 use crate::handler::{ErasedHandler, Handled, Handler};
 use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConsumerSettings;
@@ -800,8 +801,7 @@ impl Dispatcher {
             handler
                 .clone()
                 .call(
-                    delivery.clone(),
-                    attempts,
+                    Message::new(delivery.clone(), attempts),
                     self.states.clone(),
                     self.tasks.stopping().clone(),
                 )
