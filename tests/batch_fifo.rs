@@ -26,6 +26,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use common::drain;
+use common::engine::Job;
+use common::property::{cases, run_case};
 use proptest::prelude::*;
 use rust_stream::account::Account;
 use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
@@ -33,18 +36,10 @@ use rust_stream::prelude::*;
 use rust_stream::testing::{Recorder, Settled, TestApp};
 use rust_stream::transport::ReceivedMessage;
 use rust_stream::{ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER};
-use serde::{Deserialize, Serialize};
-use tokio::time::{sleep, Instant};
+use tokio::time::sleep;
 
 const QUEUE: &str = "postings.fifo";
 const DEAD_LETTERS: &str = "postings-dlq.fifo";
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct Job {
-    group: String,
-    /// The job's index in the case's plan: its place in the sent order.
-    n: u32,
-}
 
 /// How an attempt at a message ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,27 +259,6 @@ impl HandleBatch<Job> for Probe {
 /// A dead-letter copy's reason and attempts headers.
 type DeadLetterCopy = (Option<String>, Option<u32>);
 
-/// The most tokio time a case may take: an hour means the engine hung.
-const CASE_BOUND: Duration = Duration::from_secs(3600);
-
-fn run_case(case: Case) -> Result<(), TestCaseError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let started = Instant::now();
-        match tokio::time::timeout(CASE_BOUND, scripted_batches(case)).await {
-            Ok(result) => result,
-            Err(_) => Err(TestCaseError::fail(format!(
-                "the case did not finish within {:?} of tokio time",
-                started.elapsed()
-            ))),
-        }
-    })
-}
-
 async fn scripted_batches(case: Case) -> Result<(), TestCaseError> {
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
@@ -317,10 +291,8 @@ async fn scripted_batches(case: Case) -> Result<(), TestCaseError> {
     let publisher = broker.publisher(queue);
     for (n, planned) in plan.iter().enumerate() {
         sleep(Duration::from_millis(planned.gap_ms)).await;
-        let job = Job {
-            group: planned.group.to_string(),
-            n: n as u32,
-        };
+        // `n` is the job's index in the case's plan: its place in the sent order.
+        let job = Job::new(&planned.group.to_string(), n as u32);
         publisher
             .message(&job)
             .group_id(&job.group)
@@ -349,7 +321,7 @@ async fn scripted_batches(case: Case) -> Result<(), TestCaseError> {
         &watch.violations[..watch.violations.len().min(5)]
     );
     let settled = settled(&recorder);
-    let dead = receive_all(&account, DEAD_LETTERS).await;
+    let dead = drain(&account, DEAD_LETTERS).await;
     let mut copies: HashMap<u32, Vec<DeadLetterCopy>> = HashMap::new();
     for message in &dead {
         let job: Job = serde_json::from_str(&message.body).expect("a job");
@@ -417,27 +389,6 @@ async fn scripted_batches(case: Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Everything `queue` holds, received and deleted.
-async fn receive_all(account: &Account, queue: &str) -> Vec<ReceivedMessage> {
-    let url = account.get_queue_url(queue).await.expect("queue exists");
-    let mut all = Vec::new();
-    loop {
-        let received = common::receive(account, &url, 10).await;
-        if received.is_empty() {
-            return all;
-        }
-        common::delete_all(account, &url, &received).await;
-        all.extend(received);
-    }
-}
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
 
@@ -445,6 +396,6 @@ proptest! {
     fn batch_handlers_keep_every_group_in_order_and_lose_nothing_whatever_each_message_does(
         case in case(),
     ) {
-        run_case(case)?;
+        run_case(scripted_batches(case))?;
     }
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use rust_stream::aws::AwsTransport;
 use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::prelude::*;
+use rust_stream::publish::{Outgoing, Publisher};
 use rust_stream::testing::{eventually, on_each_backend, Backend, BackendKind, Settled, TestApp};
 use rust_stream::transport::{ReceiveMessage, ReceivedMessage, Transport};
 use rust_stream::{
@@ -72,11 +73,7 @@ where
         ctx: &mut BatchContext<'_>,
     ) -> BatchOutcome {
         assert_eq!(ctx.len(), postings.len());
-        let seen: Vec<Seen> = postings
-            .iter()
-            .enumerate()
-            .map(|(index, posting)| (posting.group.clone(), posting.n, ctx[index].attempt()))
-            .collect();
+        let seen = seen_in(postings, ctx);
         self.calls.lock().unwrap().push(seen.clone());
         let mut outcome = BatchOutcome::ack();
         for (index, posting) in postings.iter().enumerate() {
@@ -89,6 +86,15 @@ where
         }
         outcome
     }
+}
+
+/// Each message of a call as the handler saw it, in order.
+fn seen_in(postings: &[Posting], ctx: &BatchContext<'_>) -> Vec<Seen> {
+    postings
+        .iter()
+        .enumerate()
+        .map(|(index, posting)| (posting.group.clone(), posting.n, ctx[index].attempt()))
+        .collect()
 }
 
 fn ledger<F>(script: F) -> (Ledger<F>, Calls)
@@ -124,16 +130,23 @@ fn fifo_queue(backend: &Backend) -> (SqsQueue, String) {
     (queue, dead_letters)
 }
 
-/// Sends the postings to a FIFO queue, each in its group, in order.
+/// `posting` as a message of `publisher`, in its group on a FIFO `queue`.
+fn message_of(publisher: &Publisher, queue: &SqsQueue, posting: &Posting) -> Outgoing {
+    let message = publisher.message(posting);
+    if queue.is_fifo() {
+        message.group_id(&posting.group)
+    } else {
+        message
+    }
+}
+
+/// Sends the postings, one at a time and in order (each in its group on a FIFO queue).
 async fn send(backend: &Backend, queue: &SqsQueue, postings: &[Posting]) -> Vec<String> {
     let publisher = backend.broker().publisher(queue.clone());
     let mut ids = Vec::new();
     for posting in postings {
-        let mut message = publisher.message(posting);
-        if queue.is_fifo() {
-            message = message.group_id(&posting.group);
-        }
-        ids.push(message.send().await.expect("send").message_id);
+        let sent = message_of(&publisher, queue, posting).send().await;
+        ids.push(sent.expect("send").message_id);
     }
     ids
 }
@@ -584,14 +597,7 @@ async fn send_backlog(backend: &Backend, queue: &SqsQueue, postings: &[Posting])
     for chunk in postings.chunks(10) {
         let messages: Vec<_> = chunk
             .iter()
-            .map(|posting| {
-                let message = publisher.message(posting);
-                if queue.is_fifo() {
-                    message.group_id(&posting.group)
-                } else {
-                    message
-                }
-            })
+            .map(|posting| message_of(&publisher, queue, posting))
             .collect();
         for sent in publisher.send_batch(messages).await {
             sent.expect("send");
@@ -680,12 +686,7 @@ impl HandleBatch<Posting> for SlowOnce {
         _outs: &(),
         ctx: &mut BatchContext<'_>,
     ) -> BatchOutcome {
-        let seen: Vec<Seen> = postings
-            .iter()
-            .enumerate()
-            .map(|(index, p)| (p.group.clone(), p.n, ctx[index].attempt()))
-            .collect();
-        self.calls.lock().unwrap().push(seen);
+        self.calls.lock().unwrap().push(seen_in(postings, ctx));
         if postings
             .iter()
             .enumerate()

@@ -26,7 +26,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use common::drain;
 use common::engine::{Faulty, Job};
+use common::property::{cases, run_case};
 use proptest::prelude::*;
 use rust_stream::account::Account;
 use rust_stream::prelude::*;
@@ -341,20 +343,6 @@ async fn is_empty(account: &Account, name: &str) -> bool {
 async fn visible(account: &Account, name: &str) -> usize {
     let url = account.get_queue_url(name).await.expect("queue exists");
     account.counts(&url).await.expect("counts").visible
-}
-
-/// Every message of a queue, received and deleted, in the order received.
-async fn drain(account: &Account, name: &str) -> Vec<ReceivedMessage> {
-    let url = account.get_queue_url(name).await.expect("queue exists");
-    let mut all = Vec::new();
-    loop {
-        let batch = common::receive(account, &url, 10).await;
-        if batch.is_empty() {
-            return all;
-        }
-        common::delete_all(account, &url, &batch).await;
-        all.extend(batch);
-    }
 }
 
 fn reason(message: &ReceivedMessage) -> Option<&str> {
@@ -1265,31 +1253,6 @@ fn job_of(index: usize, planned: &Planned) -> Job {
     Job::new(&format!("g{}", planned.group), index as u32)
 }
 
-/// The most tokio time a case may take. Sends take up to 2 minutes, each message at most a few
-/// retries of seconds, and each transport fault at most a visibility timeout or an outage: an
-/// hour means the engine hung.
-const CASE_BOUND: Duration = Duration::from_secs(3600);
-
-/// Runs a case on a paused clock, failing it if it does not finish within [`CASE_BOUND`] of
-/// tokio time (on a paused clock a hang costs no real time).
-fn run_case(case: Case) -> Result<(), TestCaseError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let started = Instant::now();
-        match tokio::time::timeout(CASE_BOUND, random_scripts(case)).await {
-            Ok(result) => result,
-            Err(_) => Err(TestCaseError::fail(format!(
-                "the case did not finish within {:?} of tokio time",
-                started.elapsed()
-            ))),
-        }
-    })
-}
-
 async fn random_scripts(case: Case) -> Result<(), TestCaseError> {
     let Case {
         plan,
@@ -1617,14 +1580,6 @@ async fn random_scripts(case: Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// `PROPTEST_CASES` from the environment, or `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
 
@@ -1632,6 +1587,6 @@ proptest! {
     fn every_message_ends_at_least_once_in_group_order_and_per_policy_whatever_its_handlers_and_transport_do(
         case in case(),
     ) {
-        run_case(case)?;
+        run_case(random_scripts(case))?;
     }
 }

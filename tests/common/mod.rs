@@ -171,6 +171,20 @@ pub async fn delete_all(account: &Account, url: &str, messages: &[ReceivedMessag
     }
 }
 
+/// Every message of the queue `name`, received and deleted, in the order received.
+pub async fn drain(account: &Account, name: &str) -> Vec<ReceivedMessage> {
+    let url = account.get_queue_url(name).await.expect("queue exists");
+    let mut all = Vec::new();
+    loop {
+        let batch = receive(account, &url, 10).await;
+        if batch.is_empty() {
+            return all;
+        }
+        delete_all(account, &url, &batch).await;
+        all.extend(batch);
+    }
+}
+
 /// Releases a received message (visibility 0).
 pub async fn release(
     account: &Account,
@@ -183,6 +197,51 @@ pub async fn release(
 }
 
 pub mod proxy;
+
+/// What the engine's property tests share (`engine_fifo.rs`, `batch_fifo.rs`): how many cases
+/// they run, and how each case runs.
+pub mod property {
+    use std::future::Future;
+    use std::time::Duration;
+
+    use proptest::test_runner::TestCaseError;
+    use tokio::time::Instant;
+
+    /// `PROPTEST_CASES` from the environment, or `default`.
+    pub fn cases(default: u32) -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// The most tokio time a case may take. Sends take up to 2 minutes, each message at most a
+    /// few retries of seconds, and each transport fault at most a visibility timeout or an
+    /// outage: an hour means the engine hung.
+    pub const CASE_BOUND: Duration = Duration::from_secs(3600);
+
+    /// Runs a case on a paused clock, failing it if it does not finish within [`CASE_BOUND`] of
+    /// tokio time (on a paused clock a hang costs no real time).
+    pub fn run_case(
+        case: impl Future<Output = Result<(), TestCaseError>>,
+    ) -> Result<(), TestCaseError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let started = Instant::now();
+            match tokio::time::timeout(CASE_BOUND, case).await {
+                Ok(result) => result,
+                Err(_) => Err(TestCaseError::fail(format!(
+                    "the case did not finish within {:?} of tokio time",
+                    started.elapsed()
+                ))),
+            }
+        })
+    }
+}
 
 /// The engine's gauges, read back from a Prometheus recorder installed once per test binary.
 pub mod gauges {
