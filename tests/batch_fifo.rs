@@ -34,7 +34,6 @@ use rust_stream::account::Account;
 use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::prelude::*;
 use rust_stream::testing::{Recorder, Settled, TestApp};
-use rust_stream::transport::ReceivedMessage;
 use rust_stream::{ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER};
 use tokio::time::sleep;
 
