@@ -46,7 +46,13 @@ if [[ "${RUST_STREAM_SKIP_LIVE:-0}" != "1" ]]; then
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
   }
   LOCALSTACK_PORT="${LOCALSTACK_PORT:-$(free_port)}"
-  POSTGRES_PORT="${POSTGRES_PORT:-$(free_port)}"
+  if [[ -z "${POSTGRES_PORT:-}" ]]; then
+    # LocalStack's port is not taken yet, so the kernel may hand it out again.
+    POSTGRES_PORT="$(free_port)"
+    while [[ "$POSTGRES_PORT" == "$LOCALSTACK_PORT" ]]; do
+      POSTGRES_PORT="$(free_port)"
+    done
+  fi
   export LOCALSTACK_PORT POSTGRES_PORT
 
   # PostgreSQL first: it is up in a second or two, so a machine that cannot run it fails before
