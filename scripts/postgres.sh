@@ -46,7 +46,7 @@ url() { echo "postgres://postgres@$HOST:$1/postgres"; }
 find_bin() {
   local candidate dir
   for candidate in ${POSTGRES_BIN:+"$POSTGRES_BIN/pg_ctl"} "$(command -v pg_ctl || true)" \
-    $(ls -d /usr/lib/postgresql/*/bin/pg_ctl 2>/dev/null | sort -V -r); do
+    $(printf '%s\n' /usr/lib/postgresql/*/bin/pg_ctl | sort -V -r); do
     [[ -n "$candidate" && -x "$candidate" ]] || continue
     dir="$(dirname "$(readlink -f "$candidate")")"
     if [[ -x "$dir/initdb" && -x "$dir/pg_isready" && -x "$dir/postgres" ]]; then
