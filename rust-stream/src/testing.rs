@@ -58,6 +58,8 @@ mod localstack;
 pub use backend::{
     live_endpoint, on_each_backend, Backend, BackendKind, QueueNames, SKIP_LIVE_VAR,
 };
+#[cfg(feature = "postgres")]
+pub use backend::{live_postgres_url, POSTGRES_URL_VAR};
 pub use context::{TestBatch, TestContext};
 #[cfg(feature = "aws")]
 pub use localstack::live_broker;

@@ -196,6 +196,15 @@ pub async fn release(
         .await
 }
 
+/// The PostgreSQL server a live store test (`what`) runs on, as a URL: the one
+/// `RUST_STREAM_POSTGRES_URL` names (`scripts/test.sh` starts a server and sets it;
+/// `scripts/postgres.sh start` prints one), or `None` with a loud note when there is none. Under
+/// CI a missing server fails the test. The kit's `live_postgres_url`, as [`backend::Backend::live`]
+/// is its `live_endpoint` for LocalStack: the same note and the same failure under CI.
+pub fn postgres_url(what: &str) -> Option<String> {
+    rust_stream::testing::live_postgres_url(what)
+}
+
 pub mod proxy;
 
 /// What the engine's property tests share (`engine_fifo.rs`, `batch_fifo.rs`): how many cases

@@ -2,7 +2,8 @@
 //! live LocalStack, each leg with a fresh [`Backend`]; [`QueueNames`] keeps the queues of each run
 //! apart on a shared server; [`live_endpoint`] is how a live test gets its server (named by an
 //! environment variable, or a [`LocalStack`] started for the process) or says
-//! why it is skipped.
+//! why it is skipped, and `live_postgres_url` (feature `postgres`) how a live test of the
+//! PostgreSQL store gets its server, the same way.
 
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
@@ -170,6 +171,48 @@ pub fn live_endpoint(what: &str) -> Option<String> {
          start one under {} (it needs Linux, bash, curl, flock and python3 with venv or pip)",
         install_dir().display()
     );
+    not_live(what, &why, &what_to_do, skipped)
+}
+
+/// The environment variable naming the PostgreSQL server live tests of the PostgreSQL store run
+/// on, as a URL: `postgres://postgres@127.0.0.1:5432/postgres`.
+#[cfg(feature = "postgres")]
+pub const POSTGRES_URL_VAR: &str = "RUST_STREAM_POSTGRES_URL";
+
+/// The PostgreSQL server a live test (`what`) runs on, as a URL, or `None` after saying on
+/// standard error that it is skipped and what to do about it; under `CI` the test panics instead,
+/// as with [`live_endpoint`].
+///
+/// The URL is the one [`POSTGRES_URL_VAR`] names. Unlike a LocalStack, no server is started for
+/// the test (in a checkout of rust-stream, `scripts/postgres.sh start` starts one, with no Docker,
+/// and prints its URL; `scripts/test.sh` does so around the tests). Tests running at once share
+/// the server, so each keeps to tables of its own: a schema of its own, say.
+///
+/// # Panics
+///
+/// Under `CI` when [`POSTGRES_URL_VAR`] is not set.
+#[cfg(feature = "postgres")]
+pub fn live_postgres_url(what: &str) -> Option<String> {
+    if let Some(url) = std::env::var(POSTGRES_URL_VAR)
+        .ok()
+        .filter(|url| !url.is_empty())
+    {
+        return Some(url);
+    }
+    // [`SKIP_LIVE_VAR`] plays no part: there is nothing to start, so nothing to skip starting.
+    let why = format!("{POSTGRES_URL_VAR} is not set");
+    let what_to_do = "set it to a PostgreSQL server the test may make a schema in \
+         (postgres://USER@HOST:PORT/DATABASE; in a checkout of rust-stream, scripts/postgres.sh \
+         start prints one)";
+    not_live(what, &why, what_to_do, false)
+}
+
+/// `None` for a live test or leg (`what`) without its server, after a note on standard error that
+/// says it is skipped, `why`, and `what_to_do` (when [`SKIP_LIVE_VAR`] `skipped` it, unsetting
+/// that first). Written straight to the terminal, past libtest's capture of `eprintln!`, so that
+/// the skip shows in the test output. Under `CI` a panic instead: a live test is never skipped
+/// there.
+fn not_live(what: &str, why: &str, what_to_do: &str, skipped: bool) -> Option<String> {
     assert!(
         std::env::var_os("CI").is_none(),
         "{what} cannot run under CI: {why}; {what_to_do}"
@@ -177,7 +220,7 @@ pub fn live_endpoint(what: &str) -> Option<String> {
     let what_to_do = if skipped {
         format!("unset {SKIP_LIVE_VAR} to run it, or {what_to_do}")
     } else {
-        what_to_do
+        what_to_do.to_owned()
     };
     let _ = writeln!(
         std::io::stderr().lock(),
