@@ -30,6 +30,9 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod sqlite;
 
 /// The key the inbox claims for one message: which consumer handles it, and the message's
 /// idempotency key (its FIFO deduplication id, its message id, or a key the inbox was told to
