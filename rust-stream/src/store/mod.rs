@@ -2,12 +2,12 @@
 //! [`InboxStore`] contract, and the stores that keep it.
 //!
 //! SQS delivers at least once, so a consumer that must act exactly once (post a payment, ship
-//! an order) remembers which messages it has already acted on. The
-//! [inbox](crate::inbox) does so by *claiming* a message's key in a store before its handler
-//! runs. The claim is a database transaction: the handler writes its own rows in it, and the key
-//! is marked done in the same commit, so either both happen or neither does. A duplicate
-//! delivery finds the key done and is acked without running the handler again; a failed or
-//! panicking attempt rolls the transaction back, which releases the key for its retry.
+//! an order) remembers which messages it has already acted on. The inbox does so by *claiming* a
+//! message's key in a store before its handler runs. The claim is a database transaction: the
+//! handler writes its own rows in it, and the key is marked done in the same commit, so either
+//! both happen or neither does. A duplicate delivery finds the key done and is acked without
+//! running the handler again; a failed or panicking attempt rolls the transaction back, which
+//! releases the key for its retry.
 //!
 //! The stores:
 //!
