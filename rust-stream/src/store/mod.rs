@@ -2,12 +2,12 @@
 //! [`InboxStore`] contract, and the stores that keep it.
 //!
 //! SQS delivers at least once, so a consumer that must act exactly once (post a payment, ship
-//! an order) remembers which messages it has already acted on. The
-//! [inbox](crate::inbox) does so by *claiming* a message's key in a store before its handler
-//! runs. The claim is a database transaction: the handler writes its own rows in it, and the key
-//! is marked done in the same commit, so either both happen or neither does. A duplicate
-//! delivery finds the key done and is acked without running the handler again; a failed or
-//! panicking attempt rolls the transaction back, which releases the key for its retry.
+//! an order) remembers which messages it has already acted on. The inbox does so by *claiming* a
+//! message's key in a store before its handler runs. The claim is a database transaction: the
+//! handler writes its own rows in it, and the key is marked done in the same commit, so either
+//! both happen or neither does. A duplicate delivery finds the key done and is acked without
+//! running the handler again; a failed or panicking attempt rolls the transaction back, which
+//! releases the key for its retry.
 //!
 //! The stores:
 //!
@@ -19,12 +19,20 @@
 //!   process; the handler gets a `sqlx::Transaction<'static, sqlx::Sqlite>`.
 //!
 //! Each database store creates its tables on first use and records the schema version it wrote,
-//! so a later release can migrate them (and an older one refuses a newer schema).
+//! so a later release can migrate them (and an older one refuses a newer schema). Their tables
+//! are named `rust_stream_*`: `rust_stream_inbox` holds the keys, `rust_stream_schema` one row for
+//! each schema version applied.
 
 use std::future::Future;
 use std::time::Duration;
 
 pub mod memory;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod sqlite;
 
 /// The key the inbox claims for one message: which consumer handles it, and the message's
 /// idempotency key (its FIFO deduplication id, its message id, or a key the inbox was told to
@@ -134,4 +142,42 @@ pub enum StoreError {
         /// The newest version this release knows.
         supported: i64,
     },
+}
+
+/// One step of a database store's schema: the statements that take it from the version before to
+/// `version`. Each store keeps its own list, oldest first; a release that adds tables (the outbox)
+/// appends a step.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+struct Migration {
+    version: i64,
+    statements: &'static str,
+}
+
+/// The steps of `migrations` a database at schema version `found` (0: none yet) still needs, or
+/// [`StoreError::NewerSchema`] when a newer release wrote it.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn pending(
+    migrations: &'static [Migration],
+    found: i64,
+) -> Result<&'static [Migration], StoreError> {
+    let supported = migrations.last().map_or(0, |migration| migration.version);
+    if found > supported {
+        return Err(StoreError::NewerSchema { found, supported });
+    }
+    Ok(&migrations[migrations.partition_point(|migration| migration.version <= found)..])
+}
+
+/// `duration` in whole milliseconds, at least 1 and at most `i32::MAX`: the range of the
+/// databases' timeout settings, where 0 would mean "no timeout" rather than "do not wait".
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn timeout_millis(duration: Duration) -> i64 {
+    duration.as_millis().clamp(1, i32::MAX as u128) as i64
+}
+
+/// A retention in whole milliseconds, for adding to a database's clock: at most a century, so the
+/// sum stays within both databases' range of times.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn retention_millis(retention: Duration) -> i64 {
+    const CENTURY_MILLIS: u128 = 100 * 366 * 24 * 3600 * 1000;
+    retention.as_millis().min(CENTURY_MILLIS) as i64
 }

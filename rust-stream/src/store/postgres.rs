@@ -1,0 +1,306 @@
+//! The inbox's store on PostgreSQL: one database shared by every replica of a service, so a
+//! message delivered twice, to two replicas at once, still runs its handler once.
+//!
+//! # How a claim works
+//!
+//! A claim opens a transaction and inserts the key's row, already marked completed (its
+//! `expires_at` is the claim's time plus the retention); the handler writes its own rows in the
+//! same transaction, and [`complete`](InboxStore::complete) commits the lot. Until the commit no
+//! other transaction sees the row, and a second claim of the key blocks on it in the database
+//! (a unique index waits for the inserting transaction): when the first commits, the second finds
+//! the key completed; when it rolls back, the second claims it. A key whose retention has passed
+//! but which no [`sweep`](InboxStore::sweep) has deleted yet is taken over by the next claim, in
+//! the same statement.
+//!
+//! On the wire, with a warm connection: the `BEGIN` (one simple query, which also sets the
+//! claim's timeouts), the claim's `INSERT .. ON CONFLICT`, and at the end `COMMIT` (preceded by
+//! an `UPDATE` when there is something to record). A handler that ran its own transaction would
+//! send the `BEGIN` and `COMMIT` anyway, so the inbox costs one round trip a message. (sqlx sends
+//! `BEGIN` as soon as the transaction is opened and waits for its answer; it cannot ride with the
+//! next statement.) A duplicate costs a `SELECT` of what was recorded and a `ROLLBACK` more.
+//!
+//! # Guarantees
+//!
+//! - The handler's writes and the key are committed together or not at all.
+//! - A claim waits for another attempt holding the key at most [`ClaimSettings::wait`] (the
+//!   transaction's `lock_timeout` while it claims), then answers [`Claim::Busy`]. The handler's own
+//!   statements run under the connection's `lock_timeout` again.
+//! - A claim's transaction left idle longer than [`ClaimSettings::lease`] (its client hung or
+//!   lost) is rolled back by the server (`idle_in_transaction_session_timeout`, which closes that
+//!   connection), so the key is free for a retry.
+//! - Times are the database's (`now()`), so replicas whose clocks disagree agree on expiry. A
+//!   key's retention counts from the start of the transaction that claimed it.
+//! - Two replicas starting at once migrate the schema one after the other (a transaction-scoped
+//!   advisory lock, per schema), and a database migrated by a newer release is refused with
+//!   [`StoreError::NewerSchema`].
+//!
+//! # Limits
+//!
+//! - A claim holds one of the pool's connections until it completes or is released: the pool's
+//!   size bounds how many handlers run at once.
+//! - The transaction is `READ COMMITTED` whatever the database's default (a claim that waited must
+//!   see the commit it waited for); a handler that needs more takes row locks
+//!   (`SELECT .. FOR UPDATE`).
+//! - If the connection fails while `COMMIT` is under way, [`complete`](InboxStore::complete)
+//!   answers an error though the server may have committed; the message's retry then finds its key
+//!   completed, so the handler still ran once.
+//! - The tables are found through the connection's `search_path`, as any unqualified name: a
+//!   service that keeps them in a schema of their own sets the search path on the pool's
+//!   connections ([`PgConnectOptions::options`]).
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, Postgres};
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{
+    pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Migration, StoreError,
+};
+
+/// The schema, step by step (see [`Migration`]).
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    statements: "
+        CREATE TABLE rust_stream_schema (
+            version bigint PRIMARY KEY,
+            applied_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE rust_stream_inbox (
+            consumer text NOT NULL,
+            idempotency_key text NOT NULL,
+            recorded text,
+            claimed_at timestamptz NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (consumer, idempotency_key)
+        );
+        CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
+    ",
+}];
+
+/// The first half of the advisory lock a migration holds (the second is a hash of the schema it
+/// migrates): any constant of this crate's own ("rs", then 1).
+const MIGRATION_LOCK: i32 = 0x7273_0001;
+
+/// Claims a key: inserts it, or takes over a row whose retention has passed. Returns a row when
+/// the key is this transaction's, none when another attempt completed it. The `RETURNING`
+/// clause runs once the row is this transaction's (after any wait), and puts back the
+/// `lock_timeout` the connection had before the claim, for the handler's statements.
+const CLAIM: &str = "
+    INSERT INTO rust_stream_inbox AS inbox (consumer, idempotency_key, claimed_at, expires_at)
+    VALUES ($1, $2, now(), now() + $3::float8 * interval '1 millisecond')
+    ON CONFLICT (consumer, idempotency_key) DO UPDATE
+        SET recorded = NULL, claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at
+        WHERE inbox.expires_at <= now()
+    RETURNING set_config('lock_timeout', current_setting('rust_stream.lock_timeout'), true)";
+
+/// What a completed key recorded. A statement of its own, so it reads a snapshot taken after
+/// the claim's wait: it sees the commit it waited for.
+const COMPLETED: &str = "
+    SELECT recorded FROM rust_stream_inbox
+    WHERE consumer = $1 AND idempotency_key = $2 AND expires_at > now()";
+
+const RECORD: &str = "
+    UPDATE rust_stream_inbox SET recorded = $3 WHERE consumer = $1 AND idempotency_key = $2";
+
+/// Oldest first, through the `expires_at` index; rows a claim is taking over are skipped.
+const SWEEP: &str = "
+    DELETE FROM rust_stream_inbox WHERE (consumer, idempotency_key) IN (
+        SELECT consumer, idempotency_key FROM rust_stream_inbox
+        WHERE expires_at <= now()
+        ORDER BY expires_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED)";
+
+/// How many times a claim tries again when the row it found completed was swept before it could
+/// read it (its retention passed in between): more is not expected, but a loop must end.
+const CLAIM_ATTEMPTS: usize = 3;
+
+/// SQLSTATE `lock_not_available`: the claim waited `lock_timeout` for another attempt.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// An [`InboxStore`] on PostgreSQL: see the [module docs](self). Clones share the pool.
+///
+/// ```no_run
+/// use rust_stream::store::postgres::PostgresStore;
+/// use rust_stream::store::{Claim, ClaimSettings, InboxKey, InboxStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PostgresStore::connect("postgres://payments@db.internal/payments").await?;
+/// let key = InboxKey::new("payments.fifo", "payment-7");
+/// let settings = ClaimSettings {
+///     wait: Duration::from_secs(5),
+///     lease: Duration::from_secs(60),
+///     retention: Duration::from_secs(14 * 24 * 3600),
+/// };
+///
+/// match store.claim(&key, settings).await? {
+///     Claim::Claimed(mut transaction) => {
+///         // The handler's own write, in the claim's transaction.
+///         sqlx::query("INSERT INTO payments (id, cents) VALUES ($1, $2)")
+///             .bind("payment-7")
+///             .bind(1250_i64)
+///             .execute(&mut *transaction)
+///             .await?;
+///         store.complete(transaction, &key, None).await?;
+///     }
+///     Claim::Completed(_) => { /* a duplicate: already posted */ }
+///     Claim::Busy => { /* another replica is posting it: let the message come back */ }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host/database`) and creates or
+    /// migrates the store's tables.
+    ///
+    /// The pool has sqlx's defaults (10 connections, so 10 claims open at once), except that it
+    /// does not test a connection before handing it out, which would cost every claim a round
+    /// trip: sqlx already tests each connection when it comes back to the pool, and a connection
+    /// that died while idle fails one claim, whose message comes back. For other settings, build
+    /// the pool yourself and use [`new`](Self::new).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse()?;
+        let pool = PgPoolOptions::new()
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await?;
+        Self::new(pool).await
+    }
+
+    /// The store on `pool`, once it has created or migrated the store's tables.
+    pub async fn new(pool: PgPool) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The pool the store claims in, for the service's own queries outside the inbox.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// Brings the schema to this release's version, in one transaction that holds an advisory lock
+/// for the schema, so replicas starting together migrate one after the other.
+async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    let mut transaction = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext(coalesce(current_schema(), '')))")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *transaction)
+        .await?;
+    // Two statements: one that named a missing table would not be planned at all.
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('rust_stream_schema') IS NOT NULL")
+        .fetch_one(&mut *transaction)
+        .await?;
+    let found: i64 = if exists {
+        sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM rust_stream_schema")
+            .fetch_one(&mut *transaction)
+            .await?
+    } else {
+        0
+    };
+    for migration in pending(MIGRATIONS, found)? {
+        sqlx::raw_sql(migration.statements)
+            .execute(&mut *transaction)
+            .await?;
+        sqlx::query("INSERT INTO rust_stream_schema (version) VALUES ($1)")
+            .bind(migration.version)
+            .execute(&mut *transaction)
+            .await?;
+    }
+    transaction.commit().await?;
+    Ok(())
+}
+
+fn is_lock_timeout(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
+}
+
+impl InboxStore for PostgresStore {
+    type Transaction = sqlx::Transaction<'static, Postgres>;
+
+    async fn claim(
+        &self,
+        key: &InboxKey,
+        settings: ClaimSettings,
+    ) -> Result<Claim<Self::Transaction>, StoreError> {
+        // One simple query, so one round trip, whatever it holds. The connection's own
+        // `lock_timeout` is kept aside for `CLAIM` to put back.
+        let begin = format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; \
+             SELECT set_config('rust_stream.lock_timeout', current_setting('lock_timeout'), true); \
+             SET LOCAL lock_timeout = {}; \
+             SET LOCAL idle_in_transaction_session_timeout = {}",
+            timeout_millis(settings.wait),
+            timeout_millis(settings.lease),
+        );
+        let mut transaction = self.pool.begin_with(AssertSqlSafe(begin)).await?;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let claimed = sqlx::query(CLAIM)
+                .bind(&key.consumer)
+                .bind(&key.key)
+                .bind(retention_millis(settings.retention))
+                .fetch_optional(&mut *transaction)
+                .await;
+            match claimed {
+                Ok(Some(_)) => return Ok(Claim::Claimed(transaction)),
+                Ok(None) => {}
+                // Dropping the transaction rolls it back: sqlx queues the `ROLLBACK` and sends it
+                // as the connection goes back to the pool.
+                Err(error) if is_lock_timeout(&error) => return Ok(Claim::Busy),
+                Err(error) => return Err(error.into()),
+            }
+            let completed = sqlx::query(COMPLETED)
+                .bind(&key.consumer)
+                .bind(&key.key)
+                .fetch_optional(&mut *transaction)
+                .await?;
+            if let Some(row) = completed {
+                let recorded: Option<String> = row.try_get(0)?;
+                transaction.rollback().await?;
+                return Ok(Claim::Completed(recorded));
+            }
+        }
+        Ok(Claim::Busy)
+    }
+
+    async fn complete(
+        &self,
+        mut transaction: Self::Transaction,
+        key: &InboxKey,
+        recorded: Option<&str>,
+    ) -> Result<(), StoreError> {
+        // The claim wrote the key as completed; only what is recorded beside it is new.
+        if let Some(recorded) = recorded {
+            sqlx::query(RECORD)
+                .bind(&key.consumer)
+                .bind(&key.key)
+                .bind(recorded)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn release(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.rollback().await?;
+        Ok(())
+    }
+
+    async fn sweep(&self, limit: u32) -> Result<u64, StoreError> {
+        let deleted = sqlx::query(SWEEP)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?;
+        Ok(deleted.rows_affected())
+    }
+}

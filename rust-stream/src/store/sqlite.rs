@@ -1,0 +1,306 @@
+//! The inbox's store on SQLite, the embedded default: one file, no server, for a service that runs
+//! as one process.
+//!
+//! # How a claim works
+//!
+//! A claim begins a transaction with `BEGIN IMMEDIATE`, which takes the database's write lock at
+//! once, and inserts the key's row, already marked completed (its `expires_at` is the claim's
+//! time plus the retention); the handler writes its own rows in the same transaction, and
+//! [`complete`](InboxStore::complete) commits the lot. A key found completed is answered
+//! [`Claim::Completed`] and the transaction rolled back; a key whose retention has passed but which
+//! no [`sweep`](InboxStore::sweep) has deleted yet is taken over in the same statement.
+//!
+//! # Guarantees
+//!
+//! - The handler's writes and the key are committed together or not at all.
+//! - A commit is durable before [`complete`](InboxStore::complete) returns: the file is opened with
+//!   `synchronous = FULL`, which syncs the write-ahead log at every commit. With `NORMAL`, a power
+//!   cut could undo the last commits after the inbox had acked their messages to SQS, so a
+//!   payment would be lost while its message is gone; `FULL` costs a sync a message.
+//! - A claim waits for the write lock at most [`ClaimSettings::wait`] (SQLite's busy timeout,
+//!   which each claim sets on its connection together with its `BEGIN`), then answers
+//!   [`Claim::Busy`].
+//! - Times are SQLite's clock (milliseconds since the Unix epoch): the host's, one process.
+//!
+//! # Limits
+//!
+//! - **SQLite lets one transaction write at a time, and a claim holds the write lock from its
+//!   `BEGIN` to its commit or rollback: handlers that use the inbox run one at a time over the
+//!   whole file**, whatever the service's concurrency. The others wait in line, each holding one
+//!   of the pool's connections, and answer [`Claim::Busy`] after their `wait`: throughput is about
+//!   one handler's duration plus a synced commit, a message. (Taking the lock at `BEGIN` is what
+//!   makes waiting work at all: a transaction that read first and wrote later could not wait for
+//!   the lock, it would fail.) Reads outside the inbox's transactions go on meanwhile (the file is
+//!   in WAL mode). For handlers that must run side by side, or several replicas, use PostgreSQL.
+//! - [`ClaimSettings::lease`] is not enforced by SQLite: in one process, the engine's handler
+//!   timeout drops a hung handler's transaction, which rolls it back, and a process that dies
+//!   releases its lock with it.
+//! - A claim leaves its `wait` as the busy timeout of the connection it used; a pool shared with
+//!   the service's own writes outside the inbox should set theirs as they need.
+
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::AssertSqlSafe;
+
+use super::{
+    pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Migration, StoreError,
+};
+
+/// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    statements: "
+        CREATE TABLE rust_stream_schema (
+            version INTEGER PRIMARY KEY,
+            applied_at INTEGER NOT NULL
+        ) STRICT;
+        CREATE TABLE rust_stream_inbox (
+            consumer TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            recorded TEXT,
+            claimed_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            PRIMARY KEY (consumer, idempotency_key)
+        ) STRICT;
+        CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
+    ",
+}];
+
+/// Claims a key: inserts it, or takes over a row whose retention has passed; changes no row when
+/// the key is completed. SQLite's `'now'` is the same throughout one statement.
+const CLAIM: &str = "
+    INSERT INTO rust_stream_inbox (consumer, idempotency_key, claimed_at, expires_at)
+    VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000 AS INTEGER),
+            CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?3)
+    ON CONFLICT (consumer, idempotency_key) DO UPDATE
+        SET recorded = NULL, claimed_at = excluded.claimed_at, expires_at = excluded.expires_at
+        WHERE rust_stream_inbox.expires_at <= excluded.claimed_at";
+
+const COMPLETED: &str = "
+    SELECT recorded FROM rust_stream_inbox WHERE consumer = ?1 AND idempotency_key = ?2";
+
+const RECORD: &str = "
+    UPDATE rust_stream_inbox SET recorded = ?3 WHERE consumer = ?1 AND idempotency_key = ?2";
+
+/// Oldest first, through the `expires_at` index.
+const SWEEP: &str = "
+    DELETE FROM rust_stream_inbox WHERE rowid IN (
+        SELECT rowid FROM rust_stream_inbox
+        WHERE expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER)
+        ORDER BY expires_at
+        LIMIT ?1)";
+
+/// How long a sweep waits for the write lock (an open claim holds it for its handler's
+/// duration) before it fails with the database's busy error.
+const SWEEP_WAIT: Duration = Duration::from_secs(5);
+
+/// How long opening the store waits for the write lock to migrate.
+const MIGRATION_WAIT: Duration = Duration::from_secs(30);
+
+/// How much longer than its `wait` a claim gives the pool and SQLite together: SQLite's busy
+/// timeout answers first, this ends a claim that waited for a pool connection as well.
+const POOL_GRACE: Duration = Duration::from_millis(100);
+
+/// SQLite's primary result code `SQLITE_BUSY` (the low byte of the extended codes sqlx reports).
+const SQLITE_BUSY: i32 = 5;
+
+/// An [`InboxStore`] on SQLite: see the [module docs](self). Clones share the pool.
+///
+/// ```
+/// use rust_stream::store::sqlite::SqliteStore;
+/// use rust_stream::store::{Claim, ClaimSettings, InboxKey, InboxStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = std::env::temp_dir().join(format!("rust-stream-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// # let path = dir.join("inbox.db");
+/// let store = SqliteStore::open(&path).await?;
+/// sqlx::query("CREATE TABLE IF NOT EXISTS payments (id TEXT PRIMARY KEY, cents INTEGER)")
+///     .execute(store.pool())
+///     .await?;
+/// let key = InboxKey::new("payments.fifo", "payment-7");
+/// let settings = ClaimSettings {
+///     wait: Duration::from_secs(5),
+///     lease: Duration::from_secs(60),
+///     retention: Duration::from_secs(14 * 24 * 3600),
+/// };
+///
+/// if let Claim::Claimed(mut transaction) = store.claim(&key, settings).await? {
+///     // The handler's own write, in the claim's transaction.
+///     sqlx::query("INSERT INTO payments (id, cents) VALUES (?1, ?2)")
+///         .bind("payment-7")
+///         .bind(1250_i64)
+///         .execute(&mut *transaction)
+///         .await?;
+///     store.complete(transaction, &key, None).await?;
+/// }
+/// assert!(matches!(store.claim(&key, settings).await?, Claim::Completed(None)));
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens the database file at `path`, creating it if missing, in WAL mode with
+    /// `synchronous = FULL` (see the [module docs](self)), and creates or migrates the store's
+    /// tables. The pool has sqlx's defaults otherwise (10 connections).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full);
+        let pool = SqlitePoolOptions::new().connect_with(options).await?;
+        Self::new(pool).await
+    }
+
+    /// The store on `pool`, once it has created or migrated the store's tables. The pool's
+    /// connections are used as configured: give them a file (each connection to `:memory:` is a
+    /// database of its own), WAL mode and `synchronous = FULL` as [`open`](Self::open) does.
+    pub async fn new(pool: SqlitePool) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The pool the store claims in, for the service's own queries outside the inbox.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+/// `BEGIN IMMEDIATE` after setting the connection's busy timeout to `wait`: one call to SQLite,
+/// so the write lock is waited for as long as the caller chose.
+fn begin_immediate(wait: Duration) -> AssertSqlSafe<String> {
+    AssertSqlSafe(format!(
+        "PRAGMA busy_timeout = {}; BEGIN IMMEDIATE",
+        timeout_millis(wait)
+    ))
+}
+
+/// Brings the schema to this release's version, in one transaction that holds the write lock,
+/// so two processes opening the file together migrate one after the other.
+async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
+    let mut transaction = pool.begin_with(begin_immediate(MIGRATION_WAIT)).await?;
+    // Two statements: one that named a missing table would not be prepared at all.
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master
+                        WHERE type = 'table' AND name = 'rust_stream_schema')",
+    )
+    .fetch_one(&mut *transaction)
+    .await?;
+    let found: i64 = if exists {
+        sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM rust_stream_schema")
+            .fetch_one(&mut *transaction)
+            .await?
+    } else {
+        0
+    };
+    for migration in pending(MIGRATIONS, found)? {
+        sqlx::raw_sql(migration.statements)
+            .execute(&mut *transaction)
+            .await?;
+        sqlx::query(
+            "INSERT INTO rust_stream_schema (version, applied_at)
+             VALUES (?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))",
+        )
+        .bind(migration.version)
+        .execute(&mut *transaction)
+        .await?;
+    }
+    transaction.commit().await?;
+    Ok(())
+}
+
+fn is_busy(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == SQLITE_BUSY)
+}
+
+impl InboxStore for SqliteStore {
+    type Transaction = sqlx::Transaction<'static, Sqlite>;
+
+    async fn claim(
+        &self,
+        key: &InboxKey,
+        settings: ClaimSettings,
+    ) -> Result<Claim<Self::Transaction>, StoreError> {
+        let begun = tokio::time::timeout(
+            settings.wait + POOL_GRACE,
+            self.pool.begin_with(begin_immediate(settings.wait)),
+        )
+        .await;
+        let mut transaction = match begun {
+            Ok(Ok(transaction)) => transaction,
+            Ok(Err(error)) if is_busy(&error) => return Ok(Claim::Busy),
+            Ok(Err(error)) => return Err(error.into()),
+            Err(_elapsed) => return Ok(Claim::Busy),
+        };
+        let claimed = sqlx::query(CLAIM)
+            .bind(&key.consumer)
+            .bind(&key.key)
+            .bind(retention_millis(settings.retention))
+            .execute(&mut *transaction)
+            .await?;
+        if claimed.rows_affected() == 1 {
+            return Ok(Claim::Claimed(transaction));
+        }
+        // The write lock is this transaction's: the row the claim could not take is there, and
+        // alive.
+        let recorded: Option<String> = sqlx::query_scalar(COMPLETED)
+            .bind(&key.consumer)
+            .bind(&key.key)
+            .fetch_one(&mut *transaction)
+            .await?;
+        transaction.rollback().await?;
+        Ok(Claim::Completed(recorded))
+    }
+
+    async fn complete(
+        &self,
+        mut transaction: Self::Transaction,
+        key: &InboxKey,
+        recorded: Option<&str>,
+    ) -> Result<(), StoreError> {
+        // The claim wrote the key as completed; only what is recorded beside it is new.
+        if let Some(recorded) = recorded {
+            sqlx::query(RECORD)
+                .bind(&key.consumer)
+                .bind(&key.key)
+                .bind(recorded)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn release(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.rollback().await?;
+        Ok(())
+    }
+
+    async fn sweep(&self, limit: u32) -> Result<u64, StoreError> {
+        let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
+        let deleted = sqlx::query(SWEEP)
+            .bind(i64::from(limit))
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(deleted.rows_affected())
+    }
+}
