@@ -142,7 +142,13 @@ mod tests {
             messages(quote!("payments", idempotent = payments_inbox())),
             (true, vec![])
         );
-        for name in ["inbox", "idempotency", "dedup", "deduplicate", "exactly_once"] {
+        for name in [
+            "inbox",
+            "idempotency",
+            "dedup",
+            "deduplicate",
+            "exactly_once",
+        ] {
             let key = syn::Ident::new(name, proc_macro2::Span::call_site());
             let (set, messages) = messages(quote!("payments", #key = payments_inbox()));
             assert!(!set);
