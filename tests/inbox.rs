@@ -11,16 +11,17 @@
 //!   the redelivery is acked without running, its output re-sent and stored once;
 //! - two consumers racing one key: one runs, the other waits for it and acks without running;
 //! - in process only (its clock passes five minutes at once): a copy sent after SQS's
-//!   deduplication window is still acked without running; one after the inbox's retention runs.
+//!   deduplication window is still acked without running; one after the inbox's retention runs;
+//! - a `#[subscriber(.., idempotent = ..)]` function: copies of one payment post once.
 //!
 //! A batch handler with an inbox is refused at start: `tests/bad_input.rs`, row 152.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rust_stream::aws::AwsTransport;
-use rust_stream::inbox::{Inbox, Key};
+use rust_stream::inbox::{Inbox, Key, TransactionError};
 use rust_stream::prelude::*;
 use rust_stream::record::Recorder;
 use rust_stream::store::memory::MemoryStore;
@@ -29,7 +30,7 @@ use rust_stream::transport::layer::{Hooked, Hooks};
 use rust_stream::transport::{
     BatchResult, DeleteEntry, ReceiveMessage, ReceivedMessage, Transport, TransportError,
 };
-use rust_stream::{Output, RetryPolicy, Subscriber};
+use rust_stream::{Output, RetryPolicy, State, Subscriber};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -442,4 +443,53 @@ async fn past_the_dedup_window_a_copy_is_acked_without_running_and_past_the_rete
     assert_eq!(post.runs(), 2);
     assert_eq!(post.posted(), ["pay-5", "pay-5"]);
     assert_eq!(settled(&recorder, &payments), [Settled::Acked; 3]);
+}
+
+/// The macro's inbox is an expression in the function's scope, evaluated when the subscriber is
+/// mounted: its store is this static, so the test can look into it. Both legs share it; the store
+/// keeps keys by queue, and each leg's queues have names of their own.
+fn payments_store() -> &'static MemoryStore {
+    static STORE: OnceLock<MemoryStore> = OnceLock::new();
+    STORE.get_or_init(MemoryStore::new)
+}
+
+fn payments_inbox() -> Inbox<MemoryStore> {
+    Inbox::new(payments_store().clone()).key(Key::json_pointer("/id"))
+}
+
+/// `Post` as a `#[subscriber]` function, its inbox set in the attribute.
+#[subscriber(SqsQueue::new("payments.fifo"), idempotent = payments_inbox())]
+async fn post_once(
+    payment: &Payment,
+    State(ledger): State<Ledger>,
+    ctx: &mut Context<'_>,
+) -> Result<(), TransactionError> {
+    let mut transaction = ctx.transaction::<MemoryStore>().await?;
+    let id = payment.id.clone();
+    transaction.on_commit(move || ledger.lock().unwrap().push(id));
+    Ok(())
+}
+
+#[test]
+fn a_subscriber_function_with_an_inbox_posts_copies_of_one_payment_once() {
+    on_each_backend(async |backend| {
+        let (payments, _) = queues(&backend, true);
+        let ledger = Ledger::default();
+        let completed_before = payments_store().completed();
+        let recorder = backend.broker().recorder();
+        let app = RustStream::new(AppInfo::new("inbox", "0"))
+            .with_state(ledger.clone())
+            .with_broker(backend.broker().clone(), |b| {
+                // `on` keeps the attribute's settings, the inbox among them.
+                b.include(post_once.on(payments.clone()));
+            });
+        let running = TestApp::spawn(app).await.expect("the app starts");
+        send_copies(backend.broker(), &payments, &payment("pay-6"), 3).await;
+        running.drain().await;
+        running.stop().await.unwrap();
+
+        assert_eq!(*ledger.lock().unwrap(), ["pay-6"], "one posting");
+        assert_eq!(settled(&recorder, &payments), [Settled::Acked; 3]);
+        assert_eq!(payments_store().completed() - completed_before, 1);
+    });
 }

@@ -22,6 +22,7 @@ pub(crate) fn check(attribute: &Attribute, handler: &Handler, errors: &mut Error
     outputs(attribute, handler, errors);
     contexts(handler, errors);
     literals(attribute, errors);
+    inbox(attribute, errors);
 }
 
 /// Each `&Output<U>` parameter has its `outputs(..)` entry and each entry its parameter.
@@ -103,6 +104,23 @@ fn contexts(handler: &Handler, errors: &mut Errors) {
             format!("the context is taken twice; keep one `&mut {context}<'_>` parameter"),
         );
     }
+}
+
+/// An inbox goes on a handler of one message a call: the app refuses it on a batch handler at
+/// start (`ConfigError::IdempotentBatch`), and the attribute shows both, so it says so here.
+///
+/// Only `batch(..)` makes the handler a batch handler here: a slice without it already has its
+/// error, which says to add `batch(..)` or take one message.
+fn inbox(attribute: &Attribute, errors: &mut Errors) {
+    let (Some(inbox), Some(_)) = (&attribute.idempotent, &attribute.batch) else {
+        return;
+    };
+    errors.spanned(
+        &inbox.key,
+        "a batch handler takes no inbox: the inbox claims one message's key a call, in a \
+         transaction of its own, so `idempotent` goes on a handler of one message a call; \
+         remove `batch(..)` and take `&T`, or remove `idempotent`",
+    );
 }
 
 /// Literal settings within SQS's limits.

@@ -473,6 +473,12 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
         let (first, _) = ends(layer);
         quote_spanned!(first=> .layer(#layer))
     });
+    // The same for the inbox: a value that is no `Inbox<S>` is reported on its expression.
+    let idempotent = attribute.idempotent.as_ref().map(|setting| {
+        let value = &setting.value;
+        let (first, _) = ends(value);
+        quote_spanned!(first=> .idempotent(#value))
+    });
     let description = description(&docs).map(|text| quote!(.description(#text)));
     let outputs_call = outs_value.map(|value| quote!(.outputs(#value)));
     let message_payload = describe(msg_ty);
@@ -485,7 +491,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
          setting written on the `SqsQueue`, such as `.visibility_timeout(..)`). The settings \
          after it in the attribute (`concurrency`, `batch_size`, `wait`, `visibility_timeout`, \
          `pollers`, `retry`, `timeout`, `filter`, `dead_letter`, `codec`, `outputs`, `layers`, \
-         `batch`), the states it reads \
+         `idempotent`, `batch`), the states it reads \
          and its description are applied on top, as `{name}` itself applies them: where both \
          set one, the attribute's wins. The broker's queue-name prefix \
          (`SqsBroker::queue_name_prefix`) applies to it too."
@@ -570,6 +576,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
                     #dead_letter
                     #codec
                     #(#layers)*
+                    #idempotent
                     #(.requires_state::<#state_types>())*
                     #description
                     .payload(#message_payload)

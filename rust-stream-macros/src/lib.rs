@@ -57,6 +57,7 @@ mod parse;
 /// | `dead_letter("orders-dlq.fifo", 5)` | queue name, attempts 1–1000 | `.dead_letter("orders-dlq.fifo", 5)` |
 /// | `codec = MyCodec` | a `Codec` | `.codec(MyCodec)` |
 /// | `filter = from_the_ledger` | `fn(&Context<'_>) -> bool`: on a routed queue, takes what it accepts instead of by type | `.filter(..)` |
+/// | `idempotent = payments_inbox()` | an `Inbox<S>` (`rust_stream::inbox`): each message handled effectively once, its writes in `ctx.transaction::<S>()`; not with `batch(..)` | `.idempotent(..)` |
 /// | `outputs(receipts = "receipts.fifo", ...)` | one source per `&Output<U>` parameter | `.outputs(..)` |
 /// | `batch(max = 50, window = 100ms)` | `max`: `usize`, 1–1000; `window`: `100ms`, `2s`, `5m` or a `Duration`, ≤ 5 min | `.batch(50, Duration::from_millis(100))` |
 ///

@@ -25,6 +25,7 @@ const ASSIGNED: &[(&str, &str)] = &[
     ("timeout", "timeout = Duration::from_secs(30)"),
     ("codec", "codec = MyCodec"),
     ("filter", "filter = from_the_ledger"),
+    ("idempotent", "idempotent = payments_inbox()"),
 ];
 
 /// The settings written as `key(..)`.
@@ -67,6 +68,11 @@ const RENAMED: &[(&str, &str)] = &[
     ("predicate", "filter"),
     ("condition", "filter"),
     ("when", "filter"),
+    ("inbox", "idempotent"),
+    ("idempotency", "idempotent"),
+    ("dedup", "idempotent"),
+    ("deduplicate", "idempotent"),
+    ("exactly_once", "idempotent"),
 ];
 
 /// The example for a setting, by name.
@@ -82,6 +88,8 @@ fn example(key: &str) -> Option<&'static str> {
 fn suggest(key: &str, value: Option<&Expr>) -> String {
     let assigned = ASSIGNED.iter().any(|(known, _)| *known == key);
     match value {
+        // `dedup = true`: the inbox is a value, not a flag to switch on.
+        Some(Expr::Lit(_)) if key == "idempotent" => example(key).unwrap_or_default().to_owned(),
         Some(value) if assigned => match int_literal(value) {
             Some(seconds) if matches!(key, "wait" | "visibility_timeout" | "timeout") => {
                 format!("{key} = Duration::from_secs({seconds})")
@@ -179,6 +187,8 @@ pub(crate) struct Attribute {
     pub(crate) timeout: Option<Setting>,
     pub(crate) codec: Option<Setting>,
     pub(crate) filter: Option<Setting>,
+    /// `idempotent = ..`: the subscription's inbox, an expression of an `Inbox<S>` value.
+    pub(crate) idempotent: Option<Setting>,
     pub(crate) dead_letter: Option<DeadLetter>,
     /// The `outputs` key, to say "set twice".
     pub(crate) outputs_key: Option<Ident>,
@@ -373,6 +383,7 @@ impl Attribute {
                     "timeout" => &mut self.timeout,
                     "codec" => &mut self.codec,
                     "filter" => &mut self.filter,
+                    "idempotent" => &mut self.idempotent,
                     "dead_letter" | "outputs" | "layers" => {
                         let example = example(&name).unwrap_or_default();
                         errors.spanned(

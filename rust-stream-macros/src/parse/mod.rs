@@ -125,6 +125,56 @@ mod tests {
     }
 
     #[test]
+    fn the_inbox_is_set_as_idempotent_and_its_other_names_and_forms_point_there() {
+        let messages = |args: proc_macro2::TokenStream| {
+            let mut errors = Errors::default();
+            let parsed = attribute(args, &mut errors);
+            let messages: Vec<String> = errors
+                .finish()
+                .err()
+                .into_iter()
+                .flatten()
+                .map(|e| e.to_string())
+                .collect();
+            (parsed.idempotent.is_some(), messages)
+        };
+        assert_eq!(
+            messages(quote!("payments", idempotent = payments_inbox())),
+            (true, vec![])
+        );
+        for name in [
+            "inbox",
+            "idempotency",
+            "dedup",
+            "deduplicate",
+            "exactly_once",
+        ] {
+            let key = syn::Ident::new(name, proc_macro2::Span::call_site());
+            let (set, messages) = messages(quote!("payments", #key = payments_inbox()));
+            assert!(!set);
+            assert_eq!(
+                messages,
+                [format!(
+                    "`{name}` is called `idempotent` here: write `idempotent = payments_inbox()`"
+                )]
+            );
+        }
+        // A flag is no inbox: the example, not `idempotent = true`.
+        assert_eq!(
+            messages(quote!("payments", dedup = true)).1,
+            ["`dedup` is called `idempotent` here: write `idempotent = payments_inbox()`"]
+        );
+        assert_eq!(
+            messages(quote!("payments", idempotent(Inbox::new(store)))).1,
+            ["write the setting `idempotent` as `idempotent = Inbox::new(store)`"]
+        );
+        assert!(messages(quote!("payments", idempotent = a, idempotent = b))
+            .1
+            .iter()
+            .any(|message| message == "`idempotent` is set twice; keep one of them"));
+    }
+
+    #[test]
     fn a_batch_window_is_read_by_its_unit_or_kept_as_an_expression() {
         let nanos = |window: proc_macro2::TokenStream| {
             let mut errors = Errors::default();
