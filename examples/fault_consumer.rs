@@ -24,6 +24,8 @@
 //! | `FAULT_WAIT_SECONDS` | long poll of a receive | 20 |
 //! | `FAULT_VISIBILITY_SECONDS` | visibility timeout of received messages | the queue's |
 //! | `FAULT_SHUTDOWN_SECONDS` | the stop's budget (`RustStream::shutdown_timeout`) | 25 |
+//! | `FAULT_INBOX_POSTGRES_URL` | when set, the handler posts each job to a ledger table in PostgreSQL inside an inbox ([`rust_stream::inbox`]) keyed by the job's `id`: copies of a job post once | unset |
+//! | `FAULT_LEDGER_TABLE` | the ledger table of the inbox mode (it must exist: `job text, grp text, seq int, amount bigint, posted bigserial`) | `fault_ledger` |
 //!
 //! and SQS as `SqsBroker::from_env` reads it (`AWS_ENDPOINT_URL`, `AWS_REGION`,
 //! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`). It runs until SIGTERM or SIGINT:
@@ -48,15 +50,22 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use rust_stream::inbox::{Inbox, Key};
 use rust_stream::prelude::*;
+use rust_stream::store::postgres::PostgresStore;
 use rust_stream::{Output, State};
 use serde::{Deserialize, Serialize};
 
-/// A unit of work: the `seq`-th job of its `group` (on FIFO, its message group).
+/// A unit of work: the `seq`-th job of its `group` (on FIFO, its message group). `id` names the
+/// job across copies of it (the inbox's key); `amount` is what the inbox mode posts.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 struct Job {
     group: String,
     seq: u32,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    amount: i64,
 }
 
 /// The output of a handled job: which input it came from.
@@ -141,6 +150,76 @@ async fn work(
     Ok(())
 }
 
+/// The inbox mode's handler: as [`work`], with the job posted to the ledger table in the
+/// inbox's transaction between the two lines, so that it commits with the job's key.
+#[derive(Clone)]
+struct Post {
+    /// `INSERT INTO <FAULT_LEDGER_TABLE> ..`.
+    insert: Arc<str>,
+}
+
+impl Handle<Job, Output<Done>> for Post {
+    async fn handle(
+        &self,
+        job: &Job,
+        done: &Output<Done>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let failed = |error: &dyn std::fmt::Display| HandlerOutcome::failed(error.to_string());
+        let (Some(State(journal)), Some(State(delay))) =
+            (ctx.state::<Journal>(), ctx.state::<HandlerDelay>())
+        else {
+            return Err(failed(&"the app carries the journal and the delay"));
+        };
+        let record = |event: &str| {
+            format!(
+                "{event} {} {} {} {}\n",
+                job.group,
+                job.seq,
+                ctx.message_id(),
+                ctx.receive_count()
+            )
+        };
+        journal
+            .append(record("start"), false)
+            .await
+            .map_err(|error| failed(&error))?;
+        {
+            let mut transaction = ctx
+                .transaction::<PostgresStore>()
+                .await
+                .map_err(|error| failed(&error))?;
+            sqlx::query(sqlx::AssertSqlSafe(self.insert.to_string()))
+                .bind(&job.id)
+                .bind(&job.group)
+                .bind(job.seq as i32)
+                .bind(job.amount)
+                .execute(&mut **transaction)
+                .await
+                .map_err(|error| failed(&error))?;
+        }
+        if !delay.0.is_zero() {
+            tokio::time::sleep(delay.0).await;
+        }
+        journal
+            .append(record("done"), true)
+            .await
+            .map_err(|error| failed(&error))?;
+        let mut message = done.message(&Done {
+            group: job.group.clone(),
+            seq: job.seq,
+            input: ctx.message_id().to_owned(),
+        });
+        if done.publisher().queue().is_fifo() {
+            message = message
+                .group_id(job.group.clone())
+                .dedup_id(ctx.message_id().to_owned());
+        }
+        ctx.publish(message);
+        Ok(())
+    }
+}
+
 /// The consumed queue, with the settings the environment gives.
 fn input_queue() -> SqsQueue {
     let mut queue = SqsQueue::new(required("FAULT_QUEUE"))
@@ -184,10 +263,30 @@ fn exit_with(message: &str) -> ! {
     std::process::exit(2)
 }
 
-/// The service on `broker`, with the state `app` carries.
-fn service(app: RustStream, broker: SqsBroker) -> impl App {
-    app.with_broker(broker, |b| {
-        b.include(work);
+/// The service on `broker`, with the state `app` carries: [`work`], or [`Post`] behind an inbox
+/// in `inbox`.
+fn service(app: RustStream, broker: SqsBroker, inbox: Option<PostgresStore>) -> impl App {
+    app.with_broker(broker, |b| match inbox {
+        None => {
+            b.include(work);
+        }
+        Some(store) => {
+            let table =
+                std::env::var("FAULT_LEDGER_TABLE").unwrap_or_else(|_| "fault_ledger".into());
+            let insert =
+                format!("INSERT INTO {table} (job, grp, seq, amount) VALUES ($1, $2, $3, $4)");
+            b.include(
+                subscriber(
+                    input_queue(),
+                    Post {
+                        insert: insert.into(),
+                    },
+                )
+                .outputs(Output::<Done>::new(output_queue()))
+                .idempotent(Inbox::new(store).key(Key::json_pointer("/id")))
+                .build(),
+            );
+        }
     })
 }
 
@@ -198,7 +297,11 @@ fn info() -> AppInfo {
 #[tokio::main]
 async fn main() -> ExitCode {
     if asyncapi::requested() {
-        asyncapi::print(&service(RustStream::new(info()), SqsBroker::in_process()));
+        asyncapi::print(&service(
+            RustStream::new(info()),
+            SqsBroker::in_process(),
+            None,
+        ));
         return ExitCode::SUCCESS;
     }
     tracing_subscriber::fmt()
@@ -214,6 +317,13 @@ async fn main() -> ExitCode {
         Ok(broker) => broker,
         Err(error) => exit_with(&error.to_string()),
     };
+    let inbox = match std::env::var("FAULT_INBOX_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => match PostgresStore::connect(&url).await {
+            Ok(store) => Some(store),
+            Err(error) => exit_with(&format!("the inbox's PostgreSQL at {url}: {error}")),
+        },
+        _ => None,
+    };
     let app = service(
         RustStream::new(info())
             .shutdown_timeout(Duration::from_secs(setting(
@@ -223,6 +333,7 @@ async fn main() -> ExitCode {
             .with_state(journal)
             .with_state(delay),
         broker,
+        inbox,
     );
     match app.run().await {
         Ok(()) => {

@@ -6,6 +6,12 @@
 //!   once, and in each group the first completions come in the order sent. The same on a
 //!   standard queue: nothing lost. The handler writes its `done` line (synced) before the engine
 //!   deletes, so a kill between the two shows as a re-delivery, which the test counts and prints.
+//! - **Kills with an inbox** (issue 23): the same five kills over 2,000 payments in 20 FIFO groups,
+//!   and 2,000 on a standard queue, each payment also sent 1–3 extra times (on FIFO, some copies
+//!   with the original's deduplication id, dropped by SQS within its five minutes, and some with
+//!   their own, as copies sent after the window are stored), the consumer posting each to a ledger
+//!   table in PostgreSQL inside its inbox: every payment posted exactly once (the ledger's total is
+//!   the expected total, no payment twice), and on FIFO each group's postings in the order sent.
 //! - **Stop under load**, on FIFO and on a standard queue. SIGTERM while handlers run, messages
 //!   wait unstarted behind them and (on FIFO, every group being held) long polls are pending: the
 //!   running handlers finish and are deleted, their outputs are in the output queue, nothing is
@@ -63,6 +69,43 @@ async fn a_standard_queue_consumer_killed_five_times_loses_nothing() {
     let figures = kill_run(&backend, "kills", 20, 100).await;
     figures.print("standard");
     assert_eq!(figures.lost, 0, "messages lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_payments_with_copies_killed_five_times_post_exactly_once_in_order() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let Some(postgres) = rust_stream::testing::live_postgres_url("process kills with an inbox")
+    else {
+        return;
+    };
+    let figures = inbox_kill_run(&backend, &postgres, "inbox-kills.fifo", 20, 100).await;
+    figures.print("FIFO");
+    assert_eq!(figures.missing, 0, "payments never posted");
+    assert_eq!(figures.posted_twice, 0, "payments posted twice");
+    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+    assert_eq!(
+        figures.order_violations,
+        Some(0),
+        "postings out of their group's order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_payments_with_copies_killed_five_times_post_exactly_once() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let Some(postgres) = rust_stream::testing::live_postgres_url("process kills with an inbox")
+    else {
+        return;
+    };
+    let figures = inbox_kill_run(&backend, &postgres, "inbox-kills", 20, 100).await;
+    figures.print("standard");
+    assert_eq!(figures.missing, 0, "payments never posted");
+    assert_eq!(figures.posted_twice, 0, "payments posted twice");
+    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,6 +459,271 @@ async fn kill_run(
         outputs,
         elapsed: started.elapsed(),
     };
+    dir.remove();
+    figures
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kill run with an inbox
+// ---------------------------------------------------------------------------------------------
+
+/// What a kill run with an inbox measured.
+#[derive(Debug)]
+struct InboxFigures {
+    seed: u64,
+    payments: usize,
+    copies: usize,
+    handler_runs: usize,
+    redelivered: usize,
+    missing: usize,
+    posted_twice: usize,
+    total: i64,
+    expected_total: i64,
+    /// `None` on a standard queue, which promises no order.
+    order_violations: Option<usize>,
+    elapsed: Duration,
+}
+
+impl InboxFigures {
+    fn print(&self, kind: &str) {
+        let order = match self.order_violations {
+            Some(violations) => violations.to_string(),
+            None => "not promised".to_owned(),
+        };
+        common::report(format_args!(
+            "process kills with an inbox on PostgreSQL ({kind}, seed {}): payments {}, extra \
+             copies sent {}, handler runs {} (the rest acked by the inbox without running), \
+             messages received again after a kill {}, payments missing {}, posted twice {}, \
+             ledger total {} (expected {}), order violations {order}, in {:.1?}",
+            self.seed,
+            self.payments,
+            self.copies,
+            self.handler_runs,
+            self.redelivered,
+            self.missing,
+            self.posted_twice,
+            self.total,
+            self.expected_total,
+            self.elapsed,
+        ));
+    }
+}
+
+/// A kill run whose consumer posts each payment to a ledger table inside its inbox on the
+/// PostgreSQL at `postgres`: each of `groups * per_group` payments is sent once, then 1–3 extra
+/// times; the consumer is killed at five seeded points (by postings made) and restarted, and the
+/// ledger is read at the end.
+async fn inbox_kill_run(
+    backend: &Backend<AwsTransport>,
+    postgres: &str,
+    base: &str,
+    groups: u32,
+    per_group: u32,
+) -> InboxFigures {
+    const KILLS: usize = 5;
+    let started = Instant::now();
+    let endpoint = rust_stream::testing::live_endpoint("process kills with an inbox")
+        .expect("checked by live()");
+    let example = example_binary(EXAMPLE);
+    let seed = std::env::var("FAULT_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    common::report(format_args!(
+        "process kills with an inbox ({base}): seed {seed} (FAULT_SEED={seed} replays them)"
+    ));
+    let mut random = SplitMix(seed);
+    let stem = base.trim_end_matches(".fifo");
+    let dir = RunDir::new(&backend.name(stem));
+    let fifo = base.ends_with(".fifo");
+    let output_base = if fifo {
+        format!("{stem}-done.fifo")
+    } else {
+        format!("{stem}-done")
+    };
+    let input = backend.queue(base, &[("VisibilityTimeout", "5")]).await;
+    backend.queue(&output_base, &[]).await;
+    let ledger = backend.name(stem).replace('-', "_");
+    let pool = sqlx::PgPool::connect(postgres)
+        .await
+        .expect("connect to the test's PostgreSQL");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {ledger} (job text NOT NULL, grp text NOT NULL, seq int NOT NULL, \
+         amount bigint NOT NULL, posted bigserial)"
+    )))
+    .execute(&pool)
+    .await
+    .expect("create the ledger table");
+
+    // Every payment once, the groups interleaved; then the extra copies, in the same order.
+    let payments: Vec<(String, u32)> = (0..per_group)
+        .flat_map(|seq| (0..groups).map(move |group| (format!("g{group:02}"), seq)))
+        .collect();
+    let amount = |group: &str, seq: u32| i64::from(seq) * 100 + group[1..].parse::<i64>().unwrap();
+    let expected_total: i64 = payments
+        .iter()
+        .map(|(group, seq)| amount(group, *seq))
+        .sum();
+    let extra: Vec<u32> = payments
+        .iter()
+        .map(|_| 1 + (random.next() % 3) as u32)
+        .collect();
+    let publisher = backend.broker.publisher(SqsQueue::new(backend.name(base)));
+    let message = |group: &str, seq: u32, copy: u32| {
+        let id = format!("{group}-{seq}");
+        let message = publisher.message(&serde_json::json!({
+            "group": group, "seq": seq, "id": id, "amount": amount(group, seq),
+        }));
+        if !fifo {
+            return message;
+        }
+        // Odd copies reuse the original's deduplication id (SQS drops them in its window); even
+        // ones have their own, as a copy sent after the window would be stored.
+        let dedup = if copy % 2 == 1 {
+            id.clone()
+        } else {
+            format!("{id}-copy-{copy}")
+        };
+        message.group_id(group.to_owned()).dedup_id(dedup)
+    };
+    for sent in publisher
+        .send_batch(payments.iter().map(|(group, seq)| message(group, *seq, 0)))
+        .await
+    {
+        sent.expect("send a payment");
+    }
+    let copies: Vec<_> = payments
+        .iter()
+        .zip(&extra)
+        .flat_map(|((group, seq), extra)| (1..=*extra).map(move |copy| (group.clone(), *seq, copy)))
+        .collect();
+    for sent in publisher
+        .send_batch(
+            copies
+                .iter()
+                .map(|(group, seq, copy)| message(group, *seq, *copy)),
+        )
+        .await
+    {
+        sent.expect("send a copy");
+    }
+    let journal = Journal(dir.path.join("journal"));
+    let settings = [
+        ("FAULT_QUEUE", backend.name(base)),
+        ("FAULT_OUTPUT_QUEUE", backend.name(&output_base)),
+        ("FAULT_JOURNAL", journal.0.display().to_string()),
+        ("FAULT_CONCURRENCY", groups.to_string()),
+        ("FAULT_WAIT_SECONDS", "1".to_owned()),
+        ("FAULT_INBOX_POSTGRES_URL", postgres.to_owned()),
+        ("FAULT_LEDGER_TABLE", ledger.clone()),
+    ];
+    let total = payments.len();
+    let posted = || async {
+        let (rows, distinct): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*), count(DISTINCT job) FROM {ledger}"
+        )))
+        .fetch_one(&pool)
+        .await
+        .expect("count the ledger");
+        (rows as usize, distinct as usize)
+    };
+    let mut points: Vec<usize> = (0..KILLS)
+        .map(|_| 50 + (random.next() % (total as u64 - 100)) as usize)
+        .collect();
+    points.sort_unstable();
+    common::report(format_args!(
+        "process kills with an inbox ({base}): killed after {points:?} payments posted"
+    ));
+    let mut consumer = Consumer::start(&example, &endpoint, &settings, &dir, 0);
+    for (kill, point) in points.iter().enumerate() {
+        let lines_before = journal.read().len();
+        let deadline = Instant::now() + PATIENCE;
+        while !(journal.read().len() > lines_before && posted().await.1 >= *point) {
+            assert!(
+                Instant::now() < deadline,
+                "not {point} payments posted within {PATIENCE:?}:\n{}",
+                consumer.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(random.next() % 50)).await;
+        consumer.kill();
+        consumer = Consumer::start(&example, &endpoint, &settings, &dir, kill + 1);
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while posted().await.1 < total {
+        assert!(
+            Instant::now() < deadline,
+            "not every payment posted within {PATIENCE:?}:\n{}",
+            consumer.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_until_empty(backend, &input).await;
+    let status = consumer.terminate().await;
+    assert!(status.success(), "{status}:\n{}", consumer.log());
+
+    let (rows, distinct) = posted().await;
+    let (total_posted,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT coalesce(sum(amount), 0)::bigint FROM {ledger}"
+    )))
+    .fetch_one(&pool)
+    .await
+    .expect("sum the ledger");
+    let order_violations = if fifo {
+        let rows: Vec<(String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT grp, seq FROM {ledger} ORDER BY posted"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("read the ledger");
+        let mut last: HashMap<String, i32> = HashMap::new();
+        let mut violations = 0;
+        for (group, seq) in rows {
+            if last.get(&group).is_some_and(|before| *before > seq) {
+                violations += 1;
+            }
+            last.insert(group, seq);
+        }
+        Some(violations)
+    } else {
+        None
+    };
+    let records = journal.read();
+    let redelivered: HashSet<&str> = records
+        .iter()
+        .filter(|record| record.event == Event::Start && record.receive_count > 1)
+        .map(|record| record.message_id.as_str())
+        .collect();
+    assert!(
+        !redelivered.is_empty(),
+        "no message was received again after a kill"
+    );
+    let figures = InboxFigures {
+        seed,
+        payments: total,
+        copies: copies.len(),
+        handler_runs: records
+            .iter()
+            .filter(|record| record.event == Event::Start)
+            .count(),
+        redelivered: redelivered.len(),
+        missing: total - distinct,
+        posted_twice: rows - distinct,
+        total: total_posted,
+        expected_total,
+        order_violations,
+        elapsed: started.elapsed(),
+    };
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {ledger}")))
+        .execute(&pool)
+        .await
+        .expect("drop the ledger table");
     dir.remove();
     figures
 }
