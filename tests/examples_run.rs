@@ -255,3 +255,40 @@ fn with_aws_endpoint_url_the_routing_example_runs_on_localstack() {
     };
     assert_routing(Some(&endpoint));
 }
+
+/// Runs the payments example against `endpoint` (or in process): three copies of `pay-1` and one
+/// `pay-2` post twice in all, the two extra copies acked by the inbox without running.
+fn assert_payments(endpoint: Option<&str>) {
+    let output = cargo_run_example("payments", endpoint);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "payments failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert_eq!(stdout.matches("payment posted").count(), 2, "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("handled before: acked without running")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("postings=2 total_cents=2240"),
+        "the ledger holds pay-1 once and pay-2 once:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_payments_example_posts_each_payment_once_on_sqlite() {
+    assert_payments(None);
+}
+
+#[test]
+fn with_aws_endpoint_url_the_payments_example_runs_on_localstack() {
+    if let Some(endpoint) = rust_stream::testing::live_endpoint("the payments example") {
+        assert_payments(Some(&endpoint));
+    }
+}
