@@ -512,24 +512,6 @@ async fn sqlite_records_its_schema_version_and_refuses_a_newer_one() {
 
 // --- PostgreSQL -------------------------------------------------------------------------------
 
-/// The URL of the PostgreSQL server the tests use (`RUST_STREAM_POSTGRES_URL`), or `None` when
-/// none is given: the test is skipped, loudly, except under CI (`CI=true`), where it fails.
-fn postgres_url() -> Option<String> {
-    match std::env::var("RUST_STREAM_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("RUST_STREAM_POSTGRES_URL is not set: CI runs the PostgreSQL tests")
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED: RUST_STREAM_POSTGRES_URL is not set, so this PostgreSQL test did not run \
-                 (set it to postgres://user@host:port/database to run it)"
-            );
-            None
-        }
-    }
-}
-
 /// A store in a schema of the case's own: the pool's connections find their tables there
 /// (`search_path`).
 #[derive(Clone)]
@@ -560,7 +542,7 @@ impl Schema {
 }
 
 async fn postgres_schema(case: &str) -> Option<(PgConnectOptions, Schema)> {
-    let url = postgres_url()?;
+    let url = rust_stream::testing::live_postgres_url("an inbox store test on PostgreSQL")?;
     let admin = PgPoolOptions::new()
         .max_connections(1)
         .connect(&url)
