@@ -13,15 +13,16 @@
 //!   the decode error;
 //! - `Recorder::batches` shows what each call got.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rust_stream::aws::AwsTransport;
 use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::prelude::*;
 use rust_stream::publish::{Outgoing, Publisher};
 use rust_stream::testing::{eventually, on_each_backend, Backend, BackendKind, Settled, TestApp};
-use rust_stream::transport::{ReceiveMessage, ReceivedMessage, Transport};
+use rust_stream::transport::ReceivedMessage;
 use rust_stream::{
     RetryPolicy, Subscriber, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER,
     ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
@@ -149,35 +150,6 @@ async fn send(backend: &Backend, queue: &SqsQueue, postings: &[Posting]) -> Vec<
         ids.push(sent.expect("send").message_id);
     }
     ids
-}
-
-/// The messages a dead-letter queue holds now (each received once, left in flight).
-async fn dead_lettered(backend: &Backend, queue: &str) -> Vec<ReceivedMessage> {
-    match (backend.account(), backend.endpoint()) {
-        (Some(account), _) => receive_all(account, queue).await,
-        (None, Some(endpoint)) => {
-            receive_all(&AwsTransport::local(endpoint, "us-east-1"), queue).await
-        }
-        (None, None) => unreachable!("a backend is in process or live"),
-    }
-}
-
-async fn receive_all<T: Transport>(transport: &T, queue: &str) -> Vec<ReceivedMessage> {
-    let url = transport
-        .get_queue_url(queue)
-        .await
-        .expect("the dead-letter queue exists");
-    let mut all = Vec::new();
-    loop {
-        let received = transport
-            .receive_message(&url, ReceiveMessage::new(10))
-            .await
-            .expect("receive");
-        if received.is_empty() {
-            return all;
-        }
-        all.extend(received);
-    }
 }
 
 /// The named case of the issue, with the groups' messages interleaved as sent.
@@ -482,7 +454,7 @@ fn per_message_dead_letters_carry_their_reason_and_a_message_out_of_attempts_goe
         running.drain().await;
         running.stop().await.unwrap();
 
-        let copies = dead_lettered(&backend, &dead_letters).await;
+        let copies = common::held_by(&backend, &dead_letters).await;
         assert_eq!(copies.len(), 2, "{copies:?}");
         let attribute = |message: &ReceivedMessage, name: &str| {
             message
@@ -580,7 +552,7 @@ fn a_message_that_does_not_decode_never_reaches_the_batch_handler() {
         );
         assert!(seen.contains(&good) && seen.contains(&after));
         assert_eq!(calls.lock().unwrap().iter().flatten().count(), 2);
-        let copies = dead_lettered(&backend, &dead_letters).await;
+        let copies = common::held_by(&backend, &dead_letters).await;
         assert_eq!(copies.len(), 1);
         assert_eq!(copies[0].body, "not a posting");
         let reason = copies[0].message_attributes[DEAD_LETTER_REASON_HEADER]

@@ -16,6 +16,8 @@
 //!
 //! A batch handler with an inbox is refused at start: `tests/bad_input.rs`, row 152.
 
+mod common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -27,9 +29,7 @@ use rust_stream::record::Recorder;
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::testing::{eventually, on_each_backend, Backend, Settled, TestApp};
 use rust_stream::transport::layer::{Hooked, Hooks};
-use rust_stream::transport::{
-    BatchResult, DeleteEntry, ReceiveMessage, ReceivedMessage, Transport, TransportError,
-};
+use rust_stream::transport::{BatchResult, DeleteEntry, Transport, TransportError};
 use rust_stream::{Output, RetryPolicy, State, Subscriber};
 use serde::{Deserialize, Serialize};
 
@@ -165,35 +165,6 @@ async fn send_copies(broker: &SqsBroker, queue: &SqsQueue, payment: &Payment, co
     }
 }
 
-/// Every message `queue` holds now (each received once and left in flight).
-async fn stored(backend: &Backend, queue: &str) -> Vec<ReceivedMessage> {
-    match (backend.account(), backend.endpoint()) {
-        (Some(account), _) => receive_all(account, queue).await,
-        (None, Some(endpoint)) => {
-            receive_all(&AwsTransport::local(endpoint, "us-east-1"), queue).await
-        }
-        (None, None) => unreachable!("a backend is in process or live"),
-    }
-}
-
-async fn receive_all<T: Transport>(transport: &T, queue: &str) -> Vec<ReceivedMessage> {
-    let url = transport
-        .get_queue_url(queue)
-        .await
-        .expect("the queue exists");
-    let mut all = Vec::new();
-    loop {
-        let received = transport
-            .receive_message(&url, ReceiveMessage::new(10))
-            .await
-            .expect("receive");
-        if received.is_empty() {
-            return all;
-        }
-        all.extend(received);
-    }
-}
-
 fn settled(recorder: &Recorder, queue: &SqsQueue) -> Vec<Settled> {
     recorder
         .handled(queue.name())
@@ -228,7 +199,7 @@ fn a_handler_that_fails_after_claiming_is_retried_and_then_posts_once() {
             settled(&recorder, &payments),
             [Settled::Retried, Settled::Acked]
         );
-        assert_eq!(stored(&backend, posted.name()).await.len(), 1);
+        assert_eq!(common::held_by(&backend, posted.name()).await.len(), 1);
     });
 }
 
@@ -260,7 +231,7 @@ fn copies_of_one_payment_post_once_and_send_the_recorded_output_again() {
             "every copy is acked"
         );
         // Each copy sent the recorded output again with its deduplication id: stored once.
-        let outputs = stored(&backend, posted.name()).await;
+        let outputs = common::held_by(&backend, posted.name()).await;
         assert_eq!(outputs.len(), 1, "{outputs:?}");
         assert_eq!(
             serde_json::from_str::<Posted>(&outputs[0].body).unwrap(),
@@ -338,7 +309,7 @@ fn a_delete_that_fails_after_the_commit_is_redelivered_and_acked_without_running
         );
         assert_eq!(post.runs(), 1, "the redelivery did not run the handler");
         assert_eq!(post.posted(), ["pay-3"]);
-        assert_eq!(stored(&backend, posted.name()).await.len(), 1);
+        assert_eq!(common::held_by(&backend, posted.name()).await.len(), 1);
     });
 }
 

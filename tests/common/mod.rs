@@ -1166,3 +1166,43 @@ pub mod process {
         }
     }
 }
+
+/// Every message the queue named `queue` holds now on `backend` (the kit's backend, in process or
+/// live), each received once and left in flight: what a dead-letter or output queue was sent.
+pub async fn held_by(
+    backend: &rust_stream::testing::Backend,
+    queue: &str,
+) -> Vec<rust_stream::transport::ReceivedMessage> {
+    match (backend.account(), backend.endpoint()) {
+        (Some(account), _) => receive_all_of(account, queue).await,
+        (None, Some(endpoint)) => {
+            receive_all_of(
+                &rust_stream::aws::AwsTransport::local(endpoint, "us-east-1"),
+                queue,
+            )
+            .await
+        }
+        (None, None) => unreachable!("a backend is in process or live"),
+    }
+}
+
+async fn receive_all_of<T: rust_stream::transport::Transport>(
+    transport: &T,
+    queue: &str,
+) -> Vec<rust_stream::transport::ReceivedMessage> {
+    let url = transport
+        .get_queue_url(queue)
+        .await
+        .expect("the queue exists");
+    let mut all = Vec::new();
+    loop {
+        let received = transport
+            .receive_message(&url, rust_stream::transport::ReceiveMessage::new(10))
+            .await
+            .expect("receive");
+        if received.is_empty() {
+            return all;
+        }
+        all.extend(received);
+    }
+}
