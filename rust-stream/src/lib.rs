@@ -124,6 +124,7 @@ pub mod inbox;
 pub mod metrics;
 pub mod middleware;
 pub mod model;
+pub mod outbox;
 pub mod outcome;
 pub mod prelude;
 pub mod propagation;
@@ -140,6 +141,7 @@ pub(crate) mod task;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod transport;
+pub mod worker;
 
 pub use app::{
     App, AppContext, AppInfo, Inspect, QueueLoad, Readiness, RunError, RustStream, Service,
