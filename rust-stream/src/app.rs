@@ -213,7 +213,10 @@ impl<B: Broker> App for Service<B> {
         // The broker has stopped (or never started): so do the workers, within the stop's time.
         handle.shutdown();
         let stopped = futures_util::future::join_all(workers);
-        if tokio::time::timeout(self.shutdown_timeout, stopped).await.is_err() {
+        if tokio::time::timeout(self.shutdown_timeout, stopped)
+            .await
+            .is_err()
+        {
             tracing::warn!("a worker did not stop within the shutdown timeout; it is left to end with the runtime");
         }
         stage.send_replace(Stage::Ended);
@@ -230,7 +233,8 @@ fn start_workers(
     workers
         .into_iter()
         .map(|worker| {
-            let context = WorkerContext::new(app.shutdown().clone(), app.worker_probe(&worker.name));
+            let context =
+                WorkerContext::new(app.shutdown().clone(), app.worker_probe(&worker.name));
             let readiness = Readiness {
                 stage: stage.clone(),
             };

@@ -135,7 +135,12 @@ impl Health {
         HealthReport {
             state: self.state(),
             subscriptions: self.probes.all().iter().map(|probe| probe.read()).collect(),
-            workers: self.probes.workers().iter().map(|probe| probe.read()).collect(),
+            workers: self
+                .probes
+                .workers()
+                .iter()
+                .map(|probe| probe.read())
+                .collect(),
         }
     }
 

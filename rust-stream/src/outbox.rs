@@ -371,7 +371,11 @@ impl<S: OutboxStore> Relay<S> {
 
     /// One round: the lease, the oldest rows, their sends, the delete of those sent.
     async fn round(&self, state: &mut RelayState) -> Result<Round, StoreError> {
-        let Some(leased) = self.store.lease(self.batch_size, self.lease_timeout).await? else {
+        let Some(leased) = self
+            .store
+            .lease(self.batch_size, self.lease_timeout)
+            .await?
+        else {
             return Ok(Round::Standby);
         };
         let read = leased.rows.len();
@@ -425,7 +429,10 @@ impl<S: OutboxStore> Relay<S> {
         state: &mut RelayState,
         rows: Vec<OutboxRow>,
     ) -> (
-        Vec<((String, bool), Vec<((i64, String, Option<String>), Outgoing)>)>,
+        Vec<(
+            (String, bool),
+            Vec<((i64, String, Option<String>), Outgoing)>,
+        )>,
         usize,
     ) {
         let mut by_destination: Vec<((String, bool), Vec<_>)> = Vec::new();
@@ -450,7 +457,10 @@ impl<S: OutboxStore> Relay<S> {
                 Ok(Some(outgoing)) => outgoing,
                 Ok(None) => {
                     unreadable += 1;
-                    tracing::error!(outbox.row = row.id, "an outbox row holds no message; it stays for a person to look at");
+                    tracing::error!(
+                        outbox.row = row.id,
+                        "an outbox row holds no message; it stays for a person to look at"
+                    );
                     continue;
                 }
                 Err(error) => {

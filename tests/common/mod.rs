@@ -1206,3 +1206,61 @@ async fn receive_all_of<T: rust_stream::transport::Transport>(
         all.extend(received);
     }
 }
+
+/// Every message `queue` of `backend` holds, received and deleted until it is empty, in the
+/// order received: on a FIFO queue each group in the order stored (where [`held_by`], which
+/// deletes nothing, sees at most one receive of each group).
+pub async fn taken_from(
+    backend: &rust_stream::testing::Backend,
+    queue: &str,
+) -> Vec<rust_stream::transport::ReceivedMessage> {
+    match (backend.account(), backend.endpoint()) {
+        (Some(account), _) => take_all_of(account, queue).await,
+        (None, Some(endpoint)) => {
+            take_all_of(
+                &rust_stream::aws::AwsTransport::local(endpoint, "us-east-1"),
+                queue,
+            )
+            .await
+        }
+        (None, None) => unreachable!("a backend is in process or live"),
+    }
+}
+
+async fn take_all_of<T: rust_stream::transport::Transport>(
+    transport: &T,
+    queue: &str,
+) -> Vec<rust_stream::transport::ReceivedMessage> {
+    let url = transport
+        .get_queue_url(queue)
+        .await
+        .expect("the queue exists");
+    let mut all = Vec::new();
+    // A live server may answer one receive empty while messages are still there: two in a row.
+    let mut empty = 0;
+    while empty < 2 {
+        let received = transport
+            .receive_message(&url, rust_stream::transport::ReceiveMessage::new(10))
+            .await
+            .expect("receive");
+        if received.is_empty() {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        let entries = received
+            .iter()
+            .enumerate()
+            .map(|(n, message)| rust_stream::transport::DeleteEntry {
+                id: n.to_string(),
+                receipt_handle: message.receipt_handle.clone(),
+            })
+            .collect();
+        transport
+            .delete_message_batch(&url, entries)
+            .await
+            .expect("delete");
+        all.extend(received);
+    }
+    all
+}

@@ -278,7 +278,11 @@ impl InboxStore for MemoryStore {
         key: &InboxKey,
         recorded: Option<&str>,
     ) -> Result<(), StoreError> {
-        debug_assert_eq!(transaction.key(), Some(key), "a transaction completes its own key");
+        debug_assert_eq!(
+            transaction.key(),
+            Some(key),
+            "a transaction completes its own key"
+        );
         transaction.settled = true;
         let Some((held_key, held_claim)) = transaction.claimed.clone() else {
             // A transaction of the service's own holds no key: committing it is all there is.

@@ -246,6 +246,10 @@ pub enum StoreError {
     },
 }
 
+/// The schema version this release's database stores migrate to: what `rust_stream_schema`
+/// records last (1: the inbox; 3: the outbox).
+pub const SCHEMA_VERSION: i64 = 3;
+
 /// One step of a database store's schema: the statements that take it from the version before to
 /// `version`. Each store keeps its own list, oldest first; a release that adds tables (the outbox)
 /// appends a step.
@@ -272,10 +276,7 @@ fn pending(
 /// A database store's leased rows: each read row (id, destination, group, message) with the
 /// backlog and the oldest row's age in milliseconds that the same statement counted.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-fn leased<L>(
-    lease: L,
-    read: Vec<(OutboxRow, i64, f64)>,
-) -> Leased<L> {
+fn leased<L>(lease: L, read: Vec<(OutboxRow, i64, f64)>) -> Leased<L> {
     let backlog = match read.first() {
         Some((_, rows, oldest_ms)) => Backlog {
             rows: u64::try_from(*rows).unwrap_or(0),

@@ -72,14 +72,15 @@ use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
 
 use super::{
-    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey,
-    InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
+    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]).
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: "
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: "
         CREATE TABLE rust_stream_schema (
             version bigint PRIMARY KEY,
             applied_at timestamptz NOT NULL DEFAULT now()
@@ -94,9 +95,10 @@ const MIGRATIONS: &[Migration] = &[Migration {
         );
         CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
     ",
-}, Migration {
-    version: 3,
-    statements: "
+    },
+    Migration {
+        version: 3,
+        statements: "
         CREATE TABLE rust_stream_outbox (
             id bigserial PRIMARY KEY,
             destination text NOT NULL,
@@ -105,7 +107,8 @@ const MIGRATIONS: &[Migration] = &[Migration {
             created_at timestamptz NOT NULL DEFAULT now()
         );
     ",
-}];
+    },
+];
 
 /// The first half of the advisory lock that a writer of an outbox row of a FIFO group holds to
 /// its commit (the second is a hash of the destination and the group), so that two transactions
@@ -458,5 +461,18 @@ impl OutboxStore for PostgresStore {
         }
         lease.commit().await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    #[test]
+    fn the_last_migration_is_the_schema_version() {
+        let versions: Vec<i64> = super::MIGRATIONS.iter().map(|step| step.version).collect();
+        assert!(
+            versions.windows(2).all(|pair| pair[0] < pair[1]),
+            "{versions:?}"
+        );
+        assert_eq!(versions.last(), Some(&super::super::SCHEMA_VERSION));
     }
 }

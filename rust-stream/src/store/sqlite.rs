@@ -55,14 +55,15 @@ use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 
 use super::{
-    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey,
-    InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
+    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: "
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: "
         CREATE TABLE rust_stream_schema (
             version INTEGER PRIMARY KEY,
             applied_at INTEGER NOT NULL
@@ -77,10 +78,11 @@ const MIGRATIONS: &[Migration] = &[Migration {
         ) STRICT;
         CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
     ",
-}, Migration {
-    version: 3,
-    // AUTOINCREMENT: an id is never given twice, even after the largest row was relayed.
-    statements: "
+    },
+    Migration {
+        version: 3,
+        // AUTOINCREMENT: an id is never given twice, even after the largest row was relayed.
+        statements: "
         CREATE TABLE rust_stream_outbox (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             destination TEXT NOT NULL,
@@ -89,7 +91,8 @@ const MIGRATIONS: &[Migration] = &[Migration {
             created_at INTEGER NOT NULL
         ) STRICT;
     ",
-}];
+    },
+];
 
 const WRITE: &str = "
     INSERT INTO rust_stream_outbox (destination, group_id, message, created_at)
@@ -411,5 +414,18 @@ impl OutboxStore for SqliteStore {
         }
         drop(lease);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    #[test]
+    fn the_last_migration_is_the_schema_version() {
+        let versions: Vec<i64> = super::MIGRATIONS.iter().map(|step| step.version).collect();
+        assert!(
+            versions.windows(2).all(|pair| pair[0] < pair[1]),
+            "{versions:?}"
+        );
+        assert_eq!(versions.last(), Some(&super::super::SCHEMA_VERSION));
     }
 }
