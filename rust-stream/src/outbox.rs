@@ -54,8 +54,8 @@
 //!   through the publisher's in-order batchers. A row whose send fails holds its group: until
 //!   it is sent, later rows of the group wait (other groups go on).
 //! - **One relay at a time** per outbox: each round takes the store's lease (on PostgreSQL an
-//!   advisory lock, so replicas of a service take turns; see
-//!   [`store::postgres`](crate::store#stores)); the others stand by and are ready.
+//!   advisory lock, so replicas of a service take turns, as the PostgreSQL store's docs say);
+//!   the others stand by and are ready.
 //! - **A resend is one message.** Each row's message carries a key made when it was written:
 //!   its deduplication id on a FIFO destination (a relay that died after sending and before
 //!   deleting, and whose rows are sent again within five minutes, is collapsed by SQS) and its
