@@ -7,7 +7,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -15,6 +14,7 @@ use crate::health::{Inspect, Probes, Stage, SubscriptionProbe};
 use crate::model::rules::ErrorKind;
 use crate::model::{ConfigErrors, TransportError};
 use crate::state::States;
+pub use crate::task::Shutdown;
 use crate::worker::{ErasedWorker, Worker};
 
 /// The AsyncAPI version of the documents brokers write.
@@ -249,31 +249,6 @@ impl AppContext {
     /// The probe through which the worker called `name` reports its health.
     pub(crate) fn worker_probe(&self, name: &str) -> Arc<crate::health::WorkerProbe> {
         self.probes.add_worker(name)
-    }
-}
-
-/// What a broker watches to know when to stop, and how long it may take.
-#[derive(Debug, Clone)]
-pub struct Shutdown {
-    requested: watch::Receiver<bool>,
-    timeout: Duration,
-}
-
-impl Shutdown {
-    /// Requested when `requested` turns `true`; the stop may take `timeout`.
-    pub(crate) fn new(requested: watch::Receiver<bool>, timeout: Duration) -> Self {
-        Self { requested, timeout }
-    }
-
-    /// Resolves once shutdown is requested.
-    pub async fn requested(&self) {
-        let mut requested = self.requested.clone();
-        let _ = requested.wait_for(|requested| *requested).await;
-    }
-
-    /// How long the whole stop may take.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 }
 

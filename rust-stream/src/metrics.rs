@@ -258,11 +258,11 @@ pub const OUTBOX_FAILED: &str = "rust_stream.outbox.failed";
 pub const OUTBOX: &str = "rust_stream.outbox";
 
 /// Records what an outbox's relay found waiting at the start of a round.
-pub(crate) fn outbox_backlog(outbox: &str, backlog: crate::store::Backlog) {
+pub(crate) fn outbox_backlog(outbox: &str, rows: u64, oldest_age: Option<Duration>) {
     let labels = [Label::new(OUTBOX, outbox.to_owned())];
-    ::metrics::gauge!(OUTBOX_BACKLOG, labels.iter()).set(backlog.rows as f64);
+    ::metrics::gauge!(OUTBOX_BACKLOG, labels.iter()).set(rows as f64);
     ::metrics::gauge!(OUTBOX_OLDEST_AGE, labels.iter())
-        .set(backlog.oldest_age.unwrap_or_default().as_secs_f64());
+        .set(oldest_age.unwrap_or_default().as_secs_f64());
 }
 
 /// Records a relay round's sends: `relayed` sent and deleted, `failed` left for the next.

@@ -380,7 +380,7 @@ impl<S: OutboxStore> Relay<S> {
         };
         let read = leased.rows.len();
         let backlog = leased.backlog;
-        crate::metrics::outbox_backlog(&self.name, backlog);
+        crate::metrics::outbox_backlog(&self.name, backlog.rows, backlog.oldest_age);
         let (sendable, mut failed) = self.sendable(state, leased.rows);
         let mut sent = Vec::new();
         let mut sends = Vec::new();

@@ -13,9 +13,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::broker::Shutdown;
 use crate::health::WorkerProbe;
-use crate::task::BoxFuture;
+use crate::task::{BoxFuture, Shutdown};
 
 /// Background work of an app: see the [module docs](self).
 pub trait Worker: Send + 'static {
