@@ -15,7 +15,8 @@
 //!
 //! | Variable | Meaning | Default |
 //! | --- | --- | --- |
-//! | `OUTBOX_POSTGRES_URL` | the database of the ledger and the outbox (`?options[search_path]=..` for a schema of its own) | required |
+//! | `OUTBOX_POSTGRES_URL` | the database of the ledger and the outbox (`?options[search_path]=..` for a schema of its own) | this or the next |
+//! | `OUTBOX_SQLITE_PATH` | the same on the SQLite file at this path (the embedded store: one process, so no second replica) | |
 //! | `OUTBOX_LEDGER_TABLE` | the ledger table (it must exist: `id bigint PRIMARY KEY, account text`) | `outbox_ledger` |
 //! | `OUTBOX_QUEUE` | the FIFO queue the events go to (it must exist) | required |
 //! | `OUTBOX_EVENTS` | how many events to write | 10000 |
@@ -31,6 +32,8 @@ use std::time::Duration;
 use rust_stream::outbox::Outbox;
 use rust_stream::prelude::*;
 use rust_stream::store::postgres::PostgresStore;
+use rust_stream::store::sqlite::SqliteStore;
+use rust_stream::store::OutboxStore;
 use serde::Serialize;
 
 /// An event: the `id`-th written, for `account` (its FIFO group).
@@ -70,8 +73,70 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Where the ledger and the outbox are.
+enum Database {
+    Postgres(PostgresStore),
+    Sqlite(SqliteStore),
+}
+
+/// Writes the events and waits for the relay, on `store`'s database: one body for both stores,
+/// whose pools differ in type only. Every event's ledger row and outbox message are one
+/// transaction, committed or, for every tenth, rolled back.
+macro_rules! produce {
+    ($store:expr, $broker:expr, $publisher:expr, $settings:expr) => {{
+        let store = $store;
+        let (ledger, events, accounts, write) = $settings;
+        let outbox = Outbox::new(store.clone(), $publisher);
+        let (stop, running) = start(&$broker, &store);
+        if write {
+            let next: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT coalesce(max(id) + 1, 0) FROM {ledger}"
+            )))
+            .fetch_one(store.pool())
+            .await
+            .map_err(|error| error.to_string())?;
+            let insert = format!("INSERT INTO {ledger} (id, account) VALUES ($1, $2)");
+            for id in next..events {
+                let event = Posted {
+                    id,
+                    account: format!("account-{:02}", id % accounts),
+                };
+                let mut transaction = store.pool().begin().await.map_err(|e| e.to_string())?;
+                sqlx::query(sqlx::AssertSqlSafe(insert.as_str()))
+                    .bind(event.id)
+                    .bind(&event.account)
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                outbox
+                    .message(&event)
+                    .group_id(&event.account)
+                    .send(&mut *transaction)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                if id % 10 == 7 {
+                    transaction.rollback().await.map_err(|e| e.to_string())?;
+                } else {
+                    transaction.commit().await.map_err(|e| e.to_string())?;
+                }
+            }
+            loop {
+                let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
+                    .fetch_one(store.pool())
+                    .await
+                    .map_err(|error| error.to_string())?;
+                if waiting == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            stop.shutdown();
+        }
+        finish(running).await
+    }};
+}
+
 async fn run() -> Result<(), String> {
-    let url = setting("OUTBOX_POSTGRES_URL", None)?;
     let ledger = setting("OUTBOX_LEDGER_TABLE", Some("outbox_ledger"))?;
     let queue = setting("OUTBOX_QUEUE", None)?;
     let events = number("OUTBOX_EVENTS", "10000")?;
@@ -81,10 +146,38 @@ async fn run() -> Result<(), String> {
     let broker = SqsBroker::from_env()
         .await
         .map_err(|error| error.to_string())?;
-    let store = PostgresStore::connect(&url)
-        .await
-        .map_err(|error| error.to_string())?;
-    let outbox = Outbox::new(store.clone(), broker.publisher(SqsQueue::new(queue)));
+    let database = match (
+        setting("OUTBOX_POSTGRES_URL", Some("")),
+        setting("OUTBOX_SQLITE_PATH", Some("")),
+    ) {
+        (Ok(url), _) if !url.is_empty() => Database::Postgres(
+            PostgresStore::connect(&url)
+                .await
+                .map_err(|error| error.to_string())?,
+        ),
+        (_, Ok(path)) if !path.is_empty() => Database::Sqlite(
+            SqliteStore::open(&path)
+                .await
+                .map_err(|error| error.to_string())?,
+        ),
+        _ => return Err("set OUTBOX_POSTGRES_URL or OUTBOX_SQLITE_PATH".into()),
+    };
+    let publisher = broker.publisher(SqsQueue::new(queue));
+    let settings = (ledger, events, accounts, write);
+    match database {
+        Database::Postgres(store) => produce!(store, broker, publisher, settings),
+        Database::Sqlite(store) => produce!(store, broker, publisher, settings),
+    }
+}
+
+/// Starts the app that relays `store`'s outbox through `broker`.
+fn start<S: OutboxStore>(
+    broker: &SqsBroker,
+    store: &S,
+) -> (
+    rust_stream::ShutdownHandle,
+    tokio::task::JoinHandle<Result<(), rust_stream::RunError>>,
+) {
     let app = RustStream::new(AppInfo::new("outbox_producer", "0.1.0")).with_broker(
         broker.clone(),
         |b| {
@@ -92,51 +185,12 @@ async fn run() -> Result<(), String> {
         },
     );
     let stop = app.shutdown_handle();
-    let running = tokio::spawn(app.run());
-    if write {
-        let next: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT coalesce(max(id) + 1, 0) FROM {ledger}"
-        )))
-        .fetch_one(store.pool())
-        .await
-        .map_err(|error| error.to_string())?;
-        let insert = format!("INSERT INTO {ledger} (id, account) VALUES ($1, $2)");
-        for id in next..events {
-            let event = Posted {
-                id,
-                account: format!("account-{:02}", id % accounts),
-            };
-            let mut transaction = store.pool().begin().await.map_err(|e| e.to_string())?;
-            sqlx::query(sqlx::AssertSqlSafe(insert.as_str()))
-                .bind(event.id)
-                .bind(&event.account)
-                .execute(&mut *transaction)
-                .await
-                .map_err(|error| error.to_string())?;
-            outbox
-                .message(&event)
-                .group_id(&event.account)
-                .send(&mut *transaction)
-                .await
-                .map_err(|error| error.to_string())?;
-            if id % 10 == 7 {
-                transaction.rollback().await.map_err(|e| e.to_string())?;
-            } else {
-                transaction.commit().await.map_err(|e| e.to_string())?;
-            }
-        }
-        loop {
-            let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
-                .fetch_one(store.pool())
-                .await
-                .map_err(|error| error.to_string())?;
-            if waiting == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stop.shutdown();
-    }
+    (stop, tokio::spawn(app.run()))
+}
+
+async fn finish(
+    running: tokio::task::JoinHandle<Result<(), rust_stream::RunError>>,
+) -> Result<(), String> {
     running
         .await
         .map_err(|error| error.to_string())?
