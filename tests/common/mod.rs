@@ -1167,44 +1167,13 @@ pub mod process {
     }
 }
 
-/// Every message the queue named `queue` holds now on `backend` (the kit's backend, in process or
-/// live), each received once and left in flight: what a dead-letter or output queue was sent.
+/// What `queue` of `backend` holds, received without deleting (so on a FIFO queue at most one
+/// receive of each group: see [`taken_from`]).
 pub async fn held_by(
     backend: &rust_stream::testing::Backend,
     queue: &str,
 ) -> Vec<rust_stream::transport::ReceivedMessage> {
-    match (backend.account(), backend.endpoint()) {
-        (Some(account), _) => receive_all_of(account, queue).await,
-        (None, Some(endpoint)) => {
-            receive_all_of(
-                &rust_stream::aws::AwsTransport::local(endpoint, "us-east-1"),
-                queue,
-            )
-            .await
-        }
-        (None, None) => unreachable!("a backend is in process or live"),
-    }
-}
-
-async fn receive_all_of<T: rust_stream::transport::Transport>(
-    transport: &T,
-    queue: &str,
-) -> Vec<rust_stream::transport::ReceivedMessage> {
-    let url = transport
-        .get_queue_url(queue)
-        .await
-        .expect("the queue exists");
-    let mut all = Vec::new();
-    loop {
-        let received = transport
-            .receive_message(&url, rust_stream::transport::ReceiveMessage::new(10))
-            .await
-            .expect("receive");
-        if received.is_empty() {
-            return all;
-        }
-        all.extend(received);
-    }
+    messages_of(backend, queue, false).await
 }
 
 /// Every message `queue` of `backend` holds, received and deleted until it is empty, in the
@@ -1214,12 +1183,21 @@ pub async fn taken_from(
     backend: &rust_stream::testing::Backend,
     queue: &str,
 ) -> Vec<rust_stream::transport::ReceivedMessage> {
+    messages_of(backend, queue, true).await
+}
+
+async fn messages_of(
+    backend: &rust_stream::testing::Backend,
+    queue: &str,
+    delete: bool,
+) -> Vec<rust_stream::transport::ReceivedMessage> {
     match (backend.account(), backend.endpoint()) {
-        (Some(account), _) => take_all_of(account, queue).await,
+        (Some(account), _) => receive_all_of(account, queue, delete).await,
         (None, Some(endpoint)) => {
-            take_all_of(
+            receive_all_of(
                 &rust_stream::aws::AwsTransport::local(endpoint, "us-east-1"),
                 queue,
+                delete,
             )
             .await
         }
@@ -1227,18 +1205,20 @@ pub async fn taken_from(
     }
 }
 
-async fn take_all_of<T: rust_stream::transport::Transport>(
+/// Receives until a receive comes back empty (when deleting, two in a row: a live server may
+/// answer one receive empty while messages are still there), deleting what came if asked.
+async fn receive_all_of<T: rust_stream::transport::Transport>(
     transport: &T,
     queue: &str,
+    delete: bool,
 ) -> Vec<rust_stream::transport::ReceivedMessage> {
     let url = transport
         .get_queue_url(queue)
         .await
         .expect("the queue exists");
     let mut all = Vec::new();
-    // A live server may answer one receive empty while messages are still there: two in a row.
     let mut empty = 0;
-    while empty < 2 {
+    while empty < if delete { 2 } else { 1 } {
         let received = transport
             .receive_message(&url, rust_stream::transport::ReceiveMessage::new(10))
             .await
@@ -1248,18 +1228,20 @@ async fn take_all_of<T: rust_stream::transport::Transport>(
             continue;
         }
         empty = 0;
-        let entries = received
-            .iter()
-            .enumerate()
-            .map(|(n, message)| rust_stream::transport::DeleteEntry {
-                id: n.to_string(),
-                receipt_handle: message.receipt_handle.clone(),
-            })
-            .collect();
-        transport
-            .delete_message_batch(&url, entries)
-            .await
-            .expect("delete");
+        if delete {
+            let entries = received
+                .iter()
+                .enumerate()
+                .map(|(n, message)| rust_stream::transport::DeleteEntry {
+                    id: n.to_string(),
+                    receipt_handle: message.receipt_handle.clone(),
+                })
+                .collect();
+            transport
+                .delete_message_batch(&url, entries)
+                .await
+                .expect("delete");
+        }
         all.extend(received);
     }
     all

@@ -305,3 +305,18 @@ fn retention_millis(retention: Duration) -> i64 {
     const CENTURY_MILLIS: u128 = 100 * 366 * 24 * 3600 * 1000;
     retention.as_millis().min(CENTURY_MILLIS) as i64
 }
+
+#[cfg(all(test, feature = "postgres", feature = "sqlite"))]
+mod tests {
+    #[test]
+    fn each_database_store_migrates_in_order_to_the_schema_version() {
+        for migrations in [super::postgres::MIGRATIONS, super::sqlite::MIGRATIONS] {
+            let versions: Vec<i64> = migrations.iter().map(|step| step.version).collect();
+            assert!(
+                versions.windows(2).all(|pair| pair[0] < pair[1]),
+                "{versions:?}"
+            );
+            assert_eq!(versions.last(), Some(&super::SCHEMA_VERSION));
+        }
+    }
+}
