@@ -124,6 +124,7 @@ pub mod inbox;
 pub mod metrics;
 pub mod middleware;
 pub mod model;
+pub mod operations;
 pub mod outcome;
 pub mod prelude;
 pub mod propagation;
