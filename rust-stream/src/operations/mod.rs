@@ -7,6 +7,7 @@
 //!   ([`peek`] says what that means on each backend, and when SQS refuses it).
 //! - [`Operations::redrive`]: dead-letter copies back to their source queues or to a named one,
 //!   FIFO-aware, rate-limited, with a dry run and an [`AuditRecord`] per message ([`redrive`]).
+//! - [`Operations::create_queue`]: a queue as a [`QueueSpec`] says, with its dead-letter queue.
 //! - [`Operations::purge`]: every message of a queue gone, once its name is confirmed.
 //! - [`Operations::send`]: one message, with a group and a deduplication id on FIFO.
 //!
@@ -21,5 +22,5 @@ mod queues;
 mod redrive;
 
 pub use peek::{AttributeText, DeadLetterOrigin, Message, MessageFilter, Peek, SQS_PEEK_HOLD};
-pub use queues::{DeadLetterTarget, OperationError, Operations, PeekRisk, QueueInfo};
+pub use queues::{DeadLetterTarget, OperationError, Operations, PeekRisk, QueueInfo, QueueSpec};
 pub use redrive::{AuditRecord, Left, Redrive, RedriveReport};

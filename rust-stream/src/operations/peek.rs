@@ -67,7 +67,10 @@ impl std::fmt::Debug for MessageFilter {
         f.debug_struct("MessageFilter")
             .field("message_id", &self.message_id)
             .field("group_id", &self.group_id)
-            .field("body_contains", &self.body_contains.as_ref().map(String::len))
+            .field(
+                "body_contains",
+                &self.body_contains.as_ref().map(String::len),
+            )
             .field("attributes", &self.attributes.len())
             .field("source_queue", &self.source_queue)
             .field("reason_contains", &self.reason_contains)
@@ -127,7 +130,10 @@ impl MessageFilter {
 
     /// Messages for which `predicate` holds: any test of a [`Message`] the others do not make.
     #[must_use]
-    pub fn matching(mut self, predicate: impl Fn(&Message) -> bool + Send + Sync + 'static) -> Self {
+    pub fn matching(
+        mut self,
+        predicate: impl Fn(&Message) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.predicate = Some(Arc::new(predicate));
         self
     }
@@ -152,9 +158,10 @@ impl MessageFilter {
                     .get(name)
                     .is_some_and(|found| found.value == *value)
             })
-            && self.source_queue.as_ref().is_none_or(|queue| {
-                dead.and_then(|dead| dead.source_queue.as_ref()) == Some(queue)
-            })
+            && self
+                .source_queue
+                .as_ref()
+                .is_none_or(|queue| dead.and_then(|dead| dead.source_queue.as_ref()) == Some(queue))
             && self.reason_contains.as_ref().is_none_or(|text| {
                 dead.and_then(|dead| dead.reason.as_ref())
                     .is_some_and(|reason| reason.contains(text.as_str()))
@@ -466,10 +473,12 @@ impl Operations {
             .get_queue_attributes(url, &["RedrivePolicy"])
             .await
             .map_err(|source| at(name, source))?;
-        Ok(redrive_target(&attributes).map(|target| PeekRisk::RedrivePolicy {
-            dead_letter_queue: target.queue,
-            max_receive_count: target.max_receive_count,
-        }))
+        Ok(
+            redrive_target(&attributes).map(|target| PeekRisk::RedrivePolicy {
+                dead_letter_queue: target.queue,
+                max_receive_count: target.max_receive_count,
+            }),
+        )
     }
 
     /// Receives `queue`'s visible messages, holding each invisible, and hands each to `take`
@@ -501,7 +510,11 @@ impl Operations {
                 break;
             }
             // Every one is released at the end, those after the last one wanted too.
-            held.extend(received.iter().map(|message| message.receipt_handle.clone()));
+            held.extend(
+                received
+                    .iter()
+                    .map(|message| message.receipt_handle.clone()),
+            );
             for message in &received {
                 // A message seen already came back (its hold ran out): the queue has been seen
                 // through once.

@@ -164,6 +164,48 @@ pub struct QueueInfo {
     pub dead_letter_sources: Vec<String>,
 }
 
+/// How [`Operations::create_queue`] makes a queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use]
+pub struct QueueSpec {
+    fifo: bool,
+    content_based_dedup: bool,
+    dead_letter: Option<(String, u32)>,
+    visibility_timeout: Option<std::time::Duration>,
+}
+
+impl QueueSpec {
+    /// A standard queue with SQS's defaults (FIFO anyway when its name ends in `.fifo`).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A FIFO queue (its name must end in `.fifo`).
+    pub fn fifo(mut self) -> Self {
+        self.fifo = true;
+        self
+    }
+
+    /// FIFO deduplication by the body's SHA-256 when a send gives no deduplication id.
+    pub fn content_based_dedup(mut self) -> Self {
+        self.content_based_dedup = true;
+        self
+    }
+
+    /// A `RedrivePolicy`: SQS moves a message to `queue` on its receive after
+    /// `max_receive_count` receives.
+    pub fn dead_letter(mut self, queue: impl Into<String>, max_receive_count: u32) -> Self {
+        self.dead_letter = Some((queue.into(), max_receive_count));
+        self
+    }
+
+    /// The queue's `VisibilityTimeout` (whole seconds).
+    pub fn visibility_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.visibility_timeout = Some(timeout);
+        self
+    }
+}
+
 /// A queue's `RedrivePolicy`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeadLetterTarget {
@@ -174,7 +216,9 @@ pub struct DeadLetterTarget {
 }
 
 /// What a queue's attributes say about its dead-letter queue.
-pub(super) fn redrive_target(attributes: &crate::transport::QueueAttributes) -> Option<DeadLetterTarget> {
+pub(super) fn redrive_target(
+    attributes: &crate::transport::QueueAttributes,
+) -> Option<DeadLetterTarget> {
     let value = attributes.get("RedrivePolicy")?;
     match rules::parse_queue_attribute("RedrivePolicy", value) {
         Ok(QueueAttribute::RedrivePolicy(Some(policy))) => Some(DeadLetterTarget {
@@ -249,9 +293,7 @@ impl Operations {
                 .await
             {
                 Ok(attributes) => attributes,
-                Err(error) if error.kind() == Some(rules::ErrorKind::QueueDoesNotExist) => {
-                    continue
-                }
+                Err(error) if error.kind() == Some(rules::ErrorKind::QueueDoesNotExist) => continue,
                 Err(source) => return Err(at(name_of(&url), source)),
             };
             let name = name_of(&url).to_owned();
@@ -268,7 +310,12 @@ impl Operations {
         }
         let sources: Vec<(String, String)> = queues
             .iter()
-            .filter_map(|queue| Some((queue.dead_letter.as_ref()?.queue.clone(), queue.name.clone())))
+            .filter_map(|queue| {
+                Some((
+                    queue.dead_letter.as_ref()?.queue.clone(),
+                    queue.name.clone(),
+                ))
+            })
             .collect();
         for (target, source) in sources {
             if let Some(dlq) = queues.iter_mut().find(|queue| queue.name == target) {
@@ -277,6 +324,63 @@ impl Operations {
         }
         queues.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(queues)
+    }
+
+    /// Creates `queue` as `spec` says (FIFO when its name ends in `.fifo`), or finds it when it
+    /// exists with the same attributes; returns its URL. A dead-letter queue it names must exist.
+    ///
+    /// # Errors
+    ///
+    /// [`OperationError::Queue`] when SQS refuses the name or the attributes (a `.fifo` name
+    /// without FIFO, an existing queue with other attributes, a dead-letter queue that does not
+    /// exist or is of the other type).
+    pub async fn create_queue(
+        &self,
+        queue: &str,
+        spec: &QueueSpec,
+    ) -> Result<String, OperationError> {
+        let name = self.named(queue)?;
+        let mut attributes = crate::transport::QueueAttributes::new();
+        if spec.fifo || rules::is_fifo_name(&name) {
+            attributes.insert("FifoQueue".into(), "true".into());
+        }
+        if spec.content_based_dedup {
+            attributes.insert("ContentBasedDeduplication".into(), "true".into());
+        }
+        if let Some(timeout) = spec.visibility_timeout {
+            attributes.insert("VisibilityTimeout".into(), timeout.as_secs().to_string());
+        }
+        if let Some((dead_letter, max_receive_count)) = &spec.dead_letter {
+            let dead_letter = self.named(dead_letter)?;
+            let url = self
+                .client
+                .transport
+                .get_queue_url(&dead_letter)
+                .await
+                .map_err(|source| at(&dead_letter, source))?;
+            let arn = self
+                .client
+                .transport
+                .get_queue_attributes(&url, &["QueueArn"])
+                .await
+                .map_err(|source| at(&dead_letter, source))?
+                .get("QueueArn")
+                .cloned()
+                .unwrap_or_default();
+            let policy = serde_json::json!({
+                "deadLetterTargetArn": arn,
+                "maxReceiveCount": max_receive_count,
+            });
+            attributes.insert("RedrivePolicy".into(), policy.to_string());
+        }
+        let url = self
+            .client
+            .transport
+            .create_queue(&name, attributes)
+            .await
+            .map_err(|source| at(&name, source))?;
+        tracing::info!(messaging.destination.name = %name, operation = "create", "queue created");
+        Ok(url)
     }
 
     /// Deletes every message of `queue`, in flight or not, once `confirmation` is the queue's

@@ -44,8 +44,8 @@ use crate::inbox::IDEMPOTENCY_KEY_HEADER;
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::model::SqsQueue;
 use crate::transport::{
-    DeleteEntry, MessageAttributeValue, PeekMessages, ReceiveMessage, ReceivedMessage,
-    SendMessage, SystemAttribute,
+    DeleteEntry, MessageAttributeValue, PeekMessages, ReceiveMessage, ReceivedMessage, SendMessage,
+    SystemAttribute,
 };
 
 /// How long a redrive keeps the messages it received invisible by default: enough to send and
@@ -197,7 +197,9 @@ struct Planned {
 fn epoch_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// What a redrive of `message` from `from` sends, and where; or why it cannot go.
@@ -223,7 +225,8 @@ fn plan(from: &str, message: &ReceivedMessage, to: Option<&str>) -> Result<Plann
                  move it): redrive it to a named queue (`to`, `--to QUEUE`)"
             )
         })?;
-    let original = attribute(ORIGINAL_MESSAGE_ID_HEADER).unwrap_or_else(|| message.message_id.clone());
+    let original =
+        attribute(ORIGINAL_MESSAGE_ID_HEADER).unwrap_or_else(|| message.message_id.clone());
     let mut send = SendMessage::new(message.body.clone());
     send.message_attributes = message
         .message_attributes
@@ -336,7 +339,10 @@ impl Operations {
         on_moved: impl FnMut(&AuditRecord) + Send,
     ) -> Result<RedriveReport, OperationError> {
         let from = self.named(&redrive.from)?;
-        if let Some(rate) = redrive.rate.filter(|rate| !(rate.is_finite() && *rate > 0.0)) {
+        if let Some(rate) = redrive
+            .rate
+            .filter(|rate| !(rate.is_finite() && *rate > 0.0))
+        {
             return Err(OperationError::InvalidRate { queue: from, rate });
         }
         let to = redrive.to.as_deref().map(|to| self.named(to)).transpose()?;
@@ -430,7 +436,11 @@ impl Operations {
                 return Ok(());
             }
             for peeked in page {
-                if run.redrive.limit.is_some_and(|limit| run.report.moved.len() >= limit) {
+                if run
+                    .redrive
+                    .limit
+                    .is_some_and(|limit| run.report.moved.len() >= limit)
+                {
                     return Ok(());
                 }
                 run.take(&peeked.message);
@@ -520,7 +530,10 @@ impl Operations {
     ) {
         let mut targets: Vec<(String, Vec<Planned>)> = Vec::new();
         for planned in batch {
-            match targets.iter_mut().find(|(target, _)| *target == planned.target) {
+            match targets
+                .iter_mut()
+                .find(|(target, _)| *target == planned.target)
+            {
                 Some((_, part)) => part.push(planned),
                 None => targets.push((planned.target.clone(), vec![planned])),
             }
@@ -610,12 +623,16 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
             handle.clone_from(&message.receipt_handle);
             return None;
         }
-        let group = message.group_id().filter(|_| rules::is_fifo_name(&self.from));
+        let group = message
+            .group_id()
+            .filter(|_| rules::is_fifo_name(&self.from));
         let blocked = group.is_some_and(|group| self.blocked_groups.contains(group));
         let planned = if blocked {
-            Err("an earlier message of its group stays in the dead-letter queue, and a group \
+            Err(
+                "an earlier message of its group stays in the dead-letter queue, and a group \
                  moves in its order"
-                .to_owned())
+                    .to_owned(),
+            )
         } else {
             plan(&self.from, message, self.to.as_deref())
         };
