@@ -32,6 +32,7 @@ both_backends!(
     a_dry_run_makes_no_changing_call,
     queues_are_listed_with_counts_and_dead_letter_relations,
     purge_needs_the_queue_name_again,
+    push_pop_ping_ack_and_size,
 );
 
 /// A dead-letter copy as the engine writes it: the message, its source, original id, attempts
@@ -511,6 +512,59 @@ async fn purge_needs_the_queue_name_again<T: Transport>(backend: Backend<T>) {
         1
     );
     eventually_empty(&backend, &url).await;
+}
+
+/// What a queue served over HTTP needs: push with a group, pop with a visibility, ping, ack, size.
+async fn push_pop_ping_ack_and_size<T: Transport>(backend: Backend<T>) {
+    let name = backend.name("ops-pop.fifo");
+    let ops = backend.broker.operations();
+    ops.create_queue(&name, &QueueSpec::new().content_based_dedup())
+        .await
+        .unwrap();
+    for n in 0..3 {
+        let sent = ops
+            .send(&name, SendMessage::new(format!("job {n}")).group_id("g"))
+            .await
+            .unwrap();
+        assert!(sent.sequence_number.is_some());
+    }
+    let refused = ops
+        .send(&name, SendMessage::new("no group"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, OperationError::Send { queue, .. } if *queue == name),
+        "{refused}"
+    );
+    let size = ops.queue(&name).await.unwrap();
+    assert_eq!((size.visible, size.in_flight, size.fifo), (3, 0, true));
+    let popped = ops
+        .receive(&name, 10, Duration::from_secs(30), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = popped.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies, ["job 0", "job 1", "job 2"]);
+    assert_eq!(ops.queue(&name).await.unwrap().in_flight, 3);
+    let handles: Vec<String> = popped.iter().map(|m| m.receipt_handle.clone()).collect();
+    let failed = ops
+        .extend(&name, &handles, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let failed = ops.delete(&name, &handles[..2]).await.unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let size = ops.queue(&name).await.unwrap();
+    assert_eq!((size.visible, size.in_flight), (0, 1));
+    // Released at once: the last job is there to pop again, its receive counted twice.
+    ops.extend(&name, &handles[2..], Duration::ZERO)
+        .await
+        .unwrap();
+    let again = ops
+        .receive(&name, 1, Duration::from_secs(30), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(again[0].body, "job 2");
+    assert_eq!(again[0].receive_count(), Some(2));
 }
 
 // ---- Peek on the account: a table of cases -------------------------------------------------

@@ -9,7 +9,10 @@
 //!   FIFO-aware, rate-limited, with a dry run and an [`AuditRecord`] per message ([`redrive`]).
 //! - [`Operations::create_queue`]: a queue as a [`QueueSpec`] says, with its dead-letter queue.
 //! - [`Operations::purge`]: every message of a queue gone, once its name is confirmed.
-//! - [`Operations::send`]: one message, with a group and a deduplication id on FIFO.
+//! - [`Operations::send`]: one message, with a group and a deduplication id on FIFO;
+//!   [`Operations::receive`], [`Operations::delete`] and [`Operations::extend`]: messages taken
+//!   with a visibility timeout, deleted and kept by receipt handle; [`Operations::queue`]: one
+//!   queue's size.
 //!
 //! Every call goes through the broker's own transport and queue resolution (its name prefix and
 //! suffix apply to the names given here), so [`SqsBroker::api_calls`](crate::SqsBroker::api_calls)
@@ -17,6 +20,7 @@
 //! ([`SOURCE_QUEUE_HEADER`](crate::SOURCE_QUEUE_HEADER)) are already the broker's and are used as
 //! they are.
 
+mod messages;
 mod peek;
 mod queues;
 mod redrive;

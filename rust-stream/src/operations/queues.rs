@@ -59,8 +59,9 @@ pub enum OperationError {
     },
     /// A purge whose confirmation is not the queue's name.
     #[error(
-        "purge of queue `{queue}` not confirmed: the confirmation was `{given}`; pass the queue's \
-         name (`--yes-i-mean {queue}`) to delete every message in it"
+        "purge of queue `{queue}` not confirmed{}: pass the queue's name again \
+         (`--yes-i-mean {queue}`) to delete every message in it",
+        given_note(.given)
     )]
     PurgeNotConfirmed {
         /// The queue.
@@ -138,6 +139,15 @@ impl std::fmt::Display for PeekRisk {
                  message to `{dead_letter_queue}`"
             ),
         }
+    }
+}
+
+/// What a purge was confirmed with, when it was something.
+fn given_note(given: &str) -> String {
+    if given.is_empty() {
+        String::new()
+    } else {
+        format!(" (the confirmation was `{given}`, not the queue's name)")
     }
 }
 
@@ -286,27 +296,13 @@ impl Operations {
             .map_err(|source| at(&prefix, source))?;
         let mut queues = Vec::with_capacity(urls.len());
         for url in urls {
-            let attributes = match self
-                .client
-                .transport
-                .get_queue_attributes(&url, &["All"])
-                .await
-            {
-                Ok(attributes) => attributes,
-                Err(error) if error.kind() == Some(rules::ErrorKind::QueueDoesNotExist) => continue,
-                Err(source) => return Err(at(name_of(&url), source)),
-            };
-            let name = name_of(&url).to_owned();
-            queues.push(QueueInfo {
-                fifo: rules::is_fifo_name(&name),
-                visible: count(&attributes, "ApproximateNumberOfMessages"),
-                in_flight: count(&attributes, "ApproximateNumberOfMessagesNotVisible"),
-                delayed: count(&attributes, "ApproximateNumberOfMessagesDelayed"),
-                dead_letter: redrive_target(&attributes),
-                dead_letter_sources: Vec::new(),
-                name,
-                url,
-            });
+            match self.describe(url).await {
+                Ok(queue) => queues.push(queue),
+                // Deleted between the listing and its attributes.
+                Err(OperationError::Queue { source, .. })
+                    if source.kind() == Some(rules::ErrorKind::QueueDoesNotExist) => {}
+                Err(error) => return Err(error),
+            }
         }
         let sources: Vec<(String, String)> = queues
             .iter()
@@ -324,6 +320,40 @@ impl Operations {
         }
         queues.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(queues)
+    }
+
+    /// One queue with its counts (its size: visible, in flight and delayed messages) and its
+    /// dead-letter queue; its [`dead_letter_sources`](QueueInfo::dead_letter_sources) are what
+    /// only a listing finds, and are empty here.
+    ///
+    /// # Errors
+    ///
+    /// [`OperationError::Queue`] when it does not exist or its attributes cannot be read.
+    pub async fn queue(&self, queue: &str) -> Result<QueueInfo, OperationError> {
+        let name = self.named(queue)?;
+        let url = self.url_of(&name).await?;
+        self.describe(url).await
+    }
+
+    /// What a queue's attributes say of it.
+    async fn describe(&self, url: String) -> Result<QueueInfo, OperationError> {
+        let name = name_of(&url).to_owned();
+        let attributes = self
+            .client
+            .transport
+            .get_queue_attributes(&url, &["All"])
+            .await
+            .map_err(|source| at(&name, source))?;
+        Ok(QueueInfo {
+            fifo: rules::is_fifo_name(&name),
+            visible: count(&attributes, "ApproximateNumberOfMessages"),
+            in_flight: count(&attributes, "ApproximateNumberOfMessagesNotVisible"),
+            delayed: count(&attributes, "ApproximateNumberOfMessagesDelayed"),
+            dead_letter: redrive_target(&attributes),
+            dead_letter_sources: Vec::new(),
+            name,
+            url,
+        })
     }
 
     /// Creates `queue` as `spec` says (FIFO when its name ends in `.fifo`), or finds it when it
