@@ -196,6 +196,9 @@ mod guides {
     #[doc = include_str!("../../docs/observability.md")]
     mod observability {}
 
+    #[doc = include_str!("../../docs/operations.md")]
+    mod operations {}
+
     #[cfg(feature = "aws")]
     #[doc = include_str!("../../docs/aws.md")]
     mod aws {}

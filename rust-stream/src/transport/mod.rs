@@ -5,9 +5,10 @@
 //! A transport speaks in the SQS and SNS words of [`model`](crate::model): its requests,
 //! responses and errors are re-exported here, so an implementation imports one module.
 //!
-//! The SNS calls (topics, subscriptions, `PublishBatch`) have default bodies that answer
-//! [`ErrorKind::UnsupportedOperation`], so a transport written for SQS alone keeps compiling and
-//! says which call it lacks when one is made.
+//! The SNS calls (topics, subscriptions, `PublishBatch`) and the operators' calls (`ListQueues`,
+//! `PurgeQueue`, and a peek that changes nothing, which only the in-process account has) have
+//! default bodies that answer [`ErrorKind::UnsupportedOperation`], so a transport written for the
+//! engine's SQS calls alone keeps compiling and says which call it lacks when one is made.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -505,6 +506,7 @@ mod tests {
     #[tokio::test]
     async fn a_transport_without_sns_says_so_for_each_sns_call_and_the_queue_policy_call() {
         let transport: SharedTransport = Arc::new(SqsOnly);
+        assert!(!transport.peeks());
         let topic = "arn:aws:sns:us-east-1:000000000000:events";
         let answers = [
             transport
@@ -528,6 +530,12 @@ mod tests {
             transport
                 .set_queue_attributes("http://q", QueueAttributes::new())
                 .await,
+            transport.list_queues("").await.map(drop),
+            transport.purge_queue("http://q").await,
+            transport
+                .peek_messages("http://q", PeekMessages { offset: 0, max: 1 })
+                .await
+                .map(drop),
         ];
         for (answer, action) in answers.into_iter().zip([
             "CreateTopic",
@@ -537,6 +545,9 @@ mod tests {
             "ListSubscriptionsByTopic",
             "PublishBatch",
             "SetQueueAttributes",
+            "ListQueues",
+            "PurgeQueue",
+            "PeekMessages",
         ]) {
             let error = answer.unwrap_err();
             assert_eq!(error.kind(), Some(ErrorKind::UnsupportedOperation));
