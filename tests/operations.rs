@@ -457,7 +457,7 @@ async fn queues_are_listed_with_counts_and_dead_letter_relations<T: Transport>(
         (dlq.as_str(), 4)
     );
     let dead = listed.iter().find(|q| q.name == dlq).unwrap();
-    assert_eq!(dead.dead_letter_sources, [source.clone()]);
+    assert_eq!(dead.dead_letter_sources, std::slice::from_ref(&source));
     assert!(!dead.fifo && dead.dead_letter.is_none());
     // A peek of a queue with a redrive policy: refused on SQS, why said; a true peek in process.
     match ops.peek(&source, &Peek::new()).await {

@@ -21,9 +21,9 @@
 //! they are.
 
 mod messages;
-mod peek;
+pub mod peek;
 mod queues;
-mod redrive;
+pub mod redrive;
 
 pub use peek::{AttributeText, DeadLetterOrigin, Message, MessageFilter, Peek, SQS_PEEK_HOLD};
 pub use queues::{DeadLetterTarget, OperationError, Operations, PeekRisk, QueueInfo, QueueSpec};

@@ -114,7 +114,7 @@ impl MessageFilter {
     }
 
     /// Dead-letter copies that came from `queue` (their
-    /// [`SOURCE_QUEUE_HEADER`](crate::SOURCE_QUEUE_HEADER)).
+    /// [`SOURCE_QUEUE_HEADER`]).
     #[must_use]
     pub fn source_queue(mut self, queue: impl Into<String>) -> Self {
         self.source_queue = Some(queue.into());
@@ -358,7 +358,7 @@ impl Message {
 
 impl Operations {
     /// Up to `peek.amount` of `queue`'s messages that `peek.filter` matches, after skipping
-    /// `peek.offset` of them, taking none: see [the module](self) for what that means on each
+    /// `peek.offset` of them, taking none: see [the module](crate::operations::peek) for what that means on each
     /// backend.
     ///
     /// # Errors

@@ -10,7 +10,7 @@ use crate::model::rules::{self, QueueAttribute};
 use crate::model::{ConfigError, SqsQueue};
 use crate::transport::{SendMessage, SentMessage, TransportError};
 
-/// The operations of one broker: see [the module](self). Cheap to clone; made by
+/// The operations of one broker: see [the module](crate::operations). Cheap to clone; made by
 /// [`SqsBroker::operations`](crate::SqsBroker::operations).
 #[derive(Clone)]
 pub struct Operations {

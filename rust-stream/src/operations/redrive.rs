@@ -13,7 +13,7 @@
 //!   killed between a send and its delete and run again within SQS's 5-minute deduplication
 //!   window stores nothing twice. A standard target has no deduplication: such a kill stores the
 //!   copies of that one batch (at most 10) twice, each with the same
-//!   [`IDEMPOTENCY_KEY_HEADER`](crate::inbox::IDEMPOTENCY_KEY_HEADER) (the original message id,
+//!   [`IDEMPOTENCY_KEY_HEADER`] (the original message id,
 //!   unless the message had one), so an [inbox](crate::inbox) handles them once.
 //! - **Blocked groups stay blocked.** A message that cannot go (no source, a failed send) stays
 //!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages.
@@ -55,7 +55,7 @@ const DEFAULT_VISIBILITY: Duration = Duration::from_secs(60);
 /// Times a failed delete from the dead-letter queue is tried again.
 const DELETE_TRIES: u32 = 3;
 
-/// What to redrive, where, how fast: see [the module](self).
+/// What to redrive, where, how fast: see [the module](crate::operations::redrive).
 ///
 /// ```
 /// use rust_stream::operations::Redrive;
@@ -314,7 +314,7 @@ struct Run<'a, F> {
 }
 
 impl Operations {
-    /// Redrives as `redrive` says: see [the module](self).
+    /// Redrives as `redrive` says: see [the module](crate::operations::redrive).
     ///
     /// # Errors
     ///
