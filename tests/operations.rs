@@ -140,18 +140,47 @@ async fn seed_thousand<T: Transport>(
     plan
 }
 
-/// Every message a queue holds, received and deleted: (group, seq) from the bodies.
+/// Every message a queue holds, received and deleted: (group, seq) from the bodies. Each is
+/// checked for what a redrive sends: the user's attributes kept, the dead-letter ones gone, and
+/// on FIFO the deduplication id from the original id, on standard the idempotency key.
 async fn stored<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Vec<(String, u32)> {
+    let fifo = url.ends_with(".fifo");
     backend
         .take_all(url, want)
         .await
         .iter()
         .map(|message| {
             let body: serde_json::Value = serde_json::from_str(&message.body).unwrap();
-            (
-                body["group"].as_str().unwrap().to_owned(),
-                u32::try_from(body["seq"].as_u64().unwrap()).unwrap(),
-            )
+            let (source, group) = (
+                body["source"].as_str().unwrap(),
+                body["group"].as_str().unwrap(),
+            );
+            let seq = u32::try_from(body["seq"].as_u64().unwrap()).unwrap();
+            let original = format!("orig-{source}-{group}-{seq}");
+            let attributes = &message.message_attributes;
+            assert_eq!(attributes["tenant"].string_value.as_deref(), Some("acme"));
+            for dead_letter in [
+                SOURCE_QUEUE_HEADER,
+                ORIGINAL_MESSAGE_ID_HEADER,
+                ATTEMPTS_HEADER,
+                DEAD_LETTER_REASON_HEADER,
+            ] {
+                assert!(
+                    !attributes.contains_key(dead_letter),
+                    "{dead_letter} left on {original}"
+                );
+            }
+            if fifo {
+                assert_eq!(message.group_id(), Some(group));
+                assert_eq!(
+                    message.dedup_id(),
+                    Some(format!("redrive-{original}").as_str())
+                );
+            } else {
+                let key = &attributes[rust_stream::inbox::IDEMPOTENCY_KEY_HEADER];
+                assert_eq!(key.string_value.as_deref(), Some(original.as_str()));
+            }
+            (group.to_owned(), seq)
         })
         .collect()
 }

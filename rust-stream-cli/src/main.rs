@@ -316,7 +316,26 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             if let Some(limit) = limit {
                 redrive = redrive.limit(limit);
             }
-            let report = ops.redrive(&redrive).await?;
+            // Progress on a terminal only: a script reads the report.
+            let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let mut moved = 0_usize;
+            let report = ops
+                .redrive_with(&redrive, |record| {
+                    moved += 1;
+                    if progress && moved % 10 == 0 {
+                        let verb = if record.dry_run {
+                            "would move"
+                        } else {
+                            "moved"
+                        };
+                        eprint!("\r{verb} {moved} from {}", record.from);
+                    }
+                })
+                .await;
+            if progress && moved >= 10 {
+                eprintln!();
+            }
+            let report = report?;
             if json {
                 to_json(&report)
             } else {
