@@ -322,7 +322,7 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             let report = ops
                 .redrive_with(&redrive, |record| {
                     moved += 1;
-                    if progress && moved % 10 == 0 {
+                    if progress && moved.is_multiple_of(10) {
                         let verb = if record.dry_run {
                             "would move"
                         } else {
