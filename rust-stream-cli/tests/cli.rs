@@ -262,6 +262,7 @@ fn every_command_prints_a_table_and_json_and_refuses_with_the_queue_named() {
     ] {
         let error = refused(e, &args);
         assert!(error.contains(&ghost), "{args:?}: {error}");
+        assert!(error.contains("does not exist"), "{args:?}: {error}");
     }
 }
 
@@ -271,5 +272,12 @@ fn an_unreachable_endpoint_fails_on_stderr_without_the_credentials() {
     let output = cli("http://127.0.0.1:9", &["queues"]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(
+        stderr.starts_with("error: listing the queues: "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("127.0.0.1:9"),
+        "the endpoint is named: {stderr}"
+    );
 }

@@ -36,7 +36,7 @@ const PEEK_PAGE: usize = 1_000;
 
 /// How long a peek on SQS keeps what it received invisible while it gathers more: it makes
 /// every one visible again as soon as it has enough, or the queue has no more.
-pub(crate) const HOLD_SECONDS: i32 = 30;
+const HOLD_SECONDS: i32 = 30;
 
 /// Which messages a peek keeps: those that match every condition set (none set: all).
 ///

@@ -1,5 +1,5 @@
 //! The operations' handle ([`Operations`]), their errors, and the ones on whole queues: list with
-//! counts and dead-letter relations, purge, send.
+//! counts and dead-letter relations, one queue's size, create, purge, send.
 
 use std::sync::Arc;
 
@@ -29,10 +29,19 @@ impl std::fmt::Debug for Operations {
 pub enum OperationError {
     /// The backend refused or failed a call about the queue (it does not exist, SQS is out of
     /// reach, a purge came within 60 s of the last one, ...).
-    #[error("queue `{queue}`: {source}")]
+    #[error("{}", about(.queue, .source))]
     Queue {
         /// The queue.
         queue: String,
+        /// What the backend answered.
+        #[source]
+        source: TransportError,
+    },
+    /// The backend refused or failed the listing of queues.
+    #[error("listing the queues{}: {source}", prefixed(.prefix))]
+    Listing {
+        /// The names' prefix listed.
+        prefix: String,
         /// What the backend answered.
         #[source]
         source: TransportError,
@@ -139,6 +148,25 @@ impl std::fmt::Display for PeekRisk {
                  message to `{dead_letter_queue}`"
             ),
         }
+    }
+}
+
+/// The prefix of a listing, when there is one.
+fn prefixed(prefix: &str) -> String {
+    if prefix.is_empty() {
+        String::new()
+    } else {
+        format!(" whose names start with `{prefix}`")
+    }
+}
+
+/// A backend's answer, with the queue's name in front unless the answer names it already.
+fn about(queue: &str, source: &TransportError) -> String {
+    let answer = source.to_string();
+    if answer.contains(&format!("`{queue}`")) {
+        answer
+    } else {
+        format!("queue `{queue}`: {answer}")
     }
 }
 
@@ -285,7 +313,8 @@ impl Operations {
     ///
     /// # Errors
     ///
-    /// [`OperationError::Queue`] when the backend refuses the listing or a queue's attributes.
+    /// [`OperationError::Listing`] when the backend refuses the listing;
+    /// [`OperationError::Queue`] when it refuses a queue's attributes.
     pub async fn queues(&self, prefix: &str) -> Result<Vec<QueueInfo>, OperationError> {
         let prefix = format!("{}{prefix}", self.client.naming().prefix);
         let urls = self
@@ -293,7 +322,10 @@ impl Operations {
             .transport
             .list_queues(&prefix)
             .await
-            .map_err(|source| at(&prefix, source))?;
+            .map_err(|source| OperationError::Listing {
+                prefix: prefix.clone(),
+                source,
+            })?;
         let mut queues = Vec::with_capacity(urls.len());
         for url in urls {
             match self.describe(url).await {
