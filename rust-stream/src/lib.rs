@@ -124,6 +124,7 @@ pub mod inbox;
 pub mod metrics;
 pub mod middleware;
 pub mod model;
+pub mod operations;
 pub mod outbox;
 pub mod outcome;
 pub mod prelude;
@@ -196,6 +197,9 @@ mod guides {
 
     #[doc = include_str!("../../docs/observability.md")]
     mod observability {}
+
+    #[doc = include_str!("../../docs/operations.md")]
+    mod operations {}
 
     #[cfg(feature = "aws")]
     #[doc = include_str!("../../docs/aws.md")]

@@ -10,8 +10,8 @@ use super::Account;
 
 use crate::model::rules::{self};
 use crate::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, ReceiveMessage, ReceivedMessage,
-    SendBatchEntry, SendMessage, SentMessage, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PeekMessages, PeekedMessage, ReceiveMessage,
+    ReceivedMessage, SendBatchEntry, SendMessage, SentMessage, TransportError,
 };
 
 impl Account {
@@ -167,6 +167,38 @@ impl Account {
             })
             .await;
         }
+    }
+
+    /// A look at up to `request.max` of the queue's messages in storage order (on FIFO, each
+    /// group's in its order), after skipping `request.offset`, that changes nothing: no receive
+    /// is counted, no visibility or group hold changes, and no receipt handle is handed out (each
+    /// message's is empty). Every system and message attribute is returned, with each message's
+    /// state (visible, in flight or delayed, and until when). SQS has no such call.
+    ///
+    /// # Errors
+    ///
+    /// `QueueDoesNotExist`.
+    pub async fn peek_messages(
+        &self,
+        queue_url: &str,
+        request: PeekMessages,
+    ) -> Result<Vec<PeekedMessage>, TransportError> {
+        let everything = ReceiveMessage::new(10);
+        let wanted = Wanted::new(&everything);
+        let now = self.now();
+        let slot = self.slot(queue_url)?;
+        let (peeked, states) =
+            slot.lock_at(now.moment)
+                .peek(request.offset, request.max, &wanted, now.moment);
+        Ok(peeked
+            .into_messages(&wanted, self.inner.epoch_ms_at_start)
+            .into_iter()
+            .zip(states)
+            .map(|(mut message, state)| {
+                message.receipt_handle.clear();
+                PeekedMessage { message, state }
+            })
+            .collect())
     }
 
     /// `DeleteMessage`. Deleting a deleted message succeeds, so retries are safe.

@@ -31,6 +31,8 @@
 //! - Visibility timeouts, receipt handles (a new one per receive; a superseded one deletes nothing),
 //!   receive counts, queue and message delays, retention, purge (once a minute), long polling that
 //!   returns as soon as a message becomes available, and `ApproximateNumberOf*` counts.
+//! - `ListQueues`, and a peek SQS does not have ([`Account::peek_messages`]): a look at a queue's
+//!   messages in storage order, with their states, that changes nothing.
 //! - Redrive: a receive that would pass a message's `maxReceiveCount` moves it to the dead-letter
 //!   queue instead (which must be of the same type), keeping its id; its FIFO group continues.
 //!   Its retention counts from its original send on a standard queue, from the move on a FIFO one.

@@ -21,7 +21,7 @@ use super::message::{parse_receipt_handle, sequence_number, Extra, State, Stored
 use super::received::{Copied, Received, Wanted};
 use super::store::Messages;
 use crate::model::rules::{self, fail, DedupScope, ErrorKind};
-use crate::transport::{MessageAttributes, SendMessage, SentMessage, TransportError};
+use crate::transport::{MessageAttributes, MessageState, SendMessage, SentMessage, TransportError};
 
 /// Where a queue's visible messages are found.
 #[derive(Debug)]
@@ -468,6 +468,36 @@ impl Queue {
             fifo: self.config.fifo,
             messages,
         }
+    }
+
+    /// Copies out up to `max` messages in storage order after skipping `offset`, with every
+    /// attribute, changing nothing; each with its state at `now`.
+    pub(super) fn peek(
+        &self,
+        offset: usize,
+        max: usize,
+        wanted: &Wanted<'_>,
+        now: Moment,
+    ) -> (Received, Vec<MessageState>) {
+        let (keys, states): (Vec<Key>, Vec<MessageState>) = self
+            .messages
+            .iter()
+            .skip(offset)
+            .take(max)
+            .map(|(key, message)| {
+                let state = match message.state {
+                    State::Visible => MessageState::Visible,
+                    State::InFlight { until, .. } => MessageState::InFlight {
+                        visible_in: until.saturating_since(now),
+                    },
+                    State::Delayed { until } => MessageState::Delayed {
+                        visible_in: until.saturating_since(now),
+                    },
+                };
+                (key, state)
+            })
+            .unzip();
+        (self.copy_out(&keys, wanted), states)
     }
 
     /// Takes consecutive visible messages of one ready group, in order.

@@ -120,6 +120,24 @@ impl<T> Messages<T> {
         })
     }
 
+    /// The stored keys and messages, in key order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (Key, &T)> + '_ {
+        let base = self.base;
+        self.chunks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, chunk)| Some((index, chunk.as_ref()?)))
+            .flat_map(move |(index, chunk)| {
+                chunk
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(slot, message)| {
+                        Some((base + (index * CHUNK + slot) as Key, message.as_ref()?))
+                    })
+            })
+    }
+
     pub(super) fn clear(&mut self) {
         self.chunks.clear();
         self.base = self.end;

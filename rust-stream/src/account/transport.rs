@@ -2,9 +2,10 @@
 //! the engine runs on the account exactly as it runs on Amazon SQS (and SNS).
 
 use crate::transport::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
-    QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
-    Subscription, SubscriptionAttributes, TopicAttributes, Transport, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PeekMessages, PeekedMessage,
+    PublishBatchEntry, PublishBatchResult, QueueAttributes, ReceiveMessage, ReceivedMessage,
+    SendBatchEntry, SentMessage, Subscribe, Subscription, SubscriptionAttributes, TopicAttributes,
+    Transport, TransportError,
 };
 
 use super::Account;
@@ -71,6 +72,26 @@ impl Transport for Account {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
         Account::change_message_visibility_batch(self, queue_url, entries)
+    }
+
+    async fn list_queues(&self, prefix: &str) -> Result<Vec<String>, TransportError> {
+        Ok(Account::list_queues(self, prefix).await)
+    }
+
+    async fn purge_queue(&self, queue_url: &str) -> Result<(), TransportError> {
+        Account::purge_queue(self, queue_url).await
+    }
+
+    fn peeks(&self) -> bool {
+        true
+    }
+
+    async fn peek_messages(
+        &self,
+        queue_url: &str,
+        request: PeekMessages,
+    ) -> Result<Vec<PeekedMessage>, TransportError> {
+        Account::peek_messages(self, queue_url, request).await
     }
 
     async fn create_topic(

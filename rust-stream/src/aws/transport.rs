@@ -198,6 +198,44 @@ impl Transport for AwsTransport {
         Ok(result)
     }
 
+    async fn list_queues(&self, prefix: &str) -> Result<Vec<String>, TransportError> {
+        let mut urls = Vec::new();
+        let mut next_token = None;
+        loop {
+            let output = self
+                .client
+                .list_queues()
+                .set_queue_name_prefix((!prefix.is_empty()).then(|| prefix.to_owned()))
+                .max_results(1000)
+                .set_next_token(next_token.take())
+                .send()
+                .await
+                .map_err(|e| self.error(e))?;
+            urls.extend(
+                output
+                    .queue_urls()
+                    .iter()
+                    .map(|url| self.rebase(url.clone())),
+            );
+            match output.next_token() {
+                Some(token) if !token.is_empty() => next_token = Some(token.to_owned()),
+                _ => break,
+            }
+        }
+        urls.sort();
+        Ok(urls)
+    }
+
+    async fn purge_queue(&self, queue_url: &str) -> Result<(), TransportError> {
+        self.client
+            .purge_queue()
+            .queue_url(queue_url)
+            .send()
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
     async fn receive_message(
         &self,
         queue_url: &str,

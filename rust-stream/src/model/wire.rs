@@ -588,3 +588,51 @@ mod tests {
         );
     }
 }
+
+/// Where a peeked message stands in its queue, as a peek saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MessageState {
+    /// Receivable now.
+    Visible,
+    /// Received and not yet deleted; visible again in this long unless deleted or extended.
+    InFlight {
+        /// Until its visibility timeout ends.
+        visible_in: std::time::Duration,
+    },
+    /// Waiting out its delay.
+    Delayed {
+        /// Until its delay ends.
+        visible_in: std::time::Duration,
+    },
+}
+
+impl MessageState {
+    /// `visible`, `in flight` or `delayed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Visible => "visible",
+            Self::InFlight { .. } => "in flight",
+            Self::Delayed { .. } => "delayed",
+        }
+    }
+}
+
+/// A peek request: up to `max` of a queue's messages in storage order, after skipping `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeekMessages {
+    /// Messages to skip from the front of the queue.
+    pub offset: usize,
+    /// Messages to return at most.
+    pub max: usize,
+}
+
+/// A message as a peek sees it: left as it is (no receive counted, no visibility changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeekedMessage {
+    /// The message with every system and message attribute; its `receipt_handle` is empty, as
+    /// a peek is no receive and hands out no handle to delete or change it by.
+    pub message: ReceivedMessage,
+    /// Where it stands.
+    pub state: MessageState,
+}

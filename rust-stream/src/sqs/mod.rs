@@ -207,6 +207,28 @@ impl SqsBroker {
         self.core.calls.snapshot()
     }
 
+    /// The operations an operator runs on this broker's queues: list them with their counts and
+    /// dead-letter relations, peek, show, redrive dead letters, purge (see
+    /// [`operations`](crate::operations)). They go through this broker's transport and queue
+    /// names, and [`api_calls`](Self::api_calls) counts them.
+    ///
+    /// ```
+    /// use rust_stream::operations::Peek;
+    /// use rust_stream::SqsBroker;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), rust_stream::operations::OperationError> {
+    /// let broker = SqsBroker::in_process();
+    /// let operations = broker.operations();
+    /// let peeked = operations.peek("payments-dlq", &Peek::new().amount(5)).await;
+    /// assert!(peeked.is_err(), "no such queue yet");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn operations(&self) -> crate::operations::Operations {
+        crate::operations::Operations::new(self.core.clone())
+    }
+
     /// How long the first entry of a batched call waits for company (default 5 ms): a standard
     /// queue's sends and deletes. A FIFO queue's sends never wait it: each of its in-order
     /// batchers sends at once when its call is free, and gathers while the call is out. Applies

@@ -67,9 +67,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
-    QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
-    Subscription, SubscriptionAttributes, TopicAttributes, Transport, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PeekMessages, PeekedMessage,
+    PublishBatchEntry, PublishBatchResult, QueueAttributes, ReceiveMessage, ReceivedMessage,
+    SendBatchEntry, SentMessage, Subscribe, Subscription, SubscriptionAttributes, TopicAttributes,
+    Transport, TransportError,
 };
 
 /// The SQS or SNS action a [`Transport`] call performs, as [`Hooks::around`] sees it.
@@ -92,6 +93,13 @@ pub enum Action {
     DeleteMessageBatch,
     /// `ChangeMessageVisibilityBatch`.
     ChangeMessageVisibilityBatch,
+    /// `ListQueues`.
+    ListQueues,
+    /// `PurgeQueue`.
+    PurgeQueue,
+    /// A peek at a queue's messages that changes nothing: the in-process account's own call,
+    /// which SQS does not have.
+    PeekMessages,
     /// SNS `CreateTopic`.
     CreateTopic,
     /// SNS `GetTopicAttributes`.
@@ -118,6 +126,9 @@ impl Action {
             Action::ReceiveMessage => "ReceiveMessage",
             Action::DeleteMessageBatch => "DeleteMessageBatch",
             Action::ChangeMessageVisibilityBatch => "ChangeMessageVisibilityBatch",
+            Action::ListQueues => "ListQueues",
+            Action::PurgeQueue => "PurgeQueue",
+            Action::PeekMessages => "PeekMessages",
             Action::CreateTopic => "CreateTopic",
             Action::GetTopicAttributes => "GetTopicAttributes",
             Action::Subscribe => "Subscribe",
@@ -246,6 +257,39 @@ pub trait Hooks: Send + Sync + 'static {
         entries: Vec<ChangeVisibilityEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
         inner.change_message_visibility_batch(queue_url, entries)
+    }
+
+    /// `ListQueues`, over `inner`.
+    fn list_queues(
+        &self,
+        inner: &impl Transport,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
+        inner.list_queues(prefix)
+    }
+
+    /// `PurgeQueue`, over `inner`.
+    fn purge_queue(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        inner.purge_queue(queue_url)
+    }
+
+    /// Whether `inner` peeks.
+    fn peeks(&self, inner: &impl Transport) -> bool {
+        inner.peeks()
+    }
+
+    /// A peek, over `inner`.
+    fn peek_messages(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        request: PeekMessages,
+    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
+        inner.peek_messages(queue_url, request)
     }
 
     /// SNS `CreateTopic`, over `inner`.
@@ -431,6 +475,35 @@ impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
             .change_message_visibility_batch(&self.inner, queue_url, entries);
         self.hooks
             .around(Action::ChangeMessageVisibilityBatch, queue_url, call)
+    }
+
+    fn list_queues(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
+        let call = self.hooks.list_queues(&self.inner, prefix);
+        self.hooks.around(Action::ListQueues, prefix, call)
+    }
+
+    fn purge_queue(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        let call = self.hooks.purge_queue(&self.inner, queue_url);
+        self.hooks.around(Action::PurgeQueue, queue_url, call)
+    }
+
+    fn peeks(&self) -> bool {
+        self.hooks.peeks(&self.inner)
+    }
+
+    fn peek_messages(
+        &self,
+        queue_url: &str,
+        request: PeekMessages,
+    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
+        let call = self.hooks.peek_messages(&self.inner, queue_url, request);
+        self.hooks.around(Action::PeekMessages, queue_url, call)
     }
 
     fn create_topic(

@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use super::layer::{Action, Hooks};
 use super::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
-    QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
-    Subscription, SubscriptionAttributes, TopicAttributes, Transport, TransportError,
+    BatchResult, ChangeVisibilityEntry, DeleteEntry, PeekMessages, PeekedMessage,
+    PublishBatchEntry, PublishBatchResult, QueueAttributes, ReceiveMessage, ReceivedMessage,
+    SendBatchEntry, SentMessage, Subscribe, Subscription, SubscriptionAttributes, TopicAttributes,
+    Transport, TransportError,
 };
 use crate::model::rules;
 use crate::model::topic::{self, PublishTarget, TopicArn};
@@ -41,6 +42,12 @@ pub struct ApiCalls {
     pub delete_message_batch: u64,
     /// `ChangeMessageVisibilityBatch`.
     pub change_message_visibility_batch: u64,
+    /// `ListQueues`.
+    pub list_queues: u64,
+    /// `PurgeQueue`.
+    pub purge_queue: u64,
+    /// The in-process account's peeks (a call SQS does not have, and does not bill).
+    pub peek_messages: u64,
     /// SNS `CreateTopic`.
     pub create_topic: u64,
     /// SNS `GetTopicAttributes`.
@@ -65,6 +72,21 @@ impl ApiCalls {
             + self.change_message_visibility_batch
             + self.publish_batch
     }
+
+    /// The calls that change what a queue holds or how it is set: sends, deletes, purges,
+    /// creations, attribute changes and SNS publishes. Receives, visibility changes, peeks and
+    /// lookups are not among them: they leave every message stored where it was. A dry run of a
+    /// redrive makes none of these.
+    pub fn changing(&self) -> u64 {
+        self.send_message_batch
+            + self.delete_message_batch
+            + self.purge_queue
+            + self.create_queue
+            + self.set_queue_attributes
+            + self.create_topic
+            + self.subscribe
+            + self.publish_batch
+    }
 }
 
 impl Sub for ApiCalls {
@@ -82,6 +104,9 @@ impl Sub for ApiCalls {
             delete_message_batch: self.delete_message_batch - earlier.delete_message_batch,
             change_message_visibility_batch: self.change_message_visibility_batch
                 - earlier.change_message_visibility_batch,
+            list_queues: self.list_queues - earlier.list_queues,
+            purge_queue: self.purge_queue - earlier.purge_queue,
+            peek_messages: self.peek_messages - earlier.peek_messages,
             create_topic: self.create_topic - earlier.create_topic,
             get_topic_attributes: self.get_topic_attributes - earlier.get_topic_attributes,
             subscribe: self.subscribe - earlier.subscribe,
@@ -105,6 +130,9 @@ pub(crate) struct CallCounter {
     receive_message: AtomicU64,
     delete_message_batch: AtomicU64,
     change_message_visibility_batch: AtomicU64,
+    list_queues: AtomicU64,
+    purge_queue: AtomicU64,
+    peek_messages: AtomicU64,
     create_topic: AtomicU64,
     get_topic_attributes: AtomicU64,
     subscribe: AtomicU64,
@@ -125,6 +153,9 @@ impl CallCounter {
             Action::ReceiveMessage => &self.receive_message,
             Action::DeleteMessageBatch => &self.delete_message_batch,
             Action::ChangeMessageVisibilityBatch => &self.change_message_visibility_batch,
+            Action::ListQueues => &self.list_queues,
+            Action::PurgeQueue => &self.purge_queue,
+            Action::PeekMessages => &self.peek_messages,
             Action::CreateTopic => &self.create_topic,
             Action::GetTopicAttributes => &self.get_topic_attributes,
             Action::Subscribe => &self.subscribe,
@@ -146,6 +177,9 @@ impl CallCounter {
             receive_message: read(&self.receive_message),
             delete_message_batch: read(&self.delete_message_batch),
             change_message_visibility_batch: read(&self.change_message_visibility_batch),
+            list_queues: read(&self.list_queues),
+            purge_queue: read(&self.purge_queue),
+            peek_messages: read(&self.peek_messages),
             create_topic: read(&self.create_topic),
             get_topic_attributes: read(&self.get_topic_attributes),
             subscribe: read(&self.subscribe),
@@ -300,6 +334,34 @@ impl Hooks for Meter {
         let checked = rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()));
         self.count(Action::ChangeMessageVisibilityBatch, checked);
         inner.change_message_visibility_batch(queue_url, entries)
+    }
+
+    fn list_queues(
+        &self,
+        inner: &impl Transport,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
+        self.count(Action::ListQueues, Ok(()));
+        inner.list_queues(prefix)
+    }
+
+    fn purge_queue(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        self.count(Action::PurgeQueue, Ok(()));
+        inner.purge_queue(queue_url)
+    }
+
+    fn peek_messages(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        request: PeekMessages,
+    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
+        self.count(Action::PeekMessages, Ok(()));
+        inner.peek_messages(queue_url, request)
     }
 
     fn create_topic(

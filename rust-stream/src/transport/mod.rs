@@ -5,9 +5,10 @@
 //! A transport speaks in the SQS and SNS words of [`model`](crate::model): its requests,
 //! responses and errors are re-exported here, so an implementation imports one module.
 //!
-//! The SNS calls (topics, subscriptions, `PublishBatch`) have default bodies that answer
-//! [`ErrorKind::UnsupportedOperation`], so a transport written for SQS alone keeps compiling and
-//! says which call it lacks when one is made.
+//! The SNS calls (topics, subscriptions, `PublishBatch`) and the operators' calls (`ListQueues`,
+//! `PurgeQueue`, and a peek that changes nothing, which only the in-process account has) have
+//! default bodies that answer [`ErrorKind::UnsupportedOperation`], so a transport written for the
+//! engine's SQS calls alone keeps compiling and says which call it lacks when one is made.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -91,6 +92,48 @@ pub trait Transport: Send + Sync + 'static {
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send;
+
+    /// `ListQueues`: the URLs of the queues whose names start with `prefix` (every page, in one
+    /// list, sorted).
+    fn list_queues(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
+        let _ = prefix;
+        std::future::ready(Err(without_operation("ListQueues", "listing queues")))
+    }
+
+    /// `PurgeQueue`: deletes every message of the queue, in flight or not (SQS allows one purge
+    /// a minute).
+    fn purge_queue(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        let _ = queue_url;
+        std::future::ready(Err(without_operation("PurgeQueue", "purging a queue")))
+    }
+
+    /// Whether [`peek_messages`](Self::peek_messages) is implemented: a look at a queue's
+    /// messages that changes nothing. SQS has no such call (a receive counts and hides what it
+    /// returns), so by default a transport does not peek; the in-process account does.
+    fn peeks(&self) -> bool {
+        false
+    }
+
+    /// A look at up to `request.max` of the queue's messages in storage order, after skipping
+    /// `request.offset`, that changes nothing: no receive counted, no visibility changed. Only a
+    /// transport that [`peeks`](Self::peeks) implements it.
+    fn peek_messages(
+        &self,
+        queue_url: &str,
+        request: PeekMessages,
+    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
+        let _ = (queue_url, request);
+        std::future::ready(Err(without_operation(
+            "PeekMessages",
+            "peeking without receiving (SQS has no such call)",
+        )))
+    }
 
     /// SNS `CreateTopic`: creates the topic (FIFO with `FifoTopic=true`) and returns its ARN, or
     /// the ARN of the topic of this name if its attributes are the ones given.
@@ -178,6 +221,17 @@ fn without_sns(action: &str) -> TransportError {
     )
 }
 
+/// What a queue call answers on a transport that does not implement it.
+fn without_operation(action: &str, what: &str) -> TransportError {
+    TransportError::service(
+        ErrorKind::UnsupportedOperation,
+        format!(
+            "this transport does not implement `{action}`, which {what} needs; implement it, or \
+             use a transport that has it"
+        ),
+    )
+}
+
 pub use crate::task::BoxFuture;
 
 /// [`Transport`] behind a pointer, so a broker holds either backend as one type; every
@@ -221,6 +275,17 @@ pub(crate) trait DynTransport: Send + Sync + 'static {
         queue_url: &'a str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
+    fn list_queues<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>, TransportError>>;
+    fn purge_queue<'a>(&'a self, queue_url: &'a str) -> BoxFuture<'a, Result<(), TransportError>>;
+    fn peeks(&self) -> bool;
+    fn peek_messages<'a>(
+        &'a self,
+        queue_url: &'a str,
+        request: PeekMessages,
+    ) -> BoxFuture<'a, Result<Vec<PeekedMessage>, TransportError>>;
     // The SNS calls: made by the broker's SNS publisher (issue 21, later pieces); until then
     // by tests only.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -311,6 +376,25 @@ impl<T: Transport> DynTransport for T {
         Box::pin(Transport::change_message_visibility_batch(
             self, queue_url, entries,
         ))
+    }
+    fn list_queues<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>, TransportError>> {
+        Box::pin(Transport::list_queues(self, prefix))
+    }
+    fn purge_queue<'a>(&'a self, queue_url: &'a str) -> BoxFuture<'a, Result<(), TransportError>> {
+        Box::pin(Transport::purge_queue(self, queue_url))
+    }
+    fn peeks(&self) -> bool {
+        Transport::peeks(self)
+    }
+    fn peek_messages<'a>(
+        &'a self,
+        queue_url: &'a str,
+        request: PeekMessages,
+    ) -> BoxFuture<'a, Result<Vec<PeekedMessage>, TransportError>> {
+        Box::pin(Transport::peek_messages(self, queue_url, request))
     }
     fn create_topic<'a>(
         &'a self,
@@ -422,6 +506,7 @@ mod tests {
     #[tokio::test]
     async fn a_transport_without_sns_says_so_for_each_sns_call_and_the_queue_policy_call() {
         let transport: SharedTransport = Arc::new(SqsOnly);
+        assert!(!transport.peeks());
         let topic = "arn:aws:sns:us-east-1:000000000000:events";
         let answers = [
             transport
@@ -445,6 +530,12 @@ mod tests {
             transport
                 .set_queue_attributes("http://q", QueueAttributes::new())
                 .await,
+            transport.list_queues("").await.map(drop),
+            transport.purge_queue("http://q").await,
+            transport
+                .peek_messages("http://q", PeekMessages { offset: 0, max: 1 })
+                .await
+                .map(drop),
         ];
         for (answer, action) in answers.into_iter().zip([
             "CreateTopic",
@@ -454,6 +545,9 @@ mod tests {
             "ListSubscriptionsByTopic",
             "PublishBatch",
             "SetQueueAttributes",
+            "ListQueues",
+            "PurgeQueue",
+            "PeekMessages",
         ]) {
             let error = answer.unwrap_err();
             assert_eq!(error.kind(), Some(ErrorKind::UnsupportedOperation));

@@ -1,0 +1,557 @@
+//! `rust-stream`: queues and dead letters from the command line, over
+//! [`rust_stream::operations`] (the command line only wraps that API).
+//!
+//! It connects as the library does ([`SqsBroker::from_env`]): region, credentials and profile
+//! from the environment as the AWS CLI reads them, `AWS_ENDPOINT_URL` for LocalStack. It prints
+//! human tables, or JSON with `--json`; never a credential. A refusal or failure is one line on
+//! standard error naming the queue, and exit status 1 (2 for a command line clap refuses).
+
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rust_stream::operations::{
+    AuditRecord, Message, MessageFilter, OperationError, Peek, QueueInfo, QueueSpec, Redrive,
+    RedriveReport,
+};
+use rust_stream::transport::SendMessage;
+use rust_stream::SqsBroker;
+use serde::Serialize;
+
+/// Queues and dead letters on Amazon SQS (or LocalStack, with AWS_ENDPOINT_URL).
+#[derive(Debug, Parser)]
+#[command(name = "rust-stream", version)]
+struct Cli {
+    /// Prints JSON instead of tables, for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Logs what it does (each message redriven, ...) on standard error.
+    #[arg(long, short, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Lists queues with their counts and dead-letter relations.
+    Queues {
+        /// Only queues whose names start with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// Creates a queue (or finds an identical one).
+    Create {
+        /// The queue's name (`.fifo` at the end for a FIFO queue).
+        queue: String,
+        /// A FIFO queue.
+        #[arg(long)]
+        fifo: bool,
+        /// FIFO deduplication by content when a send gives no deduplication id.
+        #[arg(long)]
+        content_dedup: bool,
+        /// Its dead-letter queue (which must exist), for SQS's redrive policy.
+        #[arg(long, value_name = "NAME", requires = "max_receive_count")]
+        dead_letter: Option<String>,
+        /// Receives after which SQS moves a message to the dead-letter queue.
+        #[arg(long, value_name = "N", requires = "dead_letter")]
+        max_receive_count: Option<u32>,
+    },
+    /// Sends one message.
+    Send {
+        /// The queue.
+        queue: String,
+        /// The message body.
+        #[arg(long)]
+        body: String,
+        /// The message group (FIFO).
+        #[arg(long)]
+        group: Option<String>,
+        /// The deduplication id (FIFO without content-based deduplication).
+        #[arg(long)]
+        dedup: Option<String>,
+    },
+    /// Shows messages without taking them (on SQS: received and made visible again at once).
+    Peek {
+        /// The queue.
+        queue: String,
+        /// How many at most.
+        #[arg(long, default_value_t = 10)]
+        amount: usize,
+        /// How many matching ones to skip first.
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// Only messages of this group.
+        #[arg(long)]
+        group: Option<String>,
+        /// Only messages whose body contains this.
+        #[arg(long)]
+        contains: Option<String>,
+        /// Only dead-letter copies from this queue.
+        #[arg(long)]
+        source: Option<String>,
+        /// Peeks a FIFO queue or one with a redrive policy on SQS anyway (it raises receive
+        /// counts and holds FIFO groups for the moment).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Shows one message with its attributes.
+    Show {
+        /// The queue.
+        queue: String,
+        /// The message id.
+        message_id: String,
+        /// As for `peek`.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Moves a dead-letter queue's messages back to their sources (or to `--to`).
+    Redrive {
+        /// The dead-letter queue.
+        queue: String,
+        /// Sends every message here instead of its source.
+        #[arg(long, value_name = "QUEUE")]
+        to: Option<String>,
+        /// Messages a second at most.
+        #[arg(long, value_name = "PER_SECOND")]
+        rate: Option<f64>,
+        /// Says what would move where; sends and deletes nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Moves at most this many.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// Deletes every message of a queue.
+    Purge {
+        /// The queue.
+        queue: String,
+        /// The queue's name again: a purge cannot be undone.
+        #[arg(long, value_name = "QUEUE", default_value = "")]
+        yes_i_mean: String,
+    },
+}
+
+/// Why a command failed: printed on standard error.
+#[derive(Debug)]
+enum Failure {
+    Connect(rust_stream::ConnectError),
+    Operation(OperationError),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Connect(error) => write!(f, "cannot connect to SQS: {error}"),
+            Self::Operation(error) => error.fmt(f),
+        }
+    }
+}
+
+impl From<OperationError> for Failure {
+    fn from(error: OperationError) -> Self {
+        Self::Operation(error)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Errors only by default: what a command did or left is in its output, not in log lines.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_max_level(if cli.verbose {
+            tracing::Level::INFO
+        } else {
+            tracing::Level::ERROR
+        })
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the command; what it prints.
+async fn run(cli: Cli) -> Result<String, Failure> {
+    let broker = SqsBroker::from_env().await.map_err(Failure::Connect)?;
+    let ops = broker.operations();
+    let json = cli.json;
+    Ok(match cli.command {
+        Command::Queues { prefix } => {
+            let queues = ops.queues(&prefix).await?;
+            if json {
+                to_json(&queues)
+            } else {
+                queues_table(&queues)
+            }
+        }
+        Command::Create {
+            queue,
+            fifo,
+            content_dedup,
+            dead_letter,
+            max_receive_count,
+        } => {
+            let mut spec = QueueSpec::new();
+            if fifo {
+                spec = spec.fifo();
+            }
+            if content_dedup {
+                spec = spec.content_based_dedup();
+            }
+            if let (Some(dead_letter), Some(count)) = (dead_letter, max_receive_count) {
+                spec = spec.dead_letter(dead_letter, count);
+            }
+            let url = ops.create_queue(&queue, &spec).await?;
+            if json {
+                to_json(&serde_json::json!({ "queue": queue, "url": url }))
+            } else {
+                format!("created {queue}: {url}\n")
+            }
+        }
+        Command::Send {
+            queue,
+            body,
+            group,
+            dedup,
+        } => {
+            let mut message = SendMessage::new(body);
+            message.group_id = group;
+            message.dedup_id = dedup;
+            let sent = ops.send(&queue, message).await?;
+            if json {
+                to_json(&serde_json::json!({
+                    "queue": queue,
+                    "message_id": sent.message_id,
+                    "sequence_number": sent.sequence_number,
+                }))
+            } else {
+                match &sent.sequence_number {
+                    Some(sequence) => format!(
+                        "sent to {queue}: {} (sequence {sequence})\n",
+                        sent.message_id
+                    ),
+                    None => format!("sent to {queue}: {}\n", sent.message_id),
+                }
+            }
+        }
+        Command::Peek {
+            queue,
+            amount,
+            offset,
+            group,
+            contains,
+            source,
+            force,
+        } => {
+            let mut filter = MessageFilter::new();
+            if let Some(group) = group {
+                filter = filter.group_id(group);
+            }
+            if let Some(text) = contains {
+                filter = filter.body_contains(text);
+            }
+            if let Some(source) = source {
+                filter = filter.source_queue(source);
+            }
+            let mut peek = Peek::new().filter(filter).amount(amount).offset(offset);
+            if force {
+                peek = peek.force();
+            }
+            let messages = ops.peek(&queue, &peek).await?;
+            if json {
+                to_json(&messages)
+            } else {
+                messages_table(&messages)
+            }
+        }
+        Command::Show {
+            queue,
+            message_id,
+            force,
+        } => {
+            let message = ops.show(&queue, &message_id, force).await?;
+            if json {
+                to_json(&message)
+            } else {
+                message_detail(&message)
+            }
+        }
+        Command::Redrive {
+            queue,
+            to,
+            rate,
+            dry_run,
+            limit,
+        } => {
+            let mut redrive = Redrive::from(&queue);
+            if let Some(to) = to {
+                redrive = redrive.to(to);
+            }
+            if let Some(rate) = rate {
+                redrive = redrive.rate(rate);
+            }
+            if dry_run {
+                redrive = redrive.dry_run();
+            }
+            if let Some(limit) = limit {
+                redrive = redrive.limit(limit);
+            }
+            // Progress on a terminal only: a script reads the report.
+            let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let mut moved = 0_usize;
+            let report = ops
+                .redrive_with(&redrive, |record| {
+                    moved += 1;
+                    if progress && moved.is_multiple_of(10) {
+                        let verb = if record.dry_run {
+                            "would move"
+                        } else {
+                            "moved"
+                        };
+                        eprint!("\r{verb} {moved} from {}", record.from);
+                    }
+                })
+                .await;
+            if progress && moved >= 10 {
+                eprintln!();
+            }
+            let report = report?;
+            if json {
+                to_json(&report)
+            } else {
+                redrive_table(&report)
+            }
+        }
+        Command::Purge { queue, yes_i_mean } => {
+            ops.purge(&queue, &yes_i_mean).await?;
+            if json {
+                to_json(&serde_json::json!({ "queue": queue, "purged": true }))
+            } else {
+                format!("purged {queue}\n")
+            }
+        }
+    })
+}
+
+fn to_json(value: &impl Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|error| {
+        // The types printed are plain data; this cannot fail, but says so if it does.
+        format!("{{\"error\":\"cannot write JSON: {error}\"}}")
+    });
+    text.push('\n');
+    text
+}
+
+/// A table: a header row and rows, columns padded to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (index, (cell, width)) in cells.iter().zip(&widths).enumerate() {
+            if index + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn queues_table(queues: &[QueueInfo]) -> String {
+    if queues.is_empty() {
+        return "no queues\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = queues
+        .iter()
+        .map(|queue| {
+            vec![
+                queue.name.clone(),
+                if queue.fifo { "fifo" } else { "standard" }.to_owned(),
+                queue.visible.to_string(),
+                queue.in_flight.to_string(),
+                queue.delayed.to_string(),
+                queue.dead_letter.as_ref().map_or_else(
+                    || "-".to_owned(),
+                    |target| format!("{} (after {})", target.queue, target.max_receive_count),
+                ),
+                if queue.dead_letter_sources.is_empty() {
+                    "-".to_owned()
+                } else {
+                    queue.dead_letter_sources.join(",")
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "QUEUE",
+            "TYPE",
+            "VISIBLE",
+            "IN_FLIGHT",
+            "DELAYED",
+            "DEAD_LETTER",
+            "DEAD_LETTER_FOR",
+        ],
+        &rows,
+    )
+}
+
+/// A body cut to one short line for a table.
+fn short(body: &str) -> String {
+    let line: String = body
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(60)
+        .collect();
+    if body.chars().count() > 60 {
+        format!("{line}…")
+    } else {
+        line
+    }
+}
+
+fn messages_table(messages: &[Message]) -> String {
+    if messages.is_empty() {
+        return "no messages\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = messages
+        .iter()
+        .map(|message| {
+            let dead = message.dead_letter.as_ref();
+            vec![
+                message.message_id.clone(),
+                message.state.to_owned(),
+                message
+                    .receive_count
+                    .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+                message.group_id.clone().unwrap_or_else(|| "-".to_owned()),
+                dead.and_then(|d| d.source_queue.clone().or(d.moved_by_sqs_from.clone()))
+                    .unwrap_or_else(|| "-".to_owned()),
+                short(&message.body),
+            ]
+        })
+        .collect();
+    table(
+        &["MESSAGE_ID", "STATE", "RECEIVES", "GROUP", "SOURCE", "BODY"],
+        &rows,
+    )
+}
+
+fn message_detail(message: &Message) -> String {
+    let mut out = format!("message {}\n", message.message_id);
+    out.push_str(&format!("  state: {}\n", message.state));
+    let optional = [
+        ("group", message.group_id.clone()),
+        ("dedup id", message.dedup_id.clone()),
+        ("sequence", message.sequence_number.clone()),
+        ("receives", message.receive_count.map(|n| n.to_string())),
+    ];
+    for (label, value) in optional {
+        if let Some(value) = value {
+            out.push_str(&format!("  {label}: {value}\n"));
+        }
+    }
+    if let Some(dead) = &message.dead_letter {
+        out.push_str("  dead letter:\n");
+        let lines = [
+            ("source queue", dead.source_queue.clone()),
+            ("original id", dead.original_message_id.clone()),
+            ("attempts", dead.attempts.map(|n| n.to_string())),
+            ("reason", dead.reason.clone()),
+            ("moved by SQS from", dead.moved_by_sqs_from.clone()),
+        ];
+        for (label, value) in lines {
+            if let Some(value) = value {
+                out.push_str(&format!("    {label}: {value}\n"));
+            }
+        }
+    }
+    out.push_str("  attributes:\n");
+    for (name, value) in &message.attributes {
+        out.push_str(&format!("    {name}: {value}\n"));
+    }
+    if !message.message_attributes.is_empty() {
+        out.push_str("  message attributes:\n");
+        for (name, value) in &message.message_attributes {
+            out.push_str(&format!(
+                "    {name} ({}): {}\n",
+                value.data_type, value.value
+            ));
+        }
+    }
+    out.push_str(&format!("  body: {}\n", message.body));
+    out
+}
+
+fn redrive_table(report: &RedriveReport) -> String {
+    let verb = if report.dry_run {
+        "would move"
+    } else {
+        "moved"
+    };
+    let rows: Vec<Vec<String>> = report
+        .moved
+        .iter()
+        .map(|record: &AuditRecord| {
+            vec![
+                record.message_id.clone(),
+                record.to.clone(),
+                record.group_id.clone().unwrap_or_else(|| "-".to_owned()),
+                record
+                    .new_message_id
+                    .clone()
+                    .unwrap_or_else(|| "-".to_owned()),
+                record.reason.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    let mut out = String::new();
+    if !rows.is_empty() {
+        out.push_str(&table(
+            &["MESSAGE_ID", "TO", "GROUP", "NEW_MESSAGE_ID", "REASON"],
+            &rows,
+        ));
+    }
+    for left in &report.left {
+        out.push_str(&format!("left {}: {}\n", left.message_id, left.reason));
+    }
+    out.push_str(&format!(
+        "{verb} {} from {}; {} left there; {} remaining in it\n",
+        report.moved.len(),
+        report.from,
+        report.left.len(),
+        report.remaining
+    ));
+    out
+}

@@ -1,0 +1,283 @@
+//! The built `rust-stream` binary against LocalStack: each command's table and `--json` output,
+//! its refusals (named queue, non-zero exit, the error on standard error), and no credential in
+//! anything it prints.
+
+use std::process::{Command, Output};
+
+use rust_stream::testing::{live_endpoint, QueueNames};
+
+/// A secret that must never show in the output.
+const SECRET: &str = "cli-secret-wJalrXUtnFEMI-K7MDENG";
+
+/// Runs the binary against `endpoint` with test credentials and `args`.
+fn cli(endpoint: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rust-stream"));
+    for name in [
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_DEFAULT_REGION",
+    ] {
+        command.env_remove(name);
+    }
+    let output = command
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !printed.contains(SECRET),
+        "{args:?} printed the secret key:\n{printed}"
+    );
+    output
+}
+
+fn ok(endpoint: &str, args: &[&str]) -> String {
+    let output = cli(endpoint, args);
+    assert!(
+        output.status.success(),
+        "{args:?}: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn json(endpoint: &str, args: &[&str]) -> serde_json::Value {
+    let mut with = args.to_vec();
+    with.push("--json");
+    let text = ok(endpoint, &with);
+    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{args:?}: {error}\n{text}"))
+}
+
+/// Fails with exit status 1 and returns what it said on standard error.
+fn refused(endpoint: &str, args: &[&str]) -> String {
+    let output = cli(endpoint, args);
+    assert_eq!(output.status.code(), Some(1), "{args:?} must fail");
+    assert!(output.stdout.is_empty(), "{args:?} printed on stdout");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn every_command_prints_a_table_and_json_and_refuses_with_the_queue_named() {
+    let Some(endpoint) = live_endpoint("the command line's tests") else {
+        return;
+    };
+    let names = QueueNames::new();
+    let dlq = names.queue_name("cli-dlq.fifo");
+    let source = names.queue_name("cli-orders.fifo");
+    let plain = names.queue_name("cli-plain");
+    let e = endpoint.as_str();
+
+    // create
+    let created = ok(e, &["create", &dlq, "--fifo"]);
+    assert!(
+        created.starts_with(&format!("created {dlq}: ")),
+        "{created}"
+    );
+    let created = json(
+        e,
+        &[
+            "create",
+            &source,
+            "--fifo",
+            "--content-dedup",
+            "--dead-letter",
+            &dlq,
+            "--max-receive-count",
+            "3",
+        ],
+    );
+    assert_eq!(created["queue"], source.as_str());
+    assert!(created["url"].as_str().unwrap().ends_with(&source));
+    ok(e, &["create", &plain]);
+    let missing_dlq = refused(
+        e,
+        &[
+            "create",
+            &names.queue_name("cli-x"),
+            "--dead-letter",
+            "cli-none",
+            "--max-receive-count",
+            "2",
+        ],
+    );
+    assert!(missing_dlq.contains("`cli-none`"), "{missing_dlq}");
+
+    // send: a FIFO message without a group is refused, naming the queue
+    let no_group = refused(e, &["send", &source, "--body", "x"]);
+    assert!(
+        no_group.contains(&source) && no_group.to_lowercase().contains("group"),
+        "{no_group}"
+    );
+    for n in 0..3 {
+        let sent = ok(e, &["send", &plain, "--body", &format!("plain {n}")]);
+        assert!(sent.starts_with(&format!("sent to {plain}: ")), "{sent}");
+    }
+    // Dead-letter copies, as the engine writes them, are sent by the library (the command line
+    // sends plain messages only).
+    let sent = json(
+        e,
+        &[
+            "send",
+            &dlq,
+            "--body",
+            "{\"id\":1}",
+            "--group",
+            "acct-1",
+            "--dedup",
+            "d1",
+        ],
+    );
+    assert!(sent["sequence_number"].as_str().is_some());
+
+    // queues
+    let listed = json(e, &["queues", "--prefix", "cli-"]);
+    let rows = listed.as_array().unwrap();
+    let row = |name: &str| rows.iter().find(|q| q["name"] == name).cloned().unwrap();
+    assert_eq!(row(&plain)["visible"], 3);
+    assert_eq!(row(&source)["dead_letter"]["queue"], dlq.as_str());
+    assert_eq!(row(&source)["dead_letter"]["max_receive_count"], 3);
+    assert_eq!(row(&dlq)["dead_letter_sources"][0], source.as_str());
+    let table = ok(e, &["queues", "--prefix", "cli-"]);
+    assert!(table.starts_with("QUEUE"), "{table}");
+    let plain_line = table.lines().find(|l| l.starts_with(&plain)).unwrap();
+    assert!(
+        plain_line.contains("standard") && plain_line.contains(" 3 "),
+        "{plain_line}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&source) && l.contains(&format!("{dlq} (after 3)"))),
+        "{table}"
+    );
+
+    // peek, show
+    let peeked = json(e, &["peek", &plain, "--amount", "2"]);
+    assert_eq!(peeked.as_array().unwrap().len(), 2);
+    let id = peeked[0]["message_id"].as_str().unwrap().to_owned();
+    let table = ok(e, &["peek", &plain]);
+    assert!(table.starts_with("MESSAGE_ID"), "{table}");
+    assert_eq!(
+        table.lines().count(),
+        4,
+        "a header and three messages:\n{table}"
+    );
+    let fifo_refused = refused(e, &["peek", &dlq]);
+    assert!(
+        fifo_refused.contains(&dlq) && fifo_refused.contains("--force"),
+        "{fifo_refused}"
+    );
+    let bound_dlq = names.queue_name("cli-bound-dlq");
+    let bound = names.queue_name("cli-bound");
+    ok(e, &["create", &bound_dlq]);
+    ok(
+        e,
+        &[
+            "create",
+            &bound,
+            "--dead-letter",
+            &bound_dlq,
+            "--max-receive-count",
+            "5",
+        ],
+    );
+    let redrive_refused = refused(e, &["peek", &bound]);
+    assert!(
+        redrive_refused.contains(&bound) && redrive_refused.contains("RedrivePolicy"),
+        "{redrive_refused}"
+    );
+    let forced = json(e, &["peek", &bound, "--force"]);
+    assert_eq!(forced, serde_json::json!([]));
+    let shown = json(e, &["show", &plain, &id]);
+    assert_eq!(shown["message_id"], id.as_str());
+    assert!(shown["attributes"]["SentTimestamp"].is_string());
+    let detail = ok(e, &["show", &plain, &id]);
+    assert!(
+        detail.starts_with(&format!("message {id}")) && detail.contains("  body: plain "),
+        "{detail}"
+    );
+    let not_found = refused(e, &["show", &plain, "no-such-id"]);
+    assert!(
+        not_found.contains(&plain) && not_found.contains("no-such-id"),
+        "{not_found}"
+    );
+
+    // redrive: the DLQ's one message names no source; a dry run to a named queue, then for real
+    let report = json(e, &["redrive", &dlq, "--dry-run"]);
+    assert_eq!(report["moved"].as_array().unwrap().len(), 0);
+    assert!(report["left"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("--to"));
+    let report = json(e, &["redrive", &dlq, "--to", &source, "--dry-run"]);
+    assert_eq!(report["moved"][0]["to"], source.as_str());
+    assert_eq!(report["moved"][0]["dry_run"], true);
+    let table = ok(e, &["redrive", &dlq, "--to", &source, "--rate", "20"]);
+    assert!(
+        table.contains(&format!("moved 1 from {dlq}; 0 left there; 0 remaining")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(&source) && l.contains("acct-1")),
+        "{table}"
+    );
+    let bad_rate = refused(e, &["redrive", &dlq, "--rate", "0"]);
+    assert!(
+        bad_rate.contains(&dlq) && bad_rate.contains("rate"),
+        "{bad_rate}"
+    );
+
+    // purge
+    let unconfirmed = refused(e, &["purge", &plain]);
+    assert!(
+        unconfirmed.contains(&format!("--yes-i-mean {plain}")),
+        "{unconfirmed}"
+    );
+    let wrong = refused(e, &["purge", &plain, "--yes-i-mean", &source]);
+    assert!(wrong.contains(&plain), "{wrong}");
+    let purged = json(e, &["purge", &plain, "--yes-i-mean", &plain]);
+    assert_eq!(purged["purged"], true);
+
+    // A queue that does not exist, on every command that names one.
+    let ghost = names.queue_name("cli-ghost");
+    for args in [
+        vec!["peek", ghost.as_str()],
+        vec!["send", ghost.as_str(), "--body", "x"],
+        vec!["redrive", ghost.as_str()],
+        vec!["purge", ghost.as_str(), "--yes-i-mean", ghost.as_str()],
+    ] {
+        let error = refused(e, &args);
+        assert!(error.contains(&ghost), "{args:?}: {error}");
+        assert!(error.contains("does not exist"), "{args:?}: {error}");
+    }
+}
+
+#[test]
+fn an_unreachable_endpoint_fails_on_stderr_without_the_credentials() {
+    // Nothing listens on port 9 of loopback: the call fails and says so, with no secret.
+    let output = cli("http://127.0.0.1:9", &["queues"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with("error: listing the queues: "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("127.0.0.1:9"),
+        "the endpoint is named: {stderr}"
+    );
+}

@@ -1,0 +1,704 @@
+//! Redrive: a dead-letter queue's messages back to where they came from, or to a named queue
+//! ([`Operations::redrive`]).
+//!
+//! Each message goes to the queue its copy names ([`SOURCE_QUEUE_HEADER`], written by the engine
+//! when it dead-lettered it), else the queue SQS's own redrive moved it from
+//! (`DeadLetterQueueSourceArn`), or to the queue [`Redrive::to`] names. What makes it safe:
+//!
+//! - **Send first, delete after.** A message is deleted from the dead-letter queue only once its
+//!   send is confirmed; a send that fails leaves it there (in the report's [`Left`]).
+//! - **FIFO-aware.** A FIFO target gets the copy's group id and a deduplication id derived from
+//!   the original message id (`redrive-{original id}`), and a group's copies go in their order
+//!   (the dead-letter queue hands them out in it, and the broker's sender keeps it). A redrive
+//!   killed between a send and its delete and run again within SQS's 5-minute deduplication
+//!   window stores nothing twice. A standard target has no deduplication: such a kill stores the
+//!   copies of that one batch (at most 10) twice, each with the same
+//!   [`IDEMPOTENCY_KEY_HEADER`] (the original message id,
+//!   unless the message had one), so an [inbox](crate::inbox) handles them once.
+//! - **Blocked groups stay blocked.** A message that cannot go (no source, a failed send) stays
+//!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages.
+//! - **Rate-limited** ([`Redrive::rate`], messages a second), batched (a receive, a
+//!   `SendMessageBatch` a target and a `DeleteMessageBatch` per ten messages).
+//! - **A dry run** ([`Redrive::dry_run`]) sends and deletes nothing: on the account it peeks; on
+//!   SQS it receives and makes what it received visible again (so on a FIFO dead-letter queue it
+//!   sees each group's first messages only).
+//! - **Audited.** Each message moved is an [`AuditRecord`] (what, from where, to where, when,
+//!   its new id), returned in the report, handed to the caller as it happens
+//!   ([`Operations::redrive_with`]), and logged at `info` with the same fields.
+//!
+//! What the redriven message carries: the copy's body and message attributes, without the
+//! engine's dead-letter attributes (a later dead-letter copy gets fresh ones).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::peek::text_of;
+use super::queues::{at, count, OperationError, Operations};
+use crate::engine::settle::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+};
+use crate::inbox::IDEMPOTENCY_KEY_HEADER;
+use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
+use crate::model::SqsQueue;
+use crate::transport::{
+    DeleteEntry, MessageAttributeValue, PeekMessages, ReceiveMessage, ReceivedMessage, SendMessage,
+    SystemAttribute,
+};
+
+/// How long a redrive keeps the messages it received invisible by default: enough to send and
+/// delete a batch.
+const DEFAULT_VISIBILITY: Duration = Duration::from_secs(60);
+
+/// Times a failed delete from the dead-letter queue is tried again.
+const DELETE_TRIES: u32 = 3;
+
+/// What to redrive, where, how fast: see [the module](crate::operations::redrive).
+///
+/// ```
+/// use rust_stream::operations::Redrive;
+///
+/// // Every copy back to its source, 50 a second; first a dry run.
+/// let plan = Redrive::from("payments-dlq.fifo").rate(50.0).dry_run();
+/// # let _ = plan;
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Redrive {
+    from: String,
+    to: Option<String>,
+    rate: Option<f64>,
+    dry_run: bool,
+    limit: Option<usize>,
+    visibility: Option<Duration>,
+}
+
+impl Redrive {
+    /// Redrives the dead-letter queue `queue`, each message to its source.
+    pub fn from(queue: impl Into<String>) -> Self {
+        Self {
+            from: queue.into(),
+            to: None,
+            rate: None,
+            dry_run: false,
+            limit: None,
+            visibility: None,
+        }
+    }
+
+    /// Sends every message to `queue` instead of its source.
+    pub fn to(mut self, queue: impl Into<String>) -> Self {
+        self.to = Some(queue.into());
+        self
+    }
+
+    /// Moves at most `per_second` messages a second (over the run; sends go in batches).
+    pub fn rate(mut self, per_second: f64) -> Self {
+        self.rate = Some(per_second);
+        self
+    }
+
+    /// Sends and deletes nothing: says what would move where.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// Moves at most `messages`, then stops (what is left stays in the dead-letter queue).
+    pub fn limit(mut self, messages: usize) -> Self {
+        self.limit = Some(messages);
+        self
+    }
+
+    /// How long the messages received from the dead-letter queue stay invisible while they are
+    /// moved (default 60 s, longer at a low rate): after a redrive killed mid-way, a rerun waits
+    /// this long for them.
+    pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
+        self.visibility = Some(timeout);
+        self
+    }
+
+    /// The visibility a redrive receives with: room for a batch at the rate.
+    fn hold(&self) -> Duration {
+        let for_a_batch = self.rate.map_or(Duration::ZERO, |rate| {
+            Duration::from_secs_f64(2.0 * rules::MAX_BATCH_ENTRIES as f64 / rate)
+        });
+        self.visibility
+            .unwrap_or(DEFAULT_VISIBILITY.max(for_a_batch + Duration::from_secs(30)))
+    }
+}
+
+/// One message moved (or, in a dry run, that would be).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct AuditRecord {
+    /// Its id in the dead-letter queue.
+    pub message_id: String,
+    /// Its id in the queue it was dead-lettered from, when the copy says.
+    pub original_message_id: Option<String>,
+    /// The dead-letter queue.
+    pub from: String,
+    /// Where it went.
+    pub to: String,
+    /// Its group, on a FIFO target.
+    pub group_id: Option<String>,
+    /// The deduplication id it was sent with, on a FIFO target.
+    pub dedup_id: Option<String>,
+    /// Why it was dead-lettered, when the copy says.
+    pub reason: Option<String>,
+    /// Its attempts before, when the copy says.
+    pub attempts: Option<u32>,
+    /// Its message id in `to`; `None` in a dry run.
+    pub new_message_id: Option<String>,
+    /// When it was moved (deleted from the dead-letter queue): milliseconds since the epoch.
+    pub at_ms: u64,
+    /// Whether this was a dry run (nothing moved).
+    pub dry_run: bool,
+}
+
+/// A message a redrive left in the dead-letter queue, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Left {
+    /// Its id in the dead-letter queue.
+    pub message_id: String,
+    /// Why it stayed.
+    pub reason: String,
+}
+
+/// What a redrive did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RedriveReport {
+    /// The dead-letter queue.
+    pub from: String,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// Each message moved (would be moved, in a dry run), in the order moved.
+    pub moved: Vec<AuditRecord>,
+    /// The messages it left in the dead-letter queue.
+    pub left: Vec<Left>,
+    /// The dead-letter queue's messages after the run (visible, in flight and delayed).
+    pub remaining: u64,
+}
+
+/// A message on its way: where it goes, as what.
+struct Planned {
+    receipt_handle: String,
+    /// Its group in the dead-letter queue, when that is FIFO.
+    group: Option<String>,
+    target: String,
+    send: SendMessage,
+    record: AuditRecord,
+}
+
+/// Milliseconds since the epoch, now.
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// What a redrive of `message` from `from` sends, and where; or why it cannot go.
+fn plan(from: &str, message: &ReceivedMessage, to: Option<&str>) -> Result<Planned, String> {
+    let attribute = |name: &str| {
+        message
+            .message_attributes
+            .get(name)
+            .and_then(text_of)
+            .map(str::to_owned)
+    };
+    let moved_by_sqs_from = message
+        .attributes
+        .get(SystemAttribute::DeadLetterQueueSourceArn.name())
+        .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned());
+    let target = to
+        .map(str::to_owned)
+        .or_else(|| attribute(SOURCE_QUEUE_HEADER))
+        .or(moved_by_sqs_from)
+        .ok_or_else(|| {
+            format!(
+                "it names no source queue (no `{SOURCE_QUEUE_HEADER}` attribute, and SQS did not \
+                 move it): redrive it to a named queue (`to`, `--to QUEUE`)"
+            )
+        })?;
+    let original =
+        attribute(ORIGINAL_MESSAGE_ID_HEADER).unwrap_or_else(|| message.message_id.clone());
+    let mut send = SendMessage::new(message.body.clone());
+    send.message_attributes = message
+        .message_attributes
+        .iter()
+        .filter(|(name, _)| {
+            ![
+                SOURCE_QUEUE_HEADER,
+                ORIGINAL_MESSAGE_ID_HEADER,
+                ATTEMPTS_HEADER,
+                DEAD_LETTER_REASON_HEADER,
+            ]
+            .contains(&name.as_str())
+        })
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    let fifo = rules::is_fifo_name(&target);
+    if fifo {
+        send.group_id = Some(message.group_id().unwrap_or("default").to_owned());
+        send.dedup_id = Some(format!("redrive-{original}"));
+    } else if !send.message_attributes.contains_key(IDEMPOTENCY_KEY_HEADER)
+        && send.message_attributes.len() < MAX_MESSAGE_ATTRIBUTES
+    {
+        // A standard queue cannot drop a second copy; an inbox can, by this key.
+        send.message_attributes.insert(
+            IDEMPOTENCY_KEY_HEADER.to_owned(),
+            MessageAttributeValue::string(original.clone()),
+        );
+    }
+    let record = AuditRecord {
+        message_id: message.message_id.clone(),
+        original_message_id: Some(original),
+        from: from.to_owned(),
+        to: target.clone(),
+        group_id: send.group_id.clone(),
+        dedup_id: send.dedup_id.clone(),
+        reason: attribute(DEAD_LETTER_REASON_HEADER),
+        attempts: attribute(ATTEMPTS_HEADER).and_then(|n| n.parse().ok()),
+        new_message_id: None,
+        at_ms: 0,
+        dry_run: false,
+    };
+    Ok(Planned {
+        receipt_handle: message.receipt_handle.clone(),
+        group: message
+            .group_id()
+            .filter(|_| rules::is_fifo_name(from))
+            .map(str::to_owned),
+        target,
+        send,
+        record,
+    })
+}
+
+/// Logs a message moved, with the record's fields.
+fn log(record: &AuditRecord) {
+    tracing::info!(
+        operation = "redrive",
+        messaging.message.id = %record.message_id,
+        original_message_id = record.original_message_id.as_deref().unwrap_or(""),
+        from = %record.from,
+        to = %record.to,
+        group_id = record.group_id.as_deref().unwrap_or(""),
+        new_message_id = record.new_message_id.as_deref().unwrap_or(""),
+        at_ms = record.at_ms,
+        dry_run = record.dry_run,
+        "dead-letter message redriven"
+    );
+}
+
+/// The state of one redrive run.
+struct Run<'a, F> {
+    from: String,
+    url: String,
+    redrive: &'a Redrive,
+    to: Option<String>,
+    on_moved: F,
+    report: RedriveReport,
+    /// Messages received and kept invisible until the end: those left, and a dry run's.
+    held: HashMap<String, String>,
+    /// FIFO groups of the dead-letter queue with a message left: their later ones stay too.
+    blocked_groups: HashSet<String>,
+    started: Instant,
+    /// Messages the rate has let through.
+    paced: usize,
+}
+
+impl Operations {
+    /// Redrives as `redrive` says: see [the module](crate::operations::redrive).
+    ///
+    /// # Errors
+    ///
+    /// [`OperationError::InvalidRate`] for a rate that is not positive; [`OperationError::Queue`]
+    /// when the dead-letter queue does not exist, or a receive from it fails (what was moved so
+    /// far stays moved; a rerun takes the rest). A message that cannot go is no error: it is in
+    /// the report's [`left`](RedriveReport::left).
+    pub async fn redrive(&self, redrive: &Redrive) -> Result<RedriveReport, OperationError> {
+        self.redrive_with(redrive, |_| {}).await
+    }
+
+    /// [`redrive`](Self::redrive), handing each [`AuditRecord`] to `on_moved` as soon as its
+    /// message is moved (its delete from the dead-letter queue confirmed): for progress, and for
+    /// an audit log of a run that may be stopped part way.
+    ///
+    /// # Errors
+    ///
+    /// As [`redrive`](Self::redrive).
+    pub async fn redrive_with(
+        &self,
+        redrive: &Redrive,
+        on_moved: impl FnMut(&AuditRecord) + Send,
+    ) -> Result<RedriveReport, OperationError> {
+        let from = self.named(&redrive.from)?;
+        if let Some(rate) = redrive
+            .rate
+            .filter(|rate| !(rate.is_finite() && *rate > 0.0))
+        {
+            return Err(OperationError::InvalidRate { queue: from, rate });
+        }
+        let to = redrive.to.as_deref().map(|to| self.named(to)).transpose()?;
+        let url = self.url_of(&from).await?;
+        let mut run = Run {
+            report: RedriveReport {
+                from: from.clone(),
+                dry_run: redrive.dry_run,
+                moved: Vec::new(),
+                left: Vec::new(),
+                remaining: 0,
+            },
+            from,
+            url,
+            redrive,
+            to,
+            on_moved,
+            held: HashMap::new(),
+            blocked_groups: HashSet::new(),
+            started: Instant::now(),
+            paced: 0,
+        };
+        let outcome = if redrive.dry_run && self.client.transport.peeks() {
+            self.dry_run_in_place(&mut run).await
+        } else {
+            self.receive_and_move(&mut run).await
+        };
+        // A peek's messages have no handle: nothing holds them.
+        let held: Vec<String> = run
+            .held
+            .drain()
+            .map(|(_, handle)| handle)
+            .filter(|handle| !handle.is_empty())
+            .collect();
+        if let Err(error) = self.release(&run.url, held).await {
+            tracing::warn!(
+                messaging.destination.name = %run.from,
+                error = %error,
+                "messages left in the dead-letter queue stay invisible until their hold ends"
+            );
+        }
+        outcome?;
+        let (visible, in_flight, delayed) = self.counts(&run.from, &run.url).await?;
+        run.report.remaining = visible + in_flight + delayed;
+        Ok(run.report)
+    }
+
+    /// A queue's visible, in-flight and delayed counts.
+    async fn counts(&self, name: &str, url: &str) -> Result<(u64, u64, u64), OperationError> {
+        let attributes = self
+            .client
+            .transport
+            .get_queue_attributes(
+                url,
+                &[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed",
+                ],
+            )
+            .await
+            .map_err(|source| at(name, source))?;
+        Ok((
+            count(&attributes, "ApproximateNumberOfMessages"),
+            count(&attributes, "ApproximateNumberOfMessagesNotVisible"),
+            count(&attributes, "ApproximateNumberOfMessagesDelayed"),
+        ))
+    }
+
+    /// A dry run on a backend that peeks: every message, in storage order, changing nothing.
+    async fn dry_run_in_place<F: FnMut(&AuditRecord) + Send>(
+        &self,
+        run: &mut Run<'_, F>,
+    ) -> Result<(), OperationError> {
+        let mut position = 0;
+        loop {
+            let page = self
+                .client
+                .transport
+                .peek_messages(
+                    &run.url,
+                    PeekMessages {
+                        offset: position,
+                        max: 1_000,
+                    },
+                )
+                .await
+                .map_err(|source| at(&run.from, source))?;
+            position += page.len();
+            if page.is_empty() {
+                return Ok(());
+            }
+            for peeked in page {
+                if run
+                    .redrive
+                    .limit
+                    .is_some_and(|limit| run.report.moved.len() >= limit)
+                {
+                    return Ok(());
+                }
+                run.take(&peeked.message);
+            }
+        }
+    }
+
+    /// Receives from the dead-letter queue, ten at a time, and moves (or, in a dry run, looks at
+    /// and holds) each, until it is empty but for what this run holds.
+    async fn receive_and_move<F: FnMut(&AuditRecord) + Send>(
+        &self,
+        run: &mut Run<'_, F>,
+    ) -> Result<(), OperationError> {
+        let hold = run.redrive.hold();
+        let hold_seconds = i32::try_from(hold.as_secs().clamp(1, 43_200)).unwrap_or(43_200);
+        let mut quiet_since: Option<Instant> = None;
+        loop {
+            let moved = run.report.moved.len();
+            let room = match run.redrive.limit {
+                Some(limit) if moved >= limit => return Ok(()),
+                Some(limit) => (limit - moved).min(rules::MAX_BATCH_ENTRIES),
+                None => rules::MAX_BATCH_ENTRIES,
+            };
+            let request = ReceiveMessage::new(i32::try_from(room).unwrap_or(10))
+                .wait_time_seconds(1)
+                .visibility_timeout(hold_seconds);
+            let received = self
+                .client
+                .transport
+                .receive_message(&run.url, request)
+                .await
+                .map_err(|source| at(&run.from, source))?;
+            if received.is_empty() {
+                // Done once nothing is left but what this run holds; messages someone else holds
+                // (or a run killed before this one) are waited for as long as a hold lasts.
+                let (visible, in_flight, delayed) = self.counts(&run.from, &run.url).await?;
+                let held = run.held.len() as u64;
+                let quiet = *quiet_since.get_or_insert_with(Instant::now);
+                if (visible == 0 && delayed == 0 && in_flight <= held)
+                    || quiet.elapsed() > hold + Duration::from_secs(5)
+                {
+                    if in_flight > held {
+                        tracing::warn!(
+                            messaging.destination.name = %run.from,
+                            in_flight = in_flight - held,
+                            "redrive ends with messages of the dead-letter queue in flight \
+                             elsewhere; run it again once they are visible"
+                        );
+                    }
+                    return Ok(());
+                }
+                continue;
+            }
+            quiet_since = None;
+            let batch: Vec<Planned> = received
+                .iter()
+                .filter_map(|message| run.plan_or_hold(message))
+                .collect();
+            if batch.is_empty() {
+                continue;
+            }
+            if let Some(rate) = run.redrive.rate {
+                // The last message of this batch is due when the rate has let all before it go.
+                let due = run.started
+                    + Duration::from_secs_f64((run.paced + batch.len() - 1) as f64 / rate);
+                tokio::time::sleep_until(due).await;
+            }
+            run.paced += batch.len();
+            if run.redrive.dry_run {
+                for planned in batch {
+                    run.held
+                        .insert(planned.record.message_id.clone(), planned.receipt_handle);
+                    run.record(planned.record, None);
+                }
+                continue;
+            }
+            self.move_batch(run, batch).await;
+        }
+    }
+
+    /// Sends a batch to its targets (each target's part in one submission to the broker's
+    /// sender, in order), then deletes from the dead-letter queue what was sent.
+    async fn move_batch<F: FnMut(&AuditRecord) + Send>(
+        &self,
+        run: &mut Run<'_, F>,
+        batch: Vec<Planned>,
+    ) {
+        let mut targets: Vec<(String, Vec<Planned>)> = Vec::new();
+        for planned in batch {
+            match targets
+                .iter_mut()
+                .find(|(target, _)| *target == planned.target)
+            {
+                Some((_, part)) => part.push(planned),
+                None => targets.push((planned.target.clone(), vec![planned])),
+            }
+        }
+        let mut sent = Vec::new();
+        for (target, part) in targets {
+            let messages = part.iter().map(|planned| planned.send.clone()).collect();
+            let answers = self
+                .client
+                .send_many(&SqsQueue::new(&target), messages)
+                .await;
+            for (planned, answer) in part.into_iter().zip(answers) {
+                match answer {
+                    Ok(answer) => sent.push((planned, answer.message_id)),
+                    Err(error) => run.leave(
+                        &planned,
+                        format!("its send to `{target}` failed: {error}; it stays here"),
+                    ),
+                }
+            }
+        }
+        if sent.is_empty() {
+            return;
+        }
+        let mut pending: Vec<usize> = (0..sent.len()).collect();
+        let mut last_error = String::new();
+        for attempt in 0..DELETE_TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+            let entries = pending
+                .iter()
+                .map(|&index| DeleteEntry {
+                    id: index.to_string(),
+                    receipt_handle: sent[index].0.receipt_handle.clone(),
+                })
+                .collect();
+            match self
+                .client
+                .transport
+                .delete_message_batch(&run.url, entries)
+                .await
+            {
+                Ok(result) => {
+                    for (id, ()) in &result.successful {
+                        let index: usize = id.parse().expect("the ids are the indexes sent");
+                        let (planned, new_id) = &sent[index];
+                        run.record(planned.record.clone(), Some(new_id.clone()));
+                    }
+                    pending = result
+                        .failed
+                        .iter()
+                        .map(|failure| failure.id.parse().expect("the ids are the indexes sent"))
+                        .collect();
+                    last_error = result
+                        .failed
+                        .first()
+                        .map(|failure| failure.message.clone())
+                        .unwrap_or_default();
+                }
+                Err(error) => last_error = error.to_string(),
+            }
+            if pending.is_empty() {
+                return;
+            }
+        }
+        for index in pending {
+            let (planned, new_id) = &sent[index];
+            run.leave(
+                planned,
+                format!(
+                    "sent to `{}` as `{new_id}`, but its delete from the dead-letter queue failed \
+                     ({last_error}); a rerun sends it again (on a FIFO target SQS drops that \
+                     copy within 5 minutes of the first)",
+                    planned.target
+                ),
+            );
+        }
+    }
+}
+
+impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
+    /// A received message's plan, or `None` when it stays (held until the run ends).
+    fn plan_or_hold(&mut self, message: &ReceivedMessage) -> Option<Planned> {
+        if let Some(handle) = self.held.get_mut(&message.message_id) {
+            // Seen before and held; its hold ran out and it came back.
+            handle.clone_from(&message.receipt_handle);
+            return None;
+        }
+        let group = message
+            .group_id()
+            .filter(|_| rules::is_fifo_name(&self.from));
+        let blocked = group.is_some_and(|group| self.blocked_groups.contains(group));
+        let planned = if blocked {
+            Err(
+                "an earlier message of its group stays in the dead-letter queue, and a group \
+                 moves in its order"
+                    .to_owned(),
+            )
+        } else {
+            plan(&self.from, message, self.to.as_deref())
+        };
+        match planned {
+            Ok(planned) => Some(planned),
+            Err(reason) => {
+                self.held
+                    .insert(message.message_id.clone(), message.receipt_handle.clone());
+                if let Some(group) = group {
+                    self.blocked_groups.insert(group.to_owned());
+                }
+                tracing::warn!(
+                    operation = "redrive",
+                    messaging.message.id = %message.message_id,
+                    from = %self.from,
+                    reason = %reason,
+                    "dead-letter message left where it is"
+                );
+                self.report.left.push(Left {
+                    message_id: message.message_id.clone(),
+                    reason,
+                });
+                None
+            }
+        }
+    }
+
+    /// A dry run's look at one message: its record, or why it would stay.
+    fn take(&mut self, message: &ReceivedMessage) {
+        if let Some(planned) = self.plan_or_hold(message) {
+            // A peek holds nothing: there is nothing to release for it.
+            self.held.remove(&planned.record.message_id);
+            self.record(planned.record, None);
+        }
+    }
+
+    /// A message that stays after a failed send or delete: held to the end, its group blocked.
+    fn leave(&mut self, planned: &Planned, reason: String) {
+        self.held.insert(
+            planned.record.message_id.clone(),
+            planned.receipt_handle.clone(),
+        );
+        if let Some(group) = &planned.group {
+            self.blocked_groups.insert(group.clone());
+        }
+        tracing::warn!(
+            operation = "redrive",
+            messaging.message.id = %planned.record.message_id,
+            from = %self.from,
+            to = %planned.target,
+            reason = %reason,
+            "dead-letter message left where it is"
+        );
+        self.report.left.push(Left {
+            message_id: planned.record.message_id.clone(),
+            reason,
+        });
+    }
+
+    /// Records a message moved (or, in a dry run, that would be).
+    fn record(&mut self, mut record: AuditRecord, new_message_id: Option<String>) {
+        record.new_message_id = new_message_id;
+        record.at_ms = epoch_ms();
+        record.dry_run = self.redrive.dry_run;
+        log(&record);
+        (self.on_moved)(&record);
+        self.report.moved.push(record);
+    }
+}

@@ -1,0 +1,861 @@
+//! The operations API (`broker.operations()`), on the in-process account (paused clock) and on
+//! LocalStack: redrive of dead-letter copies back to their sources (FIFO order, reruns that store
+//! nothing twice, rate, dry run), peek on both backends (a table of filter, amount and offset
+//! cases on the account; visibility, receive counts and the FIFO refusal on SQS), the queue list
+//! with its dead-letter relations, and purge.
+
+#[macro_use]
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::backend::{Backend, Kind};
+use rust_stream::operations::{
+    MessageFilter, OperationError, Peek, PeekRisk, QueueSpec, Redrive, RedriveReport,
+};
+use rust_stream::transport::layer::{Hooked, Hooks};
+use rust_stream::transport::{
+    BatchResult, DeleteEntry, MessageAttributeValue, ReceiveMessage, SendBatchEntry, SendMessage,
+    Transport, TransportError,
+};
+use rust_stream::{
+    SqsBroker, ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
+    SOURCE_QUEUE_HEADER,
+};
+
+both_backends!(
+    redrive_returns_1000_copies_from_three_sources_each_group_in_order,
+    a_redrive_killed_between_send_and_delete_and_run_again_stores_nothing_twice,
+    a_redrive_holds_its_rate,
+    a_dry_run_makes_no_changing_call,
+    queues_are_listed_with_counts_and_dead_letter_relations,
+    purge_needs_the_queue_name_again,
+    push_pop_ping_ack_and_size,
+);
+
+/// A dead-letter copy as the engine writes it: the message, its source, original id, attempts
+/// and reason.
+fn copy(source: &str, group: &str, seq: u32) -> SendMessage {
+    let original = format!("orig-{source}-{group}-{seq}");
+    SendMessage::new(format!(
+        r#"{{"source":"{source}","group":"{group}","seq":{seq}}}"#
+    ))
+    .attribute(SOURCE_QUEUE_HEADER, MessageAttributeValue::string(source))
+    .attribute(
+        ORIGINAL_MESSAGE_ID_HEADER,
+        MessageAttributeValue::string(&original),
+    )
+    .attribute(ATTEMPTS_HEADER, MessageAttributeValue::number("5"))
+    .attribute(
+        DEAD_LETTER_REASON_HEADER,
+        MessageAttributeValue::string("handler failed: ledger unavailable"),
+    )
+    .attribute("tenant", MessageAttributeValue::string("acme"))
+    .group_id(group)
+    .dedup_id(original)
+}
+
+/// Sends messages ten a call, straight through the transport (not the broker under test).
+async fn send_all<T: Transport>(backend: &Backend<T>, url: &str, messages: Vec<SendMessage>) {
+    for chunk in messages.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, message)| SendBatchEntry::new(i.to_string(), message.clone()))
+            .collect();
+        let result = backend
+            .transport
+            .send_message_batch(url, entries)
+            .await
+            .unwrap();
+        assert!(result.failed.is_empty(), "{:?}", result.failed);
+    }
+}
+
+/// The three sources and the dead-letter queue of a redrive test, created on `backend`.
+struct Sources {
+    fifo_a: String,
+    fifo_b: String,
+    standard: String,
+    dlq: String,
+    dlq_url: String,
+    urls: HashMap<String, String>,
+}
+
+async fn sources<T: Transport>(backend: &Backend<T>) -> Sources {
+    sources_tagged(backend, "").await
+}
+
+/// As [`sources`], the names tagged (a second set in one test).
+async fn sources_tagged<T: Transport>(backend: &Backend<T>, tag: &str) -> Sources {
+    let mut urls = HashMap::new();
+    let mut named = Vec::new();
+    for base in ["ops-src-a.fifo", "ops-src-b.fifo", "ops-src-c"] {
+        let base = base.replacen("ops-", &format!("ops{tag}-"), 1);
+        let base = base.as_str();
+        let url = backend.queue(base, &[]).await;
+        let name = backend.name(base);
+        urls.insert(name.clone(), url);
+        named.push(name);
+    }
+    let dlq = format!("ops{tag}-dlq.fifo");
+    let dlq_url = backend.queue(&dlq, &[]).await;
+    Sources {
+        fifo_a: named[0].clone(),
+        fifo_b: named[1].clone(),
+        standard: named[2].clone(),
+        dlq: backend.name(&dlq),
+        dlq_url,
+        urls,
+    }
+}
+
+/// 1,000 copies in the dead-letter queue, interleaved as dead-lettering would leave them: 20
+/// groups over the two FIFO sources (350 copies each) and 300 from the standard source (in 5
+/// groups of the FIFO dead-letter queue). Returns the copies' (source, group, seq) in order.
+async fn seed_thousand<T: Transport>(
+    backend: &Backend<T>,
+    s: &Sources,
+) -> Vec<(String, String, u32)> {
+    let mut plan = Vec::new();
+    for seq in 0..35 {
+        for group in 0..20 {
+            let source = if group < 10 { &s.fifo_a } else { &s.fifo_b };
+            plan.push((source.clone(), format!("g{group}"), seq));
+        }
+        if seq < 30 {
+            for group in 0..10 {
+                plan.push((s.standard.clone(), format!("s{group}"), seq));
+            }
+        }
+    }
+    assert_eq!(plan.len(), 1000);
+    let messages = plan
+        .iter()
+        .map(|(src, group, seq)| copy(src, group, *seq))
+        .collect();
+    send_all(backend, &s.dlq_url, messages).await;
+    plan
+}
+
+/// Every message a queue holds, received and deleted: (group, seq) from the bodies. Each is
+/// checked for what a redrive sends: the user's attributes kept, the dead-letter ones gone, and
+/// on FIFO the deduplication id from the original id, on standard the idempotency key.
+async fn stored<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Vec<(String, u32)> {
+    let fifo = url.ends_with(".fifo");
+    backend
+        .take_all(url, want)
+        .await
+        .iter()
+        .map(|message| {
+            let body: serde_json::Value = serde_json::from_str(&message.body).unwrap();
+            let (source, group) = (
+                body["source"].as_str().unwrap(),
+                body["group"].as_str().unwrap(),
+            );
+            let seq = u32::try_from(body["seq"].as_u64().unwrap()).unwrap();
+            let original = format!("orig-{source}-{group}-{seq}");
+            let attributes = &message.message_attributes;
+            assert_eq!(attributes["tenant"].string_value.as_deref(), Some("acme"));
+            for dead_letter in [
+                SOURCE_QUEUE_HEADER,
+                ORIGINAL_MESSAGE_ID_HEADER,
+                ATTEMPTS_HEADER,
+                DEAD_LETTER_REASON_HEADER,
+            ] {
+                assert!(
+                    !attributes.contains_key(dead_letter),
+                    "{dead_letter} left on {original}"
+                );
+            }
+            if fifo {
+                assert_eq!(message.group_id(), Some(group));
+                assert_eq!(
+                    message.dedup_id(),
+                    Some(format!("redrive-{original}").as_str())
+                );
+            } else {
+                let key = &attributes[rust_stream::inbox::IDEMPOTENCY_KEY_HEADER];
+                assert_eq!(key.string_value.as_deref(), Some(original.as_str()));
+            }
+            (group.to_owned(), seq)
+        })
+        .collect()
+}
+
+/// Checks that each source holds its copies once each and, on FIFO, each group in order.
+async fn assert_returned<T: Transport>(
+    backend: &Backend<T>,
+    s: &Sources,
+    plan: &[(String, String, u32)],
+) {
+    for source in [&s.fifo_a, &s.fifo_b, &s.standard] {
+        let expected: Vec<(String, u32)> = plan
+            .iter()
+            .filter(|(src, _, _)| src == source)
+            .map(|(_, group, seq)| (group.clone(), *seq))
+            .collect();
+        let got = stored(backend, &s.urls[source], expected.len()).await;
+        let distinct: HashSet<&(String, u32)> = got.iter().collect();
+        assert_eq!(
+            (got.len(), distinct.len()),
+            (expected.len(), expected.len()),
+            "{source}: every copy once, no duplicate"
+        );
+        if source.ends_with(".fifo") {
+            let mut by_group: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+            for (group, seq) in &got {
+                by_group.entry(group).or_default().push(*seq);
+            }
+            assert_eq!(by_group.len(), 10, "{source}: ten groups");
+            for (group, seqs) in by_group {
+                assert_eq!(
+                    seqs,
+                    (0..35).collect::<Vec<_>>(),
+                    "{source} {group} in order"
+                );
+            }
+        }
+    }
+}
+
+async fn redrive_returns_1000_copies_from_three_sources_each_group_in_order<T: Transport>(
+    backend: Backend<T>,
+) {
+    let s = sources(&backend).await;
+    let plan = seed_thousand(&backend, &s).await;
+    let before = backend.broker.api_calls();
+    let report = backend
+        .broker
+        .operations()
+        .redrive(&Redrive::from(&s.dlq))
+        .await
+        .unwrap();
+    assert_eq!(report.moved.len(), 1000, "left: {:?}", report.left.first());
+    assert!(report.left.is_empty());
+    assert_eq!(report.remaining, 0);
+    let record = &report.moved[0];
+    assert_eq!(record.from, s.dlq);
+    assert!(record.new_message_id.is_some() && !record.dry_run && record.at_ms > 0);
+    let fifo_record = report.moved.iter().find(|r| r.to == s.fifo_a).unwrap();
+    let original = fifo_record.original_message_id.clone().unwrap();
+    assert_eq!(
+        fifo_record.dedup_id.as_deref(),
+        Some(format!("redrive-{original}").as_str())
+    );
+    // Batched: 100 receives of ten, a send call per source in each, 100 deletes.
+    let calls = backend.broker.api_calls() - before;
+    assert_eq!(calls.delete_message_batch, 100, "{calls:?}");
+    assert!(calls.send_message_batch <= 300, "{calls:?}");
+    assert_returned(&backend, &s, &plan).await;
+    assert_eq!(backend.left(&s.dlq_url).await, (0, 0, 0));
+}
+
+/// Holds every `DeleteMessageBatch` after the first `pass` for ever: a redrive whose process
+/// dies between its sends and their deletes.
+struct HangDeletesAfter {
+    pass: usize,
+    seen: Mutex<usize>,
+}
+
+impl Hooks for HangDeletesAfter {
+    async fn delete_message_batch(
+        &self,
+        inner: &impl Transport,
+        queue_url: &str,
+        entries: Vec<DeleteEntry>,
+    ) -> Result<BatchResult<()>, TransportError> {
+        let hang = {
+            let mut seen = self.seen.lock().unwrap();
+            *seen += 1;
+            *seen > self.pass
+        };
+        if hang {
+            std::future::pending::<()>().await;
+        }
+        inner.delete_message_batch(queue_url, entries).await
+    }
+}
+
+async fn a_redrive_killed_between_send_and_delete_and_run_again_stores_nothing_twice<
+    T: Transport + Clone,
+>(
+    backend: Backend<T>,
+) {
+    let s = sources(&backend).await;
+    // FIFO sources only: a standard target cannot drop a second send (see the next part).
+    let plan: Vec<(String, String, u32)> = (0..35)
+        .flat_map(|seq| {
+            let s = &s;
+            (0..20).map(move |group| {
+                let source = if group < 10 { &s.fifo_a } else { &s.fifo_b };
+                (source.clone(), format!("g{group}"), seq)
+            })
+        })
+        .collect();
+    send_all(
+        &backend,
+        &s.dlq_url,
+        plan.iter()
+            .map(|(src, g, seq)| copy(src, g, *seq))
+            .collect(),
+    )
+    .await;
+    let hold = Duration::from_secs(3);
+    // The first run: 30 batches moved, then every send of the next batch lands and its delete
+    // never comes; the run is killed (its future dropped) a while later.
+    let dying = SqsBroker::with_transport(Hooked::new(
+        backend.transport.clone(),
+        HangDeletesAfter {
+            pass: 30,
+            seen: Mutex::new(0),
+        },
+    ));
+    let moved = Arc::new(Mutex::new(0usize));
+    let counted = moved.clone();
+    let redrive = Redrive::from(&s.dlq).visibility_timeout(hold);
+    let dying_operations = dying.operations();
+    let first = dying_operations.redrive_with(&redrive, move |_| *counted.lock().unwrap() += 1);
+    let killed = tokio::time::timeout(Duration::from_secs(5), first).await;
+    assert!(killed.is_err(), "the first run hangs on its 31st delete");
+    assert_eq!(*moved.lock().unwrap(), 300, "30 batches of ten moved");
+    // The rerun, with a broker of its own, as a new process would be: it waits out the hold of
+    // the batch the first run sent, sends it again (SQS drops it: same deduplication ids, within
+    // 5 minutes), deletes it, and moves the rest.
+    let rerun = SqsBroker::with_transport(backend.transport.clone());
+    let report = rerun.operations().redrive(&redrive).await.unwrap();
+    assert_eq!(report.moved.len(), 400, "left: {:?}", report.left.first());
+    assert_eq!(report.remaining, 0);
+    for source in [&s.fifo_a, &s.fifo_b] {
+        let got = stored(&backend, &s.urls[source], 350).await;
+        let distinct: HashSet<&(String, u32)> = got.iter().collect();
+        assert_eq!(
+            (got.len(), distinct.len()),
+            (350, 350),
+            "{source}: 0 duplicates stored"
+        );
+        let mut by_group: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for (group, seq) in &got {
+            by_group.entry(group).or_default().push(*seq);
+        }
+        for (group, seqs) in by_group {
+            assert_eq!(
+                seqs,
+                (0..35).collect::<Vec<_>>(),
+                "{source} {group} in order"
+            );
+        }
+    }
+
+    // All three sources (the standard one too), stopped after 500 moved and run again: every
+    // copy once.
+    let s = sources_tagged(&backend, "2").await;
+    let plan = seed_thousand(&backend, &s).await;
+    let first = backend
+        .broker
+        .operations()
+        .redrive(&Redrive::from(&s.dlq).limit(500))
+        .await
+        .unwrap();
+    assert_eq!((first.moved.len(), first.remaining), (500, 500));
+    let second = backend
+        .broker
+        .operations()
+        .redrive(&Redrive::from(&s.dlq))
+        .await
+        .unwrap();
+    assert_eq!((second.moved.len(), second.remaining), (500, 0));
+    assert_returned(&backend, &s, &plan).await;
+}
+
+async fn a_redrive_holds_its_rate<T: Transport>(backend: Backend<T>) {
+    let s = sources(&backend).await;
+    let plan: Vec<SendMessage> = (0..200)
+        .map(|seq| copy(&s.fifo_a, &format!("g{}", seq % 4), seq))
+        .collect();
+    send_all(&backend, &s.dlq_url, plan).await;
+    let rate = 40.0;
+    let started = tokio::time::Instant::now();
+    let last = Arc::new(Mutex::new(started));
+    let seen = last.clone();
+    let report = backend
+        .broker
+        .operations()
+        .redrive_with(&Redrive::from(&s.dlq).rate(rate), move |_| {
+            *seen.lock().unwrap() = tokio::time::Instant::now();
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.moved.len(), 200);
+    let elapsed = last.lock().unwrap().duration_since(started).as_secs_f64();
+    let measured = 200.0 / elapsed;
+    // In process on tokio's paused clock the schedule is all there is; LocalStack adds its calls.
+    let bound = if backend.kind == Kind::InProcess {
+        0.10
+    } else {
+        0.25
+    };
+    assert!(
+        (measured - rate).abs() <= rate * bound,
+        "{measured:.1} messages a second against {rate} (±{:.0} %) over {elapsed:.2} s",
+        bound * 100.0
+    );
+    common::report(format_args!(
+        "redrive rate ({:?}): {measured:.1} messages a second asked {rate}",
+        backend.kind
+    ));
+}
+
+async fn a_dry_run_makes_no_changing_call<T: Transport>(backend: Backend<T>) {
+    let dlq_url = backend.queue("ops-dry-dlq", &[]).await;
+    let dlq = backend.name("ops-dry-dlq");
+    let source = backend.name("ops-dry-src");
+    let messages = (0..30)
+        .map(|seq| {
+            let mut message = copy(&source, "g", seq);
+            message.group_id = None;
+            message.dedup_id = None;
+            message
+        })
+        .collect();
+    send_all(&backend, &dlq_url, messages).await;
+    let before = backend.broker.api_calls();
+    let report: RedriveReport = backend
+        .broker
+        .operations()
+        .redrive(&Redrive::from(&dlq).dry_run())
+        .await
+        .unwrap();
+    let calls = backend.broker.api_calls() - before;
+    assert_eq!(calls.changing(), 0, "{calls:?}");
+    assert_eq!(
+        (calls.send_message_batch, calls.delete_message_batch),
+        (0, 0)
+    );
+    assert_eq!(report.moved.len(), 30);
+    assert!(report
+        .moved
+        .iter()
+        .all(|r| r.dry_run && r.new_message_id.is_none() && r.to == source));
+    assert_eq!(report.remaining, 30);
+    if backend.kind == Kind::InProcess {
+        // A true peek: not even a receive.
+        assert_eq!(calls.receive_message, 0, "{calls:?}");
+        assert_eq!(backend.left(&dlq_url).await, (30, 0, 0));
+    } else {
+        // Received, then visible again at once.
+        assert_eq!(
+            backend.left(&dlq_url).await.0 + backend.left(&dlq_url).await.1,
+            30
+        );
+        assert_eq!(backend.drain(&dlq_url, 30).await.len(), 30);
+    }
+}
+
+async fn queues_are_listed_with_counts_and_dead_letter_relations<T: Transport>(
+    backend: Backend<T>,
+) {
+    let ops = backend.broker.operations();
+    let dlq = backend.name("ops-list-dlq");
+    let source = backend.name("ops-list-src");
+    ops.create_queue(&dlq, &QueueSpec::new()).await.unwrap();
+    let source_url = ops
+        .create_queue(&source, &QueueSpec::new().dead_letter(&dlq, 4))
+        .await
+        .unwrap();
+    send_all(
+        &backend,
+        &source_url,
+        (0..3).map(|n| SendMessage::new(format!("m{n}"))).collect(),
+    )
+    .await;
+    let queues = ops.queues("ops-list-").await.unwrap();
+    assert!(queues.iter().all(|q| q.name.starts_with("ops-list-")));
+    let listed: Vec<_> = queues
+        .iter()
+        .filter(|q| q.name == dlq || q.name == source)
+        .collect();
+    assert_eq!(listed.len(), 2, "{queues:?}");
+    let src = listed.iter().find(|q| q.name == source).unwrap();
+    assert_eq!((src.visible, src.in_flight, src.delayed), (3, 0, 0));
+    let target = src.dead_letter.as_ref().unwrap();
+    assert_eq!(
+        (target.queue.as_str(), target.max_receive_count),
+        (dlq.as_str(), 4)
+    );
+    let dead = listed.iter().find(|q| q.name == dlq).unwrap();
+    assert_eq!(dead.dead_letter_sources, std::slice::from_ref(&source));
+    assert!(!dead.fifo && dead.dead_letter.is_none());
+    // A peek of a queue with a redrive policy: refused on SQS, why said; a true peek in process.
+    match ops.peek(&source, &Peek::new()).await {
+        Err(OperationError::PeekRefused { queue, risk }) => {
+            assert_eq!(backend.kind, Kind::LocalStack);
+            assert_eq!(queue, source);
+            assert!(matches!(
+                risk,
+                PeekRisk::RedrivePolicy {
+                    max_receive_count: 4,
+                    ..
+                }
+            ));
+            let error = OperationError::PeekRefused { queue, risk }.to_string();
+            assert!(
+                error.contains("maxReceiveCount") || error.contains("toward 4"),
+                "{error}"
+            );
+        }
+        Ok(peeked) => {
+            assert_eq!(backend.kind, Kind::InProcess);
+            assert_eq!(peeked.len(), 3);
+        }
+        Err(other) => panic!("{other}"),
+    }
+}
+
+async fn purge_needs_the_queue_name_again<T: Transport>(backend: Backend<T>) {
+    let url = backend.queue("ops-purge", &[]).await;
+    let name = backend.name("ops-purge");
+    send_all(
+        &backend,
+        &url,
+        (0..5).map(|n| SendMessage::new(format!("m{n}"))).collect(),
+    )
+    .await;
+    let ops = backend.broker.operations();
+    let before = backend.broker.api_calls();
+    let refused = ops.purge(&name, "ops-purge").await.unwrap_err();
+    assert!(matches!(&refused, OperationError::PurgeNotConfirmed { queue, .. } if *queue == name));
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("--yes-i-mean {name}")),
+        "{refused}"
+    );
+    assert_eq!((backend.broker.api_calls() - before).changing(), 0);
+    assert_eq!(backend.left(&url).await.0, 5);
+    ops.purge(&name, &name).await.unwrap();
+    assert_eq!(
+        backend.broker.api_calls().purge_queue - before.purge_queue,
+        1
+    );
+    eventually_empty(&backend, &url).await;
+}
+
+/// What a queue served over HTTP needs: push with a group, pop with a visibility, ping, ack, size.
+async fn push_pop_ping_ack_and_size<T: Transport>(backend: Backend<T>) {
+    let name = backend.name("ops-pop.fifo");
+    let ops = backend.broker.operations();
+    ops.create_queue(&name, &QueueSpec::new().content_based_dedup())
+        .await
+        .unwrap();
+    for n in 0..3 {
+        let sent = ops
+            .send(&name, SendMessage::new(format!("job {n}")).group_id("g"))
+            .await
+            .unwrap();
+        assert!(sent.sequence_number.is_some());
+    }
+    let refused = ops
+        .send(&name, SendMessage::new("no group"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, OperationError::Send { queue, .. } if *queue == name),
+        "{refused}"
+    );
+    let size = ops.queue(&name).await.unwrap();
+    assert_eq!((size.visible, size.in_flight, size.fifo), (3, 0, true));
+    let popped = ops
+        .receive(&name, 10, Duration::from_secs(30), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = popped.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies, ["job 0", "job 1", "job 2"]);
+    assert_eq!(ops.queue(&name).await.unwrap().in_flight, 3);
+    let handles: Vec<String> = popped.iter().map(|m| m.receipt_handle.clone()).collect();
+    let failed = ops
+        .extend(&name, &handles, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let failed = ops.delete(&name, &handles[..2]).await.unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let size = ops.queue(&name).await.unwrap();
+    assert_eq!((size.visible, size.in_flight), (0, 1));
+    // Released at once: the last job is there to pop again, its receive counted twice.
+    ops.extend(&name, &handles[2..], Duration::ZERO)
+        .await
+        .unwrap();
+    let again = ops
+        .receive(&name, 1, Duration::from_secs(30), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(again[0].body, "job 2");
+    assert_eq!(again[0].receive_count(), Some(2));
+}
+
+// ---- Peek on the account: a table of cases -------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_peek_on_the_account_takes_filter_amount_and_offset_and_changes_nothing() {
+    let backend = Backend::in_process();
+    let url = backend.queue("ops-peek.fifo", &[]).await;
+    let name = backend.name("ops-peek.fifo");
+    // 12 messages: groups a, b, c in turn; every third from `billing`; bodies say their number.
+    let messages = (0..12)
+        .map(|n| {
+            let group = ["a", "b", "c"][n % 3];
+            let mut message = SendMessage::new(format!("payment {n}"))
+                .group_id(group)
+                .dedup_id(format!("d{n}"));
+            if n % 3 == 0 {
+                message = message
+                    .attribute(
+                        SOURCE_QUEUE_HEADER,
+                        MessageAttributeValue::string("billing"),
+                    )
+                    .attribute(
+                        DEAD_LETTER_REASON_HEADER,
+                        MessageAttributeValue::string("timeout"),
+                    );
+            }
+            message
+        })
+        .collect();
+    send_all(&backend, &url, messages).await;
+    // One message in flight: a peek sees it, with its state.
+    let taken = backend
+        .transport
+        .receive_message(&url, ReceiveMessage::new(1).visibility_timeout(30))
+        .await
+        .unwrap();
+    assert_eq!(taken[0].body, "payment 0");
+    let ops = backend.broker.operations();
+    let numbers = |peeked: &[rust_stream::operations::Message]| -> Vec<u32> {
+        peeked
+            .iter()
+            .map(|m| m.body.trim_start_matches("payment ").parse().unwrap())
+            .collect()
+    };
+    let cases: Vec<(&str, MessageFilter, usize, usize, Vec<u32>)> = vec![
+        (
+            "all, default amount",
+            MessageFilter::new(),
+            10,
+            0,
+            (0..10).collect(),
+        ),
+        ("amount 3", MessageFilter::new(), 3, 0, vec![0, 1, 2]),
+        (
+            "offset 10 past the end",
+            MessageFilter::new(),
+            5,
+            10,
+            vec![10, 11],
+        ),
+        ("offset 12: none", MessageFilter::new(), 5, 12, vec![]),
+        (
+            "group b",
+            MessageFilter::new().group_id("b"),
+            10,
+            0,
+            vec![1, 4, 7, 10],
+        ),
+        (
+            "group b, offset 1, amount 2",
+            MessageFilter::new().group_id("b"),
+            2,
+            1,
+            vec![4, 7],
+        ),
+        (
+            "body contains",
+            MessageFilter::new().body_contains("payment 1"),
+            10,
+            0,
+            vec![1, 10, 11],
+        ),
+        (
+            "source queue",
+            MessageFilter::new().source_queue("billing"),
+            10,
+            0,
+            vec![0, 3, 6, 9],
+        ),
+        (
+            "reason and group",
+            MessageFilter::new().reason_contains("time").group_id("a"),
+            2,
+            2,
+            vec![6, 9],
+        ),
+        (
+            "attribute",
+            MessageFilter::new().attribute(SOURCE_QUEUE_HEADER, "billing"),
+            1,
+            3,
+            vec![9],
+        ),
+        (
+            "no match",
+            MessageFilter::new().group_id("z"),
+            10,
+            0,
+            vec![],
+        ),
+        (
+            "predicate",
+            MessageFilter::new().matching(|m| m.body.ends_with('5')),
+            10,
+            0,
+            vec![5],
+        ),
+        ("amount 0", MessageFilter::new(), 0, 0, vec![]),
+    ];
+    let before = backend.broker.api_calls();
+    for (case, filter, amount, offset, expected) in cases {
+        let peeked = ops
+            .peek(
+                &name,
+                &Peek::new().filter(filter).amount(amount).offset(offset),
+            )
+            .await
+            .unwrap();
+        assert_eq!(numbers(&peeked), expected, "{case}");
+    }
+    let calls = backend.broker.api_calls() - before;
+    assert_eq!(
+        (calls.receive_message, calls.changing()),
+        (0, 0),
+        "{calls:?}"
+    );
+    // The in-flight one is seen as such; nothing counted a receive.
+    let all = ops.peek(&name, &Peek::new().amount(12)).await.unwrap();
+    assert_eq!(all[0].state, "in flight");
+    assert!(all[0].visible_in_ms.is_some_and(|ms| ms <= 30_000));
+    assert_eq!(all[0].receive_count, Some(1));
+    assert!(all[1..]
+        .iter()
+        .all(|m| m.state == "visible" && m.receive_count == Some(0)));
+    let copy = &all[3];
+    assert_eq!(copy.group_id.as_deref(), Some("a"));
+    assert_eq!(
+        copy.dead_letter.as_ref().unwrap().source_queue.as_deref(),
+        Some("billing")
+    );
+    // `show` is a peek by id.
+    let shown = ops.show(&name, &all[4].message_id, false).await.unwrap();
+    assert_eq!(shown, all[4]);
+    let missing = ops.show(&name, "no-such-id", false).await.unwrap_err();
+    assert!(
+        matches!(missing, OperationError::MessageNotFound { .. }),
+        "{missing}"
+    );
+    assert!(missing.to_string().contains(&name), "{missing}");
+    // Nothing changed: group b's messages are still first in line after a.
+    assert_eq!(backend.left(&url).await, (11, 1, 0));
+    let next = backend
+        .transport
+        .receive_message(&url, ReceiveMessage::new(10))
+        .await
+        .unwrap();
+    assert_eq!(next[0].body, "payment 1");
+    assert_eq!(next[0].receive_count(), Some(1));
+}
+
+// ---- Peek on SQS: a receive whose visibility is restored at once ----------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peek_on_sqs_leaves_the_messages_visible_with_one_more_receive_and_refuses_fifo() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let url = backend.queue("ops-peek-live", &[]).await;
+    let name = backend.name("ops-peek-live");
+    send_all(
+        &backend,
+        &url,
+        (0..3).map(|n| SendMessage::new(format!("m{n}"))).collect(),
+    )
+    .await;
+    let ops = backend.broker.operations();
+    let before = backend.broker.api_calls();
+    let peeked = ops.peek(&name, &Peek::new()).await.unwrap();
+    let mut bodies: Vec<_> = peeked.iter().map(|m| m.body.clone()).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["m0", "m1", "m2"]);
+    assert!(peeked
+        .iter()
+        .all(|m| m.receive_count == Some(1) && m.state == "visible"));
+    let calls = backend.broker.api_calls() - before;
+    assert_eq!(calls.changing(), 0, "{calls:?}");
+    assert!(calls.change_message_visibility_batch >= 1, "{calls:?}");
+    // Visible again at once, each with the peek's receive counted.
+    let again = backend
+        .transport
+        .receive_message(&url, ReceiveMessage::new(10).wait_time_seconds(1))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 3, "visible right after the peek");
+    assert!(
+        again.iter().all(|m| m.receive_count() == Some(2)),
+        "{again:?}"
+    );
+
+    // FIFO: refused before any receive, saying why; forced, it peeks.
+    let fifo_url = backend.queue("ops-peek-live.fifo", &[]).await;
+    let fifo = backend.name("ops-peek-live.fifo");
+    send_all(
+        &backend,
+        &fifo_url,
+        (0..2)
+            .map(|n| {
+                SendMessage::new(format!("f{n}"))
+                    .group_id("g")
+                    .dedup_id(format!("f{n}"))
+            })
+            .collect(),
+    )
+    .await;
+    let before = backend.broker.api_calls();
+    let refused = ops.peek(&fifo, &Peek::new()).await.unwrap_err();
+    let text = refused.to_string();
+    assert!(
+        matches!(&refused, OperationError::PeekRefused { queue, risk: PeekRisk::Fifo } if *queue == fifo),
+        "{text}"
+    );
+    assert!(
+        text.contains(&fifo) && text.contains("holds") && text.contains("force"),
+        "{text}"
+    );
+    assert_eq!((backend.broker.api_calls() - before).receive_message, 0);
+    let forced = ops.peek(&fifo, &Peek::new().force()).await.unwrap();
+    assert_eq!(
+        forced.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+        ["f0", "f1"]
+    );
+    let after = backend
+        .transport
+        .receive_message(&fifo_url, ReceiveMessage::new(10).wait_time_seconds(1))
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 2, "the group is free again");
+    assert!(after.iter().all(|m| m.receive_count() == Some(2)));
+}
+
+/// Waits (on the backend's clock) until the queue holds nothing: LocalStack purges in the
+/// background.
+async fn eventually_empty<T: Transport>(backend: &Backend<T>, url: &str) {
+    for _ in 0..50 {
+        if backend.left(url).await == (0, 0, 0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "the queue still holds {:?} after a purge",
+        backend.left(url).await
+    );
+}
