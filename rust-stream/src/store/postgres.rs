@@ -463,3 +463,11 @@ impl OutboxStore for PostgresStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_migrations_go_up_to_the_schema_version() {
+        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
+    }
+}

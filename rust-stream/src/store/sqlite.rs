@@ -416,3 +416,11 @@ impl OutboxStore for SqliteStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_migrations_go_up_to_the_schema_version() {
+        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
+    }
+}
