@@ -31,6 +31,7 @@
 //! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `SetQueueAttributes`, `CreateQueue`; SNS's (`aws_sns`): `PublishBatch`, `CreateTopic`, `GetTopicAttributes`, `Subscribe`, `GetSubscriptionAttributes`, `ListSubscriptionsByTopic` |
 //! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered; to a topic with `aws_sns` |
 //! | `rust_stream.inbox.duplicates` | counter | | messages an [inbox](crate::inbox) found handled before, acked without running their handler |
+//! | `rust_stream.history.skipped` | counter | | sends a publisher's [command history](crate::publish::history) skipped, their key sent within its duration; to a topic with `aws_sns` |
 //!
 //! `error.type` is the [`ErrorKind`](crate::model::rules::ErrorKind) SQS answered (its `Debug`
 //! name, e.g. `Throttled`), the code of an error it does not know (e.g. `AccessDenied`), or
@@ -234,6 +235,18 @@ pub(crate) fn inbox_duplicate(queue: &str) {
         Label::new(DESTINATION, queue.to_owned()),
     ];
     ::metrics::counter!(INBOX_DUPLICATES, labels.iter()).increment(1);
+}
+
+/// Sends skipped by a command history.
+pub const HISTORY_SKIPPED: &str = "rust_stream.history.skipped";
+
+/// Records a send to `destination` (a topic when `topic`) that a command history skipped.
+pub(crate) fn history_skipped(destination: &str, topic: bool) {
+    let labels = [
+        Label::from_static_parts(SYSTEM, if topic { AWS_SNS } else { AWS_SQS }),
+        Label::new(DESTINATION, destination.to_owned()),
+    ];
+    ::metrics::counter!(HISTORY_SKIPPED, labels.iter()).increment(1);
 }
 
 /// Records `count` messages published to `queue`, failed with `error` if any.

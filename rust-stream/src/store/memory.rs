@@ -5,14 +5,19 @@
 //! (up to its [`wait`](super::ClaimSettings::wait)), a commit makes the key and the handler's
 //! writes visible together, and a transaction dropped without commit releases the key. The
 //! handler's writes are actions given to [`MemoryTransaction::on_commit`], run at the commit.
+//!
+//! It keeps a publisher's [command history](super::history) too, on the same clock: a paused
+//! clock passes a key's duration, or a dead sender's lease, without waiting.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError};
 
 /// An in-process [`InboxStore`]: see the [module docs](self). Clones share the store.
@@ -51,6 +56,20 @@ struct Shared {
     keys: Mutex<Keys>,
     /// Woken whenever a held key is completed or released.
     changed: Notify,
+    /// The command history: its own lock, as no operation spans both.
+    history: Mutex<HashMap<HistoryKey, HistoryEntry>>,
+}
+
+/// A key of the command history: pending under a ticket until `expires_at` (its lease), or sent
+/// and kept until `expires_at` (its duration).
+struct HistoryEntry {
+    state: HistoryState,
+    expires_at: Instant,
+}
+
+enum HistoryState {
+    Pending(Ticket),
+    Sent(SentRecord),
 }
 
 #[derive(Default)]
@@ -101,6 +120,19 @@ impl MemoryStore {
             .values()
             .filter(|entry| matches!(entry, Entry::Completed { .. }))
             .count()
+    }
+
+    /// How many keys the command history holds, pending or sent, expired or not, until swept.
+    pub fn history_len(&self) -> usize {
+        self.history().len()
+    }
+
+    fn history(&self) -> MutexGuard<'_, HashMap<HistoryKey, HistoryEntry>> {
+        // As for the keys: each change is one insert or remove.
+        self.shared
+            .history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn keys(&self) -> MutexGuard<'_, Keys> {
@@ -262,6 +294,75 @@ impl InboxStore for MemoryStore {
             .collect();
         for key in &expired {
             keys.by_key.remove(key);
+        }
+        Ok(expired.len() as u64)
+    }
+}
+
+impl HistoryStore for MemoryStore {
+    async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
+        let now = Instant::now();
+        let mut history = self.history();
+        match history.get(key) {
+            Some(entry) if entry.expires_at > now => Ok(match &entry.state {
+                HistoryState::Pending(_) => Reservation::Pending,
+                HistoryState::Sent(sent) => Reservation::Sent(sent.clone()),
+            }),
+            // Free, sent longer ago than its duration, or held by a send whose lease passed.
+            _ => {
+                let ticket = Ticket::new();
+                history.insert(
+                    key.clone(),
+                    HistoryEntry {
+                        state: HistoryState::Pending(ticket.clone()),
+                        expires_at: now + lease,
+                    },
+                );
+                Ok(Reservation::Reserved(ticket))
+            }
+        }
+    }
+
+    async fn confirm(
+        &self,
+        key: &HistoryKey,
+        ticket: &Ticket,
+        sent: &SentRecord,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut history = self.history();
+        match history.get_mut(key) {
+            Some(entry) if matches!(&entry.state, HistoryState::Pending(held) if held == ticket) => {
+                entry.state = HistoryState::Sent(sent.clone());
+                entry.expires_at = Instant::now() + duration;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
+        let mut history = self.history();
+        if matches!(history.get(key), Some(HistoryEntry { state: HistoryState::Pending(held), .. }) if held == ticket)
+        {
+            history.remove(key);
+        }
+        Ok(())
+    }
+
+    async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
+        let now = Instant::now();
+        let mut history = self.history();
+        let mut expired: Vec<(Instant, HistoryKey)> = history
+            .iter()
+            .filter(|(_, entry)| entry.expires_at <= now)
+            .map(|(key, entry)| (entry.expires_at, key.clone()))
+            .collect();
+        // Oldest first, as the database stores delete them.
+        expired.sort();
+        expired.truncate(limit as usize);
+        for (_, key) in &expired {
+            history.remove(key);
         }
         Ok(expired.len() as u64)
     }

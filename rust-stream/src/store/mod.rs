@@ -22,10 +22,15 @@
 //! so a later release can migrate them (and an older one refuses a newer schema). Their tables
 //! are named `rust_stream_*`: `rust_stream_inbox` holds the keys, `rust_stream_schema` one row for
 //! each schema version applied.
+//!
+//! The same stores keep the command history publishers consult ([`history`], the
+//! [`HistoryStore`] contract): keys of sends made within a duration, so that replicas sending
+//! the same command send it once. Its table is `rust_stream_history`.
 
 use std::future::Future;
 use std::time::Duration;
 
+pub mod history;
 pub mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -33,6 +38,9 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
+pub(crate) mod sweeper;
+
+pub use history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 
 /// The key the inbox claims for one message: which consumer handles it, and the message's
 /// idempotency key (its FIFO deduplication id, its message id, or a key the inbox was told to
@@ -129,7 +137,7 @@ pub trait InboxStore: Clone + Send + Sync + 'static {
 pub enum StoreError {
     /// The database answered with an error, or could not be reached.
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
-    #[error("the inbox's database failed: {0}")]
+    #[error("the store's database failed: {0}")]
     Database(#[from] sqlx::Error),
     /// The database's tables were written by a newer rust-stream than this one.
     #[error(

@@ -48,18 +48,22 @@
 //!   service that keeps them in a schema of their own sets the search path on the pool's
 //!   connections ([`PgConnectOptions::options`]).
 
+use std::time::Duration;
+
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, Postgres};
 use sqlx::{AssertSqlSafe, Row};
 
+use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
     pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
     Migration, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]).
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: "
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: "
         CREATE TABLE rust_stream_schema (
             version bigint PRIMARY KEY,
             applied_at timestamptz NOT NULL DEFAULT now()
@@ -74,7 +78,62 @@ const MIGRATIONS: &[Migration] = &[Migration {
         );
         CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
     ",
-}];
+    },
+    Migration {
+        version: 2,
+        statements: HISTORY_SCHEMA,
+    },
+];
+
+/// The command history (schema version 2): a key is pending while `ticket` is set (its lease
+/// ends at `expires_at`), sent once `message_id` is (kept until `expires_at`).
+const HISTORY_SCHEMA: &str = "
+    CREATE TABLE rust_stream_history (
+        destination text NOT NULL,
+        history_key text NOT NULL,
+        ticket text,
+        message_id text,
+        sequence_number text,
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (destination, history_key)
+    );
+    CREATE INDEX rust_stream_history_expires_at ON rust_stream_history (expires_at);
+";
+
+/// Reserves a key: inserts it pending, or takes over a row whose duration or lease has passed.
+/// Returns a row when the key is this send's. Its own statement, so its own transaction: two
+/// replicas reserving at once meet on the primary key, and the second sees the first's row.
+const HISTORY_RESERVE: &str = "
+    INSERT INTO rust_stream_history AS history (destination, history_key, ticket, expires_at)
+    VALUES ($1, $2, $3, now() + $4::float8 * interval '1 millisecond')
+    ON CONFLICT (destination, history_key) DO UPDATE
+        SET ticket = EXCLUDED.ticket, message_id = NULL, sequence_number = NULL,
+            expires_at = EXCLUDED.expires_at
+        WHERE history.expires_at <= now()
+    RETURNING 1";
+
+/// What holds a key the reservation could not take.
+const HISTORY_HELD: &str = "
+    SELECT message_id, sequence_number FROM rust_stream_history
+    WHERE destination = $1 AND history_key = $2 AND expires_at > now()";
+
+const HISTORY_CONFIRM: &str = "
+    UPDATE rust_stream_history
+    SET ticket = NULL, message_id = $4, sequence_number = $5,
+        expires_at = now() + $6::float8 * interval '1 millisecond'
+    WHERE destination = $1 AND history_key = $2 AND ticket = $3";
+
+const HISTORY_CANCEL: &str = "
+    DELETE FROM rust_stream_history WHERE destination = $1 AND history_key = $2 AND ticket = $3";
+
+/// Oldest first, through the `expires_at` index; rows a reservation is taking over are skipped.
+const HISTORY_SWEEP: &str = "
+    DELETE FROM rust_stream_history WHERE (destination, history_key) IN (
+        SELECT destination, history_key FROM rust_stream_history
+        WHERE expires_at <= now()
+        ORDER BY expires_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED)";
 
 /// The first half of the advisory lock a migration holds (the second is a hash of the schema it
 /// migrates): any constant of this crate's own ("rs", then 1).
@@ -298,6 +357,78 @@ impl InboxStore for PostgresStore {
 
     async fn sweep(&self, limit: u32) -> Result<u64, StoreError> {
         let deleted = sqlx::query(SWEEP)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?;
+        Ok(deleted.rows_affected())
+    }
+}
+
+impl HistoryStore for PostgresStore {
+    async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
+        for _ in 0..CLAIM_ATTEMPTS {
+            let ticket = Ticket::new();
+            let reserved = sqlx::query(HISTORY_RESERVE)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .bind(ticket.as_str())
+                .bind(retention_millis(lease))
+                .fetch_optional(&self.pool)
+                .await?;
+            if reserved.is_some() {
+                return Ok(Reservation::Reserved(ticket));
+            }
+            let held = sqlx::query(HISTORY_HELD)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .fetch_optional(&self.pool)
+                .await?;
+            // No row: it expired (or was swept) between the two statements; reserve again.
+            if let Some(row) = held {
+                let message_id: Option<String> = row.try_get(0)?;
+                return Ok(match message_id {
+                    Some(message_id) => Reservation::Sent(SentRecord {
+                        message_id,
+                        sequence_number: row.try_get(1)?,
+                    }),
+                    None => Reservation::Pending,
+                });
+            }
+        }
+        Ok(Reservation::Pending)
+    }
+
+    async fn confirm(
+        &self,
+        key: &HistoryKey,
+        ticket: &Ticket,
+        sent: &SentRecord,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        let confirmed = sqlx::query(HISTORY_CONFIRM)
+            .bind(&key.destination)
+            .bind(&key.key)
+            .bind(ticket.as_str())
+            .bind(&sent.message_id)
+            .bind(&sent.sequence_number)
+            .bind(retention_millis(duration))
+            .execute(&self.pool)
+            .await?;
+        Ok(confirmed.rows_affected() == 1)
+    }
+
+    async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
+        sqlx::query(HISTORY_CANCEL)
+            .bind(&key.destination)
+            .bind(&key.key)
+            .bind(ticket.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
+        let deleted = sqlx::query(HISTORY_SWEEP)
             .bind(i64::from(limit))
             .execute(&self.pool)
             .await?;

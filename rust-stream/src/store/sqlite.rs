@@ -45,17 +45,19 @@ use sqlx::sqlite::{
     Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Row};
 
+use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
     pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
     Migration, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: "
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: "
         CREATE TABLE rust_stream_schema (
             version INTEGER PRIMARY KEY,
             applied_at INTEGER NOT NULL
@@ -70,7 +72,64 @@ const MIGRATIONS: &[Migration] = &[Migration {
         ) STRICT;
         CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
     ",
-}];
+    },
+    Migration {
+        version: 2,
+        statements: HISTORY_SCHEMA,
+    },
+];
+
+/// The command history (schema version 2): a key is pending while `ticket` is set (its lease
+/// ends at `expires_at`), sent once `message_id` is (kept until `expires_at`).
+const HISTORY_SCHEMA: &str = "
+    CREATE TABLE rust_stream_history (
+        destination TEXT NOT NULL,
+        history_key TEXT NOT NULL,
+        ticket TEXT,
+        message_id TEXT,
+        sequence_number TEXT,
+        expires_at INTEGER NOT NULL,
+        PRIMARY KEY (destination, history_key)
+    ) STRICT;
+    CREATE INDEX rust_stream_history_expires_at ON rust_stream_history (expires_at);
+";
+
+/// Reserves a key: inserts it pending, or takes over a row whose duration or lease has passed;
+/// changes no row when the key is held. One statement, so one write transaction.
+const HISTORY_RESERVE: &str = "
+    INSERT INTO rust_stream_history (destination, history_key, ticket, expires_at)
+    VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?4)
+    ON CONFLICT (destination, history_key) DO UPDATE
+        SET ticket = excluded.ticket, message_id = NULL, sequence_number = NULL,
+            expires_at = excluded.expires_at
+        WHERE rust_stream_history.expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+/// What holds a key the reservation could not take.
+const HISTORY_HELD: &str = "
+    SELECT message_id, sequence_number FROM rust_stream_history
+    WHERE destination = ?1 AND history_key = ?2
+      AND expires_at > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+const HISTORY_CONFIRM: &str = "
+    UPDATE rust_stream_history
+    SET ticket = NULL, message_id = ?4, sequence_number = ?5,
+        expires_at = CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?6
+    WHERE destination = ?1 AND history_key = ?2 AND ticket = ?3";
+
+const HISTORY_CANCEL: &str = "
+    DELETE FROM rust_stream_history WHERE destination = ?1 AND history_key = ?2 AND ticket = ?3";
+
+/// Oldest first, through the `expires_at` index.
+const HISTORY_SWEEP: &str = "
+    DELETE FROM rust_stream_history WHERE rowid IN (
+        SELECT rowid FROM rust_stream_history
+        WHERE expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER)
+        ORDER BY expires_at
+        LIMIT ?1)";
+
+/// How many times a reservation tries again when the row that held its key expired between its
+/// two statements: more is not expected, but a loop must end.
+const RESERVE_ATTEMPTS: usize = 3;
 
 /// Claims a key: inserts it, or takes over a row whose retention has passed; changes no row when
 /// the key is completed. SQLite's `'now'` is the same throughout one statement.
@@ -301,6 +360,77 @@ impl InboxStore for SqliteStore {
             .execute(&mut *transaction)
             .await?;
         transaction.commit().await?;
+        Ok(deleted.rows_affected())
+    }
+}
+
+impl HistoryStore for SqliteStore {
+    async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
+        for _ in 0..RESERVE_ATTEMPTS {
+            let ticket = Ticket::new();
+            let reserved = sqlx::query(HISTORY_RESERVE)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .bind(ticket.as_str())
+                .bind(retention_millis(lease))
+                .execute(&self.pool)
+                .await?;
+            if reserved.rows_affected() == 1 {
+                return Ok(Reservation::Reserved(ticket));
+            }
+            let held = sqlx::query(HISTORY_HELD)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .fetch_optional(&self.pool)
+                .await?;
+            if let Some(row) = held {
+                let message_id: Option<String> = row.try_get(0)?;
+                return Ok(match message_id {
+                    Some(message_id) => Reservation::Sent(SentRecord {
+                        message_id,
+                        sequence_number: row.try_get(1)?,
+                    }),
+                    None => Reservation::Pending,
+                });
+            }
+        }
+        Ok(Reservation::Pending)
+    }
+
+    async fn confirm(
+        &self,
+        key: &HistoryKey,
+        ticket: &Ticket,
+        sent: &SentRecord,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        let confirmed = sqlx::query(HISTORY_CONFIRM)
+            .bind(&key.destination)
+            .bind(&key.key)
+            .bind(ticket.as_str())
+            .bind(&sent.message_id)
+            .bind(&sent.sequence_number)
+            .bind(retention_millis(duration))
+            .execute(&self.pool)
+            .await?;
+        Ok(confirmed.rows_affected() == 1)
+    }
+
+    async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
+        sqlx::query(HISTORY_CANCEL)
+            .bind(&key.destination)
+            .bind(&key.key)
+            .bind(ticket.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
+        let deleted = sqlx::query(HISTORY_SWEEP)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?;
         Ok(deleted.rows_affected())
     }
 }
