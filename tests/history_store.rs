@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::stores::{postgres_pool, postgres_schema, Schema, TempFile};
+use rust_stream::store::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::store::sqlite::SqliteStore;
-use rust_stream::store::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use sqlx::postgres::PgConnectOptions;
 
 /// A lease and a duration long enough for any case that does not test them.

@@ -1,4 +1,4 @@
-//! A publisher's command history: [`Outgoing::once`] gives a send a key and a duration, and a
+//! A publisher's command history: [`Outgoing::once`](super::Outgoing::once) gives a send a key and a duration, and a
 //! send whose key was sent within its duration, by this process or any replica sharing the
 //! store, is skipped. It works on standard queues, which have no deduplication of their own, and
 //! on FIFO queues beyond their five-minute window.
@@ -32,7 +32,7 @@
 //! send failed, [cancels](HistoryStore::cancel) it so that a retry goes out. A send that finds
 //! its key pending (another replica is sending it right now) waits for that send, up to
 //! [`History::wait`], and is then skipped (it was sent) or sent (it failed), or answers
-//! [`PublishError::InFlight`]. A process killed between the reservation and the confirmation
+//! [`PublishError::InFlight`](crate::PublishError::InFlight). A process killed between the reservation and the confirmation
 //! leaves its key pending until the lease passes, then the next send of the key goes out: a
 //! crash may send a command twice, never lose it.
 
@@ -44,9 +44,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{PublishError, Publisher, PublisherInner};
+use crate::store::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use crate::store::sweeper::Sweeper;
-use crate::store::{HistoryKey, HistoryStore, Reservation, SentRecord, StoreError, Ticket};
+use crate::store::StoreError;
 use crate::transport::SentMessage;
 
 /// How long a reserved key stays pending unless [`History::lease`] says otherwise.
@@ -61,7 +61,7 @@ const LONGEST_LOOK: Duration = Duration::from_millis(200);
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// A [`HistoryStore`] behind a pointer, so that a [`Publisher`] of any store is one type.
+/// A [`HistoryStore`] behind a pointer, so that a [`Publisher`](crate::Publisher) of any store is one type.
 trait ErasedStore: Send + Sync + 'static {
     fn reserve<'a>(&'a self, key: &'a HistoryKey, lease: Duration) -> Boxed<'a, Reservation>;
     fn confirm<'a>(
@@ -104,7 +104,7 @@ impl<S: HistoryStore> ErasedStore for S {
 }
 
 /// Where a publisher keeps its command history, and how long a send holds a key: given to
-/// [`Publisher::with_history`]. See the [module docs](self). Clones share the store.
+/// [`Publisher::with_history`](crate::Publisher::with_history). See the [module docs](self). Clones share the store.
 #[derive(Clone)]
 pub struct History {
     store: Arc<dyn ErasedStore>,
@@ -146,7 +146,7 @@ impl History {
     }
 
     /// How long a send that finds its key pending (another send of it under way) waits for that
-    /// send to be confirmed or cancelled before it answers [`PublishError::InFlight`].
+    /// send to be confirmed or cancelled before it answers [`PublishError::InFlight`](crate::PublishError::InFlight).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -158,21 +158,21 @@ impl History {
         &self,
         key: &HistoryKey,
         queue: &str,
-    ) -> Result<Held, PublishError> {
+        topic: bool,
+    ) -> Result<Held, Refused> {
         self.store.sweep(&self.sweeper);
         let deadline = Instant::now() + self.wait;
         let mut pause = FIRST_LOOK;
         loop {
-            let reservation = self.store.reserve(key, self.lease).await.map_err(|error| {
-                PublishError::History {
-                    queue: queue.to_owned(),
-                    error: Arc::new(error),
-                }
-            })?;
+            let reservation = self
+                .store
+                .reserve(key, self.lease)
+                .await
+                .map_err(Refused::Store)?;
             match reservation {
                 Reservation::Reserved(ticket) => return Ok(Held::Reserved(ticket)),
                 Reservation::Sent(sent) => {
-                    crate::metrics::history_skipped(queue, key.destination.starts_with("topic:"));
+                    crate::metrics::history_skipped(queue, topic);
                     tracing::debug!(
                         messaging.destination.name = %queue,
                         history.key = %key.key,
@@ -189,27 +189,24 @@ impl History {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(PublishError::InFlight {
-                    queue: queue.to_owned(),
-                    key: key.key.clone(),
-                });
+                return Err(Refused::InFlight);
             }
             tokio::time::sleep(pause.min(deadline - now)).await;
             pause = (pause * 2).min(LONGEST_LOOK);
         }
     }
 
-    /// Records how the send under `ticket` ended: sent (kept for `duration`), or failed (the key
-    /// freed). A store that cannot be reached leaves the key pending until its lease passes.
+    /// Records how the send under `ticket` ended: sent, answered `sent` (kept for `duration`), or
+    /// failed, `None` (the key freed). A store that cannot be reached leaves the key pending until its lease passes.
     pub(crate) async fn settle(
         &self,
         key: &HistoryKey,
         ticket: &Ticket,
-        answer: &Result<SentMessage, PublishError>,
+        sent: Option<&SentMessage>,
         duration: Duration,
     ) {
-        match answer {
-            Ok(sent) => {
+        match sent {
+            Some(sent) => {
                 let record = SentRecord {
                     message_id: sent.message_id.clone(),
                     sequence_number: sent.sequence_number.clone(),
@@ -232,7 +229,7 @@ impl History {
                     ),
                 }
             }
-            Err(_) => {
+            None => {
                 if let Err(error) = self.store.cancel(key, ticket).await {
                     tracing::warn!(
                         history.key = %key.key,
@@ -244,6 +241,15 @@ impl History {
             }
         }
     }
+}
+
+/// Why a reservation gave a send no answer.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The store failed.
+    Store(StoreError),
+    /// Another send held the key for longer than the history's wait.
+    InFlight,
 }
 
 /// What a reservation gave a send.
@@ -259,32 +265,4 @@ pub(crate) enum Held {
 pub(crate) struct Once {
     pub(crate) key: String,
     pub(crate) duration: Duration,
-}
-
-impl Publisher {
-    /// Keeps a command history in `history`'s store: a message given
-    /// [`once(key, duration)`](super::Outgoing::once) is skipped when its key was sent to this
-    /// queue (or topic) within its duration, by this publisher or any other on the same store.
-    /// See [`publish::history`](self).
-    pub fn with_history(self, history: History) -> Self {
-        let mut inner = PublisherInner::clone(&self.inner);
-        inner.history = Some(history);
-        Self {
-            inner: Arc::new(inner),
-        }
-    }
-
-    /// The command history this publisher keeps, if any.
-    pub(crate) fn history(&self) -> Option<&History> {
-        self.inner.history.as_ref()
-    }
-
-    /// The key `key` of this publisher's sends, in the history: by the queue's name as the
-    /// broker names it, a topic's prefixed (`:` is in no queue's name, so the two never meet).
-    pub(crate) fn history_key(&self, key: &str) -> HistoryKey {
-        match self.topic() {
-            Some(topic) => HistoryKey::new(format!("topic:{}", topic.name), key),
-            None => HistoryKey::new(self.queue().name.clone(), key),
-        }
-    }
 }

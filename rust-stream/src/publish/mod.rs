@@ -45,7 +45,8 @@ use crate::describe::Payload;
 use crate::model::rules::{self, ErrorKind};
 use crate::model::topic::{check_publish, PublishTarget};
 use crate::model::{ConfigError, SnsTopic, SqsQueue};
-use crate::store::{HistoryKey, StoreError, Ticket};
+use crate::store::history::{HistoryKey, Ticket};
+use crate::store::StoreError;
 use crate::transport::{
     MessageAttributeValue, MessageAttributes, Publish, Published, SendMessage, SentMessage,
     TransportError,
@@ -452,7 +453,9 @@ impl Publisher {
         let mut settled = Vec::with_capacity(answers.len());
         for (answer, ticket) in answers.into_iter().zip(tickets) {
             if let (Some((key, ticket, duration)), Some(history)) = (&ticket, self.history()) {
-                history.settle(key, ticket, &answer, *duration).await;
+                history
+                    .settle(key, ticket, answer.as_ref().ok(), *duration)
+                    .await;
             }
             settled.push(answer);
         }
@@ -496,9 +499,8 @@ impl Publisher {
                 }
             }
         }
-        let queue = &self.queue().name;
         let held = futures_util::future::join_all(
-            reserving.iter().map(|(_, key)| history.reserve(key, queue)),
+            reserving.iter().map(|(_, key)| self.reserve(history, key)),
         )
         .await;
         for ((index, key), held) in reserving.into_iter().zip(held) {
@@ -552,6 +554,50 @@ impl Publisher {
                 })
                 .collect(),
         }
+    }
+
+    /// Keeps a command history in `history`'s store: a message given
+    /// [`once(key, duration)`](Outgoing::once) is skipped when its key was sent to this queue (or
+    /// topic) within its duration, by this publisher or any other on the same store. See
+    /// [`publish::history`](history).
+    pub fn with_history(self, history: History) -> Self {
+        let mut inner = PublisherInner::clone(&self.inner);
+        inner.history = Some(history);
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The command history this publisher keeps, if any.
+    fn history(&self) -> Option<&History> {
+        self.inner.history.as_ref()
+    }
+
+    /// The key `key` of this publisher's sends, in the history: by the queue's name as the
+    /// broker names it, a topic's prefixed (`:` is in no queue's name, so the two never meet).
+    fn history_key(&self, key: &str) -> HistoryKey {
+        match self.topic() {
+            Some(topic) => HistoryKey::new(format!("topic:{}", topic.name), key),
+            None => HistoryKey::new(self.queue().name.clone(), key),
+        }
+    }
+
+    /// Reserves `key` in `history` for a send of this publisher's.
+    async fn reserve(&self, history: &History, key: &HistoryKey) -> Result<Held, PublishError> {
+        let queue = &self.queue().name;
+        history
+            .reserve(key, queue, self.topic().is_some())
+            .await
+            .map_err(|refused| match refused {
+                Refused::Store(error) => PublishError::History {
+                    queue: queue.clone(),
+                    error: Arc::new(error),
+                },
+                Refused::InFlight => PublishError::InFlight {
+                    queue: queue.clone(),
+                    key: key.key.clone(),
+                },
+            })
     }
 
     /// The request `outgoing` becomes as a message of this publisher.
@@ -890,11 +936,13 @@ impl Outgoing {
             });
         }
         let key = publisher.history_key(&once.key);
-        match history.reserve(&key, &publisher.queue().name).await? {
+        match publisher.reserve(&history, &key).await? {
             Held::Sent(sent) => Ok(sent),
             Held::Reserved(ticket) => {
                 let answer = send_request(publisher, message).await;
-                history.settle(&key, &ticket, &answer, once.duration).await;
+                history
+                    .settle(&key, &ticket, answer.as_ref().ok(), once.duration)
+                    .await;
                 answer
             }
         }
@@ -1316,7 +1364,7 @@ pub mod history;
 pub(crate) mod recorded;
 
 pub use history::History;
-use history::{Held, Once};
+use history::{Held, Once, Refused};
 
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,7 @@
 //! each schema version applied.
 //!
 //! The same stores keep the command history publishers consult ([`history`], the
-//! [`HistoryStore`] contract): keys of sends made within a duration, so that replicas sending
+//! [`HistoryStore`](history::HistoryStore) contract): keys of sends made within a duration, so that replicas sending
 //! the same command send it once. Its table is `rust_stream_history`.
 
 use std::future::Future;
@@ -39,8 +39,6 @@ pub mod postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 pub(crate) mod sweeper;
-
-pub use history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 
 /// The key the inbox claims for one message: which consumer handles it, and the message's
 /// idempotency key (its FIFO deduplication id, its message id, or a key the inbox was told to

@@ -34,6 +34,15 @@
 //!   advisory lock, per schema), and a database migrated by a newer release is refused with
 //!   [`StoreError::NewerSchema`].
 //!
+//! # The command history
+//!
+//! The store keeps a publisher's [command history](super::history) too, in
+//! `rust_stream_history`: a reservation is one `INSERT .. ON CONFLICT DO UPDATE` that takes a free
+//! or expired key (a second replica's blocks on the first's row for as long as that statement
+//! runs, then finds it), a confirmation or a cancellation one `UPDATE` or `DELETE` under the
+//! reservation's ticket, each in a transaction of its own on the pool: no connection is held
+//! while the message goes to SQS. Times are the database's, as for the inbox.
+//!
 //! # Limits
 //!
 //! - A claim holds one of the pool's connections until it completes or is released: the pool's

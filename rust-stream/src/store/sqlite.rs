@@ -22,6 +22,16 @@
 //!   [`Claim::Busy`].
 //! - Times are SQLite's clock (milliseconds since the Unix epoch): the host's, one process.
 //!
+//! # The command history
+//!
+//! The store keeps a publisher's [command history](super::history) too, in
+//! `rust_stream_history`: a reservation, a confirmation and a cancellation are each one statement,
+//! a write transaction of its own, so none holds the write lock while the message goes to SQS.
+//! Each waits for the write lock like any write (the connection's busy timeout): behind a
+//! handler that holds an inbox claim on the same file, for that handler's duration. A handler
+//! with the inbox that publishes with a history on the same file waits for its own claim until
+//! the busy timeout fails the send: give the history a file of its own there.
+//!
 //! # Limits
 //!
 //! - **SQLite lets one transaction write at a time, and a claim holds the write lock from its
