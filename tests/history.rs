@@ -6,6 +6,9 @@
 //!   original's message id; after the duration it is stored again; on a FIFO queue it holds
 //!   beyond SQS's five-minute deduplication window (in process, whose clock passes it at once);
 //! - a failed send (to a queue that does not exist) leaves its key free: the retry is sent;
+//! - a key a dead sender reserved makes a send wait, then answer `InFlight` having sent nothing;
+//!   once the lease passes, the key goes out (and once only);
+//! - in process, keys past their duration are swept in the background;
 //! - `send_batch` honours it: a key sent before, and a key given twice in the batch, go out once;
 //! - two publishers on two brokers (two replicas), each with its own pool on one PostgreSQL,
 //!   racing the same keys: each key is sent once (real time on both backends, as a database's
@@ -22,6 +25,7 @@ use common::stores::{postgres_pool, postgres_schema};
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
 use rust_stream::publish::History;
+use rust_stream::store::history::{HistoryKey, HistoryStore, Reservation};
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::testing::{on_each_backend, Backend, BackendKind};
@@ -132,6 +136,83 @@ fn a_failed_send_leaves_its_key_free() {
         assert!(!retry.duplicate, "the failed send left the key free");
         assert_eq!(bodies(&backend, &name).await, ["zezima"]);
     });
+}
+
+#[test]
+fn a_key_held_by_a_dead_sender_waits_then_goes_out_once_its_lease_passes() {
+    on_each_backend(async |backend| {
+        let name = backend.queue_name("history-dead-sender");
+        let store = MemoryStore::new();
+        let lease = Duration::from_secs(2);
+        let history = History::new(store.clone())
+            .lease(lease)
+            .wait(Duration::from_millis(500));
+        let publisher = scrapes(&backend, &name, &history);
+        // A replica reserved the key and was killed before it sent.
+        let dead = store
+            .reserve(&HistoryKey::new(name.as_str(), "zezima"), lease)
+            .await
+            .unwrap();
+        assert!(matches!(dead, Reservation::Reserved(_)));
+        let send = || {
+            publisher
+                .raw("zezima")
+                .once("zezima", Duration::from_secs(300))
+                .send()
+        };
+
+        let started = tokio::time::Instant::now();
+        let refused = send().await.unwrap_err();
+        assert!(
+            matches!(&refused, PublishError::InFlight { key, .. } if key == "zezima"),
+            "{refused}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        assert!(
+            refused.to_string().contains("nothing was sent"),
+            "{refused}"
+        );
+        assert_eq!(backend.broker().api_calls().send_message_batch, 0);
+
+        tokio::time::sleep(lease).await;
+        let sent = send().await.unwrap();
+        assert!(
+            !sent.duplicate,
+            "the dead sender's lease passed: the key is free"
+        );
+        assert!(send().await.unwrap().duplicate);
+        assert_eq!(bodies(&backend, &name).await, ["zezima"]);
+    });
+}
+
+/// Keys past their duration are deleted in the background, at most once a minute: the store
+/// does not keep every key ever sent.
+#[tokio::test(start_paused = true)]
+async fn in_process_expired_keys_are_swept_in_the_background() {
+    let broker = SqsBroker::in_process();
+    let store = MemoryStore::new();
+    let publisher = broker
+        .publisher(SqsQueue::new("history-swept").create_if_missing())
+        .with_history(History::new(store.clone()));
+    for player in ["a", "b", "c"] {
+        publisher
+            .raw(player)
+            .once(player, Duration::from_secs(1))
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.history_len(), 3);
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    publisher
+        .raw("d")
+        .once("d", Duration::from_secs(300))
+        .send()
+        .await
+        .unwrap();
+    // The sweep runs in a task of its own.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(store.history_len(), 1, "only `d` is left");
 }
 
 #[test]
