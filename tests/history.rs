@@ -53,6 +53,7 @@ fn scrapes(backend: &Backend, queue: &str, history: &History) -> Publisher {
 #[test]
 fn the_same_key_twice_within_its_duration_is_stored_once_and_again_after_it() {
     on_each_backend(async |backend| {
+        common::gauges::prometheus();
         let name = backend.queue_name("history-scrapes");
         let history = History::new(MemoryStore::new());
         let publisher = scrapes(&backend, &name, &history);
@@ -66,6 +67,11 @@ fn the_same_key_twice_within_its_duration_is_stored_once_and_again_after_it() {
         assert!(second.duplicate, "skipped within its duration");
         assert_eq!(second.message_id, first.message_id, "the original's id");
         assert_eq!(backend.broker().api_calls().send_message_batch, 2);
+        assert_eq!(
+            common::gauges::gauge("rust_stream.history.skipped", &name),
+            Some(1.0),
+            "the skipped send is counted"
+        );
 
         tokio::time::sleep(duration + Duration::from_millis(500)).await;
         let again = send("zezima").await.unwrap();
