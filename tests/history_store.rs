@@ -52,7 +52,7 @@ fn key(n: u32) -> HistoryKey {
 fn sent(n: u32) -> SentRecord {
     SentRecord {
         message_id: format!("message-{n}"),
-        sequence_number: (n % 2 == 0).then(|| format!("{n:020}")),
+        sequence_number: n.is_multiple_of(2).then(|| format!("{n:020}")),
     }
 }
 
