@@ -9,6 +9,7 @@
 //! - a key a dead sender reserved makes a send wait, then answer `InFlight` having sent nothing;
 //!   once the lease passes, the key goes out (and once only);
 //! - in process, keys past their duration are swept in the background;
+//! - a topic's publisher honours it too;
 //! - `send_batch` honours it: a key sent before, and a key given twice in the batch, go out once;
 //! - two publishers on two brokers (two replicas), each with its own pool on one PostgreSQL,
 //!   racing the same keys: each key is sent once (real time on both backends, as a database's
@@ -108,6 +109,28 @@ fn on_a_fifo_queue_the_history_holds_beyond_the_deduplication_window() {
             (first.message_id, first.sequence_number)
         );
         assert_eq!(bodies(&backend, &name).await, ["payout-7"]);
+    });
+}
+
+#[test]
+fn a_topic_publish_with_a_key_goes_out_once_too() {
+    on_each_backend(async |backend| {
+        let topic = SnsTopic::new(backend.queue_name("history-posted")).create_if_missing();
+        let posted = backend
+            .broker()
+            .topic(topic)
+            .with_history(History::new(MemoryStore::new()));
+        let publish = || {
+            posted
+                .raw("payment 7 posted")
+                .once("payment-7", Duration::from_secs(300))
+                .send()
+        };
+        let first = publish().await.unwrap();
+        let second = publish().await.unwrap();
+        assert!(!first.duplicate && second.duplicate);
+        assert_eq!(second.message_id, first.message_id);
+        assert_eq!(backend.broker().api_calls().publish_batch, 1);
     });
 }
 

@@ -389,6 +389,12 @@ impl Publisher {
     /// goes out as this publisher's, through its broker and with its queue's settings (FIFO,
     /// content-based deduplication).
     ///
+    /// Messages sent [`once`](Outgoing::once) are checked against the publisher's
+    /// [command history](history) first, their keys reserved all at once: a key sent within its
+    /// duration answers the original's message id with `duplicate` set and is not sent again, and
+    /// a key given to two messages of the batch is sent with the first, the second answering as
+    /// it did.
+    ///
     /// ```
     /// use rust_stream::prelude::*;
     /// # #[derive(serde::Serialize)] struct Payment { id: u32, account: String }
@@ -450,16 +456,17 @@ impl Publisher {
             }
         }
         let answers = self.send_requests(requests).await;
-        let mut settled = Vec::with_capacity(answers.len());
-        for (answer, ticket) in answers.into_iter().zip(tickets) {
-            if let (Some((key, ticket, duration)), Some(history)) = (&ticket, self.history()) {
-                history
-                    .settle(key, ticket, answer.as_ref().ok(), *duration)
-                    .await;
-            }
-            settled.push(answer);
+        if let Some(history) = self.history() {
+            // Each key confirmed or cancelled as its send went, all at once.
+            futures_util::future::join_all(answers.iter().zip(&tickets).filter_map(
+                |(answer, ticket)| {
+                    let (key, ticket, duration) = ticket.as_ref()?;
+                    Some(history.settle(key, ticket, answer.as_ref().ok(), *duration))
+                },
+            ))
+            .await;
         }
-        let mut settled = settled.into_iter();
+        let mut settled = answers.into_iter();
         let mut results: Vec<Result<SentMessage, PublishError>> = Vec::with_capacity(slots.len());
         for slot in slots {
             let result = match slot {
@@ -915,7 +922,12 @@ impl Outgoing {
     /// # Errors
     ///
     /// [`PublishError`] when the message breaks an SQS rule (found before the network), cannot be
-    /// encoded, its publisher is not bound to a broker, or SQS refuses it.
+    /// encoded, its publisher is not bound to a broker, or SQS refuses it; with a
+    /// [`once`](Self::once) step, also when its publisher keeps no history
+    /// ([`PublishError::NoHistory`]), the history's store fails ([`PublishError::History`]), or
+    /// another send holds its key for longer than the history's wait ([`PublishError::InFlight`]):
+    /// nothing was sent then. A send skipped because its key was sent is not an error: it answers
+    /// the original's [`SentMessage`] with `duplicate` set.
     pub async fn send(mut self) -> Result<SentMessage, PublishError> {
         let Some(once) = self.once.take() else {
             let (publisher, message) = self.into_request()?;
