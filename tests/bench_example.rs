@@ -2,8 +2,8 @@
 //! so it cannot rot between the runs someone makes of it: a small in-process run prints every
 //! in-process table (with the date and the machine's load) and writes JSON in which each figure
 //! stands beside its limit, measured in the same run; on LocalStack the same for the consume and
-//! publish rows, with API calls per message by action; and a wrong option is refused with the
-//! usage.
+//! publish rows, with API calls per message by action; with a PostgreSQL too, the inbox's rows
+//! with the database round trips of each side; and a wrong option is refused with the usage.
 //!
 //! The figures themselves are not judged (this is a debug build on a loaded machine): only what
 //! holds whatever the speed, such as a queued message taking at least its body's bytes and a
@@ -263,6 +263,65 @@ fn on_localstack_a_small_run_reports_the_engine_beside_a_plain_sdk_loop() {
             assert_eq!(per("receive") + per("delete"), 0.0, "{row}");
         }
     }
+}
+
+#[test]
+fn on_localstack_and_postgres_a_small_inbox_run_counts_the_round_trips_of_each_side() {
+    let Some(endpoint) = rust_stream::testing::live_endpoint("the benchmark's inbox rows") else {
+        return;
+    };
+    let Some(postgres) = rust_stream::testing::live_postgres_url("the benchmark's inbox rows")
+    else {
+        return;
+    };
+    let (output, json) = run_bench(
+        "inbox",
+        &[
+            "--only",
+            "inbox",
+            "--localstack",
+            &endpoint,
+            "--postgres",
+            &postgres,
+            "--inbox-messages",
+            "200",
+            "--localstack-repeats",
+            "2",
+        ],
+    );
+    let (stdout, report) = report(&output, &json);
+    assert!(stdout.contains("The inbox's cost"), "{stdout}");
+    assert!(
+        report["localstack"].is_null(),
+        "--only inbox runs no other LocalStack row"
+    );
+    let sides = rows(&report, "/inbox/rows");
+    assert_eq!(sides.len(), 2);
+    let trips: Vec<f64> = sides
+        .iter()
+        .map(|row| {
+            assert_eq!(
+                row["runs_msgs_per_sec"].as_array().unwrap().len(),
+                2,
+                "{row}"
+            );
+            assert!(number(row, "msgs_per_sec") > 0.0, "{row}");
+            number(row, "round_trips_per_message")
+        })
+        .collect();
+    // BEGIN, INSERT, COMMIT and the pool's ping; the inbox adds its claim. A connection's first
+    // use of a statement prepares it (a round trip more), ten connections over 200 messages.
+    assert!(
+        (4.0..4.3).contains(&trips[0]),
+        "without the inbox: {trips:?}"
+    );
+    assert!((5.0..5.3).contains(&trips[1]), "with the inbox: {trips:?}");
+    let ratio = number(&report["inbox"], "ratio");
+    assert!(
+        (ratio - number(&sides[1], "msgs_per_sec") / number(&sides[0], "msgs_per_sec")).abs()
+            < 1e-9,
+        "{report:#}"
+    );
 }
 
 #[test]

@@ -20,17 +20,19 @@
 //! The database stores also record their schema version, migrate together when two start at once,
 //! and refuse a database a newer release migrated.
 
+mod common;
+
 use std::collections::HashMap;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::stores::{postgres_pool, postgres_schema, Schema, TempFile};
 use rust_stream::store::memory::{MemoryStore, MemoryTransaction};
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::store::sqlite::SqliteStore;
 use rust_stream::store::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError, SCHEMA_VERSION};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::SqlitePool;
 use tokio::time::Instant;
 
@@ -415,26 +417,10 @@ struct Sqlite {
     file: Arc<TempFile>,
 }
 
-struct TempFile(std::path::PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 const LEDGER: &str = "CREATE TABLE ledger (consumer TEXT NOT NULL, idempotency_key TEXT NOT NULL)";
 
 async fn sqlite(case: &str) -> Option<Sqlite> {
-    let file = Arc::new(TempFile(std::env::temp_dir().join(format!(
-        "rust-stream-inbox-{case}-{}-{}.db",
-        std::process::id(),
-        fastrand::u64(..)
-    ))));
+    let file = Arc::new(TempFile::new("inbox", case));
     let store = SqliteStore::open(&file.0).await.unwrap();
     sqlx::query(LEDGER).execute(store.pool()).await.unwrap();
     Some(Sqlite { store, file })
@@ -521,56 +507,8 @@ struct Postgres {
     schema: Schema,
 }
 
-/// A schema of a case's own, and a connection to drop it with once the case passed (one that
-/// failed leaves it, to look at).
-#[derive(Clone)]
-struct Schema {
-    admin: PgPool,
-    name: String,
-}
-
-impl Schema {
-    async fn drop_it(&self) {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA {} CASCADE",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await
-        .unwrap();
-    }
-}
-
-async fn postgres_schema(case: &str) -> Option<(PgConnectOptions, Schema)> {
-    let url = rust_stream::testing::live_postgres_url("an inbox store test on PostgreSQL")?;
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .unwrap();
-    // PostgreSQL cuts names at 63 bytes: the random part must survive.
-    let name = format!("inbox_{:.40}_{:08x}", case, fastrand::u32(..));
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let options = PgConnectOptions::from_str(&url)
-        .unwrap()
-        .options([("search_path", name.as_str())]);
-    Some((options, Schema { admin, name }))
-}
-
-async fn postgres_pool(options: &PgConnectOptions) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(10)
-        .test_before_acquire(false)
-        .connect_with(options.clone())
-        .await
-        .unwrap()
-}
-
 async fn postgres(case: &str) -> Option<Postgres> {
-    let (options, schema) = postgres_schema(case).await?;
+    let (options, schema) = postgres_schema("inbox", case).await?;
     let store = PostgresStore::new(postgres_pool(&options).await)
         .await
         .unwrap();
@@ -628,7 +566,7 @@ impl Fixture for Postgres {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_records_its_schema_version_and_refuses_a_newer_one() {
-    let Some((options, schema)) = postgres_schema("schema").await else {
+    let Some((options, schema)) = postgres_schema("inbox", "schema").await else {
         return;
     };
     // Two replicas starting at once on an empty schema: one migrates, the other finds it done.
@@ -642,8 +580,7 @@ async fn postgres_records_its_schema_version_and_refuses_a_newer_one() {
         .fetch_all(store.pool())
         .await
         .unwrap();
-    assert_eq!(versions.first(), Some(&1));
-    assert_eq!(versions.last(), Some(&SCHEMA_VERSION));
+    assert_eq!(versions, [1, 2, SCHEMA_VERSION]);
     sqlx::query("INSERT INTO rust_stream_schema (version) VALUES (99)")
         .execute(store.pool())
         .await
@@ -702,7 +639,7 @@ async fn postgres_rolls_back_a_claim_idle_past_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --ignored against a server that logs its statements"]
 async fn postgres_round_trips_of_ten_claims() {
-    let Some((options, schema)) = postgres_schema("round_trips").await else {
+    let Some((options, schema)) = postgres_schema("inbox", "round_trips").await else {
         return;
     };
     let pool = PgPoolOptions::new()

@@ -52,18 +52,7 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
         .test_credentials()
         .transport()
         .await?;
-    let mut queues = Queues {
-        client: client.clone(),
-        endpoint: endpoint.to_owned(),
-        prefix: format!(
-            "bench-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_millis()
-        ),
-        made: 0,
-    };
+    let mut queues = Queues::new(client.clone(), endpoint, "bench")?;
 
     let repeats = options.localstack_repeats;
     let mut consume = Vec::new();
@@ -149,7 +138,7 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
 
 /// An SDK client as a plain program makes one for a local stack: its endpoint, a region, dummy
 /// credentials, the SDK's defaults otherwise.
-async fn plain_client(endpoint: &str) -> aws_sdk_sqs::Client {
+pub async fn plain_client(endpoint: &str) -> aws_sdk_sqs::Client {
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
@@ -162,7 +151,7 @@ async fn plain_client(endpoint: &str) -> aws_sdk_sqs::Client {
 }
 
 /// The queues of this run.
-struct Queues {
+pub struct Queues {
     client: aws_sdk_sqs::Client,
     endpoint: String,
     prefix: String,
@@ -170,6 +159,22 @@ struct Queues {
 }
 
 impl Queues {
+    /// Queues on `endpoint` named `{base}-{pid}-{ms}-{n}`: never shared with another run.
+    pub fn new(client: aws_sdk_sqs::Client, endpoint: &str, base: &str) -> Fallible<Self> {
+        Ok(Self {
+            client,
+            endpoint: endpoint.to_owned(),
+            prefix: format!(
+                "{base}-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_millis()
+            ),
+            made: 0,
+        })
+    }
+
     /// A fresh empty queue of this kind: its name and URL.
     async fn empty(&mut self, workload: Workload) -> Fallible<(String, String)> {
         self.made += 1;
@@ -189,13 +194,17 @@ impl Queues {
     }
 
     /// A fresh queue holding `messages` orders, filled by the plain publisher.
-    async fn filled(&mut self, workload: Workload, messages: u64) -> Fallible<(String, String)> {
+    pub async fn filled(
+        &mut self,
+        workload: Workload,
+        messages: u64,
+    ) -> Fallible<(String, String)> {
         let (name, url) = self.empty(workload).await?;
         plain_publish(&self.client, &url, workload, messages).await?;
         Ok((name, url))
     }
 
-    async fn delete(&self, url: &str) -> Fallible<()> {
+    pub async fn delete(&self, url: &str) -> Fallible<()> {
         self.client.delete_queue().queue_url(url).send().await?;
         Ok(())
     }

@@ -18,6 +18,9 @@
 //!     --backlogs 100_000,1_000_000 --worker-threads 1,2 --workloads standard,fifo-100
 //! # Every SQS call taking 20 ms, default settings beside the best plain loop.
 //! cargo run --release --example bench -- --in-process --only real-latency
+//! # The inbox's cost: LocalStack and PostgreSQL (`scripts/postgres.sh start` prints a URL).
+//! cargo run --release --example bench -- --only inbox --localstack http://127.0.0.1:4566 \
+//!     --postgres postgres://postgres@127.0.0.1:5433/postgres
 //! ```
 //!
 //! What it measures, each against its limit:
@@ -53,6 +56,12 @@
 //!   at default settings; msgs/s and API calls per message by action. Limit: the best of 1, 2,
 //!   4, 8 and 16 plain loops over the same delayed account (ReceiveMessage of 10 + decode +
 //!   DeleteMessageBatch; SendMessageBatch of 10).
+//! - **The inbox's cost** (`--only inbox`, not in the default set: it needs a PostgreSQL): consume
+//!   3,000 pre-filled messages on LocalStack with a handler that posts one ledger row to
+//!   PostgreSQL, with the inbox (`PostgresStore`) and without it (the handler's own
+//!   transaction), taking turns, 3 runs each; msgs/s, and database round trips a message counted
+//!   by a TCP proxy in the process between the pool and PostgreSQL (`inbox.rs` says what it
+//!   counts). The inbox's limit is the run without it.
 //!
 //! It prints markdown tables (with the date, the machine and its load at the start and the end)
 //! and writes the same as JSON (`--json PATH`, default `target/bench.json`). `--help` lists the
@@ -61,6 +70,7 @@
 mod allocations;
 mod deletes;
 mod in_process;
+mod inbox;
 mod localstack;
 mod memory;
 mod options;
@@ -84,7 +94,8 @@ pub type Fallible<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let live_endpoint = std::env::var(rust_stream::testing::LIVE_ENDPOINT_VAR).ok();
-    let options = match Options::parse(args.clone(), live_endpoint) {
+    let postgres_url = std::env::var(rust_stream::testing::POSTGRES_URL_VAR).ok();
+    let options = match Options::parse(args.clone(), live_endpoint, postgres_url) {
         Ok(Parsed::Run(options)) => *options,
         Ok(Parsed::Help) => {
             print!("{USAGE}");
@@ -127,6 +138,7 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
         memory: Vec::new(),
         localstack: None,
         real_latency: None,
+        inbox: None,
     };
     if options.runs(Section::Throughput) {
         report.throughput = in_process::throughput(options)?;
@@ -142,6 +154,13 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
     }
     if options.runs(Section::RealLatency) {
         report.real_latency = Some(real_latency::run(options).await?);
+    }
+    if let (true, Some(endpoint), Some(postgres)) = (
+        options.runs(Section::Inbox),
+        &options.localstack,
+        &options.postgres,
+    ) {
+        report.inbox = Some(inbox::run(endpoint, postgres, options).await?);
     }
     report.machine.load_at_end = load_average();
     println!("{}", report.tables());

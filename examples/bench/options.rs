@@ -15,7 +15,10 @@ Where it runs (neither: in process, and on LocalStack too when RUST_STREAM_LIVE_
 
 What it runs:
   --only LIST                only these sections, comma-separated: throughput, latency, memory,
-                             localstack, real-latency (every SQS call delayed; only when named)
+                             localstack, real-latency (every SQS call delayed; only when named),
+                             inbox (LocalStack and PostgreSQL, with and without the inbox; only
+                             when named)
+  --postgres URL             the PostgreSQL of the inbox section (RUST_STREAM_POSTGRES_URL)
   --quick                    smaller counts, for a first look or a test (the options below win)
   --messages N               orders a throughput row consumes (400,000; quick 20,000)
   --backlogs LIST            instead, a row at each of these backlogs, comma-separated (write
@@ -36,7 +39,8 @@ What it runs:
   --round-trip-messages N    messages each real-latency row consumes or publishes (10,000;
                              quick 1,000; one hot FIFO group a tenth)
   --localstack-repeats N     runs of each LocalStack row and of its limit, alternating; the row
-                             shows the medians (3; quick 1)
+                             shows the medians (3; quick 1); the inbox section's too
+  --inbox-messages N         messages each run of the inbox section consumes (3,000; quick 300)
 
 Output:
   --json PATH                where the JSON goes (target/bench.json)
@@ -52,6 +56,8 @@ pub enum Section {
     LocalStack,
     /// Every SQS call delayed by a round trip; run only when named in `--only`.
     RealLatency,
+    /// The inbox's cost on LocalStack and PostgreSQL; run only when named in `--only`.
+    Inbox,
 }
 
 impl Section {
@@ -62,6 +68,7 @@ impl Section {
             "memory" => Some(Self::Memory),
             "localstack" => Some(Self::LocalStack),
             "real-latency" => Some(Self::RealLatency),
+            "inbox" => Some(Self::Inbox),
             _ => None,
         }
     }
@@ -83,6 +90,10 @@ pub struct Options {
     pub latency_secs: f64,
     pub localstack_messages: u64,
     pub localstack_repeats: usize,
+    /// The PostgreSQL of the inbox section.
+    pub postgres: Option<String>,
+    /// Messages each run of the inbox section consumes.
+    pub inbox_messages: u64,
     /// Runs of each throughput row, each in a child process of its own.
     pub throughput_repeats: usize,
     pub round_trip_ms: u64,
@@ -102,9 +113,11 @@ pub enum Parsed {
 
 impl Options {
     /// Reads `args` (without the program name); `live_endpoint` is RUST_STREAM_LIVE_ENDPOINT.
+    /// `postgres_url` is RUST_STREAM_POSTGRES_URL.
     pub fn parse(
         args: impl IntoIterator<Item = String>,
         live_endpoint: Option<String>,
+        postgres_url: Option<String>,
     ) -> Result<Parsed, String> {
         let mut args = args.into_iter();
         let mut in_process = false;
@@ -115,6 +128,7 @@ impl Options {
         let (mut latency_secs, mut localstack_messages, mut localstack_repeats) =
             (None, None, None);
         let (mut round_trip_ms, mut round_trip_messages) = (None, None);
+        let (mut postgres, mut inbox_messages) = (postgres_url, None);
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
         let (mut throughput_repeats, mut throughput_child) = (None, false);
@@ -178,6 +192,8 @@ impl Options {
                 }
                 "--localstack-messages" => localstack_messages = Some(count(&arg, &value()?)?),
                 "--localstack-repeats" => localstack_repeats = Some(count(&arg, &value()?)?),
+                "--postgres" => postgres = Some(value()?),
+                "--inbox-messages" => inbox_messages = Some(count(&arg, &value()?)?),
                 "--throughput-repeats" => throughput_repeats = Some(count(&arg, &value()?)?),
                 "--throughput-child" => throughput_child = true,
                 "--round-trip-ms" => round_trip_ms = Some(count(&arg, &value()?)?),
@@ -210,6 +226,23 @@ impl Options {
             if only.contains(&Section::RealLatency) {
                 sections.push(Section::RealLatency);
             }
+            // Named only: it needs a PostgreSQL beside LocalStack.
+            if only.contains(&Section::Inbox) {
+                if localstack.is_none() {
+                    return Err(
+                        "--only inbox needs --localstack URL (or RUST_STREAM_LIVE_ENDPOINT)"
+                            .to_owned(),
+                    );
+                }
+                if postgres.as_deref().is_none_or(str::is_empty) {
+                    return Err(
+                        "--only inbox needs --postgres URL (or RUST_STREAM_POSTGRES_URL; \
+                         `scripts/postgres.sh start` starts one and prints it)"
+                            .to_owned(),
+                    );
+                }
+                sections.push(Section::Inbox);
+            }
             if only.contains(&Section::LocalStack) && localstack.is_none() {
                 return Err(
                     "--only localstack needs --localstack URL (or RUST_STREAM_LIVE_ENDPOINT)"
@@ -232,6 +265,8 @@ impl Options {
             latency_secs: latency_secs.unwrap_or(if quick { 1.0 } else { 3.0 }),
             localstack_messages: localstack_messages.unwrap_or(if quick { 500 } else { 5_000 }),
             localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
+            postgres,
+            inbox_messages: inbox_messages.unwrap_or(if quick { 300 } else { 3_000 }),
             throughput_repeats: throughput_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             round_trip_ms: round_trip_ms.unwrap_or(20),
             round_trip_messages: round_trip_messages.unwrap_or(if quick { 1_000 } else { 10_000 }),

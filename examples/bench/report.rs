@@ -25,6 +25,8 @@ pub struct Report {
     pub localstack: Option<LocalStackReport>,
     /// Every SQS call delayed by a set round trip: `--only real-latency`.
     pub real_latency: Option<RealLatencyReport>,
+    /// The inbox's cost on LocalStack and PostgreSQL: `--only inbox`.
+    pub inbox: Option<crate::inbox::InboxReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -472,6 +474,48 @@ impl Report {
         }
         if let Some(real) = &self.real_latency {
             out += &real.tables();
+        }
+        if let Some(inbox) = &self.inbox {
+            let runs = inbox
+                .rows
+                .first()
+                .map_or(0, |row| row.runs_msgs_per_sec.len());
+            let _ = writeln!(
+                out,
+                "\nThe inbox's cost, on LocalStack ({}) and PostgreSQL: consume {} pre-filled messages ({} pollers, concurrency {}, a pool of {} connections), each posting one ledger row; the median of {runs} runs a side, the sides taking turns. Round trips: reads of the client's stream carrying a Sync or a simple Query, counted by a proxy between the pool and the server. With over without: {:.2}x; {:+.2} round trips a message.\n",
+                inbox.endpoint,
+                thousands(inbox.messages),
+                inbox.pollers,
+                inbox.concurrency,
+                inbox.concurrency,
+                inbox.ratio,
+                inbox.extra_round_trips
+            );
+            let rows = inbox
+                .rows
+                .iter()
+                .map(|row| {
+                    let runs: Vec<String> =
+                        row.runs_msgs_per_sec.iter().map(|&run| rate(run)).collect();
+                    vec![
+                        row.how.to_owned(),
+                        rate(row.msgs_per_sec),
+                        format!("{:.2}", row.round_trips_per_message),
+                        format!("{:.2}", row.syncs_and_queries_per_message),
+                        runs.join(", "),
+                    ]
+                })
+                .collect();
+            out += &table(
+                &[
+                    "handler",
+                    "msg/s",
+                    "round trips/msg",
+                    "Sync+Query/msg",
+                    "runs msg/s",
+                ],
+                rows,
+            );
         }
         out
     }

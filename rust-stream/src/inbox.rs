@@ -58,12 +58,10 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
-use tokio::time::Instant;
 
 use crate::context::Context;
 use crate::handler::{OneAtATime, SubscriberBuilder};
@@ -72,6 +70,7 @@ use crate::model::SqsQueue;
 use crate::outcome::HandlerOutcome;
 use crate::publish::recorded;
 use crate::publish::Publisher;
+use crate::store::sweeper::Sweeper;
 use crate::store::{Claim, ClaimSettings, InboxKey, InboxStore};
 
 /// The header whose value a message's [`Key::Delivered`] key is, when it has one: what a
@@ -84,12 +83,6 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// How long a claim waits for another attempt holding its key unless [`Inbox::wait`] says
 /// otherwise.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
-
-/// How often, at most, a subscription's inbox deletes keys past their retention.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
-
-/// How many expired keys one sweep statement deletes.
-const SWEEP_BATCH: u32 = 500;
 
 /// How long a claim's transaction may sit idle beyond the handler timeout before the database
 /// rolls it back, and how long when the subscription has no handler timeout.
@@ -221,7 +214,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C, OneAtATime> {
                 store: inbox.store,
                 key: inbox.key,
                 outputs: outputs.into(),
-                sweeps: Arc::new(Sweeps::default()),
+                sweeps: Arc::new(Sweeper::default()),
             })
         })
     }
@@ -234,43 +227,16 @@ struct InboxLayer<S> {
     settings: ClaimSettings,
     /// The subscription's outputs: recorded outputs are sent again through them.
     outputs: Arc<[Publisher]>,
-    sweeps: Arc<Sweeps>,
-}
-
-/// When the inbox last swept, and whether a sweep runs now.
-#[derive(Default)]
-struct Sweeps {
-    last: Mutex<Option<Instant>>,
-    running: AtomicBool,
+    sweeps: Arc<Sweeper>,
 }
 
 impl<S: InboxStore> InboxLayer<S> {
-    /// Deletes expired keys in the background, at most once a [`SWEEP_INTERVAL`].
+    /// Deletes expired keys in the background, at most once a minute, 500 at a time.
     fn sweep_when_due(&self) {
-        {
-            let mut last = self.sweeps.last.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            if last.is_some_and(|last| now.duration_since(last) < SWEEP_INTERVAL) {
-                return;
-            }
-            *last = Some(now);
-        }
-        if self.sweeps.running.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (store, sweeps) = (self.store.clone(), self.sweeps.clone());
-        tokio::spawn(async move {
-            loop {
-                match store.sweep(SWEEP_BATCH).await {
-                    Ok(deleted) if deleted >= u64::from(SWEEP_BATCH) => continue,
-                    Ok(_) => break,
-                    Err(error) => {
-                        tracing::warn!(error = %error, "the inbox could not delete expired keys; it tries again later");
-                        break;
-                    }
-                }
-            }
-            sweeps.running.store(false, Ordering::Release);
+        let store = self.store.clone();
+        self.sweeps.when_due("inbox keys", move |limit| {
+            let store = store.clone();
+            async move { store.sweep(limit).await }
         });
     }
 }

@@ -31,6 +31,7 @@
 //! | `messaging.client.operation.duration` | histogram | `messaging.operation.name`, `error.type` on failure | each SQS API call (its count is the calls), by action: `ReceiveMessage`, `SendMessageBatch`, `DeleteMessageBatch`, `ChangeMessageVisibilityBatch`, `GetQueueUrl`, `GetQueueAttributes`, `SetQueueAttributes`, `CreateQueue`; SNS's (`aws_sns`): `PublishBatch`, `CreateTopic`, `GetTopicAttributes`, `Subscribe`, `GetSubscriptionAttributes`, `ListSubscriptionsByTopic` |
 //! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered; to a topic with `aws_sns` |
 //! | `rust_stream.inbox.duplicates` | counter | | messages an [inbox](crate::inbox) found handled before, acked without running their handler |
+//! | `rust_stream.history.skipped` | counter | | sends a publisher's [command history](crate::publish::history) skipped, their key sent within its duration; to a topic with `aws_sns` |
 //!
 //! An [outbox](crate::outbox)'s relay labels its metrics with `rust_stream.outbox` (the relay's
 //! name) only:
@@ -274,6 +275,18 @@ pub(crate) fn outbox_relayed(outbox: &str, relayed: usize, failed: usize) {
     if failed > 0 {
         ::metrics::counter!(OUTBOX_FAILED, labels.iter()).increment(failed as u64);
     }
+}
+
+/// Sends skipped by a command history.
+pub const HISTORY_SKIPPED: &str = "rust_stream.history.skipped";
+
+/// Records a send to `destination` (a topic when `topic`) that a command history skipped.
+pub(crate) fn history_skipped(destination: &str, topic: bool) {
+    let labels = [
+        Label::from_static_parts(SYSTEM, if topic { AWS_SNS } else { AWS_SQS }),
+        Label::new(DESTINATION, destination.to_owned()),
+    ];
+    ::metrics::counter!(HISTORY_SKIPPED, labels.iter()).increment(1);
 }
 
 /// Records `count` messages published to `queue`, failed with `error` if any.

@@ -206,6 +206,7 @@ pub fn postgres_url(what: &str) -> Option<String> {
 }
 
 pub mod proxy;
+pub mod stores;
 
 /// What the engine's property tests share (`engine_fifo.rs`, `batch_fifo.rs`): how many cases
 /// they run, and how each case runs.

@@ -158,9 +158,10 @@ pub struct SentMessage {
     pub message_id: String,
     /// The FIFO sequence number (20 digits); for a deduplicated send, the original's.
     pub sequence_number: Option<String>,
-    /// Whether the send was a duplicate within the 5-minute window and so was not stored again.
-    /// Amazon SQS does not report this; the in-process account does, and a network transport
-    /// reports `false`.
+    /// Whether the send was a duplicate and so was not stored again: skipped by a publisher's
+    /// [command history](crate::publish::history) (on either backend), or a FIFO duplicate within
+    /// the 5-minute window (Amazon SQS does not report those; the in-process account does, and a
+    /// network transport reports `false`).
     pub duplicate: bool,
 }
 

@@ -31,6 +31,7 @@
 //! refused.
 
 use std::borrow::Cow;
+use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
@@ -44,6 +45,8 @@ use crate::describe::Payload;
 use crate::model::rules::{self, ErrorKind};
 use crate::model::topic::{check_publish, PublishTarget};
 use crate::model::{ConfigError, SnsTopic, SqsQueue};
+use crate::store::history::{HistoryKey, Ticket};
+use crate::store::StoreError;
 use crate::transport::{
     MessageAttributeValue, MessageAttributes, Publish, Published, SendMessage, SentMessage,
     TransportError,
@@ -62,6 +65,7 @@ pub struct Publisher {
     inner: Arc<PublisherInner>,
 }
 
+#[derive(Clone)]
 struct PublisherInner {
     /// The queue as declared; for a topic publisher, the topic's name and FIFO settings as a
     /// queue's, which the FIFO steps (group, deduplication id) read as they do a queue's.
@@ -74,6 +78,8 @@ struct PublisherInner {
     /// Every typed message carries the type header, whether or not the broker knows the queue
     /// as routed.
     type_header: bool,
+    /// The command history messages with a `once` step are checked against.
+    history: Option<History>,
 }
 
 /// The broker a publisher belongs to, and its queue as that broker names it.
@@ -124,6 +130,7 @@ impl Publisher {
                 binding: OnceLock::new(),
                 strict_groups: false,
                 type_header: false,
+                history: None,
             }),
         }
     }
@@ -138,6 +145,7 @@ impl Publisher {
                 binding: OnceLock::new(),
                 strict_groups: false,
                 type_header: false,
+                history: None,
             }),
         }
     }
@@ -188,14 +196,10 @@ impl Publisher {
     /// # }
     /// ```
     pub fn strict_groups(self) -> Self {
+        let mut inner = PublisherInner::clone(&self.inner);
+        inner.strict_groups = true;
         Self {
-            inner: Arc::new(PublisherInner {
-                queue: self.inner.queue.clone(),
-                topic: self.inner.topic.clone(),
-                binding: self.inner.binding.clone(),
-                strict_groups: true,
-                type_header: self.inner.type_header,
-            }),
+            inner: Arc::new(inner),
         }
     }
 
@@ -222,14 +226,10 @@ impl Publisher {
     /// # }
     /// ```
     pub fn with_type_header(self) -> Self {
+        let mut inner = PublisherInner::clone(&self.inner);
+        inner.type_header = true;
         Self {
-            inner: Arc::new(PublisherInner {
-                queue: self.inner.queue.clone(),
-                topic: self.inner.topic.clone(),
-                binding: self.inner.binding.clone(),
-                strict_groups: self.inner.strict_groups,
-                type_header: true,
-            }),
+            inner: Arc::new(inner),
         }
     }
 
@@ -389,6 +389,12 @@ impl Publisher {
     /// goes out as this publisher's, through its broker and with its queue's settings (FIFO,
     /// content-based deduplication).
     ///
+    /// Messages sent [`once`](Outgoing::once) are checked against the publisher's
+    /// [command history](history) first, their keys reserved all at once: a key sent within its
+    /// duration answers the original's message id with `duplicate` set and is not sent again, and
+    /// a key given to two messages of the batch is sent with the first, the second answering as
+    /// it did.
+    ///
     /// ```
     /// use rust_stream::prelude::*;
     /// # #[derive(serde::Serialize)] struct Payment { id: u32, account: String }
@@ -419,15 +425,112 @@ impl Publisher {
         &self,
         messages: impl IntoIterator<Item = Outgoing>,
     ) -> Vec<Result<SentMessage, PublishError>> {
-        let mut requests = Vec::new();
-        let checks: Vec<Result<(), PublishError>> = messages
+        let mut slots: Vec<Slot> = messages
             .into_iter()
-            .map(|outgoing| {
-                requests.push(self.request_for(outgoing)?);
-                Ok(())
+            .map(|mut outgoing| {
+                let once = outgoing.once.take();
+                match (self.request_for(outgoing), once) {
+                    (Err(error), _) => Slot::Answered(Err(error)),
+                    (Ok(request), None) => Slot::Send(request, None),
+                    (Ok(_), Some(_)) if self.history().is_none() => {
+                        Slot::Answered(Err(PublishError::NoHistory {
+                            queue: self.queue().name.clone(),
+                        }))
+                    }
+                    (Ok(request), Some(once)) => Slot::Reserve(request, once),
+                }
             })
             .collect();
-        let answers = match (requests.is_empty(), self.core()) {
+        if let Some(history) = self.history() {
+            self.reserve_keys(history, &mut slots).await;
+        }
+        let mut requests = Vec::new();
+        let mut tickets = Vec::new();
+        for slot in &mut slots {
+            if matches!(slot, Slot::Send(..)) {
+                let Slot::Send(request, ticket) = std::mem::replace(slot, Slot::Sending) else {
+                    unreachable!("matched above");
+                };
+                requests.push(request);
+                tickets.push(ticket);
+            }
+        }
+        let answers = self.send_requests(requests).await;
+        if let Some(history) = self.history() {
+            // Each key confirmed or cancelled as its send went, all at once.
+            futures_util::future::join_all(answers.iter().zip(&tickets).filter_map(
+                |(answer, ticket)| {
+                    let (key, ticket, duration) = ticket.as_ref()?;
+                    Some(history.settle(key, ticket, answer.as_ref().ok(), *duration))
+                },
+            ))
+            .await;
+        }
+        let mut settled = answers.into_iter();
+        let mut results: Vec<Result<SentMessage, PublishError>> = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let result = match slot {
+                Slot::Sending => settled.next().expect("one answer per request"),
+                Slot::Answered(result) => result,
+                // A key given twice in one batch: the later copy answers as the first did.
+                Slot::SameAs(first) => match &results[first] {
+                    Ok(sent) => Ok(SentMessage {
+                        duplicate: true,
+                        ..sent.clone()
+                    }),
+                    Err(error) => Err(error.clone()),
+                },
+                Slot::Send(..) | Slot::Reserve(..) => {
+                    unreachable!("every slot was sent or answered")
+                }
+            };
+            results.push(result);
+        }
+        results
+    }
+
+    /// Reserves the key of every slot that has one, all at once: a key held by a send of it
+    /// answers that send's result; a key given twice in the batch is reserved once.
+    async fn reserve_keys(&self, history: &History, slots: &mut [Slot]) {
+        let mut first_of_key: HashMap<String, usize> = HashMap::new();
+        let mut reserving = Vec::new();
+        for (index, slot) in slots.iter_mut().enumerate() {
+            let Slot::Reserve(_, once) = slot else {
+                continue;
+            };
+            match first_of_key.entry(once.key.clone()) {
+                Entry::Occupied(first) => *slot = Slot::SameAs(*first.get()),
+                Entry::Vacant(vacant) => {
+                    vacant.insert(index);
+                    reserving.push((index, self.history_key(&once.key)));
+                }
+            }
+        }
+        let held = futures_util::future::join_all(
+            reserving.iter().map(|(_, key)| self.reserve(history, key)),
+        )
+        .await;
+        for ((index, key), held) in reserving.into_iter().zip(held) {
+            let Slot::Reserve(request, once) = std::mem::replace(&mut slots[index], Slot::Sending)
+            else {
+                unreachable!("a reserved slot held a key");
+            };
+            slots[index] = match held {
+                Ok(Held::Reserved(ticket)) => {
+                    Slot::Send(request, Some((key, ticket, once.duration)))
+                }
+                Ok(Held::Sent(sent)) => Slot::Answered(Ok(sent)),
+                Err(error) => Slot::Answered(Err(error)),
+            };
+        }
+    }
+
+    /// Sends checked requests through this publisher's broker, one answer each, in order.
+    async fn send_requests(
+        &self,
+        requests: Vec<SendMessage>,
+    ) -> Vec<Result<SentMessage, PublishError>> {
+        match (requests.is_empty(), self.core()) {
             (true, _) => Vec::new(),
             (false, Some(core)) => match self.topic() {
                 Some(topic) => {
@@ -457,15 +560,51 @@ impl Publisher {
                     })
                 })
                 .collect(),
-        };
-        let mut answers = answers.into_iter();
-        checks
-            .into_iter()
-            .map(|check| match check {
-                Ok(()) => answers.next().expect("one answer per request"),
-                Err(error) => Err(error),
+        }
+    }
+
+    /// Keeps a command history in `history`'s store: a message given
+    /// [`once(key, duration)`](Outgoing::once) is skipped when its key was sent to this queue (or
+    /// topic) within its duration, by this publisher or any other on the same store. See
+    /// [`publish::history`](history).
+    pub fn with_history(self, history: History) -> Self {
+        let mut inner = PublisherInner::clone(&self.inner);
+        inner.history = Some(history);
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The command history this publisher keeps, if any.
+    fn history(&self) -> Option<&History> {
+        self.inner.history.as_ref()
+    }
+
+    /// The key `key` of this publisher's sends, in the history: by the queue's name as the
+    /// broker names it, a topic's prefixed (`:` is in no queue's name, so the two never meet).
+    fn history_key(&self, key: &str) -> HistoryKey {
+        match self.topic() {
+            Some(topic) => HistoryKey::new(format!("topic:{}", topic.name), key),
+            None => HistoryKey::new(self.queue().name.clone(), key),
+        }
+    }
+
+    /// Reserves `key` in `history` for a send of this publisher's.
+    async fn reserve(&self, history: &History, key: &HistoryKey) -> Result<Held, PublishError> {
+        let queue = &self.queue().name;
+        history
+            .reserve(key, queue, self.topic().is_some())
+            .await
+            .map_err(|refused| match refused {
+                Refused::Store(error) => PublishError::History {
+                    queue: queue.clone(),
+                    error: Arc::new(error),
+                },
+                Refused::InFlight => PublishError::InFlight {
+                    queue: queue.clone(),
+                    key: key.key.clone(),
+                },
             })
-            .collect()
     }
 
     /// The request `outgoing` becomes as a message of this publisher.
@@ -489,6 +628,20 @@ impl Publisher {
     }
 }
 
+/// What became, so far, of one message of a [`Publisher::send_batch`].
+enum Slot {
+    /// Checked, its key (if any) reserved under the ticket: to be sent.
+    Send(SendMessage, Option<(HistoryKey, Ticket, Duration)>),
+    /// Checked, with a key to reserve first.
+    Reserve(SendMessage, Once),
+    /// In the batch's call; its answer comes in order.
+    Sending,
+    /// Answered without a call: refused, or skipped as sent before.
+    Answered(Result<SentMessage, PublishError>),
+    /// Its key is that of the message at this index, earlier in the batch.
+    SameAs(usize),
+}
+
 /// A message on its way to a queue: add steps, then [`send`](Self::send) it, give it with others
 /// to [`Publisher::send_batch`], or hand it to [`Context::publish`](crate::Context::publish) to
 /// send it as part of handling a message.
@@ -503,6 +656,8 @@ pub struct Outgoing {
     headers: MessageAttributes,
     /// The Rust type of a typed message's value, for its type header.
     type_name: Option<Cow<'static, str>>,
+    /// Its command-history key and duration, when it is sent once.
+    once: Option<Once>,
 }
 
 impl Outgoing {
@@ -515,6 +670,7 @@ impl Outgoing {
             delay: None,
             headers: MessageAttributes::new(),
             type_name: None,
+            once: None,
         }
     }
 
@@ -553,6 +709,25 @@ impl Outgoing {
     /// The deduplication id (FIFO): a send with an id seen in the last 5 minutes is not stored again.
     pub fn dedup_id(mut self, dedup_id: impl Into<String>) -> Self {
         self.dedup_id = Some(dedup_id.into());
+        self
+    }
+
+    /// Sends the message only if `key` was not sent to its queue within the last `duration`, by
+    /// this process or any replica sharing the publisher's [command history](history): a send
+    /// whose key is there is skipped, and answers the original's message id with
+    /// [`duplicate`](SentMessage::duplicate) set. The key is recorded only once the send
+    /// succeeded; a failed send leaves it free. Works on any queue or topic, FIFO or not; the
+    /// publisher needs [`with_history`](Publisher::with_history) (else the send fails with
+    /// [`PublishError::NoHistory`]), and a handler's output ([`Context::publish`](crate::Context::publish))
+    /// cannot take it ([`PublishError::OnceInOutput`]: give the subscription an inbox instead).
+    ///
+    /// `key` is the command's identity: a hash of the payload, or a business id
+    /// (`format!("scrape-{player}")`).
+    pub fn once(mut self, key: impl Into<String>, duration: Duration) -> Self {
+        self.once = Some(Once {
+            key: key.into(),
+            duration,
+        });
         self
     }
 
@@ -671,6 +846,13 @@ impl Outgoing {
         if let Some(problem) = self.publisher.naming_problem() {
             return Err(PublishError::Config(problem.clone()));
         }
+        if self.once.is_some() {
+            // `send` and `send_batch` take the step off first: what is left is a handler's
+            // output, which the engine sends without the history.
+            return Err(PublishError::OnceInOutput {
+                queue: self.publisher.queue().name.clone(),
+            });
+        }
         self.add_type_header()?;
         let queue = self.publisher.queue().clone();
         let reject = |error: TransportError| PublishError::Rejected {
@@ -746,25 +928,65 @@ impl Outgoing {
     /// # Errors
     ///
     /// [`PublishError`] when the message breaks an SQS rule (found before the network), cannot be
-    /// encoded, its publisher is not bound to a broker, or SQS refuses it.
-    pub async fn send(self) -> Result<SentMessage, PublishError> {
+    /// encoded, its publisher is not bound to a broker, or SQS refuses it; with a
+    /// [`once`](Self::once) step, also when its publisher keeps no history
+    /// ([`PublishError::NoHistory`]), the history's store fails ([`PublishError::History`]), or
+    /// another send holds its key for longer than the history's wait ([`PublishError::InFlight`]):
+    /// nothing was sent then. A send skipped because its key was sent is not an error: it answers
+    /// the original's [`SentMessage`] with `duplicate` set.
+    pub async fn send(mut self) -> Result<SentMessage, PublishError> {
+        let Some(once) = self.once.take() else {
+            let (publisher, message) = self.into_request()?;
+            return send_request(publisher, message).await;
+        };
+        let history = self
+            .publisher
+            .history()
+            .cloned()
+            .ok_or_else(|| PublishError::NoHistory {
+                queue: self.publisher.queue().name.clone(),
+            })?;
+        // Checked before the key is reserved: a message SQS would refuse holds no key.
         let (publisher, message) = self.into_request()?;
-        let core = publisher.core().ok_or_else(|| PublishError::Unbound {
-            queue: publisher.queue().name.clone(),
-        })?;
-        if let Some(topic) = publisher.topic() {
-            return core
-                .publish_many(topic, vec![publish_of(message)])
-                .await
-                .pop()
-                .expect("one answer per publish")
-                .map(sent)
-                .map_err(PublishError::rejected(publisher.queue()));
+        if publisher.core().is_none() {
+            return Err(PublishError::Unbound {
+                queue: publisher.queue().name.clone(),
+            });
         }
-        core.send(publisher.queue(), message)
-            .await
-            .map_err(PublishError::rejected(publisher.queue()))
+        let key = publisher.history_key(&once.key);
+        match publisher.reserve(&history, &key).await? {
+            Held::Sent(sent) => Ok(sent),
+            Held::Reserved(ticket) => {
+                let answer = send_request(publisher, message).await;
+                history
+                    .settle(&key, &ticket, answer.as_ref().ok(), once.duration)
+                    .await;
+                answer
+            }
+        }
     }
+}
+
+/// Sends one checked message through its publisher's broker.
+async fn send_request(
+    publisher: Publisher,
+    message: SendMessage,
+) -> Result<SentMessage, PublishError> {
+    let core = publisher.core().ok_or_else(|| PublishError::Unbound {
+        queue: publisher.queue().name.clone(),
+    })?;
+    if let Some(topic) = publisher.topic() {
+        return core
+            .publish_many(topic, vec![publish_of(message)])
+            .await
+            .pop()
+            .expect("one answer per publish")
+            .map(sent)
+            .map_err(PublishError::rejected(publisher.queue()));
+    }
+    core.send(publisher.queue(), message)
+        .await
+        .map_err(PublishError::rejected(publisher.queue()))
 }
 
 /// The SNS publish a checked message for a topic becomes: its body, attributes, group and
@@ -896,6 +1118,49 @@ pub enum PublishError {
     Unbound {
         /// The queue.
         queue: String,
+    },
+    /// A message has a [`once`](Outgoing::once) step, and its publisher keeps no command
+    /// history. Found before the network.
+    #[error(
+        "a message for `{queue}` is sent `.once(..)`, but its publisher keeps no command history: \
+         make it with `.with_history(History::new(store))`"
+    )]
+    NoHistory {
+        /// The queue.
+        queue: String,
+    },
+    /// A handler's output (given to [`Context::publish`](crate::Context::publish)) has a
+    /// [`once`](Outgoing::once) step: outputs are sent by the engine, which does not consult a
+    /// command history.
+    #[error(
+        "a handler's output for `{queue}` is sent `.once(..)`, which only a publisher's own sends \
+         honour: drop `.once(..)` and give the subscription an inbox (`idempotent(..)`), which \
+         sends a handled message's outputs once, or send it with `publisher.send()`"
+    )]
+    OnceInOutput {
+        /// The queue.
+        queue: String,
+    },
+    /// The command history's store failed; nothing was sent.
+    #[error("publishing to `{queue}`: nothing was sent, as the command history failed: {error}")]
+    History {
+        /// The queue.
+        queue: String,
+        /// What the store said.
+        error: Arc<StoreError>,
+    },
+    /// Another send of the message's key held it for longer than the history's
+    /// [`wait`](History::wait); nothing was sent.
+    #[error(
+        "publishing to `{queue}`: another send of key `{key}` is under way (or its sender died, \
+         and its lease has not passed yet); nothing was sent: try again later, or raise the \
+         history's `wait`"
+    )]
+    InFlight {
+        /// The queue.
+        queue: String,
+        /// The message's key.
+        key: String,
     },
 }
 
@@ -1113,7 +1378,11 @@ tuple_outputs!(A, B, C, D);
 tuple_outputs!(A, B, C, D, E);
 tuple_outputs!(A, B, C, D, E, F);
 
+pub mod history;
 pub(crate) mod recorded;
+
+pub use history::History;
+use history::{Held, Once, Refused};
 
 #[cfg(test)]
 mod tests;

@@ -162,3 +162,19 @@ fn a_topic_message_takes_the_fifo_steps_of_a_queue() {
         Publisher::for_topic(SnsTopic::new("posted.fifo").content_based_deduplication(true));
     assert_eq!(by_content.raw("x").into_request().unwrap().1.dedup_id, None);
 }
+
+#[test]
+fn a_handlers_output_sent_once_is_refused_and_told_to_use_an_inbox() {
+    // What the engine does with a handler's staged output: `into_request`, without the history.
+    let output: Output<u32> = Output::new("events");
+    let error = output
+        .message(&7)
+        .once("event-7", Duration::from_secs(60))
+        .into_request()
+        .unwrap_err();
+    assert!(
+        matches!(error, PublishError::OnceInOutput { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("idempotent(..)"), "{error}");
+}

@@ -8,6 +8,9 @@
 //! [`MemoryTransaction::on_commit`], run at the commit. A transaction of the service's own,
 //! outside any handler (an HTTP endpoint that writes to the outbox), is
 //! [`MemoryStore::begin`], then [`MemoryStore::commit`].
+//!
+//! It keeps a publisher's [command history](super::history) too, on the same clock: a paused
+//! clock passes a key's duration, or a dead sender's lease, without waiting.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -17,6 +20,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
+use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
     Backlog, Claim, ClaimSettings, InboxKey, InboxStore, Leased, NewOutboxRow, OutboxRow,
     OutboxStore, StoreError,
@@ -62,6 +66,8 @@ struct Shared {
     outbox: Mutex<Rows>,
     /// The relay's lease: one relay at a time reads rows.
     relay: Arc<tokio::sync::Mutex<()>>,
+    /// The command history: its own lock, as no operation spans both.
+    history: Mutex<HashMap<HistoryKey, HistoryEntry>>,
 }
 
 /// The outbox's committed rows, by id, each with when it committed.
@@ -70,6 +76,18 @@ struct Rows {
     by_id: BTreeMap<i64, (OutboxRow, Instant)>,
     /// The id the next committed row gets: ids follow commits.
     next_id: i64,
+}
+
+/// A key of the command history: pending under a ticket until `expires_at` (its lease), or sent
+/// and kept until `expires_at` (its duration).
+struct HistoryEntry {
+    state: HistoryState,
+    expires_at: Instant,
+}
+
+enum HistoryState {
+    Pending(Ticket),
+    Sent(SentRecord),
 }
 
 #[derive(Default)]
@@ -159,6 +177,19 @@ impl MemoryStore {
             .values()
             .filter(|entry| matches!(entry, Entry::Completed { .. }))
             .count()
+    }
+
+    /// How many keys the command history holds, pending or sent, expired or not, until swept.
+    pub fn history_len(&self) -> usize {
+        self.history().len()
+    }
+
+    fn history(&self) -> MutexGuard<'_, HashMap<HistoryKey, HistoryEntry>> {
+        // As for the keys: each change is one insert or remove.
+        self.shared
+            .history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn keys(&self) -> MutexGuard<'_, Keys> {
@@ -415,6 +446,75 @@ impl OutboxStore for MemoryStore {
         drop(rows);
         drop(lease);
         Ok(())
+    }
+}
+
+impl HistoryStore for MemoryStore {
+    async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
+        let now = Instant::now();
+        let mut history = self.history();
+        match history.get(key) {
+            Some(entry) if entry.expires_at > now => Ok(match &entry.state {
+                HistoryState::Pending(_) => Reservation::Pending,
+                HistoryState::Sent(sent) => Reservation::Sent(sent.clone()),
+            }),
+            // Free, sent longer ago than its duration, or held by a send whose lease passed.
+            _ => {
+                let ticket = Ticket::new();
+                history.insert(
+                    key.clone(),
+                    HistoryEntry {
+                        state: HistoryState::Pending(ticket.clone()),
+                        expires_at: now + lease,
+                    },
+                );
+                Ok(Reservation::Reserved(ticket))
+            }
+        }
+    }
+
+    async fn confirm(
+        &self,
+        key: &HistoryKey,
+        ticket: &Ticket,
+        sent: &SentRecord,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut history = self.history();
+        match history.get_mut(key) {
+            Some(entry) if matches!(&entry.state, HistoryState::Pending(held) if held == ticket) => {
+                entry.state = HistoryState::Sent(sent.clone());
+                entry.expires_at = Instant::now() + duration;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
+        let mut history = self.history();
+        if matches!(history.get(key), Some(HistoryEntry { state: HistoryState::Pending(held), .. }) if held == ticket)
+        {
+            history.remove(key);
+        }
+        Ok(())
+    }
+
+    async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
+        let now = Instant::now();
+        let mut history = self.history();
+        let mut expired: Vec<(Instant, HistoryKey)> = history
+            .iter()
+            .filter(|(_, entry)| entry.expires_at <= now)
+            .map(|(key, entry)| (entry.expires_at, key.clone()))
+            .collect();
+        // Oldest first, as the database stores delete them.
+        expired.sort();
+        expired.truncate(limit as usize);
+        for (_, key) in &expired {
+            history.remove(key);
+        }
+        Ok(expired.len() as u64)
     }
 }
 

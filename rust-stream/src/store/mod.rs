@@ -29,10 +29,15 @@
 //! so a later release can migrate them (and an older one refuses a newer schema). Their tables
 //! are named `rust_stream_*`: `rust_stream_inbox` holds the keys, `rust_stream_outbox` the
 //! messages waiting to be relayed, `rust_stream_schema` one row for each schema version applied.
+//!
+//! The same stores keep the command history publishers consult ([`history`], the
+//! [`HistoryStore`](history::HistoryStore) contract): keys of sends made within a duration, so that replicas sending
+//! the same command send it once. Its table is `rust_stream_history`.
 
 use std::future::Future;
 use std::time::Duration;
 
+pub mod history;
 pub mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -40,6 +45,7 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
+pub(crate) mod sweeper;
 
 /// The key the inbox claims for one message: which consumer handles it, and the message's
 /// idempotency key (its FIFO deduplication id, its message id, or a key the inbox was told to
@@ -247,7 +253,7 @@ pub enum StoreError {
 }
 
 /// The schema version this release's database stores migrate to: what `rust_stream_schema`
-/// records last (1: the inbox; 3: the outbox).
+/// records last (1: the inbox; 2: the producers' command history; 3: the outbox).
 pub const SCHEMA_VERSION: i64 = 3;
 
 /// One step of a database store's schema: the statements that take it from the version before to

@@ -22,6 +22,16 @@
 //!   [`Claim::Busy`].
 //! - Times are SQLite's clock (milliseconds since the Unix epoch): the host's, one process.
 //!
+//! # The command history
+//!
+//! The store keeps a publisher's [command history](super::history) too, in
+//! `rust_stream_history`: a reservation, a confirmation and a cancellation are each one statement,
+//! a write transaction of its own, so none holds the write lock while the message goes to SQS.
+//! Each waits for the write lock like any write (the connection's busy timeout): behind a
+//! handler that holds an inbox claim on the same file, for that handler's duration. A handler
+//! with the inbox that publishes with a history on the same file waits for its own claim until
+//! the busy timeout fails the send: give the history a file of its own there.
+//!
 //! # Limits
 //!
 //! - **SQLite lets one transaction write at a time, and a claim holds the write lock from its
@@ -54,6 +64,7 @@ use sqlx::{AssertSqlSafe, Row};
 use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 
+use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
     leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
     Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
@@ -78,6 +89,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         ) STRICT;
         CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
     ",
+    },
+    Migration {
+        version: 2,
+        statements: HISTORY_SCHEMA,
     },
     Migration {
         version: 3,
@@ -110,6 +125,58 @@ const LEASE: &str = "
 /// The ids come as one JSON array: one statement whatever their number.
 const DELETE_SENT: &str = "
     DELETE FROM rust_stream_outbox WHERE id IN (SELECT value FROM json_each(?1))";
+
+/// The command history (schema version 2): a key is pending while `ticket` is set (its lease
+/// ends at `expires_at`), sent once `message_id` is (kept until `expires_at`).
+const HISTORY_SCHEMA: &str = "
+    CREATE TABLE rust_stream_history (
+        destination TEXT NOT NULL,
+        history_key TEXT NOT NULL,
+        ticket TEXT,
+        message_id TEXT,
+        sequence_number TEXT,
+        expires_at INTEGER NOT NULL,
+        PRIMARY KEY (destination, history_key)
+    ) STRICT;
+    CREATE INDEX rust_stream_history_expires_at ON rust_stream_history (expires_at);
+";
+
+/// Reserves a key: inserts it pending, or takes over a row whose duration or lease has passed;
+/// changes no row when the key is held. One statement, so one write transaction.
+const HISTORY_RESERVE: &str = "
+    INSERT INTO rust_stream_history (destination, history_key, ticket, expires_at)
+    VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?4)
+    ON CONFLICT (destination, history_key) DO UPDATE
+        SET ticket = excluded.ticket, message_id = NULL, sequence_number = NULL,
+            expires_at = excluded.expires_at
+        WHERE rust_stream_history.expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+/// What holds a key the reservation could not take.
+const HISTORY_HELD: &str = "
+    SELECT message_id, sequence_number FROM rust_stream_history
+    WHERE destination = ?1 AND history_key = ?2
+      AND expires_at > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+const HISTORY_CONFIRM: &str = "
+    UPDATE rust_stream_history
+    SET ticket = NULL, message_id = ?4, sequence_number = ?5,
+        expires_at = CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?6
+    WHERE destination = ?1 AND history_key = ?2 AND ticket = ?3";
+
+const HISTORY_CANCEL: &str = "
+    DELETE FROM rust_stream_history WHERE destination = ?1 AND history_key = ?2 AND ticket = ?3";
+
+/// Oldest first, through the `expires_at` index.
+const HISTORY_SWEEP: &str = "
+    DELETE FROM rust_stream_history WHERE rowid IN (
+        SELECT rowid FROM rust_stream_history
+        WHERE expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER)
+        ORDER BY expires_at
+        LIMIT ?1)";
+
+/// How many times a reservation tries again when the row that held its key expired between its
+/// two statements: more is not expected, but a loop must end.
+const RESERVE_ATTEMPTS: usize = 3;
 
 /// Claims a key: inserts it, or takes over a row whose retention has passed; changes no row when
 /// the key is completed. SQLite's `'now'` is the same throughout one statement.
@@ -422,5 +489,76 @@ mod tests {
     #[test]
     fn the_migrations_go_up_to_the_schema_version() {
         super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
+    }
+}
+
+impl HistoryStore for SqliteStore {
+    async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
+        for _ in 0..RESERVE_ATTEMPTS {
+            let ticket = Ticket::new();
+            let reserved = sqlx::query(HISTORY_RESERVE)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .bind(ticket.as_str())
+                .bind(retention_millis(lease))
+                .execute(&self.pool)
+                .await?;
+            if reserved.rows_affected() == 1 {
+                return Ok(Reservation::Reserved(ticket));
+            }
+            let held = sqlx::query(HISTORY_HELD)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .fetch_optional(&self.pool)
+                .await?;
+            if let Some(row) = held {
+                let message_id: Option<String> = row.try_get(0)?;
+                return Ok(match message_id {
+                    Some(message_id) => Reservation::Sent(SentRecord {
+                        message_id,
+                        sequence_number: row.try_get(1)?,
+                    }),
+                    None => Reservation::Pending,
+                });
+            }
+        }
+        Ok(Reservation::Pending)
+    }
+
+    async fn confirm(
+        &self,
+        key: &HistoryKey,
+        ticket: &Ticket,
+        sent: &SentRecord,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        let confirmed = sqlx::query(HISTORY_CONFIRM)
+            .bind(&key.destination)
+            .bind(&key.key)
+            .bind(ticket.as_str())
+            .bind(&sent.message_id)
+            .bind(&sent.sequence_number)
+            .bind(retention_millis(duration))
+            .execute(&self.pool)
+            .await?;
+        Ok(confirmed.rows_affected() == 1)
+    }
+
+    async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
+        sqlx::query(HISTORY_CANCEL)
+            .bind(&key.destination)
+            .bind(&key.key)
+            .bind(ticket.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
+        let deleted = sqlx::query(HISTORY_SWEEP)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?;
+        Ok(deleted.rows_affected())
     }
 }
