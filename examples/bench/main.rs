@@ -62,6 +62,10 @@
 //!   transaction), taking turns, 3 runs each; msgs/s, and database round trips a message counted
 //!   by a TCP proxy in the process between the pool and PostgreSQL (`inbox.rs` says what it
 //!   counts). The inbox's limit is the run without it.
+//! - **The outbox's latency** (`--only outbox`, not in the default set: it needs a PostgreSQL):
+//!   events committed at `--outbox-rate` a second (1,000), each its own transaction through the
+//!   outbox, relayed to a FIFO queue on LocalStack and received by plain loops: commit → visible
+//!   p50 and p99, and the relay's calls an event (`outbox.rs`).
 //!
 //! It prints markdown tables (with the date, the machine and its load at the start and the end)
 //! and writes the same as JSON (`--json PATH`, default `target/bench.json`). `--help` lists the
@@ -74,6 +78,7 @@ mod inbox;
 mod localstack;
 mod memory;
 mod options;
+mod outbox;
 mod orders;
 mod real_latency;
 mod report;
@@ -139,6 +144,7 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
         localstack: None,
         real_latency: None,
         inbox: None,
+        outbox: None,
     };
     if options.runs(Section::Throughput) {
         report.throughput = in_process::throughput(options)?;
@@ -161,6 +167,13 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
         &options.postgres,
     ) {
         report.inbox = Some(inbox::run(endpoint, postgres, options).await?);
+    }
+    if let (true, Some(endpoint), Some(postgres)) = (
+        options.runs(Section::Outbox),
+        &options.localstack,
+        &options.postgres,
+    ) {
+        report.outbox = Some(outbox::run(endpoint, postgres, options).await?);
     }
     report.machine.load_at_end = load_average();
     println!("{}", report.tables());

@@ -41,6 +41,8 @@ What it runs:
   --localstack-repeats N     runs of each LocalStack row and of its limit, alternating; the row
                              shows the medians (3; quick 1); the inbox section's too
   --inbox-messages N         messages each run of the inbox section consumes (3,000; quick 300)
+  --outbox-rate N            events a second the outbox section commits (1,000)
+  --outbox-seconds S         how long it commits them (10; quick 2)
 
 Output:
   --json PATH                where the JSON goes (target/bench.json)
@@ -58,6 +60,9 @@ pub enum Section {
     RealLatency,
     /// The inbox's cost on LocalStack and PostgreSQL; run only when named in `--only`.
     Inbox,
+    /// The outbox's commit → visible latency and calls, on LocalStack and PostgreSQL; run only
+    /// when named in `--only`.
+    Outbox,
 }
 
 impl Section {
@@ -69,6 +74,7 @@ impl Section {
             "localstack" => Some(Self::LocalStack),
             "real-latency" => Some(Self::RealLatency),
             "inbox" => Some(Self::Inbox),
+            "outbox" => Some(Self::Outbox),
             _ => None,
         }
     }
@@ -94,6 +100,9 @@ pub struct Options {
     pub postgres: Option<String>,
     /// Messages each run of the inbox section consumes.
     pub inbox_messages: u64,
+    /// Events a second the outbox section commits, and for how long.
+    pub outbox_rate: u64,
+    pub outbox_seconds: u64,
     /// Runs of each throughput row, each in a child process of its own.
     pub throughput_repeats: usize,
     pub round_trip_ms: u64,
@@ -129,6 +138,7 @@ impl Options {
             (None, None, None);
         let (mut round_trip_ms, mut round_trip_messages) = (None, None);
         let (mut postgres, mut inbox_messages) = (postgres_url, None);
+        let (mut outbox_rate, mut outbox_seconds) = (None, None);
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
         let (mut throughput_repeats, mut throughput_child) = (None, false);
@@ -194,6 +204,8 @@ impl Options {
                 "--localstack-repeats" => localstack_repeats = Some(count(&arg, &value()?)?),
                 "--postgres" => postgres = Some(value()?),
                 "--inbox-messages" => inbox_messages = Some(count(&arg, &value()?)?),
+                "--outbox-rate" => outbox_rate = Some(count(&arg, &value()?)?),
+                "--outbox-seconds" => outbox_seconds = Some(count(&arg, &value()?)?),
                 "--throughput-repeats" => throughput_repeats = Some(count(&arg, &value()?)?),
                 "--throughput-child" => throughput_child = true,
                 "--round-trip-ms" => round_trip_ms = Some(count(&arg, &value()?)?),
@@ -226,22 +238,23 @@ impl Options {
             if only.contains(&Section::RealLatency) {
                 sections.push(Section::RealLatency);
             }
-            // Named only: it needs a PostgreSQL beside LocalStack.
-            if only.contains(&Section::Inbox) {
+            // Named only: they need a PostgreSQL beside LocalStack.
+            for (section, name) in [(Section::Inbox, "inbox"), (Section::Outbox, "outbox")] {
+                if !only.contains(&section) {
+                    continue;
+                }
                 if localstack.is_none() {
-                    return Err(
-                        "--only inbox needs --localstack URL (or RUST_STREAM_LIVE_ENDPOINT)"
-                            .to_owned(),
-                    );
+                    return Err(format!(
+                        "--only {name} needs --localstack URL (or RUST_STREAM_LIVE_ENDPOINT)"
+                    ));
                 }
                 if postgres.as_deref().is_none_or(str::is_empty) {
-                    return Err(
-                        "--only inbox needs --postgres URL (or RUST_STREAM_POSTGRES_URL; \
+                    return Err(format!(
+                        "--only {name} needs --postgres URL (or RUST_STREAM_POSTGRES_URL; \
                          `scripts/postgres.sh start` starts one and prints it)"
-                            .to_owned(),
-                    );
+                    ));
                 }
-                sections.push(Section::Inbox);
+                sections.push(section);
             }
             if only.contains(&Section::LocalStack) && localstack.is_none() {
                 return Err(
@@ -267,6 +280,8 @@ impl Options {
             localstack_repeats: localstack_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             postgres,
             inbox_messages: inbox_messages.unwrap_or(if quick { 300 } else { 3_000 }),
+            outbox_rate: outbox_rate.unwrap_or(1_000),
+            outbox_seconds: outbox_seconds.unwrap_or(if quick { 2 } else { 10 }),
             throughput_repeats: throughput_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             round_trip_ms: round_trip_ms.unwrap_or(20),
             round_trip_messages: round_trip_messages.unwrap_or(if quick { 1_000 } else { 10_000 }),

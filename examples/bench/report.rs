@@ -27,6 +27,8 @@ pub struct Report {
     pub real_latency: Option<RealLatencyReport>,
     /// The inbox's cost on LocalStack and PostgreSQL: `--only inbox`.
     pub inbox: Option<crate::inbox::InboxReport>,
+    /// The outbox's latency and calls on LocalStack and PostgreSQL: `--only outbox`.
+    pub outbox: Option<crate::outbox::OutboxReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -516,6 +518,9 @@ impl Report {
                 ],
                 rows,
             );
+        }
+        if let Some(outbox) = &self.outbox {
+            out += &outbox.table();
         }
         out
     }
