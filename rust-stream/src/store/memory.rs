@@ -350,7 +350,10 @@ impl HistoryStore for MemoryStore {
 
     async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
         let mut history = self.history();
-        if history.get(key).is_some_and(|entry| entry.is_held_by(ticket)) {
+        if history
+            .get(key)
+            .is_some_and(|entry| entry.is_held_by(ticket))
+        {
             history.remove(key);
         }
         Ok(())
