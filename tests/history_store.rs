@@ -353,9 +353,11 @@ async fn postgres_migrates_a_version_1_database_to_the_history() {
     };
     let pool = postgres_pool(&options).await;
     let store = PostgresStore::new(pool.clone()).await.unwrap();
-    // Back to what version 1 left: no history table, one version row.
+    // Back to what version 1 left: no history table (nor the tables of later versions: the
+    // outbox's, version 3), one version row.
     sqlx::raw_sql(
-        "DROP TABLE rust_stream_history; DELETE FROM rust_stream_schema WHERE version = 2;
+        "DROP TABLE rust_stream_history; DROP TABLE IF EXISTS rust_stream_outbox CASCADE;
+         DELETE FROM rust_stream_schema WHERE version > 1;
          INSERT INTO rust_stream_inbox (consumer, idempotency_key, claimed_at, expires_at)
          VALUES ('payments', 'p-1', now(), now() + interval '1 day')",
     )
@@ -369,7 +371,7 @@ async fn postgres_migrates_a_version_1_database_to_the_history() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2]);
+    assert!(versions.starts_with(&[1, 2]), "{versions:?}");
     let inbox: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_inbox")
         .fetch_one(&pool)
         .await
