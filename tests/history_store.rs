@@ -353,7 +353,8 @@ async fn postgres_migrates_a_version_1_database_to_the_history() {
     };
     let pool = postgres_pool(&options).await;
     let store = PostgresStore::new(pool.clone()).await.unwrap();
-    // Back to what version 1 left: no history table, one version row.
+    // Back to what version 1 left: no history table (nor the tables of later versions: the
+    // outbox's, version 3), one version row.
     sqlx::raw_sql(
         "DROP TABLE rust_stream_history; DROP TABLE rust_stream_outbox;
          DELETE FROM rust_stream_schema WHERE version > 1;

@@ -1,7 +1,7 @@
-//! A publisher's command history: [`Outgoing::once`](super::Outgoing::once) gives a send a key and a duration, and a
-//! send whose key was sent within its duration, by this process or any replica sharing the
-//! store, is skipped. It works on standard queues, which have no deduplication of their own, and
-//! on FIFO queues beyond their five-minute window.
+//! A publisher's command history: [`Outgoing::once`](super::Outgoing::once) gives a send a key
+//! and a duration, and a send whose key was sent within its duration, by this process or any
+//! replica sharing the store, is skipped. It works on standard queues, which have no deduplication
+//! of their own, and on FIFO queues beyond their five-minute window.
 //!
 //! ```
 //! use std::time::Duration;
@@ -32,9 +32,9 @@
 //! send failed, [cancels](HistoryStore::cancel) it so that a retry goes out. A send that finds
 //! its key pending (another replica is sending it right now) waits for that send, up to
 //! [`History::wait`], and is then skipped (it was sent) or sent (it failed), or answers
-//! [`PublishError::InFlight`](crate::PublishError::InFlight). A process killed between the reservation and the confirmation
-//! leaves its key pending until the lease passes, then the next send of the key goes out: a
-//! crash may send a command twice, never lose it.
+//! [`PublishError::InFlight`](crate::PublishError::InFlight). A process killed between the
+//! reservation and the confirmation leaves its key pending until the lease passes, then the next
+//! send of the key goes out: a crash may send a command twice, never lose it.
 
 use std::fmt;
 use std::future::Future;
@@ -61,7 +61,8 @@ const LONGEST_LOOK: Duration = Duration::from_millis(200);
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// A [`HistoryStore`] behind a pointer, so that a [`Publisher`](crate::Publisher) of any store is one type.
+/// A [`HistoryStore`] behind a pointer, so that a [`Publisher`](crate::Publisher) of any store is
+/// one type.
 trait ErasedStore: Send + Sync + 'static {
     fn reserve<'a>(&'a self, key: &'a HistoryKey, lease: Duration) -> Boxed<'a, Reservation>;
     fn confirm<'a>(
@@ -104,7 +105,8 @@ impl<S: HistoryStore> ErasedStore for S {
 }
 
 /// Where a publisher keeps its command history, and how long a send holds a key: given to
-/// [`Publisher::with_history`](crate::Publisher::with_history). See the [module docs](self). Clones share the store.
+/// [`Publisher::with_history`](crate::Publisher::with_history). See the [module docs](self). Clones
+/// share the store.
 #[derive(Clone)]
 pub struct History {
     store: Arc<dyn ErasedStore>,
@@ -146,7 +148,8 @@ impl History {
     }
 
     /// How long a send that finds its key pending (another send of it under way) waits for that
-    /// send to be confirmed or cancelled before it answers [`PublishError::InFlight`](crate::PublishError::InFlight).
+    /// send to be confirmed or cancelled before it answers
+    /// [`PublishError::InFlight`](crate::PublishError::InFlight).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -197,7 +200,8 @@ impl History {
     }
 
     /// Records how the send under `ticket` ended: sent, answered `sent` (kept for `duration`), or
-    /// failed, `None` (the key freed). A store that cannot be reached leaves the key pending until its lease passes.
+    /// failed, `None` (the key freed). A store that cannot be reached leaves the key pending until
+    /// its lease passes.
     pub(crate) async fn settle(
         &self,
         key: &HistoryKey,

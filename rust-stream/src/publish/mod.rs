@@ -718,8 +718,9 @@ impl Outgoing {
     /// [`duplicate`](SentMessage::duplicate) set. The key is recorded only once the send
     /// succeeded; a failed send leaves it free. Works on any queue or topic, FIFO or not; the
     /// publisher needs [`with_history`](Publisher::with_history) (else the send fails with
-    /// [`PublishError::NoHistory`]), and a handler's output ([`Context::publish`](crate::Context::publish))
-    /// cannot take it ([`PublishError::OnceInOutput`]: give the subscription an inbox instead).
+    /// [`PublishError::NoHistory`]), and a handler's output
+    /// ([`Context::publish`](crate::Context::publish)) cannot take it
+    /// ([`PublishError::OnceInOutput`]: give the subscription an inbox instead).
     ///
     /// `key` is the command's identity: a hash of the payload, or a business id
     /// (`format!("scrape-{player}")`).

@@ -90,6 +90,13 @@ enum HistoryState {
     Sent(SentRecord),
 }
 
+impl HistoryEntry {
+    /// Whether the send under `ticket` holds the key pending.
+    fn is_held_by(&self, ticket: &Ticket) -> bool {
+        matches!(&self.state, HistoryState::Pending(held) if held == ticket)
+    }
+}
+
 #[derive(Default)]
 struct Keys {
     by_key: HashMap<InboxKey, Entry>,
@@ -482,7 +489,7 @@ impl HistoryStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         let mut history = self.history();
         match history.get_mut(key) {
-            Some(entry) if matches!(&entry.state, HistoryState::Pending(held) if held == ticket) => {
+            Some(entry) if entry.is_held_by(ticket) => {
                 entry.state = HistoryState::Sent(sent.clone());
                 entry.expires_at = Instant::now() + duration;
                 Ok(true)
@@ -493,7 +500,9 @@ impl HistoryStore for MemoryStore {
 
     async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
         let mut history = self.history();
-        if matches!(history.get(key), Some(HistoryEntry { state: HistoryState::Pending(held), .. }) if held == ticket)
+        if history
+            .get(key)
+            .is_some_and(|entry| entry.is_held_by(ticket))
         {
             history.remove(key);
         }

@@ -31,8 +31,8 @@
 //! messages waiting to be relayed, `rust_stream_schema` one row for each schema version applied.
 //!
 //! The same stores keep the command history publishers consult ([`history`], the
-//! [`HistoryStore`](history::HistoryStore) contract): keys of sends made within a duration, so that replicas sending
-//! the same command send it once. Its table is `rust_stream_history`.
+//! [`HistoryStore`](history::HistoryStore) contract): keys of sends made within a duration, so
+//! that replicas sending the same command send it once. Its table is `rust_stream_history`.
 
 use std::future::Future;
 use std::time::Duration;
