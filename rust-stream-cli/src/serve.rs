@@ -3,9 +3,9 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
+use rust_stream::http::metrics_router;
 use rust_stream::http::prometheus::PrometheusBuilder;
 use rust_stream::http::queue::QueueApi;
-use rust_stream::http::metrics_router;
 use rust_stream::SqsBroker;
 
 use super::Failure;
@@ -62,9 +62,8 @@ pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, 
         peek_on_sqs,
         "serving the queue API"
     );
-    let metrics_server = tokio::spawn(async move {
-        axum::serve(metrics_listener, metrics_router(metrics)).await
-    });
+    let metrics_server =
+        tokio::spawn(async move { axum::serve(metrics_listener, metrics_router(metrics)).await });
     let served = axum::serve(api_listener, api.router())
         .with_graceful_shutdown(interrupted())
         .await;
@@ -76,11 +75,13 @@ pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, 
 
 async fn bind(port: u16, variable: &str) -> Result<tokio::net::TcpListener, Failure> {
     let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
-    tokio::net::TcpListener::bind(address).await.map_err(|error| {
-        Failure::Serve(format!(
-            "cannot listen on port {port} ({variable}): {error}; set {variable} to a free port"
-        ))
-    })
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| {
+            Failure::Serve(format!(
+                "cannot listen on port {port} ({variable}): {error}; set {variable} to a free port"
+            ))
+        })
 }
 
 fn local(listener: &tokio::net::TcpListener) -> String {
