@@ -236,6 +236,7 @@ pub const HTTP_ROUTE: &str = "http.route";
 pub const HTTP_STATUS: &str = "http.response.status_code";
 
 /// Records one request the HTTP queue API answered on `route` with `status`.
+#[cfg(feature = "http")]
 pub(crate) fn http_request(route: String, status: u16) {
     let labels = [
         Label::new(HTTP_ROUTE, route),

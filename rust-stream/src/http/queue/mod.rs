@@ -67,8 +67,8 @@ pub use history::{CommandHistory, HistoryError, MemoryHistory, Reservation};
 use crate::model::envelope::format_timestamp;
 use crate::model::rules::{self, ErrorKind};
 use crate::operations::{Message, OperationError, Operations, Peek, QueueSpec};
+use crate::sqs::SqsBroker;
 use crate::transport::{ReceivedMessage, SendMessage};
-use crate::SqsBroker;
 
 /// What a queue's dead queue is called: the queue's name with this after it.
 pub const DEAD_QUEUE_SUFFIX: &str = "-dead";
