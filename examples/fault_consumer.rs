@@ -25,7 +25,8 @@
 //! | `FAULT_VISIBILITY_SECONDS` | visibility timeout of received messages | the queue's |
 //! | `FAULT_SHUTDOWN_SECONDS` | the stop's budget (`RustStream::shutdown_timeout`) | 25 |
 //! | `FAULT_INBOX_POSTGRES_URL` | when set, the handler posts each job to a ledger table in PostgreSQL inside an inbox ([`rust_stream::inbox`]) keyed by the job's `id`: copies of a job post once | unset |
-//! | `FAULT_LEDGER_TABLE` | the ledger table of the inbox mode (it must exist: `job text, grp text, seq int, amount bigint, posted bigserial`) | `fault_ledger` |
+//! | `FAULT_INBOX_SQLITE_PATH` | the same inbox mode on the SQLite file at this path (the embedded store: one process at a time) | unset |
+//! | `FAULT_LEDGER_TABLE` | the ledger table of the inbox mode (it must exist: `job text, grp text, seq int, amount bigint`, and a `posted` column numbering the postings in commit order: `bigserial` on PostgreSQL, `INTEGER PRIMARY KEY` on SQLite) | `fault_ledger` |
 //!
 //! and SQS as `SqsBroker::from_env` reads it (`AWS_ENDPOINT_URL`, `AWS_REGION`,
 //! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`). It runs until SIGTERM or SIGINT:
@@ -53,6 +54,7 @@ use std::time::Duration;
 use rust_stream::inbox::{Inbox, Key};
 use rust_stream::prelude::*;
 use rust_stream::store::postgres::PostgresStore;
+use rust_stream::store::sqlite::SqliteStore;
 use rust_stream::{Output, State};
 use serde::{Deserialize, Serialize};
 
@@ -150,12 +152,55 @@ async fn work(
     Ok(())
 }
 
+/// Where the inbox mode keeps its keys and its ledger.
+#[derive(Clone)]
+enum Ledger {
+    Postgres(PostgresStore),
+    Sqlite(SqliteStore),
+}
+
 /// The inbox mode's handler: as [`work`], with the job posted to the ledger table in the
 /// inbox's transaction between the two lines, so that it commits with the job's key.
 #[derive(Clone)]
 struct Post {
-    /// `INSERT INTO <FAULT_LEDGER_TABLE> ..`.
+    /// `INSERT INTO <FAULT_LEDGER_TABLE> ..`, in SQL both databases take.
     insert: Arc<str>,
+    sqlite: bool,
+}
+
+impl Post {
+    /// Posts `job` in the inbox's transaction.
+    async fn post(&self, job: &Job, ctx: &Context<'_>) -> Result<(), String> {
+        let insert = sqlx::AssertSqlSafe(self.insert.to_string());
+        if self.sqlite {
+            let mut transaction = ctx
+                .transaction::<SqliteStore>()
+                .await
+                .map_err(|error| error.to_string())?;
+            sqlx::query(insert)
+                .bind(&job.id)
+                .bind(&job.group)
+                .bind(job.seq as i32)
+                .bind(job.amount)
+                .execute(&mut **transaction)
+                .await
+                .map_err(|error| error.to_string())?;
+        } else {
+            let mut transaction = ctx
+                .transaction::<PostgresStore>()
+                .await
+                .map_err(|error| error.to_string())?;
+            sqlx::query(insert)
+                .bind(&job.id)
+                .bind(&job.group)
+                .bind(job.seq as i32)
+                .bind(job.amount)
+                .execute(&mut **transaction)
+                .await
+                .map_err(|error| error.to_string())?;
+        }
+        Ok(())
+    }
 }
 
 impl Handle<Job, Output<Done>> for Post {
@@ -184,20 +229,7 @@ impl Handle<Job, Output<Done>> for Post {
             .append(record("start"), false)
             .await
             .map_err(|error| failed(&error))?;
-        {
-            let mut transaction = ctx
-                .transaction::<PostgresStore>()
-                .await
-                .map_err(|error| failed(&error))?;
-            sqlx::query(sqlx::AssertSqlSafe(self.insert.to_string()))
-                .bind(&job.id)
-                .bind(&job.group)
-                .bind(job.seq as i32)
-                .bind(job.amount)
-                .execute(&mut **transaction)
-                .await
-                .map_err(|error| failed(&error))?;
-        }
+        self.post(job, ctx).await.map_err(|error| failed(&error))?;
         if !delay.0.is_zero() {
             tokio::time::sleep(delay.0).await;
         }
@@ -265,28 +297,24 @@ fn exit_with(message: &str) -> ! {
 
 /// The service on `broker`, with the state `app` carries: [`work`], or [`Post`] behind an inbox
 /// in `inbox`.
-fn service(app: RustStream, broker: SqsBroker, inbox: Option<PostgresStore>) -> impl App {
-    app.with_broker(broker, |b| match inbox {
-        None => {
+fn service(app: RustStream, broker: SqsBroker, inbox: Option<Ledger>) -> impl App {
+    app.with_broker(broker, |b| {
+        let Some(ledger) = inbox else {
             b.include(work);
-        }
-        Some(store) => {
-            let table =
-                std::env::var("FAULT_LEDGER_TABLE").unwrap_or_else(|_| "fault_ledger".into());
-            let insert =
-                format!("INSERT INTO {table} (job, grp, seq, amount) VALUES ($1, $2, $3, $4)");
-            b.include(
-                subscriber(
-                    input_queue(),
-                    Post {
-                        insert: insert.into(),
-                    },
-                )
-                .outputs(Output::<Done>::new(output_queue()))
-                .idempotent(Inbox::new(store).key(Key::json_pointer("/id")))
-                .build(),
-            );
-        }
+            return;
+        };
+        let table = std::env::var("FAULT_LEDGER_TABLE").unwrap_or_else(|_| "fault_ledger".into());
+        let post = Post {
+            insert: format!("INSERT INTO {table} (job, grp, seq, amount) VALUES ($1, $2, $3, $4)")
+                .into(),
+            sqlite: matches!(ledger, Ledger::Sqlite(_)),
+        };
+        let mounted = subscriber(input_queue(), post).outputs(Output::<Done>::new(output_queue()));
+        let key = Key::json_pointer("/id");
+        b.include(match ledger {
+            Ledger::Postgres(store) => mounted.idempotent(Inbox::new(store).key(key)).build(),
+            Ledger::Sqlite(store) => mounted.idempotent(Inbox::new(store).key(key)).build(),
+        });
     })
 }
 
@@ -317,12 +345,19 @@ async fn main() -> ExitCode {
         Ok(broker) => broker,
         Err(error) => exit_with(&error.to_string()),
     };
-    let inbox = match std::env::var("FAULT_INBOX_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => match PostgresStore::connect(&url).await {
-            Ok(store) => Some(store),
+    let inbox = match (
+        optional::<String>("FAULT_INBOX_POSTGRES_URL"),
+        optional::<String>("FAULT_INBOX_SQLITE_PATH"),
+    ) {
+        (Some(url), _) => match PostgresStore::connect(&url).await {
+            Ok(store) => Some(Ledger::Postgres(store)),
             Err(error) => exit_with(&format!("the inbox's PostgreSQL at {url}: {error}")),
         },
-        _ => None,
+        (None, Some(path)) => match SqliteStore::open(&path).await {
+            Ok(store) => Some(Ledger::Sqlite(store)),
+            Err(error) => exit_with(&format!("the inbox's SQLite file {path}: {error}")),
+        },
+        (None, None) => None,
     };
     let app = service(
         RustStream::new(info())

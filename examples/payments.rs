@@ -1,11 +1,14 @@
 //! Effectively once on the embedded default: a payments service whose handler posts each payment
-//! to a ledger table in SQLite inside its inbox, so copies of a payment post once.
+//! to a ledger table in SQLite inside its inbox, so copies of a payment post once, and announces
+//! each posting through the outbox in the same transaction, so it is announced if and only if it
+//! committed.
 //!
 //! Three copies of payment `pay-1` are sent (a producer that retried), and one of `pay-2`. The
-//! handler posts to the ledger in the inbox's transaction and publishes `PaymentPosted`; the
-//! inbox commits the posting with the payment's key, so the two extra copies of `pay-1` are acked
-//! without running the handler, and their recorded `PaymentPosted` is sent again as it was. The
-//! service then prints the ledger: two postings.
+//! handler posts to the ledger and writes `PaymentPosted` to the outbox, both in the inbox's
+//! transaction; the inbox commits them with the payment's key, so the two extra copies of `pay-1`
+//! are acked without running the handler. The app's relay sends the committed `PaymentPosted`
+//! events to `payments-posted`, where a second subscriber logs each. The service then prints the
+//! ledger: two postings, two announcements.
 //!
 //! ```sh
 //! cargo run --example payments
@@ -21,9 +24,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use rust_stream::inbox::{Inbox, Key};
+use rust_stream::outbox::Outbox;
 use rust_stream::prelude::*;
 use rust_stream::store::sqlite::SqliteStore;
-use rust_stream::Output;
+use rust_stream::State;
 use serde::{Deserialize, Serialize};
 
 /// A payment to post.
@@ -49,16 +53,18 @@ fn inbox() -> Inbox<SqliteStore> {
     Inbox::new(STORE.get().expect("opened in main").clone()).key(Key::json_pointer("/id"))
 }
 
-/// Posts a payment to the ledger, in the inbox's transaction.
-#[subscriber(
-    SqsQueue::new("payments").create_if_missing(),
-    idempotent = inbox(),
-    outputs(posted = SqsQueue::new("payments-posted").create_if_missing())
-)]
+/// The queue the postings are announced on.
+fn posted_queue() -> SqsQueue {
+    SqsQueue::new("payments-posted").create_if_missing()
+}
+
+/// Posts a payment to the ledger and announces it through the outbox, both in the inbox's
+/// transaction: the posting, its announcement and the payment's key commit together.
+#[subscriber(SqsQueue::new("payments").create_if_missing(), idempotent = inbox())]
 async fn post(
     payment: &Payment,
+    State(announcements): State<Outbox<SqliteStore>>,
     ctx: &mut Context<'_>,
-    posted: &Output<PaymentPosted>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut transaction = ctx.transaction::<SqliteStore>().await?;
     sqlx::query("INSERT INTO ledger (payment, account, cents) VALUES (?, ?, ?)")
@@ -67,13 +73,23 @@ async fn post(
         .bind(payment.cents)
         .execute(&mut **transaction)
         .await?;
-    drop(transaction);
-    tracing::info!(payment = %payment.id, cents = payment.cents, "payment posted");
-    ctx.publish(posted.message(&PaymentPosted {
+    let posted = PaymentPosted {
         id: payment.id.clone(),
         cents: payment.cents,
-    }));
+    };
+    announcements
+        .message(&posted)
+        .send(&mut transaction)
+        .await?;
+    tracing::info!(payment = %payment.id, cents = payment.cents, "payment posted");
     Ok(())
+}
+
+/// What a downstream service would do with an announcement: here, log it.
+#[subscriber(posted_queue())]
+async fn announced(posted: &PaymentPosted) -> HandlerOutcome {
+    tracing::info!(payment = %posted.id, cents = posted.cents, "posting announced");
+    HandlerOutcome::ack()
 }
 
 /// Sends the payments (three copies of `pay-1`), waits until the service has handled every copy,
@@ -92,11 +108,17 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     STORE.set(store.clone()).expect("opened once");
 
     let broker = SqsBroker::from_env_or_in_process().await?;
-    let app = RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(broker.clone(), |b| {
-        b.include(post);
-    });
+    let announcements = Outbox::new(store.clone(), broker.publisher(posted_queue()));
+    let app = RustStream::new(AppInfo::new("payments", "0.1.0"))
+        .with_state(announcements)
+        .with_broker(broker.clone(), |b| {
+            b.include(post);
+            b.include(announced);
+            b.worker(broker.relay(store.clone()));
+        });
     let readiness = app.readiness();
     let payments = broker.publisher("payments");
+    let relayed = store.clone();
     let sent = async move {
         if !readiness.consuming().await {
             return;
@@ -117,10 +139,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 return;
             }
         }
-        // Every copy handled: the payments queue holds nothing, visible or in flight.
+        // Every copy handled and every announcement relayed and handled: the outbox is empty,
+        // then the queues hold nothing, visible or in flight.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
+            let waiting: Result<i64, _> =
+                sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
+                    .fetch_one(relayed.pool())
+                    .await;
+            if !matches!(waiting, Ok(0)) {
+                continue;
+            }
             let Some(Ok(queues)) = readiness.queues().await else {
                 continue;
             };

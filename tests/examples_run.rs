@@ -257,7 +257,8 @@ fn with_aws_endpoint_url_the_routing_example_runs_on_localstack() {
 }
 
 /// Runs the payments example against `endpoint` (or in process): three copies of `pay-1` and one
-/// `pay-2` post twice in all, the two extra copies acked by the inbox without running.
+/// `pay-2` post twice in all, the two extra copies acked by the inbox without running, and each
+/// posting is announced once through the outbox.
 fn assert_payments(endpoint: Option<&str>) {
     let output = cargo_run_example("payments", endpoint);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -278,6 +279,11 @@ fn assert_payments(endpoint: Option<&str>) {
     assert!(
         stdout.contains("postings=2 total_cents=2240"),
         "the ledger holds pay-1 once and pay-2 once:\n{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("posting announced").count(),
+        2,
+        "each posting announced once, through the outbox:\n{stdout}"
     );
 }
 

@@ -29,7 +29,7 @@ use std::time::Duration;
 use rust_stream::store::memory::{MemoryStore, MemoryTransaction};
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::store::sqlite::SqliteStore;
-use rust_stream::store::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError};
+use rust_stream::store::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError, SCHEMA_VERSION};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::SqlitePool;
 use tokio::time::Instant;
@@ -490,7 +490,7 @@ async fn sqlite_records_its_schema_version_and_refuses_a_newer_one() {
         .fetch_one(pool)
         .await
         .unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(version, SCHEMA_VERSION);
     // Opening it again, twice at once (two processes starting), finds it migrated.
     let (a, b) = tokio::join!(
         SqliteStore::open(&fixture.file.0),
@@ -504,7 +504,7 @@ async fn sqlite_records_its_schema_version_and_refuses_a_newer_one() {
         .unwrap();
     match SqliteStore::open(&fixture.file.0).await {
         Err(StoreError::NewerSchema { found, supported }) => {
-            assert_eq!((found, supported), (99, 1));
+            assert_eq!((found, supported), (99, SCHEMA_VERSION));
         }
         other => panic!("a newer schema was not refused: {other:?}"),
     }
@@ -642,14 +642,15 @@ async fn postgres_records_its_schema_version_and_refuses_a_newer_one() {
         .fetch_all(store.pool())
         .await
         .unwrap();
-    assert_eq!(versions, [1]);
+    assert_eq!(versions.first(), Some(&1));
+    assert_eq!(versions.last(), Some(&SCHEMA_VERSION));
     sqlx::query("INSERT INTO rust_stream_schema (version) VALUES (99)")
         .execute(store.pool())
         .await
         .unwrap();
     match PostgresStore::new(postgres_pool(&options).await).await {
         Err(StoreError::NewerSchema { found, supported }) => {
-            assert_eq!((found, supported), (99, 1));
+            assert_eq!((found, supported), (99, SCHEMA_VERSION));
         }
         other => panic!("a newer schema was not refused: {other:?}"),
     }

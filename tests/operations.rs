@@ -33,6 +33,7 @@ both_backends!(
     queues_are_listed_with_counts_and_dead_letter_relations,
     purge_needs_the_queue_name_again,
     push_pop_ping_ack_and_size,
+    a_copy_without_a_source_stays_and_its_group_behind_it,
 );
 
 /// A dead-letter copy as the engine writes it: the message, its source, original id, attempts
@@ -543,6 +544,76 @@ async fn purge_needs_the_queue_name_again<T: Transport>(backend: Backend<T>) {
     eventually_empty(&backend, &url).await;
 }
 
+async fn a_copy_without_a_source_stays_and_its_group_behind_it<T: Transport>(backend: Backend<T>) {
+    let s = sources_tagged(&backend, "3").await;
+    // Group g1: a message that names no source first, then two copies; group g2: three copies.
+    let mut stray = copy(&s.fifo_a, "g1", 0);
+    stray.message_attributes.remove(SOURCE_QUEUE_HEADER);
+    let messages = vec![
+        stray,
+        copy(&s.fifo_a, "g1", 1),
+        copy(&s.fifo_a, "g2", 0),
+        copy(&s.fifo_a, "g1", 2),
+        copy(&s.fifo_a, "g2", 1),
+        copy(&s.fifo_a, "g2", 2),
+    ];
+    send_all(&backend, &s.dlq_url, messages).await;
+    let started = tokio::time::Instant::now();
+    let report = backend
+        .broker
+        .operations()
+        .redrive(&Redrive::from(&s.dlq))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "it ends without waiting out its hold"
+    );
+    assert_eq!(report.moved.len(), 3, "group g2");
+    assert!(report
+        .moved
+        .iter()
+        .all(|r| r.group_id.as_deref() == Some("g2")));
+    // The stray, and the two behind it in its group (one receive hands out the three).
+    assert_eq!(report.left.len(), 3, "{:?}", report.left);
+    assert!(
+        report.left[0].reason.contains("--to"),
+        "{}",
+        report.left[0].reason
+    );
+    assert!(report.left[1..]
+        .iter()
+        .all(|left| left.reason.contains("earlier message of its group")));
+    assert_eq!(report.remaining, 3, "g1 stays whole, in order");
+    assert_eq!(
+        stored(&backend, &s.urls[&s.fifo_a], 3).await,
+        [
+            ("g2".to_owned(), 0),
+            ("g2".to_owned(), 1),
+            ("g2".to_owned(), 2)
+        ]
+    );
+    // Named, they all go, g1 in its order.
+    let report = backend
+        .broker
+        .operations()
+        .redrive(&Redrive::from(&s.dlq).to(&s.fifo_b))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.moved.len(), report.left.len(), report.remaining),
+        (3, 0, 0)
+    );
+    let moved = stored(&backend, &s.urls[&s.fifo_b], 3).await;
+    assert_eq!(
+        moved
+            .iter()
+            .map(|(g, seq)| (g.as_str(), *seq))
+            .collect::<Vec<_>>(),
+        [("g1", 0), ("g1", 1), ("g1", 2)]
+    );
+}
+
 /// What a queue served over HTTP needs: push with a group, pop with a visibility, ping, ack, size.
 async fn push_pop_ping_ack_and_size<T: Transport>(backend: Backend<T>) {
     let name = backend.name("ops-pop.fifo");
@@ -562,7 +633,7 @@ async fn push_pop_ping_ack_and_size<T: Transport>(backend: Backend<T>) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&refused, OperationError::Send { queue, .. } if *queue == name),
+        matches!(&refused, OperationError::SendRefused { queue, .. } if *queue == name),
         "{refused}"
     );
     let size = ops.queue(&name).await.unwrap();

@@ -31,6 +31,7 @@ use crate::broker::{Broker, Include};
 use crate::health::{Health, Probes, Stage};
 pub use crate::health::{Inspect, QueueLoad};
 use crate::state::States;
+use crate::worker::{ErasedWorker, WorkerContext};
 
 /// How long a stop takes at most unless set: within Kubernetes' default grace period of 30 s, and
 /// above the default long poll of 20 s.
@@ -80,8 +81,8 @@ impl RustStream {
     ) -> Service<B> {
         let mut scope = Include::new();
         include(&mut scope);
-        let subscribers: Vec<B::Subscriber> = scope
-            .into_subscribers()
+        let (subscribers, workers) = scope.into_parts();
+        let subscribers: Vec<B::Subscriber> = subscribers
             .into_iter()
             .map(|subscriber| broker.adopt(subscriber))
             .collect();
@@ -93,6 +94,7 @@ impl RustStream {
             info: self.info,
             broker,
             subscribers,
+            workers,
             shutdown_timeout: self.shutdown_timeout,
             shutdown: ShutdownHandle {
                 sender: Arc::new(sender),
@@ -164,6 +166,7 @@ pub struct Service<B: Broker> {
     states: Arc<States>,
     broker: B,
     subscribers: Vec<B::Subscriber>,
+    workers: Vec<ErasedWorker>,
     shutdown_timeout: Duration,
     shutdown: ShutdownHandle,
     stage: Arc<watch::Sender<Stage>>,
@@ -197,6 +200,7 @@ impl<B: Broker> App for Service<B> {
         let handle = self.shutdown.clone();
         let stage = self.stage.clone();
         let app = AppContext::new(self.info, self.states, shutdown, self.stage, self.probes);
+        let workers = start_workers(self.workers, &app, stage.subscribe());
         let run = self.broker.run(app, self.subscribers);
         tokio::pin!(run);
         let result = tokio::select! {
@@ -206,9 +210,41 @@ impl<B: Broker> App for Service<B> {
                 run.await
             }
         };
+        // The broker has stopped (or never started): so do the workers, within the stop's time.
+        handle.shutdown();
+        let stopped = futures_util::future::join_all(workers);
+        if tokio::time::timeout(self.shutdown_timeout, stopped)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a worker did not stop within the shutdown timeout; it is left to end with the runtime");
+        }
         stage.send_replace(Stage::Ended);
         result
     }
+}
+
+/// Spawns each worker, to run once the app consumes (not at all if it ends first).
+fn start_workers(
+    workers: Vec<ErasedWorker>,
+    app: &AppContext,
+    stage: watch::Receiver<Stage>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    workers
+        .into_iter()
+        .map(|worker| {
+            let context =
+                WorkerContext::new(app.shutdown().clone(), app.worker_probe(&worker.name));
+            let readiness = Readiness {
+                stage: stage.clone(),
+            };
+            tokio::spawn(async move {
+                if readiness.consuming().await {
+                    (worker.start)(context).await;
+                }
+            })
+        })
+        .collect()
 }
 
 /// Tells when a running app consumes every subscription. Cheap to clone.

@@ -7,7 +7,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -15,6 +14,8 @@ use crate::health::{Inspect, Probes, Stage, SubscriptionProbe};
 use crate::model::rules::ErrorKind;
 use crate::model::{ConfigErrors, TransportError};
 use crate::state::States;
+pub use crate::task::Shutdown;
+use crate::worker::{ErasedWorker, Worker};
 
 /// The AsyncAPI version of the documents brokers write.
 pub const ASYNCAPI_VERSION: &str = "3.0.0";
@@ -65,6 +66,8 @@ pub struct Include<B: Broker> {
     subscribers: Vec<B::Subscriber>,
     /// What the app puts around every subscriber (its middleware layers), in the order added.
     wraps: Vec<Wrap<B::Subscriber>>,
+    /// What the app runs beside its subscribers.
+    workers: Vec<ErasedWorker>,
 }
 
 /// A change the app makes to each of its subscribers once all are included.
@@ -75,6 +78,7 @@ impl<B: Broker> std::fmt::Debug for Include<B> {
         f.debug_struct("Include")
             .field("subscribers", &self.subscribers.len())
             .field("layers", &self.wraps.len())
+            .field("workers", &self.workers)
             .finish()
     }
 }
@@ -84,6 +88,7 @@ impl<B: Broker> Include<B> {
         Self {
             subscribers: Vec::new(),
             wraps: Vec::new(),
+            workers: Vec::new(),
         }
     }
 
@@ -93,16 +98,23 @@ impl<B: Broker> Include<B> {
         self.wraps.push(wrap);
     }
 
-    /// The subscribers included, each inside the app's layers: the last added is put on first,
-    /// so that the first added ends outermost and runs first.
-    pub(crate) fn into_subscribers(self) -> Vec<B::Subscriber> {
+    /// The subscribers included, each inside the app's layers (the last added is put on first,
+    /// so that the first added ends outermost and runs first), and the workers.
+    pub(crate) fn into_parts(self) -> (Vec<B::Subscriber>, Vec<ErasedWorker>) {
         let mut subscribers = self.subscribers;
         for subscriber in &mut subscribers {
             for wrap in self.wraps.iter().rev() {
                 wrap(subscriber);
             }
         }
-        subscribers
+        (subscribers, self.workers)
+    }
+
+    /// Runs `worker` beside the subscribers, from the moment they consume until the app stops:
+    /// an outbox's relay (`b.worker(broker.relay(store))`, see [`outbox`](crate::outbox)).
+    pub fn worker(&mut self, worker: impl Worker) -> &mut Self {
+        self.workers.push(ErasedWorker::new(worker));
+        self
     }
 
     /// Mounts a subscriber: a built [`Subscriber`](crate::Subscriber), or a `#[subscriber]`
@@ -233,30 +245,10 @@ impl AppContext {
     pub fn subscription_probe(&self, queue: &str) -> Arc<SubscriptionProbe> {
         self.probes.add(queue)
     }
-}
 
-/// What a broker watches to know when to stop, and how long it may take.
-#[derive(Debug, Clone)]
-pub struct Shutdown {
-    requested: watch::Receiver<bool>,
-    timeout: Duration,
-}
-
-impl Shutdown {
-    /// Requested when `requested` turns `true`; the stop may take `timeout`.
-    pub(crate) fn new(requested: watch::Receiver<bool>, timeout: Duration) -> Self {
-        Self { requested, timeout }
-    }
-
-    /// Resolves once shutdown is requested.
-    pub async fn requested(&self) {
-        let mut requested = self.requested.clone();
-        let _ = requested.wait_for(|requested| *requested).await;
-    }
-
-    /// How long the whole stop may take.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
+    /// The probe through which the worker called `name` reports its health.
+    pub(crate) fn worker_probe(&self, name: &str) -> Arc<crate::health::WorkerProbe> {
+        self.probes.add_worker(name)
     }
 }
 

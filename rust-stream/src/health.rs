@@ -122,17 +122,25 @@ impl Health {
         self.state() != AppState::Stopped
     }
 
-    /// Whether the service does its work: [`AppState::Running`], and every subscription
-    /// consuming.
+    /// Whether the service does its work: [`AppState::Running`], every subscription consuming,
+    /// and every worker (an outbox relay) keeping up.
     pub fn is_ready(&self) -> bool {
-        self.state() == AppState::Running && self.probes.all().iter().all(|probe| probe.consuming())
+        self.state() == AppState::Running
+            && self.probes.all().iter().all(|probe| probe.consuming())
+            && self.probes.workers().iter().all(|probe| probe.is_ready())
     }
 
-    /// The state and every subscription's health, read now.
+    /// The state, every subscription's health and every worker's, read now.
     pub fn report(&self) -> HealthReport {
         HealthReport {
             state: self.state(),
             subscriptions: self.probes.all().iter().map(|probe| probe.read()).collect(),
+            workers: self
+                .probes
+                .workers()
+                .iter()
+                .map(|probe| probe.read())
+                .collect(),
         }
     }
 
@@ -157,6 +165,22 @@ pub struct HealthReport {
     pub state: AppState,
     /// Each subscription, in the order the app includes them.
     pub subscriptions: Vec<SubscriptionHealth>,
+    /// Each worker the app runs beside its subscriptions (an outbox relay), in the order added;
+    /// left out of the serialized report when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<WorkerHealth>,
+}
+
+/// One worker's health: whether it keeps up, and what it says of itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct WorkerHealth {
+    /// The worker's name.
+    pub name: String,
+    /// Whether it keeps up: what readiness reads.
+    pub ready: bool,
+    /// What it last said of itself (an outbox relay: its backlog, or why it cannot relay).
+    pub status: String,
 }
 
 /// One subscription's health.
@@ -189,11 +213,35 @@ fn milliseconds_since_1970<S: serde::Serializer>(
     serde::Serialize::serialize(&milliseconds, serializer)
 }
 
-/// The subscriptions' probes of one app, in the order they were made.
+/// The subscriptions' and workers' probes of one app, in the order they were made.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Probes(Arc<Mutex<Vec<Arc<SubscriptionProbe>>>>);
+pub(crate) struct Probes {
+    subscriptions: Arc<Mutex<Vec<Arc<SubscriptionProbe>>>>,
+    workers: Arc<Mutex<Vec<Arc<WorkerProbe>>>>,
+}
 
 impl Probes {
+    /// A probe for the worker called `name`, reported from now on: not ready until it says so.
+    pub(crate) fn add_worker(&self, name: &str) -> Arc<WorkerProbe> {
+        let probe = Arc::new(WorkerProbe {
+            name: name.to_owned(),
+            ready: std::sync::atomic::AtomicBool::new(false),
+            status: Mutex::new("starting".to_owned()),
+        });
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(probe.clone());
+        probe
+    }
+
+    fn workers(&self) -> Vec<Arc<WorkerProbe>> {
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// A probe for the subscription of `queue`, reported from now on.
     pub(crate) fn add(&self, queue: &str) -> Arc<SubscriptionProbe> {
         let probe = Arc::new(SubscriptionProbe {
@@ -203,7 +251,7 @@ impl Probes {
             last_message_ms: AtomicU64::new(NEVER),
             receive_failures: AtomicU32::new(0),
         });
-        self.0
+        self.subscriptions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(probe.clone());
@@ -211,7 +259,7 @@ impl Probes {
     }
 
     fn all(&self) -> Vec<Arc<SubscriptionProbe>> {
-        self.0
+        self.subscriptions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -290,6 +338,38 @@ impl SubscriptionProbe {
             last_receive: time(self.last_receive_ms.load(Ordering::Relaxed)),
             last_message: time(self.last_message_ms.load(Ordering::Relaxed)),
             receive_failures: self.receive_failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What a worker tells its health: whether it keeps up, and a line about how it does.
+#[derive(Debug)]
+pub struct WorkerProbe {
+    name: String,
+    ready: std::sync::atomic::AtomicBool,
+    status: Mutex<String>,
+}
+
+impl WorkerProbe {
+    /// Reports whether the worker keeps up (`ready`), and how it does, in a line for a person.
+    pub fn report(&self, ready: bool, status: impl Into<String>) {
+        *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status.into();
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    fn read(&self) -> WorkerHealth {
+        WorkerHealth {
+            name: self.name.clone(),
+            ready: self.is_ready(),
+            status: self
+                .status
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         }
     }
 }

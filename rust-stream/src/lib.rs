@@ -125,6 +125,7 @@ pub mod metrics;
 pub mod middleware;
 pub mod model;
 pub mod operations;
+pub mod outbox;
 pub mod outcome;
 pub mod prelude;
 pub mod propagation;
@@ -141,6 +142,7 @@ pub(crate) mod task;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod transport;
+pub mod worker;
 
 pub use app::{
     App, AppContext, AppInfo, Inspect, QueueLoad, Readiness, RunError, RustStream, Service,

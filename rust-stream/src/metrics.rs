@@ -33,6 +33,16 @@
 //! | `rust_stream.inbox.duplicates` | counter | | messages an [inbox](crate::inbox) found handled before, acked without running their handler |
 //! | `rust_stream.http.requests` | counter | `http.route` (the route's template, `unmatched` for none), `http.response.status_code`; no queue label | requests the HTTP queue API (`rust_stream::http::queue`, feature `http`) answered |
 //!
+//! An [outbox](crate::outbox)'s relay labels its metrics with `rust_stream.outbox` (the relay's
+//! name) only:
+//!
+//! | Metric | Kind | What |
+//! | --- | --- | --- |
+//! | `rust_stream.outbox.backlog` | gauge | committed rows waiting, at the start of each round |
+//! | `rust_stream.outbox.oldest_age` | gauge | seconds the oldest of them has waited (0 when none) |
+//! | `rust_stream.outbox.relayed` | counter | rows sent and deleted |
+//! | `rust_stream.outbox.failed` | counter | rows whose send failed in a round (they stay, and are sent again) |
+//!
 //! `error.type` is the [`ErrorKind`](crate::model::rules::ErrorKind) SQS answered (its `Debug`
 //! name, e.g. `Throttled`), the code of an error it does not know (e.g. `AccessDenied`), or
 //! `unavailable` when no answer came.
@@ -252,6 +262,36 @@ pub(crate) fn inbox_duplicate(queue: &str) {
         Label::new(DESTINATION, queue.to_owned()),
     ];
     ::metrics::counter!(INBOX_DUPLICATES, labels.iter()).increment(1);
+}
+
+/// Rows waiting in an outbox (gauge; label `rust_stream.outbox`, the relay's name).
+pub const OUTBOX_BACKLOG: &str = "rust_stream.outbox.backlog";
+/// Seconds the oldest row of an outbox has waited (gauge; 0 when none waits).
+pub const OUTBOX_OLDEST_AGE: &str = "rust_stream.outbox.oldest_age";
+/// Outbox rows sent and deleted (counter).
+pub const OUTBOX_RELAYED: &str = "rust_stream.outbox.relayed";
+/// Outbox rows whose send failed in a round; they stay and are sent again (counter).
+pub const OUTBOX_FAILED: &str = "rust_stream.outbox.failed";
+/// The label naming the relay of an outbox's metrics.
+pub const OUTBOX: &str = "rust_stream.outbox";
+
+/// Records what an outbox's relay found waiting at the start of a round.
+pub(crate) fn outbox_backlog(outbox: &str, rows: u64, oldest_age: Option<Duration>) {
+    let labels = [Label::new(OUTBOX, outbox.to_owned())];
+    ::metrics::gauge!(OUTBOX_BACKLOG, labels.iter()).set(rows as f64);
+    ::metrics::gauge!(OUTBOX_OLDEST_AGE, labels.iter())
+        .set(oldest_age.unwrap_or_default().as_secs_f64());
+}
+
+/// Records a relay round's sends: `relayed` sent and deleted, `failed` left for the next.
+pub(crate) fn outbox_relayed(outbox: &str, relayed: usize, failed: usize) {
+    let labels = [Label::new(OUTBOX, outbox.to_owned())];
+    if relayed > 0 {
+        ::metrics::counter!(OUTBOX_RELAYED, labels.iter()).increment(relayed as u64);
+    }
+    if failed > 0 {
+        ::metrics::counter!(OUTBOX_FAILED, labels.iter()).increment(failed as u64);
+    }
 }
 
 /// Records `count` messages published to `queue`, failed with `error` if any.

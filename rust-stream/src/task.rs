@@ -1,11 +1,13 @@
 //! Helpers for futures the crate runs: catching a panic as an error ([`CatchUnwind`],
-//! [`panic_message`]) and polling once in the calling task ([`poll_once`]).
+//! [`panic_message`]), polling once in the calling task ([`poll_once`]), and the signal a running
+//! app's broker and workers watch to stop ([`Shutdown`]).
 
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 /// A boxed, sendable future: what a trait object's async method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -54,4 +56,29 @@ pub(crate) async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Ou
         })
     })
     .await
+}
+
+/// What a broker watches to know when to stop, and how long it may take.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    requested: tokio::sync::watch::Receiver<bool>,
+    timeout: Duration,
+}
+
+impl Shutdown {
+    /// Requested when `requested` turns `true`; the stop may take `timeout`.
+    pub(crate) fn new(requested: tokio::sync::watch::Receiver<bool>, timeout: Duration) -> Self {
+        Self { requested, timeout }
+    }
+
+    /// Resolves once shutdown is requested.
+    pub async fn requested(&self) {
+        let mut requested = self.requested.clone();
+        let _ = requested.wait_for(|requested| *requested).await;
+    }
+
+    /// How long the whole stop may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
 }

@@ -56,7 +56,8 @@ mod context;
 mod localstack;
 
 pub use backend::{
-    live_endpoint, on_each_backend, Backend, BackendKind, QueueNames, SKIP_LIVE_VAR,
+    live_endpoint, on_each_backend, on_each_backend_in_real_time, Backend, BackendKind, QueueNames,
+    SKIP_LIVE_VAR,
 };
 #[cfg(feature = "postgres")]
 pub use backend::{live_postgres_url, POSTGRES_URL_VAR};

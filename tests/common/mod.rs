@@ -1167,18 +1167,37 @@ pub mod process {
     }
 }
 
-/// Every message the queue named `queue` holds now on `backend` (the kit's backend, in process or
-/// live), each received once and left in flight: what a dead-letter or output queue was sent.
+/// What `queue` of `backend` holds, received without deleting (so on a FIFO queue at most one
+/// receive of each group: see [`taken_from`]).
 pub async fn held_by(
     backend: &rust_stream::testing::Backend,
     queue: &str,
 ) -> Vec<rust_stream::transport::ReceivedMessage> {
+    messages_of(backend, queue, false).await
+}
+
+/// Every message `queue` of `backend` holds, received and deleted until it is empty, in the
+/// order received: on a FIFO queue each group in the order stored (where [`held_by`], which
+/// deletes nothing, sees at most one receive of each group).
+pub async fn taken_from(
+    backend: &rust_stream::testing::Backend,
+    queue: &str,
+) -> Vec<rust_stream::transport::ReceivedMessage> {
+    messages_of(backend, queue, true).await
+}
+
+async fn messages_of(
+    backend: &rust_stream::testing::Backend,
+    queue: &str,
+    delete: bool,
+) -> Vec<rust_stream::transport::ReceivedMessage> {
     match (backend.account(), backend.endpoint()) {
-        (Some(account), _) => receive_all_of(account, queue).await,
+        (Some(account), _) => receive_all_of(account, queue, delete).await,
         (None, Some(endpoint)) => {
             receive_all_of(
                 &rust_stream::aws::AwsTransport::local(endpoint, "us-east-1"),
                 queue,
+                delete,
             )
             .await
         }
@@ -1186,23 +1205,44 @@ pub async fn held_by(
     }
 }
 
+/// Receives until a receive comes back empty (when deleting, two in a row: a live server may
+/// answer one receive empty while messages are still there), deleting what came if asked.
 async fn receive_all_of<T: rust_stream::transport::Transport>(
     transport: &T,
     queue: &str,
+    delete: bool,
 ) -> Vec<rust_stream::transport::ReceivedMessage> {
     let url = transport
         .get_queue_url(queue)
         .await
         .expect("the queue exists");
     let mut all = Vec::new();
-    loop {
+    let mut empty = 0;
+    while empty < if delete { 2 } else { 1 } {
         let received = transport
             .receive_message(&url, rust_stream::transport::ReceiveMessage::new(10))
             .await
             .expect("receive");
         if received.is_empty() {
-            return all;
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        if delete {
+            let entries = received
+                .iter()
+                .enumerate()
+                .map(|(n, message)| rust_stream::transport::DeleteEntry {
+                    id: n.to_string(),
+                    receipt_handle: message.receipt_handle.clone(),
+                })
+                .collect();
+            transport
+                .delete_message_batch(&url, entries)
+                .await
+                .expect("delete");
         }
         all.extend(received);
     }
+    all
 }

@@ -100,10 +100,12 @@ pub enum OperationError {
         /// The rate given.
         rate: f64,
     },
-    /// A message refused before any call (a FIFO queue's message without a group, an empty
-    /// body, ...).
+    // Not `Send`: a public item of that name makes rustc write the marker trait as
+    // `std::marker::Send` in the errors of every crate that depends on this one.
+    /// A message SQS refused, or that was refused before any call because SQS would (a FIFO
+    /// queue's message without a group, an empty body, ...).
     #[error("send to queue `{queue}`: {source}")]
-    Send {
+    SendRefused {
         /// The queue.
         queue: String,
         /// Why.
@@ -480,7 +482,7 @@ impl Operations {
     ///
     /// # Errors
     ///
-    /// [`OperationError::Send`] for a message SQS would refuse, or its refusal.
+    /// [`OperationError::SendRefused`] for a message SQS would refuse, or its refusal.
     pub async fn send(
         &self,
         queue: &str,
@@ -490,7 +492,7 @@ impl Operations {
         self.client
             .send(&SqsQueue::new(&name), message)
             .await
-            .map_err(|source| OperationError::Send {
+            .map_err(|source| OperationError::SendRefused {
                 queue: name,
                 source,
             })

@@ -474,12 +474,16 @@ impl Operations {
                 .await
                 .map_err(|source| at(&run.from, source))?;
             if received.is_empty() {
-                // Done once nothing is left but what this run holds; messages someone else holds
-                // (or a run killed before this one) are waited for as long as a hold lasts.
+                // Done once nothing is left but what this run holds, and on FIFO what waits behind
+                // a group it holds (counted visible, but no receive hands it out); messages
+                // someone else holds (or a run killed before this one) are waited for as long as
+                // a hold lasts.
                 let (visible, in_flight, delayed) = self.counts(&run.from, &run.url).await?;
                 let held = run.held.len() as u64;
+                let behind_held_groups =
+                    rules::is_fifo_name(&run.from) && !run.blocked_groups.is_empty();
                 let quiet = *quiet_since.get_or_insert_with(Instant::now);
-                if (visible == 0 && delayed == 0 && in_flight <= held)
+                if ((visible == 0 || behind_held_groups) && delayed == 0 && in_flight <= held)
                     || quiet.elapsed() > hold + Duration::from_secs(5)
                 {
                     if in_flight > held {

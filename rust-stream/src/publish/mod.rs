@@ -603,6 +603,12 @@ impl Outgoing {
         self.publisher.queue()
     }
 
+    /// The name its queue or topic was declared with, before the broker's naming: what a
+    /// recorded message is sent to again.
+    pub(crate) fn declared_name(&self) -> &str {
+        &self.publisher.declared().name
+    }
+
     /// The group it names: its `group_id` step; failing that, on a FIFO queue, its
     /// [`PARTITION_KEY_HEADER`] header.
     fn named_group(&self) -> Option<&str> {

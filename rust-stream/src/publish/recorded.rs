@@ -1,7 +1,8 @@
-//! A handler's outputs as the [inbox](crate::inbox) records them beside a completed message, so
-//! that a duplicate of the message sends them again unchanged: the same body, group,
-//! deduplication id and headers, to the same queue or topic (on a FIFO queue, SQS then stores
-//! them once).
+//! Messages recorded as text, to send later unchanged: the same body, group, deduplication id and
+//! headers, to the same queue or topic (on a FIFO queue, SQS then stores a second send once).
+//! The [inbox](crate::inbox) records a handler's outputs beside a completed message, so that a
+//! duplicate of the message sends them again; the [outbox](crate::outbox) records each message
+//! it is given as a row, which its relay sends.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -94,18 +95,29 @@ pub(crate) fn replay(
     recorded: &str,
     publishers: &[Publisher],
 ) -> Result<Vec<Outgoing>, ReplayError> {
+    replay_with(recorded, |to, topic| {
+        publishers
+            .iter()
+            .find(|publisher| {
+                publisher.declared().name == to && publisher.topic().is_some() == topic
+            })
+            .cloned()
+    })
+}
+
+/// The outputs [`record`] recorded, each with the publisher `publisher_for` gives for its
+/// destination (its declared name, and whether it is a topic), ready to send again.
+pub(crate) fn replay_with(
+    recorded: &str,
+    mut publisher_for: impl FnMut(&str, bool) -> Option<Publisher>,
+) -> Result<Vec<Outgoing>, ReplayError> {
     let recorded: Vec<RecordedOutgoing> = serde_json::from_str(recorded)?;
     recorded
         .into_iter()
         .map(|output| {
-            let publisher = publishers
-                .iter()
-                .find(|publisher| {
-                    publisher.declared().name == output.to
-                        && publisher.topic().is_some() == output.topic
-                })
+            let publisher = publisher_for(&output.to, output.topic)
                 .ok_or_else(|| ReplayError::NoPublisher(output.to.clone()))?;
-            let mut outgoing = Outgoing::new(publisher.clone(), Ok(output.body));
+            let mut outgoing = Outgoing::new(publisher, Ok(output.body));
             outgoing.group_id = output.group_id;
             outgoing.dedup_id = output.dedup_id;
             outgoing.delay = output.delay_ms.map(Duration::from_millis);

@@ -387,6 +387,14 @@ impl SqsBroker {
     }
 }
 
+impl SqsBroker {
+    /// The relay of the outbox in `store`, sending through this broker: mount it with the app's
+    /// subscribers, `b.worker(broker.relay(store))`. See [`outbox`](crate::outbox).
+    pub fn relay<S: crate::store::OutboxStore>(&self, store: S) -> crate::outbox::Relay<S> {
+        crate::outbox::Relay::new(store, self.core.clone())
+    }
+}
+
 impl Broker for SqsBroker {
     type Subscriber = Subscriber;
 

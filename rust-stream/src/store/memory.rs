@@ -1,19 +1,26 @@
-//! An [`InboxStore`] in the process, on tokio's clock: for tests and examples, where a paused
-//! clock lets a test pass a key's retention without waiting.
+//! An [`InboxStore`] and [`OutboxStore`] in the process, on tokio's clock: for tests and
+//! examples, where a paused clock lets a test pass a key's retention without waiting.
 //!
-//! It keeps SQL's semantics where the inbox relies on them: a held key makes a second claim wait
-//! (up to its [`wait`](super::ClaimSettings::wait)), a commit makes the key and the handler's
-//! writes visible together, and a transaction dropped without commit releases the key. The
-//! handler's writes are actions given to [`MemoryTransaction::on_commit`], run at the commit.
+//! It keeps SQL's semantics where the inbox and the outbox rely on them: a held key makes a
+//! second claim wait (up to its [`wait`](super::ClaimSettings::wait)), a commit makes the key,
+//! the handler's writes and its outbox rows visible together, and a transaction dropped without
+//! commit releases the key and leaves no row. The handler's writes are actions given to
+//! [`MemoryTransaction::on_commit`], run at the commit. A transaction of the service's own,
+//! outside any handler (an HTTP endpoint that writes to the outbox), is
+//! [`MemoryStore::begin`], then [`MemoryStore::commit`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use super::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError};
+use super::{
+    Backlog, Claim, ClaimSettings, InboxKey, InboxStore, Leased, NewOutboxRow, OutboxRow,
+    OutboxStore, StoreError,
+};
 
 /// An in-process [`InboxStore`]: see the [module docs](self). Clones share the store.
 ///
@@ -51,6 +58,18 @@ struct Shared {
     keys: Mutex<Keys>,
     /// Woken whenever a held key is completed or released.
     changed: Notify,
+    /// The outbox's committed rows.
+    outbox: Mutex<Rows>,
+    /// The relay's lease: one relay at a time reads rows.
+    relay: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The outbox's committed rows, by id, each with when it committed.
+#[derive(Default)]
+struct Rows {
+    by_id: BTreeMap<i64, (OutboxRow, Instant)>,
+    /// The id the next committed row gets: ids follow commits.
+    next_id: i64,
 }
 
 #[derive(Default)]
@@ -94,6 +113,45 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// A transaction of the service's own, outside any inbox claim: write to the outbox through
+    /// it, then [`commit`](Self::commit) it (dropping it rolls it back).
+    pub fn begin(&self) -> MemoryTransaction {
+        MemoryTransaction {
+            store: self.clone(),
+            claimed: None,
+            on_commit: Vec::new(),
+            settled: false,
+        }
+    }
+
+    /// Commits a transaction from [`begin`](Self::begin): its writes run and its outbox rows
+    /// become visible to the relay, together.
+    pub fn commit(&self, mut transaction: MemoryTransaction) {
+        transaction.settled = true;
+        // Under the keys' lock, as an inbox commit runs its writes: one commit at a time.
+        let _keys = self.keys();
+        for write in std::mem::take(&mut transaction.on_commit) {
+            write();
+        }
+    }
+
+    /// The outbox's committed rows not yet relayed, oldest first.
+    pub fn outbox_rows(&self) -> Vec<OutboxRow> {
+        self.rows()
+            .by_id
+            .values()
+            .map(|(row, _)| row.clone())
+            .collect()
+    }
+
+    fn rows(&self) -> MutexGuard<'_, Rows> {
+        // Each change is one insert or remove: a poisoned lock still holds whole rows.
+        self.shared
+            .outbox
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// How many keys are completed and not yet swept.
     pub fn completed(&self) -> usize {
         self.keys()
@@ -123,12 +181,12 @@ impl MemoryStore {
     }
 }
 
-/// The open transaction of a [`MemoryStore`] claim: the key is held until it is completed,
-/// released or dropped.
+/// An open transaction of a [`MemoryStore`]: an inbox claim's, whose key is held until it is
+/// completed, released or dropped, or one of the service's own from [`MemoryStore::begin`].
 pub struct MemoryTransaction {
     store: MemoryStore,
-    key: InboxKey,
-    claim: u64,
+    /// The claimed key and the claim's number; `None` for a transaction of the service's own.
+    claimed: Option<(InboxKey, u64)>,
     on_commit: Vec<Box<dyn FnOnce() + Send>>,
     settled: bool,
 }
@@ -136,7 +194,7 @@ pub struct MemoryTransaction {
 impl fmt::Debug for MemoryTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryTransaction")
-            .field("key", &self.key)
+            .field("key", &self.key())
             .field("on_commit", &self.on_commit.len())
             .finish_non_exhaustive()
     }
@@ -150,16 +208,16 @@ impl MemoryTransaction {
         self.on_commit.push(Box::new(write));
     }
 
-    /// The key this transaction holds.
-    pub fn key(&self) -> &InboxKey {
-        &self.key
+    /// The key this transaction holds: `None` for one from [`MemoryStore::begin`].
+    pub fn key(&self) -> Option<&InboxKey> {
+        self.claimed.as_ref().map(|(key, _)| key)
     }
 }
 
 impl Drop for MemoryTransaction {
     fn drop(&mut self) {
-        if !self.settled {
-            self.store.release_claim(&self.key, self.claim);
+        if let (false, Some((key, claim))) = (self.settled, &self.claimed) {
+            self.store.release_claim(key, *claim);
         }
     }
 }
@@ -201,8 +259,7 @@ impl InboxStore for MemoryStore {
                         );
                         return Ok(Claim::Claimed(MemoryTransaction {
                             store: self.clone(),
-                            key: key.clone(),
-                            claim,
+                            claimed: Some((key.clone(), claim)),
                             on_commit: Vec::new(),
                             settled: false,
                         }));
@@ -221,11 +278,20 @@ impl InboxStore for MemoryStore {
         key: &InboxKey,
         recorded: Option<&str>,
     ) -> Result<(), StoreError> {
-        debug_assert_eq!(&transaction.key, key, "a transaction completes its own key");
+        debug_assert_eq!(
+            transaction.key(),
+            Some(key),
+            "a transaction completes its own key"
+        );
         transaction.settled = true;
+        let Some((held_key, held_claim)) = transaction.claimed.clone() else {
+            // A transaction of the service's own holds no key: committing it is all there is.
+            self.commit(transaction);
+            return Ok(());
+        };
         let mut keys = self.keys();
-        let retention = match keys.by_key.get(&transaction.key) {
-            Some(Entry::Held { claim, retention }) if *claim == transaction.claim => *retention,
+        let retention = match keys.by_key.get(&held_key) {
+            Some(Entry::Held { claim, retention }) if *claim == held_claim => *retention,
             // Only a claim's own transaction removes its hold, and it has not: unreachable, but
             // a commit of a key it does not hold must not happen either.
             _ => return Ok(()),
@@ -234,7 +300,7 @@ impl InboxStore for MemoryStore {
             write();
         }
         keys.by_key.insert(
-            transaction.key.clone(),
+            held_key,
             Entry::Completed {
                 recorded: recorded.map(str::to_owned),
                 expires_at: Instant::now() + retention,
@@ -264,6 +330,91 @@ impl InboxStore for MemoryStore {
             keys.by_key.remove(key);
         }
         Ok(expired.len() as u64)
+    }
+}
+
+/// The in-process relay's lease: the store's relay lock, held until the relay finishes.
+#[derive(Debug)]
+pub struct MemoryLease {
+    _held: OwnedMutexGuard<()>,
+}
+
+impl OutboxStore for MemoryStore {
+    type Connection = MemoryTransaction;
+    type Lease = MemoryLease;
+
+    async fn write(
+        &self,
+        connection: &mut MemoryTransaction,
+        row: NewOutboxRow<'_>,
+    ) -> Result<(), StoreError> {
+        let shared = self.shared.clone();
+        let (destination, group_id, message) = (
+            row.destination.to_owned(),
+            row.group_id.map(str::to_owned),
+            row.message.to_owned(),
+        );
+        // The row gets its id when it commits, so ids follow commits. The outbox's lock is not
+        // the keys' lock the commit holds.
+        connection.on_commit(move || {
+            let mut rows = shared
+                .outbox
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            rows.next_id += 1;
+            let id = rows.next_id;
+            let row = OutboxRow {
+                id,
+                destination,
+                group_id,
+                message,
+            };
+            rows.by_id.insert(id, (row, Instant::now()));
+        });
+        Ok(())
+    }
+
+    async fn lease(
+        &self,
+        limit: u32,
+        _lease_timeout: Duration,
+    ) -> Result<Option<Leased<MemoryLease>>, StoreError> {
+        // In one process a relay that hangs is dropped by its app's shutdown, which frees the
+        // lock: there is nothing to time out.
+        let Ok(lease) = self.shared.relay.clone().try_lock_owned() else {
+            return Ok(None);
+        };
+        let rows = self.rows();
+        let now = Instant::now();
+        let backlog = Backlog {
+            rows: rows.by_id.len() as u64,
+            oldest_age: rows
+                .by_id
+                .values()
+                .next()
+                .map(|(_, committed)| now.duration_since(*committed)),
+        };
+        let taken = rows
+            .by_id
+            .values()
+            .take(limit as usize)
+            .map(|(row, _)| row.clone())
+            .collect();
+        Ok(Some(Leased {
+            lease: MemoryLease { _held: lease },
+            rows: taken,
+            backlog,
+        }))
+    }
+
+    async fn finish(&self, lease: MemoryLease, sent: &[i64]) -> Result<(), StoreError> {
+        let mut rows = self.rows();
+        for id in sent {
+            rows.by_id.remove(id);
+        }
+        drop(rows);
+        drop(lease);
+        Ok(())
     }
 }
 

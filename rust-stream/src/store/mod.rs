@@ -1,5 +1,6 @@
-//! Where the inbox keeps what it knows about each message it has handled: the
-//! [`InboxStore`] contract, and the stores that keep it.
+//! Where the inbox keeps what it knows about each message it has handled, and where the outbox
+//! keeps the messages a transaction publishes until they are sent: the [`InboxStore`] and
+//! [`OutboxStore`] contracts, and the stores that keep both.
 //!
 //! SQS delivers at least once, so a consumer that must act exactly once (post a payment, ship
 //! an order) remembers which messages it has already acted on. The inbox does so by *claiming* a
@@ -18,10 +19,16 @@
 //! - `sqlite::SqliteStore` (feature `sqlite`): SQLite, the embedded default: a file, no server, one
 //!   process; the handler gets a `sqlx::Transaction<'static, sqlx::Sqlite>`.
 //!
+//! The outbox is the other half: a transaction that commits a ledger row also writes the event
+//! that announces it, as a row of the same database ([`OutboxStore::write`]); a relay sends the
+//! committed rows in order and deletes them ([`OutboxStore::lease`], [`OutboxStore::finish`]).
+//! A rolled-back transaction leaves no row, so nothing is published for it; a committed one
+//! leaves a row that stays until it is sent. See [`outbox`](crate::outbox).
+//!
 //! Each database store creates its tables on first use and records the schema version it wrote,
 //! so a later release can migrate them (and an older one refuses a newer schema). Their tables
-//! are named `rust_stream_*`: `rust_stream_inbox` holds the keys, `rust_stream_schema` one row for
-//! each schema version applied.
+//! are named `rust_stream_*`: `rust_stream_inbox` holds the keys, `rust_stream_outbox` the
+//! messages waiting to be relayed, `rust_stream_schema` one row for each schema version applied.
 
 use std::future::Future;
 use std::time::Duration;
@@ -123,13 +130,108 @@ pub trait InboxStore: Clone + Send + Sync + 'static {
     fn sweep(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
+/// A message written to an outbox, as the store keeps it until the relay sends it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The row's place in the outbox: rows are relayed in this order, which within one group of
+    /// one destination is the order their transactions committed in.
+    pub id: i64,
+    /// The declared name of the queue or topic it goes to.
+    pub destination: String,
+    /// Its message group, on a FIFO destination: a store keeps the rows of one group of one
+    /// destination in commit order (see [`OutboxStore::write`]).
+    pub group_id: Option<String>,
+    /// The message itself, as the outbox encoded it: body, group, deduplication id, headers.
+    pub message: String,
+}
+
+/// What [`OutboxStore::write`] is given: a row without its id, which the store assigns.
+#[derive(Clone, Copy, Debug)]
+pub struct NewOutboxRow<'a> {
+    /// See [`OutboxRow::destination`].
+    pub destination: &'a str,
+    /// See [`OutboxRow::group_id`].
+    pub group_id: Option<&'a str>,
+    /// See [`OutboxRow::message`].
+    pub message: &'a str,
+}
+
+/// How much waits in an outbox: what the relay reports as metrics and readiness.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Committed rows not yet relayed.
+    pub rows: u64,
+    /// How long the oldest of them has waited, by the store's clock; `None` when there is none.
+    pub oldest_age: Option<Duration>,
+}
+
+/// The rows a relay took under its lease: [`OutboxStore::finish`] deletes those it sent and
+/// gives the lease up.
+#[derive(Debug)]
+pub struct Leased<L> {
+    /// The lease itself: while it is held no other relay of the same outbox reads rows.
+    pub lease: L,
+    /// The oldest committed rows, oldest first, at most the number asked for.
+    pub rows: Vec<OutboxRow>,
+    /// The whole outbox's backlog when the rows were read.
+    pub backlog: Backlog,
+}
+
+/// A store the [outbox](crate::outbox) writes its messages in, in the caller's own transaction,
+/// and its relay reads them from.
+///
+/// The contract:
+///
+/// - [`write`](Self::write) inserts a row through the caller's connection, so it commits or rolls
+///   back with the caller's own writes. Rows of one group of one destination get ids in the
+///   order their transactions commit: a store serializes such writers (PostgreSQL by a lock on
+///   the group held to the commit; SQLite and the in-process store have one writer at a time).
+/// - [`lease`](Self::lease) gives the outbox to one relay at a time, across processes where the
+///   store is shared, and reads the oldest committed rows; another relay gets `None` meanwhile.
+/// - [`finish`](Self::finish) deletes the rows the relay sent and gives the lease up. A relay that
+///   dies holding the lease loses it (its connection closes, or its transaction times out):
+///   the next relay reads the same rows and sends them again, with the same deduplication ids.
+pub trait OutboxStore: Clone + Send + Sync + 'static {
+    /// What a row is written through: the caller's open transaction, as the store's database
+    /// types it (`sqlx::PgConnection` or `sqlx::SqliteConnection`, which a `sqlx::Transaction`
+    /// derefs to; the in-process store's [`MemoryTransaction`](memory::MemoryTransaction)).
+    type Connection: Send + ?Sized;
+    /// A relay's hold on the outbox, from [`lease`](Self::lease) to [`finish`](Self::finish).
+    type Lease: Send + 'static;
+
+    /// Writes `row` through `connection`, in its transaction: visible to the relay once that
+    /// transaction commits, never if it rolls back.
+    fn write(
+        &self,
+        connection: &mut Self::Connection,
+        row: NewOutboxRow<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Takes the outbox's lease and reads up to `limit` of its oldest committed rows; `None`
+    /// while another relay holds the lease. The lease lapses by itself after `lease_timeout`
+    /// without a call (a relay that hangs).
+    fn lease(
+        &self,
+        limit: u32,
+        lease_timeout: Duration,
+    ) -> impl Future<Output = Result<Option<Leased<Self::Lease>>, StoreError>> + Send;
+
+    /// Deletes the rows `sent` (ids the lease read) and gives the lease up. An error means the
+    /// rows may still be there: the next lease reads them again.
+    fn finish(
+        &self,
+        lease: Self::Lease,
+        sent: &[i64],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
 /// What went wrong in a store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The database answered with an error, or could not be reached.
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
-    #[error("the inbox's database failed: {0}")]
+    #[error("the store's database failed: {0}")]
     Database(#[from] sqlx::Error),
     /// The database's tables were written by a newer rust-stream than this one.
     #[error(
@@ -143,6 +245,10 @@ pub enum StoreError {
         supported: i64,
     },
 }
+
+/// The schema version this release's database stores migrate to: what `rust_stream_schema`
+/// records last (1: the inbox; 3: the outbox).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// One step of a database store's schema: the statements that take it from the version before to
 /// `version`. Each store keeps its own list, oldest first; a release that adds tables (the outbox)
@@ -167,6 +273,24 @@ fn pending(
     Ok(&migrations[migrations.partition_point(|migration| migration.version <= found)..])
 }
 
+/// A database store's leased rows: each read row (id, destination, group, message) with the
+/// backlog and the oldest row's age in milliseconds that the same statement counted.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn leased<L>(lease: L, read: Vec<(OutboxRow, i64, f64)>) -> Leased<L> {
+    let backlog = match read.first() {
+        Some((_, rows, oldest_ms)) => Backlog {
+            rows: u64::try_from(*rows).unwrap_or(0),
+            oldest_age: Some(Duration::from_secs_f64(oldest_ms.max(0.0) / 1000.0)),
+        },
+        None => Backlog::default(),
+    };
+    Leased {
+        lease,
+        rows: read.into_iter().map(|(row, _, _)| row).collect(),
+        backlog,
+    }
+}
+
 /// `duration` in whole milliseconds, at least 1 and at most `i32::MAX`: the range of the
 /// databases' timeout settings, where 0 would mean "no timeout" rather than "do not wait".
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -180,4 +304,16 @@ fn timeout_millis(duration: Duration) -> i64 {
 fn retention_millis(retention: Duration) -> i64 {
     const CENTURY_MILLIS: u128 = 100 * 366 * 24 * 3600 * 1000;
     retention.as_millis().min(CENTURY_MILLIS) as i64
+}
+
+/// Asserts that `migrations` go up one step after another to [`SCHEMA_VERSION`]: what each
+/// database store's list must do for [`pending`] to find its steps.
+#[cfg(all(test, any(feature = "postgres", feature = "sqlite")))]
+fn assert_migrates_to_the_schema_version(migrations: &[Migration]) {
+    let versions: Vec<i64> = migrations.iter().map(|step| step.version).collect();
+    assert!(
+        versions.windows(2).all(|pair| pair[0] < pair[1]),
+        "{versions:?}"
+    );
+    assert_eq!(versions.last(), Some(&SCHEMA_VERSION));
 }

@@ -1,5 +1,6 @@
-//! The inbox's store on PostgreSQL: one database shared by every replica of a service, so a
-//! message delivered twice, to two replicas at once, still runs its handler once.
+//! The inbox's and the outbox's store on PostgreSQL: one database shared by every replica of a
+//! service, so a message delivered twice, to two replicas at once, still runs its handler once,
+//! and the replicas' relays send each committed outbox row once, in order.
 //!
 //! # How a claim works
 //!
@@ -44,6 +45,23 @@
 //! - If the connection fails while `COMMIT` is under way, [`complete`](InboxStore::complete)
 //!   answers an error though the server may have committed; the message's retry then finds its key
 //!   completed, so the handler still ran once.
+//! # The outbox
+//!
+//! [`write`](OutboxStore::write) inserts a row (`rust_stream_outbox`) through the caller's
+//! connection, in its transaction. A row of a FIFO group first takes a transaction-scoped advisory
+//! lock on its destination and group, held to the commit: two transactions that write to one
+//! group commit one after the other, so the later one's row gets the larger id, and the relay,
+//! which reads rows by id, sends a group in commit order. Transactions on different groups do not
+//! wait for each other (unless their hashes collide, which only makes one wait).
+//!
+//! A relay's round is one transaction: a `pg_try_advisory_xact_lock` that only one relay of the
+//! database gets (the others stand by until their next round), the oldest rows read in the same
+//! statement, then, once they are sent, their `DELETE` and the commit. A relay that dies mid-round
+//! loses the lock with its connection, and one that hangs has its transaction rolled back by the
+//! server after the lease timeout (`idle_in_transaction_session_timeout`); either way the next
+//! round reads the same rows and sends them again, with the same deduplication ids. Each round
+//! also counts the whole backlog (a scan of the table: cheap while the relay keeps up).
+//!
 //! - The tables are found through the connection's `search_path`, as any unqualified name: a
 //!   service that keeps them in a schema of their own sets the search path on the pool's
 //!   connections ([`PgConnectOptions::options`]).
@@ -51,15 +69,18 @@
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, Postgres};
 use sqlx::{AssertSqlSafe, Row};
 
+use std::time::Duration;
+
 use super::{
-    pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
-    Migration, StoreError,
+    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]).
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: "
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: "
         CREATE TABLE rust_stream_schema (
             version bigint PRIMARY KEY,
             applied_at timestamptz NOT NULL DEFAULT now()
@@ -74,7 +95,59 @@ const MIGRATIONS: &[Migration] = &[Migration {
         );
         CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
     ",
-}];
+    },
+    Migration {
+        version: 3,
+        statements: "
+        CREATE TABLE rust_stream_outbox (
+            id bigserial PRIMARY KEY,
+            destination text NOT NULL,
+            group_id text,
+            message text NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        );
+    ",
+    },
+];
+
+/// The first half of the advisory lock that a writer of an outbox row of a FIFO group holds to
+/// its commit (the second is a hash of the destination and the group), so that two transactions
+/// writing to one group commit one after the other and their rows' ids follow their commits.
+const OUTBOX_GROUP_LOCK: i32 = 0x7273_0010;
+
+/// The first half of the advisory lock a relay holds for one round (the second is a hash of
+/// the schema): one relay at a time reads and deletes rows.
+const OUTBOX_RELAY_LOCK: i32 = 0x7273_0011;
+
+/// An outbox row of a FIFO group, written once the group's lock is this transaction's (the CTE
+/// takes it before the row, and with it its id, is made).
+const WRITE_GROUPED: &str = "
+    WITH serialized AS (SELECT pg_advisory_xact_lock($1, hashtext($2 || '/' || $3)))
+    INSERT INTO rust_stream_outbox (destination, group_id, message)
+    SELECT $2, $3, $4 FROM serialized";
+
+const WRITE: &str = "
+    INSERT INTO rust_stream_outbox (destination, group_id, message) VALUES ($1, NULL, $2)";
+
+/// The relay's round: its lock if no other relay holds it, then the oldest rows with the whole
+/// backlog's size and the oldest row's age. One row with `held` false when another relay has the
+/// lock, one with no id when the outbox is empty.
+const LEASE: &str = "
+    WITH lease AS (
+        SELECT pg_try_advisory_xact_lock($1, hashtext(coalesce(current_schema(), ''))) AS held
+    )
+    SELECT lease.held, rows.id, rows.destination, rows.group_id, rows.message, rows.backlog,
+           rows.oldest_ms
+    FROM lease LEFT JOIN LATERAL (
+        SELECT id, destination, group_id, message, count(*) OVER () AS backlog,
+               (extract(epoch FROM now() - min(created_at) OVER ()) * 1000)::float8 AS oldest_ms
+        FROM rust_stream_outbox
+        WHERE lease.held
+        ORDER BY id
+        LIMIT $2
+    ) rows ON true";
+
+const DELETE_SENT: &str = "DELETE FROM rust_stream_outbox WHERE id = ANY($1)";
 
 /// The first half of the advisory lock a migration holds (the second is a hash of the schema it
 /// migrates): any constant of this crate's own ("rs", then 1).
@@ -302,5 +375,99 @@ impl InboxStore for PostgresStore {
             .execute(&self.pool)
             .await?;
         Ok(deleted.rows_affected())
+    }
+}
+
+impl OutboxStore for PostgresStore {
+    type Connection = sqlx::PgConnection;
+    type Lease = sqlx::Transaction<'static, Postgres>;
+
+    async fn write(
+        &self,
+        connection: &mut sqlx::PgConnection,
+        row: NewOutboxRow<'_>,
+    ) -> Result<(), StoreError> {
+        match row.group_id {
+            Some(group_id) => {
+                sqlx::query(WRITE_GROUPED)
+                    .bind(OUTBOX_GROUP_LOCK)
+                    .bind(row.destination)
+                    .bind(group_id)
+                    .bind(row.message)
+                    .execute(connection)
+                    .await?
+            }
+            None => {
+                sqlx::query(WRITE)
+                    .bind(row.destination)
+                    .bind(row.message)
+                    .execute(connection)
+                    .await?
+            }
+        };
+        Ok(())
+    }
+
+    async fn lease(
+        &self,
+        limit: u32,
+        lease_timeout: Duration,
+    ) -> Result<Option<Leased<Self::Lease>>, StoreError> {
+        // A relay that hangs holding the lock is rolled back by the server, which frees it.
+        let begin = format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; \
+             SET LOCAL idle_in_transaction_session_timeout = {}",
+            timeout_millis(lease_timeout),
+        );
+        let mut transaction = self.pool.begin_with(AssertSqlSafe(begin)).await?;
+        let found = sqlx::query(LEASE)
+            .bind(OUTBOX_RELAY_LOCK)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *transaction)
+            .await?;
+        let held = match found.first() {
+            Some(first) => first.try_get::<bool, _>("held")?,
+            None => false,
+        };
+        if !held {
+            transaction.rollback().await?;
+            return Ok(None);
+        }
+        let mut read = Vec::with_capacity(found.len());
+        for row in &found {
+            let Some(id) = row.try_get::<Option<i64>, _>("id")? else {
+                continue;
+            };
+            read.push((
+                OutboxRow {
+                    id,
+                    destination: row.try_get("destination")?,
+                    group_id: row.try_get("group_id")?,
+                    message: row.try_get("message")?,
+                },
+                row.try_get::<i64, _>("backlog")?,
+                row.try_get::<f64, _>("oldest_ms")?,
+            ));
+        }
+        Ok(Some(leased(transaction, read)))
+    }
+
+    async fn finish(&self, mut lease: Self::Lease, sent: &[i64]) -> Result<(), StoreError> {
+        if !sent.is_empty() {
+            sqlx::query(DELETE_SENT)
+                .bind(sent)
+                .execute(&mut *lease)
+                .await?;
+        }
+        lease.commit().await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_migrations_go_up_to_the_schema_version() {
+        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
     }
 }

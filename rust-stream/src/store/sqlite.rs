@@ -1,5 +1,5 @@
-//! The inbox's store on SQLite, the embedded default: one file, no server, for a service that runs
-//! as one process.
+//! The inbox's and the outbox's store on SQLite, the embedded default: one file, no server, for a
+//! service that runs as one process.
 //!
 //! # How a claim works
 //!
@@ -35,6 +35,11 @@
 //! - [`ClaimSettings::lease`] is not enforced by SQLite: in one process, the engine's handler
 //!   timeout drops a hung handler's transaction, which rolls it back, and a process that dies
 //!   releases its lock with it.
+//! - The outbox: SQLite has one writer at a time, so rows get their ids in commit order. One relay
+//!   at a time reads them: the lease is a lock of the [`SqliteStore`] (and its clones), so a
+//!   second store opened on the same file, or a second process, would relay the same rows again
+//!   (their deduplication ids make a FIFO queue store them once; a standard queue's consumer needs
+//!   the inbox). A relay's delete of the rows it sent waits for the write lock, as a sweep does.
 //! - A claim leaves its `wait` as the busy timeout of the connection it used; a pool shared with
 //!   the service's own writes outside the inbox should set theirs as they need.
 
@@ -45,17 +50,20 @@ use sqlx::sqlite::{
     Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Row};
+use std::sync::Arc;
+use tokio::sync::OwnedMutexGuard;
 
 use super::{
-    pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
-    Migration, StoreError,
+    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: "
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: "
         CREATE TABLE rust_stream_schema (
             version INTEGER PRIMARY KEY,
             applied_at INTEGER NOT NULL
@@ -70,7 +78,38 @@ const MIGRATIONS: &[Migration] = &[Migration {
         ) STRICT;
         CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
     ",
-}];
+    },
+    Migration {
+        version: 3,
+        // AUTOINCREMENT: an id is never given twice, even after the largest row was relayed.
+        statements: "
+        CREATE TABLE rust_stream_outbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            destination TEXT NOT NULL,
+            group_id TEXT,
+            message TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        ) STRICT;
+    ",
+    },
+];
+
+const WRITE: &str = "
+    INSERT INTO rust_stream_outbox (destination, group_id, message, created_at)
+    VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000 AS INTEGER))";
+
+/// The oldest rows, with the whole backlog's size and the oldest row's age in milliseconds.
+const LEASE: &str = "
+    SELECT id, destination, group_id, message, count(*) OVER () AS backlog,
+           CAST(CAST(unixepoch('subsec') * 1000 AS INTEGER) - min(created_at) OVER () AS REAL)
+               AS oldest_ms
+    FROM rust_stream_outbox
+    ORDER BY id
+    LIMIT ?1";
+
+/// The ids come as one JSON array: one statement whatever their number.
+const DELETE_SENT: &str = "
+    DELETE FROM rust_stream_outbox WHERE id IN (SELECT value FROM json_each(?1))";
 
 /// Claims a key: inserts it, or takes over a row whose retention has passed; changes no row when
 /// the key is completed. SQLite's `'now'` is the same throughout one statement.
@@ -150,6 +189,8 @@ const SQLITE_BUSY: i32 = 5;
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The outbox relay's lease, in the one process that uses the file.
+    relay: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqliteStore {
@@ -171,7 +212,10 @@ impl SqliteStore {
     /// database of its own), WAL mode and `synchronous = FULL` as [`open`](Self::open) does.
     pub async fn new(pool: SqlitePool) -> Result<Self, StoreError> {
         migrate(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            relay: Arc::default(),
+        })
     }
 
     /// The pool the store claims in, for the service's own queries outside the inbox.
@@ -302,5 +346,81 @@ impl InboxStore for SqliteStore {
             .await?;
         transaction.commit().await?;
         Ok(deleted.rows_affected())
+    }
+}
+
+/// The SQLite relay's lease: the store's relay lock, held until the relay finishes.
+#[derive(Debug)]
+pub struct SqliteLease {
+    _held: OwnedMutexGuard<()>,
+}
+
+impl OutboxStore for SqliteStore {
+    type Connection = sqlx::SqliteConnection;
+    type Lease = SqliteLease;
+
+    async fn write(
+        &self,
+        connection: &mut sqlx::SqliteConnection,
+        row: NewOutboxRow<'_>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(WRITE)
+            .bind(row.destination)
+            .bind(row.group_id)
+            .bind(row.message)
+            .execute(connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn lease(
+        &self,
+        limit: u32,
+        _lease_timeout: Duration,
+    ) -> Result<Option<Leased<SqliteLease>>, StoreError> {
+        // One process: a relay that hangs is dropped by its app's shutdown, which frees the lock.
+        let Ok(held) = self.relay.clone().try_lock_owned() else {
+            return Ok(None);
+        };
+        let found = sqlx::query(LEASE)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut read = Vec::with_capacity(found.len());
+        for row in &found {
+            read.push((
+                OutboxRow {
+                    id: row.try_get("id")?,
+                    destination: row.try_get("destination")?,
+                    group_id: row.try_get("group_id")?,
+                    message: row.try_get("message")?,
+                },
+                row.try_get::<i64, _>("backlog")?,
+                row.try_get::<f64, _>("oldest_ms")?,
+            ));
+        }
+        Ok(Some(leased(SqliteLease { _held: held }, read)))
+    }
+
+    async fn finish(&self, lease: SqliteLease, sent: &[i64]) -> Result<(), StoreError> {
+        if !sent.is_empty() {
+            let ids = serde_json::to_string(sent).expect("ids are numbers");
+            let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
+            sqlx::query(DELETE_SENT)
+                .bind(ids)
+                .execute(&mut *transaction)
+                .await?;
+            transaction.commit().await?;
+        }
+        drop(lease);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_migrations_go_up_to_the_schema_version() {
+        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
     }
 }

@@ -279,10 +279,25 @@ fn not_live(what: &str, why: &str, what_to_do: &str, skipped: bool) -> Option<St
 /// skipped (each leg's own panic is printed as it happens, with its place); and under `CI` when no live endpoint can be had, so that a live leg is
 /// never skipped silently there. Elsewhere a skipped live leg is said on standard error.
 pub fn on_each_backend(body: impl AsyncFn(Backend)) {
+    on_each_backend_with(true, body);
+}
+
+/// [`on_each_backend`], with the in-process leg's clock running in real time: for a body that
+/// talks to a real database (the inbox's or outbox's SQLite or PostgreSQL store), whose answers
+/// take real time that a paused clock would not wait for (its pool would time out at once).
+///
+/// # Panics
+///
+/// As [`on_each_backend`].
+pub fn on_each_backend_in_real_time(body: impl AsyncFn(Backend)) {
+    on_each_backend_with(false, body);
+}
+
+fn on_each_backend_with(paused: bool, body: impl AsyncFn(Backend)) {
     let in_process = || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .start_paused(true)
+            .start_paused(paused)
             .build()
             .expect("a test runtime");
         let account = Account::new();

@@ -260,7 +260,9 @@ impl From<OperationError> for ApiError {
     fn from(error: OperationError) -> Self {
         match &error {
             OperationError::Naming { .. } => Self::BadRequest(error.to_string()),
-            OperationError::Send { source, .. } if !source.is_retryable() && is_sender(source) => {
+            OperationError::SendRefused { source, .. }
+                if !source.is_retryable() && is_sender(source) =>
+            {
                 Self::BadRequest(error.to_string())
             }
             _ => Self::Backend(error.to_string()),

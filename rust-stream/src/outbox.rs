@@ -1,0 +1,539 @@
+//! Transactional publishing: an outbox that writes a message in the caller's own database
+//! transaction, and a relay that sends what committed.
+//!
+//! A service that commits a ledger row must announce it ("payment posted") if and only if the
+//! commit happened. Sending from inside the transaction announces rows that then roll back;
+//! sending after the commit loses the announcement when the process dies in between. The outbox
+//! writes the message as a row of the same database, in the same transaction
+//! ([`OutboxMessage::send`]), so the row exists exactly when the commit does; the app's
+//! [`Relay`] then sends the committed rows and deletes them.
+//!
+//! ```
+//! use rust_stream::outbox::Outbox;
+//! use rust_stream::prelude::*;
+//! use rust_stream::store::memory::MemoryStore;
+//! use rust_stream::testing::TestApp;
+//!
+//! #[derive(serde::Serialize)]
+//! struct PaymentPosted { account: String, cents: i64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let broker = SqsBroker::in_process();
+//! let store = MemoryStore::new();
+//! let posted = Outbox::new(
+//!     store.clone(),
+//!     broker.publisher(SqsQueue::new("payments-posted.fifo").create_if_missing()),
+//! );
+//! let app = RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(broker.clone(), |b| {
+//!     b.worker(broker.relay(store.clone()));
+//! });
+//! let running = TestApp::spawn(app).await.unwrap();
+//!
+//! // Anywhere in the service (an HTTP endpoint, a handler): the ledger row and the event commit
+//! // together. With PostgreSQL this is a `sqlx::Transaction` and `&mut *transaction`.
+//! let mut transaction = store.begin();
+//! let event = PaymentPosted { account: "acct-7".into(), cents: 1250 };
+//! posted.message(&event).group_id("acct-7").send(&mut transaction).await.unwrap();
+//! store.commit(transaction);
+//!
+//! while !store.outbox_rows().is_empty() {
+//!     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+//! }
+//! running.stop().await.unwrap();
+//! # }
+//! ```
+//!
+//! # What the relay guarantees
+//!
+//! - **Nothing committed is lost, nothing rolled back is sent.** A row is deleted only once SQS
+//!   (or SNS) has stored its message; a rolled-back transaction never made a row.
+//! - **A group's rows go in commit order.** The store gives the rows of one group of one
+//!   destination ids in the order their transactions committed (see
+//!   [`OutboxStore::write`]); the relay reads rows by id and sends each group's in that order,
+//!   through the publisher's in-order batchers. A row whose send fails holds its group: until
+//!   it is sent, later rows of the group wait (other groups go on).
+//! - **One relay at a time** per outbox: each round takes the store's lease (on PostgreSQL an
+//!   advisory lock, so replicas of a service take turns, as the PostgreSQL store's docs say);
+//!   the others stand by and are ready.
+//! - **A resend is one message.** Each row's message carries a key made when it was written:
+//!   its deduplication id on a FIFO destination (a relay that died after sending and before
+//!   deleting, and whose rows are sent again within five minutes, is collapsed by SQS) and its
+//!   [`IDEMPOTENCY_KEY_HEADER`] everywhere, which a consumer's [inbox](crate::inbox) takes as the
+//!   message's key, so on a standard queue a resent copy is acked without running its handler.
+//!
+//! What it does not guarantee: a resend more than five minutes after the first send is stored
+//! again on a FIFO queue (the inbox downstream still drops it); and should SQS store a group's
+//! later message of one `SendMessageBatch` call and refuse an earlier one for good (a message
+//! past a queue's own size limit), that later message has already gone ahead of it.
+//!
+//! # Metrics and health
+//!
+//! Each round sets the gauges [`BACKLOG`](crate::metrics::OUTBOX_BACKLOG) (rows waiting) and
+//! [`OLDEST_AGE`](crate::metrics::OUTBOX_OLDEST_AGE) (seconds the oldest has waited), and counts
+//! [`RELAYED`](crate::metrics::OUTBOX_RELAYED) and [`FAILED`](crate::metrics::OUTBOX_FAILED)
+//! sends. The relay is a [worker](crate::worker): the app is ready only while the relay reaches
+//! its store and its oldest row is younger than [`Relay::unready_after`] (a minute by default).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::client::Client;
+use crate::inbox::IDEMPOTENCY_KEY_HEADER;
+use crate::model::{SnsTopic, SqsQueue};
+use crate::publish::{recorded, Outgoing, PublishError, PublishedMessage, Publisher};
+use crate::store::{Backlog, NewOutboxRow, OutboxRow, OutboxStore, StoreError};
+use crate::worker::{Worker, WorkerContext};
+
+/// How many rows a relay reads in one round unless [`Relay::batch_size`] says otherwise.
+pub const DEFAULT_BATCH_SIZE: u32 = 500;
+
+/// How long a relay waits between rounds that found less than a full batch, unless
+/// [`Relay::poll_interval`] says otherwise.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How long a relay may hold the outbox's lease without a word before the store takes it back
+/// (a relay that hangs), unless [`Relay::lease_timeout`] says otherwise: above the 20 s a send
+/// is retried for.
+pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How old the oldest row may get before the app stops being ready, unless
+/// [`Relay::unready_after`] says otherwise.
+pub const DEFAULT_UNREADY_AFTER: Duration = Duration::from_secs(60);
+
+/// How long a relay waits before its next round after its store failed.
+const STORE_RETRY: Duration = Duration::from_secs(1);
+
+/// Messages to one queue or topic, written in the caller's transaction: see the
+/// [module docs](self). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Outbox<S> {
+    store: S,
+    publisher: Publisher,
+}
+
+impl<S: OutboxStore> Outbox<S> {
+    /// An outbox in `store` for the messages of `publisher`'s queue or topic. A publisher made by
+    /// the broker ([`SqsBroker::publisher`](crate::SqsBroker::publisher), or
+    /// [`topic`](crate::SqsBroker::topic)) also declares its destination to the broker, so the
+    /// relay creates it when it is declared `create_if_missing`; an unbound one
+    /// ([`Publisher::new`]) serves code that writes rows without a broker at hand.
+    pub fn new(store: S, publisher: Publisher) -> Self {
+        Self { store, publisher }
+    }
+
+    /// A message whose body is `value` in JSON.
+    pub fn message<T: Serialize + ?Sized>(&self, value: &T) -> OutboxMessage<'_, S> {
+        OutboxMessage {
+            outbox: self,
+            outgoing: self.publisher.message(value),
+        }
+    }
+
+    /// A message with this body as it is.
+    pub fn raw(&self, body: impl Into<String>) -> OutboxMessage<'_, S> {
+        OutboxMessage {
+            outbox: self,
+            outgoing: self.publisher.raw(body),
+        }
+    }
+
+    /// The store the rows are written in.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+}
+
+/// A message on its way into an outbox: the [`Outgoing`] steps, then
+/// [`send`](Self::send) in a transaction.
+#[derive(Debug)]
+#[must_use = "a message is written only by `.send(&mut transaction).await`"]
+pub struct OutboxMessage<'a, S> {
+    outbox: &'a Outbox<S>,
+    outgoing: Outgoing,
+}
+
+impl<S: OutboxStore> OutboxMessage<'_, S> {
+    /// The message group (FIFO), as [`Outgoing::group_id`]: a group's messages are sent in the
+    /// order their transactions commit.
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.outgoing = self.outgoing.group_id(group_id);
+        self
+    }
+
+    /// The deduplication id (FIFO), as [`Outgoing::dedup_id`]; by default the key the outbox
+    /// makes for the row.
+    pub fn dedup_id(mut self, dedup_id: impl Into<String>) -> Self {
+        self.outgoing = self.outgoing.dedup_id(dedup_id);
+        self
+    }
+
+    /// Delays delivery (standard queues), as [`Outgoing::delay`], from when the relay sends it.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.outgoing = self.outgoing.delay(delay);
+        self
+    }
+
+    /// A `String` header, as [`Outgoing::header`].
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.outgoing = self.outgoing.header(name, value);
+        self
+    }
+
+    /// A `Number` header, as [`Outgoing::header_number`].
+    pub fn header_number(mut self, name: impl Into<String>, value: impl std::fmt::Display) -> Self {
+        self.outgoing = self.outgoing.header_number(name, value);
+        self
+    }
+
+    /// Writes the message through `connection`, in its transaction: the relay sends it once the
+    /// transaction commits, never if it rolls back. Give it the transaction the service's own
+    /// rows are written in (`&mut *transaction` for a `sqlx::Transaction`, or for the inbox's
+    /// from [`Context::transaction`](crate::Context::transaction)).
+    ///
+    /// # Errors
+    ///
+    /// [`OutboxError::Publish`] when the message breaks a rule of its destination (checked here,
+    /// before anything is written, as a send checks it: its body encodes, its size, its headers,
+    /// its group); [`OutboxError::Store`] when the row could not be written (the transaction is
+    /// then best rolled back).
+    pub async fn send(self, connection: &mut S::Connection) -> Result<(), OutboxError> {
+        let key = uuid::Uuid::new_v4().to_string();
+        let mut outgoing = self.outgoing;
+        let (fifo, has_dedup, has_key) = {
+            let shown = PublishedMessage::new(&outgoing);
+            (
+                shown.queue().is_fifo(),
+                shown.dedup_id().is_some(),
+                shown.header(IDEMPOTENCY_KEY_HEADER).is_some(),
+            )
+        };
+        // The key goes with every resend of the row: FIFO collapses a resend within five minutes
+        // by it, an inbox downstream by the header.
+        if fifo && !has_dedup {
+            outgoing = outgoing.dedup_id(key.clone());
+        }
+        if !has_key {
+            outgoing = outgoing.header(IDEMPOTENCY_KEY_HEADER, key);
+        }
+        let group_id = fifo.then(|| {
+            PublishedMessage::new(&outgoing)
+                .group_id()
+                .unwrap_or_default()
+                .to_owned()
+        });
+        let message = recorded::record(std::slice::from_ref(&outgoing));
+        let destination = outgoing.declared_name().to_owned();
+        // Every rule a send would check, checked now: a row the relay could never send would
+        // hold its group for good.
+        let _checked = outgoing.into_request()?;
+        let message = message.expect("a message whose body encoded is recorded");
+        self.outbox
+            .store
+            .write(
+                connection,
+                NewOutboxRow {
+                    destination: &destination,
+                    group_id: group_id.as_deref(),
+                    message: &message,
+                },
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Why a message could not be written to an outbox.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// The message breaks a rule of its destination: nothing was written.
+    #[error("the outbox refused the message: {0}")]
+    Publish(#[from] PublishError),
+    /// The store could not write the row.
+    #[error("the outbox could not write the message: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Sends what an outbox's committed transactions wrote, in order, and deletes it once sent: a
+/// [`Worker`] of the app (`b.worker(broker.relay(store))`). Made by
+/// [`SqsBroker::relay`](crate::SqsBroker::relay); see the [module docs](self).
+pub struct Relay<S> {
+    store: S,
+    core: Arc<Client>,
+    name: String,
+    batch_size: u32,
+    poll_interval: Duration,
+    lease_timeout: Duration,
+    unready_after: Duration,
+}
+
+impl<S> std::fmt::Debug for Relay<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("name", &self.name)
+            .field("batch_size", &self.batch_size)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: OutboxStore> Relay<S> {
+    pub(crate) fn new(store: S, core: Arc<Client>) -> Self {
+        Self {
+            store,
+            core,
+            name: "outbox".to_owned(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            lease_timeout: DEFAULT_LEASE_TIMEOUT,
+            unready_after: DEFAULT_UNREADY_AFTER,
+        }
+    }
+
+    /// Names the relay in health reports and metrics (default `outbox`): for an app with
+    /// several outboxes.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Reads up to `rows` rows a round (default [`DEFAULT_BATCH_SIZE`], at least 1): more fills
+    /// more `SendMessageBatch` calls of 10 when many groups are busy.
+    pub fn batch_size(mut self, rows: u32) -> Self {
+        self.batch_size = rows.max(1);
+        self
+    }
+
+    /// Waits `interval` between rounds that found less than a full batch (default
+    /// [`DEFAULT_POLL_INTERVAL`]): the most a committed row waits to be read.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How long the relay may hold the outbox's lease without a word before the store takes it
+    /// back (default [`DEFAULT_LEASE_TIMEOUT`]); keep it above the 20 s a send is retried for.
+    pub fn lease_timeout(mut self, timeout: Duration) -> Self {
+        self.lease_timeout = timeout;
+        self
+    }
+
+    /// How old the oldest waiting row may get before the app is no longer ready (default
+    /// [`DEFAULT_UNREADY_AFTER`]).
+    pub fn unready_after(mut self, age: Duration) -> Self {
+        self.unready_after = age;
+        self
+    }
+}
+
+/// What a relay keeps between rounds: the publishers it made, and the groups held behind a row
+/// that failed.
+#[derive(Default)]
+struct RelayState {
+    publishers: HashMap<(String, bool), Publisher>,
+    /// Groups (destination, group) whose oldest row failed: only that row goes until it is sent.
+    held: HashSet<(String, String)>,
+}
+
+/// What one round did.
+enum Round {
+    /// Another relay holds the lease.
+    Standby,
+    /// The rows read, sent and deleted.
+    Relayed {
+        read: usize,
+        backlog: Backlog,
+        failed: usize,
+    },
+}
+
+impl<S: OutboxStore> Relay<S> {
+    /// The publisher of `destination` (a topic's when `topic`), made once, bound to the broker.
+    fn publisher(&self, state: &mut RelayState, destination: &str, topic: bool) -> Publisher {
+        state
+            .publishers
+            .entry((destination.to_owned(), topic))
+            .or_insert_with(|| {
+                let publisher = if topic {
+                    Publisher::for_topic(SnsTopic::new(destination))
+                } else {
+                    Publisher::new(SqsQueue::new(destination))
+                };
+                publisher.bind(&self.core);
+                publisher
+            })
+            .clone()
+    }
+
+    /// One round: the lease, the oldest rows, their sends, the delete of those sent.
+    async fn round(&self, state: &mut RelayState) -> Result<Round, StoreError> {
+        let Some(leased) = self
+            .store
+            .lease(self.batch_size, self.lease_timeout)
+            .await?
+        else {
+            return Ok(Round::Standby);
+        };
+        let read = leased.rows.len();
+        let backlog = leased.backlog;
+        crate::metrics::outbox_backlog(&self.name, backlog.rows, backlog.oldest_age);
+        let (sendable, mut failed) = self.sendable(state, leased.rows);
+        let mut sent = Vec::new();
+        let mut sends = Vec::new();
+        for ((destination, topic), rows) in sendable {
+            let publisher = self.publisher(state, &destination, topic);
+            sends.push(async move {
+                let (ids, outgoings): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+                let answers = publisher.send_batch(outgoings).await;
+                (ids, answers)
+            });
+        }
+        for (rows, answers) in futures_util::future::join_all(sends).await {
+            for ((id, destination, group), answer) in rows.into_iter().zip(answers) {
+                match answer {
+                    Ok(_) => {
+                        sent.push(id);
+                        if let Some(group) = group {
+                            state.held.remove(&(destination, group));
+                        }
+                    }
+                    Err(error) => {
+                        failed += 1;
+                        tracing::warn!(outbox.row = id, messaging.destination.name = %destination, error = %error, "the outbox could not send a row; it stays, and holds its group, until it is sent");
+                        if let Some(group) = group {
+                            state.held.insert((destination, group));
+                        }
+                    }
+                }
+            }
+        }
+        crate::metrics::outbox_relayed(&self.name, sent.len(), failed);
+        self.store.finish(leased.lease, &sent).await?;
+        Ok(Round::Relayed {
+            read,
+            backlog,
+            failed,
+        })
+    }
+
+    /// The rows of a round as messages to send, by destination, each group's in order: a held
+    /// group sends only its oldest row. Answers how many could not be made into messages (they
+    /// stay, and hold their group).
+    #[allow(clippy::type_complexity)]
+    fn sendable(
+        &self,
+        state: &mut RelayState,
+        rows: Vec<OutboxRow>,
+    ) -> (
+        Vec<(
+            (String, bool),
+            Vec<((i64, String, Option<String>), Outgoing)>,
+        )>,
+        usize,
+    ) {
+        let mut by_destination: Vec<((String, bool), Vec<_>)> = Vec::new();
+        let mut seen_held: HashSet<(String, String)> = HashSet::new();
+        let mut unreadable = 0;
+        for row in rows {
+            let group_key = row
+                .group_id
+                .clone()
+                .map(|group| (row.destination.clone(), group));
+            if let Some(key) = &group_key {
+                if state.held.contains(key) && !seen_held.insert(key.clone()) {
+                    continue;
+                }
+            }
+            let mut topic_of_row = false;
+            let replayed = recorded::replay_with(&row.message, |to, topic| {
+                topic_of_row = topic;
+                Some(self.publisher(state, to, topic))
+            });
+            let outgoing = match replayed.map(|mut outgoings| outgoings.pop()) {
+                Ok(Some(outgoing)) => outgoing,
+                Ok(None) => {
+                    unreadable += 1;
+                    tracing::error!(
+                        outbox.row = row.id,
+                        "an outbox row holds no message; it stays for a person to look at"
+                    );
+                    continue;
+                }
+                Err(error) => {
+                    unreadable += 1;
+                    tracing::error!(outbox.row = row.id, error = %error, "an outbox row cannot be read; it stays, and holds its group, for a person to look at");
+                    if let Some(key) = group_key {
+                        state.held.insert(key);
+                    }
+                    continue;
+                }
+            };
+            let destination = (row.destination.clone(), topic_of_row);
+            let entry = (row.id, row.destination, row.group_id);
+            match by_destination
+                .iter_mut()
+                .find(|(existing, _)| *existing == destination)
+            {
+                Some((_, rows)) => rows.push((entry, outgoing)),
+                None => by_destination.push((destination, vec![(entry, outgoing)])),
+            }
+        }
+        (by_destination, unreadable)
+    }
+}
+
+impl<S: OutboxStore> Worker for Relay<S> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn run(self, context: WorkerContext) {
+        let mut state = RelayState::default();
+        loop {
+            let wait = match self.round(&mut state).await {
+                Ok(Round::Standby) => {
+                    context
+                        .probe()
+                        .report(true, "standing by: another relay holds the outbox");
+                    self.poll_interval
+                }
+                Ok(Round::Relayed {
+                    read,
+                    backlog,
+                    failed,
+                }) => {
+                    let oldest = backlog.oldest_age.unwrap_or_default();
+                    let keeping_up = oldest < self.unready_after;
+                    context.probe().report(
+                        keeping_up,
+                        format!(
+                            "{} rows waiting, the oldest for {} ms; {failed} failed in the last round",
+                            backlog.rows,
+                            oldest.as_millis()
+                        ),
+                    );
+                    if read as u32 >= self.batch_size && failed == 0 {
+                        Duration::ZERO
+                    } else {
+                        self.poll_interval
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(outbox = %self.name, error = %error, "the outbox relay cannot reach its store; it tries again");
+                    context
+                        .probe()
+                        .report(false, format!("cannot reach the store: {error}"));
+                    STORE_RETRY
+                }
+            };
+            tokio::select! {
+                () = context.shutdown().requested() => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
