@@ -10,6 +10,8 @@
 
 use std::process::ExitCode;
 
+mod serve;
+
 use clap::{Parser, Subcommand};
 use rust_stream::operations::{
     AuditRecord, Message, MessageFilter, OperationError, Peek, QueueInfo, QueueSpec, Redrive,
@@ -131,6 +133,11 @@ enum Command {
         #[arg(long, value_name = "QUEUE", default_value = "")]
         yes_i_mean: String,
     },
+    /// Serves the HTTP queue API (push, pop, ack, ping, peek, size under /queue/NAME/) until
+    /// interrupted. Reads PORT (8080), PORT_METRICS (8088, /metrics), ALLOWED_ORIGINS (CORS,
+    /// comma separated) and PEEK_ON_SQS (true to peek on SQS); SQS as the library's
+    /// from_env_or_in_process chooses it (AWS_ENDPOINT_URL, AWS_REGION, ...; else in process).
+    Serve,
 }
 
 /// Why a command failed: printed on standard error.
@@ -138,6 +145,8 @@ enum Command {
 enum Failure {
     Connect(rust_stream::ConnectError),
     Operation(OperationError),
+    /// `serve`'s settings or sockets.
+    Serve(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -145,6 +154,7 @@ impl std::fmt::Display for Failure {
         match self {
             Self::Connect(error) => write!(f, "cannot connect to SQS: {error}"),
             Self::Operation(error) => error.fmt(f),
+            Self::Serve(why) => f.write_str(why),
         }
     }
 }
@@ -161,7 +171,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_max_level(if cli.verbose {
+        .with_max_level(if cli.verbose || matches!(cli.command, Command::Serve) {
             tracing::Level::INFO
         } else {
             tracing::Level::ERROR
@@ -192,10 +202,14 @@ fn main() -> ExitCode {
 
 /// Runs the command; what it prints.
 async fn run(cli: Cli) -> Result<String, Failure> {
+    if matches!(cli.command, Command::Serve) {
+        return serve::run(|name| std::env::var(name).ok()).await;
+    }
     let broker = SqsBroker::from_env().await.map_err(Failure::Connect)?;
     let ops = broker.operations();
     let json = cli.json;
     Ok(match cli.command {
+        Command::Serve => unreachable!("served above"),
         Command::Queues { prefix } => {
             let queues = ops.queues(&prefix).await?;
             if json {

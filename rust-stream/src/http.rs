@@ -32,7 +32,12 @@
 //!   format, from the handle given to [`Probes::prometheus`]; `404` without one.
 //!
 //! Any other path answers `404`. [`Probes::router`] gives the routes as an axum `Router`, to
-//! serve beside a service's own.
+//! serve beside a service's own; [`metrics_router`] serves `/metrics` alone (a process without an
+//! app, such as `rust-stream serve`).
+//!
+//! [`queue`] is the seed's HTTP queue API over a broker's queues.
+
+pub mod queue;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -108,13 +113,37 @@ fn report(ok: bool, report: HealthReport) -> Response {
     (status, Json(report)).into_response()
 }
 
+/// `GET /metrics` from this Prometheus recorder's handle, and `404` for any other path: the
+/// metrics of a process that has no app to probe.
+pub fn metrics_router(handle: prometheus::PrometheusHandle) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(handle): State<prometheus::PrometheusHandle>| async move {
+                rendered(&handle)
+            }),
+        )
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                Json(serde_json::json!({ "error": "not found: try /metrics" })),
+            )
+        })
+        .with_state(handle)
+}
+
+/// The recorder's metrics in Prometheus's text format.
+fn rendered(handle: &prometheus::PrometheusHandle) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
+}
+
 async fn metrics(State(probes): State<Probes>) -> Response {
     match &probes.prometheus {
-        Some(handle) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
+        Some(handle) => rendered(handle),
         None => (
             StatusCode::NOT_FOUND,
             Json(serde_json::json!({

@@ -32,6 +32,7 @@
 //! | `messaging.client.sent.messages` | counter | `error.type` on failure | messages published (handlers' outputs and dead-letter copies included), each answered; to a topic with `aws_sns` |
 //! | `rust_stream.inbox.duplicates` | counter | | messages an [inbox](crate::inbox) found handled before, acked without running their handler |
 //! | `rust_stream.history.skipped` | counter | | sends a publisher's [command history](crate::publish::history) skipped, their key sent within its duration; to a topic with `aws_sns` |
+//! | `rust_stream.http.requests` | counter | `http.route` (the route's template, `unmatched` for none), `http.response.status_code`; no queue label | requests the HTTP queue API (`rust_stream::http::queue`, feature `http`) answered |
 //!
 //! An [outbox](crate::outbox)'s relay labels its metrics with `rust_stream.outbox` (the relay's
 //! name) only:
@@ -237,6 +238,23 @@ pub(crate) fn call<T>(
 
 /// `rust_stream.inbox.duplicates`: copies of handled messages the inbox acked without a handler.
 pub const INBOX_DUPLICATES: &str = "rust_stream.inbox.duplicates";
+
+/// `rust_stream.http.requests`: requests the HTTP queue API answered.
+pub const HTTP_REQUESTS: &str = "rust_stream.http.requests";
+/// The label of an HTTP request's route template (OpenTelemetry's `http.route`).
+pub const HTTP_ROUTE: &str = "http.route";
+/// The label of an HTTP answer's status code (OpenTelemetry's `http.response.status_code`).
+pub const HTTP_STATUS: &str = "http.response.status_code";
+
+/// Records one request the HTTP queue API answered on `route` with `status`.
+#[cfg(feature = "http")]
+pub(crate) fn http_request(route: String, status: u16) {
+    let labels = [
+        Label::new(HTTP_ROUTE, route),
+        Label::new(HTTP_STATUS, status.to_string()),
+    ];
+    ::metrics::counter!(HTTP_REQUESTS, labels.iter()).increment(1);
+}
 
 /// Records a copy of a handled message that `queue`'s inbox acked without running its handler.
 pub(crate) fn inbox_duplicate(queue: &str) {

@@ -1,0 +1,267 @@
+//! `rust-stream serve` as a process: the seed's curl-style requests to it, `/metrics` on
+//! `PORT_METRICS`, two server processes over one LocalStack queue handing out disjoint
+//! messages, the in-process account when the environment names no SQS, and a bad `PORT`
+//! refused.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rust_stream::testing::{live_endpoint, QueueNames};
+use serde_json::Value;
+
+/// A port free now (the server binds it a moment later).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
+}
+
+/// A `rust-stream serve` process, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+    metrics_port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn command(endpoint: Option<&str>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rust-stream"));
+    for name in [
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "ALLOWED_ORIGINS",
+        "PEEK_ON_SQS",
+    ] {
+        command.env_remove(name);
+    }
+    if let Some(endpoint) = endpoint {
+        command
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test");
+    }
+    command.arg("serve");
+    command
+}
+
+/// Starts a server and waits until it answers.
+fn serve(endpoint: Option<&str>) -> Server {
+    let (port, metrics_port) = (free_port(), free_port());
+    let child = command(endpoint)
+        .env("PORT", port.to_string())
+        .env("PORT_METRICS", metrics_port.to_string())
+        .env("ALLOWED_ORIGINS", "https://ops.example.com")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let server = Server {
+        child,
+        port,
+        metrics_port,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the server listens within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+/// One request, as curl sends it: status and body.
+fn call(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    let body = body.unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-type: \
+         application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("sends");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("reads");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {answer}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn ids(body: &str) -> Vec<String> {
+    let value: Value = serde_json::from_str(body).expect("JSON");
+    value
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|m| m["_id"].as_str().expect("an _id").to_owned())
+        .collect()
+}
+
+/// Pops from `port` until it answers 204; the ids it handed out.
+fn drain(port: u16, queue: &str) -> Vec<String> {
+    let mut taken = Vec::new();
+    loop {
+        match call(
+            port,
+            "POST",
+            &format!("/queue/{queue}/pop/4?expiresIn=60"),
+            None,
+        ) {
+            (200, body) => taken.extend(ids(&body)),
+            (204, _) => return taken,
+            other => panic!("a pop answers 200 or 204: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn two_server_processes_over_one_localstack_queue_hand_out_disjoint_messages() {
+    let Some(endpoint) = live_endpoint("rust-stream serve on LocalStack") else {
+        return;
+    };
+    let queue = QueueNames::new().queue_name("serve-two");
+    let (a, b) = (serve(Some(&endpoint)), serve(Some(&endpoint)));
+
+    // The seed's own requests.
+    let batch: Vec<Value> = (0..30).map(|n| serde_json::json!({ "n": n })).collect();
+    let (status, body) = call(
+        a.port,
+        "POST",
+        &format!("/queue/{queue}/push?hashCode=batch-1&expiresIn=300"),
+        Some(&Value::Array(batch.clone()).to_string()),
+    );
+    assert_eq!(status, 201, "{body}");
+    let pushed: BTreeSet<String> = serde_json::from_str::<Value>(&body).unwrap()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(pushed.len(), 30);
+    let (status, _) = call(
+        a.port,
+        "POST",
+        &format!("/queue/{queue}/push?hashCode=batch-1&expiresIn=300"),
+        Some(&Value::Array(batch).to_string()),
+    );
+    assert_eq!(status, 204, "the repeat is ignored");
+    assert_eq!(
+        call(b.port, "GET", &format!("/queue/{queue}/size"), None),
+        (200, r#"{"size":30}"#.to_owned())
+    );
+
+    let (queue_a, queue_b) = (queue.clone(), queue.clone());
+    let (port_a, port_b) = (a.port, b.port);
+    let from_a = std::thread::spawn(move || drain(port_a, &queue_a));
+    let from_b = std::thread::spawn(move || drain(port_b, &queue_b));
+    let (from_a, from_b) = (from_a.join().unwrap(), from_b.join().unwrap());
+    let set_a: BTreeSet<String> = from_a.iter().cloned().collect();
+    let set_b: BTreeSet<String> = from_b.iter().cloned().collect();
+    assert_eq!(set_a.len() + set_b.len(), from_a.len() + from_b.len());
+    assert!(
+        set_a.is_disjoint(&set_b),
+        "both processes handed out {:?}",
+        set_a.intersection(&set_b).collect::<Vec<_>>()
+    );
+    assert_eq!(&set_a | &set_b, pushed);
+
+    for (server, taken) in [(&a, &from_a), (&b, &from_b)] {
+        if taken.is_empty() {
+            continue;
+        }
+        let body = serde_json::json!({ "id": taken }).to_string();
+        let (status, answer) = call(
+            server.port,
+            "POST",
+            &format!("/queue/{queue}/ack"),
+            Some(&body),
+        );
+        assert_eq!(status, 204, "{answer}");
+    }
+    assert_eq!(
+        call(a.port, "GET", &format!("/queue/{queue}/size"), None),
+        (200, r#"{"size":0}"#.to_owned())
+    );
+
+    // Metrics on their own port, in Prometheus's format: the API's requests and its SQS calls.
+    let (status, metrics) = call(a.metrics_port, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(metrics.contains("rust_stream_http_requests{"), "{metrics}");
+    assert!(
+        metrics.contains(r#"http_route="/queue/{queue}/push",http_response_status_code="201""#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("messaging_client_operation_duration"),
+        "{metrics}"
+    );
+    assert_eq!(call(a.metrics_port, "GET", "/queue/x/size", None).0, 404);
+}
+
+#[test]
+fn without_sqs_in_the_environment_it_serves_an_in_process_account() {
+    let server = serve(None);
+    let (status, body) = call(
+        server.port,
+        "POST",
+        "/queue/local/push",
+        Some(r#"{"hello": 1}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(server.port, "POST", "/queue/local/pop", None);
+    assert_eq!(status, 200, "{body}");
+    let popped: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(popped["payload"]["hello"], 1);
+    assert_eq!(popped["attempts"], 1);
+    let ack = serde_json::json!({ "id": [popped["_id"]] }).to_string();
+    assert_eq!(
+        call(server.port, "POST", "/queue/local/ack", Some(&ack)).0,
+        204
+    );
+    assert_eq!(
+        call(server.port, "GET", "/queue/local/size", None),
+        (200, r#"{"size":0}"#.to_owned())
+    );
+}
+
+#[test]
+fn a_bad_port_is_refused_naming_the_variable() {
+    let output = command(None)
+        .env("PORT", "eighty")
+        .output()
+        .expect("the binary runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("PORT is `eighty`"), "{stderr}");
+    let output = command(None)
+        .env("PORT", "0")
+        .env("PEEK_ON_SQS", "maybe")
+        .output()
+        .expect("the binary runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("PEEK_ON_SQS is `maybe`"), "{stderr}");
+}
