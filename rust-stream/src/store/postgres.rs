@@ -534,14 +534,6 @@ impl OutboxStore for PostgresStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_migrations_go_up_to_the_schema_version() {
-        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
-    }
-}
-
 impl HistoryStore for PostgresStore {
     async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
         for _ in 0..CLAIM_ATTEMPTS {
@@ -611,5 +603,13 @@ impl HistoryStore for PostgresStore {
             .execute(&self.pool)
             .await?;
         Ok(deleted.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_migrations_go_up_to_the_schema_version() {
+        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
     }
 }

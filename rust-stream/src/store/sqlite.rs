@@ -484,14 +484,6 @@ impl OutboxStore for SqliteStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_migrations_go_up_to_the_schema_version() {
-        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
-    }
-}
-
 impl HistoryStore for SqliteStore {
     async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
         for _ in 0..RESERVE_ATTEMPTS {
@@ -560,5 +552,13 @@ impl HistoryStore for SqliteStore {
             .execute(&self.pool)
             .await?;
         Ok(deleted.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_migrations_go_up_to_the_schema_version() {
+        super::super::assert_migrates_to_the_schema_version(super::MIGRATIONS);
     }
 }
