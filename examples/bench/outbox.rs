@@ -4,16 +4,17 @@
 //! Writers commit events at a fixed rate (`--outbox-rate`, 1,000 a second by default) for
 //! `--outbox-seconds`, each in a transaction of its own that writes a ledger row and the event
 //! through the outbox (`PostgresStore`), over 50 accounts (a FIFO group each). The app's relay
-//! sends them to a FIFO queue. Plain aws-sdk-sqs loops (four, long-polling, as a consumer would)
-//! receive and delete them, stamping each event's arrival. **Commit → visible** is an event's
-//! arrival less the instant its `COMMIT` returned, both on one clock in this process: its p50,
-//! p99 and max. **Calls an event** are the relay's broker's `SendMessageBatch` calls over the
-//! events. The limit beside them is the relay's own poll interval (a committed row waits up to
-//! one before it is read): no relay can show a commit sooner than a read finds it.
+//! sends them to a FIFO queue. Plain aws-sdk-sqs loops receive and delete them. **Commit →
+//! visible** is the time SQS stored an event (its `SentTimestamp`, when a message becomes
+//! receivable) less the wall-clock time its `COMMIT` returned, both this machine's clock (the
+//! LocalStack runs here): its p50, p99 and max; it does not depend on how fast the loops
+//! receive. **Calls an event** are the relay's broker's `SendMessageBatch` calls over the events.
+//! The limit beside them is the relay's own poll interval (a committed row waits up to one before
+//! it is read): no relay can show a commit sooner than a read finds it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rust_stream::outbox::Outbox;
 use rust_stream::prelude::*;
@@ -34,7 +35,7 @@ const ACCOUNTS: u64 = 50;
 const WRITERS: u64 = 16;
 
 /// Receive loops of the consumer.
-const RECEIVERS: usize = 4;
+const RECEIVERS: usize = 8;
 
 /// How long the consumer waits for the last events after the writers stop.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -122,8 +123,9 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
         .unwrap_or_default()
         .to_owned();
 
-    let committed: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
-    let arrived: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    // Milliseconds since 1970: commits by this process's wall clock, arrivals by SQS's.
+    let committed: Arc<Mutex<HashMap<u64, f64>>> = Arc::default();
+    let arrived: Arc<Mutex<HashMap<u64, f64>>> = Arc::default();
     let receivers: Vec<_> = (0..RECEIVERS)
         .map(|_| {
             let (client, url, arrived) = (client.clone(), url.clone(), arrived.clone());
@@ -164,7 +166,7 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
     let (committed, arrived) = (committed.lock().unwrap(), arrived.lock().unwrap());
     let mut latencies: Vec<f64> = committed
         .iter()
-        .map(|(id, at)| arrived[id].saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        .map(|(id, at)| (arrived[id] - at).max(0.0))
         .collect();
     latencies.sort_by(f64::total_cmp);
     let at = |quantile: f64| latencies[((latencies.len() - 1) as f64 * quantile) as usize];
@@ -184,6 +186,13 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
         report.events, report.committed_rate, report.p50_ms, report.p99_ms, report.max_ms, report.calls_per_event
     );
     Ok(report)
+}
+
+/// Wall-clock milliseconds since 1970, as SQS stamps `SentTimestamp`.
+fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64() * 1000.0)
 }
 
 /// A store in a schema of this run's own, with its ledger table.
@@ -215,7 +224,7 @@ async fn write(
     started: Instant,
     store: &PostgresStore,
     outbox: &Outbox<PostgresStore>,
-    committed: &Mutex<HashMap<u64, Instant>>,
+    committed: &Mutex<HashMap<u64, f64>>,
 ) -> Fallible<()> {
     for id in (writer..events).step_by(WRITERS as usize) {
         let due = started + Duration::from_secs_f64(id as f64 / rate as f64);
@@ -236,7 +245,7 @@ async fn write(
             .send(&mut *transaction)
             .await?;
         transaction.commit().await?;
-        committed.lock().unwrap().insert(id, Instant::now());
+        committed.lock().unwrap().insert(id, now_ms());
     }
     Ok(())
 }
@@ -245,7 +254,7 @@ async fn write(
 async fn receive(
     client: aws_sdk_sqs::Client,
     url: String,
-    arrived: Arc<Mutex<HashMap<u64, Instant>>>,
+    arrived: Arc<Mutex<HashMap<u64, f64>>>,
     events: u64,
 ) -> Fallible<()> {
     while (arrived.lock().unwrap().len() as u64) < events {
@@ -254,9 +263,11 @@ async fn receive(
             .queue_url(&url)
             .max_number_of_messages(10)
             .wait_time_seconds(1)
+            .message_system_attribute_names(
+                aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp,
+            )
             .send()
             .await?;
-        let now = Instant::now();
         let messages = received.messages();
         if messages.is_empty() {
             continue;
@@ -264,8 +275,14 @@ async fn receive(
         let mut delete = client.delete_message_batch().queue_url(&url);
         for (n, message) in messages.iter().enumerate() {
             let body: serde_json::Value = serde_json::from_str(message.body().unwrap_or("{}"))?;
-            if let Some(id) = body["id"].as_u64() {
-                arrived.lock().unwrap().entry(id).or_insert(now);
+            let sent = message
+                .attributes()
+                .and_then(|attributes| {
+                    attributes.get(&aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp)
+                })
+                .and_then(|millis| millis.parse::<f64>().ok());
+            if let (Some(id), Some(sent)) = (body["id"].as_u64(), sent) {
+                arrived.lock().unwrap().entry(id).or_insert(sent);
             }
             delete = delete.entries(
                 aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
