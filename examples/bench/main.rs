@@ -78,8 +78,8 @@ mod inbox;
 mod localstack;
 mod memory;
 mod options;
-mod outbox;
 mod orders;
+mod outbox;
 mod real_latency;
 mod report;
 

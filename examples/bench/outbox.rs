@@ -101,12 +101,9 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
     let outbox = Outbox::new(store.clone(), broker.publisher(queue.clone()));
     let relay = broker.relay(store.clone());
     let poll_interval = rust_stream::outbox::DEFAULT_POLL_INTERVAL;
-    let app = RustStream::new(AppInfo::new("bench-outbox", "0")).with_broker(
-        broker.clone(),
-        |b| {
-            b.worker(relay);
-        },
-    );
+    let app = RustStream::new(AppInfo::new("bench-outbox", "0")).with_broker(broker.clone(), |b| {
+        b.worker(relay);
+    });
     let running = TestApp::spawn(app).await?;
     // The queue exists once the relay's publisher resolved it: make it so before the clock runs.
     broker
@@ -167,12 +164,7 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
     let (committed, arrived) = (committed.lock().unwrap(), arrived.lock().unwrap());
     let mut latencies: Vec<f64> = committed
         .iter()
-        .map(|(id, at)| {
-            arrived[id]
-                .saturating_duration_since(*at)
-                .as_secs_f64()
-                * 1000.0
-        })
+        .map(|(id, at)| arrived[id].saturating_duration_since(*at).as_secs_f64() * 1000.0)
         .collect();
     latencies.sort_by(f64::total_cmp);
     let at = |quantile: f64| latencies[((latencies.len() - 1) as f64 * quantile) as usize];
