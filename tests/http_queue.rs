@@ -1,15 +1,21 @@
 //! The seed's HTTP queue API (`rust_stream::http::queue`), driven over real HTTP on the
 //! in-process account and on LocalStack, both in real time (the API's expiries are the
 //! backend's): every route with its status codes, the `hashCode` command history, expiry, ack and
-//! ping, the dead queue after 5 pops, peek and size against what was pushed, CORS, and two
-//! servers over one queue.
+//! ping, the dead queue after 5 pops, peek and size against what was pushed, CORS, two servers
+//! over one queue, and two servers sharing a command history on PostgreSQL (a `hashCode` pushed
+//! through one is ignored by the other within its duration).
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::stores::{postgres_pool, postgres_schema};
 use rust_stream::account::Account;
 use rust_stream::http::queue::QueueApi;
+use rust_stream::publish::History;
+use rust_stream::store::postgres::PostgresStore;
 use rust_stream::testing::{live_broker, live_endpoint, QueueNames};
 use rust_stream::SqsBroker;
 use serde_json::{json, Value};
@@ -84,6 +90,7 @@ on_both!(
     peek_and_size_agree_with_what_was_pushed,
     cors_headers_answer_allowed_origins_only,
     two_servers_over_one_queue_never_hand_one_message_to_both,
+    two_servers_sharing_a_postgres_history_push_a_hash_code_once,
 );
 
 /// An HTTP answer.
@@ -354,6 +361,13 @@ async fn a_hash_code_stores_a_push_once_within_its_duration_and_again_after_it(l
     assert_eq!(size(address, &queue).await, 6);
     assert_eq!(post(address, &push, Some(batch)).await.status, 204);
     assert_eq!(size(address, &queue).await, 6);
+
+    // A push SQS refuses (U+FFFE is not a character it takes) frees its hash: the retry is stored.
+    let retried = format!("/queue/{queue}/push?hashCode=players-3");
+    let refused = post(address, &retried, Some("\"\u{FFFE}\"")).await;
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert_eq!(post(address, &retried, Some(batch)).await.status, 201);
+    assert_eq!(size(address, &queue).await, 8);
 }
 
 async fn a_popped_message_returns_after_its_expiry_unless_acked_or_pinged(leg: Leg) {
@@ -732,4 +746,57 @@ async fn two_servers_over_one_queue_never_hand_one_message_to_both(leg: Leg) {
         204
     );
     assert_eq!(size(first, &queue).await, 0);
+}
+
+/// Two servers (two brokers, each with its own pool on one PostgreSQL schema, as two replicas)
+/// share the command history: a `hashCode` pushed through one is ignored by the other within its
+/// duration, one of two racing pushes of a hash is stored, and after the duration the hash is
+/// pushed again.
+async fn two_servers_sharing_a_postgres_history_push_a_hash_code_once(leg: Leg) {
+    let Some((options, schema)) = postgres_schema("http_queue", "shared_history").await else {
+        return;
+    };
+    let mut servers = Vec::new();
+    for broker in [&leg.broker, &leg.second] {
+        let store = PostgresStore::new(postgres_pool(&options).await)
+            .await
+            .unwrap();
+        servers.push(serve(QueueApi::new(broker).history(History::new(store))).await);
+    }
+    let (one, other) = (servers[0], servers[1]);
+    let queue = leg.queue("http-shared-hash");
+    let message = r#"{"player": "zezima"}"#;
+    let push = format!("/queue/{queue}/push?hashCode=shared-1&expiresIn=2");
+
+    let first = post(one, &push, Some(message)).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let through_other = post(other, &push, Some(message)).await;
+    assert_eq!(through_other.status, 204, "{through_other:?}");
+    assert_eq!(size(other, &queue).await, 1);
+
+    // Both servers at once with a new hash: one stores it, the other ignores it.
+    let race = format!("/queue/{queue}/push?hashCode=shared-2&expiresIn=300");
+    let (a, b) = tokio::join!(
+        post(one, &race, Some(message)),
+        post(other, &race, Some(message))
+    );
+    let mut statuses = [a.status, b.status];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 204], "{a:?} {b:?}");
+    assert_eq!(size(one, &queue).await, 2);
+
+    // After its duration, the hash is pushed again, through either server, once.
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    let later = post(other, &push, Some(message)).await;
+    assert_eq!(later.status, 201, "{later:?}");
+    assert_eq!(post(one, &push, Some(message)).await.status, 204);
+    assert_eq!(size(one, &queue).await, 3);
+
+    // A push that fails through one server frees its hash for the other's retry.
+    let retried = format!("/queue/{queue}/push?hashCode=shared-3");
+    let refused = post(one, &retried, Some("\"\u{FFFE}\"")).await;
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert_eq!(post(other, &retried, Some(message)).await.status, 201);
+    assert_eq!(size(one, &queue).await, 4);
+    schema.drop_it().await;
 }

@@ -135,7 +135,8 @@ enum Command {
     },
     /// Serves the HTTP queue API (push, pop, ack, ping, peek, size under /queue/NAME/) until
     /// interrupted. Reads PORT (8080), PORT_METRICS (8088, /metrics), ALLOWED_ORIGINS (CORS,
-    /// comma separated) and PEEK_ON_SQS (true to peek on SQS); SQS as the library's
+    /// comma separated), PEEK_ON_SQS (true to peek on SQS) and HISTORY_POSTGRES_URL (the
+    /// hashCode history in a PostgreSQL replicas share; else in memory); SQS as the library's
     /// from_env_or_in_process chooses it (AWS_ENDPOINT_URL, AWS_REGION, ...; else in process).
     Serve,
 }

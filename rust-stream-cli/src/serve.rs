@@ -1,11 +1,15 @@
 //! `rust-stream serve`: the seed's HTTP queue API ([`rust_stream::http::queue`]) on `PORT` and
-//! the process's metrics on `PORT_METRICS`, over the broker the environment names.
+//! the process's metrics on `PORT_METRICS`, over the broker the environment names, with pushes'
+//! `hashCode`s in the PostgreSQL `HISTORY_POSTGRES_URL` names (shared by the replicas), or in
+//! memory when it is unset.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
 use rust_stream::http::metrics_router;
 use rust_stream::http::prometheus::PrometheusBuilder;
-use rust_stream::http::queue::QueueApi;
+use rust_stream::http::queue::{QueueApi, HISTORY_LEASE};
+use rust_stream::publish::History;
+use rust_stream::store::postgres::PostgresStore;
 use rust_stream::SqsBroker;
 
 use super::Failure;
@@ -29,6 +33,25 @@ fn port(env: &impl Fn(&str) -> Option<String>, name: &str, default: u16) -> Resu
     }
 }
 
+/// The variable naming the PostgreSQL the command history is kept in.
+const HISTORY_POSTGRES_URL: &str = "HISTORY_POSTGRES_URL";
+
+/// The command history in the PostgreSQL `HISTORY_POSTGRES_URL` names (its table created or
+/// migrated), or `None` (the API's own, in memory) when it is unset or empty.
+async fn history(env: &impl Fn(&str) -> Option<String>) -> Result<Option<History>, Failure> {
+    let Some(url) = env(HISTORY_POSTGRES_URL).filter(|url| !url.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let store = PostgresStore::connect(url.trim()).await.map_err(|error| {
+        Failure::Serve(format!(
+            "cannot open the command history in the PostgreSQL {HISTORY_POSTGRES_URL} names: \
+             {error}; set it to postgres://USER:PASSWORD@HOST:PORT/DATABASE, or unset it to keep \
+             the history in this process's memory"
+        ))
+    })?;
+    Ok(Some(History::new(store).lease(HISTORY_LEASE)))
+}
+
 /// Binds both ports, then serves until interrupted (Ctrl-C or SIGTERM).
 pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, Failure> {
     let api_port = port(&env, "PORT", DEFAULT_PORT)?;
@@ -50,9 +73,18 @@ pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, 
     let broker = SqsBroker::from_env_or_in_process()
         .await
         .map_err(Failure::Connect)?;
-    let api = QueueApi::new(&broker)
+    let history = history(&env).await?;
+    let history_in = if history.is_some() {
+        "postgres"
+    } else {
+        "memory"
+    };
+    let mut api = QueueApi::new(&broker)
         .allowed_origins(origins.split(','))
         .peek_on_sqs(peek_on_sqs);
+    if let Some(history) = history {
+        api = api.history(history);
+    }
     let api_listener = bind(api_port, "PORT").await?;
     let metrics_listener = bind(metrics_port, "PORT_METRICS").await?;
     tracing::info!(
@@ -60,6 +92,7 @@ pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, 
         metrics.address = %local(&metrics_listener),
         allowed_origins = %origins,
         peek_on_sqs,
+        history = history_in,
         "serving the queue API"
     );
     let metrics_server =

@@ -1,7 +1,8 @@
 //! `rust-stream serve` as a process: the seed's curl-style requests to it, `/metrics` on
 //! `PORT_METRICS`, two server processes over one LocalStack queue handing out disjoint
-//! messages, the in-process account when the environment names no SQS, and a bad `PORT`
-//! refused.
+//! messages, two sharing a command history on PostgreSQL (`HISTORY_POSTGRES_URL`: a `hashCode`
+//! pushed through one is ignored by the other), the in-process account when the environment
+//! names no SQS, and a bad `PORT`, `PEEK_ON_SQS` or `HISTORY_POSTGRES_URL` refused.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -9,7 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rust_stream::testing::{live_endpoint, QueueNames};
+use rust_stream::testing::{live_endpoint, live_postgres_url, QueueNames};
 use serde_json::Value;
 
 /// A port free now (the server binds it a moment later).
@@ -47,6 +48,7 @@ fn command(endpoint: Option<&str>) -> Command {
         "AWS_SECRET_ACCESS_KEY",
         "ALLOWED_ORIGINS",
         "PEEK_ON_SQS",
+        "HISTORY_POSTGRES_URL",
     ] {
         command.env_remove(name);
     }
@@ -63,8 +65,14 @@ fn command(endpoint: Option<&str>) -> Command {
 
 /// Starts a server and waits until it answers.
 fn serve(endpoint: Option<&str>) -> Server {
+    start(command(endpoint))
+}
+
+/// Starts a server from `command` (`serve`'s, with the variables a test adds) and waits until it
+/// answers.
+fn start(mut command: Command) -> Server {
     let (port, metrics_port) = (free_port(), free_port());
-    let child = command(endpoint)
+    let child = command
         .env("PORT", port.to_string())
         .env("PORT_METRICS", metrics_port.to_string())
         .env("ALLOWED_ORIGINS", "https://ops.example.com")
@@ -222,6 +230,35 @@ fn two_server_processes_over_one_localstack_queue_hand_out_disjoint_messages() {
 }
 
 #[test]
+fn two_server_processes_sharing_a_postgres_history_push_a_hash_code_once() {
+    let Some(endpoint) = live_endpoint("rust-stream serve on LocalStack") else {
+        return;
+    };
+    let Some(postgres) = live_postgres_url("rust-stream serve's command history on PostgreSQL")
+    else {
+        return;
+    };
+    let queue = QueueNames::new().queue_name("serve-history");
+    let [a, b] = [(); 2].map(|()| {
+        let mut command = command(Some(&endpoint));
+        command.env("HISTORY_POSTGRES_URL", &postgres);
+        start(command)
+    });
+    let push = format!("/queue/{queue}/push?hashCode=shared-1&expiresIn=300");
+    let (status, body) = call(a.port, "POST", &push, Some(r#"{"player": "zezima"}"#));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(b.port, "POST", &push, Some(r#"{"player": "zezima"}"#));
+    assert_eq!(status, 204, "the other process ignores the hash: {body}");
+    let other = format!("/queue/{queue}/push?hashCode=shared-2&expiresIn=300");
+    assert_eq!(call(b.port, "POST", &other, Some("{}")).0, 201);
+    assert_eq!(call(a.port, "POST", &other, Some("{}")).0, 204);
+    assert_eq!(
+        call(a.port, "GET", &format!("/queue/{queue}/size"), None),
+        (200, r#"{"size":2}"#.to_owned())
+    );
+}
+
+#[test]
 fn without_sqs_in_the_environment_it_serves_an_in_process_account() {
     let server = serve(None);
     let (status, body) = call(
@@ -248,7 +285,7 @@ fn without_sqs_in_the_environment_it_serves_an_in_process_account() {
 }
 
 #[test]
-fn a_bad_port_is_refused_naming_the_variable() {
+fn a_bad_setting_is_refused_naming_its_variable() {
     let output = command(None)
         .env("PORT", "eighty")
         .output()
@@ -264,4 +301,16 @@ fn a_bad_port_is_refused_naming_the_variable() {
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("PEEK_ON_SQS is `maybe`"), "{stderr}");
+    let output = command(None)
+        .env("PORT", "0")
+        .env("PORT_METRICS", "0")
+        .env("HISTORY_POSTGRES_URL", "mysql://localhost/history")
+        .output()
+        .expect("the binary runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the PostgreSQL HISTORY_POSTGRES_URL names"),
+        "{stderr}"
+    );
 }

@@ -163,15 +163,10 @@ impl History {
         queue: &str,
         topic: bool,
     ) -> Result<Held, Refused> {
-        self.store.sweep(&self.sweeper);
         let deadline = Instant::now() + self.wait;
         let mut pause = FIRST_LOOK;
         loop {
-            let reservation = self
-                .store
-                .reserve(key, self.lease)
-                .await
-                .map_err(Refused::Store)?;
+            let reservation = self.reserve_once(key).await.map_err(Refused::Store)?;
             match reservation {
                 Reservation::Reserved(ticket) => return Ok(Held::Reserved(ticket)),
                 Reservation::Sent(sent) => {
@@ -197,6 +192,15 @@ impl History {
             tokio::time::sleep(pause.min(deadline - now)).await;
             pause = (pause * 2).min(LONGEST_LOOK);
         }
+    }
+
+    /// Reserves `key` for [`lease`](Self::lease), without waiting for another send holding it
+    /// (the answer is [`Reservation::Pending`] then), and sweeps expired keys when due: one look
+    /// at the history, for a caller that answers a pending key itself (the HTTP queue API's
+    /// push ignores it).
+    pub(crate) async fn reserve_once(&self, key: &HistoryKey) -> Result<Reservation, StoreError> {
+        self.store.sweep(&self.sweeper);
+        self.store.reserve(key, self.lease).await
     }
 
     /// Records how the send under `ticket` ended: sent, answered `sent` (kept for `duration`), or

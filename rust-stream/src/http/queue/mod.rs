@@ -42,11 +42,17 @@
 //! it was popped with, so an `ack` or `ping` goes to the server that popped it (replicas behind a
 //! load balancer need sticky sessions for those two routes; pop, push, peek and size go anywhere).
 //!
-//! **Command history.** A push's `hashCode` is kept by a [`CommandHistory`] (per queue); the
-//! default, [`MemoryHistory`], holds it in this process.
+//! **Command history.** A push's `hashCode` is kept in the project's command history
+//! ([`History`], per queue: the key is the queue and the hash), the one publishers'
+//! [`once`](crate::publish::Outgoing::once) sends use. By default it is a
+//! [`MemoryStore`] of this server's; [`QueueApi::history`] gives it a store replicas share
+//! (`PostgresStore`), so a hash pushed through one replica is ignored by the others within its
+//! duration. A push reserves the hash (a push finding it pushed, or being pushed by another
+//! request, answers `204`), sends, then confirms the hash for its `expiresIn`, or frees it when the
+//! send failed, so the client's retry is stored. A server killed mid-push leaves the hash pending
+//! until the history's lease (60 s by default) passes.
 
 pub mod filter;
-pub mod history;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -62,13 +68,15 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 pub use filter::FilterError;
-pub use history::{CommandHistory, HistoryError, MemoryHistory, Reservation};
 
 use crate::model::envelope::format_timestamp;
 use crate::model::rules::{self, ErrorKind};
 use crate::operations::{Message, OperationError, Operations, Peek, QueueSpec};
+use crate::publish::History;
 use crate::sqs::SqsBroker;
-use crate::transport::{ReceivedMessage, SendMessage};
+use crate::store::history::{HistoryKey, Reservation};
+use crate::store::memory::MemoryStore;
+use crate::transport::{ReceivedMessage, SendMessage, SentMessage};
 
 /// What a queue's dead queue is called: the queue's name with this after it.
 pub const DEAD_QUEUE_SUFFIX: &str = "-dead";
@@ -82,9 +90,9 @@ pub const DEFAULT_EXPIRES_IN: Duration = Duration::from_secs(300);
 /// `amount` of a peek that gives none.
 pub const DEFAULT_PEEK_AMOUNT: usize = 100;
 
-/// How long a push holds its `hashCode` while it sends: a server that dies mid-push frees it
-/// then.
-const HISTORY_LEASE: Duration = Duration::from_secs(60);
+/// How long a push holds its `hashCode` while it sends, in the history [`QueueApi::new`] makes: a
+/// server that dies mid-push frees it then.
+pub const HISTORY_LEASE: Duration = Duration::from_secs(60);
 
 /// How long after its expiry a popped message's receipt handle is kept for a late `ack`.
 const HANDLE_GRACE: Duration = Duration::from_secs(3600);
@@ -100,7 +108,7 @@ pub struct QueueApi {
 
 struct Inner {
     operations: Operations,
-    history: Arc<dyn CommandHistory>,
+    history: History,
     allowed_origins: Vec<String>,
     peek_on_sqs: bool,
     pop_wait: Duration,
@@ -127,13 +135,13 @@ impl std::fmt::Debug for QueueApi {
 
 impl QueueApi {
     /// The API over `broker`'s queues (its name prefix and suffix apply), with the command
-    /// history in memory, no CORS origin allowed, peeks on SQS refused, and pops that wait up
-    /// to 1 s for a message.
+    /// history in a [`MemoryStore`] of its own (lease [`HISTORY_LEASE`]), no CORS origin
+    /// allowed, peeks on SQS refused, and pops that wait up to 1 s for a message.
     pub fn new(broker: &SqsBroker) -> Self {
         Self {
             inner: Arc::new(Inner {
                 operations: broker.operations(),
-                history: Arc::new(MemoryHistory::new()),
+                history: History::new(MemoryStore::new()).lease(HISTORY_LEASE),
                 allowed_origins: Vec::new(),
                 peek_on_sqs: false,
                 pop_wait: Duration::from_secs(1),
@@ -165,10 +173,15 @@ impl QueueApi {
         self
     }
 
-    /// Keeps pushes' `hashCode`s in `history` (a store shared by replicas) instead of memory.
+    /// Keeps pushes' `hashCode`s in `history` instead of this server's memory: a
+    /// `History::new(PostgresStore)` that replicas share makes a hash pushed through one ignored
+    /// by all within its duration. Its [`lease`](History::lease) is how long a push holds a hash
+    /// while it sends (keep it longer than a push takes; [`HISTORY_LEASE`] is the default's);
+    /// its [`wait`](History::wait) does not apply (a hash another push holds answers `204` at
+    /// once). A store that cannot be reached makes pushes with a `hashCode` answer `500`.
     #[must_use]
-    pub fn history(self, history: impl CommandHistory) -> Self {
-        self.configure(|inner| inner.history = Arc::new(history))
+    pub fn history(self, history: History) -> Self {
+        self.configure(|inner| inner.history = history)
     }
 
     /// Browsers on these origins may call the API (CORS); `*` allows any. Empty entries are
@@ -548,39 +561,42 @@ async fn push(
             rules::MAX_MESSAGE_SIZE
         )));
     }
-    let hash = parameters.get("hashCode").filter(|hash| !hash.is_empty());
-    let ticket = match hash {
+    let hash = parameters
+        .get("hashCode")
+        .filter(|hash| !hash.is_empty())
+        .map(|hash| HistoryKey::new(queue, hash.as_str()));
+    let ticket = match &hash {
         None => None,
-        Some(hash) => match api
-            .inner
-            .history
-            .reserve(queue, hash, HISTORY_LEASE)
-            .await
-            .map_err(|error| ApiError::Backend(error.to_string()))?
-        {
+        Some(key) => match api.inner.history.reserve_once(key).await.map_err(|error| {
+            ApiError::Backend(format!(
+                "the command history failed ({error}): nothing was pushed; retry"
+            ))
+        })? {
             Reservation::Reserved(ticket) => Some(ticket),
-            Reservation::Pushed | Reservation::Pending => {
-                tracing::debug!(messaging.destination.name = queue, hash_code = %hash, "push ignored: its hashCode is in the command history");
+            Reservation::Sent(_) | Reservation::Pending => {
+                tracing::debug!(messaging.destination.name = queue, hash_code = %key.key, "push ignored: its hashCode is in the command history");
                 return Ok(StatusCode::NO_CONTENT.into_response());
             }
         },
     };
     let sent = send_all(&api, queue, bodies).await;
-    if let (Some(hash), Some(ticket)) = (hash, ticket) {
-        let recorded = match &sent {
-            Ok(_) => {
-                api.inner
-                    .history
-                    .confirm(queue, hash, ticket, duration)
-                    .await
-            }
-            // Freed, so the client's retry is stored; anything sent before the failure may be
-            // stored twice by it, never lost.
-            Err(_) => api.inner.history.cancel(queue, hash, ticket).await,
-        };
-        if let Err(error) = recorded {
-            tracing::warn!(messaging.destination.name = queue, error = %error, "command history not updated");
-        }
+    if let (Some(key), Some(ticket)) = (&hash, &ticket) {
+        // The first message's id stands for the push (the history keeps one); a failed push is
+        // freed, so the client's retry is stored: anything sent before the failure may be stored
+        // twice by it, never lost.
+        let first = sent
+            .as_ref()
+            .ok()
+            .and_then(|ids| ids.first())
+            .map(|id| SentMessage {
+                message_id: id.clone(),
+                sequence_number: None,
+                duplicate: false,
+            });
+        api.inner
+            .history
+            .settle(key, ticket, first.as_ref(), duration)
+            .await;
     }
     let ids = sent?;
     Ok((StatusCode::CREATED, Json(json!({ "ids": ids }))).into_response())
