@@ -5,11 +5,16 @@
 //! from the environment as the AWS CLI reads them, `AWS_ENDPOINT_URL` for LocalStack. It prints
 //! human tables, or JSON with `--json`; never a credential. A refusal or failure is one line on
 //! standard error naming the queue, and exit status 1 (2 for a command line clap refuses).
+//! `asyncapi` connects to nothing: it runs a service binary with `--asyncapi` ([`asyncapi`]) and
+//! names the binary in its refusals.
 
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+mod asyncapi;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -139,6 +144,22 @@ enum Command {
     /// hashCode history in a PostgreSQL replicas share; else in memory); SQS as the library's
     /// from_env_or_in_process chooses it (AWS_ENDPOINT_URL, AWS_REGION, ...; else in process).
     Serve,
+    /// Prints a service binary's AsyncAPI 3 document: runs it with `--asyncapi` (and ARGS),
+    /// checks that it printed one, and prints it (compact JSON with `--json`) or writes it to
+    /// `--output`. Connects to nothing; the binary inherits the environment.
+    Asyncapi {
+        /// The service binary (e.g. target/release/examples/fault_consumer).
+        binary: PathBuf,
+        /// Arguments for the binary, after `--asyncapi`.
+        #[arg(last = true, value_name = "ARGS")]
+        args: Vec<String>,
+        /// Writes the document to this file instead of standard output.
+        #[arg(long, value_name = "PATH")]
+        output: Option<PathBuf>,
+        /// Seconds the binary may take before it is killed and refused.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+        timeout: f64,
+    },
 }
 
 /// Why a command failed: printed on standard error.
@@ -148,6 +169,8 @@ enum Failure {
     Operation(OperationError),
     /// `serve`'s settings or sockets.
     Serve(String),
+    /// `asyncapi`: the binary, what it printed, or the output file.
+    Asyncapi(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -155,7 +178,7 @@ impl std::fmt::Display for Failure {
         match self {
             Self::Connect(error) => write!(f, "cannot connect to SQS: {error}"),
             Self::Operation(error) => error.fmt(f),
-            Self::Serve(why) => f.write_str(why),
+            Self::Serve(why) | Self::Asyncapi(why) => f.write_str(why),
         }
     }
 }
@@ -206,11 +229,32 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     if matches!(cli.command, Command::Serve) {
         return serve::run(|name| std::env::var(name).ok()).await;
     }
+    if let Command::Asyncapi {
+        binary,
+        args,
+        output,
+        timeout,
+    } = cli.command
+    {
+        let timeout = Duration::try_from_secs_f64(timeout).map_err(|_| {
+            Failure::Asyncapi(format!(
+                "--timeout {timeout}: give a number of seconds, at least 0"
+            ))
+        })?;
+        return asyncapi::run(&asyncapi::Request {
+            binary,
+            args,
+            output,
+            timeout,
+            json: cli.json,
+        });
+    }
     let broker = SqsBroker::from_env().await.map_err(Failure::Connect)?;
     let ops = broker.operations();
     let json = cli.json;
     Ok(match cli.command {
         Command::Serve => unreachable!("served above"),
+        Command::Asyncapi { .. } => unreachable!("printed above"),
         Command::Queues { prefix } => {
             let queues = ops.queues(&prefix).await?;
             if json {
