@@ -83,6 +83,40 @@ impl Fixture for Memory {
     }
 }
 
+/// The fixture of a database store: its pool's transaction writes the events, its table counts
+/// what waits. One body for both stores, whose pools differ in type only.
+macro_rules! database_fixture {
+    ($fixture:ident, $store:ty) => {
+        impl Fixture for $fixture {
+            type Store = $store;
+
+            fn store(&self) -> $store {
+                self.store.clone()
+            }
+
+            async fn transact(&self, outbox: &Outbox<$store>, events: &[Event], commit: bool) {
+                let mut transaction = self.store.pool().begin().await.unwrap();
+                for event in events {
+                    send(outbox, event, &mut transaction).await;
+                }
+                if commit {
+                    transaction.commit().await.unwrap();
+                } else {
+                    transaction.rollback().await.unwrap();
+                }
+            }
+
+            async fn waiting(&self) -> usize {
+                let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
+                    .fetch_one(self.store.pool())
+                    .await
+                    .unwrap();
+                rows as usize
+            }
+        }
+    };
+}
+
 struct Sqlite {
     store: SqliteStore,
     path: std::path::PathBuf,
@@ -108,33 +142,7 @@ async fn sqlite() -> Sqlite {
     }
 }
 
-impl Fixture for Sqlite {
-    type Store = SqliteStore;
-
-    fn store(&self) -> SqliteStore {
-        self.store.clone()
-    }
-
-    async fn transact(&self, outbox: &Outbox<SqliteStore>, events: &[Event], commit: bool) {
-        let mut transaction = self.store.pool().begin().await.unwrap();
-        for event in events {
-            send(outbox, event, &mut transaction).await;
-        }
-        if commit {
-            transaction.commit().await.unwrap();
-        } else {
-            transaction.rollback().await.unwrap();
-        }
-    }
-
-    async fn waiting(&self) -> usize {
-        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap();
-        rows as usize
-    }
-}
+database_fixture!(Sqlite, SqliteStore);
 
 struct Postgres {
     store: PostgresStore,
@@ -167,33 +175,7 @@ async fn postgres(case: &str) -> Option<Postgres> {
     })
 }
 
-impl Fixture for Postgres {
-    type Store = PostgresStore;
-
-    fn store(&self) -> PostgresStore {
-        self.store.clone()
-    }
-
-    async fn transact(&self, outbox: &Outbox<PostgresStore>, events: &[Event], commit: bool) {
-        let mut transaction = self.store.pool().begin().await.unwrap();
-        for event in events {
-            send(outbox, event, &mut transaction).await;
-        }
-        if commit {
-            transaction.commit().await.unwrap();
-        } else {
-            transaction.rollback().await.unwrap();
-        }
-    }
-
-    async fn waiting(&self) -> usize {
-        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap();
-        rows as usize
-    }
-}
+database_fixture!(Postgres, PostgresStore);
 
 /// Writes `event` to `outbox`, in its account's group, through `connection`.
 async fn send<S: OutboxStore>(outbox: &Outbox<S>, event: &Event, connection: &mut S::Connection) {
