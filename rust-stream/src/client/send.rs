@@ -36,9 +36,13 @@
 //! **What it costs.** Each shard gathers alone, so messages of several groups that one call
 //! would have carried may take a call per shard: sends arriving one by one, at a rate below what
 //! keeps the shards busy, go out in calls of one or two where one shard would have gathered
-//! them. A large `send_batch` still fills its calls (it is split by shard before it is packed:
-//! at most one partial call per shard). A submission that fills a call goes out at once, as it
-//! did in one batcher: its parts do not wait the linger for company.
+//! them. A large `send_batch` (an outbox relay's round) fills its calls: its groups that have
+//! nothing unanswered are first packed into calls of 10 among themselves, the largest first,
+//! and each such call is placed whole on the least busy shard, so 250 messages of 50 groups go
+//! out in 25 calls side by side rather than two calls on each of the 16 shards, one of them half
+//! empty (SQS bills a call, and LocalStack's cost is a call's more than a message's). A
+//! submission that fills a call goes out at once, as it did in one batcher: its parts do not
+//! wait the linger for company.
 //!
 //! **Latency.** A shard never lingers: when its call is free a send goes out at once, and sends
 //! that arrive while the call is out gather for the next one. With one call in flight, a linger
@@ -102,21 +106,68 @@ struct Placement {
 }
 
 impl Placement {
-    /// The shard of a message of `group`, counted as unanswered there.
+    /// The shards of a submission's messages, given by group, each counted as unanswered there.
+    ///
+    /// A group with unanswered messages keeps its shard. The others are first packed into calls
+    /// of 10 among themselves (first fit, the largest group first; a group of 10 or more is a
+    /// call of its own), and each such call is placed whole on the least busy shard: a
+    /// submission's groups then go out in as few calls as fit them, side by side, rather than a
+    /// few messages a shard on every shard.
+    fn place_all(&mut self, groups: &[&str]) -> Vec<usize> {
+        // Each group's messages in this submission, in the order groups first appear.
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for &group in groups {
+            match index.get(group) {
+                Some(&at) => counts[at].1 += 1,
+                None => {
+                    index.insert(group, counts.len());
+                    counts.push((group, 1));
+                }
+            }
+        }
+        let mut calls: Vec<(usize, Vec<(&str, usize)>)> = Vec::new();
+        let mut fresh: Vec<(&str, usize)> = Vec::new();
+        for (group, count) in counts {
+            match self.groups.get_mut(group) {
+                Some((shard, unanswered)) => {
+                    *unanswered += count;
+                    self.unanswered[*shard] += count;
+                }
+                None => fresh.push((group, count)),
+            }
+        }
+        // Stable: groups of one size keep the order they came in.
+        fresh.sort_by(|a, b| b.1.cmp(&a.1));
+        for (group, count) in fresh {
+            let room = calls
+                .iter_mut()
+                .find(|(filled, _)| *filled + count <= MAX_BATCH_ENTRIES);
+            match room {
+                Some((filled, members)) => {
+                    *filled += count;
+                    members.push((group, count));
+                }
+                None => calls.push((count, vec![(group, count)])),
+            }
+        }
+        for (filled, members) in calls {
+            let shard = least_busy(&self.unanswered);
+            self.unanswered[shard] += filled;
+            for (group, count) in members {
+                self.groups.insert(group.to_owned(), (shard, count));
+            }
+        }
+        groups
+            .iter()
+            .map(|group| self.groups.get(*group).map_or(0, |(shard, _)| *shard))
+            .collect()
+    }
+
+    /// The shard of one message of `group`, counted as unanswered there.
+    #[cfg(test)]
     fn place(&mut self, group: &str) -> usize {
-        let shard = match self.groups.get_mut(group) {
-            Some((shard, count)) => {
-                *count += 1;
-                *shard
-            }
-            None => {
-                let shard = least_busy(&self.unanswered);
-                self.groups.insert(group.to_owned(), (shard, 1));
-                shard
-            }
-        };
-        self.unanswered[shard] += 1;
-        shard
+        self.place_all(&[group])[0]
     }
 
     /// A message of `group` was answered.
@@ -204,16 +255,12 @@ impl<A: Grouped> Sender<A> {
             return self.shards[0].submit(messages).await;
         };
         // Placed all at once, so the submission's groups spread by what is unanswered with them.
-        let (placed, groups): (Vec<usize>, Vec<String>) = {
-            let mut placement = placement.lock().unwrap_or_else(PoisonError::into_inner);
-            messages
-                .iter()
-                .map(|message| {
-                    let group = A::group(message);
-                    (placement.place(group), group.to_owned())
-                })
-                .unzip()
-        };
+        let groups: Vec<&str> = messages.iter().map(|message| A::group(message)).collect();
+        let placed = placement
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .place_all(&groups);
+        let groups: Vec<String> = groups.into_iter().map(str::to_owned).collect();
         let answers = self.submit_placed(messages, &placed).await;
         // Reached only once every message was answered: a submission dropped before keeps its
         // groups where they are (see the module's doc).
@@ -359,6 +406,63 @@ mod tests {
         let placement = sender.placement.as_ref().unwrap().lock().unwrap();
         assert!(placement.groups.is_empty(), "every group answered");
         assert_eq!(placement.unanswered, vec![0; FIFO_SEND_SHARDS]);
+    }
+
+    /// A large submission over many groups, as an outbox relay's round is: its groups are
+    /// packed into full calls before they are spread, so it costs the calls its messages fill,
+    /// and every group keeps its order.
+    #[tokio::test(start_paused = true)]
+    async fn a_submission_over_many_groups_goes_out_in_the_calls_it_fills() {
+        let mut transport = Recorder::default();
+        transport.round_trip = Duration::from_millis(20);
+        let mut attributes = QueueAttributes::new();
+        attributes.insert("FifoQueue".into(), "true".into());
+        let url = transport
+            .account
+            .create_queue("q.fifo", attributes)
+            .await
+            .unwrap();
+        let sender = Sender::fifo(Arc::new(transport.clone()), &url, FIFO_SEND_SHARDS);
+        // 250 messages, 5 for each of 50 groups, interleaved as rows read by id are.
+        let messages = |round: usize, per_group: usize| -> Vec<SendMessage> {
+            (0..per_group)
+                .flat_map(|n| (0..50).map(move |group| (n, group)))
+                .map(|(n, group)| {
+                    SendMessage::new(format!("{round}/g{group}/{n}"))
+                        .group_id(format!("g{group}"))
+                        .dedup_id(format!("{round}/g{group}/{n}"))
+                })
+                .collect()
+        };
+        let answers = sender.submit(messages(0, 5)).await;
+        assert!(answers.iter().all(Result::is_ok));
+        let calls = transport.calls();
+        assert_eq!(calls.len(), 25, "250 messages in full calls of 10");
+        assert!(calls.iter().all(|call| call.len() == 10), "{calls:?}");
+        let per_group = |calls: &[Vec<String>], group: &str| -> Vec<String> {
+            calls
+                .iter()
+                .flatten()
+                .filter(|body| body.split('/').nth(1) == Some(group))
+                .cloned()
+                .collect()
+        };
+        for group in 0..50 {
+            let sent = per_group(&calls, &format!("g{group}"));
+            let bodies: Vec<&str> = sent.iter().map(String::as_str).collect();
+            let expected: Vec<String> = (0..5).map(|n| format!("0/g{group}/{n}")).collect();
+            assert_eq!(bodies, expected, "g{group} in order");
+        }
+
+        // A small round, a message or two of each group: the calls it fills, not one a shard.
+        let before = transport.calls().len();
+        let small: Vec<SendMessage> = messages(1, 2).into_iter().take(75).collect();
+        assert!(sender.submit(small).await.iter().all(Result::is_ok));
+        assert_eq!(
+            transport.calls().len() - before,
+            8,
+            "75 messages in 8 calls"
+        );
     }
 
     #[test]
