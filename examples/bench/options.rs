@@ -43,6 +43,8 @@ What it runs:
   --inbox-messages N         messages each run of the inbox section consumes (3,000; quick 300)
   --outbox-rate N            events a second the outbox section commits (1,000)
   --outbox-seconds S         how long it commits them (10; quick 2)
+  --outbox-receive-during    the outbox section's receive loops run while the events are
+                             committed (by default they drain the queue once all are relayed)
 
 Output:
   --json PATH                where the JSON goes (target/bench.json)
@@ -103,6 +105,8 @@ pub struct Options {
     /// Events a second the outbox section commits, and for how long.
     pub outbox_rate: u64,
     pub outbox_seconds: u64,
+    /// Whether the outbox section receives while it commits, on the same LocalStack.
+    pub outbox_receive_during: bool,
     /// Runs of each throughput row, each in a child process of its own.
     pub throughput_repeats: usize,
     pub round_trip_ms: u64,
@@ -139,6 +143,7 @@ impl Options {
         let (mut round_trip_ms, mut round_trip_messages) = (None, None);
         let (mut postgres, mut inbox_messages) = (postgres_url, None);
         let (mut outbox_rate, mut outbox_seconds) = (None, None);
+        let mut outbox_receive_during = false;
         let mut json = PathBuf::from("target/bench.json");
         let mut memory_probe = None;
         let (mut throughput_repeats, mut throughput_child) = (None, false);
@@ -206,6 +211,7 @@ impl Options {
                 "--inbox-messages" => inbox_messages = Some(count(&arg, &value()?)?),
                 "--outbox-rate" => outbox_rate = Some(count(&arg, &value()?)?),
                 "--outbox-seconds" => outbox_seconds = Some(count(&arg, &value()?)?),
+                "--outbox-receive-during" => outbox_receive_during = true,
                 "--throughput-repeats" => throughput_repeats = Some(count(&arg, &value()?)?),
                 "--throughput-child" => throughput_child = true,
                 "--round-trip-ms" => round_trip_ms = Some(count(&arg, &value()?)?),
@@ -282,6 +288,7 @@ impl Options {
             inbox_messages: inbox_messages.unwrap_or(if quick { 300 } else { 3_000 }),
             outbox_rate: outbox_rate.unwrap_or(1_000),
             outbox_seconds: outbox_seconds.unwrap_or(if quick { 2 } else { 10 }),
+            outbox_receive_during,
             throughput_repeats: throughput_repeats.unwrap_or(if quick { 1 } else { 3 }) as usize,
             round_trip_ms: round_trip_ms.unwrap_or(20),
             round_trip_messages: round_trip_messages.unwrap_or(if quick { 1_000 } else { 10_000 }),

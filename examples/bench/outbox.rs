@@ -4,13 +4,21 @@
 //! Writers commit events at a fixed rate (`--outbox-rate`, 1,000 a second by default) for
 //! `--outbox-seconds`, each in a transaction of its own that writes a ledger row and the event
 //! through the outbox (`PostgresStore`), over 50 accounts (a FIFO group each). The app's relay
-//! sends them to a FIFO queue. Plain aws-sdk-sqs loops receive and delete them. **Commit →
-//! visible** is the time SQS stored an event (its `SentTimestamp`, when a message becomes
-//! receivable) less the wall-clock time its `COMMIT` returned, both this machine's clock (the
-//! LocalStack runs here): its p50, p99 and max; it does not depend on how fast the loops
-//! receive. **Calls an event** are the relay's broker's `SendMessageBatch` calls over the events.
-//! The limit beside them is the relay's own poll interval (a committed row waits up to one before
-//! it is read): no relay can show a commit sooner than a read finds it.
+//! sends them to a FIFO queue. Plain aws-sdk-sqs loops receive and delete them: once every event
+//! is relayed, or with `--outbox-receive-during` while they are committed. **Commit → visible**
+//! is the time SQS stored an event (its `SentTimestamp`, when a message becomes receivable) less
+//! the wall-clock time its `COMMIT` returned, both this machine's clock (the LocalStack runs
+//! here): its p50, p99 and max; it does not depend on how fast the loops receive. **Calls an
+//! event** are the relay's broker's `SendMessageBatch` calls over the events.
+//!
+//! The limits beside them: the relay's own poll interval (a committed row waits up to one before
+//! it is read: no relay can show a commit sooner than a read finds it), and what this LocalStack
+//! stores at most, measured in the same run: plain aws-sdk-sqs loops, as many as the writers,
+//! sending the same events to a fresh FIFO queue in full calls of 10, as fast as it answers.
+//! LocalStack's cost is a call's more than a message's, and on a machine of two cores it shares
+//! them with PostgreSQL, the writers and the relay: receive loops running beside the relay take
+//! calls from the same LocalStack that real SQS would serve apart, which is why they wait by
+//! default.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,6 +64,12 @@ pub struct OutboxReport {
     pub poll_interval_ms: f64,
     /// `SendMessageBatch` calls of the relay, an event.
     pub calls_per_event: f64,
+    /// Whether the receive loops ran while the events were committed.
+    pub received_during: bool,
+    /// The limit: events a second, and calls a second, that plain loops sending full calls of
+    /// 10 stored on this LocalStack.
+    pub plain_events_per_sec: f64,
+    pub plain_calls_per_sec: f64,
 }
 
 impl OutboxReport {
@@ -66,7 +80,9 @@ impl OutboxReport {
              (asked: {}), each its own transaction (a ledger row and the event), over {ACCOUNTS} \
              accounts (FIFO groups), relayed to a FIFO queue and received by {RECEIVERS} plain \
              receive loops. Commit → visible: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (the \
-             relay polls every {:.0} ms). The relay's SendMessageBatch calls an event: {:.3}.\n",
+             relay polls every {:.0} ms; the receive loops ran {}). The relay's SendMessageBatch \
+             calls an event: {:.3}. The limit, this LocalStack's own: plain loops sending full \
+             calls of 10 stored {} events a second ({:.0} calls a second).\n",
             self.endpoint,
             thousands(self.events),
             thousands(self.committed_rate as u64),
@@ -75,7 +91,14 @@ impl OutboxReport {
             self.p99_ms,
             self.max_ms,
             self.poll_interval_ms,
+            if self.received_during {
+                "while the events were committed"
+            } else {
+                "once every event was relayed"
+            },
             self.calls_per_event,
+            thousands(self.plain_events_per_sec as u64),
+            self.plain_calls_per_sec,
         )
     }
 }
@@ -126,12 +149,20 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
     // Milliseconds since 1970: commits by this process's wall clock, arrivals by SQS's.
     let committed: Arc<Mutex<HashMap<u64, f64>>> = Arc::default();
     let arrived: Arc<Mutex<HashMap<u64, f64>>> = Arc::default();
-    let receivers: Vec<_> = (0..RECEIVERS)
-        .map(|_| {
-            let (client, url, arrived) = (client.clone(), url.clone(), arrived.clone());
-            tokio::spawn(async move { receive(client, url, arrived, events).await })
-        })
-        .collect();
+    let start_receivers = || -> Vec<_> {
+        (0..RECEIVERS)
+            .map(|_| {
+                let (client, url, arrived) = (client.clone(), url.clone(), arrived.clone());
+                tokio::spawn(async move { receive(client, url, arrived, events).await })
+            })
+            .collect()
+    };
+    let during = options.outbox_receive_during;
+    let mut receivers = if during {
+        start_receivers()
+    } else {
+        Vec::new()
+    };
     let calls_before = broker.api_calls().send_message_batch;
     let started = Instant::now();
     let writers: Vec<_> = (0..WRITERS)
@@ -147,6 +178,17 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
     }
     let writing = started.elapsed();
     let deadline = Instant::now() + PATIENCE;
+    if !during {
+        while outbox_rows(&store).await? > 0 {
+            if Instant::now() > deadline {
+                return Err(
+                    format!("the relay did not empty the outbox within {PATIENCE:?}").into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        receivers = start_receivers();
+    }
     while arrived.lock().unwrap().len() < events as usize {
         if Instant::now() > deadline {
             return Err(format!(
@@ -162,6 +204,9 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
     }
     let calls = broker.api_calls().send_message_batch - calls_before;
     running.stop().await?;
+    // What a run leaves in LocalStack stays in its memory: the next run's would pause for it.
+    client.delete_queue().queue_url(&url).send().await?;
+    let (plain_events_per_sec, plain_calls_per_sec) = plain_limit(&client, events).await?;
 
     let (committed, arrived) = (committed.lock().unwrap(), arrived.lock().unwrap());
     let mut latencies: Vec<f64> = committed
@@ -180,12 +225,89 @@ pub async fn run(endpoint: &str, postgres: &str, options: &Options) -> Fallible<
         max_ms: at(1.0),
         poll_interval_ms: poll_interval.as_secs_f64() * 1000.0,
         calls_per_event: calls as f64 / events as f64,
+        received_during: during,
+        plain_events_per_sec,
+        plain_calls_per_sec,
     };
     eprintln!(
-        "outbox: {} events at {:.0}/s; commit → visible p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.3} SendMessageBatch calls an event",
-        report.events, report.committed_rate, report.p50_ms, report.p99_ms, report.max_ms, report.calls_per_event
+        "outbox: {} events at {:.0}/s; commit → visible p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.3} SendMessageBatch calls an event; the limit: plain loops store {:.0} events/s ({:.0} calls/s)",
+        report.events, report.committed_rate, report.p50_ms, report.p99_ms, report.max_ms, report.calls_per_event, report.plain_events_per_sec, report.plain_calls_per_sec
     );
     Ok(report)
+}
+
+/// Rows still in the outbox.
+async fn outbox_rows(store: &PostgresStore) -> Fallible<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
+            .fetch_one(store.pool())
+            .await?,
+    )
+}
+
+/// This LocalStack's own limit: `events` (at most 5,000) sent by [`WRITERS`] plain loops to a
+/// fresh FIFO queue in full calls of 10, each loop its own accounts' events in order, as fast as
+/// it answers. Events a second and calls a second.
+async fn plain_limit(client: &aws_sdk_sqs::Client, events: u64) -> Fallible<(f64, f64)> {
+    let events = events.min(5_000);
+    let url = client
+        .create_queue()
+        .queue_name(format!("bench-outbox-plain-{}.fifo", std::process::id()))
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await?
+        .queue_url()
+        .unwrap_or_default()
+        .to_owned();
+    let started = Instant::now();
+    let mut loops = Vec::new();
+    for share in 0..WRITERS {
+        let (client, url) = (client.clone(), url.clone());
+        let ids: Vec<u64> = (0..events)
+            .filter(|id| (id % ACCOUNTS) % WRITERS == share)
+            .collect();
+        loops.push(tokio::spawn(async move {
+            let mut calls = 0u64;
+            for call in ids.chunks(10) {
+                let entries = call
+                    .iter()
+                    .enumerate()
+                    .map(|(n, &id)| {
+                        let account = format!("account-{}", id % ACCOUNTS);
+                        let body = serde_json::to_string(&Event {
+                            id,
+                            account: account.clone(),
+                        })
+                        .expect("an event encodes");
+                        aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                            .id(n.to_string())
+                            .message_body(body)
+                            .message_group_id(account)
+                            .message_deduplication_id(id.to_string())
+                            .build()
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let answer = client
+                    .send_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await?;
+                if let Some(failed) = answer.failed().first() {
+                    return Err(format!("a plain send failed: {failed:?}").into());
+                }
+                calls += 1;
+            }
+            Fallible::Ok(calls)
+        }));
+    }
+    let mut calls = 0;
+    for task in loops {
+        calls += task.await??;
+    }
+    let took = started.elapsed().as_secs_f64();
+    client.delete_queue().queue_url(&url).send().await?;
+    Ok((events as f64 / took, calls as f64 / took))
 }
 
 /// Wall-clock milliseconds since 1970, as SQS stamps `SentTimestamp`.
