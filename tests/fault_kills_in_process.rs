@@ -7,10 +7,11 @@
 //! down without waiting for its work: every task stops at its next await and is dropped. The
 //! app's graceful stop never runs (the stop its dropped run spawns lands on the dead runtime), so
 //! the messages it held come back only once their visibility runs out, as after a real kill: each
-//! run checks that the kills left messages in flight, or open transactions. A `MemoryTransaction` dropped open rolls back, as a
-//! database's transaction does when its connection dies. A fresh app (a new broker over the same
-//! `Account`, the same `MemoryStore`) takes over, as a restarted process finds the same SQS and
-//! the same database. The account spawns no task, so nothing of it dies with an app.
+//! run checks that the kills left messages in flight, or open transactions. A `MemoryTransaction`
+//! dropped open rolls back, as a database's transaction does when its connection dies. A fresh
+//! app (a new broker over the same `Account`, the same `MemoryStore`) takes over, as a restarted
+//! process finds the same SQS and the same database. The account spawns no task, so nothing of it
+//! dies with an app.
 //!
 //! - **Kills with an inbox**: 2,000 payments in 20 FIFO groups, and 2,000 on a standard queue,
 //!   each also sent 1–3 extra times (on FIFO, odd copies with the original's deduplication id,
