@@ -44,6 +44,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::backend::Backend;
+use common::kills::{self, InboxFigures, OutboxFigures, SplitMix};
 use common::process::{example_binary, sqs_at};
 use rust_stream::aws::AwsTransport;
 use rust_stream::sqs::SqsQueue;
@@ -212,21 +213,6 @@ async fn sigterm_under_load_on_standard_finishes_handlers_releases_the_rest_repe
 // The outbox's kill run
 // ---------------------------------------------------------------------------------------------
 
-/// What an outbox kill run found in the queue, against the ledger.
-#[derive(Debug)]
-#[allow(dead_code)] // the figures are printed whole
-struct OutboxFigures {
-    seed: u64,
-    committed: usize,
-    delivered: usize,
-    lost: usize,
-    phantoms: usize,
-    duplicates: usize,
-    order_violations: usize,
-    faults: u64,
-    elapsed: Duration,
-}
-
 async fn outbox_kill_run(
     backend: &Backend<AwsTransport>,
     db: Db<'_>,
@@ -244,18 +230,7 @@ async fn outbox_kill_run(
     let endpoint = rust_stream::testing::live_endpoint("process kills of an outbox")
         .expect("checked by live()");
     let example = example_binary("outbox_producer");
-    let seed = std::env::var("FAULT_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    common::report(format_args!(
-        "process kills of an outbox: seed {seed} (FAULT_SEED={seed} replays them)"
-    ));
+    let seed = kills::seed("process kills of an outbox");
     let mut random = SplitMix(seed);
     let dir = RunDir::new(&backend.name("outbox-kills"));
     let queue = backend.queue("outbox-kills.fifo", &[]).await;
@@ -420,34 +395,12 @@ async fn outbox_kill_run(
             )
         })
         .collect();
-    let committed: HashSet<i64> = ledger.iter().map(|(id, _)| *id).collect();
-    let distinct: HashSet<i64> = delivered.iter().map(|(id, _)| *id).collect();
-    let mut last: HashMap<&str, i64> = HashMap::new();
-    let mut order_violations = 0;
-    for (id, account) in &delivered {
-        if last
-            .get(account.as_str())
-            .is_some_and(|before| before >= id)
-        {
-            order_violations += 1;
-        }
-        last.insert(account, *id);
-    }
     let faults = proxy.counts();
-    let figures = OutboxFigures {
-        seed,
-        committed: committed.len(),
-        delivered: delivered.len(),
-        lost: committed.difference(&distinct).count(),
-        phantoms: distinct.difference(&committed).count(),
-        duplicates: delivered.len() - distinct.len(),
-        order_violations,
-        faults: Fault::ALL
-            .iter()
-            .map(|fault| faults.faults_of(*fault))
-            .sum(),
-        elapsed: started.elapsed(),
-    };
+    let faults = Fault::ALL
+        .iter()
+        .map(|fault| faults.faults_of(*fault))
+        .sum();
+    let figures = OutboxFigures::count(seed, &ledger, &delivered, faults, started.elapsed());
     if let Some((admin, schema)) = schema {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
             .execute(&admin)
@@ -690,18 +643,7 @@ async fn kill_run(
     let started = Instant::now();
     let endpoint = rust_stream::testing::live_endpoint("process kills").expect("checked by live()");
     let example = example_binary(EXAMPLE);
-    let seed = std::env::var("FAULT_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    common::report(format_args!(
-        "process kills ({base}): seed {seed} (FAULT_SEED={seed} replays the kill points)"
-    ));
+    let seed = kills::seed(&format!("process kills ({base})"));
     let mut random = SplitMix(seed);
     let dir = RunDir::new(&backend.name(base.trim_end_matches(".fifo")));
     let fifo = base.ends_with(".fifo");
@@ -801,48 +743,6 @@ async fn kill_run(
 // The kill run with an inbox
 // ---------------------------------------------------------------------------------------------
 
-/// What a kill run with an inbox measured.
-#[derive(Debug)]
-struct InboxFigures {
-    seed: u64,
-    payments: usize,
-    copies: usize,
-    handler_runs: usize,
-    redelivered: usize,
-    missing: usize,
-    posted_twice: usize,
-    total: i64,
-    expected_total: i64,
-    /// `None` on a standard queue, which promises no order.
-    order_violations: Option<usize>,
-    elapsed: Duration,
-}
-
-impl InboxFigures {
-    fn print(&self, kind: &str) {
-        let order = match self.order_violations {
-            Some(violations) => violations.to_string(),
-            None => "not promised".to_owned(),
-        };
-        common::report(format_args!(
-            "process kills with an inbox ({kind}, seed {}): payments {}, extra \
-             copies sent {}, handler runs {} (the rest acked by the inbox without running), \
-             messages received again after a kill {}, payments missing {}, posted twice {}, \
-             ledger total {} (expected {}), order violations {order}, in {:.1?}",
-            self.seed,
-            self.payments,
-            self.copies,
-            self.handler_runs,
-            self.redelivered,
-            self.missing,
-            self.posted_twice,
-            self.total,
-            self.expected_total,
-            self.elapsed,
-        ));
-    }
-}
-
 /// A kill run whose consumer posts each payment to a ledger table inside its inbox on the
 /// PostgreSQL at `postgres`: each of `groups * per_group` payments is sent once, then 1–3 extra
 /// times; the consumer is killed at five seeded points (by postings made) and restarted, and the
@@ -912,18 +812,7 @@ async fn inbox_kill_run(
     let endpoint = rust_stream::testing::live_endpoint("process kills with an inbox")
         .expect("checked by live()");
     let example = example_binary(EXAMPLE);
-    let seed = std::env::var("FAULT_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    common::report(format_args!(
-        "process kills with an inbox ({base}): seed {seed} (FAULT_SEED={seed} replays them)"
-    ));
+    let seed = kills::seed(&format!("process kills with an inbox ({base})"));
     let mut random = SplitMix(seed);
     let stem = base.trim_end_matches(".fifo");
     let dir = RunDir::new(&backend.name(stem));
@@ -1085,18 +974,7 @@ async fn inbox_kill_run(
         let rows = pool
             .postings(format!("SELECT grp, seq FROM {ledger} ORDER BY posted"))
             .await;
-        let mut last: HashMap<String, i32> = HashMap::new();
-        let mut violations = 0;
-        for (group, seq) in rows {
-            if let Some(before) = last.get(&group).filter(|before| **before > seq) {
-                common::report(format_args!(
-                    "group {group}: seq {seq} posted after seq {before}"
-                ));
-                violations += 1;
-            }
-            last.insert(group, seq);
-        }
-        Some(violations)
+        Some(kills::postings_out_of_order(rows))
     } else {
         None
     };
@@ -1111,6 +989,7 @@ async fn inbox_kill_run(
         "no message was received again after a kill"
     );
     let figures = InboxFigures {
+        kills: "process kills",
         seed,
         payments: total,
         copies: copies.len(),
@@ -1476,18 +1355,5 @@ async fn wait_until_empty(backend: &Backend<AwsTransport>, url: &str) {
             "the queue is not empty after {PATIENCE:?}: {load:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A small seeded generator (SplitMix64): the kill points of a run, replayable from its seed.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }

@@ -205,6 +205,7 @@ pub fn postgres_url(what: &str) -> Option<String> {
     rust_stream::testing::live_postgres_url(what)
 }
 
+pub mod kills;
 pub mod proxy;
 pub mod stores;
 

@@ -1,0 +1,154 @@
+//! What the kill suites share: the seeded kill points, and the figures a run with an inbox or of
+//! an outbox reports, with the counts they are judged by. The process kills
+//! (`tests/fault_kills.rs`, SIGKILL on LocalStack) and the in-process ones
+//! (`tests/fault_kills_in_process.rs`, a runtime shut down) read alike.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// A run's seed: `FAULT_SEED` when set (to replay a run's kill points), the clock's nanoseconds
+/// otherwise; printed either way, as `what` names the run.
+pub fn seed(what: &str) -> u64 {
+    let seed = std::env::var("FAULT_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    super::report(format_args!(
+        "{what}: seed {seed} (FAULT_SEED={seed} replays them)"
+    ));
+    seed
+}
+
+/// A small seeded generator (SplitMix64): the kill points of a run, replayable from its seed.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// What a kill run with an inbox measured.
+#[derive(Debug)]
+pub struct InboxFigures {
+    /// How the consumer was killed: `process kills` (SIGKILL) or `in-process kills`.
+    pub kills: &'static str,
+    pub seed: u64,
+    pub payments: usize,
+    pub copies: usize,
+    pub handler_runs: usize,
+    pub redelivered: usize,
+    pub missing: usize,
+    pub posted_twice: usize,
+    pub total: i64,
+    pub expected_total: i64,
+    /// `None` on a standard queue, which promises no order.
+    pub order_violations: Option<usize>,
+    pub elapsed: Duration,
+}
+
+impl InboxFigures {
+    pub fn print(&self, kind: &str) {
+        let order = match self.order_violations {
+            Some(violations) => violations.to_string(),
+            None => "not promised".to_owned(),
+        };
+        super::report(format_args!(
+            "{} with an inbox ({kind}, seed {}): payments {}, extra \
+             copies sent {}, handler runs {} (the rest acked by the inbox without running), \
+             messages received again after a kill {}, payments missing {}, posted twice {}, \
+             ledger total {} (expected {}), order violations {order}, in {:.1?}",
+            self.kills,
+            self.seed,
+            self.payments,
+            self.copies,
+            self.handler_runs,
+            self.redelivered,
+            self.missing,
+            self.posted_twice,
+            self.total,
+            self.expected_total,
+            self.elapsed,
+        ));
+    }
+}
+
+/// In ledger postings `(group, seq)` in commit order, how many came after a later one of their
+/// group (each reported).
+pub fn postings_out_of_order(postings: impl IntoIterator<Item = (String, i32)>) -> usize {
+    let mut last: HashMap<String, i32> = HashMap::new();
+    let mut violations = 0;
+    for (group, seq) in postings {
+        if let Some(before) = last.get(&group).filter(|before| **before > seq) {
+            super::report(format_args!(
+                "group {group}: seq {seq} posted after seq {before}"
+            ));
+            violations += 1;
+        }
+        last.insert(group, seq);
+    }
+    violations
+}
+
+/// What an outbox kill run found in the queue, against the ledger.
+#[derive(Debug)]
+#[allow(dead_code)] // the figures are printed whole
+pub struct OutboxFigures {
+    pub seed: u64,
+    pub committed: usize,
+    pub delivered: usize,
+    pub lost: usize,
+    pub phantoms: usize,
+    pub duplicates: usize,
+    pub order_violations: usize,
+    /// Faults injected between the producers and SQS (0 where none were).
+    pub faults: u64,
+    pub elapsed: Duration,
+}
+
+impl OutboxFigures {
+    /// The figures of a run whose ledger holds the events `committed` and whose queue held
+    /// `delivered` `(id, account)`, in the order received (each account's events are one FIFO
+    /// group, its ids growing in commit order).
+    pub fn count(
+        seed: u64,
+        committed: &[(i64, String)],
+        delivered: &[(i64, String)],
+        faults: u64,
+        elapsed: Duration,
+    ) -> Self {
+        let committed: HashSet<i64> = committed.iter().map(|(id, _)| *id).collect();
+        let distinct: HashSet<i64> = delivered.iter().map(|(id, _)| *id).collect();
+        let mut last: HashMap<&str, i64> = HashMap::new();
+        let mut order_violations = 0;
+        for (id, account) in delivered {
+            if last
+                .get(account.as_str())
+                .is_some_and(|before| before >= id)
+            {
+                order_violations += 1;
+            }
+            last.insert(account, *id);
+        }
+        Self {
+            seed,
+            committed: committed.len(),
+            delivered: delivered.len(),
+            lost: committed.difference(&distinct).count(),
+            phantoms: distinct.difference(&committed).count(),
+            duplicates: delivered.len() - distinct.len(),
+            order_violations,
+            faults,
+            elapsed,
+        }
+    }
+}

@@ -1,0 +1,772 @@
+//! The kill suites of `tests/fault_kills.rs` on the in-memory store and the in-process account
+//! (issue 23: the same suites on the in-memory store).
+//!
+//! A SIGKILL cannot reach a store that lives in the test's memory, so each app runs on a tokio
+//! runtime of its own, the in-process stand-in for a process, and is killed by cutting its line
+//! to SQS (no call it makes afterwards arrives, no answer reaches it) and shutting its runtime
+//! down without waiting for its work: every task stops at its next await and is dropped. The
+//! app's graceful stop never runs (the stop its dropped run spawns lands on the dead runtime), so
+//! the messages it held come back only once their visibility runs out, as after a real kill: each
+//! run checks that the kills left messages in flight, or open transactions. A `MemoryTransaction`
+//! dropped open rolls back, as a database's transaction does when its connection dies. A fresh
+//! app (a new broker over the same `Account`, the same `MemoryStore`) takes over, as a restarted
+//! process finds the same SQS and the same database. The account spawns no task, so nothing of it
+//! dies with an app.
+//!
+//! - **Kills with an inbox**: 2,000 payments in 20 FIFO groups, and 2,000 on a standard queue,
+//!   each also sent 1–3 extra times (on FIFO, odd copies with the original's deduplication id,
+//!   dropped by the account within its five minutes, even ones with their own, as copies sent
+//!   after the window are stored); the handler posts each to a ledger in the inbox's
+//!   transaction; the consumer is killed at five seeded points (by payments posted) and started
+//!   again each time: every payment posted exactly once (the ledger's total is the expected
+//!   total, none twice), and on FIFO each group's postings in the order sent.
+//! - **Kills of an outbox**: 10,000 events over 50 accounts, each in a transaction with its
+//!   ledger row, one in ten rolled back on purpose, written through the outbox by an app that
+//!   also relays, beside a second app that only relays (the store's lease lets one relay read at a
+//!   time). The writer is killed at five seeded points (by events committed) and the relaying
+//!   replica once, while SQS is out of their reach in bursts (every call of theirs fails as
+//!   unavailable, as the process suite's proxy refuses connections), so that rows pile up and a
+//!   relay reads several of an account at once. In the FIFO queue: every committed event once
+//!   (0 lost, 0 duplicates stored), no rolled-back one (0 phantoms), each account's events in
+//!   commit order.
+//!
+//! In real time, as the clocks of several runtimes cannot be paused together. `FAULT_SEED=N`
+//! replays a run's kill points and outages.
+
+mod common;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::backend::Backend;
+use common::kills::{self, InboxFigures, OutboxFigures, SplitMix};
+use rust_stream::account::Account;
+use rust_stream::inbox::{Inbox, Key};
+use rust_stream::outbox::Outbox;
+use rust_stream::prelude::*;
+use rust_stream::store::memory::MemoryStore;
+use rust_stream::transport::layer::{Action, Hooked, Hooks};
+use rust_stream::transport::{ReceiveMessage, ReceivedMessage, Transport, TransportError};
+use rust_stream::ShutdownHandle;
+use serde::{Deserialize, Serialize};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+/// How long any one phase of a run (a kill point reached, a queue drained, an app stopped) may
+/// take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The input queue's visibility timeout, in seconds: short, so that a killed consumer's messages
+/// come back soon (a live one's heartbeat extends them at half of it).
+const VISIBILITY: &str = "2";
+
+/// What a database's round trip takes, here a timer's tick: the handler and the writer hold
+/// their transaction open across it, so kills land in open transactions too, and the writer's
+/// 10,000 events take long enough for five kills to land among them.
+const ROUND_TRIP: Duration = Duration::from_millis(1);
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn fifo_payments_with_copies_killed_five_times_in_process_post_exactly_once_in_order() {
+    let figures = inbox_kill_run("inbox-kills.fifo", 20, 100).await;
+    figures.print("FIFO on the in-memory store");
+    assert_eq!(figures.missing, 0, "payments never posted");
+    assert_eq!(figures.posted_twice, 0, "payments posted twice");
+    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+    assert_eq!(
+        figures.order_violations,
+        Some(0),
+        "postings out of their group's order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn standard_payments_with_copies_killed_five_times_in_process_post_exactly_once() {
+    let figures = inbox_kill_run("inbox-kills", 20, 100).await;
+    figures.print("standard on the in-memory store");
+    assert_eq!(figures.missing, 0, "payments never posted");
+    assert_eq!(figures.posted_twice, 0, "payments posted twice");
+    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn outbox_events_killed_five_times_in_process_arrive_once_in_commit_order() {
+    let figures = outbox_kill_run(10_000, 50).await;
+    common::report(format_args!(
+        "in process, on the in-memory store: {figures:?}"
+    ));
+    assert_eq!(figures.lost, 0, "committed events never delivered");
+    assert_eq!(figures.phantoms, 0, "rolled-back events delivered");
+    assert_eq!(figures.duplicates, 0, "events stored twice");
+    assert_eq!(
+        figures.order_violations, 0,
+        "events out of their account's commit order"
+    );
+    assert!(figures.faults > 0, "no call failed in an outage");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The in-process "process"
+// ---------------------------------------------------------------------------------------------
+
+/// An app on a tokio runtime of its own: what a process is to `tests/fault_kills.rs`. Dropped (a
+/// test that panics), its runtime is shut down as by [`kill`](Self::kill).
+struct Process {
+    runtime: Option<Runtime>,
+    line: Line,
+    stop: ShutdownHandle,
+    exit: JoinHandle<Result<(), String>>,
+}
+
+impl Process {
+    /// Makes an app with `start` inside a new runtime, so that whatever it spawns, then or later,
+    /// is the runtime's, and runs the future `start` returns there. The app reaches SQS through
+    /// the [`Line`] it is given.
+    fn start<F>(start: impl FnOnce(&Line) -> (ShutdownHandle, F)) -> Self
+    where
+        F: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let line = Line::default();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the app");
+        let (stop, exit) = {
+            let _inside = runtime.enter();
+            let (stop, run) = start(&line);
+            (stop, runtime.spawn(run))
+        };
+        Self {
+            runtime: Some(runtime),
+            line,
+            stop,
+            exit,
+        }
+    }
+
+    /// The kill: the app's line to SQS is cut, and its runtime stops polling, each task dropped
+    /// at its next await. This waits until the runtime's workers have dropped every task (as the
+    /// process suite reaps a killed process before it starts the next), never for a task to
+    /// finish.
+    fn kill(mut self) {
+        // Before the runtime: its workers poll a few more tasks while they shut down, and tasks
+        // dropped meanwhile free room that a poller still running would fill, receiving messages
+        // for handlers that never run (a thousand in a few milliseconds, measured), which no
+        // process does after SIGKILL.
+        self.line.cut.store(true, Ordering::SeqCst);
+        let runtime = self.runtime.take().expect("the app runs");
+        tokio::task::block_in_place(|| runtime.shutdown_timeout(PATIENCE));
+    }
+
+    /// Stops the app as SIGTERM does, and waits for it to exit.
+    async fn terminate(self) -> Result<(), String> {
+        self.stop.shutdown();
+        self.exit().await
+    }
+
+    /// Waits for the app's run to end by itself, then for its runtime to stop.
+    async fn exit(mut self) -> Result<(), String> {
+        let exit = tokio::time::timeout(PATIENCE, &mut self.exit)
+            .await
+            .unwrap_or_else(|_| panic!("the app did not exit within {PATIENCE:?}"))
+            .map_err(|error| error.to_string())
+            .and_then(|exit| exit);
+        let runtime = self.runtime.take().expect("the app runs");
+        tokio::task::block_in_place(|| runtime.shutdown_timeout(PATIENCE));
+        exit
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A process's line to SQS, cut when it is killed: a call made after that never completes, and
+/// the answer to one in progress never arrives, as with the requests of a killed process.
+#[derive(Clone, Default)]
+struct Line {
+    cut: Arc<AtomicBool>,
+}
+
+impl Hooks for Line {
+    fn around<R: Send>(
+        &self,
+        _: Action,
+        _: &str,
+        call: impl Future<Output = Result<R, TransportError>> + Send,
+    ) -> impl Future<Output = Result<R, TransportError>> + Send {
+        let cut = self.cut.clone();
+        async move {
+            if cut.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let answer = call.await;
+            if cut.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            answer
+        }
+    }
+}
+
+/// Waits until `condition` holds, failing with `what` after [`PATIENCE`].
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "not {what} within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kill run with an inbox
+// ---------------------------------------------------------------------------------------------
+
+/// A payment: the `seq`-th of its `group` (on FIFO, its message group); `id` names it across its
+/// copies (the inbox's key).
+#[derive(Debug, Serialize, Deserialize)]
+struct Payment {
+    group: String,
+    seq: u32,
+    id: String,
+    amount: i64,
+}
+
+/// The ledger the handler posts to in the inbox's transaction: its postings in commit order.
+#[derive(Clone, Default)]
+struct Ledger(Arc<Mutex<Vec<Payment>>>);
+
+impl Ledger {
+    /// Postings, and distinct payments posted.
+    fn posted(&self) -> (usize, usize) {
+        let postings = self.0.lock().unwrap();
+        let distinct: HashSet<&str> = postings.iter().map(|posting| posting.id.as_str()).collect();
+        (postings.len(), distinct.len())
+    }
+}
+
+/// The handler: posts each payment in the inbox's transaction, and counts its runs.
+#[derive(Clone)]
+struct Post {
+    ledger: Ledger,
+    runs: Arc<AtomicUsize>,
+}
+
+/// The messages the consumers received a second time or later: most after a kill, once their
+/// visibility ran out (the inbox acks those whose payment was posted without running the
+/// handler, so the handler cannot count them).
+#[derive(Clone, Default)]
+struct Redelivered(Arc<Mutex<HashSet<String>>>);
+
+impl Hooks for Redelivered {
+    async fn receive_message(
+        &self,
+        inner: &impl Transport,
+        url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        let received = inner.receive_message(url, request).await?;
+        self.0.lock().unwrap().extend(
+            received
+                .iter()
+                .filter(|message| message.receive_count() > Some(1))
+                .map(|message| message.message_id.clone()),
+        );
+        Ok(received)
+    }
+}
+
+impl Handle<Payment> for Post {
+    async fn handle(
+        &self,
+        payment: &Payment,
+        _: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let mut transaction = ctx
+            .transaction::<MemoryStore>()
+            .await
+            .map_err(|error| HandlerOutcome::dead_letter(error.to_string()))?;
+        let (ledger, posting) = (
+            self.ledger.clone(),
+            Payment {
+                group: payment.group.clone(),
+                seq: payment.seq,
+                id: payment.id.clone(),
+                amount: payment.amount,
+            },
+        );
+        transaction.on_commit(move || ledger.0.lock().unwrap().push(posting));
+        tokio::time::sleep(ROUND_TRIP).await;
+        Ok(())
+    }
+}
+
+/// The consumer app on `account`: [`Post`] behind an inbox in `store`, keyed by the payment's id.
+fn consumer(
+    (account, redelivered, line): (&Account, &Redelivered, &Line),
+    queue: &str,
+    concurrency: usize,
+    store: &MemoryStore,
+    post: &Post,
+) -> (
+    ShutdownHandle,
+    impl Future<Output = Result<(), String>> + Send + 'static,
+) {
+    // Short long polls, so that the last stop does not wait on one.
+    let queue = SqsQueue::new(queue)
+        .concurrency(concurrency)
+        .wait(Duration::from_secs(1));
+    let inbox = Inbox::new(store.clone()).key(Key::json_pointer("/id"));
+    let mounted = subscriber(queue, post.clone()).idempotent(inbox).build();
+    let app = RustStream::new(AppInfo::new("in-process-kills", "0.1.0")).with_broker(
+        SqsBroker::with_transport(Hooked::new(
+            Hooked::new(account.clone(), redelivered.clone()),
+            line.clone(),
+        )),
+        |b| {
+            b.include(mounted);
+        },
+    );
+    let stop = app.shutdown_handle();
+    (stop, async move {
+        app.run().await.map_err(|error| error.to_string())
+    })
+}
+
+/// Sends `groups * per_group` payments, then 1–3 extra copies of each, kills the consumer at five
+/// seeded points (by payments posted), starting a new one each time, lets the last one finish
+/// and reads the ledger.
+async fn inbox_kill_run(base: &str, groups: u32, per_group: u32) -> InboxFigures {
+    const KILLS: usize = 5;
+    let started = Instant::now();
+    let seed = kills::seed(&format!("in-process kills with an inbox ({base})"));
+    let mut random = SplitMix(seed);
+    let backend = Backend::in_process();
+    let fifo = base.ends_with(".fifo");
+    let input = backend
+        .queue(base, &[("VisibilityTimeout", VISIBILITY)])
+        .await;
+
+    // Every payment once, the groups interleaved; then the extra copies, in the same order.
+    let payments: Vec<(String, u32)> = (0..per_group)
+        .flat_map(|seq| (0..groups).map(move |group| (format!("g{group:02}"), seq)))
+        .collect();
+    let amount = |group: &str, seq: u32| i64::from(seq) * 100 + group[1..].parse::<i64>().unwrap();
+    let expected_total: i64 = payments
+        .iter()
+        .map(|(group, seq)| amount(group, *seq))
+        .sum();
+    let extra: Vec<u32> = payments
+        .iter()
+        .map(|_| 1 + (random.next() % 3) as u32)
+        .collect();
+    let publisher = backend.broker.publisher(SqsQueue::new(backend.name(base)));
+    let message = |group: &str, seq: u32, copy: u32| {
+        let id = format!("{group}-{seq}");
+        let message = publisher.message(&Payment {
+            group: group.to_owned(),
+            seq,
+            id: id.clone(),
+            amount: amount(group, seq),
+        });
+        if !fifo {
+            return message;
+        }
+        // Odd copies reuse the original's deduplication id (the account drops them in its
+        // window); even ones have their own, as a copy sent after the window would be stored.
+        let dedup = if copy % 2 == 1 {
+            id
+        } else {
+            format!("{id}-copy-{copy}")
+        };
+        message.group_id(group.to_owned()).dedup_id(dedup)
+    };
+    for sent in publisher
+        .send_batch(payments.iter().map(|(group, seq)| message(group, *seq, 0)))
+        .await
+    {
+        sent.expect("send a payment");
+    }
+    let copies: Vec<_> = payments
+        .iter()
+        .zip(&extra)
+        .flat_map(|((group, seq), extra)| (1..=*extra).map(move |copy| (group.clone(), *seq, copy)))
+        .collect();
+    for sent in publisher
+        .send_batch(
+            copies
+                .iter()
+                .map(|(group, seq, copy)| message(group, *seq, *copy)),
+        )
+        .await
+    {
+        sent.expect("send a copy");
+    }
+
+    let total = payments.len();
+    let store = MemoryStore::new();
+    let post = Post {
+        ledger: Ledger::default(),
+        runs: Arc::default(),
+    };
+    let redelivered = Redelivered::default();
+    let queue = backend.name(base);
+    let start = |line: &Line| {
+        consumer(
+            (&backend.transport, &redelivered, line),
+            &queue,
+            groups as usize,
+            &store,
+            &post,
+        )
+    };
+    let mut points: Vec<usize> = (0..KILLS)
+        .map(|_| 50 + (random.next() % (total as u64 - 100)) as usize)
+        .collect();
+    points.sort_unstable();
+    common::report(format_args!(
+        "in-process kills with an inbox ({base}): killed after {points:?} payments posted"
+    ));
+    let mut held_at_kills = Vec::new();
+    let mut consumer = Process::start(start);
+    for point in &points {
+        // Each consumer posts something of its own before it is killed, so no kill lands on one
+        // that has not started consuming.
+        let (postings_before, _) = post.ledger.posted();
+        wait_until(&format!("{point} payments posted"), || {
+            let (postings, distinct) = post.ledger.posted();
+            postings > postings_before && distinct >= *point
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(random.next() % 50)).await;
+        consumer.kill();
+        // Nothing runs on behalf of the killed consumer now: what it held stays in flight until
+        // its visibility runs out.
+        let (_, in_flight, _) = backend.left(&input).await;
+        held_at_kills.push(in_flight);
+        consumer = Process::start(start);
+    }
+    wait_until("every payment posted", || post.ledger.posted().1 >= total).await;
+    wait_until_empty(&backend, &input).await;
+    consumer
+        .terminate()
+        .await
+        .expect("the last consumer stops cleanly");
+    common::report(format_args!(
+        "in-process kills with an inbox ({base}): messages left in flight by each kill \
+         {held_at_kills:?}"
+    ));
+    assert!(
+        held_at_kills.iter().any(|held| *held > 0),
+        "no kill left a message in flight"
+    );
+
+    let postings = post.ledger.0.lock().unwrap();
+    let distinct: HashSet<&str> = postings.iter().map(|posting| posting.id.as_str()).collect();
+    let redelivered = redelivered.0.lock().unwrap().len();
+    assert!(
+        redelivered > 0,
+        "no message was received again after a kill"
+    );
+    InboxFigures {
+        kills: "in-process kills",
+        seed,
+        payments: total,
+        copies: copies.len(),
+        handler_runs: post.runs.load(Ordering::SeqCst),
+        redelivered,
+        missing: total - distinct.len(),
+        posted_twice: postings.len() - distinct.len(),
+        total: postings.iter().map(|posting| posting.amount).sum(),
+        expected_total,
+        order_violations: fifo.then(|| {
+            kills::postings_out_of_order(
+                postings
+                    .iter()
+                    .map(|posting| (posting.group.clone(), posting.seq as i32)),
+            )
+        }),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Waits until the queue holds nothing, visible, in flight or delayed.
+async fn wait_until_empty(backend: &Backend<Account>, url: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let left = backend.left(url).await;
+        if left == (0, 0, 0) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue is not empty after {PATIENCE:?}: (visible, in flight, delayed) {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The outbox's kill run
+// ---------------------------------------------------------------------------------------------
+
+/// An event: the `id`-th written, for `account` (its FIFO group).
+#[derive(Debug, Serialize, Deserialize)]
+struct Posted {
+    id: i64,
+    account: String,
+}
+
+/// SQS out of the producers' reach while `down` is set: each of their calls fails as
+/// unavailable, as the process suite's proxy refuses connections.
+#[derive(Clone, Default)]
+struct Outage {
+    down: Arc<AtomicBool>,
+    failed: Arc<AtomicU64>,
+}
+
+impl Hooks for Outage {
+    fn around<R: Send>(
+        &self,
+        _: Action,
+        _: &str,
+        call: impl Future<Output = Result<R, TransportError>> + Send,
+    ) -> impl Future<Output = Result<R, TransportError>> + Send {
+        let down = self.down.load(Ordering::SeqCst);
+        if down {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+        }
+        async move {
+            if down {
+                return Err(TransportError::Unavailable {
+                    message: "SQS is out of reach (an injected outage)".into(),
+                });
+            }
+            call.await
+        }
+    }
+}
+
+/// The outbox run's ledger: `(id, account)` of each committed event, in commit order.
+type EventLedger = Arc<Mutex<Vec<(i64, String)>>>;
+
+/// What the writers began and ended, to tell the transactions a kill left open.
+#[derive(Clone, Default)]
+struct Transactions {
+    begun: Arc<AtomicUsize>,
+    ended: Arc<AtomicUsize>,
+}
+
+/// An app that relays the outbox in `store` to `queue` and, when `write`, writes events
+/// `0..events` after the last committed one, as `examples/outbox_producer.rs` does: one
+/// transaction each with its ledger row, every event whose number ends in 7 rolled back. A writer
+/// stops once everything is written and the outbox is empty; a relay alone runs until stopped.
+fn producer(
+    (account, outage, line): (&Account, &Outage, &Line),
+    queue: &str,
+    store: &MemoryStore,
+    ledger: &EventLedger,
+    transactions: &Transactions,
+    (events, accounts, write): (i64, i64, bool),
+) -> (
+    ShutdownHandle,
+    impl Future<Output = Result<(), String>> + Send + 'static,
+) {
+    let broker = SqsBroker::with_transport(Hooked::new(
+        Hooked::new(account.clone(), outage.clone()),
+        line.clone(),
+    ));
+    let outbox = Outbox::new(store.clone(), broker.publisher(SqsQueue::new(queue)));
+    let app = RustStream::new(AppInfo::new("outbox-producer", "0.1.0")).with_broker(
+        broker.clone(),
+        |b| {
+            b.worker(broker.relay(store.clone()).batch_size(100));
+        },
+    );
+    let stop = app.shutdown_handle();
+    let (finished, store, ledger, transactions) = (
+        stop.clone(),
+        store.clone(),
+        ledger.clone(),
+        transactions.clone(),
+    );
+    let run = async move {
+        let running = tokio::spawn(app.run());
+        if write {
+            let next = ledger
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(id, _)| id + 1)
+                .max()
+                .unwrap_or(0);
+            for id in next..events {
+                let event = Posted {
+                    id,
+                    account: format!("account-{:02}", id % accounts),
+                };
+                transactions.begun.fetch_add(1, Ordering::SeqCst);
+                let mut transaction = store.begin();
+                let (ledger, row) = (ledger.clone(), (event.id, event.account.clone()));
+                transaction.on_commit(move || ledger.lock().unwrap().push(row));
+                outbox
+                    .message(&event)
+                    .group_id(&event.account)
+                    .send(&mut transaction)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                tokio::time::sleep(ROUND_TRIP).await;
+                if id % 10 == 7 {
+                    drop(transaction);
+                } else {
+                    store.commit(transaction);
+                }
+                transactions.ended.fetch_add(1, Ordering::SeqCst);
+            }
+            while !store.outbox_rows().is_empty() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            finished.shutdown();
+        }
+        running
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| error.to_string())
+    };
+    (stop, run)
+}
+
+/// Writes `events` over `accounts` through the outbox, killing the writer at five seeded points
+/// (by events committed) and the relaying replica once while SQS is out of their reach in bursts,
+/// and reads the queue against the ledger.
+async fn outbox_kill_run(events: i64, accounts: i64) -> OutboxFigures {
+    const KILLS: usize = 5;
+    let started = Instant::now();
+    let seed = kills::seed("in-process kills of an outbox");
+    let mut random = SplitMix(seed);
+    let backend = Backend::in_process();
+    let queue = backend.queue("outbox-kills.fifo", &[]).await;
+    let name = backend.name("outbox-kills.fifo");
+    let store = MemoryStore::new();
+    let ledger = EventLedger::default();
+    let transactions = Transactions::default();
+    let outage = Outage::default();
+    let start = |write: bool| {
+        let (account, outage, name, store, ledger, transactions) = (
+            &backend.transport,
+            &outage,
+            &name,
+            &store,
+            &ledger,
+            &transactions,
+        );
+        move |line: &Line| {
+            producer(
+                (account, outage, line),
+                name,
+                store,
+                ledger,
+                transactions,
+                (events, accounts, write),
+            )
+        }
+    };
+    let expected = (0..events).filter(|id| id % 10 != 7).count();
+    let mut points: Vec<usize> = (0..KILLS)
+        .map(|_| 200 + (random.next() % (expected as u64 - 1_000)) as usize)
+        .collect();
+    points.sort_unstable();
+    common::report(format_args!(
+        "in-process kills of an outbox: the writer killed after {points:?} events committed"
+    ));
+    // Outages in bursts, for as long as the writer runs.
+    let writing = Arc::new(AtomicBool::new(true));
+    let outages = tokio::spawn({
+        let (down, writing) = (outage.down.clone(), writing.clone());
+        let mut random = SplitMix(seed ^ 0x5eed);
+        async move {
+            while writing.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(300 + random.next() % 700)).await;
+                down.store(true, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(100 + random.next() % 300)).await;
+                down.store(false, Ordering::SeqCst);
+            }
+        }
+    });
+    let mut writer = Process::start(start(true));
+    let mut replica = Some(Process::start(start(false)));
+    let mut open_at_kills = Vec::new();
+    for (kill, point) in points.iter().enumerate() {
+        wait_until(&format!("{point} events committed"), || {
+            ledger.lock().unwrap().len() >= *point
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(random.next() % 50)).await;
+        writer.kill();
+        open_at_kills.push(
+            transactions.begun.load(Ordering::SeqCst) - transactions.ended.load(Ordering::SeqCst),
+        );
+        // What the killed writer left open never ends: count from here.
+        transactions
+            .ended
+            .store(transactions.begun.load(Ordering::SeqCst), Ordering::SeqCst);
+        writer = Process::start(start(true));
+        if let (2, Some(relaying)) = (kill, replica.take()) {
+            relaying.kill();
+            replica = Some(Process::start(start(false)));
+        }
+    }
+    // The writer exits once everything is written and the outbox is empty.
+    writer.exit().await.expect("the writer finishes cleanly");
+    writing.store(false, Ordering::SeqCst);
+    outages.await.expect("the outages");
+    if let Some(relaying) = replica {
+        relaying
+            .terminate()
+            .await
+            .expect("the relaying replica stops cleanly");
+    }
+    common::report(format_args!(
+        "in-process kills of an outbox: transactions left open by each kill {open_at_kills:?}"
+    ));
+    assert!(
+        open_at_kills.iter().any(|open| *open > 0),
+        "no kill landed in an open transaction"
+    );
+
+    let mut ledger = ledger.lock().unwrap().clone();
+    ledger.sort_unstable();
+    assert_eq!(
+        ledger.len(),
+        expected,
+        "the ledger holds every committed event"
+    );
+    let received = backend.take_all(&queue, ledger.len()).await;
+    let delivered: Vec<(i64, String)> = received
+        .iter()
+        .map(|message| {
+            let event: Posted = serde_json::from_str(&message.body).expect("an event");
+            (event.id, event.account)
+        })
+        .collect();
+    OutboxFigures::count(
+        seed,
+        &ledger,
+        &delivered,
+        outage.failed.load(Ordering::SeqCst),
+        started.elapsed(),
+    )
+}
