@@ -594,7 +594,7 @@ where
                     let (answered, past_the_batch) = typed.handle(&values, ctx).await;
                     Outcomes::handled(answered, past_the_batch)
                 });
-                let call = Call::new(decoded, true);
+                let call = Call::batch(decoded);
                 let next = Next::new(self.layers.clone(), handler);
                 Box::pin(async move {
                     let (messages, past_the_batch) = next.run(call).await.into_parts();

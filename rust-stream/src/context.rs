@@ -405,6 +405,7 @@ impl<'a> Context<'a> {
     }
 
     /// The context, with what the call's middleware put in for the handler.
+    #[inline]
     pub(crate) fn with_extensions(mut self, extensions: &'a Extensions) -> Self {
         self.extensions = Cow::Borrowed(extensions);
         self
@@ -585,19 +586,22 @@ impl<'a> Context<'a> {
 /// shared, not cloned.
 #[derive(Clone, Default)]
 pub(crate) struct Extensions {
-    values: BTreeMap<TypeId, (Arc<dyn Any + Send + Sync>, &'static str)>,
+    /// `None` until a value is put in: most calls put none, and dropping an empty map is a call
+    /// into the map's drop each time, while `None` is a test.
+    values: Option<Values>,
 }
+
+/// Each value by its type, with the type's name for `Debug`.
+type Values = BTreeMap<TypeId, (Arc<dyn Any + Send + Sync>, &'static str)>;
 
 /// The extensions of every call no middleware sees: one empty set, so a context without
 /// middleware borrows it and allocates nothing.
-static NO_EXTENSIONS: Extensions = Extensions {
-    values: BTreeMap::new(),
-};
+static NO_EXTENSIONS: Extensions = Extensions { values: None };
 
 impl Extensions {
     /// Puts `value` in, in place of any value of its type.
     pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
-        self.values.insert(
+        self.values.get_or_insert_with(Values::new).insert(
             TypeId::of::<T>(),
             (Arc::new(value), std::any::type_name::<T>()),
         );
@@ -605,14 +609,23 @@ impl Extensions {
 
     /// The value of type `T`, if one was put in.
     pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.values.get(&TypeId::of::<T>())?.0.downcast_ref()
+        self.values
+            .as_ref()?
+            .get(&TypeId::of::<T>())?
+            .0
+            .downcast_ref()
     }
 }
 
 impl std::fmt::Debug for Extensions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_set()
-            .entries(self.values.values().map(|(_, name)| name))
+            .entries(
+                self.values
+                    .iter()
+                    .flat_map(BTreeMap::values)
+                    .map(|(_, name)| name),
+            )
             .finish()
     }
 }

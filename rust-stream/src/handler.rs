@@ -648,25 +648,25 @@ where
                 Ok(decoded) => decoded,
                 Err(error) => return Handled::Undecodable(error),
             };
-            let typed = self.typed.clone();
+            let layers = self.layers.clone();
+            // The handler's end owns this call's reference to the handler: one count fewer on
+            // the reference every call of the subscription shares.
             let handler = Endpoint::new(move |call: Call| async move {
                 let (messages, extensions) = call.into_parts();
                 let ctx =
                     Context::new(&messages[0], &states, stopping).with_extensions(&extensions);
-                Outcomes::handled([typed.handle(&decoded, ctx).await], Vec::new())
+                let (outcome, published) = self.typed.handle(&decoded, ctx).await;
+                Outcomes::handled_one(outcome, published)
             });
-            let call = Call::new([message], false);
-            let (mut each, past_the_call) = Next::new(self.layers.clone(), handler)
-                .run(call)
-                .await
-                .into_parts();
+            let call = Call::one(message);
+            let ((outcome, staged), past_the_call) =
+                Next::new(layers, handler).run(call).await.into_one();
             if !past_the_call.is_empty() {
                 tracing::error!(
                     indexes = ?past_the_call,
                     "middleware set outcomes past the call's one message; those outcomes are ignored"
                 );
             }
-            let (outcome, staged) = each.pop().expect("one outcome for the one message");
             Handled::Done { outcome, staged }
         })
     }

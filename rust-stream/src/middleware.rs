@@ -56,7 +56,6 @@
 //! panic, and the handler timeout covers the layers with the handler. A subscription without
 //! layers runs its handler exactly as before: nothing of this module is on its path.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -171,11 +170,22 @@ impl fmt::Debug for Call {
 }
 
 impl Call {
-    /// A call over `messages`: a batch handler's when `batch`.
-    pub(crate) fn new(messages: impl IntoIterator<Item = Message>, batch: bool) -> Self {
+    /// A single handler's call, over its one message.
+    #[inline]
+    pub(crate) fn one(message: Message) -> Self {
         Self {
-            messages: messages.into_iter().collect(),
-            batch,
+            // In place: collecting one message into the vector is a loop that reserves first.
+            messages: SmallVec::from_buf([message]),
+            batch: false,
+            extensions: Extensions::default(),
+        }
+    }
+
+    /// A batch handler's call, over `messages`.
+    pub(crate) fn batch(messages: Vec<Message>) -> Self {
+        Self {
+            messages: SmallVec::from_vec(messages),
+            batch: true,
             extensions: Extensions::default(),
         }
     }
@@ -188,6 +198,7 @@ impl Call {
     }
 
     /// How many messages the call holds (at least one).
+    #[inline]
     pub fn len(&self) -> usize {
         self.messages.len()
     }
@@ -243,11 +254,20 @@ pub struct Outcomes {
     /// The outcome of each message by its index, with what the handler published for it: one
     /// per message once the outcomes come back from a layer or the handler (inline for one).
     each: Each,
-    /// Outcomes [`set`](Self::set) past `each`, by index: a layer's own outcomes, which do not
-    /// know how many messages the call holds until they are fitted to it.
-    named: BTreeMap<usize, HandlerOutcome>,
     /// The outcome of each message neither in `each` nor named.
     rest: HandlerOutcome,
+    /// What few calls' outcomes have, apart: every call's outcomes are moved through each layer's
+    /// future, and without these they are small enough to move without a call to `memcpy`.
+    beyond: Option<Box<Beyond>>,
+}
+
+/// The outcomes a layer named past [`Outcomes::each`], and the indexes named past the call.
+#[derive(Default)]
+struct Beyond {
+    /// Outcomes [`set`](Outcomes::set) past `each`, sorted by index, each index once: a layer's
+    /// own outcomes, which do not know how many messages the call holds until they are fitted
+    /// to it.
+    named: Vec<(usize, HandlerOutcome)>,
     /// The indexes a batch handler's outcome, or a layer, named past the call.
     past_the_call: Vec<usize>,
 }
@@ -259,9 +279,20 @@ impl fmt::Debug for Outcomes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Outcomes")
             .field("each", &self.iter().collect::<Vec<_>>())
-            .field("named", &self.named)
+            .field("named", &Named(self.named()))
             .field("rest", &self.rest)
             .finish_non_exhaustive()
+    }
+}
+
+/// [`Beyond::named`] as the map it stands for.
+struct Named<'a>(&'a [(usize, HandlerOutcome)]);
+
+impl fmt::Debug for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(index, outcome)| (index, outcome)))
+            .finish()
     }
 }
 
@@ -276,9 +307,18 @@ impl Outcomes {
     pub fn all(outcome: HandlerOutcome) -> Self {
         Self {
             each: Each::new(),
-            named: BTreeMap::new(),
             rest: outcome,
-            past_the_call: Vec::new(),
+            beyond: None,
+        }
+    }
+
+    /// What a single handler answered: its message's outcome and what it published for it.
+    #[inline]
+    pub(crate) fn handled_one(outcome: HandlerOutcome, published: Vec<Outgoing>) -> Self {
+        Self {
+            each: Each::from_buf([(outcome, published)]),
+            rest: HandlerOutcome::Ack,
+            beyond: None,
         }
     }
 
@@ -290,9 +330,13 @@ impl Outcomes {
     ) -> Self {
         Self {
             each: each.into_iter().collect(),
-            named: BTreeMap::new(),
             rest: HandlerOutcome::Ack,
-            past_the_call,
+            beyond: (!past_the_call.is_empty()).then(|| {
+                Box::new(Beyond {
+                    named: Vec::new(),
+                    past_the_call,
+                })
+            }),
         }
     }
 
@@ -300,7 +344,13 @@ impl Outcomes {
     pub fn outcome_of(&self, index: usize) -> &HandlerOutcome {
         match self.each.get(index) {
             Some((outcome, _)) => outcome,
-            None => self.named.get(&index).unwrap_or(&self.rest),
+            None => {
+                let named = self.named();
+                match named.binary_search_by_key(&index, |(named, _)| *named) {
+                    Ok(at) => &named[at].1,
+                    Err(_) => &self.rest,
+                }
+            }
         }
     }
 
@@ -329,7 +379,11 @@ impl Outcomes {
                 *settled = outcome;
             }
             None => {
-                self.named.insert(index, outcome);
+                let named = &mut self.beyond.get_or_insert_with(Box::default).named;
+                match named.binary_search_by_key(&index, |(named, _)| *named) {
+                    Ok(at) => named[at].1 = outcome,
+                    Err(at) => named.insert(at, (index, outcome)),
+                }
             }
         }
         self
@@ -346,35 +400,81 @@ impl Outcomes {
         for index in 0..self.each.len() {
             self.set(index, outcome.clone());
         }
-        self.named.clear();
+        if let Some(beyond) = &mut self.beyond {
+            beyond.named.clear();
+        }
         self.rest = outcome;
         self
     }
 
     /// Exactly one entry per message of a call of `len`: those named past it are noted (the
     /// engine logs them), those not named take the outcome for all.
+    #[inline]
     fn fit(mut self, len: usize) -> Self {
+        // What a handler answers fits already (each message once, nothing named): inlined, that
+        // costs a comparison, not a move of the outcomes in and out.
+        if self.each.len() != len || !self.named().is_empty() {
+            self.fill(len);
+        }
+        self
+    }
+
+    /// The outcomes named past `each`, by index.
+    #[inline]
+    fn named(&self) -> &[(usize, HandlerOutcome)] {
+        self.beyond.as_ref().map_or(&[], |beyond| &beyond.named)
+    }
+
+    /// [`fit`](Self::fit), when there is something to do.
+    fn fill(&mut self, len: usize) {
+        let mut past_the_call = Vec::new();
         if self.each.len() > len {
-            self.past_the_call.extend(len..self.each.len());
+            past_the_call.extend(len..self.each.len());
             self.each.truncate(len);
         }
         while self.each.len() < len {
             self.each.push((self.rest.clone(), Vec::new()));
         }
-        for (index, outcome) in std::mem::take(&mut self.named) {
+        let named = match &mut self.beyond {
+            Some(beyond) => std::mem::take(&mut beyond.named),
+            None => Vec::new(),
+        };
+        for (index, outcome) in named {
             if index < len {
                 self.set(index, outcome);
             } else {
-                self.past_the_call.push(index);
+                past_the_call.push(index);
             }
         }
-        self
+        if !past_the_call.is_empty() {
+            self.beyond
+                .get_or_insert_with(Box::default)
+                .past_the_call
+                .extend(past_the_call);
+        }
     }
 
     /// Each message's outcome with what it published, in order, and the indexes named past the
     /// call.
     pub(crate) fn into_parts(self) -> (Each, Vec<usize>) {
-        (self.each, self.past_the_call)
+        (self.each, Self::past_the_call(self.beyond))
+    }
+
+    /// The one message's outcome with what it published, of outcomes fitted to a single
+    /// handler's call, and the indexes named past the call.
+    #[inline]
+    pub(crate) fn into_one(self) -> ((HandlerOutcome, Vec<Outgoing>), Vec<usize>) {
+        // The outcome is taken out of the inline array whole: popping it would leave an empty
+        // vector to drop.
+        let one = match self.each.into_inner() {
+            Ok([one]) => one,
+            Err(mut each) => each.pop().expect("one outcome for the one message"),
+        };
+        (one, Self::past_the_call(self.beyond))
+    }
+
+    fn past_the_call(beyond: Option<Box<Beyond>>) -> Vec<usize> {
+        beyond.map_or_else(Vec::new, |beyond| beyond.past_the_call)
     }
 }
 
@@ -426,7 +526,8 @@ pin_project_lite::pin_project! {
     #[project = HandlerCallProjection]
     enum HandlerCall<S, F> {
         Waiting { start: Option<S> },
-        Running { #[pin] future: F },
+        // `len` is the call's, which the handler's outcomes are fitted to.
+        Running { #[pin] future: F, len: usize },
     }
 }
 
@@ -438,8 +539,10 @@ where
     fn start(mut self: Pin<&mut Self>, call: Call) {
         if let HandlerCallProjection::Waiting { start } = self.as_mut().project() {
             let start = start.take().expect("an endpoint starts once");
+            let len = call.len();
             self.set(HandlerCall::Running {
                 future: start(call),
+                len,
             });
         }
     }
@@ -453,7 +556,9 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Outcomes> {
         match self.project() {
-            HandlerCallProjection::Running { future } => future.poll(cx),
+            HandlerCallProjection::Running { future, len } => {
+                future.poll(cx).map(|outcomes| outcomes.fit(*len))
+            }
             HandlerCallProjection::Waiting { .. } => {
                 unreachable!("`Next::run` starts the handler before it polls it")
             }
@@ -475,9 +580,9 @@ impl Next {
     /// outcome per message of the call. A layer runs it at most once: a call that should be
     /// handled again is retried by the engine (return `retry()`).
     pub fn run(self, call: Call) -> impl Future<Output = Outcomes> + Send + 'static {
-        let len = call.len();
-        let layer = self.layers.0.get(self.at).cloned();
-        let outcomes = match layer {
+        // Both futures are boxed already and fit their outcomes to the call, so nothing wraps
+        // them here: a wrapper would move every call's outcomes through one more future.
+        match self.layers.0.get(self.at).cloned() {
             Some(layer) => Either::Left(layer.call(
                 call,
                 Next {
@@ -486,8 +591,7 @@ impl Next {
                 },
             )),
             None => Either::Right(self.handler.start(call)),
-        };
-        async move { outcomes.await.fit(len) }
+        }
     }
 }
 
@@ -499,8 +603,11 @@ trait ErasedMiddleware: Send + Sync + 'static {
 impl<M: Middleware> ErasedMiddleware for M {
     fn call(self: Arc<Self>, call: Call, next: Next) -> BoxFuture<'static, Outcomes> {
         // The layer's own code, even what it does before its first `.await`, runs when the
-        // future is polled: inside the engine's panic catch, timeout and `process` span.
-        Box::pin(async move { Middleware::call(&*self, call, next).await })
+        // future is polled: inside the engine's panic catch, timeout and `process` span. What it
+        // answers is fitted here (it may name more or fewer messages than the call has), so the
+        // layer outside it gets one outcome a message.
+        let len = call.len();
+        Box::pin(async move { Middleware::call(&*self, call, next).await.fit(len) })
     }
 }
 
@@ -546,7 +653,7 @@ mod tests {
             [&HandlerOutcome::retry(), &HandlerOutcome::ack()]
         );
         assert_eq!(
-            outcomes.past_the_call,
+            Outcomes::past_the_call(outcomes.beyond),
             [3],
             "only what was named past the call"
         );
