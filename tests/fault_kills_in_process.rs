@@ -1,5 +1,5 @@
-//! The kill suites of `tests/fault_kills.rs` on the in-memory store and the in-process account
-//! (issue 23: the same suites on the in-memory store).
+//! The kill suites of `tests/fault_kills.rs` on the in-process account, on the in-memory store
+//! and, for the inbox, on PostgreSQL (issue 23: the same suites on the in-process account).
 //!
 //! A SIGKILL cannot reach a store that lives in the test's memory, so each app runs on a tokio
 //! runtime of its own, the in-process stand-in for a process, and is killed by cutting its line
@@ -9,7 +9,7 @@
 //! the messages it held come back only once their visibility runs out, as after a real kill: each
 //! run checks that the kills left messages in flight, or open transactions. A `MemoryTransaction`
 //! dropped open rolls back, as a database's transaction does when its connection dies. A fresh
-//! app (a new broker over the same `Account`, the same `MemoryStore`) takes over, as a restarted
+//! app (a new broker over the same `Account`, the same store) takes over, as a restarted
 //! process finds the same SQS and the same database. The account spawns no task, so nothing of it
 //! dies with an app.
 //!
@@ -19,7 +19,10 @@
 //!   after the window are stored); the handler posts each to a ledger in the inbox's
 //!   transaction; the consumer is killed at five seeded points (by payments posted) and started
 //!   again each time: every payment posted exactly once (the ledger's total is the expected
-//!   total, none twice), and on FIFO each group's postings in the order sent.
+//!   total, none twice), and on FIFO each group's postings in the order sent. Both on the
+//!   in-memory store and on PostgreSQL (a ledger table in a schema of the run's own, written
+//!   through the inbox's transaction): each app opens its pool on its runtime, so a kill closes
+//!   its connections and PostgreSQL rolls back what they held open, which the run checks.
 //! - **Kills of an outbox**: 10,000 events over 50 accounts, each in a transaction with its
 //!   ledger row, one in ten rolled back on purpose, written through the outbox by an app that
 //!   also relays, beside a second app that only relays (the store's lease lets one relay read at a
@@ -43,15 +46,19 @@ use std::time::{Duration, Instant};
 
 use common::backend::Backend;
 use common::kills::{self, InboxFigures, OutboxFigures, SplitMix};
+use common::stores::{postgres_pool, postgres_schema, Schema};
 use rust_stream::account::Account;
-use rust_stream::inbox::{Inbox, Key};
+use rust_stream::inbox::{Inbox, Key, Transaction};
 use rust_stream::outbox::Outbox;
 use rust_stream::prelude::*;
-use rust_stream::store::memory::MemoryStore;
+use rust_stream::store::memory::{MemoryStore, MemoryTransaction};
+use rust_stream::store::postgres::PostgresStore;
+use rust_stream::store::InboxStore;
 use rust_stream::transport::layer::{Action, Hooked, Hooks};
 use rust_stream::transport::{ReceiveMessage, ReceivedMessage, Transport, TransportError};
 use rust_stream::ShutdownHandle;
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::{PgConnectOptions, PgPool, Postgres};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -74,7 +81,7 @@ const ROUND_TRIP: Duration = Duration::from_millis(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn fifo_payments_with_copies_killed_five_times_in_process_post_exactly_once_in_order() {
-    let figures = inbox_kill_run("inbox-kills.fifo", 20, 100).await;
+    let figures = inbox_kill_run(&MemoryLedger::default(), "inbox-kills.fifo", 20, 100).await;
     figures.print("FIFO on the in-memory store");
     assert_eq!(figures.missing, 0, "payments never posted");
     assert_eq!(figures.posted_twice, 0, "payments posted twice");
@@ -88,11 +95,44 @@ async fn fifo_payments_with_copies_killed_five_times_in_process_post_exactly_onc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn standard_payments_with_copies_killed_five_times_in_process_post_exactly_once() {
-    let figures = inbox_kill_run("inbox-kills", 20, 100).await;
+    let figures = inbox_kill_run(&MemoryLedger::default(), "inbox-kills", 20, 100).await;
     figures.print("standard on the in-memory store");
     assert_eq!(figures.missing, 0, "payments never posted");
     assert_eq!(figures.posted_twice, 0, "payments posted twice");
     assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn fifo_payments_with_copies_killed_five_times_in_process_on_postgres_post_exactly_once_in_order(
+) {
+    let Some(ledger) = PostgresLedger::new("fifo").await else {
+        return;
+    };
+    let figures = inbox_kill_run(&ledger, "inbox-kills.fifo", 20, 100).await;
+    figures.print("FIFO on PostgreSQL");
+    assert_eq!(figures.missing, 0, "payments never posted");
+    assert_eq!(figures.posted_twice, 0, "payments posted twice");
+    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+    assert_eq!(
+        figures.order_violations,
+        Some(0),
+        "postings out of their group's order"
+    );
+    ledger.schema.drop_it().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn standard_payments_with_copies_killed_five_times_in_process_on_postgres_post_exactly_once()
+{
+    let Some(ledger) = PostgresLedger::new("standard").await else {
+        return;
+    };
+    let figures = inbox_kill_run(&ledger, "inbox-kills", 20, 100).await;
+    figures.print("standard on PostgreSQL");
+    assert_eq!(figures.missing, 0, "payments never posted");
+    assert_eq!(figures.posted_twice, 0, "payments posted twice");
+    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+    ledger.schema.drop_it().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -125,11 +165,12 @@ struct Process {
 }
 
 impl Process {
-    /// Makes an app with `start` inside a new runtime, so that whatever it spawns, then or later,
-    /// is the runtime's, and runs the future `start` returns there. The app reaches SQS through
-    /// the [`Line`] it is given.
-    fn start<F>(start: impl FnOnce(&Line) -> (ShutdownHandle, F)) -> Self
+    /// Makes an app with `start` on a new runtime, so that whatever it spawns or connects, then
+    /// or later, is the runtime's (a database pool opened there dies with it), and runs the future
+    /// the app's `start` returns there. The app reaches SQS through the [`Line`] it is given.
+    fn start<S, F>(start: impl FnOnce(Line) -> S) -> Self
     where
+        S: Future<Output = (ShutdownHandle, F)>,
         F: Future<Output = Result<(), String>> + Send + 'static,
     {
         let line = Line::default();
@@ -138,11 +179,8 @@ impl Process {
             .enable_all()
             .build()
             .expect("a runtime for the app");
-        let (stop, exit) = {
-            let _inside = runtime.enter();
-            let (stop, run) = start(&line);
-            (stop, runtime.spawn(run))
-        };
+        let (stop, run) = tokio::task::block_in_place(|| runtime.block_on(start(line.clone())));
+        let exit = runtime.spawn(run);
         Self {
             runtime: Some(runtime),
             line,
@@ -221,9 +259,9 @@ impl Hooks for Line {
 }
 
 /// Waits until `condition` holds, failing with `what` after [`PATIENCE`].
-async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+async fn wait_until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
-    while !condition() {
+    while !condition().await {
         assert!(Instant::now() < deadline, "not {what} within {PATIENCE:?}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -235,7 +273,7 @@ async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 
 /// A payment: the `seq`-th of its `group` (on FIFO, its message group); `id` names it across its
 /// copies (the inbox's key).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Payment {
     group: String,
     seq: u32,
@@ -243,23 +281,185 @@ struct Payment {
     amount: i64,
 }
 
-/// The ledger the handler posts to in the inbox's transaction: its postings in commit order.
-#[derive(Clone, Default)]
-struct Ledger(Arc<Mutex<Vec<Payment>>>);
+/// Where the consumers keep their inbox's keys and post each payment in the inbox's
+/// transaction, and how the run reads the postings back: [`MemoryLedger`] or
+/// [`PostgresLedger`].
+trait Ledger: Clone + Send + Sync + 'static {
+    /// The inbox's store.
+    type Store: InboxStore;
 
-impl Ledger {
+    /// The store an app opens on its runtime when it starts, as a process opens its database.
+    async fn open(&self) -> Self::Store;
+
+    /// Posts `payment` in the inbox's `transaction`: it commits with the payment's key, or not
+    /// at all.
+    fn post(
+        &self,
+        payment: &Payment,
+        transaction: &mut Transaction<<Self::Store as InboxStore>::Transaction>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+
     /// Postings, and distinct payments posted.
-    fn posted(&self) -> (usize, usize) {
-        let postings = self.0.lock().unwrap();
+    async fn posted(&self) -> (usize, usize);
+
+    /// Every posting, in commit order.
+    async fn postings(&self) -> Vec<Payment>;
+
+    /// Waits until nothing of a killed app holds a transaction open.
+    async fn killed(&self);
+}
+
+/// The ledger beside a [`MemoryStore`]: a write queued with `on_commit` lands when the inbox
+/// commits, and a `MemoryTransaction` dropped open takes it along, rolled back.
+#[derive(Clone, Default)]
+struct MemoryLedger {
+    store: MemoryStore,
+    postings: Arc<Mutex<Vec<Payment>>>,
+}
+
+impl Ledger for MemoryLedger {
+    type Store = MemoryStore;
+
+    async fn open(&self) -> MemoryStore {
+        self.store.clone()
+    }
+
+    async fn post(
+        &self,
+        payment: &Payment,
+        transaction: &mut Transaction<MemoryTransaction>,
+    ) -> Result<(), String> {
+        let (postings, posting) = (self.postings.clone(), payment.clone());
+        transaction.on_commit(move || postings.lock().unwrap().push(posting));
+        Ok(())
+    }
+
+    async fn posted(&self) -> (usize, usize) {
+        let postings = self.postings.lock().unwrap();
         let distinct: HashSet<&str> = postings.iter().map(|posting| posting.id.as_str()).collect();
         (postings.len(), distinct.len())
+    }
+
+    async fn postings(&self) -> Vec<Payment> {
+        self.postings.lock().unwrap().clone()
+    }
+
+    /// A killed app's transactions were dropped with its tasks.
+    async fn killed(&self) {}
+}
+
+/// A ledger table in a schema of the run's own on PostgreSQL, beside the [`PostgresStore`]'s
+/// tables. Each app opens a pool of its own on its runtime, its connections named after the
+/// schema: they close when the runtime drops them, and PostgreSQL rolls back what they held open,
+/// as when a process dies.
+#[derive(Clone)]
+struct PostgresLedger {
+    /// How an app connects: to the run's schema, named after it.
+    apps: PgConnectOptions,
+    /// The test's own pool, on the test's runtime, to read the ledger with.
+    reader: PgPool,
+    schema: Schema,
+}
+
+impl PostgresLedger {
+    /// A new schema for `case` with an empty ledger; `None` (with the kit's loud note, or a
+    /// failure under CI) when no PostgreSQL was started.
+    async fn new(case: &str) -> Option<Self> {
+        let (options, schema) = postgres_schema("kills", case).await?;
+        let reader = postgres_pool(&options).await;
+        // `posted` numbers the inserts: a group's payments are posted one after the other, so
+        // within a group it is their commit order.
+        sqlx::query(
+            "CREATE TABLE ledger (posted bigserial PRIMARY KEY, id text NOT NULL, \
+             grp text NOT NULL, seq int NOT NULL, amount bigint NOT NULL)",
+        )
+        .execute(&reader)
+        .await
+        .expect("create the ledger");
+        Some(Self {
+            apps: options.application_name(&schema.name),
+            reader,
+            schema,
+        })
+    }
+
+    /// The apps' connections PostgreSQL still serves.
+    async fn apps_connected(&self, pool: &PgPool) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(&self.schema.name)
+            .fetch_one(pool)
+            .await
+            .expect("count the apps' connections")
+    }
+}
+
+impl Ledger for PostgresLedger {
+    type Store = PostgresStore;
+
+    async fn open(&self) -> PostgresStore {
+        let store = PostgresStore::new(postgres_pool(&self.apps).await)
+            .await
+            .expect("open the store");
+        // The pool is the runtime's, and [`killed`](Ledger::killed) finds its connections.
+        assert!(self.apps_connected(store.pool()).await > 0);
+        store
+    }
+
+    async fn post(
+        &self,
+        payment: &Payment,
+        transaction: &mut Transaction<sqlx::Transaction<'static, Postgres>>,
+    ) -> Result<(), String> {
+        sqlx::query("INSERT INTO ledger (id, grp, seq, amount) VALUES ($1, $2, $3, $4)")
+            .bind(&payment.id)
+            .bind(&payment.group)
+            .bind(payment.seq as i32)
+            .bind(payment.amount)
+            .execute(&mut ***transaction)
+            .await
+            .map(drop)
+            .map_err(|error| error.to_string())
+    }
+
+    async fn posted(&self) -> (usize, usize) {
+        let (postings, distinct): (i64, i64) =
+            sqlx::query_as("SELECT count(*), count(DISTINCT id) FROM ledger")
+                .fetch_one(&self.reader)
+                .await
+                .expect("count the postings");
+        (postings as usize, distinct as usize)
+    }
+
+    async fn postings(&self) -> Vec<Payment> {
+        let rows: Vec<(String, i32, String, i64)> =
+            sqlx::query_as("SELECT grp, seq, id, amount FROM ledger ORDER BY posted")
+                .fetch_all(&self.reader)
+                .await
+                .expect("read the ledger");
+        rows.into_iter()
+            .map(|(group, seq, id, amount)| Payment {
+                group,
+                seq: seq as u32,
+                id,
+                amount,
+            })
+            .collect()
+    }
+
+    /// The killed app's connections close as its runtime drops them, each open transaction
+    /// rolled back by PostgreSQL; a connection that outlived the runtime fails the run here.
+    async fn killed(&self) {
+        wait_until("every connection of the killed app closed", async || {
+            self.apps_connected(&self.reader).await == 0
+        })
+        .await;
     }
 }
 
 /// The handler: posts each payment in the inbox's transaction, and counts its runs.
 #[derive(Clone)]
-struct Post {
-    ledger: Ledger,
+struct Post<L> {
+    ledger: L,
     runs: Arc<AtomicUsize>,
 }
 
@@ -287,7 +487,7 @@ impl Hooks for Redelivered {
     }
 }
 
-impl Handle<Payment> for Post {
+impl<L: Ledger> Handle<Payment> for Post<L> {
     async fn handle(
         &self,
         payment: &Payment,
@@ -296,31 +496,25 @@ impl Handle<Payment> for Post {
     ) -> Result<(), HandlerOutcome> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         let mut transaction = ctx
-            .transaction::<MemoryStore>()
+            .transaction::<L::Store>()
             .await
             .map_err(|error| HandlerOutcome::dead_letter(error.to_string()))?;
-        let (ledger, posting) = (
-            self.ledger.clone(),
-            Payment {
-                group: payment.group.clone(),
-                seq: payment.seq,
-                id: payment.id.clone(),
-                amount: payment.amount,
-            },
-        );
-        transaction.on_commit(move || ledger.0.lock().unwrap().push(posting));
+        self.ledger
+            .post(payment, &mut transaction)
+            .await
+            .map_err(HandlerOutcome::failed)?;
         tokio::time::sleep(ROUND_TRIP).await;
         Ok(())
     }
 }
 
 /// The consumer app on `account`: [`Post`] behind an inbox in `store`, keyed by the payment's id.
-fn consumer(
+fn consumer<L: Ledger>(
     (account, redelivered, line): (&Account, &Redelivered, &Line),
     queue: &str,
     concurrency: usize,
-    store: &MemoryStore,
-    post: &Post,
+    store: L::Store,
+    post: &Post<L>,
 ) -> (
     ShutdownHandle,
     impl Future<Output = Result<(), String>> + Send + 'static,
@@ -329,7 +523,7 @@ fn consumer(
     let queue = SqsQueue::new(queue)
         .concurrency(concurrency)
         .wait(Duration::from_secs(1));
-    let inbox = Inbox::new(store.clone()).key(Key::json_pointer("/id"));
+    let inbox = Inbox::new(store).key(Key::json_pointer("/id"));
     let mounted = subscriber(queue, post.clone()).idempotent(inbox).build();
     let app = RustStream::new(AppInfo::new("in-process-kills", "0.1.0")).with_broker(
         SqsBroker::with_transport(Hooked::new(
@@ -347,9 +541,14 @@ fn consumer(
 }
 
 /// Sends `groups * per_group` payments, then 1–3 extra copies of each, kills the consumer at five
-/// seeded points (by payments posted), starting a new one each time, lets the last one finish
-/// and reads the ledger.
-async fn inbox_kill_run(base: &str, groups: u32, per_group: u32) -> InboxFigures {
+/// seeded points (by payments posted to `ledger`), starting a new one each time, lets the last one
+/// finish and reads the ledger.
+async fn inbox_kill_run<L: Ledger>(
+    ledger: &L,
+    base: &str,
+    groups: u32,
+    per_group: u32,
+) -> InboxFigures {
     const KILLS: usize = 5;
     let started = Instant::now();
     let seed = kills::seed(&format!("in-process kills with an inbox ({base})"));
@@ -417,20 +616,22 @@ async fn inbox_kill_run(base: &str, groups: u32, per_group: u32) -> InboxFigures
     }
 
     let total = payments.len();
-    let store = MemoryStore::new();
     let post = Post {
-        ledger: Ledger::default(),
+        ledger: ledger.clone(),
         runs: Arc::default(),
     };
     let redelivered = Redelivered::default();
     let queue = backend.name(base);
-    let start = |line: &Line| {
+    let (account, redelivered_by, queue, post_by) =
+        (&backend.transport, &redelivered, &queue, &post);
+    let start = move |line: Line| async move {
+        let store = post_by.ledger.open().await;
         consumer(
-            (&backend.transport, &redelivered, line),
-            &queue,
+            (account, redelivered_by, &line),
+            queue,
             groups as usize,
-            &store,
-            &post,
+            store,
+            post_by,
         )
     };
     let mut points: Vec<usize> = (0..KILLS)
@@ -445,9 +646,9 @@ async fn inbox_kill_run(base: &str, groups: u32, per_group: u32) -> InboxFigures
     for point in &points {
         // Each consumer posts something of its own before it is killed, so no kill lands on one
         // that has not started consuming.
-        let (postings_before, _) = post.ledger.posted();
-        wait_until(&format!("{point} payments posted"), || {
-            let (postings, distinct) = post.ledger.posted();
+        let (postings_before, _) = ledger.posted().await;
+        wait_until(&format!("{point} payments posted"), async || {
+            let (postings, distinct) = ledger.posted().await;
             postings > postings_before && distinct >= *point
         })
         .await;
@@ -457,9 +658,13 @@ async fn inbox_kill_run(base: &str, groups: u32, per_group: u32) -> InboxFigures
         // its visibility runs out.
         let (_, in_flight, _) = backend.left(&input).await;
         held_at_kills.push(in_flight);
+        ledger.killed().await;
         consumer = Process::start(start);
     }
-    wait_until("every payment posted", || post.ledger.posted().1 >= total).await;
+    wait_until("every payment posted", async || {
+        ledger.posted().await.1 >= total
+    })
+    .await;
     wait_until_empty(&backend, &input).await;
     consumer
         .terminate()
@@ -474,19 +679,24 @@ async fn inbox_kill_run(base: &str, groups: u32, per_group: u32) -> InboxFigures
         "no kill left a message in flight"
     );
 
-    let postings = post.ledger.0.lock().unwrap();
+    let postings = ledger.postings().await;
     let distinct: HashSet<&str> = postings.iter().map(|posting| posting.id.as_str()).collect();
     let redelivered = redelivered.0.lock().unwrap().len();
     assert!(
         redelivered > 0,
         "no message was received again after a kill"
     );
+    let handler_runs = post.runs.load(Ordering::SeqCst);
+    assert!(
+        handler_runs > postings.len(),
+        "no kill landed in a handler's open transaction"
+    );
     InboxFigures {
         kills: "in-process kills",
         seed,
         payments: total,
         copies: copies.len(),
-        handler_runs: post.runs.load(Ordering::SeqCst),
+        handler_runs,
         redelivered,
         missing: total - distinct.len(),
         posted_twice: postings.len() - distinct.len(),
@@ -673,9 +883,9 @@ async fn outbox_kill_run(events: i64, accounts: i64) -> OutboxFigures {
             &ledger,
             &transactions,
         );
-        move |line: &Line| {
+        move |line: Line| async move {
             producer(
-                (account, outage, line),
+                (account, outage, &line),
                 name,
                 store,
                 ledger,
@@ -710,7 +920,7 @@ async fn outbox_kill_run(events: i64, accounts: i64) -> OutboxFigures {
     let mut replica = Some(Process::start(start(false)));
     let mut open_at_kills = Vec::new();
     for (kill, point) in points.iter().enumerate() {
-        wait_until(&format!("{point} events committed"), || {
+        wait_until(&format!("{point} events committed"), async || {
             ledger.lock().unwrap().len() >= *point
         })
         .await;

@@ -1,6 +1,6 @@
-//! The databases the store tests run on (`inbox_store.rs`, `history_store.rs`, `history.rs`): a
-//! SQLite file of a case's own, removed when the case ends, and a PostgreSQL schema of a case's
-//! own (at `RUST_STREAM_POSTGRES_URL`), dropped once the case passed.
+//! The databases the store tests run on (`inbox_store.rs`, `history_store.rs`, `history.rs`,
+//! `fault_kills_in_process.rs`): a SQLite file of a case's own, removed when the case ends, and a
+//! PostgreSQL schema of a case's own (at `RUST_STREAM_POSTGRES_URL`), dropped once the case passed.
 
 use std::str::FromStr;
 
