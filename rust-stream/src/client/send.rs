@@ -138,7 +138,7 @@ impl Placement {
             }
         }
         // Stable: groups of one size keep the order they came in.
-        fresh.sort_by(|a, b| b.1.cmp(&a.1));
+        fresh.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
         for (group, count) in fresh {
             let room = calls
                 .iter_mut()
