@@ -560,60 +560,12 @@ async fn inbox_kill_run<L: Ledger>(
         .await;
 
     // Every payment once, the groups interleaved; then the extra copies, in the same order.
-    let payments: Vec<(String, u32)> = (0..per_group)
-        .flat_map(|seq| (0..groups).map(move |group| (format!("g{group:02}"), seq)))
-        .collect();
-    let amount = |group: &str, seq: u32| i64::from(seq) * 100 + group[1..].parse::<i64>().unwrap();
-    let expected_total: i64 = payments
-        .iter()
-        .map(|(group, seq)| amount(group, *seq))
-        .sum();
-    let extra: Vec<u32> = payments
-        .iter()
-        .map(|_| 1 + (random.next() % 3) as u32)
-        .collect();
     let publisher = backend.broker.publisher(SqsQueue::new(backend.name(base)));
-    let message = |group: &str, seq: u32, copy: u32| {
-        let id = format!("{group}-{seq}");
-        let message = publisher.message(&Payment {
-            group: group.to_owned(),
-            seq,
-            id: id.clone(),
-            amount: amount(group, seq),
-        });
-        if !fifo {
-            return message;
-        }
-        // Odd copies reuse the original's deduplication id (the account drops them in its
-        // window); even ones have their own, as a copy sent after the window would be stored.
-        let dedup = if copy % 2 == 1 {
-            id
-        } else {
-            format!("{id}-copy-{copy}")
-        };
-        message.group_id(group.to_owned()).dedup_id(dedup)
-    };
-    for sent in publisher
-        .send_batch(payments.iter().map(|(group, seq)| message(group, *seq, 0)))
-        .await
-    {
-        sent.expect("send a payment");
-    }
-    let copies: Vec<_> = payments
-        .iter()
-        .zip(&extra)
-        .flat_map(|((group, seq), extra)| (1..=*extra).map(move |copy| (group.clone(), *seq, copy)))
-        .collect();
-    for sent in publisher
-        .send_batch(
-            copies
-                .iter()
-                .map(|(group, seq, copy)| message(group, *seq, *copy)),
-        )
-        .await
-    {
-        sent.expect("send a copy");
-    }
+    let kills::SentPayments {
+        payments,
+        expected_total,
+        copies,
+    } = kills::send_payments_with_copies(&publisher, fifo, groups, per_group, &mut random).await;
 
     let total = payments.len();
     let post = Post {
@@ -695,7 +647,7 @@ async fn inbox_kill_run<L: Ledger>(
         kills: "in-process kills",
         seed,
         payments: total,
-        copies: copies.len(),
+        copies,
         handler_runs,
         redelivered,
         missing: total - distinct.len(),

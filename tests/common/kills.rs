@@ -1,10 +1,13 @@
-//! What the kill suites share: the seeded kill points, and the figures a run with an inbox or of
-//! an outbox reports, with the counts they are judged by. The process kills
+//! What the kill suites share: the seeded kill points, the payments a run with an inbox sends,
+//! and the figures a run with an inbox or of an outbox reports, with the counts they are judged
+//! by. The process kills
 //! (`tests/fault_kills.rs`, SIGKILL on LocalStack) and the in-process ones
 //! (`tests/fault_kills_in_process.rs`, a runtime shut down) read alike.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
+
+use rust_stream::publish::Publisher;
 
 /// A run's seed: `FAULT_SEED` when set (to replay a run's kill points), the clock's nanoseconds
 /// otherwise; printed either way, as `what` names the run.
@@ -150,5 +153,87 @@ impl OutboxFigures {
             faults,
             elapsed,
         }
+    }
+}
+
+/// What a run with an inbox sent: every payment once, then its extra copies.
+pub struct SentPayments {
+    /// Each payment's group and number in its group, in the order sent.
+    pub payments: Vec<(String, u32)>,
+    /// The ledger's total once every payment is posted exactly once.
+    pub expected_total: i64,
+    /// How many extra copies went out.
+    pub copies: usize,
+}
+
+/// A payment's amount: unique per group and number, so the ledger's total shows a payment posted
+/// twice or never.
+pub fn amount(group: &str, seq: u32) -> i64 {
+    i64::from(seq) * 100 + group[1..].parse::<i64>().unwrap()
+}
+
+/// Sends `per_group` payments to each of `groups` groups (`g00`, `g01`, ..) through `publisher`,
+/// the groups interleaved, then 1–3 extra copies of each (drawn from `random`), in the same
+/// order. On FIFO (`fifo`) odd copies reuse the original's deduplication id, dropped by SQS
+/// within its five minutes, and even ones have their own, as a copy sent after the window would
+/// be stored. A payment's body is `{"group", "seq", "id", "amount"}`, its id `{group}-{seq}`.
+pub async fn send_payments_with_copies(
+    publisher: &Publisher,
+    fifo: bool,
+    groups: u32,
+    per_group: u32,
+    random: &mut SplitMix,
+) -> SentPayments {
+    let payments: Vec<(String, u32)> = (0..per_group)
+        .flat_map(|seq| (0..groups).map(move |group| (format!("g{group:02}"), seq)))
+        .collect();
+    let expected_total = payments
+        .iter()
+        .map(|(group, seq)| amount(group, *seq))
+        .sum();
+    let extra: Vec<u32> = payments
+        .iter()
+        .map(|_| 1 + (random.next() % 3) as u32)
+        .collect();
+    let message = |group: &str, seq: u32, copy: u32| {
+        let id = format!("{group}-{seq}");
+        let message = publisher.message(&serde_json::json!({
+            "group": group, "seq": seq, "id": id, "amount": amount(group, seq),
+        }));
+        if !fifo {
+            return message;
+        }
+        let dedup = if copy % 2 == 1 {
+            id
+        } else {
+            format!("{id}-copy-{copy}")
+        };
+        message.group_id(group.to_owned()).dedup_id(dedup)
+    };
+    for sent in publisher
+        .send_batch(payments.iter().map(|(group, seq)| message(group, *seq, 0)))
+        .await
+    {
+        sent.expect("send a payment");
+    }
+    let copies: Vec<(String, u32, u32)> = payments
+        .iter()
+        .zip(&extra)
+        .flat_map(|((group, seq), extra)| (1..=*extra).map(move |copy| (group.clone(), *seq, copy)))
+        .collect();
+    for sent in publisher
+        .send_batch(
+            copies
+                .iter()
+                .map(|(group, seq, copy)| message(group, *seq, *copy)),
+        )
+        .await
+    {
+        sent.expect("send a copy");
+    }
+    SentPayments {
+        payments,
+        expected_total,
+        copies: copies.len(),
     }
 }
