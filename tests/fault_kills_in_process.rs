@@ -83,23 +83,15 @@ const ROUND_TRIP: Duration = Duration::from_millis(1);
 async fn fifo_payments_with_copies_killed_five_times_in_process_post_exactly_once_in_order() {
     let figures = inbox_kill_run(&MemoryLedger::default(), "inbox-kills.fifo", 20, 100).await;
     figures.print("FIFO on the in-memory store");
-    assert_eq!(figures.missing, 0, "payments never posted");
-    assert_eq!(figures.posted_twice, 0, "payments posted twice");
-    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
-    assert_eq!(
-        figures.order_violations,
-        Some(0),
-        "postings out of their group's order"
-    );
+    figures.assert_exactly_once();
+    figures.assert_in_order();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn standard_payments_with_copies_killed_five_times_in_process_post_exactly_once() {
     let figures = inbox_kill_run(&MemoryLedger::default(), "inbox-kills", 20, 100).await;
     figures.print("standard on the in-memory store");
-    assert_eq!(figures.missing, 0, "payments never posted");
-    assert_eq!(figures.posted_twice, 0, "payments posted twice");
-    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+    figures.assert_exactly_once();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -110,14 +102,8 @@ async fn fifo_payments_with_copies_killed_five_times_in_process_on_postgres_post
     };
     let figures = inbox_kill_run(&ledger, "inbox-kills.fifo", 20, 100).await;
     figures.print("FIFO on PostgreSQL");
-    assert_eq!(figures.missing, 0, "payments never posted");
-    assert_eq!(figures.posted_twice, 0, "payments posted twice");
-    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
-    assert_eq!(
-        figures.order_violations,
-        Some(0),
-        "postings out of their group's order"
-    );
+    figures.assert_exactly_once();
+    figures.assert_in_order();
     ledger.schema.drop_it().await;
 }
 
@@ -129,9 +115,7 @@ async fn standard_payments_with_copies_killed_five_times_in_process_on_postgres_
     };
     let figures = inbox_kill_run(&ledger, "inbox-kills", 20, 100).await;
     figures.print("standard on PostgreSQL");
-    assert_eq!(figures.missing, 0, "payments never posted");
-    assert_eq!(figures.posted_twice, 0, "payments posted twice");
-    assert_eq!(figures.total, figures.expected_total, "the ledger's total");
+    figures.assert_exactly_once();
     ledger.schema.drop_it().await;
 }
 

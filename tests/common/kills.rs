@@ -60,6 +60,22 @@ pub struct InboxFigures {
 }
 
 impl InboxFigures {
+    /// Every payment posted, none twice, and the ledger's total the expected one.
+    pub fn assert_exactly_once(&self) {
+        assert_eq!(self.missing, 0, "payments never posted");
+        assert_eq!(self.posted_twice, 0, "payments posted twice");
+        assert_eq!(self.total, self.expected_total, "the ledger's total");
+    }
+
+    /// Each group's postings in the order sent (FIFO).
+    pub fn assert_in_order(&self) {
+        assert_eq!(
+            self.order_violations,
+            Some(0),
+            "postings out of their group's order"
+        );
+    }
+
     pub fn print(&self, kind: &str) {
         let order = match self.order_violations {
             Some(violations) => violations.to_string(),
