@@ -9,8 +9,8 @@
 //! failed messages go and after how many attempts, and the tallies of what this consumer gave back
 //! (the intake and the dispatcher report those) from which it counts attempts: on a standard queue
 //! SQS's receive count less the receives given back unstarted, on FIFO only the attempts this
-//! process made. Every
-//! release goes through it too: the dispatcher's, the heartbeat's (orphans) and the stop's.
+//! process made. Every release goes through it too: the dispatcher's, the heartbeat's (orphans)
+//! and the stop's.
 //!
 //! Nothing is ever deleted before it is safe: an ack deletes only after the handler's outputs
 //! were sent, a dead-letter deletes only after the copy reached the dead-letter queue (so a crash
