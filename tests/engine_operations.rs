@@ -51,6 +51,8 @@ struct Call {
     app: usize,
     job: Job,
     receive_count: u32,
+    /// `ctx.attempt()`: the attempt as the retry policy counts it.
+    attempt: u32,
     start: f64,
     end: Option<f64>,
 }
@@ -73,6 +75,7 @@ impl Handle<Job> for Worker {
                 app: self.app,
                 job: job.clone(),
                 receive_count: ctx.receive_count(),
+                attempt: ctx.attempt(),
                 start: self.started.elapsed().as_secs_f64(),
                 end: None,
             });
@@ -123,20 +126,39 @@ async fn spawn_with(
 }
 
 async fn bodies(account: &Account, queue: &str) -> Vec<Job> {
+    received(account, queue)
+        .await
+        .iter()
+        .map(|m| serde_json::from_str::<Job>(&m.body).unwrap())
+        .collect()
+}
+
+/// Every message of `queue`, received (and hidden for 10 minutes).
+async fn received(account: &Account, queue: &str) -> Vec<ReceivedMessage> {
     let url = account.get_queue_url(queue).await.unwrap();
-    let mut jobs = Vec::new();
+    let mut messages = Vec::new();
     loop {
         let got = account
             .receive_message(&url, ReceiveMessage::new(10).visibility_timeout(600))
             .await
             .unwrap();
         if got.is_empty() {
-            return jobs;
+            return messages;
         }
-        jobs.extend(
-            got.iter()
-                .map(|m| serde_json::from_str::<Job>(&m.body).unwrap()),
-        );
+        messages.extend(got);
+    }
+}
+
+/// Waits until `queue` holds nothing, visible, in flight or delayed (at most three hours).
+async fn drained(account: &Account, queue: &str) {
+    let url = account.get_queue_url(queue).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3 * 3600);
+    loop {
+        let counts = account.counts(&url).await.unwrap();
+        if counts.visible + counts.in_flight + counts.delayed == 0 || Instant::now() > deadline {
+            return;
+        }
+        sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -213,17 +235,7 @@ async fn rolling_restarts(
         if app_index < restarts {
             sleep(run_for).await;
         } else {
-            let url = account.get_queue_url("jobs.fifo").await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(3 * 3600);
-            loop {
-                let counts = account.counts(&url).await.unwrap();
-                if counts.visible + counts.in_flight + counts.delayed == 0
-                    || Instant::now() > deadline
-                {
-                    break;
-                }
-                sleep(Duration::from_secs(1)).await;
-            }
+            drained(&account, "jobs.fifo").await;
         }
         app.stop().await.unwrap();
     }
@@ -313,6 +325,125 @@ async fn six_rolling_restarts_with_handlers_that_outlive_each_stop_dead_letter_n
         given_back > 0,
         "the case gives messages back more often than the subscription's 3 attempts"
     );
+}
+
+/// Six restarts while the head of a group runs a long job: each stop cancels the head and gives
+/// back the five behind it unstarted (six receives SQS counts for each, no attempt), then the
+/// deploy's app handles the group with `fails` deciding each call. The calls of every app, and
+/// what the dead-letter queue holds.
+async fn restarts_during_a_long_head_then(
+    fails: fn(&Job) -> bool,
+) -> (Vec<Call>, Vec<ReceivedMessage>) {
+    const RESTARTS: usize = 6;
+    let account = Account::new();
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .dead_letter("jobs-dlq.fifo", 3);
+    let broker = SqsBroker::with_account(&account);
+    // The first start creates the queues (`maxReceiveCount` 3 + 10: SQS's redrive stays out).
+    let creating = worker(usize::MAX, &Calls::default(), |_| Duration::ZERO);
+    spawn(&broker, queue.clone(), creating)
+        .await
+        .stop()
+        .await
+        .unwrap();
+    for n in 1..=6 {
+        send(&broker, &queue, "g", n).await;
+    }
+    let calls = Calls::default();
+    let started = Instant::now();
+    for app in 0..RESTARTS {
+        // Each app's process is new: a broker of its own, nothing shared but the queue.
+        let mut long = worker(app, &calls, |_| Duration::from_secs(1_000));
+        long.started = started;
+        let running = spawn(&SqsBroker::with_account(&account), queue.clone(), long).await;
+        sleep(Duration::from_secs(5)).await;
+        running.stop().await.unwrap();
+    }
+    let mut deployed = worker(RESTARTS, &calls, |_| Duration::ZERO);
+    deployed.started = started;
+    deployed.fails = fails;
+    let running = spawn(&SqsBroker::with_account(&account), queue.clone(), deployed).await;
+    drained(&account, "jobs.fifo").await;
+    running.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c.app < RESTARTS)
+            .all(|c| c.job.n == 1),
+        "only the head was started before the deploy: {calls:?}"
+    );
+    let received = received(&account, "jobs-dlq.fifo").await;
+    (calls, received)
+}
+
+/// (receive count, `ctx.attempt()`) of each call of the deploy's app (index 6), by job.
+fn deployed_attempts(calls: &[Call]) -> BTreeMap<u32, Vec<(u32, u32)>> {
+    let mut by_job: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
+    for call in calls.iter().filter(|c| c.app == 6) {
+        by_job
+            .entry(call.job.n)
+            .or_default()
+            .push((call.receive_count, call.attempt));
+    }
+    by_job
+}
+
+#[tokio::test(start_paused = true)]
+async fn restarts_during_a_long_head_then_one_failure_each_dead_letter_nothing() {
+    // After the deploy a downstream is briefly away: each of 2-6 fails its first call, then
+    // succeeds. The subscription allows 3 attempts.
+    static FAILED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    let (calls, dead) = restarts_during_a_long_head_then(|job| {
+        let mut failed = FAILED.lock().unwrap();
+        let first = job.n >= 2 && !failed.contains(&job.n);
+        if first {
+            failed.push(job.n);
+        }
+        first
+    })
+    .await;
+    let dead: Vec<String> = dead.into_iter().map(|m| m.body).collect();
+    assert!(
+        dead.is_empty(),
+        "dead-lettered before their attempts were spent: {dead:?}; {:?}",
+        deployed_attempts(&calls)
+    );
+    // SQS counted the six receives the stops gave back; the attempts count only attempts.
+    let mut expected = BTreeMap::from([(1, vec![(7, 1)])]);
+    for n in 2..=6 {
+        expected.insert(n, vec![(7, 1), (7, 2)]);
+    }
+    assert_eq!(deployed_attempts(&calls), expected);
+    assert_eq!(
+        first_completions(&calls),
+        BTreeMap::from([("g".to_owned(), (1..=6).collect::<Vec<u32>>())])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_restarts_a_message_failing_every_attempt_is_dead_lettered_after_exactly_3() {
+    let (calls, dead) = restarts_during_a_long_head_then(|job| job.n == 2).await;
+    let attempts = deployed_attempts(&calls);
+    assert_eq!(attempts[&2], [(7, 1), (7, 2), (7, 3)], "{attempts:?}");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(serde_json::from_str::<Job>(&dead[0].body).unwrap().n, 2);
+    let header = dead[0].message_attributes[rust_stream::ATTEMPTS_HEADER]
+        .string_value
+        .clone();
+    assert_eq!(header.as_deref(), Some("3"));
+    // The group goes on after the move, in order: nothing of it ran before 2's last call ended.
+    assert_eq!(
+        first_completions(&calls),
+        BTreeMap::from([("g".to_owned(), (1..=6).collect::<Vec<u32>>())])
+    );
+    let last_of_2 = calls.iter().filter(|c| c.job.n == 2).filter_map(|c| c.end);
+    let last_of_2 = last_of_2.fold(0.0, f64::max);
+    assert!(calls
+        .iter()
+        .filter(|c| c.job.n > 2)
+        .all(|c| c.start >= last_of_2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1373,6 +1504,7 @@ async fn a_fifo_retry_past_the_twelve_hour_cap_gives_the_group_back_in_order() {
                 app: 0,
                 job: job.clone(),
                 receive_count: ctx.receive_count(),
+                attempt: ctx.attempt(),
                 start: self.started.elapsed().as_secs_f64(),
                 end: None,
             });

@@ -291,10 +291,14 @@ impl Message {
     /// retry policy counts, and dead-letters by once it reaches its `max_attempts`.
     ///
     /// On a standard queue each attempt is a receive, so this is the receive count less the
-    /// receives that were no attempt (a stop gave the message back before running it). On a FIFO
-    /// queue a failed message is retried in place, without a new receive, and each of those
-    /// tries counts too: with `dead_letter(.., 3)` the handler sees attempts 1, 2 and 3 while the
-    /// receive count stays 1, and a failure at attempt 3 dead-letters the message.
+    /// receives this process gave back without running the message (a stop that could not start
+    /// it). On a FIFO queue a failed message is retried in place, without a new receive, and this
+    /// counts the attempts this process made at the message: with `dead_letter(.., 3)` the
+    /// handler sees attempts 1, 2 and 3 while the receive count stays 1, and a failure at attempt
+    /// 3 dead-letters the message. Receives a stop gave back, in this process or an earlier one,
+    /// are not attempts; attempts an earlier process made are not known, and a message that
+    /// crashes its consumers is left to the queue's redrive (`maxReceiveCount` `n + 10` on a queue
+    /// the library creates).
     ///
     /// ```
     /// # use rust_stream::prelude::*;

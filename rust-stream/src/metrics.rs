@@ -19,7 +19,7 @@
 //! | --- | --- | --- | --- |
 //! | `messaging.client.consumed.messages` | counter | | messages received, each receive |
 //! | `messaging.process.duration` | histogram | `error.type` unless it succeeded: `failed` (an error, a retry, a panic, a timeout), `dead_letter`, `cancelled` (at shutdown) | one attempt: decoding and the handler |
-//! | `rust_stream.messages.settled` | counter | `rust_stream.outcome`: `acked`, `retried`, `dead_lettered` | attempts settled, by how |
+//! | `rust_stream.messages.settled` | counter | `rust_stream.outcome`: `acked`, `retried`, `dead_lettered` | attempts settled, by how; `acked` and `dead_lettered` once the message's delete succeeded |
 //! | `rust_stream.messages.undecodable` | counter | | bodies that did not decode (then dead-lettered, or retried without a dead-letter queue) |
 //! | `rust_stream.messages.in_flight` | gauge | | messages in handlers now (a batch handler's call counts each of its messages) |
 //! | `rust_stream.messages.held` | gauge | | messages received and not yet settled or released (running, waiting for a slot, or behind their group) |
