@@ -59,7 +59,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::client::batch::{Action, BatchSettings, Batcher, PublishBatch, SendBatch};
+use crate::client::batch::{Action, BatchSettings, Batcher, Chain, PublishBatch, SendBatch};
 use crate::model::rules::MAX_BATCH_ENTRIES;
 use crate::transport::{Publish, SendMessage, SharedTransport, TransportError};
 
@@ -247,7 +247,51 @@ impl<A: Grouped> Sender<A> {
 
     /// Sends messages and answers each, in the order given. Each group's messages go out in that
     /// order through its shard; the shards' calls go out at once.
+    #[cfg(test)]
     pub(crate) async fn submit(
+        &self,
+        messages: Vec<A::Entry>,
+    ) -> Vec<Result<A::Output, TransportError>> {
+        let checks = messages.iter().map(|_| Ok(())).collect();
+        self.submit_checked(messages, checks).await
+    }
+
+    /// Sends the messages whose check passed and answers each message, in the order given: one
+    /// whose check failed with that error, unsent. On a FIFO target the group rule holds (see
+    /// [the module](self)): a message refused here, or failing for good on its way, holds the
+    /// submission's later messages of its group, which are answered
+    /// [`TransportError::HeldBehind`] without a call.
+    pub(crate) async fn submit_checked(
+        &self,
+        messages: Vec<A::Entry>,
+        mut checks: Vec<Result<(), TransportError>>,
+    ) -> Vec<Result<A::Output, TransportError>> {
+        if self.placement.is_some() {
+            hold_behind_refused::<A>(&messages, &mut checks);
+        }
+        let accepted: Vec<A::Entry> = messages
+            .into_iter()
+            .zip(&checks)
+            .filter(|(_, check)| check.is_ok())
+            .map(|(message, _)| message)
+            .collect();
+        let mut answers = if accepted.is_empty() {
+            Vec::new()
+        } else {
+            self.submit_accepted(accepted).await
+        }
+        .into_iter();
+        checks
+            .into_iter()
+            .map(|check| match check {
+                Ok(()) => answers.next().expect("the sender answers every message"),
+                Err(error) => Err(error),
+            })
+            .collect()
+    }
+
+    /// Sends messages that passed their checks; see [`submit_checked`](Self::submit_checked).
+    async fn submit_accepted(
         &self,
         messages: Vec<A::Entry>,
     ) -> Vec<Result<A::Output, TransportError>> {
@@ -261,25 +305,31 @@ impl<A: Grouped> Sender<A> {
             .unwrap_or_else(PoisonError::into_inner)
             .place_all(&groups);
         let groups: Vec<String> = groups.into_iter().map(str::to_owned).collect();
-        let answers = self.submit_placed(messages, &placed).await;
-        // Reached only once every message was answered: a submission dropped before keeps its
-        // groups where they are (see the module's doc).
-        let mut placement = placement.lock().unwrap_or_else(PoisonError::into_inner);
-        for group in &groups {
-            placement.answered(group);
-        }
-        answers
+        // The groups are let go of once every message is answered, whether or not the caller
+        // still waits (see the module's doc): the chain goes with the submission's last job.
+        let release = Arc::clone(placement);
+        let chain = Arc::new(Chain::new(A::group, move || {
+            let mut placement = release.lock().unwrap_or_else(PoisonError::into_inner);
+            for group in &groups {
+                placement.answered(group);
+            }
+        }));
+        self.submit_placed(messages, &placed, chain).await
     }
 
-    /// Submits each message to its shard in `placed`, each shard's part in the order given.
+    /// Submits each message to its shard in `placed`, each shard's part in the order given, all
+    /// as one `chain`.
     async fn submit_placed(
         &self,
         messages: Vec<A::Entry>,
         placed: &[usize],
+        chain: Arc<Chain<A::Entry>>,
     ) -> Vec<Result<A::Output, TransportError>> {
         let first = placed.first().copied().unwrap_or(0);
         if placed.iter().all(|&shard| shard == first) {
-            return self.shards[first].submit(messages).await;
+            return self.shards[first]
+                .submit_with(messages, false, Some(chain))
+                .await;
         }
         // Split by shard, each keeping the order given, and remember where each answer goes.
         let count = self.shards.len();
@@ -298,10 +348,12 @@ impl<A: Grouped> Sender<A> {
         let eager = total >= MAX_BATCH_ENTRIES;
         for (batcher, (messages, at)) in self.shards.iter().zip(split) {
             if !messages.is_empty() {
-                waiting.push(batcher.submit_with(messages, eager));
+                waiting.push(batcher.submit_with(messages, eager, Some(chain.clone())));
                 positions.push(at);
             }
         }
+        // Only the jobs keep the chain from here on.
+        drop(chain);
         let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
             (0..total).map(|_| None).collect();
         for (answered, at) in futures_util::future::join_all(waiting)
@@ -317,6 +369,29 @@ impl<A: Grouped> Sender<A> {
             .into_iter()
             .map(|answer| answer.expect("every shard answers each of its messages"))
             .collect()
+    }
+}
+
+/// On a FIFO target, the checks of a submission's messages behind a refused one of their group
+/// fail too: [`TransportError::HeldBehind`], so none is sent ahead of it.
+fn hold_behind_refused<A: Grouped>(
+    messages: &[A::Entry],
+    checks: &mut [Result<(), TransportError>],
+) {
+    let mut refused: HashMap<&str, String> = HashMap::new();
+    for (message, check) in messages.iter().zip(checks.iter_mut()) {
+        let group = A::group(message);
+        match (&*check, refused.get(group)) {
+            (Ok(()), Some(why)) => {
+                *check = Err(TransportError::HeldBehind {
+                    message: why.clone(),
+                });
+            }
+            (Err(error), None) => {
+                refused.insert(group, error.to_string());
+            }
+            _ => {}
+        }
     }
 }
 
