@@ -540,6 +540,47 @@ mod tests {
         );
     }
 
+    /// Review 2026-12-06, N9: a send whose caller stops waiting (a timeout, an HTTP client gone)
+    /// still lets go of its group once its message is answered, so placement does not grow with
+    /// every group ever sent to.
+    #[tokio::test(start_paused = true)]
+    async fn dropped_sends_leave_nothing_in_the_placement_once_answered() {
+        use futures_util::FutureExt;
+
+        let mut transport = Recorder::default();
+        transport.round_trip = Duration::from_millis(20);
+        let mut attributes = QueueAttributes::new();
+        attributes.insert("FifoQueue".into(), "true".into());
+        let url = transport
+            .account
+            .create_queue("q.fifo", attributes)
+            .await
+            .unwrap();
+        let sender = Sender::fifo(Arc::new(transport.clone()), &url, FIFO_SEND_SHARDS);
+        for n in 0..10_000 {
+            let message = SendMessage::new(format!("m{n}"))
+                .group_id(format!("g{n}"))
+                .dedup_id(format!("m{n}"));
+            // Polled once, so placed and queued on its shard, then dropped unanswered.
+            assert!(sender.submit(vec![message]).now_or_never().is_none());
+        }
+        let placed = |sender: &Sender| {
+            let placement = sender.placement.as_ref().unwrap().lock().unwrap();
+            (
+                placement.groups.len(),
+                placement.unanswered.iter().sum::<usize>(),
+            )
+        };
+        assert!(placed(&sender).0 > 0, "the sends are still on their way");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            transport.calls().iter().map(Vec::len).sum::<usize>(),
+            10_000,
+            "every dropped send still went out"
+        );
+        assert_eq!(placed(&sender), (0, 0), "every group let go once answered");
+    }
+
     #[test]
     fn a_group_keeps_its_shard_while_unanswered_and_new_groups_go_to_the_least_busy() {
         let mut placement = Placement {
