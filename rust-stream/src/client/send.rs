@@ -3,8 +3,8 @@
 //! entries name a message group).
 //!
 //! A standard queue has one batcher with several calls in flight: order is not promised there.
-//! A FIFO queue must store each message group in the order of its sends, and it has several
-//! in-order batchers, *shards*, each with one call in flight. A group's messages go through one
+//! A FIFO queue must store each message group in the order of its sends, and it has
+//! [`FIFO_SEND_SHARDS`] (16) in-order batchers, *shards*, each with one call in flight. A group's messages go through one
 //! shard while any of them is unanswered: the shard it was placed on when it had none, the one
 //! with the fewest unanswered messages then. So a group's messages go out in order one call at a
 //! time, while other groups' calls go out beside it on the other shards; once every message of
@@ -15,8 +15,7 @@
 //!
 //! - **A failed entry.** A shard is the in-order batcher as it always was: it retries a failed
 //!   call, or a failed entry, for up to 20 s before its next call goes out, so a group's later
-//!   messages already queued never pass an earlier one still being retried, and go on once it is
-//!   answered (stored, or failed for good and answered as an error), as before. A group-aware
+//!   messages already queued never pass an earlier one still being retried. A group-aware
 //!   batcher would have to hold each group of a retried call out of every other call for as long,
 //!   and track which later entries share a group with which failure: the same rule, more state.
 //! - **Few busy groups.** A shard's calls carry only its own groups, in the order sent, so sends
@@ -30,8 +29,10 @@
 //! the busiest shard gets six, twice its share, and sets the pace); placing each group that has
 //! nothing unanswered on the least busy shard spreads them as evenly as their traffic, and a
 //! group keeps its shard for as long as it keeps it busy. A send whose future is dropped before
-//! its answer keeps its group on its shard for good: its message may still be queued there, and
-//! a later one must not pass it.
+//! its answer keeps its group on its shard until its messages are answered, as they are whether
+//! or not anyone waits: they may still be queued there, and a later one must not pass them. The
+//! group is let go of with the submission's last job (see `Chain`), so the placement holds only
+//! groups with messages on their way.
 //!
 //! **What it costs.** Each shard gathers alone, so messages of several groups that one call
 //! would have carried may take a call per shard: sends arriving one by one, at a rate below what
@@ -50,10 +51,27 @@
 //! arriving during a call would wait for the call after the linger's. Under load the calls still
 //! fill, with what queued during the call before.
 //!
-//! Within one call, entries of one group go in the order sent and SQS stores a batch in request
-//! order. Should SQS store a group's later entry of a call and fail an earlier one in a way worth
-//! retrying, the retry lands behind it: the batcher cannot take back a stored message, and only
-//! one message of a group a call would prevent it, at ten times the calls.
+//! **The rule every FIFO path keeps** (`send`, `send_batch`, a handler's outputs, the outbox
+//! relay and a redrive all come here): a message of a group is never stored ahead of an earlier
+//! message of that group given to the same sender, and once one is refused or fails for good,
+//! the later messages of its group in that submission fail without a call
+//! ([`TransportError::HeldBehind`]). This layer keeps it in three places:
+//!
+//! - a message refused before the network (a check of the queue's limits) holds its group's
+//!   later messages of the submission here, in [`Sender::submit_checked`] (and
+//!   `Publisher::send_batch` does the same for what it refuses before it hands a batch here: a
+//!   message it cannot encode, one that breaks an SQS rule);
+//! - a submission of more than 10 messages of a group is several jobs, one call after another on
+//!   its shard; the jobs share a `Chain`, and once an entry fails for good (refused by SQS, or
+//!   its 20 s of retries over: an outage), the shard answers the chain's later entries of its
+//!   group without sending them. Without it, the next call went out with 20 s of retries of its
+//!   own, and an outage of 20 to 40 s stored it ahead of the first;
+//! - within one call, entries of one group go in the order sent and SQS stores a batch in
+//!   request order, entry by entry. Should SQS store a group's later entry of a call and fail an
+//!   earlier one, the batcher cannot take the stored one back, and only one message of a group a
+//!   call would prevent it, at ten times the calls. So the failed one is not retried behind it
+//!   but answered with its error, and a retried entry behind one of its group that failed for
+//!   good is held: what a group stores is in the order given, with a gap where one failed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
