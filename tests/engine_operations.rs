@@ -1671,3 +1671,80 @@ async fn beyond_the_resting_bound_failing_groups_go_back_and_still_starve_nobody
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 34 (review 2026-12-06, N3): a handler's outputs to one FIFO queue are one submission; 15
+// of one group are two calls on one in-order shard. Through an outage that outlasts the first
+// call's retries but not the second's, the second call's outputs used to be stored ahead of the
+// first's, and the input's retry then stored the first's behind them.
+
+/// Publishes outputs 1..=15 of the group `acct-7` to `out` on each attempt.
+struct FifteenOutputs {
+    out: rust_stream::publish::Publisher,
+    attempts: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Handle<Job> for FifteenOutputs {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.attempts.fetch_add(1, Ordering::AcqRel);
+        for n in 1..=15 {
+            ctx.publish(self.out.message(&Job::new("acct-7", n)).group_id("acct-7"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_outputs_of_a_group_are_stored_in_order_through_an_outage() {
+    use common::fifo_sends::{stored, SendFaults};
+
+    let account = Account::new();
+    account.create_fifo_queue("out.fifo").await.unwrap();
+    let faults = SendFaults::of("out.fifo");
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), faults.clone()));
+    let queue = SqsQueue::new("jobs.fifo").create_if_missing();
+    let attempts = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let app = TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber(
+                    queue.clone(),
+                    FifteenOutputs {
+                        out: broker.publisher("out.fifo"),
+                        attempts: attempts.clone(),
+                    },
+                )
+                .build(),
+            );
+        }),
+    )
+    .await
+    .expect("starts");
+    faults.outage_from_next_call(Duration::from_secs(25));
+    send(&broker, &queue, "g", 1).await;
+    rust_stream::testing::eventually_within(
+        "the input is acked",
+        Duration::from_secs(300),
+        async || {
+            let url = account.get_queue_url("jobs.fifo").await.unwrap();
+            attempts.load(Ordering::Acquire) > 0 && common::left(&account, &url).await == (0, 0, 0)
+        },
+    )
+    .await;
+    app.stop().await.unwrap();
+
+    assert!(
+        attempts.load(Ordering::Acquire) >= 2,
+        "the outage failed the first attempt"
+    );
+    let order: Vec<u32> = stored(&account, "out.fifo")
+        .await
+        .iter()
+        .map(|body| serde_json::from_str::<Job>(body).unwrap().n)
+        .collect();
+    assert_eq!(
+        order,
+        (1..=15).collect::<Vec<_>>(),
+        "each output once, in order"
+    );
+}

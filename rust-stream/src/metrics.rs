@@ -480,6 +480,7 @@ fn error_type(error: &TransportError) -> String {
         TransportError::Service { kind, .. } => format!("{kind:?}"),
         TransportError::Other { code, .. } => code.clone(),
         TransportError::Unavailable { .. } => "unavailable".to_owned(),
+        TransportError::HeldBehind { .. } => "held_behind".to_owned(),
     }
 }
 

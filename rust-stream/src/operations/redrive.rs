@@ -16,7 +16,9 @@
 //!   [`IDEMPOTENCY_KEY_HEADER`] (the original message id,
 //!   unless the message had one), so an [inbox](crate::inbox) handles them once.
 //! - **Blocked groups stay blocked.** A message that cannot go (no source, a failed send) stays
-//!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages.
+//!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages:
+//!   those of its own receive batch too, which the broker's sender fails unsent once the target
+//!   refuses it (over its `MaximumMessageSize`, say) or its send fails for good.
 //! - **Rate-limited** ([`Redrive::rate`], messages a second), batched (a receive, a
 //!   `SendMessageBatch` a target and a `DeleteMessageBatch` per ten messages).
 //! - **A dry run** ([`Redrive::dry_run`]) sends and deletes nothing: on the account it peeks; on

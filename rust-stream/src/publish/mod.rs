@@ -425,9 +425,12 @@ impl Publisher {
         &self,
         messages: impl IntoIterator<Item = Outgoing>,
     ) -> Vec<Result<SentMessage, PublishError>> {
+        // Each message's group as given, for the FIFO rule below.
+        let mut groups: Vec<Option<String>> = Vec::new();
         let mut slots: Vec<Slot> = messages
             .into_iter()
             .map(|mut outgoing| {
+                groups.push(outgoing.group_id.clone());
                 let once = outgoing.once.take();
                 match (self.request_for(outgoing), once) {
                     (Err(error), _) => Slot::Answered(Err(error)),
@@ -443,6 +446,9 @@ impl Publisher {
             .collect();
         if let Some(history) = self.history() {
             self.reserve_keys(history, &mut slots).await;
+        }
+        if self.queue().is_fifo() {
+            self.hold_behind_refused(&mut slots, &groups);
         }
         let mut requests = Vec::new();
         let mut tickets = Vec::new();
@@ -487,6 +493,35 @@ impl Publisher {
             results.push(result);
         }
         results
+    }
+
+    /// The FIFO send rule for what this batch refuses before the broker's sender (which keeps
+    /// it for what is refused or fails from there on): a message refused here holds its group's
+    /// later messages of the batch, answered [`TransportError::HeldBehind`] unsent, so none is
+    /// stored ahead of it. A message for another queue holds nothing here.
+    fn hold_behind_refused(&self, slots: &mut [Slot], groups: &[Option<String>]) {
+        let mut refused: HashMap<&str, String> = HashMap::new();
+        for (slot, group) in slots.iter_mut().zip(groups) {
+            let Some(group) = group.as_deref() else {
+                continue;
+            };
+            match (&*slot, refused.get(group)) {
+                (Slot::Send(..), Some(why)) => {
+                    *slot = Slot::Answered(Err(PublishError::Rejected {
+                        queue: self.queue().name.clone(),
+                        error: TransportError::HeldBehind {
+                            message: why.clone(),
+                        },
+                    }));
+                }
+                // A message for another queue is no part of this queue's groups.
+                (Slot::Answered(Err(PublishError::OtherQueue { .. })), _) => {}
+                (Slot::Answered(Err(error)), None) => {
+                    refused.insert(group, error.to_string());
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Reserves the key of every slot that has one, all at once: a key held by a send of it
