@@ -447,11 +447,52 @@ struct Stalling {
     jobs: Arc<Mutex<std::collections::HashMap<String, Job>>>,
     /// Every receive never answers.
     receives_hang: Arc<AtomicBool>,
+
     /// Looking up this queue is refused, as for a consumer without access to it.
     hidden: Arc<Mutex<Option<String>>>,
     started: Arc<OnceLock<Instant>>,
     /// (seconds since start, entries) of each delete call.
     deletes: Arc<Mutex<Vec<(f64, usize)>>>,
+    /// Each call stalled: proof that the stall happened, and how long the call lasted.
+    stalls: Arc<Mutex<Vec<Stall>>>,
+}
+
+/// One stalled call: which, when it began, and when it ended (answered or given up by its
+/// caller) in seconds since start.
+#[derive(Clone, Debug, PartialEq)]
+struct Stall {
+    call: &'static str,
+    began: f64,
+    ended: Option<f64>,
+}
+
+/// Records a stalled call in `stalling`'s list and, when dropped (the call answered, or its
+/// future dropped by a caller that gave it up), when it ended.
+struct Stalled {
+    stalling: Stalling,
+    index: usize,
+}
+
+impl Stalled {
+    fn begin(stalling: &Stalling, call: &'static str) -> Self {
+        let mut stalls = stalling.stalls.lock().unwrap();
+        stalls.push(Stall {
+            call,
+            began: stalling.at(),
+            ended: None,
+        });
+        Self {
+            stalling: stalling.clone(),
+            index: stalls.len() - 1,
+        }
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        let at = self.stalling.at();
+        self.stalling.stalls.lock().unwrap()[self.index].ended = Some(at);
+    }
 }
 
 /// When each message (by group and number) is visible again: `None` once deleted.
@@ -501,6 +542,7 @@ impl Hooks for Stalling {
         if self.receives_hang.load(Ordering::Acquire) {
             std::future::pending::<()>().await;
         }
+
         let visibility = request.visibility_timeout;
         let received = inner.receive_message(url, request).await?;
         let visibility = match visibility {
@@ -533,6 +575,7 @@ impl Hooks for Stalling {
             .push((self.at(), entries.len()));
         let stall = self.stall_delete.lock().unwrap().take();
         if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "DeleteMessageBatch");
             sleep(stall).await;
         }
         let handles: BTreeMap<String, String> = entries
@@ -557,6 +600,7 @@ impl Hooks for Stalling {
     ) -> Result<BatchResult<()>, TransportError> {
         let stall = self.stall_visibility.lock().unwrap().take();
         if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "ChangeMessageVisibilityBatch");
             sleep(stall).await;
         }
         let refused = self.refuse_extensions_of.lock().unwrap().clone();
@@ -785,6 +829,13 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
     *stalling.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
     sleep(Duration::from_secs(400)).await;
     app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let stalled: Vec<&str> = stalls.iter().map(|stall| stall.call).collect();
+    assert_eq!(
+        stalled,
+        ["DeleteMessageBatch", "ChangeMessageVisibilityBatch"],
+        "one delete, then one extension stalled: {stalls:?}"
+    );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 8, "each message handled once: {calls:?}");
     assert!(calls.iter().all(|c| c.receive_count == 1), "{calls:?}");
@@ -825,6 +876,14 @@ async fn a_stalled_extension_lets_no_other_message_time_out() {
     publisher.message(&Job::new("b", 1)).send().await.unwrap();
     sleep(Duration::from_secs(200)).await;
     app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let stalled: Vec<&str> = stalls.iter().map(|stall| stall.call).collect();
+    assert_eq!(
+        stalled,
+        ["ChangeMessageVisibilityBatch"],
+        "one extension stalled: {stalls:?}"
+    );
+
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2, "a and b each handled once: {calls:?}");
 }
