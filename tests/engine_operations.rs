@@ -447,7 +447,8 @@ struct Stalling {
     jobs: Arc<Mutex<std::collections::HashMap<String, Job>>>,
     /// Every receive never answers.
     receives_hang: Arc<AtomicBool>,
-
+    /// The next receive is answered only after this long.
+    stall_receive: Arc<Mutex<Option<Duration>>>,
     /// Looking up this queue is refused, as for a consumer without access to it.
     hidden: Arc<Mutex<Option<String>>>,
     started: Arc<OnceLock<Instant>>,
@@ -464,6 +465,13 @@ struct Stall {
     call: &'static str,
     began: f64,
     ended: Option<f64>,
+}
+
+impl Stall {
+    /// How long the call lasted, once it has ended.
+    fn lasted(&self) -> Option<f64> {
+        self.ended.map(|ended| ended - self.began)
+    }
 }
 
 /// Records a stalled call in `stalling`'s list and, when dropped (the call answered, or its
@@ -542,7 +550,11 @@ impl Hooks for Stalling {
         if self.receives_hang.load(Ordering::Acquire) {
             std::future::pending::<()>().await;
         }
-
+        let stall = self.stall_receive.lock().unwrap().take();
+        if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "ReceiveMessage");
+            sleep(stall).await;
+        }
         let visibility = request.visibility_timeout;
         let received = inner.receive_message(url, request).await?;
         let visibility = match visibility {
@@ -836,6 +848,14 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
         ["DeleteMessageBatch", "ChangeMessageVisibilityBatch"],
         "one delete, then one extension stalled: {stalls:?}"
     );
+    // Each given up by the engine within its try's deadline (10 s, or half the visibility its
+    // entries had left), long before the 60 s stall would have answered.
+    assert!(
+        stalls
+            .iter()
+            .all(|stall| stall.lasted().is_some_and(|lasted| lasted <= 10.0)),
+        "{stalls:?}"
+    );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 8, "each message handled once: {calls:?}");
     assert!(calls.iter().all(|c| c.receive_count == 1), "{calls:?}");
@@ -883,9 +903,76 @@ async fn a_stalled_extension_lets_no_other_message_time_out() {
         ["ChangeMessageVisibilityBatch"],
         "one extension stalled: {stalls:?}"
     );
-
+    // Given up at half the 20 s visibility a's lease had left (about 9.5 s), not at 60 s.
+    assert!(
+        stalls[0].lasted().is_some_and(|lasted| lasted <= 5.0),
+        "{stalls:?}"
+    );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2, "a and b each handled once: {calls:?}");
+}
+
+/// README, "One call stalls": the engine gives up every try itself, a batched call at 10 s and a
+/// receive at its long poll + 10 s, then tries again. Each call here stalls for a minute; the
+/// paused clock shows when the engine dropped it.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_call_is_given_up_at_its_deadline() {
+    let account = Account::new();
+    let stalling = Stalling::new();
+    *stalling.stall_receive.lock().unwrap() = Some(Duration::from_secs(60));
+    *stalling.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(stalling.over(&account));
+    // A visibility far longer than twice the 10 s deadline, so the delete's try is not shortened
+    // to half of what is left; one poller, so its one receive is the one stalled.
+    let queue = SqsQueue::new("jobs")
+        .create_if_missing()
+        .pollers(1)
+        .wait(Duration::from_secs(2))
+        .visibility_timeout(Duration::from_secs(300));
+    broker
+        .publisher(queue.clone())
+        .message(&Job::new("a", 1))
+        .send()
+        .await
+        .unwrap();
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::ZERO,
+            fails: |_| false,
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(90)).await;
+    app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let lasted = |call: &str| {
+        let stall = stalls
+            .iter()
+            .find(|stall| stall.call == call)
+            .unwrap_or_else(|| panic!("a {call} stalled: {stalls:?}"));
+        stall.lasted().unwrap()
+    };
+    // The long poll's 2 s + 10 s, and the batched call's 10 s, to the millisecond.
+    assert!((lasted("ReceiveMessage") - 12.0).abs() < 0.01, "{stalls:?}");
+    assert!(
+        (lasted("DeleteMessageBatch") - 10.0).abs() < 0.01,
+        "{stalls:?}"
+    );
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "handled once: {calls:?}");
+    let url = account.get_queue_url("jobs").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        counts.visible + counts.in_flight,
+        0,
+        "deleted by the try after the stalled one: {counts:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
