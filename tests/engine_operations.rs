@@ -1492,6 +1492,84 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
     assert!(calls.lock().unwrap().is_empty());
 }
 
+/// README's failure table, standard column: out of attempts with a `RedrivePolicy` whose
+/// dead-letter queue the consumer cannot reach, a message is released for SQS's redrive, and a
+/// startup warning says so.
+#[test]
+fn a_standard_subscription_with_an_unreachable_redrive_target_warns_and_leaves_the_move_to_sqs() {
+    let moved = Arc::new(Mutex::new((0, Vec::new())));
+    let logged = common::logged_while(|| {
+        let moved = moved.clone();
+        async move {
+            let account = Account::new();
+            let source = account
+                .create_queue("jobs", QueueAttributes::new())
+                .await
+                .unwrap();
+            let dead_letters = account
+                .create_queue("jobs-dlq", QueueAttributes::new())
+                .await
+                .unwrap();
+            let policy = format!(
+                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+                account.queue_arn_for("jobs-dlq")
+            );
+            account
+                .set_queue_attributes(
+                    &source,
+                    QueueAttributes::from([("RedrivePolicy".to_owned(), policy)]),
+                )
+                .await
+                .unwrap();
+            let stalling = Stalling::new();
+            *stalling.hidden.lock().unwrap() = Some("jobs-dlq".into());
+            let broker = SqsBroker::with_transport(stalling.over(&account));
+            let queue = SqsQueue::new("jobs").retry(RetryPolicy::fixed(Duration::from_secs(1)));
+            broker
+                .publisher(queue.clone())
+                .message(&Job::new("a", 1))
+                .send()
+                .await
+                .unwrap();
+            let calls = Calls::default();
+            let app = spawn(
+                &broker,
+                queue,
+                Worker {
+                    app: 0,
+                    calls: calls.clone(),
+                    started: Instant::now(),
+                    work: |_| Duration::ZERO,
+                    fails: |_| true,
+                },
+            )
+            .await;
+            sleep(Duration::from_secs(120)).await;
+            app.stop().await.unwrap();
+            let held = account.counts(&dead_letters).await.unwrap();
+            let left = account.counts(&source).await.unwrap();
+            assert_eq!(left.visible + left.in_flight, 0, "{left:?}");
+            *moved.lock().unwrap() = (held.visible, calls.lock().unwrap().clone());
+        }
+    });
+    let (in_dead_letters, calls) = moved.lock().unwrap().clone();
+    assert_eq!(in_dead_letters, 1, "SQS's redrive moved the message");
+    assert_eq!(calls.len(), 3, "handled once a receive, 3 times: {calls:?}");
+    let warning = logged
+        .lines()
+        .find(|line| line.contains("cannot reach the dead-letter queue"))
+        .unwrap_or_else(|| panic!("no warning in:\n{logged}"));
+    for named in [
+        "WARN",
+        "jobs",
+        "jobs-dlq",
+        "AccessDenied",
+        "left for SQS's redrive",
+    ] {
+        assert!(warning.contains(named), "{named} missing from: {warning}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The 12-hour cap on FIFO, and a receive in flight at a stop.
 
