@@ -20,7 +20,9 @@
 //!   500 in bursts. In the FIFO queue: every committed event once (0 lost, 0 duplicates stored),
 //!   no rolled-back one (0 phantoms), each account's events in commit order. The same with the
 //!   outbox on SQLite (5,000 events; one process, so no second replica).
-//! - **Kills with an inbox on SQLite**: the inbox's kill runs again with the embedded store.
+//! - **Kills with an inbox on SQLite**: the inbox's kill runs again with the embedded store:
+//!   every payment posted exactly once; on FIFO the order is printed, not asserted (LocalStack's
+//!   release deviation, at the test).
 //! - **Stop under load**, on FIFO and on a standard queue. SIGTERM while handlers run, messages
 //!   wait unstarted behind them and (on FIFO, every group being held) long polls are pending: the
 //!   running handlers finish and are deleted, their outputs are in the output queue, nothing is
@@ -118,19 +120,22 @@ async fn standard_payments_with_copies_killed_five_times_post_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifo_payments_with_copies_killed_five_times_post_exactly_once_in_order_on_sqlite() {
+async fn fifo_payments_with_copies_killed_five_times_post_exactly_once_on_sqlite() {
     let Some(backend) = Backend::live().await else {
         return;
     };
     let figures = inbox_kill_run(&backend, Db::Sqlite, "inbox-lite-kills.fifo", 20, 100).await;
     figures.print("FIFO on SQLite");
     figures.assert_exactly_once();
-    // The order is printed, not asserted: one run of five showed 2 postings out of their group's
-    // order, most likely LocalStack's: SQLite's one writer at a time keeps messages held longer
+    // Named for what it asserts (issue 34, item 4): the order is printed, not asserted, since one
+    // run of five showed 2 postings out of their group's order, most likely LocalStack's: SQLite's one writer at a time keeps messages held longer
     // than PostgreSQL does, so a kill leaves more of a group in flight, and LocalStack 4.13.1
     // hands out a message of a group that became visible again while an earlier one is still in
     // flight (`tests/conformance.rs`, releasing_one_message_while_others_of_its_group_are_in_flight),
-    // which Amazon SQS and the in-process account never do.
+    // which Amazon SQS and the in-process account never do. Which out-of-order postings that
+    // deviation caused cannot be told from the journal, so none is filtered out; the order on a
+    // conforming broker is asserted by `tests/fault_kills_in_process.rs` (in memory and on
+    // PostgreSQL).
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
