@@ -670,6 +670,9 @@ async fn kill_run(
         "process kills ({base}): killed after {points:?} messages done"
     ));
     let mut consumer = Consumer::start(&example, &endpoint, &settings, &dir, 0);
+    // Where each process's journal lines begin and end: one process writes at a time.
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut began = 0;
     for (kill, point) in points.iter().enumerate() {
         // Each process does some work of its own before it is killed, so no kill lands on a
         // process that has not started consuming.
@@ -682,6 +685,9 @@ async fn kill_run(
         // A little more, at random, so the kill does not always follow a done line.
         tokio::time::sleep(Duration::from_millis(random.next() % 50)).await;
         consumer.kill();
+        let ended = journal.read().len();
+        spans.push((began, ended));
+        began = ended;
         consumer = Consumer::start(&example, &endpoint, &settings, &dir, kill + 1);
     }
     wait_for(&mut consumer, "every message done", || {
@@ -708,6 +714,39 @@ async fn kill_run(
     assert!(
         !redelivered.is_empty(),
         "no message was received again after a kill"
+    );
+    // Evidence per kill: what each killed process had started (running, or done but not yet
+    // deleted) and a later process received again. All kills but one must show some; one may
+    // land between a delete and the next receive.
+    let came_back: Vec<usize> = spans
+        .iter()
+        .map(|(from, to)| {
+            let started: HashMap<&str, u32> = records[*from..*to]
+                .iter()
+                .filter(|record| record.event == Event::Start)
+                .map(|record| (record.message_id.as_str(), record.receive_count))
+                .collect();
+            records[*to..]
+                .iter()
+                .filter(|record| {
+                    record.event == Event::Start
+                        && started
+                            .get(record.message_id.as_str())
+                            .is_some_and(|count| record.receive_count > *count)
+                })
+                .map(|record| record.message_id.as_str())
+                .collect::<HashSet<_>>()
+                .len()
+        })
+        .collect();
+    common::report(format_args!(
+        "process kills ({base}): messages each killed process had started and a later one \
+         received again {came_back:?}"
+    ));
+    let with_work = came_back.iter().filter(|n| **n > 0).count();
+    assert!(
+        with_work >= KILLS - 1,
+        "only {with_work} of {KILLS} kills cut work in hand: {came_back:?}"
     );
     let outputs = queue_load(backend, &output).await.visible;
     if fifo {
