@@ -601,6 +601,7 @@ async fn equal_bodies_published_ten_minutes_apart_on_a_content_deduplicated_fifo
     running.stop().await.unwrap();
 
     assert!(!second.duplicate, "SNS took the second publish as new");
+    assert_ne!(first.message_id, second.message_id);
     assert_eq!(
         seen.ids().len(),
         2,
