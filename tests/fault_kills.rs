@@ -24,7 +24,8 @@
 //!   every payment posted exactly once; on FIFO the order is printed, not asserted (LocalStack's
 //!   release deviation, at the test).
 //! - **Stop under load**, on FIFO and on a standard queue. SIGTERM while handlers run, messages
-//!   wait unstarted behind them and (on FIFO, every group being held) long polls are pending: the
+//!   wait unstarted behind them and (on FIFO, every group being held) long polls are pending (the
+//!   consumer's log shows the stop waiting for one, asserted on FIFO): the
 //!   running handlers finish and are deleted, their outputs are in the output queue, nothing is
 //!   left in flight within a second of the process's exit (the queue's visibility timeout is
 //!   20 s, so a message not released would stay hidden), and a restarted consumer handles
@@ -469,6 +470,23 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
         first.log()
     );
     let (loads, settled_after) = settled_within(backend, &input, Duration::from_secs(1)).await;
+    // A receive in flight at the signal: the stop logs that it waits for one (an `info` line of
+    // the engine's, "waiting for the receive in flight", with how many).
+    let pending_polls: Vec<String> = first
+        .full_log()
+        .lines()
+        .filter(|line| line.contains("waiting for the receive in flight"))
+        .map(str::to_owned)
+        .collect();
+    if fifo {
+        // Every group is held, so the pollers, which have room, long-poll for 10 s and get
+        // nothing: a poll is pending at any moment, the signal's too.
+        assert!(
+            !pending_polls.is_empty(),
+            "a long poll was pending at SIGTERM:\n{}",
+            first.log()
+        );
+    }
 
     let before = journal.read();
     let completed_before: HashSet<String> = done_ids(&before);
@@ -567,8 +585,9 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
         "stop under load ({base}): {total} messages over {groups} groups; at SIGTERM {} handlers \
          running, all finished and deleted; {} completed before exit, their {} outputs sent; \
          {} held but unstarted released ({} of them taken by a long poll pending at the signal \
-         and released again; in flight 0 {:?} after exit); exit {:?} after the signal; after \
-         the restart 0 handled again; {order}",
+         and released again; in flight 0 {:?} after exit); long polls pending at the signal: \
+         {pending_polls:?}; exit {:?} after the signal; after the restart 0 handled again; \
+         {order}",
         running_at_signal.len(),
         completed_before.len(),
         outputs.len(),
@@ -1111,6 +1130,11 @@ impl Consumer {
     }
 
     /// The process's output so far (its last 60 lines).
+    /// Every line the consumer logged so far.
+    fn full_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     fn log(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
