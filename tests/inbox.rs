@@ -474,7 +474,10 @@ fn a_subscriber_function_with_an_inbox_posts_copies_of_one_payment_once() {
 /// Records each message it handles (its id and deduplication id) in the inbox's transaction, so
 /// only a committed run counts: which messages the handler ran for.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, Option<String>)>>>);
+struct Seen(Arc<Mutex<Vec<SeenMessage>>>);
+
+/// A message's id and deduplication id, as its handler saw them.
+type SeenMessage = (String, Option<String>);
 
 impl Seen {
     fn ids(&self) -> Vec<String> {
