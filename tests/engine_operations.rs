@@ -578,11 +578,60 @@ struct Stalling {
     jobs: Arc<Mutex<std::collections::HashMap<String, Job>>>,
     /// Every receive never answers.
     receives_hang: Arc<AtomicBool>,
+    /// The next receive is answered only after this long.
+    stall_receive: Arc<Mutex<Option<Duration>>>,
     /// Looking up this queue is refused, as for a consumer without access to it.
     hidden: Arc<Mutex<Option<String>>>,
     started: Arc<OnceLock<Instant>>,
     /// (seconds since start, entries) of each delete call.
     deletes: Arc<Mutex<Vec<(f64, usize)>>>,
+    /// Each call stalled: proof that the stall happened, and how long the call lasted.
+    stalls: Arc<Mutex<Vec<Stall>>>,
+}
+
+/// One stalled call: which, when it began, and when it ended (answered or given up by its
+/// caller) in seconds since start.
+#[derive(Clone, Debug, PartialEq)]
+struct Stall {
+    call: &'static str,
+    began: f64,
+    ended: Option<f64>,
+}
+
+impl Stall {
+    /// How long the call lasted, once it has ended.
+    fn lasted(&self) -> Option<f64> {
+        self.ended.map(|ended| ended - self.began)
+    }
+}
+
+/// Records a stalled call in `stalling`'s list and, when dropped (the call answered, or its
+/// future dropped by a caller that gave it up), when it ended.
+struct Stalled {
+    stalling: Stalling,
+    index: usize,
+}
+
+impl Stalled {
+    fn begin(stalling: &Stalling, call: &'static str) -> Self {
+        let mut stalls = stalling.stalls.lock().unwrap();
+        stalls.push(Stall {
+            call,
+            began: stalling.at(),
+            ended: None,
+        });
+        Self {
+            stalling: stalling.clone(),
+            index: stalls.len() - 1,
+        }
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        let at = self.stalling.at();
+        self.stalling.stalls.lock().unwrap()[self.index].ended = Some(at);
+    }
 }
 
 /// When each message (by group and number) is visible again: `None` once deleted.
@@ -632,6 +681,11 @@ impl Hooks for Stalling {
         if self.receives_hang.load(Ordering::Acquire) {
             std::future::pending::<()>().await;
         }
+        let stall = self.stall_receive.lock().unwrap().take();
+        if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "ReceiveMessage");
+            sleep(stall).await;
+        }
         let visibility = request.visibility_timeout;
         let received = inner.receive_message(url, request).await?;
         let visibility = match visibility {
@@ -664,6 +718,7 @@ impl Hooks for Stalling {
             .push((self.at(), entries.len()));
         let stall = self.stall_delete.lock().unwrap().take();
         if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "DeleteMessageBatch");
             sleep(stall).await;
         }
         let handles: BTreeMap<String, String> = entries
@@ -688,6 +743,7 @@ impl Hooks for Stalling {
     ) -> Result<BatchResult<()>, TransportError> {
         let stall = self.stall_visibility.lock().unwrap().take();
         if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "ChangeMessageVisibilityBatch");
             sleep(stall).await;
         }
         let refused = self.refuse_extensions_of.lock().unwrap().clone();
@@ -916,6 +972,21 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
     *stalling.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
     sleep(Duration::from_secs(400)).await;
     app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let stalled: Vec<&str> = stalls.iter().map(|stall| stall.call).collect();
+    assert_eq!(
+        stalled,
+        ["DeleteMessageBatch", "ChangeMessageVisibilityBatch"],
+        "one delete, then one extension stalled: {stalls:?}"
+    );
+    // Each given up by the engine within its try's deadline (10 s, or half the visibility its
+    // entries had left), long before the 60 s stall would have answered.
+    assert!(
+        stalls
+            .iter()
+            .all(|stall| stall.lasted().is_some_and(|lasted| lasted <= 10.0)),
+        "{stalls:?}"
+    );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 8, "each message handled once: {calls:?}");
     assert!(calls.iter().all(|c| c.receive_count == 1), "{calls:?}");
@@ -956,8 +1027,83 @@ async fn a_stalled_extension_lets_no_other_message_time_out() {
     publisher.message(&Job::new("b", 1)).send().await.unwrap();
     sleep(Duration::from_secs(200)).await;
     app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let stalled: Vec<&str> = stalls.iter().map(|stall| stall.call).collect();
+    assert_eq!(
+        stalled,
+        ["ChangeMessageVisibilityBatch"],
+        "one extension stalled: {stalls:?}"
+    );
+    // Given up at half the 20 s visibility a's lease had left (about 9.5 s), not at 60 s.
+    assert!(
+        stalls[0].lasted().is_some_and(|lasted| lasted <= 5.0),
+        "{stalls:?}"
+    );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2, "a and b each handled once: {calls:?}");
+}
+
+/// README, "One call stalls": the engine gives up every try itself, a batched call at 10 s and a
+/// receive at its long poll + 10 s, then tries again. Each call here stalls for a minute; the
+/// paused clock shows when the engine dropped it.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_call_is_given_up_at_its_deadline() {
+    let account = Account::new();
+    let stalling = Stalling::new();
+    *stalling.stall_receive.lock().unwrap() = Some(Duration::from_secs(60));
+    *stalling.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(stalling.over(&account));
+    // A visibility far longer than twice the 10 s deadline, so the delete's try is not shortened
+    // to half of what is left; one poller, so its one receive is the one stalled.
+    let queue = SqsQueue::new("jobs")
+        .create_if_missing()
+        .pollers(1)
+        .wait(Duration::from_secs(2))
+        .visibility_timeout(Duration::from_secs(300));
+    broker
+        .publisher(queue.clone())
+        .message(&Job::new("a", 1))
+        .send()
+        .await
+        .unwrap();
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::ZERO,
+            fails: |_| false,
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(90)).await;
+    app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let lasted = |call: &str| {
+        let stall = stalls
+            .iter()
+            .find(|stall| stall.call == call)
+            .unwrap_or_else(|| panic!("a {call} stalled: {stalls:?}"));
+        stall.lasted().unwrap()
+    };
+    // The long poll's 2 s + 10 s, and the batched call's 10 s, to the millisecond.
+    assert!((lasted("ReceiveMessage") - 12.0).abs() < 0.01, "{stalls:?}");
+    assert!(
+        (lasted("DeleteMessageBatch") - 10.0).abs() < 0.01,
+        "{stalls:?}"
+    );
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "handled once: {calls:?}");
+    let url = account.get_queue_url("jobs").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        counts.visible + counts.in_flight,
+        0,
+        "deleted by the try after the stalled one: {counts:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1475,6 +1621,84 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
         assert!(message.contains(named), "{named} missing from: {message}");
     }
     assert!(calls.lock().unwrap().is_empty());
+}
+
+/// README's failure table, standard column: out of attempts with a `RedrivePolicy` whose
+/// dead-letter queue the consumer cannot reach, a message is released for SQS's redrive, and a
+/// startup warning says so.
+#[test]
+fn a_standard_subscription_with_an_unreachable_redrive_target_warns_and_leaves_the_move_to_sqs() {
+    let moved = Arc::new(Mutex::new((0, Vec::new())));
+    let logged = common::logged_while(|| {
+        let moved = moved.clone();
+        async move {
+            let account = Account::new();
+            let source = account
+                .create_queue("jobs", QueueAttributes::new())
+                .await
+                .unwrap();
+            let dead_letters = account
+                .create_queue("jobs-dlq", QueueAttributes::new())
+                .await
+                .unwrap();
+            let policy = format!(
+                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+                account.queue_arn_for("jobs-dlq")
+            );
+            account
+                .set_queue_attributes(
+                    &source,
+                    QueueAttributes::from([("RedrivePolicy".to_owned(), policy)]),
+                )
+                .await
+                .unwrap();
+            let stalling = Stalling::new();
+            *stalling.hidden.lock().unwrap() = Some("jobs-dlq".into());
+            let broker = SqsBroker::with_transport(stalling.over(&account));
+            let queue = SqsQueue::new("jobs").retry(RetryPolicy::fixed(Duration::from_secs(1)));
+            broker
+                .publisher(queue.clone())
+                .message(&Job::new("a", 1))
+                .send()
+                .await
+                .unwrap();
+            let calls = Calls::default();
+            let app = spawn(
+                &broker,
+                queue,
+                Worker {
+                    app: 0,
+                    calls: calls.clone(),
+                    started: Instant::now(),
+                    work: |_| Duration::ZERO,
+                    fails: |_| true,
+                },
+            )
+            .await;
+            sleep(Duration::from_secs(120)).await;
+            app.stop().await.unwrap();
+            let held = account.counts(&dead_letters).await.unwrap();
+            let left = account.counts(&source).await.unwrap();
+            assert_eq!(left.visible + left.in_flight, 0, "{left:?}");
+            *moved.lock().unwrap() = (held.visible, calls.lock().unwrap().clone());
+        }
+    });
+    let (in_dead_letters, calls) = moved.lock().unwrap().clone();
+    assert_eq!(in_dead_letters, 1, "SQS's redrive moved the message");
+    assert_eq!(calls.len(), 3, "handled once a receive, 3 times: {calls:?}");
+    let warning = logged
+        .lines()
+        .find(|line| line.contains("cannot reach the dead-letter queue"))
+        .unwrap_or_else(|| panic!("no warning in:\n{logged}"));
+    for named in [
+        "WARN",
+        "jobs",
+        "jobs-dlq",
+        "AccessDenied",
+        "left for SQS's redrive",
+    ] {
+        assert!(warning.contains(named), "{named} missing from: {warning}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

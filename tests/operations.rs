@@ -143,7 +143,7 @@ async fn seed_thousand<T: Transport>(
 
 /// Every message a queue holds, received and deleted: (group, seq) from the bodies. Each is
 /// checked for what a redrive sends: the user's attributes kept, the dead-letter ones gone, and
-/// on FIFO the deduplication id from the original id, on standard the idempotency key.
+/// on FIFO the deduplication id from the original id, and the idempotency key on both.
 async fn stored<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Vec<(String, u32)> {
     let fifo = url.ends_with(".fifo");
     backend
@@ -177,10 +177,9 @@ async fn stored<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> V
                     message.dedup_id(),
                     Some(format!("redrive-{original}").as_str())
                 );
-            } else {
-                let key = &attributes[rust_stream::inbox::IDEMPOTENCY_KEY_HEADER];
-                assert_eq!(key.string_value.as_deref(), Some(original.as_str()));
             }
+            let key = &attributes[rust_stream::inbox::IDEMPOTENCY_KEY_HEADER];
+            assert_eq!(key.string_value.as_deref(), Some(original.as_str()));
             (group.to_owned(), seq)
         })
         .collect()

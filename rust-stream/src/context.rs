@@ -551,11 +551,14 @@ impl<'a> Context<'a> {
     /// (no `group_id` step, no [`PARTITION_KEY_HEADER`] header) takes this message's group, so
     /// what a group's messages publish stays in that group's order.
     ///
-    /// On a FIFO queue without content-based deduplication a message given no deduplication id
-    /// gets `<this message's id>-<position>-<digest of its group and body>`: a retry of this
-    /// message that publishes the same output again is deduplicated by SQS (within its 5
-    /// minutes), while one that publishes something else at that position is stored, never taken
-    /// for the earlier one.
+    /// An output gets the key `<this message's id>-<position>-<digest of its group and body>`:
+    /// as its deduplication id on a FIFO queue without content-based deduplication when it was
+    /// given none, so a retry of this message that publishes the same output again is
+    /// deduplicated by SQS (within its 5 minutes); and as its
+    /// [`IDEMPOTENCY_KEY_HEADER`](crate::inbox::IDEMPOTENCY_KEY_HEADER) header when it has none
+    /// and room is left, so an [inbox](crate::inbox) downstream handles such a resend once
+    /// however late it comes. One that publishes something else at that position is another
+    /// key, never taken for the earlier one.
     pub fn publish(&mut self, message: Outgoing) {
         let delivery = self.message.delivery();
         let message = match delivery.group_id.as_deref() {
@@ -565,7 +568,7 @@ impl<'a> Context<'a> {
         let position = self.staged.len();
         let input = &delivery.message_id;
         self.staged
-            .push(message.derive_dedup_id(|content| format!("{input}-{position}-{content}")));
+            .push(message.derive_ids(|content| format!("{input}-{position}-{content}")));
     }
 
     /// What [`publish`](Self::publish) has been given so far, in order, as a test reads it. None

@@ -464,6 +464,12 @@ pub mod engine {
         pub received: Arc<Mutex<std::collections::HashMap<String, String>>>,
         /// Each delete failed for good (an injected permanent failure): the message id, and when.
         pub failed_for_good: Arc<Mutex<Vec<(String, tokio::time::Instant)>>>,
+        /// The next `n` receives, deletes and visibility changes are slow: each sleeps for
+        /// `slow_by` before it reaches the account (a slow network or a loaded SQS).
+        pub slow_calls: Arc<AtomicUsize>,
+        pub slow_by: Arc<Mutex<std::time::Duration>>,
+        /// How many calls were slowed: proof that the fault was met.
+        pub slowed: Arc<AtomicUsize>,
     }
 
     impl Faulty {
@@ -488,6 +494,17 @@ pub mod engine {
         counter
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok()
+    }
+
+    impl Faulty {
+        /// Sleeps before the call when a slow call is due.
+        async fn maybe_slow(&self) {
+            if take_one(&self.slow_calls) {
+                self.slowed.fetch_add(1, Ordering::AcqRel);
+                let by = *self.slow_by.lock().unwrap();
+                tokio::time::sleep(by).await;
+            }
+        }
     }
 
     // `async fn`s: an injected panic comes when the call is polled, inside the engine's guard,
@@ -525,6 +542,7 @@ pub mod engine {
                     message: "injected receive failure".into(),
                 });
             }
+            self.maybe_slow().await;
             let mut request = request;
             if self.greedy.load(Ordering::Acquire) {
                 request.max_number_of_messages = 10;
@@ -547,6 +565,7 @@ pub mod engine {
             if take_one(&self.delete_panics) {
                 panic!("injected panic in a delete");
             }
+            self.maybe_slow().await;
             let mut pass = Vec::new();
             let mut failed = Vec::new();
             for entry in entries {
@@ -593,6 +612,7 @@ pub mod engine {
             url: &str,
             entries: Vec<ChangeVisibilityEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
+            self.maybe_slow().await;
             if self.visibility_fails.load(Ordering::Acquire) {
                 let failed = entries
                     .into_iter()
