@@ -93,6 +93,7 @@ on_both!(
     cors_headers_answer_allowed_origins_only,
     two_servers_over_one_queue_never_hand_one_message_to_both,
     two_servers_sharing_a_postgres_history_push_a_hash_code_once,
+    with_one_id_key_a_replica_acks_and_pings_what_another_popped,
 );
 
 /// An HTTP answer.
@@ -807,4 +808,89 @@ async fn two_servers_sharing_a_postgres_history_push_a_hash_code_once(leg: Leg) 
     assert_eq!(post(other, &retried, Some(message)).await.status, 201);
     assert_eq!(size(one, &queue).await, 4);
     schema.drop_it().await;
+}
+
+/// Replica safe ids (issue 35): two servers given one `id_key`, as replicas behind a round-robin
+/// balancer. A message popped through one is pinged and acked through the other; the pinged one
+/// stays out past its first expiry, the acked one is gone, the one neither came back; an id
+/// signed with another key, or changed, acts on nothing.
+async fn with_one_id_key_a_replica_acks_and_pings_what_another_popped(leg: Leg) {
+    const KEY: &str = "replicas-share-this-32-byte-key!";
+    let first = serve(leg.api().id_key(KEY)).await;
+    let second = serve(QueueApi::new(&leg.second).id_key(KEY)).await;
+    let elsewhere =
+        serve(QueueApi::new(&leg.second).id_key("another-key-of-32-bytes-or-more!")).await;
+    let queue = leg.queue("http-replicas");
+    let q = |route: &str| format!("/queue/{queue}/{route}");
+    let pushed = post(
+        first,
+        &q("push"),
+        Some(r#"[{"k": "acked"}, {"k": "pinged"}, {"k": "dropped"}]"#),
+    )
+    .await;
+    assert_eq!(pushed.status, 201, "{pushed:?}");
+    let pushed_ids: BTreeSet<String> = pushed.json()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    let started = tokio::time::Instant::now();
+    let popped = post(first, &q("pop/3?expiresIn=3"), None).await;
+    assert_eq!(popped.status, 200, "{popped:?}");
+    let messages = popped.json().as_array().cloned().unwrap();
+    let by_key: std::collections::HashMap<String, (String, String)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m["payload"]["k"].as_str().unwrap().to_owned(),
+                (
+                    m["_id"].as_str().unwrap().to_owned(),
+                    m["messageId"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(by_key.len(), 3, "{popped:?}");
+    let message_ids: BTreeSet<String> = by_key.values().map(|(_, id)| id.clone()).collect();
+    assert_eq!(message_ids, pushed_ids, "messageId is the SQS message id");
+
+    // Another key, or a changed id, acts on nothing.
+    let (acked_id, _) = by_key["acked"].clone();
+    let foreign = post(elsewhere, &q("ack"), Some(&ack_body(&[acked_id.clone()]))).await;
+    assert_eq!(foreign.status, 404, "{foreign:?}");
+    let forged = format!("{}0", acked_id);
+    let changed = post(second, &q("ack"), Some(&ack_body(&[forged]))).await;
+    assert_eq!(changed.status, 404, "{changed:?}");
+
+    // Through the other replica: ping one for 20 s more, ack another.
+    let (pinged_id, _) = by_key["pinged"].clone();
+    let pinged = post(
+        second,
+        &q("ping?expiresIn=20"),
+        Some(&ack_body(&[pinged_id])),
+    )
+    .await;
+    assert_eq!(pinged.status, 200, "{pinged:?}");
+    let acked = post(second, &q("ack"), Some(&ack_body(&[acked_id]))).await;
+    assert_eq!(acked.status, 204, "{acked:?}");
+
+    // 2 s past the first expiry: only the one neither acked nor pinged is back.
+    tokio::time::sleep_until(started + Duration::from_secs(5)).await;
+    let back = post(second, &q("pop/3?expiresIn=60"), None).await;
+    assert_eq!(back.status, 200, "{back:?}");
+    let back = back.json();
+    assert_eq!(back.as_array().map(Vec::len), Some(1), "{back}");
+    assert_eq!(back[0]["messageId"], by_key["dropped"].1.as_str(), "{back}");
+    assert_eq!(back[0]["attempts"], 2, "{back}");
+    assert_eq!(
+        size(first, &queue).await,
+        2,
+        "the pinged and the dropped are left"
+    );
+    let dropped_id = back[0]["_id"].as_str().unwrap().to_owned();
+    let (pinged_id, _) = by_key["pinged"].clone();
+    let rest = post(first, &q("ack"), Some(&ack_body(&[dropped_id, pinged_id]))).await;
+    assert_eq!(rest.status, 204, "{rest:?}");
+    assert_eq!(size(second, &queue).await, 0);
 }

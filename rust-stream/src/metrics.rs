@@ -33,7 +33,7 @@
 //! | `rust_stream.inbox.duplicates` | counter | | messages an [inbox](crate::inbox) found handled before, acked without running their handler |
 //! | `rust_stream.history.skipped` | counter | | sends a publisher's [command history](crate::publish::history) skipped, their key sent within its duration; to a topic with `aws_sns` |
 //! | `rust_stream.http.requests` | counter | `http.route` (the route's template, `unmatched` for none), `http.response.status_code`; no queue label | requests the HTTP queue API (`rust_stream::http::queue`, feature `http`) answered |
-//! | `rust_stream.http.refused` | counter | `rust_stream.reason`: `origin`, `token`, `content_type`, `queue`, `body_size`, `push_items`, `pop_amount`, `busy`, `deadline`, `id` | requests the HTTP queue API refused before any SQS call, by the rule that refused them |
+//! | `rust_stream.http.refused` | counter | `rust_stream.reason`: `origin`, `token`, `content_type`, `queue`, `body_size`, `push_items`, `pop_amount`, `busy`, `deadline` | requests the HTTP queue API refused before any SQS call, by the rule that refused them |
 //!
 //! An [outbox](crate::outbox)'s relay labels its metrics with `rust_stream.outbox` (the relay's
 //! name) only:

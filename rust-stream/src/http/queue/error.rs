@@ -24,8 +24,8 @@ pub(super) enum ApiError {
     OutsideNamespace(String),
     /// Ids this server cannot act on: `404`.
     #[error(
-        "{} of the ids were not popped from queue `{queue}` by this server, or were acked \
-         already: ack and ping the ids a pop of this server returned",
+        "{} of the ids were not popped from queue `{queue}` by this server (or a replica \
+         sharing its ID_KEY), or were acked already: ack and ping the ids a pop returned",
         .ids.len()
     )]
     UnknownIds { queue: String, ids: Vec<String> },

@@ -30,7 +30,7 @@
 //! | `GET /queue/{queue}/size` | `200` `{"size"}`: visible, in flight and delayed |
 //! | `GET /healthz` | `200` `{"status": "ok"}`, without a token |
 //!
-//! **Who may call** ([`access`](self#who-may-call)). With [`tokens`](QueueApi::tokens), every
+//! **Who may call.** With [`tokens`](QueueApi::tokens), every
 //! route but `/healthz` takes `authorization: Bearer <token>` (any of them: rotate by serving
 //! the old and the new together); without, anyone who reaches the port may push, pop and ack
 //! every queue the server's credentials reach, so `rust-stream serve` then listens on
@@ -63,9 +63,12 @@
 //! server that dies mid-request never holds a message SQS does not. A queue that already exists
 //! is served as it is (without a policy, nothing moves).
 //!
-//! **Ids.** A popped message's `_id` is its SQS message id; this server keeps the receipt handle
-//! it was popped with, so an `ack` or `ping` goes to the server that popped it (replicas behind a
-//! load balancer need sticky sessions for those two routes; pop, push, peek and size go anywhere).
+//! **Ids.** With an [`id_key`](QueueApi::id_key) shared by the replicas, a popped message's
+//! `_id` carries its receipt handle, signed, so its `ack` and `ping` work on any replica (and
+//! `messageId` beside it is its SQS message id). Without, `_id` is the SQS message id and this
+//! server keeps the receipt handle it was popped with, so an `ack` or `ping` goes to the server
+//! that popped it (replicas then need sticky sessions for those two routes; pop, push, peek and
+//! size go anywhere).
 //!
 //! **Command history.** A push's `hashCode` is kept in the project's command history
 //! ([`History`], per queue: the key is the queue and the hash), the one publishers'
@@ -207,6 +210,7 @@ impl std::fmt::Debug for QueueApi {
             .field("limits", &self.inner.limits)
             .field("peek_on_sqs", &self.inner.peek_on_sqs)
             .field("pop_wait", &self.inner.pop_wait)
+            .field("signed_ids", &self.inner.handles.is_signed())
             .finish_non_exhaustive()
     }
 }
@@ -246,7 +250,7 @@ impl QueueApi {
                     limits: inner.limits,
                     peek_on_sqs: inner.peek_on_sqs,
                     pop_wait: inner.pop_wait,
-                    handles: Handles::default(),
+                    handles: inner.handles.fresh(),
                     ensured: Mutex::new(HashSet::new()),
                 };
                 change(&mut copy);
@@ -314,6 +318,19 @@ impl QueueApi {
             .filter(|origin| !origin.is_empty())
             .collect();
         self.configure(|inner| inner.access.origins = origins)
+    }
+
+    /// Makes what a pop hands out work on any replica given the same `key`: each `_id` carries
+    /// the message's receipt handle, signed with HMAC-SHA256 under `key` (so a client cannot
+    /// forge one, nor use one on another queue), and the server keeps nothing for `ack` and
+    /// `ping`. The pop's answer then also holds `messageId`, the SQS message id (what `peek`
+    /// shows as `_id`). Use 32 random bytes or more, the same on every replica; rotating it
+    /// makes the ids handed out before unknown (`404`; those messages come back at their
+    /// expiry). Without a key, `_id` is the message id and only the popping server can ack it.
+    #[must_use]
+    pub fn id_key(self, key: impl AsRef<[u8]>) -> Self {
+        let handles = Handles::signed(key.as_ref());
+        self.configure(|inner| inner.handles = handles)
     }
 
     /// The server's bounds (see [`Limits`]).

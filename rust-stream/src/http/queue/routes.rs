@@ -13,6 +13,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::handles::Known;
 use super::params::{expiry_date, missing, number, parameters, visibility};
 use super::{filter, send_all, QueueApi, DEFAULT_EXPIRES_IN, DEFAULT_PEEK_AMOUNT, MAX_ATTEMPTS};
 use crate::model::rules;
@@ -244,9 +245,19 @@ async fn pop(
         wait = Duration::ZERO;
     }
     let expiry = expiry_date(expires);
-    let shown = taken
+    let signed = api.inner.handles.is_signed();
+    let ids = api.inner.handles.hand_out(
+        queue,
+        taken
+            .iter()
+            .map(|message| (message.message_id.clone(), message.receipt_handle.clone()))
+            .collect(),
+        expires,
+    );
+    Ok(taken
         .iter()
-        .map(|message| {
+        .zip(ids)
+        .map(|(message, id)| {
             let attempts = message.receive_count().unwrap_or(1);
             if attempts >= MAX_ATTEMPTS {
                 tracing::warn!(
@@ -257,22 +268,21 @@ async fn pop(
                      moves it to the dead queue"
                 );
             }
-            json!({
-                "_id": message.message_id,
+            let mut shown = json!({
+                "_id": id,
                 "payload": filter::payload(&message.body),
                 "attempts": attempts,
                 "expiryDate": expiry,
-            })
+            });
+            if let (true, Some(fields)) = (signed, shown.as_object_mut()) {
+                fields.insert(
+                    "messageId".into(),
+                    Value::String(message.message_id.clone()),
+                );
+            }
+            shown
         })
-        .collect();
-    api.inner.handles.keep(
-        queue,
-        taken
-            .into_iter()
-            .map(|message| (message.message_id, message.receipt_handle)),
-        expires,
-    );
-    Ok(shown)
+        .collect())
 }
 
 pub(super) async fn ack(
@@ -284,21 +294,20 @@ pub(super) async fn ack(
     let body = read(&api, body)?;
     let ids = ids_of(&body)?;
     let (known, unknown) = api.inner.handles.of(queue, &ids);
-    let handles: Vec<String> = known.iter().map(|(_, handle)| handle.clone()).collect();
+    let handles: Vec<String> = known.iter().map(|k| k.receipt_handle.clone()).collect();
     let failed = if handles.is_empty() {
         Vec::new()
     } else {
         api.inner.operations.delete(queue, &handles).await?
     };
-    let deleted: Vec<&String> = known
+    let deleted: Vec<&Known> = known
         .iter()
-        .filter(|(_, handle)| !failed.iter().any(|(failed, _)| failed == handle))
-        .map(|(id, _)| id)
+        .filter(|k| !failed.iter().any(|(failed, _)| *failed == k.receipt_handle))
         .collect();
-    for id in &deleted {
+    for acked in &deleted {
         tracing::info!(
             messaging.destination.name = queue,
-            messaging.message.id = %id,
+            messaging.message.id = %acked.message_id,
             "acked: deleted"
         );
     }
@@ -310,7 +319,7 @@ pub(super) async fn ack(
 /// The error for an ack's or ping's ids that failed or were unknown, if any.
 fn answer(
     queue: &str,
-    known: &[(String, String)],
+    known: &[Known],
     failed: Vec<(String, crate::transport::BatchFailure)>,
     unknown: Vec<String>,
 ) -> Result<(), ApiError> {
@@ -318,8 +327,8 @@ fn answer(
         let failed = failed
             .into_iter()
             .filter_map(|(handle, failure)| {
-                let (id, _) = known.iter().find(|(_, known)| *known == handle)?;
-                Some((id.clone(), failure.message))
+                let known = known.iter().find(|k| k.receipt_handle == handle)?;
+                Some((known.id.clone(), failure.message))
             })
             .collect();
         return Err(ApiError::Failed {
@@ -347,7 +356,7 @@ pub(super) async fn ping(
     let expires = visibility(&parameters(&uri))?;
     let ids = ids_of(&body)?;
     let (known, unknown) = api.inner.handles.of(queue, &ids);
-    let handles: Vec<String> = known.iter().map(|(_, handle)| handle.clone()).collect();
+    let handles: Vec<String> = known.iter().map(|k| k.receipt_handle.clone()).collect();
     let failed = if handles.is_empty() {
         Vec::new()
     } else {
@@ -356,9 +365,7 @@ pub(super) async fn ping(
             .extend(queue, &handles, expires)
             .await?
     };
-    api.inner
-        .handles
-        .extended(queue, known.iter().map(|(id, _)| id), expires);
+    api.inner.handles.extended(queue, &known, expires);
     answer(queue, &known, failed, unknown)?;
     Ok(Json(json!({ "expiryDate": expiry_date(expires) })).into_response())
 }
