@@ -857,7 +857,12 @@ async fn with_one_id_key_a_replica_acks_and_pings_what_another_popped(leg: Leg) 
 
     // Another key, or a changed id, acts on nothing.
     let (acked_id, _) = by_key["acked"].clone();
-    let foreign = post(elsewhere, &q("ack"), Some(&ack_body(&[acked_id.clone()]))).await;
+    let foreign = post(
+        elsewhere,
+        &q("ack"),
+        Some(&ack_body(std::slice::from_ref(&acked_id))),
+    )
+    .await;
     assert_eq!(foreign.status, 404, "{foreign:?}");
     let forged = format!("{}0", acked_id);
     let changed = post(second, &q("ack"), Some(&ack_body(&[forged]))).await;

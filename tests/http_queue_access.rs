@@ -147,6 +147,17 @@ async fn stored(account: &Account, queue: &str) -> usize {
     }
 }
 
+/// A refusal: its name, method, path, headers, body, status and the `limit` it names.
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    String,
+    Vec<(&'a str, &'a str)>,
+    String,
+    u16,
+    Option<&'a str>,
+);
+
 #[tokio::test(start_paused = true)]
 async fn each_refusal_answers_its_status_and_makes_no_sqs_call() {
     let (account, hooks, broker) = backend(Counted::default());
@@ -183,15 +194,7 @@ async fn each_refusal_answers_its_status_and_makes_no_sqs_call() {
     let many = format!("[{}0]", "0,".repeat(99_999));
     let evil = "https://evil.example";
     let revoked = bearer("tok-2026-11-revoked");
-    let cases: Vec<(
-        &str,
-        &str,
-        String,
-        Vec<(&str, &str)>,
-        String,
-        u16,
-        Option<&str>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             "no token",
             "POST",

@@ -258,7 +258,10 @@ mod tests {
         assert_eq!(Handles::signed(b"another key").of("jobs", &ids).1, ids);
         assert_eq!(handles.of("payments", &ids).1, ids);
         let forged = ids[0].replace("handle", "forged");
-        assert_eq!(handles.of("jobs", &[forged.clone()]).1, vec![forged]);
+        assert_eq!(
+            handles.of("jobs", std::slice::from_ref(&forged)).1,
+            vec![forged]
+        );
         assert_eq!(
             handles.of("jobs", &["m-1".to_owned()]).1,
             vec!["m-1".to_owned()]
