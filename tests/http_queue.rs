@@ -3,7 +3,9 @@
 //! backend's): every route with its status codes, the `hashCode` command history, expiry, ack and
 //! ping, the dead queue after 5 pops, peek and size against what was pushed, CORS, two servers
 //! over one queue, and two servers sharing a command history on PostgreSQL (a `hashCode` pushed
-//! through one is ignored by the other within its duration).
+//! through one is ignored by the other within its duration). Expiries are 3 s or more and each
+//! check after one comes 2 s past it, beyond LocalStack's 1 s visibility timer. Tokens, origins,
+//! the namespace and the bounds are in `http_queue_access.rs`.
 
 mod common;
 
@@ -91,6 +93,7 @@ on_both!(
     cors_headers_answer_allowed_origins_only,
     two_servers_over_one_queue_never_hand_one_message_to_both,
     two_servers_sharing_a_postgres_history_push_a_hash_code_once,
+    with_one_id_key_a_replica_acks_and_pings_what_another_popped,
 );
 
 /// An HTTP answer.
@@ -334,8 +337,9 @@ async fn a_hash_code_stores_a_push_once_within_its_duration_and_again_after_it(l
     let address = serve(leg.api()).await;
     let queue = leg.queue("http-hash");
     let batch = r#"[{"player": "zezima"}, {"player": "lynx"}]"#;
-    let push = format!("/queue/{queue}/push?hashCode=players-1&expiresIn=2");
+    let push = format!("/queue/{queue}/push?hashCode=players-1&expiresIn=4");
 
+    let started = tokio::time::Instant::now();
     let first = post(address, &push, Some(batch)).await;
     assert_eq!(first.status, 201, "{first:?}");
     // The same command within its duration, from this server: ignored.
@@ -348,14 +352,14 @@ async fn a_hash_code_stores_a_push_once_within_its_duration_and_again_after_it(l
     assert_eq!(size(address, &queue).await, 4);
     // The same hash on another queue is another command.
     let elsewhere = leg.queue("http-hash-other");
-    let elsewhere_push = format!("/queue/{elsewhere}/push?hashCode=players-1&expiresIn=2");
+    let elsewhere_push = format!("/queue/{elsewhere}/push?hashCode=players-1&expiresIn=4");
     assert_eq!(
         post(address, &elsewhere_push, Some(batch)).await.status,
         201
     );
 
-    // After the duration, the command is pushed again.
-    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    // After the duration (2 s past it, beyond LocalStack's 1 s timer), pushed again.
+    tokio::time::sleep_until(started + Duration::from_secs(6)).await;
     let later = post(address, &push, Some(batch)).await;
     assert_eq!(later.status, 201, "{later:?}");
     assert_eq!(size(address, &queue).await, 6);
@@ -381,7 +385,7 @@ async fn a_popped_message_returns_after_its_expiry_unless_acked_or_pinged(leg: L
     .await;
     assert_eq!(pushed.status, 201);
     let started = tokio::time::Instant::now();
-    let popped = post(address, &format!("/queue/{queue}/pop/3?expiresIn=2"), None).await;
+    let popped = post(address, &format!("/queue/{queue}/pop/3?expiresIn=3"), None).await;
     assert_eq!(popped.status, 200, "{popped:?}");
     let by_key: std::collections::HashMap<String, String> = popped
         .json()
@@ -405,7 +409,7 @@ async fn a_popped_message_returns_after_its_expiry_unless_acked_or_pinged(leg: L
     assert_eq!(acked.status, 204, "{acked:?}");
     let pinged = post(
         address,
-        &format!("/queue/{queue}/ping?expiresIn=6"),
+        &format!("/queue/{queue}/ping?expiresIn=10"),
         Some(&ack_body(&[by_key["pinged"].clone()])),
     )
     .await;
@@ -419,14 +423,14 @@ async fn a_popped_message_returns_after_its_expiry_unless_acked_or_pinged(leg: L
     );
 
     // Past the expiry: only the one neither acked nor pinged is back, on its second attempt.
-    tokio::time::sleep_until(started + Duration::from_millis(3_000)).await;
+    tokio::time::sleep_until(started + Duration::from_millis(5_000)).await;
     let back = post(address, &format!("/queue/{queue}/pop/3?expiresIn=30"), None).await;
     assert_eq!(back.status, 200, "{back:?}");
     assert_eq!(ids(&back), vec![by_key["dropped"].clone()]);
     assert_eq!(back.json()[0]["attempts"], 2, "{back:?}");
 
     // Past the ping's expiry: the pinged one is back.
-    tokio::time::sleep_until(started + Duration::from_millis(7_000)).await;
+    tokio::time::sleep_until(started + Duration::from_millis(13_000)).await;
     let late = post(address, &format!("/queue/{queue}/pop/3?expiresIn=30"), None).await;
     assert_eq!(late.status, 200, "{late:?}");
     assert_eq!(ids(&late), vec![by_key["pinged"].clone()]);
@@ -462,7 +466,8 @@ async fn five_failed_pops_move_a_message_to_its_dead_queue(leg: Leg) {
         assert_eq!(popped.json()["attempts"], attempt, "{popped:?}");
         assert_eq!(ids(&popped), vec![id.clone()]);
         // Not acked: the attempt failed.
-        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        // 2 s past the expiry, beyond LocalStack's 1 s visibility timer.
+        tokio::time::sleep(Duration::from_millis(3_000)).await;
     }
     // The receive after the fifth moves it: the queue answers none, its dead queue holds it.
     let sixth = post(address, &format!("/queue/{queue}/pop?expiresIn=1"), None).await;
@@ -634,7 +639,9 @@ async fn cors_headers_answer_allowed_origins_only(leg: Leg) {
         None,
     )
     .await;
-    assert_eq!(other.status, 200);
+    // Another origin is refused before any work, not only left without CORS headers.
+    assert_eq!(other.status, 403, "{other:?}");
+    assert!(other.reason().contains("ALLOWED_ORIGINS"), "{other:?}");
     assert_eq!(
         other.header("access-control-allow-origin"),
         None,
@@ -667,9 +674,10 @@ async fn cors_headers_answer_allowed_origins_only(leg: Leg) {
     assert_eq!(refused.header("access-control-allow-origin"), None);
     assert_eq!(refused.header("access-control-allow-methods"), None);
 
-    // No origin allowed at all: no CORS header for anyone.
+    // No origin allowed at all: every browser's request is refused, no CORS header for anyone.
     let closed = serve(leg.api()).await;
     let answer = call(closed, "GET", &path, &[("origin", allowed)], None).await;
+    assert_eq!(answer.status, 403, "{answer:?}");
     assert_eq!(answer.header("access-control-allow-origin"), None);
 }
 
@@ -766,8 +774,9 @@ async fn two_servers_sharing_a_postgres_history_push_a_hash_code_once(leg: Leg) 
     let (one, other) = (servers[0], servers[1]);
     let queue = leg.queue("http-shared-hash");
     let message = r#"{"player": "zezima"}"#;
-    let push = format!("/queue/{queue}/push?hashCode=shared-1&expiresIn=2");
+    let push = format!("/queue/{queue}/push?hashCode=shared-1&expiresIn=3");
 
+    let started = tokio::time::Instant::now();
     let first = post(one, &push, Some(message)).await;
     assert_eq!(first.status, 201, "{first:?}");
     let through_other = post(other, &push, Some(message)).await;
@@ -785,8 +794,8 @@ async fn two_servers_sharing_a_postgres_history_push_a_hash_code_once(leg: Leg) 
     assert_eq!(statuses, [201, 204], "{a:?} {b:?}");
     assert_eq!(size(one, &queue).await, 2);
 
-    // After its duration, the hash is pushed again, through either server, once.
-    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    // After its duration (2 s past it), the hash is pushed again, through either server, once.
+    tokio::time::sleep_until(started + Duration::from_secs(5)).await;
     let later = post(other, &push, Some(message)).await;
     assert_eq!(later.status, 201, "{later:?}");
     assert_eq!(post(one, &push, Some(message)).await.status, 204);
@@ -799,4 +808,94 @@ async fn two_servers_sharing_a_postgres_history_push_a_hash_code_once(leg: Leg) 
     assert_eq!(post(other, &retried, Some(message)).await.status, 201);
     assert_eq!(size(one, &queue).await, 4);
     schema.drop_it().await;
+}
+
+/// Replica safe ids (issue 35): two servers given one `id_key`, as replicas behind a round-robin
+/// balancer. A message popped through one is pinged and acked through the other; the pinged one
+/// stays out past its first expiry, the acked one is gone, the one neither came back; an id
+/// signed with another key, or changed, acts on nothing.
+async fn with_one_id_key_a_replica_acks_and_pings_what_another_popped(leg: Leg) {
+    const KEY: &str = "replicas-share-this-32-byte-key!";
+    let first = serve(leg.api().id_key(KEY)).await;
+    let second = serve(QueueApi::new(&leg.second).id_key(KEY)).await;
+    let elsewhere =
+        serve(QueueApi::new(&leg.second).id_key("another-key-of-32-bytes-or-more!")).await;
+    let queue = leg.queue("http-replicas");
+    let q = |route: &str| format!("/queue/{queue}/{route}");
+    let pushed = post(
+        first,
+        &q("push"),
+        Some(r#"[{"k": "acked"}, {"k": "pinged"}, {"k": "dropped"}]"#),
+    )
+    .await;
+    assert_eq!(pushed.status, 201, "{pushed:?}");
+    let pushed_ids: BTreeSet<String> = pushed.json()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    let started = tokio::time::Instant::now();
+    let popped = post(first, &q("pop/3?expiresIn=3"), None).await;
+    assert_eq!(popped.status, 200, "{popped:?}");
+    let messages = popped.json().as_array().cloned().unwrap();
+    let by_key: std::collections::HashMap<String, (String, String)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m["payload"]["k"].as_str().unwrap().to_owned(),
+                (
+                    m["_id"].as_str().unwrap().to_owned(),
+                    m["messageId"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(by_key.len(), 3, "{popped:?}");
+    let message_ids: BTreeSet<String> = by_key.values().map(|(_, id)| id.clone()).collect();
+    assert_eq!(message_ids, pushed_ids, "messageId is the SQS message id");
+
+    // Another key, or a changed id, acts on nothing.
+    let (acked_id, _) = by_key["acked"].clone();
+    let foreign = post(
+        elsewhere,
+        &q("ack"),
+        Some(&ack_body(std::slice::from_ref(&acked_id))),
+    )
+    .await;
+    assert_eq!(foreign.status, 404, "{foreign:?}");
+    let forged = format!("{}0", acked_id);
+    let changed = post(second, &q("ack"), Some(&ack_body(&[forged]))).await;
+    assert_eq!(changed.status, 404, "{changed:?}");
+
+    // Through the other replica: ping one for 20 s more, ack another.
+    let (pinged_id, _) = by_key["pinged"].clone();
+    let pinged = post(
+        second,
+        &q("ping?expiresIn=20"),
+        Some(&ack_body(&[pinged_id])),
+    )
+    .await;
+    assert_eq!(pinged.status, 200, "{pinged:?}");
+    let acked = post(second, &q("ack"), Some(&ack_body(&[acked_id]))).await;
+    assert_eq!(acked.status, 204, "{acked:?}");
+
+    // 2 s past the first expiry: only the one neither acked nor pinged is back.
+    tokio::time::sleep_until(started + Duration::from_secs(5)).await;
+    let back = post(second, &q("pop/3?expiresIn=60"), None).await;
+    assert_eq!(back.status, 200, "{back:?}");
+    let back = back.json();
+    assert_eq!(back.as_array().map(Vec::len), Some(1), "{back}");
+    assert_eq!(back[0]["messageId"], by_key["dropped"].1.as_str(), "{back}");
+    assert_eq!(back[0]["attempts"], 2, "{back}");
+    assert_eq!(
+        size(first, &queue).await,
+        2,
+        "the pinged and the dropped are left"
+    );
+    let dropped_id = back[0]["_id"].as_str().unwrap().to_owned();
+    let (pinged_id, _) = by_key["pinged"].clone();
+    let rest = post(first, &q("ack"), Some(&ack_body(&[dropped_id, pinged_id]))).await;
+    assert_eq!(rest.status, 204, "{rest:?}");
+    assert_eq!(size(second, &queue).await, 0);
 }

@@ -139,11 +139,22 @@ enum Command {
         yes_i_mean: String,
     },
     /// Serves the HTTP queue API (push, pop, ack, ping, peek, size under /queue/NAME/) until
-    /// interrupted. Reads PORT (8080), PORT_METRICS (8088, /metrics), ALLOWED_ORIGINS (CORS,
-    /// comma separated), PEEK_ON_SQS (true to peek on SQS) and HISTORY_POSTGRES_URL (the
-    /// hashCode history in a PostgreSQL replicas share; else in memory); SQS as the library's
-    /// from_env_or_in_process chooses it (AWS_ENDPOINT_URL, AWS_REGION, ...; else in process).
-    Serve,
+    /// interrupted. Reads API_TOKENS (bearer tokens, comma separated) or API_TOKENS_FILE (one a
+    /// line): without either it listens on 127.0.0.1 only; BIND (the address, 0.0.0.0 with a
+    /// token); QUEUE_PREFIX and QUEUES (the queues served); PORT (8080), PORT_METRICS (8088,
+    /// /metrics), ALLOWED_ORIGINS (CORS, comma separated; other origins refused), PEEK_ON_SQS
+    /// (true to peek on SQS), HISTORY_POSTGRES_URL (the hashCode history in a PostgreSQL
+    /// replicas share; else in memory), ID_KEY (32+ bytes shared by the replicas: popped ids
+    /// signed so any replica acks and pings them) and the bounds MAX_BODY_BYTES, MAX_PUSH_ITEMS,
+    /// MAX_POP_AMOUNT, MAX_HASH_DURATION_SECONDS, MAX_CONCURRENT_REQUESTS,
+    /// REQUEST_DEADLINE_SECONDS; SQS as the library's from_env_or_in_process chooses it
+    /// (AWS_ENDPOINT_URL, AWS_REGION, ...; else in process).
+    Serve {
+        /// Serves without a token on an address other than loopback (BIND): anyone who reaches
+        /// the port may push, pop and delete every queue the credentials reach.
+        #[arg(long)]
+        insecure_no_auth: bool,
+    },
     /// Prints a service binary's AsyncAPI 3 document: runs it with `--asyncapi` (and ARGS),
     /// checks that it printed one, and prints it (compact JSON with `--json`) or writes it to
     /// `--output`. Connects to nothing; the binary inherits the environment.
@@ -195,11 +206,13 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_max_level(if cli.verbose || matches!(cli.command, Command::Serve) {
-            tracing::Level::INFO
-        } else {
-            tracing::Level::ERROR
-        })
+        .with_max_level(
+            if cli.verbose || matches!(cli.command, Command::Serve { .. }) {
+                tracing::Level::INFO
+            } else {
+                tracing::Level::ERROR
+            },
+        )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -226,8 +239,8 @@ fn main() -> ExitCode {
 
 /// Runs the command; what it prints.
 async fn run(cli: Cli) -> Result<String, Failure> {
-    if matches!(cli.command, Command::Serve) {
-        return serve::run(|name| std::env::var(name).ok()).await;
+    if let Command::Serve { insecure_no_auth } = cli.command {
+        return serve::run(|name| std::env::var(name).ok(), insecure_no_auth).await;
     }
     if let Command::Asyncapi {
         binary,
@@ -253,7 +266,7 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     let ops = broker.operations();
     let json = cli.json;
     Ok(match cli.command {
-        Command::Serve => unreachable!("served above"),
+        Command::Serve { .. } => unreachable!("served above"),
         Command::Asyncapi { .. } => unreachable!("printed above"),
         Command::Queues { prefix } => {
             let queues = ops.queues(&prefix).await?;

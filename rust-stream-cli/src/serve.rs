@@ -2,11 +2,17 @@
 //! the process's metrics on `PORT_METRICS`, over the broker the environment names, with pushes'
 //! `hashCode`s in the PostgreSQL `HISTORY_POSTGRES_URL` names (shared by the replicas), or in
 //! memory when it is unset.
+//!
+//! Exposure: with bearer tokens (`API_TOKENS`, `API_TOKENS_FILE`) it listens on `BIND`
+//! (`0.0.0.0` by default); without, on `127.0.0.1` only, and says so. Another address without a
+//! token is refused unless `--insecure-no-auth` says the operator means it: the API turns the
+//! process's AWS credentials into push, pop and delete on every queue they reach.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use rust_stream::http::metrics_router;
-use rust_stream::http::queue::{QueueApi, HISTORY_LEASE};
+use rust_stream::http::queue::{Limits, QueueApi, HISTORY_LEASE};
 use rust_stream::publish::History;
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::SqsBroker;
@@ -51,10 +57,133 @@ async fn history(env: &impl Fn(&str) -> Option<String>) -> Result<Option<History
     Ok(Some(History::new(store).lease(HISTORY_LEASE)))
 }
 
+/// The bearer tokens of `API_TOKENS` (comma separated) and of the file `API_TOKENS_FILE` names
+/// (one a line, `#` for a comment), together: serve the old and the new while rotating.
+fn tokens(env: &impl Fn(&str) -> Option<String>) -> Result<Vec<String>, Failure> {
+    let mut tokens: Vec<String> = env("API_TOKENS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|token| !token.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if let Some(path) = env("API_TOKENS_FILE").filter(|path| !path.trim().is_empty()) {
+        let text = std::fs::read_to_string(path.trim()).map_err(|error| {
+            Failure::Serve(format!(
+                "cannot read API_TOKENS_FILE `{}`: {error}; name a readable file with one token \
+                 a line",
+                path.trim()
+            ))
+        })?;
+        tokens.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    Ok(tokens)
+}
+
+/// The address both ports listen on: `BIND`, else `0.0.0.0` with a token and `127.0.0.1`
+/// without; another than loopback without a token only when `insecure` says so.
+fn address(
+    env: &impl Fn(&str) -> Option<String>,
+    tokens: bool,
+    insecure: bool,
+) -> Result<IpAddr, Failure> {
+    let bind = match env("BIND").filter(|bind| !bind.trim().is_empty()) {
+        None if tokens => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Some(bind) => bind.trim().parse().map_err(|_| {
+            Failure::Serve(format!(
+                "BIND is `{bind}`: set it to an IP address (0.0.0.0 for every interface), or \
+                 unset it"
+            ))
+        })?,
+    };
+    if !tokens && !bind.is_loopback() && !insecure {
+        return Err(Failure::Serve(format!(
+            "BIND is {bind} and no API_TOKENS (or API_TOKENS_FILE) is set: anyone reaching the \
+             port could push, pop and delete every queue this process's AWS credentials reach; \
+             set API_TOKENS, or pass --insecure-no-auth if that is what you mean"
+        )));
+    }
+    Ok(bind)
+}
+
+/// A whole number setting from the variable `name`, or `default` when it is unset or empty.
+fn setting(
+    env: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: u64,
+) -> Result<u64, Failure> {
+    match env(name).filter(|value| !value.trim().is_empty()) {
+        None => Ok(default),
+        Some(value) => match value.trim().parse::<u64>() {
+            Ok(number) if number > 0 => Ok(number),
+            _ => Err(Failure::Serve(format!(
+                "{name} is `{value}`: set it to a whole number, 1 or more, or unset it for \
+                 {default}"
+            ))),
+        },
+    }
+}
+
+/// The API's bounds from the environment, each defaulting to [`Limits::default`]'s.
+fn limits(env: &impl Fn(&str) -> Option<String>) -> Result<Limits, Failure> {
+    let defaults = Limits::default();
+    let size = |name: &str, default: usize| {
+        setting(env, name, default as u64).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    };
+    let mut limits = defaults;
+    limits.body_bytes = size("MAX_BODY_BYTES", defaults.body_bytes)?;
+    limits.push_items = size("MAX_PUSH_ITEMS", defaults.push_items)?;
+    limits.pop_amount = size("MAX_POP_AMOUNT", defaults.pop_amount)?;
+    limits.concurrent_requests = size("MAX_CONCURRENT_REQUESTS", defaults.concurrent_requests)?;
+    limits.hash_duration = Duration::from_secs(setting(
+        env,
+        "MAX_HASH_DURATION_SECONDS",
+        defaults.hash_duration.as_secs(),
+    )?);
+    limits.request_deadline = Duration::from_secs(setting(
+        env,
+        "REQUEST_DEADLINE_SECONDS",
+        defaults.request_deadline.as_secs(),
+    )?);
+    Ok(limits)
+}
+
+/// The shortest `ID_KEY` taken: 32 bytes, SHA-256's block half, as RFC 2104 advises.
+const MIN_ID_KEY: usize = 32;
+
+/// `ID_KEY`, the HMAC key popped ids are signed with (the same on every replica), when set.
+fn id_key(env: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, Failure> {
+    match env("ID_KEY").map(|key| key.trim().to_owned()) {
+        None => Ok(None),
+        Some(key) if key.is_empty() => Ok(None),
+        Some(key) if key.len() < MIN_ID_KEY => Err(Failure::Serve(format!(
+            "ID_KEY is {} bytes: use {MIN_ID_KEY} or more random bytes (e.g. `openssl rand \
+             -hex 32`), the same on every replica",
+            key.len()
+        ))),
+        Some(key) => Ok(Some(key)),
+    }
+}
+
 /// Binds both ports, then serves until interrupted (Ctrl-C or SIGTERM).
-pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, Failure> {
+pub(super) async fn run(
+    env: impl Fn(&str) -> Option<String>,
+    insecure_no_auth: bool,
+) -> Result<String, Failure> {
     let api_port = port(&env, "PORT", DEFAULT_PORT)?;
     let metrics_port = port(&env, "PORT_METRICS", DEFAULT_METRICS_PORT)?;
+    let tokens = tokens(&env)?;
+    let ip = address(&env, !tokens.is_empty(), insecure_no_auth)?;
+    let limits = limits(&env)?;
+    let id_key = id_key(&env)?;
+    let prefix = env("QUEUE_PREFIX").unwrap_or_default();
+    let queues = env("QUEUES").unwrap_or_default();
     let origins = env("ALLOWED_ORIGINS").unwrap_or_default();
     let peek_on_sqs = match env("PEEK_ON_SQS").as_deref().map(str::trim) {
         None | Some("" | "false" | "0") => false,
@@ -80,16 +209,35 @@ pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, 
         "memory"
     };
     let mut api = QueueApi::new(&broker)
+        .tokens(&tokens)
+        .queue_prefix(prefix.trim())
+        .queues(queues.split(','))
+        .limits(limits)
         .allowed_origins(origins.split(','))
         .peek_on_sqs(peek_on_sqs);
     if let Some(history) = history {
         api = api.history(history);
     }
-    let api_listener = bind(api_port, "PORT").await?;
-    let metrics_listener = bind(metrics_port, "PORT_METRICS").await?;
+    if let Some(key) = &id_key {
+        api = api.id_key(key);
+    }
+    let api_listener = bind(ip, api_port, "PORT").await?;
+    let metrics_listener = bind(ip, metrics_port, "PORT_METRICS").await?;
+    if tokens.is_empty() {
+        tracing::warn!(
+            http.address = %local(&api_listener),
+            "no API_TOKENS: the queue API requires no token, so it listens on {ip} only{}; set \
+             API_TOKENS (or API_TOKENS_FILE) to serve it to other hosts",
+            if ip.is_loopback() { "" } else { " (--insecure-no-auth)" }
+        );
+    }
     tracing::info!(
         http.address = %local(&api_listener),
         metrics.address = %local(&metrics_listener),
+        tokens = tokens.len(),
+        replica_safe_ids = id_key.is_some(),
+        queue_prefix = %prefix.trim(),
+        queues = %queues,
         allowed_origins = %origins,
         peek_on_sqs,
         history = history_in,
@@ -106,8 +254,8 @@ pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, 
     Ok(String::new())
 }
 
-async fn bind(port: u16, variable: &str) -> Result<tokio::net::TcpListener, Failure> {
-    let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+async fn bind(ip: IpAddr, port: u16, variable: &str) -> Result<tokio::net::TcpListener, Failure> {
+    let address = SocketAddr::from((ip, port));
     tokio::net::TcpListener::bind(address)
         .await
         .map_err(|error| {

@@ -33,6 +33,7 @@
 //! | `rust_stream.inbox.duplicates` | counter | | messages an [inbox](crate::inbox) found handled before, acked without running their handler |
 //! | `rust_stream.history.skipped` | counter | | sends a publisher's [command history](crate::publish::history) skipped, their key sent within its duration; to a topic with `aws_sns` |
 //! | `rust_stream.http.requests` | counter | `http.route` (the route's template, `unmatched` for none), `http.response.status_code`; no queue label | requests the HTTP queue API (`rust_stream::http::queue`, feature `http`) answered |
+//! | `rust_stream.http.refused` | counter | `rust_stream.reason`: `origin`, `token`, `content_type`, `queue`, `body_size`, `push_items`, `pop_amount`, `busy`, `deadline` | requests the HTTP queue API refused before any SQS call, by the rule that refused them |
 //!
 //! An [outbox](crate::outbox)'s relay labels its metrics with `rust_stream.outbox` (the relay's
 //! name) only:
@@ -207,6 +208,11 @@ pub fn describe() {
         Unit::Count,
         "Requests the HTTP queue API answered, by http.route and http.response.status_code."
     );
+    describe_counter!(
+        HTTP_REFUSED,
+        Unit::Count,
+        "Requests the HTTP queue API refused before any SQS call, by rust_stream.reason."
+    );
     describe_gauge!(
         OUTBOX_BACKLOG,
         Unit::Count,
@@ -376,6 +382,18 @@ pub const HTTP_REQUESTS: &str = "rust_stream.http.requests";
 pub const HTTP_ROUTE: &str = "http.route";
 /// The label of an HTTP answer's status code (OpenTelemetry's `http.response.status_code`).
 pub const HTTP_STATUS: &str = "http.response.status_code";
+
+/// `rust_stream.http.refused`: requests the HTTP queue API refused, by [`REASON`].
+pub const HTTP_REFUSED: &str = "rust_stream.http.refused";
+/// The label of the rule an HTTP queue API request broke (`origin`, `token`, ...).
+pub const REASON: &str = "rust_stream.reason";
+
+/// Records a request the HTTP queue API refused for `reason` before any SQS call.
+#[cfg(feature = "http")]
+pub(crate) fn http_refused(reason: &'static str) {
+    let labels = [Label::from_static_parts(REASON, reason)];
+    ::metrics::counter!(HTTP_REFUSED, labels.iter()).increment(1);
+}
 
 /// Records one request the HTTP queue API answered on `route` with `status`.
 #[cfg(feature = "http")]

@@ -9,8 +9,11 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let broker = SqsBroker::from_env_or_in_process().await?;
-//! let api = QueueApi::new(&broker).allowed_origins(["https://ops.example.com"]);
-//! let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+//! let api = QueueApi::new(&broker)
+//!     .tokens(["a-long-random-token"])
+//!     .queue_prefix("jobs-")
+//!     .allowed_origins(["https://ops.example.com"]);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! api.serve(listener).await?;
 //! # Ok(())
 //! # }
@@ -25,12 +28,34 @@
 //! | `POST /queue/{queue}/ping(?expiresIn=S)` with `{"id": [..]}` | `200` `{"expiryDate"}`: each invisible for `expiresIn` (300 s) more |
 //! | `GET /queue/{queue}/peek(?filter=F&amount=N&offset=N)` | `200` up to `amount` (100) after `offset` that `filter` ([`filter`]) matches, taking none; `204` when none |
 //! | `GET /queue/{queue}/size` | `200` `{"size"}`: visible, in flight and delayed |
+//! | `GET /healthz` | `200` `{"status": "ok"}`, without a token |
+//!
+//! **Who may call.** With [`tokens`](QueueApi::tokens), every
+//! route but `/healthz` takes `authorization: Bearer <token>` (any of them: rotate by serving
+//! the old and the new together); without, anyone who reaches the port may push, pop and ack
+//! every queue the server's credentials reach, so `rust-stream serve` then listens on
+//! `127.0.0.1` only. A request whose `Origin` is not one of the
+//! [`allowed_origins`](QueueApi::allowed_origins) is refused `403` before any work, and a `POST`
+//! with a body must be `application/json` (`415` otherwise), which makes a browser ask first
+//! (a preflight, answered as CORS says): a page on another origin cannot make an operator's
+//! browser push, pop or ack. [`queue_prefix`](QueueApi::queue_prefix) and
+//! [`queues`](QueueApi::queues) confine the API to a namespace: a name outside it answers `404`
+//! without a call.
+//!
+//! **Bounds** ([`Limits`]): the body's bytes (`413`), the messages of a push and the amount of a
+//! pop (`400`), a `hashCode`'s duration, requests served at once (`503` beyond, at once) and a
+//! request's deadline (`503`), each refusal naming its setting in `limit`.
 //!
 //! Beyond the seed's codes: `400` for a request at fault (a body or parameter that does not parse,
-//! an unsupported filter operator, a queue name SQS refuses) and `404` for an `ack` or `ping`
-//! naming ids this server did not hand out; `409` for a peek on SQS without
-//! [`peek_on_sqs`](QueueApi::peek_on_sqs); `500` when the backend fails. Each carries
-//! `{"error": "what was wrong and what to do"}`.
+//! an unsupported filter operator, a queue name SQS refuses, a bound passed) and `404` for an
+//! `ack` or `ping` naming ids this server did not hand out, or a queue outside its namespace;
+//! `401`, `403` and `415` as above; `409` for a peek on SQS without
+//! [`peek_on_sqs`](QueueApi::peek_on_sqs); `413` for a body over its bound; `500` when the
+//! backend fails; `503` when busy, past the deadline, or while another push of the same
+//! `hashCode` is still under way after the history's wait. Each carries
+//! `{"error": "what was wrong and what to do"}`. Every refusal before a call is counted by reason
+//! (`rust_stream.http.refused`); every ack is logged with its queue and message id, and a pop
+//! handing out a message's last attempt before the dead queue is logged as a warning.
 //!
 //! **The dead queue.** A push to a queue that does not exist creates it, and `<queue>-dead`
 //! beside it, with SQS's `RedrivePolicy` (`maxReceiveCount` 5): the receive after a message's
@@ -38,45 +63,64 @@
 //! server that dies mid-request never holds a message SQS does not. A queue that already exists
 //! is served as it is (without a policy, nothing moves).
 //!
-//! **Ids.** A popped message's `_id` is its SQS message id; this server keeps the receipt handle
-//! it was popped with, so an `ack` or `ping` goes to the server that popped it (replicas behind a
-//! load balancer need sticky sessions for those two routes; pop, push, peek and size go anywhere).
+//! **Ids.** With an [`id_key`](QueueApi::id_key) shared by the replicas, a popped message's
+//! `_id` carries its receipt handle, signed, so its `ack` and `ping` work on any replica (and
+//! `messageId` beside it is its SQS message id). Without, `_id` is the SQS message id and this
+//! server keeps the receipt handle it was popped with, so an `ack` or `ping` goes to the server
+//! that popped it (replicas then need sticky sessions for those two routes; pop, push, peek and
+//! size go anywhere).
 //!
 //! **Command history.** A push's `hashCode` is kept in the project's command history
 //! ([`History`], per queue: the key is the queue and the hash), the one publishers'
 //! [`once`](crate::publish::Outgoing::once) sends use. By default it is a
 //! [`MemoryStore`] of this server's; [`QueueApi::history`] gives it a store replicas share
 //! (`PostgresStore`), so a hash pushed through one replica is ignored by the others within its
-//! duration. A push reserves the hash (a push finding it pushed, or being pushed by another
-//! request, answers `204`), sends, then confirms the hash for its `expiresIn`, or frees it when the
-//! send failed, so the client's retry is stored. A server killed mid-push leaves the hash pending
-//! until the history's lease (60 s by default) passes.
+//! duration. A push reserves the hash, sends, then confirms the hash for its `expiresIn`, or frees
+//! it when the send failed, so the client's retry is stored. A push finding the hash pushed
+//! answers `204`; one finding it held by another push under way waits for that push's outcome
+//! (the history's [`wait`](History::wait), 5 s): `204` once it was stored, stored itself when
+//! that push failed, `503` when it is still under way. A server killed mid-push leaves the hash
+//! pending until the history's lease (60 s by default) passes.
+//!
+//! The files: `access.rs` (tokens, origins, content type, CORS, the counts), `names.rs` (the
+//! namespace), `limits` here ([`Limits`]), `routes.rs` (the handlers), `handles.rs` (the
+//! receipt handles kept for ack and ping), `params.rs` (query parameters), `error.rs` (the
+//! answers' errors), [`filter`] (peek's filter).
 
+mod access;
+mod error;
 pub mod filter;
+mod handles;
+mod names;
+mod params;
+mod routes;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{MatchedPath, Path, Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use axum::{BoxError, Router};
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::ServiceBuilder;
 
 pub use filter::FilterError;
 
-use crate::model::envelope::format_timestamp;
-use crate::model::rules::{self, ErrorKind};
-use crate::operations::{Message, OperationError, Operations, Peek, QueueSpec};
+use access::Access;
+use error::{refusal, ApiError};
+use handles::Handles;
+use names::Namespace;
+use params::missing;
+
+use crate::operations::{Operations, QueueSpec};
 use crate::publish::History;
 use crate::sqs::SqsBroker;
-use crate::store::history::{HistoryKey, Reservation};
 use crate::store::memory::MemoryStore;
-use crate::transport::{ReceivedMessage, SendMessage, SentMessage};
+use crate::transport::SendMessage;
 
 /// What a queue's dead queue is called: the queue's name with this after it.
 pub const DEAD_QUEUE_SUFFIX: &str = "-dead";
@@ -94,11 +138,47 @@ pub const DEFAULT_PEEK_AMOUNT: usize = 100;
 /// server that dies mid-push frees it then.
 pub const HISTORY_LEASE: Duration = Duration::from_secs(60);
 
-/// How long after its expiry a popped message's receipt handle is kept for a late `ack`.
-const HANDLE_GRACE: Duration = Duration::from_secs(3600);
+/// The server's bounds on what one request may ask and on its own memory; each refusal names
+/// its setting (the variable `rust-stream serve` reads it from). [`Limits::default`] holds the
+/// defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// `MAX_BODY_BYTES`: a request's body, in bytes (`413` beyond). Default 1 MiB: a push of
+    /// 1,000 messages of 1 KiB.
+    pub body_bytes: usize,
+    /// `MAX_PUSH_ITEMS`: the messages of one push (`400` beyond). Default 1,000 (100 calls
+    /// of `SendMessageBatch`' 10 at most).
+    pub push_items: usize,
+    /// `MAX_POP_AMOUNT`: the `amount` of one pop (`400` beyond). Default 100.
+    pub pop_amount: usize,
+    /// `MAX_HASH_DURATION`: the longest `expiresIn` of a push with a `hashCode`, so the
+    /// history's keys leave memory (`400` beyond). Default 24 h.
+    pub hash_duration: Duration,
+    /// `MAX_CONCURRENT_REQUESTS`: requests served at once; one more is refused `503` at once
+    /// rather than queued. Default 256.
+    pub concurrent_requests: usize,
+    /// `REQUEST_DEADLINE_SECONDS`: how long a request may take before it is answered `503`
+    /// (and its calls dropped). Default 30 s, longer than a pop's wait (≤ 20 s) and its calls.
+    pub request_deadline: Duration,
+    /// `MAX_ENSURED_QUEUES`: the queue names a server remembers having created or found (past
+    /// it, it forgets them all and looks again). Default 10,000.
+    pub ensured_queues: usize,
+}
 
-/// The longest queue name served: SQS's 80 less the dead queue's suffix.
-const MAX_NAME: usize = rules::MAX_QUEUE_NAME_LEN - DEAD_QUEUE_SUFFIX.len();
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body_bytes: 1024 * 1024,
+            push_items: 1_000,
+            pop_amount: 100,
+            hash_duration: Duration::from_secs(24 * 3600),
+            concurrent_requests: 256,
+            request_deadline: Duration::from_secs(30),
+            ensured_queues: 10_000,
+        }
+    }
+}
 
 /// The seed's HTTP queue API over one broker: see [the module](self). Cheap to clone.
 #[derive(Clone)]
@@ -109,43 +189,48 @@ pub struct QueueApi {
 struct Inner {
     operations: Operations,
     history: History,
-    allowed_origins: Vec<String>,
+    access: Access,
+    namespace: Namespace,
+    limits: Limits,
     peek_on_sqs: bool,
     pop_wait: Duration,
-    /// Receipt handles of the messages this server popped, by queue and message id.
-    handles: Mutex<HashMap<(String, String), Held>>,
+    /// Receipt handles of the messages this server popped.
+    handles: Handles,
     /// Queues this server created or found, with their dead queues.
     ensured: Mutex<HashSet<String>>,
-}
-
-struct Held {
-    receipt_handle: String,
-    expires: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for QueueApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueueApi")
-            .field("allowed_origins", &self.inner.allowed_origins)
+            .field("allowed_origins", &self.inner.access.origins)
+            .field("tokens", &self.inner.access.tokens.len())
+            .field("queue_prefix", &self.inner.namespace.prefix)
+            .field("queues", &self.inner.namespace.allowed)
+            .field("limits", &self.inner.limits)
             .field("peek_on_sqs", &self.inner.peek_on_sqs)
             .field("pop_wait", &self.inner.pop_wait)
+            .field("signed_ids", &self.inner.handles.is_signed())
             .finish_non_exhaustive()
     }
 }
 
 impl QueueApi {
     /// The API over `broker`'s queues (its name prefix and suffix apply), with the command
-    /// history in a [`MemoryStore`] of its own (lease [`HISTORY_LEASE`]), no CORS origin
-    /// allowed, peeks on SQS refused, and pops that wait up to 1 s for a message.
+    /// history in a [`MemoryStore`] of its own (lease [`HISTORY_LEASE`]), no token required,
+    /// no CORS origin allowed (a request with an `Origin` is refused), every queue name served,
+    /// the default [`Limits`], peeks on SQS refused, and pops that wait up to 1 s for a message.
     pub fn new(broker: &SqsBroker) -> Self {
         Self {
             inner: Arc::new(Inner {
                 operations: broker.operations(),
                 history: History::new(MemoryStore::new()).lease(HISTORY_LEASE),
-                allowed_origins: Vec::new(),
+                access: Access::default(),
+                namespace: Namespace::default(),
+                limits: Limits::default(),
                 peek_on_sqs: false,
                 pop_wait: Duration::from_secs(1),
-                handles: Mutex::new(HashMap::new()),
+                handles: Handles::default(),
                 ensured: Mutex::new(HashSet::new()),
             }),
         }
@@ -160,10 +245,12 @@ impl QueueApi {
                 let mut copy = Inner {
                     operations: inner.operations.clone(),
                     history: inner.history.clone(),
-                    allowed_origins: inner.allowed_origins.clone(),
+                    access: inner.access.clone(),
+                    namespace: inner.namespace.clone(),
+                    limits: inner.limits,
                     peek_on_sqs: inner.peek_on_sqs,
                     pop_wait: inner.pop_wait,
-                    handles: Mutex::new(HashMap::new()),
+                    handles: inner.handles.fresh(),
                     ensured: Mutex::new(HashSet::new()),
                 };
                 change(&mut copy);
@@ -177,15 +264,52 @@ impl QueueApi {
     /// `History::new(PostgresStore)` that replicas share makes a hash pushed through one ignored
     /// by all within its duration. Its [`lease`](History::lease) is how long a push holds a hash
     /// while it sends (keep it longer than a push takes; [`HISTORY_LEASE`] is the default's);
-    /// its [`wait`](History::wait) does not apply (a hash another push holds answers `204` at
-    /// once). A store that cannot be reached makes pushes with a `hashCode` answer `500`.
+    /// its [`wait`](History::wait) how long a push finding the hash held by another waits for
+    /// that push's outcome before answering `503`. A store that cannot be reached makes pushes
+    /// with a `hashCode` answer `500`.
     #[must_use]
     pub fn history(self, history: History) -> Self {
         self.configure(|inner| inner.history = history)
     }
 
-    /// Browsers on these origins may call the API (CORS); `*` allows any. Empty entries are
-    /// left out, so `ALLOWED_ORIGINS` split on commas can be passed as it is.
+    /// Requires `authorization: Bearer <token>` with one of `tokens` on every route but
+    /// `/healthz` (`401` otherwise). Several serve together, to rotate one without a gap; empty
+    /// entries are left out, and none at all requires none (then keep the port private).
+    #[must_use]
+    pub fn tokens<S: AsRef<str>>(self, tokens: impl IntoIterator<Item = S>) -> Self {
+        let tokens: Vec<[u8; 32]> = tokens
+            .into_iter()
+            .map(|token| token.as_ref().trim().to_owned())
+            .filter(|token| !token.is_empty())
+            .map(|token| Access::digest(&token))
+            .collect();
+        self.configure(|inner| inner.access.tokens = tokens)
+    }
+
+    /// Serves only queues whose names start with `prefix` (and their dead queues): any other
+    /// name answers `404` without a call.
+    #[must_use]
+    pub fn queue_prefix(self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into().trim().to_owned();
+        self.configure(|inner| inner.namespace.prefix = prefix)
+    }
+
+    /// Serves only these queues (and their dead queues): any other name answers `404` without
+    /// a call. Empty entries are left out, and none at all serves every name (within the
+    /// [`queue_prefix`](Self::queue_prefix)).
+    #[must_use]
+    pub fn queues<S: AsRef<str>>(self, queues: impl IntoIterator<Item = S>) -> Self {
+        let queues: Vec<String> = queues
+            .into_iter()
+            .map(|queue| queue.as_ref().trim().to_owned())
+            .filter(|queue| !queue.is_empty())
+            .collect();
+        self.configure(|inner| inner.namespace.allowed = queues)
+    }
+
+    /// Browsers on these origins may call the API (CORS); `*` allows any. A request whose
+    /// `Origin` is another is refused `403` before any work. Empty entries are left out, so
+    /// `ALLOWED_ORIGINS` split on commas can be passed as it is.
     #[must_use]
     pub fn allowed_origins<S: AsRef<str>>(self, origins: impl IntoIterator<Item = S>) -> Self {
         let origins: Vec<String> = origins
@@ -193,7 +317,26 @@ impl QueueApi {
             .map(|origin| origin.as_ref().trim().trim_end_matches('/').to_owned())
             .filter(|origin| !origin.is_empty())
             .collect();
-        self.configure(|inner| inner.allowed_origins = origins)
+        self.configure(|inner| inner.access.origins = origins)
+    }
+
+    /// Makes what a pop hands out work on any replica given the same `key`: each `_id` carries
+    /// the message's receipt handle, signed with HMAC-SHA256 under `key` (so a client cannot
+    /// forge one, nor use one on another queue), and the server keeps nothing for `ack` and
+    /// `ping`. The pop's answer then also holds `messageId`, the SQS message id (what `peek`
+    /// shows as `_id`). Use 32 random bytes or more, the same on every replica; rotating it
+    /// makes the ids handed out before unknown (`404`; those messages come back at their
+    /// expiry). Without a key, `_id` is the message id and only the popping server can ack it.
+    #[must_use]
+    pub fn id_key(self, key: impl AsRef<[u8]>) -> Self {
+        let handles = Handles::signed(key.as_ref());
+        self.configure(|inner| inner.handles = handles)
+    }
+
+    /// The server's bounds (see [`Limits`]).
+    #[must_use]
+    pub fn limits(self, limits: Limits) -> Self {
+        self.configure(|inner| inner.limits = limits)
     }
 
     /// Whether a peek on Amazon SQS runs anyway. SQS has no peek: there it is a receive that
@@ -212,24 +355,33 @@ impl QueueApi {
         self.configure(|inner| inner.pop_wait = wait.min(Duration::from_secs(20)))
     }
 
-    /// The routes, with CORS and the request metric, to serve or to merge into a service's own
-    /// router.
+    /// The routes, with the access checks, CORS, the bounds and the request metric, to serve or
+    /// to merge into a service's own router.
     pub fn router(self) -> Router {
-        let origins = Arc::new(self.inner.allowed_origins.clone());
-        Router::new()
-            .route("/queue/{queue}/push", post(push))
-            .route("/queue/{queue}/pop", post(pop_one))
-            .route("/queue/{queue}/pop/{amount}", post(pop_many))
-            .route("/queue/{queue}/ack", post(ack))
-            .route("/queue/{queue}/ping", post(ping))
-            .route("/queue/{queue}/peek", get(peek))
-            .route("/queue/{queue}/size", get(size))
-            .fallback(not_found)
-            .with_state(self)
-            .layer(axum::middleware::from_fn_with_state(
-                origins,
-                cors_and_count,
+        let access = Arc::new(self.inner.access.clone());
+        let limits = self.inner.limits;
+        let bounded = ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(overloaded))
+            .load_shed()
+            // One semaphore for every route (`Router::layer` wraps each route on its own).
+            .layer(GlobalConcurrencyLimitLayer::new(
+                limits.concurrent_requests.max(1),
             ))
+            .timeout(limits.request_deadline);
+        Router::new()
+            .route("/queue/{queue}/push", post(routes::push))
+            .route("/queue/{queue}/pop", post(routes::pop_one))
+            .route("/queue/{queue}/pop/{amount}", post(routes::pop_many))
+            .route("/queue/{queue}/ack", post(routes::ack))
+            .route("/queue/{queue}/ping", post(routes::ping))
+            .route("/queue/{queue}/peek", get(routes::peek))
+            .route("/queue/{queue}/size", get(routes::size))
+            .fallback(routes::not_found)
+            .with_state(self)
+            .layer(DefaultBodyLimit::max(limits.body_bytes))
+            .layer(bounded)
+            .route("/healthz", get(routes::healthz))
+            .layer(axum::middleware::from_fn_with_state(access, access::guard))
     }
 
     /// Serves the routes on `listener` until the process ends (or the future is dropped).
@@ -242,154 +394,42 @@ impl QueueApi {
     }
 }
 
-/// Why a request was not served; each answers with its status and `{"error": ...}`.
-#[derive(Debug, thiserror::Error)]
-enum ApiError {
-    /// The request is at fault: `400`.
-    #[error("{0}")]
-    BadRequest(String),
-    /// Ids this server holds no receipt handle for: `404`.
-    #[error(
-        "{} of the ids were not popped from queue `{queue}` by this server, or were acked \
-         already: ack and ping the ids a pop of this server returned",
-        .ids.len()
-    )]
-    UnknownIds { queue: String, ids: Vec<String> },
-    /// A peek on SQS without [`QueueApi::peek_on_sqs`]: `409`.
-    #[error("{0}")]
-    PeekRefused(String),
-    /// The backend failed: `500`. No message is lost: what was taken is visible again.
-    #[error("{0}")]
-    Backend(String),
-    /// Some entries of an ack or ping failed at the backend: `500`.
-    #[error("queue `{queue}`: {} of the ids failed; retry them", .failed.len())]
-    Failed {
-        queue: String,
-        failed: Vec<(String, String)>,
-    },
-}
-
-impl From<OperationError> for ApiError {
-    fn from(error: OperationError) -> Self {
-        match &error {
-            OperationError::Naming { .. } => Self::BadRequest(error.to_string()),
-            OperationError::SendRefused { source, .. }
-                if !source.is_retryable() && is_sender(source) =>
-            {
-                Self::BadRequest(error.to_string())
-            }
-            _ => Self::Backend(error.to_string()),
-        }
-    }
-}
-
-fn is_sender(error: &crate::transport::TransportError) -> bool {
-    error.kind().is_some_and(ErrorKind::sender_fault)
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let reason = self.to_string();
-        let (status, body) = match self {
-            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, json!({ "error": reason })),
-            Self::UnknownIds { ids, .. } => (
-                StatusCode::NOT_FOUND,
-                json!({ "error": reason, "unknown": ids }),
-            ),
-            Self::PeekRefused(_) => (StatusCode::CONFLICT, json!({ "error": reason })),
-            Self::Backend(_) => {
-                tracing::warn!(error = %reason, "queue API request failed at the backend");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({ "error": reason }),
-                )
-            }
-            Self::Failed { failed, .. } => {
-                let failed: Vec<Value> = failed
-                    .into_iter()
-                    .map(|(id, why)| json!({ "id": id, "error": why }))
-                    .collect();
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({ "error": reason, "failed": failed }),
-                )
-            }
-        };
-        (status, Json(body)).into_response()
-    }
-}
-
-/// A queue name this API serves: SQS's characters, short enough for its dead queue's name.
-fn checked(queue: &str) -> Result<&str, ApiError> {
-    let fits = !queue.is_empty()
-        && queue.len() <= MAX_NAME
-        && queue
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if fits {
-        Ok(queue)
+/// The answer of a request the bounds stopped: busy (`503` at once, with `Retry-After`) or past
+/// its deadline (`503`).
+async fn overloaded(error: BoxError) -> Response {
+    let (reason, limit, why) = if error.is::<tower::timeout::error::Elapsed>() {
+        (
+            "deadline",
+            "REQUEST_DEADLINE_SECONDS",
+            "the request took longer than this server's deadline (REQUEST_DEADLINE_SECONDS) and \
+             was stopped: what it popped is visible again at its expiry; retry",
+        )
+    } else if error.is::<tower::load_shed::error::Overloaded>() {
+        (
+            "busy",
+            "MAX_CONCURRENT_REQUESTS",
+            "the server is serving as many requests as it takes at once \
+             (MAX_CONCURRENT_REQUESTS): retry shortly",
+        )
     } else {
-        Err(ApiError::BadRequest(format!(
-            "queue name `{queue}`: use 1 to {MAX_NAME} letters, digits, `-` and `_` (SQS's 80 \
-             less `{DEAD_QUEUE_SUFFIX}` for its dead queue; FIFO queues are not served here)"
-        )))
-    }
-}
-
-/// The query's parameters, by name (the last of a repeated one).
-fn parameters(uri: &Uri) -> HashMap<String, String> {
-    form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
-        .into_owned()
-        .collect()
-}
-
-/// A whole number parameter, or `default` when absent.
-fn number(
-    parameters: &HashMap<String, String>,
-    name: &str,
-    default: u64,
-    max: u64,
-) -> Result<u64, ApiError> {
-    let Some(text) = parameters.get(name) else {
-        return Ok(default);
+        ("limit", "", "the request was stopped")
     };
-    match text.trim().parse::<u64>() {
-        Ok(value) if value <= max => Ok(value),
-        _ => Err(ApiError::BadRequest(format!(
-            "`{name}` is `{text}`: pass a whole number from 0 to {max}"
-        ))),
-    }
-}
-
-/// `expiresIn` as a visibility timeout: 0 to 12 h, 300 s when absent.
-fn visibility(parameters: &HashMap<String, String>) -> Result<Duration, ApiError> {
-    number(
-        parameters,
-        "expiresIn",
-        DEFAULT_EXPIRES_IN.as_secs(),
-        rules::MAX_VISIBILITY_TIMEOUT_SECONDS.unsigned_abs().into(),
-    )
-    .map(Duration::from_secs)
-}
-
-/// Milliseconds since the epoch, `after` from now, as the seed's `expiryDate`.
-fn expiry_date(after: Duration) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    format_timestamp(u64::try_from((now + after).as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Whether an operation failed because the queue does not exist (yet).
-fn missing(error: &OperationError) -> bool {
-    matches!(error, OperationError::Queue { source, .. }
-        if source.kind() == Some(ErrorKind::QueueDoesNotExist))
+    crate::metrics::http_refused(reason);
+    let mut response = refusal(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Some(limit).filter(|limit| !limit.is_empty()),
+        why,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 impl QueueApi {
     /// Creates `queue` and its dead queue with the redrive policy, once per server; an existing
     /// queue is served as it is.
-    async fn ensure(&self, queue: &str) -> Result<(), OperationError> {
+    async fn ensure(&self, queue: &str) -> Result<(), crate::operations::OperationError> {
         if self.lock_ensured().contains(queue) {
             return Ok(());
         }
@@ -405,7 +445,12 @@ impl QueueApi {
             }
             Err(error) => return Err(error),
         }
-        self.lock_ensured().insert(queue.to_owned());
+        let mut ensured = self.lock_ensured();
+        // Bounded: past it the server forgets and looks each queue up once again.
+        if ensured.len() >= self.inner.limits.ensured_queues {
+            ensured.clear();
+        }
+        ensured.insert(queue.to_owned());
         Ok(())
     }
 
@@ -415,191 +460,6 @@ impl QueueApi {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-
-    fn lock_handles(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Held>> {
-        self.inner
-            .handles
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Takes up to `amount` messages for `expires`, keeping their receipt handles; on a failure
-    /// midway, what was taken is made visible again before the error answers.
-    async fn pop(
-        &self,
-        queue: &str,
-        amount: usize,
-        expires: Duration,
-    ) -> Result<Vec<Value>, ApiError> {
-        let operations = &self.inner.operations;
-        let mut taken: Vec<ReceivedMessage> = Vec::new();
-        let mut wait = self.inner.pop_wait;
-        while taken.len() < amount {
-            let want = (amount - taken.len()).min(rules::MAX_BATCH_ENTRIES);
-            match operations.receive(queue, want, expires, wait).await {
-                Ok(received) if received.is_empty() => break,
-                Ok(received) => taken.extend(received),
-                Err(error) if missing(&error) && taken.is_empty() => return Ok(Vec::new()),
-                Err(error) => {
-                    let handles: Vec<String> =
-                        taken.iter().map(|m| m.receipt_handle.clone()).collect();
-                    if let Err(release) = operations.extend(queue, &handles, Duration::ZERO).await {
-                        tracing::warn!(
-                            messaging.destination.name = queue,
-                            error = %release,
-                            "popped messages not made visible again; they are once their expiry passes"
-                        );
-                    }
-                    return Err(error.into());
-                }
-            }
-            // Later receives take what is there now.
-            wait = Duration::ZERO;
-        }
-        let now = tokio::time::Instant::now();
-        let mut handles = self.lock_handles();
-        handles.retain(|_, held| held.expires + HANDLE_GRACE > now);
-        let expiry = expiry_date(expires);
-        Ok(taken
-            .into_iter()
-            .map(|message| {
-                let shown = json!({
-                    "_id": message.message_id,
-                    "payload": filter::payload(&message.body),
-                    "attempts": message.receive_count().unwrap_or(1),
-                    "expiryDate": expiry,
-                });
-                handles.insert(
-                    (queue.to_owned(), message.message_id),
-                    Held {
-                        receipt_handle: message.receipt_handle,
-                        expires: now + expires,
-                    },
-                );
-                shown
-            })
-            .collect())
-    }
-
-    /// The receipt handles of `ids`, and the ids this server holds none for.
-    fn handles_of(&self, queue: &str, ids: &[String]) -> (Vec<(String, String)>, Vec<String>) {
-        let handles = self.lock_handles();
-        let mut known = Vec::new();
-        let mut unknown = Vec::new();
-        for id in ids {
-            match handles.get(&(queue.to_owned(), id.clone())) {
-                Some(held) => known.push((id.clone(), held.receipt_handle.clone())),
-                None => unknown.push(id.clone()),
-            }
-        }
-        (known, unknown)
-    }
-}
-
-/// The ids of an ack or ping body: `{"id": ["..", ..]}` (one id as a string is taken too).
-fn ids_of(body: &[u8]) -> Result<Vec<String>, ApiError> {
-    let refused = |why: &str| {
-        ApiError::BadRequest(format!(
-            "{why}: send a JSON body {{\"id\": [\"<_id>\", ...]}} with the ids pops returned"
-        ))
-    };
-    let value: Value = serde_json::from_slice(body).map_err(|_| refused("the body is not JSON"))?;
-    let ids = match value.get("id") {
-        Some(Value::Array(ids)) => ids
-            .iter()
-            .map(|id| id.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| refused("`id` holds something other than strings"))?,
-        Some(Value::String(id)) => vec![id.clone()],
-        _ => return Err(refused("no `id` array")),
-    };
-    if ids.is_empty() {
-        return Err(refused("`id` is empty"));
-    }
-    Ok(ids)
-}
-
-async fn push(
-    State(api): State<QueueApi>,
-    Path(queue): Path<String>,
-    uri: Uri,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let queue = checked(&queue)?;
-    let parameters = parameters(&uri);
-    let duration = Duration::from_secs(number(
-        &parameters,
-        "expiresIn",
-        DEFAULT_EXPIRES_IN.as_secs(),
-        u64::from(u32::MAX),
-    )?);
-    let value: Value = serde_json::from_slice(&body).map_err(|error| {
-        ApiError::BadRequest(format!(
-            "the body is not JSON ({error}): push a JSON value (one message) or an array (one \
-             message each)"
-        ))
-    })?;
-    let payloads = match value {
-        Value::Array(items) if items.is_empty() => {
-            return Err(ApiError::BadRequest(
-                "the body is an empty array: push at least one message".into(),
-            ))
-        }
-        Value::Array(items) => items,
-        one => vec![one],
-    };
-    let bodies: Vec<String> = payloads.iter().map(Value::to_string).collect();
-    // Refused before anything is sent, so a push many is stored whole or not at all by size.
-    if let Some((index, body)) = bodies
-        .iter()
-        .enumerate()
-        .find(|(_, body)| body.len() > rules::MAX_MESSAGE_SIZE)
-    {
-        return Err(ApiError::BadRequest(format!(
-            "message {index} is {} bytes as JSON; SQS takes at most {} a message",
-            body.len(),
-            rules::MAX_MESSAGE_SIZE
-        )));
-    }
-    let hash = parameters
-        .get("hashCode")
-        .filter(|hash| !hash.is_empty())
-        .map(|hash| HistoryKey::new(queue, hash.as_str()));
-    let ticket = match &hash {
-        None => None,
-        Some(key) => match api.inner.history.reserve_once(key).await.map_err(|error| {
-            ApiError::Backend(format!(
-                "the command history failed ({error}): nothing was pushed; retry"
-            ))
-        })? {
-            Reservation::Reserved(ticket) => Some(ticket),
-            Reservation::Sent(_) | Reservation::Pending => {
-                tracing::debug!(messaging.destination.name = queue, hash_code = %key.key, "push ignored: its hashCode is in the command history");
-                return Ok(StatusCode::NO_CONTENT.into_response());
-            }
-        },
-    };
-    let sent = send_all(&api, queue, bodies).await;
-    if let (Some(key), Some(ticket)) = (&hash, &ticket) {
-        // The first message's id stands for the push (the history keeps one); a failed push is
-        // freed, so the client's retry is stored: anything sent before the failure may be stored
-        // twice by it, never lost.
-        let first = sent
-            .as_ref()
-            .ok()
-            .and_then(|ids| ids.first())
-            .map(|id| SentMessage {
-                message_id: id.clone(),
-                sequence_number: None,
-                duplicate: false,
-            });
-        api.inner
-            .history
-            .settle(key, ticket, first.as_ref(), duration)
-            .await;
-    }
-    let ids = sent?;
-    Ok((StatusCode::CREATED, Json(json!({ "ids": ids }))).into_response())
 }
 
 /// Sends each body in order; the message ids, or the failure naming what was stored first.
@@ -631,276 +491,4 @@ async fn send_all(
         }
     }
     Ok(ids)
-}
-
-async fn pop_one(
-    State(api): State<QueueApi>,
-    Path(queue): Path<String>,
-    uri: Uri,
-) -> Result<Response, ApiError> {
-    let queue = checked(&queue)?;
-    let expires = visibility(&parameters(&uri))?;
-    Ok(match api.pop(queue, 1, expires).await?.pop() {
-        Some(message) => Json(message).into_response(),
-        None => StatusCode::NO_CONTENT.into_response(),
-    })
-}
-
-async fn pop_many(
-    State(api): State<QueueApi>,
-    Path((queue, amount)): Path<(String, String)>,
-    uri: Uri,
-) -> Result<Response, ApiError> {
-    let queue = checked(&queue)?;
-    let amount = match amount.parse::<usize>() {
-        Ok(amount) if amount > 0 => amount,
-        _ => {
-            return Err(ApiError::BadRequest(format!(
-                "amount `{amount}`: pass a whole number of messages, 1 or more"
-            )))
-        }
-    };
-    let expires = visibility(&parameters(&uri))?;
-    let messages = api.pop(queue, amount, expires).await?;
-    Ok(if messages.is_empty() {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        Json(messages).into_response()
-    })
-}
-
-async fn ack(
-    State(api): State<QueueApi>,
-    Path(queue): Path<String>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let queue = checked(&queue)?;
-    let ids = ids_of(&body)?;
-    let (known, unknown) = api.handles_of(queue, &ids);
-    let handles: Vec<String> = known.iter().map(|(_, handle)| handle.clone()).collect();
-    let failed = if handles.is_empty() {
-        Vec::new()
-    } else {
-        api.inner.operations.delete(queue, &handles).await?
-    };
-    {
-        let mut held = api.lock_handles();
-        for (id, handle) in &known {
-            if !failed.iter().any(|(failed, _)| failed == handle) {
-                held.remove(&(queue.to_owned(), id.clone()));
-            }
-        }
-    }
-    answer(queue, &known, failed, unknown)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// The error for an ack's or ping's ids that failed or were unknown, if any.
-fn answer(
-    queue: &str,
-    known: &[(String, String)],
-    failed: Vec<(String, crate::transport::BatchFailure)>,
-    unknown: Vec<String>,
-) -> Result<(), ApiError> {
-    if !failed.is_empty() {
-        let failed = failed
-            .into_iter()
-            .filter_map(|(handle, failure)| {
-                let (id, _) = known.iter().find(|(_, known)| *known == handle)?;
-                Some((id.clone(), failure.message))
-            })
-            .collect();
-        return Err(ApiError::Failed {
-            queue: queue.to_owned(),
-            failed,
-        });
-    }
-    if !unknown.is_empty() {
-        return Err(ApiError::UnknownIds {
-            queue: queue.to_owned(),
-            ids: unknown,
-        });
-    }
-    Ok(())
-}
-
-async fn ping(
-    State(api): State<QueueApi>,
-    Path(queue): Path<String>,
-    uri: Uri,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let queue = checked(&queue)?;
-    let expires = visibility(&parameters(&uri))?;
-    let ids = ids_of(&body)?;
-    let (known, unknown) = api.handles_of(queue, &ids);
-    let handles: Vec<String> = known.iter().map(|(_, handle)| handle.clone()).collect();
-    let failed = if handles.is_empty() {
-        Vec::new()
-    } else {
-        api.inner
-            .operations
-            .extend(queue, &handles, expires)
-            .await?
-    };
-    {
-        let until = tokio::time::Instant::now() + expires;
-        let mut held = api.lock_handles();
-        for (id, _) in &known {
-            if let Some(entry) = held.get_mut(&(queue.to_owned(), id.clone())) {
-                entry.expires = until;
-            }
-        }
-    }
-    answer(queue, &known, failed, unknown)?;
-    Ok(Json(json!({ "expiryDate": expiry_date(expires) })).into_response())
-}
-
-async fn peek(
-    State(api): State<QueueApi>,
-    Path(queue): Path<String>,
-    uri: Uri,
-) -> Result<Response, ApiError> {
-    let queue = checked(&queue)?;
-    let parameters = parameters(&uri);
-    let amount = number(&parameters, "amount", DEFAULT_PEEK_AMOUNT as u64, 10_000)?;
-    let offset = number(&parameters, "offset", 0, u64::from(u32::MAX))?;
-    let mut request = Peek::new()
-        .amount(usize::try_from(amount).unwrap_or(usize::MAX))
-        .offset(usize::try_from(offset).unwrap_or(usize::MAX));
-    if let Some(text) = parameters.get("filter").filter(|text| !text.is_empty()) {
-        request =
-            request.filter(filter::parse(text).map_err(|e| ApiError::BadRequest(e.to_string()))?);
-    }
-    if api.inner.peek_on_sqs {
-        request = request.force();
-    }
-    let messages = match api.inner.operations.peek(queue, &request).await {
-        Ok(messages) => messages,
-        Err(error) if missing(&error) => Vec::new(),
-        Err(error @ OperationError::PeekRefused { .. }) => {
-            return Err(ApiError::PeekRefused(format!(
-                "{error}; here, start the server with PEEK_ON_SQS=true (QueueApi::peek_on_sqs) \
-                 to peek on SQS, where each peek counts as one of a message's \
-                 {MAX_ATTEMPTS} attempts"
-            )))
-        }
-        Err(error) => return Err(error.into()),
-    };
-    if messages.is_empty() {
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
-    Ok(Json(messages.iter().map(shown).collect::<Vec<_>>()).into_response())
-}
-
-/// A peeked message as the seed shows it: `attempts` once popped, `expiryDate` while in flight.
-fn shown(message: &Message) -> Value {
-    let mut shown = filter::document(message);
-    if shown.get("attempts").and_then(Value::as_u64) == Some(0) {
-        if let Some(fields) = shown.as_object_mut() {
-            fields.remove("attempts");
-        }
-    }
-    if let (Some(ms), Some(fields)) = (
-        message
-            .visible_in_ms
-            .filter(|_| message.state == "in flight"),
-        shown.as_object_mut(),
-    ) {
-        fields.insert(
-            "expiryDate".into(),
-            Value::String(expiry_date(Duration::from_millis(ms))),
-        );
-    }
-    shown
-}
-
-async fn size(
-    State(api): State<QueueApi>,
-    Path(queue): Path<String>,
-) -> Result<Response, ApiError> {
-    let queue = checked(&queue)?;
-    let size = match api.inner.operations.queue(queue).await {
-        Ok(info) => info.visible + info.in_flight + info.delayed,
-        Err(error) if missing(&error) => 0,
-        Err(error) => return Err(error.into()),
-    };
-    Ok(Json(json!({ "size": size })).into_response())
-}
-
-async fn not_found(uri: Uri) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({
-            "error": format!(
-                "no route `{}`: the API's routes start with /queue/<name>/ (push, pop, pop/<amount>, \
-                 ack, ping, peek, size)",
-                uri.path()
-            )
-        })),
-    )
-        .into_response()
-}
-
-/// CORS for the allowed origins (a preflight answered here, the others' answers marked), and
-/// the request counted by route and status.
-async fn cors_and_count(
-    State(origins): State<Arc<Vec<String>>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let origin = request
-        .headers()
-        .get(header::ORIGIN)
-        .and_then(|origin| origin.to_str().ok())
-        .map(str::to_owned);
-    let allowed = origin
-        .as_deref()
-        .filter(|origin| {
-            origins
-                .iter()
-                .any(|allowed| allowed == "*" || allowed == origin)
-        })
-        .and_then(|origin| HeaderValue::from_str(origin).ok());
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
-    let preflight = request.method() == Method::OPTIONS
-        && request
-            .headers()
-            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    let mut response = if preflight {
-        let mut response = StatusCode::NO_CONTENT.into_response();
-        if allowed.is_some() {
-            let headers = response.headers_mut();
-            headers.insert(
-                header::ACCESS_CONTROL_ALLOW_METHODS,
-                HeaderValue::from_static("GET, POST, OPTIONS"),
-            );
-            let asked = request
-                .headers()
-                .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
-                .cloned()
-                .unwrap_or_else(|| HeaderValue::from_static("content-type"));
-            headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked);
-            headers.insert(
-                header::ACCESS_CONTROL_MAX_AGE,
-                HeaderValue::from_static("600"),
-            );
-        }
-        response
-    } else {
-        next.run(request).await
-    };
-    let headers = response.headers_mut();
-    if let Some(origin) = allowed {
-        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    }
-    if !origins.is_empty() {
-        headers.append(header::VARY, HeaderValue::from_static("origin"));
-    }
-    crate::metrics::http_request(route, response.status().as_u16());
-    response
 }
