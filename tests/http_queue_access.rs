@@ -512,3 +512,59 @@ async fn a_request_past_its_deadline_or_beyond_the_requests_at_once_answers_503_
     let (status, _) = call(&router, "GET", "/healthz", &[], Body::empty()).await;
     assert_eq!(status, 200);
 }
+
+/// A push of many items costs a `SendMessageBatch` call for each 10, not one an item, and answers
+/// the ids in the order of the items; an item SQS refuses is named by its position while the
+/// others are stored.
+#[tokio::test(start_paused = true)]
+async fn a_push_of_many_items_is_sent_in_calls_of_ten_and_answers_ids_in_order() {
+    let (account, hooks, broker) = backend(Counted::default());
+    let router = exposed(&broker);
+    let auth = bearer(TOKEN);
+    let json_auth = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    // The queue made by a first push, so that only the batch's own calls are counted below.
+    let (status, _) = call(&router, "POST", "/queue/team-bulk/push", &json_auth, "{}").await;
+    assert_eq!(status, 201);
+    hooks.reset();
+    let items: Vec<Value> = (0..25).map(|n| json!({ "n": n })).collect();
+    let (status, body) = call(
+        &router,
+        "POST",
+        "/queue/team-bulk/push",
+        &json_auth,
+        Value::Array(items).to_string(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let ids = body["ids"].as_array().expect("ids").clone();
+    assert_eq!(ids.len(), 25, "{body}");
+    let sends = hooks
+        .calls()
+        .into_iter()
+        .filter(|action| *action == Action::SendMessageBatch)
+        .count();
+    assert_eq!(sends, 3, "25 items in calls of 10: {:?}", hooks.calls());
+    assert_eq!(stored(&account, "team-bulk").await, 26);
+    // The ids answer the items in order: each id's body is its item.
+    let url = account.get_queue_url("team-bulk").await.unwrap();
+    let peeked = account
+        .peek_messages(
+            &url,
+            rust_stream::transport::PeekMessages {
+                offset: 0,
+                max: 100,
+            },
+        )
+        .await
+        .unwrap();
+    for (n, id) in ids.iter().enumerate() {
+        let message = peeked
+            .iter()
+            .find(|peeked| Some(peeked.message.message_id.as_str()) == id.as_str())
+            .unwrap_or_else(|| panic!("id {id} stored"));
+        assert_eq!(message.message.body, json!({ "n": n }).to_string());
+    }
+}

@@ -497,6 +497,35 @@ impl Operations {
                 source,
             })
     }
+
+    /// Sends `messages` to `queue` through the broker's batcher, in `SendMessageBatch` calls of
+    /// up to 10, and answers each in the order given: a message's id, or why it was not stored
+    /// (SQS's refusal, or on a FIFO queue an earlier message of its group that was). Others may
+    /// be stored beside a failed one: each answer is its message's own.
+    ///
+    /// # Errors
+    ///
+    /// [`OperationError::Naming`] for a name SQS would refuse, before any call.
+    pub async fn send_many(
+        &self,
+        queue: &str,
+        messages: Vec<SendMessage>,
+    ) -> Result<Vec<Result<SentMessage, OperationError>>, OperationError> {
+        let name = self.named(queue)?;
+        let target = SqsQueue::new(&name);
+        Ok(self
+            .client
+            .send_many(&target, messages)
+            .await
+            .into_iter()
+            .map(|answer| {
+                answer.map_err(|source| OperationError::SendRefused {
+                    queue: name.clone(),
+                    source,
+                })
+            })
+            .collect())
+    }
 }
 
 /// A backend's answer about `queue`, as an operation's error.

@@ -462,33 +462,42 @@ impl QueueApi {
     }
 }
 
-/// Sends each body in order; the message ids, or the failure naming what was stored first.
+/// Sends the bodies in `SendMessageBatch` calls of up to 10: the message ids in the order given,
+/// or the failure naming which items were stored and which were not.
 async fn send_all(
     api: &QueueApi,
     queue: &str,
     bodies: Vec<String>,
 ) -> Result<Vec<String>, ApiError> {
     api.ensure(queue).await?;
-    let mut ids = Vec::with_capacity(bodies.len());
     let total = bodies.len();
-    for body in bodies {
-        match api
-            .inner
-            .operations
-            .send(queue, SendMessage::new(body))
-            .await
-        {
+    let answers = api
+        .inner
+        .operations
+        .send_many(queue, bodies.into_iter().map(SendMessage::new).collect())
+        .await?;
+    let mut ids = Vec::with_capacity(total);
+    let mut failed = Vec::new();
+    let mut first_error = None;
+    for (at, answer) in answers.into_iter().enumerate() {
+        match answer {
             Ok(sent) => ids.push(sent.message_id),
-            Err(error) if ids.is_empty() => return Err(error.into()),
             Err(error) => {
-                return Err(ApiError::Backend(format!(
-                    "{error}; {} of the {total} messages were stored first (ids {}): push the \
-                     rest again",
-                    ids.len(),
-                    ids.join(", ")
-                )))
+                failed.push(at);
+                first_error.get_or_insert(error);
             }
         }
     }
-    Ok(ids)
+    let Some(error) = first_error else {
+        return Ok(ids);
+    };
+    if ids.is_empty() {
+        return Err(error.into());
+    }
+    Err(ApiError::Backend(format!(
+        "{error}; {} of the {total} messages were stored (ids {}), the items at {failed:?} (from \
+         0) were not: push those again",
+        ids.len(),
+        ids.join(", ")
+    )))
 }
