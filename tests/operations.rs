@@ -15,6 +15,8 @@ use common::backend::{Backend, Kind};
 use rust_stream::operations::{
     MessageFilter, OperationError, Peek, PeekRisk, QueueSpec, Redrive, RedriveReport,
 };
+use rust_stream::prelude::*;
+use rust_stream::testing::{eventually, on_each_backend, TestApp};
 use rust_stream::transport::layer::{Hooked, Hooks};
 use rust_stream::transport::{
     BatchResult, DeleteEntry, MessageAttributeValue, ReceiveMessage, SendBatchEntry, SendMessage,
@@ -929,4 +931,129 @@ async fn eventually_empty<T: Transport>(backend: &Backend<T>, url: &str) {
         "the queue still holds {:?} after a purge",
         backend.left(url).await
     );
+}
+
+/// A payment the consumer beside a redrive posts.
+#[derive(Debug, serde::Deserialize)]
+struct Payment {
+    id: u64,
+}
+
+/// Posts payments: records each id. A body that is no payment does not decode, and the engine
+/// dead-letters it at once, every time it comes.
+#[derive(Clone, Default)]
+struct Posted(Arc<Mutex<Vec<u64>>>);
+
+impl Handle<Payment> for Posted {
+    async fn handle(
+        &self,
+        payment: &Payment,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.0.lock().unwrap().push(payment.id);
+        Ok(())
+    }
+}
+
+/// Issue 41, item 1: with the service running, a redrive of a dead-letter queue holding poison
+/// used to loop (DLQ → source → DLQ) for ever. A run takes only what was there at its start: it
+/// moves the fixable message and the two poison ones, sees the poison ones come back, leaves
+/// them, and ends; the dead-letter queue then holds each poison message once.
+#[test]
+fn a_redrive_beside_a_consumer_that_dead_letters_again_ends_and_leaves_each_poison_message_once() {
+    on_each_backend(async |backend| {
+        let broker = backend.broker().clone();
+        let dlq = SqsQueue::new(backend.queue_name("ops-again-dlq.fifo")).create_if_missing();
+        let payments = SqsQueue::new(backend.queue_name("ops-again.fifo"))
+            .content_based_dedup()
+            .create_if_missing()
+            .wait(Duration::from_secs(1))
+            .dead_letter(dlq.name(), 3);
+        let posted = Posted::default();
+        let app = RustStream::new(AppInfo::new("payments", "0")).with_broker(broker.clone(), |b| {
+            b.include(subscriber(payments.clone(), posted.clone()).build());
+        });
+        let running = TestApp::spawn(app).await.expect("the app starts");
+        let ops = broker.operations();
+        let poison = ["not json", r#"{"amount":-1}"#];
+        for (group, body) in ["a", "b"].into_iter().zip(poison) {
+            ops.send(payments.name(), SendMessage::new(body).group_id(group))
+                .await
+                .unwrap();
+        }
+        let held = async || {
+            let q = ops.queue(dlq.name()).await.unwrap();
+            q.visible + q.in_flight + q.delayed
+        };
+        eventually("both poison messages dead-lettered", async || {
+            held().await == 2
+        })
+        .await;
+        // A message dead-lettered before a fix, fixable now.
+        ops.send(
+            dlq.name(),
+            SendMessage::new(r#"{"id":7}"#)
+                .group_id("c")
+                .dedup_id("fixable-7")
+                .attribute(
+                    SOURCE_QUEUE_HEADER,
+                    MessageAttributeValue::string(payments.name()),
+                ),
+        )
+        .await
+        .unwrap();
+
+        let report = tokio::time::timeout(
+            Duration::from_secs(120),
+            ops.redrive(&Redrive::from(dlq.name())),
+        )
+        .await
+        .expect("the redrive ends beside a consumer that dead-letters again")
+        .unwrap();
+
+        assert_eq!(report.at_start, 3);
+        assert_eq!(report.moved.len(), 3, "{report:?}");
+        let sent: HashSet<&str> = report
+            .moved
+            .iter()
+            .filter_map(|r| r.new_message_id.as_deref())
+            .collect();
+        assert_eq!(report.came_back.len(), 2, "{report:?}");
+        assert!(
+            report
+                .came_back
+                .iter()
+                .all(|c| sent.contains(c.sent_as.as_str())
+                    && c.reason
+                        .as_deref()
+                        .is_some_and(|r| r.contains("not a valid"))),
+            "{report:?}"
+        );
+        assert!(report.left.is_empty(), "{report:?}");
+        let summary = report.to_string();
+        assert!(
+            summary.contains("moved 3") && summary.contains("2 came back"),
+            "{summary}"
+        );
+        eventually("the fixable payment posted", async || {
+            *posted.0.lock().unwrap() == [7]
+        })
+        .await;
+        // Nothing more comes back: each poison message is in the dead-letter queue once.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(held().await, 2);
+        let mut bodies: Vec<String> = ops
+            .peek(dlq.name(), &Peek::new().force())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.body)
+            .collect();
+        bodies.sort();
+        let mut want = poison.map(str::to_owned).to_vec();
+        want.sort();
+        assert_eq!(bodies, want);
+        running.stop().await.unwrap();
+    });
 }

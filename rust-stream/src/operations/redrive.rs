@@ -52,6 +52,10 @@ use crate::transport::{
 /// delete a batch.
 const DEFAULT_VISIBILITY: Duration = Duration::from_secs(60);
 
+/// How long a run, having taken what was there at its start, goes on looking for copies that
+/// came back: a receive that finds nothing ends it sooner.
+const TAIL: Duration = Duration::from_secs(10);
+
 /// Times a failed delete from the dead-letter queue is tried again.
 const DELETE_TRIES: u32 = 3;
 
@@ -160,11 +164,28 @@ pub struct AuditRecord {
 
 /// A message a redrive left in the dead-letter queue, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Left {
     /// Its id in the dead-letter queue.
     pub message_id: String,
     /// Why it stayed.
     pub reason: String,
+    /// Whether it stayed because its target refused its send (the other causes: it names no
+    /// source, an earlier message of its FIFO group stayed, or its delete failed).
+    pub refused: bool,
+}
+
+/// A copy of a message this run moved that was dead-lettered again while the run went on: left
+/// in the dead-letter queue for the next run (after the fix), never moved twice by one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CameBack {
+    /// Its id in the dead-letter queue.
+    pub message_id: String,
+    /// The id this run sent it back as (the message that was dead-lettered again).
+    pub sent_as: String,
+    /// Why it was dead-lettered again, when the copy says.
+    pub reason: Option<String>,
 }
 
 /// What a redrive did.
@@ -179,8 +200,44 @@ pub struct RedriveReport {
     pub moved: Vec<AuditRecord>,
     /// The messages it left in the dead-letter queue.
     pub left: Vec<Left>,
+    /// Copies of messages it moved that came back to the dead-letter queue during the run (a
+    /// consumer dead-lettered them again): left there for the next run.
+    pub came_back: Vec<CameBack>,
+    /// The dead-letter queue's messages when the run started (visible, in flight and delayed):
+    /// the most it moves.
+    pub at_start: u64,
     /// The dead-letter queue's messages after the run (visible, in flight and delayed).
     pub remaining: u64,
+}
+
+impl RedriveReport {
+    /// How many messages its target refused (of [`left`](Self::left)).
+    pub fn refused(&self) -> usize {
+        self.left.iter().filter(|left| left.refused).count()
+    }
+}
+
+/// The one-line summary of a run: `moved 3 from q; 2 came back (left for the next run); 1 left
+/// (1 refused); 3 remain in it`, or, for a dry run, `would move 3 from q, 2 stay`.
+impl std::fmt::Display for RedriveReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let moved = self.moved.len();
+        if self.dry_run {
+            // Nothing moved: what stays is what is there but the messages that would go.
+            let stay = self.remaining.saturating_sub(moved as u64);
+            return write!(f, "would move {moved} from {}, {stay} stay", self.from);
+        }
+        write!(
+            f,
+            "moved {moved} from {}; {} came back (left for the next run); {} left ({} refused); \
+             {} remain in it",
+            self.from,
+            self.came_back.len(),
+            self.left.len(),
+            self.refused(),
+            self.remaining
+        )
+    }
 }
 
 /// A message on its way: where it goes, as what.
@@ -308,6 +365,11 @@ struct Run<'a, F> {
     held: HashMap<String, String>,
     /// FIFO groups of the dead-letter queue with a message left: their later ones stay too.
     blocked_groups: HashSet<String>,
+    /// The ids this run sent its messages back as: a dead-letter copy naming one (as its
+    /// original id, or as its own id when SQS's redrive moved it) came back during the run.
+    sent_ids: HashSet<String>,
+    /// Messages taken (moved, left or came back): at most the queue's count at the start.
+    taken: usize,
     started: Instant,
     /// Messages the rate has let through.
     paced: usize,
@@ -347,12 +409,15 @@ impl Operations {
         }
         let to = redrive.to.as_deref().map(|to| self.named(to)).transpose()?;
         let url = self.url_of(&from).await?;
+        let (visible, in_flight, delayed) = self.counts(&from, &url).await?;
         let mut run = Run {
             report: RedriveReport {
                 from: from.clone(),
                 dry_run: redrive.dry_run,
                 moved: Vec::new(),
                 left: Vec::new(),
+                came_back: Vec::new(),
+                at_start: 0,
                 remaining: 0,
             },
             from,
@@ -362,9 +427,12 @@ impl Operations {
             on_moved,
             held: HashMap::new(),
             blocked_groups: HashSet::new(),
+            sent_ids: HashSet::new(),
+            taken: 0,
             started: Instant::now(),
             paced: 0,
         };
+        run.report.at_start = visible + in_flight + delayed;
         let outcome = if redrive.dry_run && self.client.transport.peeks() {
             self.dry_run_in_place(&mut run).await
         } else {
@@ -457,6 +525,7 @@ impl Operations {
         let hold = run.redrive.hold();
         let hold_seconds = i32::try_from(hold.as_secs().clamp(1, 43_200)).unwrap_or(43_200);
         let mut quiet_since: Option<Instant> = None;
+        let mut tail_since: Option<Instant> = None;
         loop {
             let moved = run.report.moved.len();
             let room = match run.redrive.limit {
@@ -464,6 +533,15 @@ impl Operations {
                 Some(limit) => (limit - moved).min(rules::MAX_BATCH_ENTRIES),
                 None => rules::MAX_BATCH_ENTRIES,
             };
+            // Once it has taken as many as were there at its start, a run only looks for what
+            // came back (until a receive finds nothing, or for `TAIL` at most) and leaves all it
+            // finds: it always ends, however fast its consumers dead-letter again.
+            if run.past_start() {
+                let since = *tail_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > TAIL {
+                    return Ok(());
+                }
+            }
             let request = ReceiveMessage::new(i32::try_from(room).unwrap_or(10))
                 .wait_time_seconds(1)
                 .visibility_timeout(hold_seconds);
@@ -473,6 +551,9 @@ impl Operations {
                 .receive_message(&run.url, request)
                 .await
                 .map_err(|source| at(&run.from, source))?;
+            if received.is_empty() && run.past_start() {
+                return Ok(());
+            }
             if received.is_empty() {
                 // Done once nothing is left but what this run holds, and on FIFO what waits behind
                 // a group it holds (counted visible, but no receive hands it out); messages
@@ -559,6 +640,8 @@ impl Operations {
                 }
             }
         }
+        run.sent_ids
+            .extend(sent.iter().map(|(_, new_id)| new_id.clone()));
         if sent.is_empty() {
             return;
         }
@@ -606,7 +689,7 @@ impl Operations {
         }
         for index in pending {
             let (planned, new_id) = &sent[index];
-            run.leave(
+            run.leave_with(
                 planned,
                 format!(
                     "sent to `{}` as `{new_id}`, but its delete from the dead-letter queue failed \
@@ -614,6 +697,7 @@ impl Operations {
                      copy within 5 minutes of the first)",
                     planned.target
                 ),
+                false,
             );
         }
     }
@@ -630,6 +714,53 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
         let group = message
             .group_id()
             .filter(|_| rules::is_fifo_name(&self.from));
+        if let Some(sent_as) = self.came_back_as(message) {
+            // Moved by this run and dead-lettered again: moving it again would loop for as long
+            // as its consumer fails it. Held to the end; on FIFO, its group's later messages in
+            // the dead-letter queue came after it, and stay too.
+            self.held
+                .insert(message.message_id.clone(), message.receipt_handle.clone());
+            if let Some(group) = group {
+                self.blocked_groups.insert(group.to_owned());
+            }
+            let reason = message
+                .message_attributes
+                .get(DEAD_LETTER_REASON_HEADER)
+                .and_then(text_of)
+                .map(str::to_owned);
+            tracing::warn!(
+                operation = "redrive",
+                messaging.message.id = %message.message_id,
+                sent_as = %sent_as,
+                from = %self.from,
+                reason = reason.as_deref().unwrap_or(""),
+                "a message this redrive moved came back to the dead-letter queue; it stays for \
+                 the next run"
+            );
+            self.report.came_back.push(CameBack {
+                message_id: message.message_id.clone(),
+                sent_as,
+                reason,
+            });
+            return None;
+        }
+        if self.past_start() {
+            // Dead-lettered after the run started (or missed by the count): the next run's.
+            self.held
+                .insert(message.message_id.clone(), message.receipt_handle.clone());
+            if let Some(group) = group {
+                self.blocked_groups.insert(group.to_owned());
+            }
+            self.report.left.push(Left {
+                message_id: message.message_id.clone(),
+                reason: "it arrived after this run started (the run moves only what was there \
+                         when it started): the next run takes it"
+                    .to_owned(),
+                refused: false,
+            });
+            return None;
+        }
+        self.taken += 1;
         let blocked = group.is_some_and(|group| self.blocked_groups.contains(group));
         let planned = if blocked {
             Err(
@@ -658,10 +789,30 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
                 self.report.left.push(Left {
                     message_id: message.message_id.clone(),
                     reason,
+                    refused: false,
                 });
                 None
             }
         }
+    }
+
+    /// Whether the run has taken as many messages as the queue held at its start.
+    fn past_start(&self) -> bool {
+        self.taken as u64 >= self.report.at_start
+    }
+
+    /// The id this run sent `message` back as, when it is a copy of a message this run moved.
+    fn came_back_as(&self, message: &ReceivedMessage) -> Option<String> {
+        let original = message
+            .message_attributes
+            .get(ORIGINAL_MESSAGE_ID_HEADER)
+            .and_then(text_of);
+        // The engine's copy names the message it failed; SQS's own redrive keeps the id.
+        [original, Some(message.message_id.as_str())]
+            .into_iter()
+            .flatten()
+            .find(|id| self.sent_ids.contains(*id))
+            .map(str::to_owned)
     }
 
     /// A dry run's look at one message: its record, or why it would stay.
@@ -673,8 +824,14 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
         }
     }
 
-    /// A message that stays after a failed send or delete: held to the end, its group blocked.
+    /// A message that stays because its send was refused: held to the end, its group blocked.
     fn leave(&mut self, planned: &Planned, reason: String) {
+        self.leave_with(planned, reason, true);
+    }
+
+    /// A message that stays after a failed send (`refused`) or delete: held to the end, its
+    /// group blocked.
+    fn leave_with(&mut self, planned: &Planned, reason: String, refused: bool) {
         self.held.insert(
             planned.record.message_id.clone(),
             planned.receipt_handle.clone(),
@@ -693,6 +850,7 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
         self.report.left.push(Left {
             message_id: planned.record.message_id.clone(),
             reason,
+            refused,
         });
     }
 
