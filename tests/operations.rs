@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::backend::{Backend, Kind};
 use rust_stream::operations::{
-    MessageFilter, OperationError, Peek, PeekRisk, QueueSpec, Redrive, RedriveReport,
+    AuditRecord, MessageFilter, OperationError, Peek, PeekRisk, QueueSpec, Redrive, RedriveReport,
 };
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, on_each_backend, TestApp};
@@ -36,6 +36,8 @@ both_backends!(
     purge_needs_the_queue_name_again,
     push_pop_ping_ack_and_size,
     a_copy_without_a_source_stays_and_its_group_behind_it,
+    a_filtered_redrive_moves_what_it_chooses_and_never_splits_a_fifo_group_out_of_order,
+    a_delete_by_id_removes_only_the_named_dead_letters,
 );
 
 /// A dead-letter copy as the engine writes it: the message, its source, original id, attempts
@@ -1056,4 +1058,264 @@ fn a_redrive_beside_a_consumer_that_dead_letters_again_ends_and_leaves_each_pois
         assert_eq!(bodies, want);
         running.stop().await.unwrap();
     });
+}
+
+/// Seven dead letters of `source` in `dlq` (FIFO or standard): `(label, reason)` per message, the
+/// label `g{group}/{seq}` also in the body (`{"group":"g1","seq":0,"currency":..}`). Returns each
+/// label's message id in the dead-letter queue.
+async fn seed_seven<T: Transport>(
+    backend: &Backend<T>,
+    dlq: &str,
+    source: &str,
+) -> BTreeMap<String, String> {
+    let fifo = dlq.ends_with(".fifo");
+    let ops = backend.broker.operations();
+    let mut ids = BTreeMap::new();
+    for (group, seq, currency, reason) in [
+        ("g1", 0, "EUR", "ledger unavailable"),
+        ("g1", 1, "USD", "ledger unavailable"),
+        ("g2", 0, "JPY", "currency JPY unsupported"),
+        ("g3", 0, "EUR", "ledger unavailable"),
+        ("g3", 1, "EUR", "currency EUR refused"),
+        ("g4", 0, "GBP", "currency GBP unsupported"),
+        ("g4", 1, "GBP", "ledger unavailable"),
+    ] {
+        let label = format!("{group}/{seq}");
+        let mut message = SendMessage::new(format!(
+            r#"{{"group":"{group}","seq":{seq},"currency":"{currency}"}}"#
+        ))
+        .attribute(SOURCE_QUEUE_HEADER, MessageAttributeValue::string(source))
+        .attribute(
+            DEAD_LETTER_REASON_HEADER,
+            MessageAttributeValue::string(reason),
+        );
+        if fifo {
+            message = message.group_id(group).dedup_id(label.replace('/', "-"));
+        }
+        let sent = ops.send(dlq, message).await.unwrap();
+        ids.insert(label, sent.message_id);
+    }
+    ids
+}
+
+/// The labels (`g1/0`, ...) of what a run took, by the ids `seed_seven` returned.
+fn labels(records: &[AuditRecord], ids: &BTreeMap<String, String>) -> Vec<String> {
+    let mut taken: Vec<String> = records
+        .iter()
+        .map(|record| {
+            ids.iter()
+                .find(|(_, id)| **id == record.message_id)
+                .map(|(label, _)| label.clone())
+                .expect("a seeded message")
+        })
+        .collect();
+    taken.sort();
+    taken
+}
+
+/// Issue 41, item 2: a redrive by filter (reason, JSON pointer, ids, source, sent time) moves
+/// what the filter chooses and leaves the rest where it is; on a FIFO dead-letter queue a group
+/// moves up to its first message the filter does not choose, and a chosen one behind it stays,
+/// said so in `left` (on a standard one it goes).
+async fn a_filtered_redrive_moves_what_it_chooses_and_never_splits_a_fifo_group_out_of_order<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let target = backend.name("ops-flt-target.fifo");
+    backend.queue("ops-flt-target.fifo", &[]).await;
+    // (case, filter of the ids, moved on FIFO, moved on standard, left on FIFO)
+    type Choose = fn(&BTreeMap<String, String>) -> MessageFilter;
+    let cases: [(&str, Choose, &[&str], &[&str], &[&str]); 7] = [
+        (
+            "reason",
+            |_| MessageFilter::new().reason_contains("ledger"),
+            &["g1/0", "g1/1", "g3/0"],
+            &["g1/0", "g1/1", "g3/0", "g4/1"],
+            &["g4/1"],
+        ),
+        (
+            "json pointer",
+            |_| MessageFilter::new().json_pointer("/currency", "EUR"),
+            &["g1/0", "g3/0", "g3/1"],
+            &["g1/0", "g3/0", "g3/1"],
+            &[],
+        ),
+        (
+            "first id of a group",
+            |ids| MessageFilter::new().message_ids([ids["g1/0"].clone()]),
+            &["g1/0"],
+            &["g1/0"],
+            &[],
+        ),
+        (
+            "second id of a group",
+            |ids| MessageFilter::new().message_ids([ids["g1/1"].clone(), ids["g2/0"].clone()]),
+            &["g2/0"],
+            &["g1/1", "g2/0"],
+            &["g1/1"],
+        ),
+        (
+            "other source",
+            |_| MessageFilter::new().source_queue("elsewhere"),
+            &[],
+            &[],
+            &[],
+        ),
+        (
+            "sent after an hour from now",
+            |_| {
+                MessageFilter::new()
+                    .sent_after(std::time::SystemTime::now() + Duration::from_secs(3600))
+            },
+            &[],
+            &[],
+            &[],
+        ),
+        (
+            "sent before an hour from now, and a group",
+            |_| {
+                MessageFilter::new()
+                    .sent_before(std::time::SystemTime::now() + Duration::from_secs(3600))
+                    .group_id("g4")
+            },
+            &["g4/0", "g4/1"],
+            &[],
+            &[],
+        ),
+    ];
+    let ops = backend.broker.operations();
+    for (index, (case, choose, fifo_moved, standard_moved, fifo_left)) in
+        cases.into_iter().enumerate()
+    {
+        for fifo in [true, false] {
+            let base = format!("ops-flt{index}-dlq{}", if fifo { ".fifo" } else { "" });
+            backend.queue(&base, &[]).await;
+            let dlq = backend.name(&base);
+            let source = backend.name("ops-flt-source.fifo");
+            let ids = seed_seven(&backend, &dlq, &source).await;
+            let report = ops
+                .redrive(&Redrive::from(&dlq).to(&target).filter(choose(&ids)))
+                .await
+                .unwrap();
+            let (want_moved, want_left): (&[&str], &[&str]) = if fifo {
+                (fifo_moved, fifo_left)
+            } else {
+                // A standard queue has no groups: the group filter of the last case matches none.
+                (standard_moved, &[])
+            };
+            let what = format!("{case} ({})", if fifo { "FIFO" } else { "standard" });
+            assert_eq!(labels(&report.moved, &ids), want_moved, "{what}: moved");
+            let left: Vec<AuditRecord> = report
+                .left
+                .iter()
+                .map(|left| {
+                    let mut record = report
+                        .moved
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| panic!("{what}: left {left:?} with nothing moved"));
+                    record.message_id = left.message_id.clone();
+                    record
+                })
+                .collect();
+            assert_eq!(labels(&left, &ids), want_left, "{what}: left");
+            assert!(
+                report
+                    .left
+                    .iter()
+                    .all(|left| left.reason.contains("earlier message of its group")),
+                "{what}: {:?}",
+                report.left
+            );
+            assert_eq!(
+                report.unmatched as usize + report.moved.len() + report.left.len(),
+                7,
+                "{what}: every message taken once: {report:?}"
+            );
+            assert_eq!(report.remaining, 7 - report.moved.len() as u64, "{what}");
+        }
+    }
+}
+
+/// Issue 41, item 2: a delete by id removes the named dead letters (an audit record each, logged)
+/// and nothing else, on FIFO and standard; a dry run says what would go and deletes nothing; a
+/// delete that chooses nothing is refused (a purge does that).
+async fn a_delete_by_id_removes_only_the_named_dead_letters<T: Transport>(backend: Backend<T>) {
+    let ops = backend.broker.operations();
+    for base in ["ops-del-dlq.fifo", "ops-del-dlq"] {
+        let url = backend.queue(base, &[]).await;
+        let dlq = backend.name(base);
+        let ids = seed_seven(&backend, &dlq, "payments").await;
+        // The first of a FIFO group and a standard message, and one of another group's head.
+        let named = [ids["g2/0"].clone(), ids["g3/0"].clone()];
+        let dry = ops
+            .delete_matching(
+                &dlq,
+                MessageFilter::new().message_ids(named.clone()),
+                true,
+                |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            labels(&dry.moved, &ids),
+            ["g2/0", "g3/0"],
+            "{base}: dry run"
+        );
+        assert!(dry.to_string().starts_with("would delete 2 from"), "{dry}");
+        assert!(dry.to_string().ends_with("5 stay"), "{dry}");
+        assert_eq!(
+            backend.left(&url).await,
+            (7, 0, 0),
+            "{base}: a dry run deletes nothing"
+        );
+        let mut audited = Vec::new();
+        let report = ops
+            .delete_matching(
+                &dlq,
+                MessageFilter::new().message_ids(named),
+                false,
+                |record| {
+                    audited.push(record.message_id.clone());
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(labels(&report.moved, &ids), ["g2/0", "g3/0"], "{base}");
+        assert!(report
+            .moved
+            .iter()
+            .all(|r| r.to.is_empty() && r.new_message_id.is_none()));
+        audited.sort();
+        let mut moved: Vec<String> = report.moved.iter().map(|r| r.message_id.clone()).collect();
+        moved.sort();
+        assert_eq!(audited, moved, "{base}: an audit record each");
+        assert_eq!(
+            (report.unmatched, report.remaining),
+            (5, 5),
+            "{base}: {report}"
+        );
+        assert_eq!(backend.left(&url).await.0, 5, "{base}");
+        let remaining: Vec<String> = backend
+            .take_all(&url, 5)
+            .await
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        assert!(
+            !remaining.contains(&ids["g2/0"]) && !remaining.contains(&ids["g3/0"]),
+            "{base}"
+        );
+        assert_eq!(remaining.len(), 5, "{base}");
+        let refused = ops
+            .delete_matching(&dlq, MessageFilter::new(), false, |_| {})
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, OperationError::NothingChosen { .. })
+                && refused.to_string().contains("purge"),
+            "{refused}"
+        );
+    }
 }

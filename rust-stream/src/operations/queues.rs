@@ -78,6 +78,16 @@ pub enum OperationError {
         /// What was passed instead of its name.
         given: String,
     },
+    /// A delete by filter with no filter: every message would go; a purge does that, with its
+    /// confirmation.
+    #[error(
+        "delete from queue `{queue}` chooses no message: name the messages (`--id ID`, or a \
+         filter); to delete every message, purge the queue"
+    )]
+    NothingChosen {
+        /// The queue.
+        queue: String,
+    },
     /// No message of this id was found in the queue.
     #[error(
         "no message `{message_id}` in queue `{queue}` (deleted, moved, or not visible to a peek); \

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::peek::text_of;
+use super::peek::{text_of, Message, MessageFilter};
 use super::queues::{at, count, OperationError, Operations};
 use crate::engine::settle::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
@@ -44,8 +44,8 @@ use crate::inbox::IDEMPOTENCY_KEY_HEADER;
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::model::SqsQueue;
 use crate::transport::{
-    DeleteEntry, MessageAttributeValue, PeekMessages, ReceiveMessage, ReceivedMessage, SendMessage,
-    SystemAttribute,
+    DeleteEntry, MessageAttributeValue, MessageState, PeekMessages, ReceiveMessage,
+    ReceivedMessage, SendMessage, SystemAttribute,
 };
 
 /// How long a redrive keeps the messages it received invisible by default: enough to send and
@@ -77,6 +77,9 @@ pub struct Redrive {
     dry_run: bool,
     limit: Option<usize>,
     visibility: Option<Duration>,
+    filter: Option<MessageFilter>,
+    /// Deletes what the filter chooses instead of moving it ([`Operations::delete_matching`]).
+    delete: bool,
 }
 
 impl Redrive {
@@ -89,7 +92,22 @@ impl Redrive {
             dry_run: false,
             limit: None,
             visibility: None,
+            filter: None,
+            delete: false,
         }
+    }
+
+    /// Moves only the messages `filter` matches (by reason, source queue, body, JSON pointer,
+    /// ids, sent time: see [`MessageFilter`]); the others stay where they are, counted in
+    /// [`RedriveReport::unmatched`].
+    ///
+    /// On a FIFO dead-letter queue a group moves in its order, so a filter never splits one
+    /// out of order: a group moves up to its first message the filter does not match, and a
+    /// matching message behind that one stays, in [`RedriveReport::left`] with the reason
+    /// (widen the filter to the whole group, e.g. by its group id, to move it).
+    pub fn filter(mut self, filter: MessageFilter) -> Self {
+        self.filter = Some(filter);
+        self
     }
 
     /// Sends every message to `queue` instead of its source.
@@ -144,7 +162,7 @@ pub struct AuditRecord {
     pub original_message_id: Option<String>,
     /// The dead-letter queue.
     pub from: String,
-    /// Where it went.
+    /// Where it went: empty for a message deleted ([`Operations::delete_matching`]).
     pub to: String,
     /// Its group, on a FIFO target.
     pub group_id: Option<String>,
@@ -154,7 +172,7 @@ pub struct AuditRecord {
     pub reason: Option<String>,
     /// Its attempts before, when the copy says.
     pub attempts: Option<u32>,
-    /// Its message id in `to`; `None` in a dry run.
+    /// Its message id in `to`; `None` in a dry run, and for a message deleted.
     pub new_message_id: Option<String>,
     /// When it was moved (deleted from the dead-letter queue): milliseconds since the epoch.
     pub at_ms: u64,
@@ -196,6 +214,11 @@ pub struct RedriveReport {
     pub from: String,
     /// Whether it was a dry run.
     pub dry_run: bool,
+    /// Whether the run deleted the messages chosen instead of moving them
+    /// ([`Operations::delete_matching`]).
+    pub deleted: bool,
+    /// Messages the run's filter did not choose: they stay where they are.
+    pub unmatched: u64,
     /// Each message moved (would be moved, in a dry run), in the order moved.
     pub moved: Vec<AuditRecord>,
     /// The messages it left in the dead-letter queue.
@@ -222,14 +245,19 @@ impl RedriveReport {
 impl std::fmt::Display for RedriveReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let moved = self.moved.len();
+        let verb = if self.deleted { "delete" } else { "move" };
         if self.dry_run {
             // Nothing moved: what stays is what is there but the messages that would go.
             let stay = self.remaining.saturating_sub(moved as u64);
-            return write!(f, "would move {moved} from {}, {stay} stay", self.from);
+            return write!(f, "would {verb} {moved} from {}, {stay} stay", self.from);
+        }
+        let done = if self.deleted { "deleted" } else { "moved" };
+        if self.unmatched > 0 {
+            write!(f, "{} not chosen by the filter; ", self.unmatched)?;
         }
         write!(
             f,
-            "moved {moved} from {}; {} came back (left for the next run); {} left ({} refused); \
+            "{done} {moved} from {}; {} came back (left for the next run); {} left ({} refused); \
              {} remain in it",
             self.from,
             self.came_back.len(),
@@ -339,6 +367,20 @@ fn plan(from: &str, message: &ReceivedMessage, to: Option<&str>) -> Result<Plann
 
 /// Logs a message moved, with the record's fields.
 fn log(record: &AuditRecord) {
+    if record.to.is_empty() {
+        tracing::info!(
+            operation = "delete",
+            messaging.message.id = %record.message_id,
+            original_message_id = record.original_message_id.as_deref().unwrap_or(""),
+            from = %record.from,
+            group_id = record.group_id.as_deref().unwrap_or(""),
+            reason = record.reason.as_deref().unwrap_or(""),
+            at_ms = record.at_ms,
+            dry_run = record.dry_run,
+            "dead-letter message deleted"
+        );
+        return;
+    }
     tracing::info!(
         operation = "redrive",
         messaging.message.id = %record.message_id,
@@ -414,6 +456,8 @@ impl Operations {
             report: RedriveReport {
                 from: from.clone(),
                 dry_run: redrive.dry_run,
+                deleted: redrive.delete,
+                unmatched: 0,
                 moved: Vec::new(),
                 left: Vec::new(),
                 came_back: Vec::new(),
@@ -602,7 +646,106 @@ impl Operations {
                 }
                 continue;
             }
-            self.move_batch(run, batch).await;
+            if run.redrive.delete {
+                self.delete_batch(run, batch).await;
+            } else {
+                self.move_batch(run, batch).await;
+            }
+        }
+    }
+
+    /// Deletes a dead-letter queue's messages that `filter` chooses, each an [`AuditRecord`]
+    /// (its `to` empty) logged at `info` and handed to `on_deleted` once its delete is
+    /// confirmed: the poison message an operator keeps no longer, without purging the others.
+    /// It takes what the queue held at its start, as a redrive does; `dry_run` says what would
+    /// go and deletes nothing. On a FIFO queue a receive hands out a group's messages in order
+    /// and holds the group, so a chosen message behind one the filter does not choose is
+    /// reached only within the same receive (ten messages).
+    ///
+    /// # Errors
+    ///
+    /// [`OperationError::NothingChosen`] for a filter that sets no condition (a purge deletes
+    /// everything); otherwise as [`redrive`](Self::redrive).
+    pub async fn delete_matching(
+        &self,
+        queue: &str,
+        filter: MessageFilter,
+        dry_run: bool,
+        on_deleted: impl FnMut(&AuditRecord) + Send,
+    ) -> Result<RedriveReport, OperationError> {
+        if filter.is_empty() {
+            return Err(OperationError::NothingChosen {
+                queue: self.named(queue)?,
+            });
+        }
+        let mut delete = Redrive::from(queue).filter(filter);
+        delete.delete = true;
+        delete.dry_run = dry_run;
+        self.redrive_with(&delete, on_deleted).await
+    }
+
+    /// Deletes a batch chosen for deletion from the dead-letter queue, a try more for what
+    /// fails; records what went.
+    async fn delete_batch<F: FnMut(&AuditRecord) + Send>(
+        &self,
+        run: &mut Run<'_, F>,
+        batch: Vec<Planned>,
+    ) {
+        let mut pending = batch;
+        let mut last_error = String::new();
+        for attempt in 0..DELETE_TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+            let entries = pending
+                .iter()
+                .enumerate()
+                .map(|(index, planned)| DeleteEntry {
+                    id: index.to_string(),
+                    receipt_handle: planned.receipt_handle.clone(),
+                })
+                .collect();
+            let failed: HashSet<usize> = match self
+                .client
+                .transport
+                .delete_message_batch(&run.url, entries)
+                .await
+            {
+                Ok(result) => {
+                    last_error = result
+                        .failed
+                        .first()
+                        .map(|failure| failure.message.clone())
+                        .unwrap_or_default();
+                    result
+                        .failed
+                        .iter()
+                        .map(|failure| failure.id.parse().expect("the ids are the indexes sent"))
+                        .collect()
+                }
+                Err(error) => {
+                    last_error = error.to_string();
+                    (0..pending.len()).collect()
+                }
+            };
+            let (stay, gone): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .enumerate()
+                .partition(|(index, _)| failed.contains(index));
+            for (_, planned) in gone {
+                run.record(planned.record, None);
+            }
+            pending = stay.into_iter().map(|(_, planned)| planned).collect();
+            if pending.is_empty() {
+                return;
+            }
+        }
+        for planned in pending {
+            run.leave_with(
+                &planned,
+                format!("its delete failed ({last_error}); it stays here"),
+                false,
+            );
         }
     }
 
@@ -761,6 +904,19 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
             return None;
         }
         self.taken += 1;
+        if let Some(filter) = &self.redrive.filter {
+            if !filter.matches(&Message::of(message, MessageState::Visible)) {
+                // Not chosen: it stays, held to the end so that no receive hands it out again;
+                // on FIFO its group's later messages stay behind it (a group moves in order).
+                self.held
+                    .insert(message.message_id.clone(), message.receipt_handle.clone());
+                if let Some(group) = group.filter(|_| !self.redrive.delete) {
+                    self.blocked_groups.insert(group.to_owned());
+                }
+                self.report.unmatched += 1;
+                return None;
+            }
+        }
         let blocked = group.is_some_and(|group| self.blocked_groups.contains(group));
         let planned = if blocked {
             Err(
@@ -768,6 +924,15 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
                  moves in its order"
                     .to_owned(),
             )
+        } else if self.redrive.delete {
+            // Going nowhere: planned as a move to its own queue, then told so.
+            plan(&self.from, message, Some(&self.from)).map(|mut planned| {
+                planned.target = String::new();
+                planned.record.to = String::new();
+                planned.record.group_id = message.group_id().map(str::to_owned);
+                planned.record.dedup_id = None;
+                planned
+            })
         } else {
             plan(&self.from, message, self.to.as_deref())
         };
