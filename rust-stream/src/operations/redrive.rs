@@ -251,13 +251,21 @@ impl std::fmt::Display for RedriveReport {
             let stay = self.remaining.saturating_sub(moved as u64);
             return write!(f, "would {verb} {moved} from {}, {stay} stay", self.from);
         }
-        let done = if self.deleted { "deleted" } else { "moved" };
         if self.unmatched > 0 {
             write!(f, "{} not chosen by the filter; ", self.unmatched)?;
         }
+        if self.deleted {
+            return write!(
+                f,
+                "deleted {moved} from {}; {} left; {} remain in it",
+                self.from,
+                self.left.len(),
+                self.remaining
+            );
+        }
         write!(
             f,
-            "{done} {moved} from {}; {} came back (left for the next run); {} left ({} refused); \
+            "moved {moved} from {}; {} came back (left for the next run); {} left ({} refused); \
              {} remain in it",
             self.from,
             self.came_back.len(),
