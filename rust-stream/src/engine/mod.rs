@@ -530,7 +530,8 @@ impl Consumer {
                 messaging.destination.name = %self.queue.name,
                 receives = receiving,
                 long_poll_s = self.queue.consumer.wait.as_secs(),
-                "stopping: waiting for the receive in flight to answer, so what it brings is handled or released rather than hidden"
+                grace_ms = poll::STOP_RECEIVE_GRACE.as_millis() as u64,
+                "stopping: waiting a moment for the receive in flight to answer, so what it brings is handled or released rather than hidden; then it is abandoned"
             );
         }
         let finished =
