@@ -1126,7 +1126,9 @@ async fn a_filtered_redrive_moves_what_it_chooses_and_never_splits_a_fifo_group_
     backend.queue("ops-flt-target.fifo", &[]).await;
     // (case, filter of the ids, moved on FIFO, moved on standard, left on FIFO)
     type Choose = fn(&BTreeMap<String, String>) -> MessageFilter;
-    let cases: [(&str, Choose, &[&str], &[&str], &[&str]); 7] = [
+    type Labels = &'static [&'static str];
+    type Case = (&'static str, Choose, Labels, Labels, Labels);
+    let cases: [Case; 7] = [
         (
             "reason",
             |_| MessageFilter::new().reason_contains("ledger"),
