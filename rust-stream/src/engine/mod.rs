@@ -503,8 +503,8 @@ impl Consumer {
     /// the first half of the budget (so a rolling restart gives back as little as it can, each
     /// message given back costing it a receive at SQS); then what has not started is parked;
     /// handlers still running when a reserve for the final release is all that is left are
-    /// cancelled; once no task of the consumer is left (a receive in flight answered: on SQS the
-    /// long poll, which a budget longer than the wait covers), every message still held is
+    /// cancelled; once no task of the consumer is left (a receive in flight answered, or, over a
+    /// network, abandoned after `poll::STOP_RECEIVE_GRACE`), every message still held is
     /// released (visibility 0) in one round. What a receive in flight brings is handled like the
     /// rest.
     async fn stop(self: Arc<Self>, budget: Duration) {
@@ -541,14 +541,14 @@ impl Consumer {
                 );
                 self.tasks.cancel_handlers().cancel();
                 if finished(budget).await.is_err() {
-                    // What is left is a receive in flight (a budget shorter than the long poll), or
+                    // What is left is a receive in flight (a budget shorter than its 2 s grace), or
                     // a handler that blocks its thread: the final release waits for the receive,
                     // or it would hand what it releases to that receive.
                     tracing::warn!(
                         messaging.destination.name = %self.queue.name,
                         budget_ms = budget.as_millis() as u64,
                         long_poll_s = self.queue.consumer.wait.as_secs(),
-                        "the stop runs past its budget waiting for a receive in flight; set the shutdown timeout above the long poll"
+                        "the stop runs past its budget waiting for a receive in flight (a budget shorter than the 2 s a stop waits for one); set a longer shutdown timeout"
                     );
                     let bound = budget + self.queue.consumer.wait + poll::RECEIVE_MARGIN;
                     if finished(bound).await.is_err() {
