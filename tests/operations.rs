@@ -38,6 +38,7 @@ both_backends!(
     a_copy_without_a_source_stays_and_its_group_behind_it,
     a_filtered_redrive_moves_what_it_chooses_and_never_splits_a_fifo_group_out_of_order,
     a_delete_by_id_removes_only_the_named_dead_letters,
+    a_send_to_fifo_without_a_dedup_id_gets_a_fresh_one_unless_the_queue_dedups_by_content,
 );
 
 /// A dead-letter copy as the engine writes it: the message, its source, original id, attempts
@@ -1319,5 +1320,39 @@ async fn a_delete_by_id_removes_only_the_named_dead_letters<T: Transport>(backen
                 && refused.to_string().contains("purge"),
             "{refused}"
         );
+    }
+}
+
+/// Issue 41, item 6: `send` (and the command line's) on a FIFO queue without a deduplication id
+/// gives each message a fresh one, as the publisher does, so two sends of one body are two
+/// messages; a queue that deduplicates by content keeps doing so (no id is made up for it).
+async fn a_send_to_fifo_without_a_dedup_id_gets_a_fresh_one_unless_the_queue_dedups_by_content<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let ops = backend.broker.operations();
+    let plain = backend.queue("ops-send.fifo", &[]).await;
+    let by_content = backend
+        .queue(
+            "ops-send-content.fifo",
+            &[("ContentBasedDeduplication", "true")],
+        )
+        .await;
+    for (url, base, want) in [
+        (plain, "ops-send.fifo", 2),
+        (by_content, "ops-send-content.fifo", 1),
+    ] {
+        let name = backend.name(base);
+        for _ in 0..2 {
+            ops.send(&name, SendMessage::new("pay 7").group_id("acct-1"))
+                .await
+                .unwrap_or_else(|error| panic!("{base}: {error}"));
+        }
+        let got = backend.take_all(&url, want).await;
+        assert_eq!(got.len(), want, "{base}");
+        if want == 2 {
+            assert_ne!(got[0].dedup_id(), got[1].dedup_id(), "{base}: fresh ids");
+        }
     }
 }

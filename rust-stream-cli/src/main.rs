@@ -75,7 +75,8 @@ enum Command {
         /// The message group (FIFO).
         #[arg(long)]
         group: Option<String>,
-        /// The deduplication id (FIFO without content-based deduplication).
+        /// The deduplication id (FIFO; without it, a queue that does not deduplicate by content
+        /// gets a fresh one, as the library's publisher gives).
         #[arg(long)]
         dedup: Option<String>,
     },

@@ -397,6 +397,15 @@ fn redrive_and_delete_by_filter_from_the_command_line_with_progress_and_audit_li
         )),
         "{stdout}"
     );
+    // A FIFO send without `--dedup` gets a fresh id (issue 41, item 6): two sends, two messages.
+    let fifo = names.queue_name("cli-sel-send.fifo");
+    ok(e, &["create", &fifo, "--fifo"]);
+    for _ in 0..2 {
+        ok(e, &["send", &fifo, "--body", "pay 7", "--group", "acct-1"]);
+    }
+    let listed = json(e, &["queues", "--prefix", &fifo]);
+    assert_eq!(listed[0]["visible"], 2, "{listed}");
+
     let left = json(e, &["peek", &dlq]);
     let left = left.as_array().unwrap();
     assert_eq!(left.len(), 1);

@@ -487,18 +487,30 @@ impl Operations {
         Ok(())
     }
 
-    /// Sends one message to `queue` through the broker's sender (a FIFO queue's message needs a
-    /// group, and a deduplication id unless the queue deduplicates by content).
+    /// Sends one message to `queue` through the broker's sender. A FIFO queue's message needs a
+    /// group; without a deduplication id, one the queue does not deduplicate by content gets a
+    /// fresh one, as the library's publisher gives it (each send is a message of its own).
     ///
     /// # Errors
     ///
-    /// [`OperationError::SendRefused`] for a message SQS would refuse, or its refusal.
+    /// [`OperationError::SendRefused`] for a message SQS would refuse, or its refusal;
+    /// [`OperationError::Queue`] when a FIFO queue's attributes cannot be read.
     pub async fn send(
         &self,
         queue: &str,
-        message: SendMessage,
+        mut message: SendMessage,
     ) -> Result<SentMessage, OperationError> {
         let name = self.named(queue)?;
+        if rules::is_fifo_name(&name) && message.dedup_id.is_none() {
+            let resolved = self
+                .client
+                .resolved(&SqsQueue::new(&name))
+                .await
+                .map_err(|source| at(&name, source))?;
+            if resolved.content_based_dedup == Some(false) {
+                message.dedup_id = Some(uuid::Uuid::new_v4().to_string());
+            }
+        }
         self.client
             .send(&SqsQueue::new(&name), message)
             .await
