@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use common::backend::{Backend, Kind};
 use rust_stream::operations::{
-    MessageFilter, OperationError, Peek, PeekRisk, QueueSpec, Redrive, RedriveReport,
+    AuditRecord, MessageFilter, OperationError, Peek, PeekRisk, QueueSpec, Redrive, RedriveReport,
 };
+use rust_stream::prelude::*;
+use rust_stream::testing::{eventually, on_each_backend, TestApp};
 use rust_stream::transport::layer::{Hooked, Hooks};
 use rust_stream::transport::{
     BatchResult, DeleteEntry, MessageAttributeValue, ReceiveMessage, SendBatchEntry, SendMessage,
@@ -34,6 +36,9 @@ both_backends!(
     purge_needs_the_queue_name_again,
     push_pop_ping_ack_and_size,
     a_copy_without_a_source_stays_and_its_group_behind_it,
+    a_filtered_redrive_moves_what_it_chooses_and_never_splits_a_fifo_group_out_of_order,
+    a_delete_by_id_removes_only_the_named_dead_letters,
+    a_send_to_fifo_without_a_dedup_id_gets_a_fresh_one_unless_the_queue_dedups_by_content,
 );
 
 /// A dead-letter copy as the engine writes it: the message, its source, original id, attempts
@@ -1003,4 +1008,425 @@ async fn a_fifo_redrive_leaves_a_groups_later_copy_behind_an_earlier_one_the_tar
         (2, 0, 0),
         "both stay, in their order"
     );
+}
+
+/// A payment the consumer beside a redrive posts.
+#[derive(Debug, serde::Deserialize)]
+struct Payment {
+    id: u64,
+}
+
+/// Posts payments: records each id. A body that is no payment does not decode, and the engine
+/// dead-letters it at once, every time it comes.
+#[derive(Clone, Default)]
+struct Posted(Arc<Mutex<Vec<u64>>>);
+
+impl Handle<Payment> for Posted {
+    async fn handle(
+        &self,
+        payment: &Payment,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.0.lock().unwrap().push(payment.id);
+        Ok(())
+    }
+}
+
+/// Issue 41, item 1: with the service running, a redrive of a dead-letter queue holding poison
+/// used to loop (DLQ → source → DLQ) for ever. A run takes only what was there at its start: it
+/// moves the fixable message and the two poison ones, sees the poison ones come back, leaves
+/// them, and ends; the dead-letter queue then holds each poison message once.
+#[test]
+fn a_redrive_beside_a_consumer_that_dead_letters_again_ends_and_leaves_each_poison_message_once() {
+    on_each_backend(async |backend| {
+        let broker = backend.broker().clone();
+        let dlq = SqsQueue::new(backend.queue_name("ops-again-dlq.fifo")).create_if_missing();
+        let payments = SqsQueue::new(backend.queue_name("ops-again.fifo"))
+            .content_based_dedup()
+            .create_if_missing()
+            .wait(Duration::from_secs(1))
+            .dead_letter(dlq.name(), 3);
+        let posted = Posted::default();
+        let app = RustStream::new(AppInfo::new("payments", "0")).with_broker(broker.clone(), |b| {
+            b.include(subscriber(payments.clone(), posted.clone()).build());
+        });
+        let running = TestApp::spawn(app).await.expect("the app starts");
+        let ops = broker.operations();
+        let poison = ["not json", r#"{"amount":-1}"#];
+        for (group, body) in ["a", "b"].into_iter().zip(poison) {
+            ops.send(payments.name(), SendMessage::new(body).group_id(group))
+                .await
+                .unwrap();
+        }
+        let held = async || {
+            let q = ops.queue(dlq.name()).await.unwrap();
+            q.visible + q.in_flight + q.delayed
+        };
+        eventually("both poison messages dead-lettered", async || {
+            held().await == 2
+        })
+        .await;
+        // A message dead-lettered before a fix, fixable now.
+        ops.send(
+            dlq.name(),
+            SendMessage::new(r#"{"id":7}"#)
+                .group_id("c")
+                .dedup_id("fixable-7")
+                .attribute(
+                    SOURCE_QUEUE_HEADER,
+                    MessageAttributeValue::string(payments.name()),
+                ),
+        )
+        .await
+        .unwrap();
+
+        let report = tokio::time::timeout(
+            Duration::from_secs(120),
+            ops.redrive(&Redrive::from(dlq.name())),
+        )
+        .await
+        .expect("the redrive ends beside a consumer that dead-letters again")
+        .unwrap();
+
+        assert_eq!(report.at_start, 3);
+        assert_eq!(report.moved.len(), 3, "{report:?}");
+        let sent: HashSet<&str> = report
+            .moved
+            .iter()
+            .filter_map(|r| r.new_message_id.as_deref())
+            .collect();
+        assert_eq!(report.came_back.len(), 2, "{report:?}");
+        assert!(
+            report
+                .came_back
+                .iter()
+                .all(|c| sent.contains(c.sent_as.as_str())
+                    && c.reason
+                        .as_deref()
+                        .is_some_and(|r| r.contains("not a valid"))),
+            "{report:?}"
+        );
+        assert!(report.left.is_empty(), "{report:?}");
+        let summary = report.to_string();
+        assert!(
+            summary.contains("moved 3") && summary.contains("2 came back"),
+            "{summary}"
+        );
+        eventually("the fixable payment posted", async || {
+            *posted.0.lock().unwrap() == [7]
+        })
+        .await;
+        // Nothing more comes back: each poison message is in the dead-letter queue once.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(held().await, 2);
+        let mut bodies: Vec<String> = ops
+            .peek(dlq.name(), &Peek::new().force())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.body)
+            .collect();
+        bodies.sort();
+        let mut want = poison.map(str::to_owned).to_vec();
+        want.sort();
+        assert_eq!(bodies, want);
+        running.stop().await.unwrap();
+    });
+}
+
+/// Seven dead letters of `source` in `dlq` (FIFO or standard): `(label, reason)` per message, the
+/// label `g{group}/{seq}` also in the body (`{"group":"g1","seq":0,"currency":..}`). Returns each
+/// label's message id in the dead-letter queue.
+async fn seed_seven<T: Transport>(
+    backend: &Backend<T>,
+    dlq: &str,
+    source: &str,
+) -> BTreeMap<String, String> {
+    let fifo = dlq.ends_with(".fifo");
+    let ops = backend.broker.operations();
+    let mut ids = BTreeMap::new();
+    for (group, seq, currency, reason) in [
+        ("g1", 0, "EUR", "ledger unavailable"),
+        ("g1", 1, "USD", "ledger unavailable"),
+        ("g2", 0, "JPY", "currency JPY unsupported"),
+        ("g3", 0, "EUR", "ledger unavailable"),
+        ("g3", 1, "EUR", "currency EUR refused"),
+        ("g4", 0, "GBP", "currency GBP unsupported"),
+        ("g4", 1, "GBP", "ledger unavailable"),
+    ] {
+        let label = format!("{group}/{seq}");
+        let mut message = SendMessage::new(format!(
+            r#"{{"group":"{group}","seq":{seq},"currency":"{currency}"}}"#
+        ))
+        .attribute(SOURCE_QUEUE_HEADER, MessageAttributeValue::string(source))
+        .attribute(
+            DEAD_LETTER_REASON_HEADER,
+            MessageAttributeValue::string(reason),
+        );
+        if fifo {
+            message = message.group_id(group).dedup_id(label.replace('/', "-"));
+        }
+        let sent = ops.send(dlq, message).await.unwrap();
+        ids.insert(label, sent.message_id);
+    }
+    ids
+}
+
+/// The labels (`g1/0`, ...) of what a run took, by the ids `seed_seven` returned.
+fn labels(records: &[AuditRecord], ids: &BTreeMap<String, String>) -> Vec<String> {
+    let mut taken: Vec<String> = records
+        .iter()
+        .map(|record| {
+            ids.iter()
+                .find(|(_, id)| **id == record.message_id)
+                .map(|(label, _)| label.clone())
+                .expect("a seeded message")
+        })
+        .collect();
+    taken.sort();
+    taken
+}
+
+/// Issue 41, item 2: a redrive by filter (reason, JSON pointer, ids, source, sent time) moves
+/// what the filter chooses and leaves the rest where it is; on a FIFO dead-letter queue a group
+/// moves up to its first message the filter does not choose, and a chosen one behind it stays,
+/// said so in `left` (on a standard one it goes).
+async fn a_filtered_redrive_moves_what_it_chooses_and_never_splits_a_fifo_group_out_of_order<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let target = backend.name("ops-flt-target.fifo");
+    backend.queue("ops-flt-target.fifo", &[]).await;
+    // (case, filter of the ids, moved on FIFO, moved on standard, left on FIFO)
+    type Choose = fn(&BTreeMap<String, String>) -> MessageFilter;
+    type Labels = &'static [&'static str];
+    type Case = (&'static str, Choose, Labels, Labels, Labels);
+    let cases: [Case; 7] = [
+        (
+            "reason",
+            |_| MessageFilter::new().reason_contains("ledger"),
+            &["g1/0", "g1/1", "g3/0"],
+            &["g1/0", "g1/1", "g3/0", "g4/1"],
+            &["g4/1"],
+        ),
+        (
+            "json pointer",
+            |_| MessageFilter::new().json_pointer("/currency", "EUR"),
+            &["g1/0", "g3/0", "g3/1"],
+            &["g1/0", "g3/0", "g3/1"],
+            &[],
+        ),
+        (
+            "first id of a group",
+            |ids| MessageFilter::new().message_ids([ids["g1/0"].clone()]),
+            &["g1/0"],
+            &["g1/0"],
+            &[],
+        ),
+        (
+            "second id of a group",
+            |ids| MessageFilter::new().message_ids([ids["g1/1"].clone(), ids["g2/0"].clone()]),
+            &["g2/0"],
+            &["g1/1", "g2/0"],
+            &["g1/1"],
+        ),
+        (
+            "other source",
+            |_| MessageFilter::new().source_queue("elsewhere"),
+            &[],
+            &[],
+            &[],
+        ),
+        (
+            "sent after an hour from now",
+            |_| {
+                MessageFilter::new()
+                    .sent_after(std::time::SystemTime::now() + Duration::from_secs(3600))
+            },
+            &[],
+            &[],
+            &[],
+        ),
+        (
+            "sent before an hour from now, and a group",
+            |_| {
+                MessageFilter::new()
+                    .sent_before(std::time::SystemTime::now() + Duration::from_secs(3600))
+                    .group_id("g4")
+            },
+            &["g4/0", "g4/1"],
+            &[],
+            &[],
+        ),
+    ];
+    let ops = backend.broker.operations();
+    for (index, (case, choose, fifo_moved, standard_moved, fifo_left)) in
+        cases.into_iter().enumerate()
+    {
+        for fifo in [true, false] {
+            let base = format!("ops-flt{index}-dlq{}", if fifo { ".fifo" } else { "" });
+            backend.queue(&base, &[]).await;
+            let dlq = backend.name(&base);
+            let source = backend.name("ops-flt-source.fifo");
+            let ids = seed_seven(&backend, &dlq, &source).await;
+            let report = ops
+                .redrive(&Redrive::from(&dlq).to(&target).filter(choose(&ids)))
+                .await
+                .unwrap();
+            let (want_moved, want_left): (&[&str], &[&str]) = if fifo {
+                (fifo_moved, fifo_left)
+            } else {
+                // A standard queue has no groups: the group filter of the last case matches none.
+                (standard_moved, &[])
+            };
+            let what = format!("{case} ({})", if fifo { "FIFO" } else { "standard" });
+            assert_eq!(labels(&report.moved, &ids), want_moved, "{what}: moved");
+            let left: Vec<AuditRecord> = report
+                .left
+                .iter()
+                .map(|left| {
+                    let mut record = report
+                        .moved
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| panic!("{what}: left {left:?} with nothing moved"));
+                    record.message_id = left.message_id.clone();
+                    record
+                })
+                .collect();
+            assert_eq!(labels(&left, &ids), want_left, "{what}: left");
+            assert!(
+                report
+                    .left
+                    .iter()
+                    .all(|left| left.reason.contains("earlier message of its group")),
+                "{what}: {:?}",
+                report.left
+            );
+            assert_eq!(
+                report.unmatched as usize + report.moved.len() + report.left.len(),
+                7,
+                "{what}: every message taken once: {report:?}"
+            );
+            assert_eq!(report.remaining, 7 - report.moved.len() as u64, "{what}");
+        }
+    }
+}
+
+/// Issue 41, item 2: a delete by id removes the named dead letters (an audit record each, logged)
+/// and nothing else, on FIFO and standard; a dry run says what would go and deletes nothing; a
+/// delete that chooses nothing is refused (a purge does that).
+async fn a_delete_by_id_removes_only_the_named_dead_letters<T: Transport>(backend: Backend<T>) {
+    let ops = backend.broker.operations();
+    for base in ["ops-del-dlq.fifo", "ops-del-dlq"] {
+        let url = backend.queue(base, &[]).await;
+        let dlq = backend.name(base);
+        let ids = seed_seven(&backend, &dlq, "payments").await;
+        // The first of a FIFO group and a standard message, and one of another group's head.
+        let named = [ids["g2/0"].clone(), ids["g3/0"].clone()];
+        let dry = ops
+            .delete_matching(
+                &dlq,
+                MessageFilter::new().message_ids(named.clone()),
+                true,
+                |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            labels(&dry.moved, &ids),
+            ["g2/0", "g3/0"],
+            "{base}: dry run"
+        );
+        assert!(dry.to_string().starts_with("would delete 2 from"), "{dry}");
+        assert!(dry.to_string().ends_with("5 stay"), "{dry}");
+        assert_eq!(
+            backend.left(&url).await,
+            (7, 0, 0),
+            "{base}: a dry run deletes nothing"
+        );
+        let mut audited = Vec::new();
+        let report = ops
+            .delete_matching(
+                &dlq,
+                MessageFilter::new().message_ids(named),
+                false,
+                |record| {
+                    audited.push(record.message_id.clone());
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(labels(&report.moved, &ids), ["g2/0", "g3/0"], "{base}");
+        assert!(report
+            .moved
+            .iter()
+            .all(|r| r.to.is_empty() && r.new_message_id.is_none()));
+        audited.sort();
+        let mut moved: Vec<String> = report.moved.iter().map(|r| r.message_id.clone()).collect();
+        moved.sort();
+        assert_eq!(audited, moved, "{base}: an audit record each");
+        assert_eq!(
+            (report.unmatched, report.remaining),
+            (5, 5),
+            "{base}: {report}"
+        );
+        assert_eq!(backend.left(&url).await.0, 5, "{base}");
+        let remaining: Vec<String> = backend
+            .take_all(&url, 5)
+            .await
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        assert!(
+            !remaining.contains(&ids["g2/0"]) && !remaining.contains(&ids["g3/0"]),
+            "{base}"
+        );
+        assert_eq!(remaining.len(), 5, "{base}");
+        let refused = ops
+            .delete_matching(&dlq, MessageFilter::new(), false, |_| {})
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, OperationError::NothingChosen { .. })
+                && refused.to_string().contains("purge"),
+            "{refused}"
+        );
+    }
+}
+
+/// Issue 41, item 6: `send` (and the command line's) on a FIFO queue without a deduplication id
+/// gives each message a fresh one, as the publisher does, so two sends of one body are two
+/// messages; a queue that deduplicates by content keeps doing so (no id is made up for it).
+async fn a_send_to_fifo_without_a_dedup_id_gets_a_fresh_one_unless_the_queue_dedups_by_content<
+    T: Transport,
+>(
+    backend: Backend<T>,
+) {
+    let ops = backend.broker.operations();
+    let plain = backend.queue("ops-send.fifo", &[]).await;
+    let by_content = backend
+        .queue(
+            "ops-send-content.fifo",
+            &[("ContentBasedDeduplication", "true")],
+        )
+        .await;
+    for (url, base, want) in [
+        (plain, "ops-send.fifo", 2),
+        (by_content, "ops-send-content.fifo", 1),
+    ] {
+        let name = backend.name(base);
+        for _ in 0..2 {
+            ops.send(&name, SendMessage::new("pay 7").group_id("acct-1"))
+                .await
+                .unwrap_or_else(|error| panic!("{base}: {error}"));
+        }
+        let got = backend.take_all(&url, want).await;
+        assert_eq!(got.len(), want, "{base}");
+        if want == 2 {
+            assert_ne!(got[0].dedup_id(), got[1].dedup_id(), "{base}: fresh ids");
+        }
+    }
 }

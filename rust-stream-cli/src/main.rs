@@ -75,7 +75,8 @@ enum Command {
         /// The message group (FIFO).
         #[arg(long)]
         group: Option<String>,
-        /// The deduplication id (FIFO without content-based deduplication).
+        /// The deduplication id (FIFO; without it, a queue that does not deduplicate by content
+        /// gets a fresh one, as the library's publisher gives).
         #[arg(long)]
         dedup: Option<String>,
     },
@@ -89,15 +90,8 @@ enum Command {
         /// How many matching ones to skip first.
         #[arg(long, default_value_t = 0)]
         offset: usize,
-        /// Only messages of this group.
-        #[arg(long)]
-        group: Option<String>,
-        /// Only messages whose body contains this.
-        #[arg(long)]
-        contains: Option<String>,
-        /// Only dead-letter copies from this queue.
-        #[arg(long)]
-        source: Option<String>,
+        #[command(flatten)]
+        choose: Choose,
         /// Peeks a FIFO queue or one with a redrive policy on SQS anyway (it raises receive
         /// counts and holds FIFO groups for the moment).
         #[arg(long)]
@@ -129,6 +123,21 @@ enum Command {
         /// Moves at most this many.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
+        /// Only the messages these choose (the others stay; on a FIFO queue a group moves up to
+        /// its first message not chosen).
+        #[command(flatten)]
+        choose: Choose,
+    },
+    /// Deletes the named (or chosen) messages of a dead-letter queue, each with an audit line.
+    Delete {
+        /// The queue.
+        queue: String,
+        /// Says what would be deleted; deletes nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The messages to delete (at least one condition: to delete all, purge).
+        #[command(flatten)]
+        choose: Choose,
     },
     /// Deletes every message of a queue.
     Purge {
@@ -173,6 +182,78 @@ enum Command {
     },
 }
 
+/// Which messages a command takes: every condition given must hold.
+#[derive(Debug, clap::Args)]
+struct Choose {
+    /// Only the message of this id (repeat for more).
+    #[arg(long = "id", value_name = "MESSAGE_ID")]
+    ids: Vec<String>,
+    /// Only messages of this group.
+    #[arg(long)]
+    group: Option<String>,
+    /// Only messages whose body contains this.
+    #[arg(long)]
+    contains: Option<String>,
+    /// Only dead-letter copies from this queue.
+    #[arg(long)]
+    source: Option<String>,
+    /// Only dead-letter copies whose reason contains this.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Only messages whose JSON body has this value at this pointer: `/currency=EUR`,
+    /// `/amount=-1` (the value as JSON, else as a string; repeat for more).
+    #[arg(long = "pointer", value_name = "POINTER=VALUE")]
+    json_pointers: Vec<String>,
+    /// Only messages sent to the queue before this time, in milliseconds since the epoch (as
+    /// `show` prints SentTimestamp).
+    #[arg(long, value_name = "EPOCH_MS")]
+    sent_before: Option<u64>,
+    /// Only messages sent to the queue at or after this time (milliseconds since the epoch).
+    #[arg(long, value_name = "EPOCH_MS")]
+    sent_after: Option<u64>,
+}
+
+impl Choose {
+    /// The library's filter for these conditions.
+    fn filter(self) -> Result<MessageFilter, Failure> {
+        let mut filter = MessageFilter::new();
+        if !self.ids.is_empty() {
+            filter = filter.message_ids(self.ids);
+        }
+        if let Some(group) = self.group {
+            filter = filter.group_id(group);
+        }
+        if let Some(text) = self.contains {
+            filter = filter.body_contains(text);
+        }
+        if let Some(source) = self.source {
+            filter = filter.source_queue(source);
+        }
+        if let Some(text) = self.reason {
+            filter = filter.reason_contains(text);
+        }
+        for pair in self.json_pointers {
+            let Some((pointer, value)) = pair.split_once('=').filter(|(p, _)| p.starts_with('/'))
+            else {
+                return Err(Failure::Usage(format!(
+                    "--pointer {pair}: give a JSON pointer and a value, as `/currency=EUR`"
+                )));
+            };
+            let value = serde_json::from_str(value)
+                .unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
+            filter = filter.json_pointer(pointer, value);
+        }
+        let at = |ms: u64| std::time::UNIX_EPOCH + Duration::from_millis(ms);
+        if let Some(ms) = self.sent_before {
+            filter = filter.sent_before(at(ms));
+        }
+        if let Some(ms) = self.sent_after {
+            filter = filter.sent_after(at(ms));
+        }
+        Ok(filter)
+    }
+}
+
 /// Why a command failed: printed on standard error.
 #[derive(Debug)]
 enum Failure {
@@ -182,6 +263,8 @@ enum Failure {
     Serve(String),
     /// `asyncapi`: the binary, what it printed, or the output file.
     Asyncapi(String),
+    /// An argument the command cannot use.
+    Usage(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -189,7 +272,7 @@ impl std::fmt::Display for Failure {
         match self {
             Self::Connect(error) => write!(f, "cannot connect to SQS: {error}"),
             Self::Operation(error) => error.fmt(f),
-            Self::Serve(why) | Self::Asyncapi(why) => f.write_str(why),
+            Self::Serve(why) | Self::Asyncapi(why) | Self::Usage(why) => f.write_str(why),
         }
     }
 }
@@ -330,21 +413,10 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             queue,
             amount,
             offset,
-            group,
-            contains,
-            source,
+            choose,
             force,
         } => {
-            let mut filter = MessageFilter::new();
-            if let Some(group) = group {
-                filter = filter.group_id(group);
-            }
-            if let Some(text) = contains {
-                filter = filter.body_contains(text);
-            }
-            if let Some(source) = source {
-                filter = filter.source_queue(source);
-            }
+            let filter = choose.filter()?;
             let mut peek = Peek::new().filter(filter).amount(amount).offset(offset);
             if force {
                 peek = peek.force();
@@ -374,8 +446,9 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             rate,
             dry_run,
             limit,
+            choose,
         } => {
-            let mut redrive = Redrive::from(&queue);
+            let mut redrive = Redrive::from(&queue).filter(choose.filter()?);
             if let Some(to) = to {
                 redrive = redrive.to(to);
             }
@@ -388,30 +461,50 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             if let Some(limit) = limit {
                 redrive = redrive.limit(limit);
             }
-            // Progress on a terminal only: a script reads the report.
-            let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let mut moved = 0_usize;
+            let mut progress = Progress::new();
             let report = ops
-                .redrive_with(&redrive, |record| {
-                    moved += 1;
-                    if progress && moved.is_multiple_of(10) {
-                        let verb = if record.dry_run {
-                            "would move"
-                        } else {
-                            "moved"
-                        };
-                        eprint!("\r{verb} {moved} from {}", record.from);
-                    }
-                })
+                .redrive_with(&redrive, |record| progress.moved(record))
                 .await;
-            if progress && moved >= 10 {
-                eprintln!();
-            }
+            progress.end();
             let report = report?;
             if json {
                 to_json(&report)
             } else {
                 redrive_table(&report)
+            }
+        }
+        Command::Delete {
+            queue,
+            dry_run,
+            choose,
+        } => {
+            let ids = choose.ids.clone();
+            // An audit line each on standard error as it goes: a run stopped part way has said
+            // what it deleted.
+            let report = ops
+                .delete_matching(&queue, choose.filter()?, dry_run, |record| {
+                    eprintln!("{}", audit_line(record));
+                })
+                .await?;
+            let missing: Vec<&String> = ids
+                .iter()
+                .filter(|id| !report.moved.iter().any(|r| r.message_id == **id))
+                .collect();
+            if json {
+                to_json(&serde_json::json!({ "report": report, "not_found": missing }))
+            } else {
+                let mut out = String::new();
+                for id in missing {
+                    out.push_str(&format!(
+                        "not found {id}: not in {queue} (or behind a message of its FIFO group \
+                         not chosen)\n"
+                    ));
+                }
+                for left in &report.left {
+                    out.push_str(&format!("left {}: {}\n", left.message_id, left.reason));
+                }
+                out.push_str(&format!("{report}\n"));
+                out
             }
         }
         Command::Purge { queue, yes_i_mean } => {
@@ -423,6 +516,67 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             }
         }
     })
+}
+
+/// A redrive's progress on standard error: a count rewritten in place on a terminal, else a log
+/// line every 10 messages (and at least every 5 s while moving), so that a run whose output is
+/// piped or collected, or that is stopped, has said how far it got.
+struct Progress {
+    terminal: bool,
+    moved: usize,
+    last_line: std::time::Instant,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            moved: 0,
+            last_line: std::time::Instant::now(),
+        }
+    }
+
+    fn moved(&mut self, record: &AuditRecord) {
+        self.moved += 1;
+        let verb = if record.dry_run {
+            "would move"
+        } else {
+            "moved"
+        };
+        if self.terminal {
+            if self.moved.is_multiple_of(10) {
+                eprint!("\r{verb} {} from {}", self.moved, record.from);
+            }
+        } else if self.moved.is_multiple_of(10)
+            || self.last_line.elapsed() >= Duration::from_secs(5)
+        {
+            self.last_line = std::time::Instant::now();
+            eprintln!("redrive: {verb} {} from {} so far", self.moved, record.from);
+        }
+    }
+
+    fn end(&self) {
+        if self.terminal && self.moved >= 10 {
+            eprintln!();
+        }
+    }
+}
+
+/// One deleted (or, in a dry run, chosen) message, for the audit trail.
+fn audit_line(record: &AuditRecord) -> String {
+    format!(
+        "{} {} from {} (group {}, original {}, reason: {})",
+        if record.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        },
+        record.message_id,
+        record.from,
+        record.group_id.as_deref().unwrap_or("-"),
+        record.original_message_id.as_deref().unwrap_or("-"),
+        record.reason.as_deref().unwrap_or("-"),
+    )
 }
 
 fn to_json(value: &impl Serialize) -> String {
@@ -501,12 +655,17 @@ fn queues_table(queues: &[QueueInfo]) -> String {
 
 /// A body cut to one short line for a table.
 fn short(body: &str) -> String {
-    let line: String = body
+    short_to(body, 60)
+}
+
+/// `text` cut to one line of at most `width` characters.
+fn short_to(text: &str, width: usize) -> String {
+    let line: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
-        .take(60)
+        .take(width)
         .collect();
-    if body.chars().count() > 60 {
+    if text.chars().count() > width {
         format!("{line}…")
     } else {
         line
@@ -530,12 +689,22 @@ fn messages_table(messages: &[Message]) -> String {
                 message.group_id.clone().unwrap_or_else(|| "-".to_owned()),
                 dead.and_then(|d| d.source_queue.clone().or(d.moved_by_sqs_from.clone()))
                     .unwrap_or_else(|| "-".to_owned()),
+                dead.and_then(|d| d.reason.as_deref())
+                    .map_or_else(|| "-".to_owned(), |reason| short_to(reason, 40)),
                 short(&message.body),
             ]
         })
         .collect();
     table(
-        &["MESSAGE_ID", "STATE", "RECEIVES", "GROUP", "SOURCE", "BODY"],
+        &[
+            "MESSAGE_ID",
+            "STATE",
+            "RECEIVES",
+            "GROUP",
+            "SOURCE",
+            "REASON",
+            "BODY",
+        ],
         &rows,
     )
 }
@@ -587,11 +756,6 @@ fn message_detail(message: &Message) -> String {
 }
 
 fn redrive_table(report: &RedriveReport) -> String {
-    let verb = if report.dry_run {
-        "would move"
-    } else {
-        "moved"
-    };
     let rows: Vec<Vec<String>> = report
         .moved
         .iter()
@@ -618,12 +782,26 @@ fn redrive_table(report: &RedriveReport) -> String {
     for left in &report.left {
         out.push_str(&format!("left {}: {}\n", left.message_id, left.reason));
     }
-    out.push_str(&format!(
-        "{verb} {} from {}; {} left there; {} remaining in it\n",
-        report.moved.len(),
-        report.from,
-        report.left.len(),
-        report.remaining
-    ));
+    for back in &report.came_back {
+        out.push_str(&format!(
+            "came back {} (sent as {}): {}; left for the next run\n",
+            back.message_id,
+            back.sent_as,
+            back.reason.as_deref().unwrap_or("dead-lettered again")
+        ));
+    }
+    out.push_str(&format!("{report}\n"));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Clap's own checks of the command line (unique option names, ...), which it makes only
+    /// when a command is first parsed.
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

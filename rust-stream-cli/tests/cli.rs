@@ -4,7 +4,11 @@
 
 use std::process::{Command, Output};
 
+use rust_stream::aws::AwsTransport;
+use rust_stream::operations::Peek;
 use rust_stream::testing::{live_endpoint, QueueNames};
+use rust_stream::transport::{MessageAttributeValue, SendMessage};
+use rust_stream::{SqsBroker, DEAD_LETTER_REASON_HEADER, SOURCE_QUEUE_HEADER};
 
 /// A secret that must never show in the output.
 const SECRET: &str = "cli-secret-wJalrXUtnFEMI-K7MDENG";
@@ -226,7 +230,10 @@ fn every_command_prints_a_table_and_json_and_refuses_with_the_queue_named() {
     assert_eq!(report["moved"][0]["dry_run"], true);
     let table = ok(e, &["redrive", &dlq, "--to", &source, "--rate", "20"]);
     assert!(
-        table.contains(&format!("moved 1 from {dlq}; 0 left there; 0 remaining")),
+        table.contains(&format!(
+            "moved 1 from {dlq}; 0 came back (left for the next run); 0 left (0 refused); 0 \
+             remain in it"
+        )),
         "{table}"
     );
     assert!(
@@ -259,6 +266,7 @@ fn every_command_prints_a_table_and_json_and_refuses_with_the_queue_named() {
         vec!["send", ghost.as_str(), "--body", "x"],
         vec!["redrive", ghost.as_str()],
         vec!["purge", ghost.as_str(), "--yes-i-mean", ghost.as_str()],
+        vec!["delete", ghost.as_str(), "--id", "x"],
     ] {
         let error = refused(e, &args);
         assert!(error.contains(&ghost), "{args:?}: {error}");
@@ -280,4 +288,126 @@ fn an_unreachable_endpoint_fails_on_stderr_without_the_credentials() {
         stderr.contains("127.0.0.1:9"),
         "the endpoint is named: {stderr}"
     );
+}
+
+/// Issue 41, items 1 and 2, from the built binary: `peek` shows each copy's reason; `redrive`
+/// by reason says in a dry run "would move N, M stay", writes progress lines when standard error
+/// is no terminal, and ends with its summary; `delete --id` removes the named dead letter with an
+/// audit line, says which ids it did not find, and refuses to choose nothing.
+#[test]
+fn redrive_and_delete_by_filter_from_the_command_line_with_progress_and_audit_lines() {
+    let Some(endpoint) = live_endpoint("the command line's tests") else {
+        return;
+    };
+    let names = QueueNames::new();
+    let dlq = names.queue_name("cli-sel-dlq");
+    let target = names.queue_name("cli-sel-target");
+    let e = endpoint.as_str();
+    ok(e, &["create", &dlq]);
+    ok(e, &["create", &target]);
+    // Dead-letter copies as the engine writes them, through the library.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let poison_ids: Vec<String> = runtime.block_on(async {
+        let ops = SqsBroker::with_transport(AwsTransport::local(e, "us-east-1")).operations();
+        let copy = |n: u32, reason: &str| {
+            SendMessage::new(format!(r#"{{"n":{n}}}"#))
+                .attribute(SOURCE_QUEUE_HEADER, MessageAttributeValue::string(&target))
+                .attribute(
+                    DEAD_LETTER_REASON_HEADER,
+                    MessageAttributeValue::string(reason),
+                )
+        };
+        for n in 0..12 {
+            ops.send(&dlq, copy(n, "ledger unavailable")).await.unwrap();
+        }
+        let mut ids = Vec::new();
+        for n in 12..14 {
+            let sent = ops
+                .send(&dlq, copy(n, "currency JPY unsupported"))
+                .await
+                .unwrap();
+            ids.push(sent.message_id);
+        }
+        // LocalStack may count a message sent a moment ago late: wait until a peek sees all.
+        for _ in 0..50 {
+            if ops.peek(&dlq, &Peek::new().amount(20)).await.unwrap().len() == 14 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        ids
+    });
+
+    let table = ok(e, &["peek", &dlq, "--amount", "20", "--reason", "JPY"]);
+    let header = table.lines().next().unwrap();
+    assert!(header.contains("REASON"), "{table}");
+    assert_eq!(
+        table.lines().count(),
+        3,
+        "a header and the two poison copies:\n{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .skip(1)
+            .all(|l| l.contains("currency JPY unsupported")),
+        "{table}"
+    );
+
+    let dry = ok(e, &["redrive", &dlq, "--reason", "ledger", "--dry-run"]);
+    assert!(
+        dry.ends_with(&format!("would move 12 from {dlq}, 2 stay\n")),
+        "{dry}"
+    );
+    let output = cli(e, &["redrive", &dlq, "--reason", "ledger"]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("redrive: moved 10 from {dlq} so far\n")),
+        "a progress line on a standard error that is no terminal: {stderr}"
+    );
+    assert!(
+        stdout.ends_with(&format!(
+            "2 not chosen by the filter; moved 12 from {dlq}; 0 came back (left for the next \
+             run); 0 left (0 refused); 2 remain in it\n"
+        )),
+        "{stdout}"
+    );
+
+    let nothing = refused(e, &["delete", &dlq]);
+    assert!(
+        nothing.contains(&dlq) && nothing.contains("purge"),
+        "{nothing}"
+    );
+    let poison = poison_ids[0].as_str();
+    let output = cli(e, &["delete", &dlq, "--id", poison, "--id", "no-such-id"]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("deleted {poison} from {dlq} (group -, original "))
+            && stderr.contains("reason: currency JPY unsupported)"),
+        "an audit line: {stderr}"
+    );
+    assert!(stdout.contains("not found no-such-id"), "{stdout}");
+    assert!(
+        stdout.ends_with(&format!(
+            "1 not chosen by the filter; deleted 1 from {dlq}; 0 left; 1 remain in it\n"
+        )),
+        "{stdout}"
+    );
+    // A FIFO send without `--dedup` gets a fresh id (issue 41, item 6): two sends, two messages.
+    let fifo = names.queue_name("cli-sel-send.fifo");
+    ok(e, &["create", &fifo, "--fifo"]);
+    for _ in 0..2 {
+        ok(e, &["send", &fifo, "--body", "pay 7", "--group", "acct-1"]);
+    }
+    let listed = json(e, &["queues", "--prefix", &fifo]);
+    assert_eq!(listed[0]["visible"], 2, "{listed}");
+
+    let left = json(e, &["peek", &dlq]);
+    let left = left.as_array().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["message_id"], poison_ids[1].as_str());
 }

@@ -27,4 +27,4 @@ pub mod redrive;
 
 pub use peek::{AttributeText, DeadLetterOrigin, Message, MessageFilter, Peek, SQS_PEEK_HOLD};
 pub use queues::{DeadLetterTarget, OperationError, Operations, PeekRisk, QueueInfo, QueueSpec};
-pub use redrive::{AuditRecord, Left, Redrive, RedriveReport};
+pub use redrive::{AuditRecord, CameBack, Left, Redrive, RedriveReport};

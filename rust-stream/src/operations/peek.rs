@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -51,6 +51,10 @@ const HOLD_SECONDS: i32 = 30;
 #[derive(Clone, Default)]
 pub struct MessageFilter {
     message_id: Option<String>,
+    message_ids: Vec<String>,
+    json_pointers: Vec<(String, serde_json::Value)>,
+    sent_before_ms: Option<u64>,
+    sent_after_ms: Option<u64>,
     group_id: Option<String>,
     body_contains: Option<String>,
     attributes: Vec<(String, String)>,
@@ -66,6 +70,10 @@ impl std::fmt::Debug for MessageFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MessageFilter")
             .field("message_id", &self.message_id)
+            .field("message_ids", &self.message_ids.len())
+            .field("json_pointers", &self.json_pointers.len())
+            .field("sent_before_ms", &self.sent_before_ms)
+            .field("sent_after_ms", &self.sent_after_ms)
             .field("group_id", &self.group_id)
             .field(
                 "body_contains",
@@ -90,6 +98,55 @@ impl MessageFilter {
     pub fn message_id(mut self, id: impl Into<String>) -> Self {
         self.message_id = Some(id.into());
         self
+    }
+
+    /// Messages whose id is one of `ids` (added to any given before).
+    #[must_use]
+    pub fn message_ids<I: Into<String>>(mut self, ids: impl IntoIterator<Item = I>) -> Self {
+        self.message_ids.extend(ids.into_iter().map(Into::into));
+        self
+    }
+
+    /// Messages whose body is JSON with `value` at `pointer` (RFC 6901, as
+    /// [`serde_json::Value::pointer`]: `/currency`, `/items/0/sku`).
+    #[must_use]
+    pub fn json_pointer(
+        mut self,
+        pointer: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Self {
+        self.json_pointers.push((pointer.into(), value.into()));
+        self
+    }
+
+    /// Messages sent to this queue before `time` (their `SentTimestamp`; for a dead-letter
+    /// copy, when it was dead-lettered).
+    #[must_use]
+    pub fn sent_before(mut self, time: SystemTime) -> Self {
+        self.sent_before_ms = Some(millis(time));
+        self
+    }
+
+    /// Messages sent to this queue at or after `time` (their `SentTimestamp`).
+    #[must_use]
+    pub fn sent_after(mut self, time: SystemTime) -> Self {
+        self.sent_after_ms = Some(millis(time));
+        self
+    }
+
+    /// Whether it sets no condition (it matches every message).
+    pub fn is_empty(&self) -> bool {
+        self.message_id.is_none()
+            && self.message_ids.is_empty()
+            && self.json_pointers.is_empty()
+            && self.sent_before_ms.is_none()
+            && self.sent_after_ms.is_none()
+            && self.group_id.is_none()
+            && self.body_contains.is_none()
+            && self.attributes.is_empty()
+            && self.source_queue.is_none()
+            && self.reason_contains.is_none()
+            && self.predicate.is_none()
     }
 
     /// Messages of this message group.
@@ -141,9 +198,23 @@ impl MessageFilter {
     /// Whether `message` matches every condition.
     pub fn matches(&self, message: &Message) -> bool {
         let dead = message.dead_letter.as_ref();
+        let sent = message.sent_timestamp_ms;
         self.message_id
             .as_ref()
             .is_none_or(|id| *id == message.message_id)
+            && (self.message_ids.is_empty() || self.message_ids.contains(&message.message_id))
+            && self
+                .sent_before_ms
+                .is_none_or(|before| sent.is_some_and(|sent| sent < before))
+            && self
+                .sent_after_ms
+                .is_none_or(|after| sent.is_some_and(|sent| sent >= after))
+            && (self.json_pointers.is_empty()
+                || serde_json::from_str::<serde_json::Value>(&message.body).is_ok_and(|body| {
+                    self.json_pointers
+                        .iter()
+                        .all(|(pointer, value)| body.pointer(pointer) == Some(value))
+                }))
             && self
                 .group_id
                 .as_ref()
@@ -578,3 +649,11 @@ impl Operations {
 
 /// How long a peek on SQS may hide a message at most.
 pub const SQS_PEEK_HOLD: Duration = Duration::from_secs(HOLD_SECONDS as u64);
+
+/// Milliseconds since the epoch at `time` (0 before it).
+fn millis(time: SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}

@@ -78,6 +78,16 @@ pub enum OperationError {
         /// What was passed instead of its name.
         given: String,
     },
+    /// A delete by filter with no filter: every message would go; a purge does that, with its
+    /// confirmation.
+    #[error(
+        "delete from queue `{queue}` chooses no message: name the messages (`--id ID`, or a \
+         filter); to delete every message, purge the queue"
+    )]
+    NothingChosen {
+        /// The queue.
+        queue: String,
+    },
     /// No message of this id was found in the queue.
     #[error(
         "no message `{message_id}` in queue `{queue}` (deleted, moved, or not visible to a peek); \
@@ -477,18 +487,30 @@ impl Operations {
         Ok(())
     }
 
-    /// Sends one message to `queue` through the broker's sender (a FIFO queue's message needs a
-    /// group, and a deduplication id unless the queue deduplicates by content).
+    /// Sends one message to `queue` through the broker's sender. A FIFO queue's message needs a
+    /// group; without a deduplication id, one the queue does not deduplicate by content gets a
+    /// fresh one, as the library's publisher gives it (each send is a message of its own).
     ///
     /// # Errors
     ///
-    /// [`OperationError::SendRefused`] for a message SQS would refuse, or its refusal.
+    /// [`OperationError::SendRefused`] for a message SQS would refuse, or its refusal;
+    /// [`OperationError::Queue`] when a FIFO queue's attributes cannot be read.
     pub async fn send(
         &self,
         queue: &str,
-        message: SendMessage,
+        mut message: SendMessage,
     ) -> Result<SentMessage, OperationError> {
         let name = self.named(queue)?;
+        if rules::is_fifo_name(&name) && message.dedup_id.is_none() {
+            let resolved = self
+                .client
+                .resolved(&SqsQueue::new(&name))
+                .await
+                .map_err(|source| at(&name, source))?;
+            if resolved.content_based_dedup == Some(false) {
+                message.dedup_id = Some(uuid::Uuid::new_v4().to_string());
+            }
+        }
         self.client
             .send(&SqsQueue::new(&name), message)
             .await

@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::peek::text_of;
+use super::peek::{text_of, Message, MessageFilter};
 use super::queues::{at, count, OperationError, Operations};
 use crate::engine::settle::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
@@ -46,13 +46,17 @@ use crate::inbox::IDEMPOTENCY_KEY_HEADER;
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::model::SqsQueue;
 use crate::transport::{
-    DeleteEntry, MessageAttributeValue, PeekMessages, ReceiveMessage, ReceivedMessage, SendMessage,
-    SystemAttribute,
+    DeleteEntry, MessageAttributeValue, MessageState, PeekMessages, ReceiveMessage,
+    ReceivedMessage, SendMessage, SystemAttribute, TransportError,
 };
 
 /// How long a redrive keeps the messages it received invisible by default: enough to send and
 /// delete a batch.
 const DEFAULT_VISIBILITY: Duration = Duration::from_secs(60);
+
+/// How long a run, having taken what was there at its start, goes on looking for copies that
+/// came back: a receive that finds nothing ends it sooner.
+const TAIL: Duration = Duration::from_secs(10);
 
 /// Times a failed delete from the dead-letter queue is tried again.
 const DELETE_TRIES: u32 = 3;
@@ -75,6 +79,9 @@ pub struct Redrive {
     dry_run: bool,
     limit: Option<usize>,
     visibility: Option<Duration>,
+    filter: Option<MessageFilter>,
+    /// Deletes what the filter chooses instead of moving it ([`Operations::delete_matching`]).
+    delete: bool,
 }
 
 impl Redrive {
@@ -87,7 +94,22 @@ impl Redrive {
             dry_run: false,
             limit: None,
             visibility: None,
+            filter: None,
+            delete: false,
         }
+    }
+
+    /// Moves only the messages `filter` matches (by reason, source queue, body, JSON pointer,
+    /// ids, sent time: see [`MessageFilter`]); the others stay where they are, counted in
+    /// [`RedriveReport::unmatched`].
+    ///
+    /// On a FIFO dead-letter queue a group moves in its order, so a filter never splits one
+    /// out of order: a group moves up to its first message the filter does not match, and a
+    /// matching message behind that one stays, in [`RedriveReport::left`] with the reason
+    /// (widen the filter to the whole group, e.g. by its group id, to move it).
+    pub fn filter(mut self, filter: MessageFilter) -> Self {
+        self.filter = Some(filter);
+        self
     }
 
     /// Sends every message to `queue` instead of its source.
@@ -142,7 +164,7 @@ pub struct AuditRecord {
     pub original_message_id: Option<String>,
     /// The dead-letter queue.
     pub from: String,
-    /// Where it went.
+    /// Where it went: empty for a message deleted ([`Operations::delete_matching`]).
     pub to: String,
     /// Its group, on a FIFO target.
     pub group_id: Option<String>,
@@ -152,7 +174,7 @@ pub struct AuditRecord {
     pub reason: Option<String>,
     /// Its attempts before, when the copy says.
     pub attempts: Option<u32>,
-    /// Its message id in `to`; `None` in a dry run.
+    /// Its message id in `to`; `None` in a dry run, and for a message deleted.
     pub new_message_id: Option<String>,
     /// When it was moved (deleted from the dead-letter queue): milliseconds since the epoch.
     pub at_ms: u64,
@@ -162,11 +184,28 @@ pub struct AuditRecord {
 
 /// A message a redrive left in the dead-letter queue, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Left {
     /// Its id in the dead-letter queue.
     pub message_id: String,
     /// Why it stayed.
     pub reason: String,
+    /// Whether it stayed because its target refused its send (the other causes: it names no
+    /// source, an earlier message of its FIFO group stayed, or its delete failed).
+    pub refused: bool,
+}
+
+/// A copy of a message this run moved that was dead-lettered again while the run went on: left
+/// in the dead-letter queue for the next run (after the fix), never moved twice by one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CameBack {
+    /// Its id in the dead-letter queue.
+    pub message_id: String,
+    /// The id this run sent it back as (the message that was dead-lettered again).
+    pub sent_as: String,
+    /// Why it was dead-lettered again, when the copy says.
+    pub reason: Option<String>,
 }
 
 /// What a redrive did.
@@ -177,12 +216,66 @@ pub struct RedriveReport {
     pub from: String,
     /// Whether it was a dry run.
     pub dry_run: bool,
+    /// Whether the run deleted the messages chosen instead of moving them
+    /// ([`Operations::delete_matching`]).
+    pub deleted: bool,
+    /// Messages the run's filter did not choose: they stay where they are.
+    pub unmatched: u64,
     /// Each message moved (would be moved, in a dry run), in the order moved.
     pub moved: Vec<AuditRecord>,
     /// The messages it left in the dead-letter queue.
     pub left: Vec<Left>,
+    /// Copies of messages it moved that came back to the dead-letter queue during the run (a
+    /// consumer dead-lettered them again): left there for the next run.
+    pub came_back: Vec<CameBack>,
+    /// The dead-letter queue's messages when the run started (visible, in flight and delayed):
+    /// the most it moves.
+    pub at_start: u64,
     /// The dead-letter queue's messages after the run (visible, in flight and delayed).
     pub remaining: u64,
+}
+
+impl RedriveReport {
+    /// How many messages its target refused (of [`left`](Self::left)).
+    pub fn refused(&self) -> usize {
+        self.left.iter().filter(|left| left.refused).count()
+    }
+}
+
+/// The one-line summary of a run: `moved 3 from q; 2 came back (left for the next run); 1 left
+/// (1 refused); 3 remain in it`, or, for a dry run, `would move 3 from q, 2 stay`.
+impl std::fmt::Display for RedriveReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let moved = self.moved.len();
+        let verb = if self.deleted { "delete" } else { "move" };
+        if self.dry_run {
+            // Nothing moved: what stays is what is there but the messages that would go.
+            let stay = self.remaining.saturating_sub(moved as u64);
+            return write!(f, "would {verb} {moved} from {}, {stay} stay", self.from);
+        }
+        if self.unmatched > 0 {
+            write!(f, "{} not chosen by the filter; ", self.unmatched)?;
+        }
+        if self.deleted {
+            return write!(
+                f,
+                "deleted {moved} from {}; {} left; {} remain in it",
+                self.from,
+                self.left.len(),
+                self.remaining
+            );
+        }
+        write!(
+            f,
+            "moved {moved} from {}; {} came back (left for the next run); {} left ({} refused); \
+             {} remain in it",
+            self.from,
+            self.came_back.len(),
+            self.left.len(),
+            self.refused(),
+            self.remaining
+        )
+    }
 }
 
 /// A message on its way: where it goes, as what.
@@ -286,6 +379,20 @@ fn plan(from: &str, message: &ReceivedMessage, to: Option<&str>) -> Result<Plann
 
 /// Logs a message moved, with the record's fields.
 fn log(record: &AuditRecord) {
+    if record.to.is_empty() {
+        tracing::info!(
+            operation = "delete",
+            messaging.message.id = %record.message_id,
+            original_message_id = record.original_message_id.as_deref().unwrap_or(""),
+            from = %record.from,
+            group_id = record.group_id.as_deref().unwrap_or(""),
+            reason = record.reason.as_deref().unwrap_or(""),
+            at_ms = record.at_ms,
+            dry_run = record.dry_run,
+            "dead-letter message deleted"
+        );
+        return;
+    }
     tracing::info!(
         operation = "redrive",
         messaging.message.id = %record.message_id,
@@ -312,6 +419,11 @@ struct Run<'a, F> {
     held: HashMap<String, String>,
     /// FIFO groups of the dead-letter queue with a message left: their later ones stay too.
     blocked_groups: HashSet<String>,
+    /// The ids this run sent its messages back as: a dead-letter copy naming one (as its
+    /// original id, or as its own id when SQS's redrive moved it) came back during the run.
+    sent_ids: HashSet<String>,
+    /// Messages taken (moved, left or came back): at most the queue's count at the start.
+    taken: usize,
     started: Instant,
     /// Messages the rate has let through.
     paced: usize,
@@ -351,12 +463,17 @@ impl Operations {
         }
         let to = redrive.to.as_deref().map(|to| self.named(to)).transpose()?;
         let url = self.url_of(&from).await?;
+        let (visible, in_flight, delayed) = self.counts(&from, &url).await?;
         let mut run = Run {
             report: RedriveReport {
                 from: from.clone(),
                 dry_run: redrive.dry_run,
+                deleted: redrive.delete,
+                unmatched: 0,
                 moved: Vec::new(),
                 left: Vec::new(),
+                came_back: Vec::new(),
+                at_start: 0,
                 remaining: 0,
             },
             from,
@@ -366,9 +483,12 @@ impl Operations {
             on_moved,
             held: HashMap::new(),
             blocked_groups: HashSet::new(),
+            sent_ids: HashSet::new(),
+            taken: 0,
             started: Instant::now(),
             paced: 0,
         };
+        run.report.at_start = visible + in_flight + delayed;
         let outcome = if redrive.dry_run && self.client.transport.peeks() {
             self.dry_run_in_place(&mut run).await
         } else {
@@ -461,6 +581,7 @@ impl Operations {
         let hold = run.redrive.hold();
         let hold_seconds = i32::try_from(hold.as_secs().clamp(1, 43_200)).unwrap_or(43_200);
         let mut quiet_since: Option<Instant> = None;
+        let mut tail_since: Option<Instant> = None;
         loop {
             let moved = run.report.moved.len();
             let room = match run.redrive.limit {
@@ -468,6 +589,15 @@ impl Operations {
                 Some(limit) => (limit - moved).min(rules::MAX_BATCH_ENTRIES),
                 None => rules::MAX_BATCH_ENTRIES,
             };
+            // Once it has taken as many as were there at its start, a run only looks for what
+            // came back (until a receive finds nothing, or for `TAIL` at most) and leaves all it
+            // finds: it always ends, however fast its consumers dead-letter again.
+            if run.past_start() {
+                let since = *tail_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > TAIL {
+                    return Ok(());
+                }
+            }
             let request = ReceiveMessage::new(i32::try_from(room).unwrap_or(10))
                 .wait_time_seconds(1)
                 .visibility_timeout(hold_seconds);
@@ -477,6 +607,9 @@ impl Operations {
                 .receive_message(&run.url, request)
                 .await
                 .map_err(|source| at(&run.from, source))?;
+            if received.is_empty() && run.past_start() {
+                return Ok(());
+            }
             if received.is_empty() {
                 // Done once nothing is left but what this run holds, and on FIFO what waits behind
                 // a group it holds (counted visible, but no receive hands it out); messages
@@ -525,7 +658,106 @@ impl Operations {
                 }
                 continue;
             }
-            self.move_batch(run, batch).await;
+            if run.redrive.delete {
+                self.delete_batch(run, batch).await;
+            } else {
+                self.move_batch(run, batch).await;
+            }
+        }
+    }
+
+    /// Deletes a dead-letter queue's messages that `filter` chooses, each an [`AuditRecord`]
+    /// (its `to` empty) logged at `info` and handed to `on_deleted` once its delete is
+    /// confirmed: the poison message an operator keeps no longer, without purging the others.
+    /// It takes what the queue held at its start, as a redrive does; `dry_run` says what would
+    /// go and deletes nothing. On a FIFO queue a receive hands out a group's messages in order
+    /// and holds the group, so a chosen message behind one the filter does not choose is
+    /// reached only within the same receive (ten messages).
+    ///
+    /// # Errors
+    ///
+    /// [`OperationError::NothingChosen`] for a filter that sets no condition (a purge deletes
+    /// everything); otherwise as [`redrive`](Self::redrive).
+    pub async fn delete_matching(
+        &self,
+        queue: &str,
+        filter: MessageFilter,
+        dry_run: bool,
+        on_deleted: impl FnMut(&AuditRecord) + Send,
+    ) -> Result<RedriveReport, OperationError> {
+        if filter.is_empty() {
+            return Err(OperationError::NothingChosen {
+                queue: self.named(queue)?,
+            });
+        }
+        let mut delete = Redrive::from(queue).filter(filter);
+        delete.delete = true;
+        delete.dry_run = dry_run;
+        self.redrive_with(&delete, on_deleted).await
+    }
+
+    /// Deletes a batch chosen for deletion from the dead-letter queue, a try more for what
+    /// fails; records what went.
+    async fn delete_batch<F: FnMut(&AuditRecord) + Send>(
+        &self,
+        run: &mut Run<'_, F>,
+        batch: Vec<Planned>,
+    ) {
+        let mut pending = batch;
+        let mut last_error = String::new();
+        for attempt in 0..DELETE_TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+            let entries = pending
+                .iter()
+                .enumerate()
+                .map(|(index, planned)| DeleteEntry {
+                    id: index.to_string(),
+                    receipt_handle: planned.receipt_handle.clone(),
+                })
+                .collect();
+            let failed: HashSet<usize> = match self
+                .client
+                .transport
+                .delete_message_batch(&run.url, entries)
+                .await
+            {
+                Ok(result) => {
+                    last_error = result
+                        .failed
+                        .first()
+                        .map(|failure| failure.message.clone())
+                        .unwrap_or_default();
+                    result
+                        .failed
+                        .iter()
+                        .map(|failure| failure.id.parse().expect("the ids are the indexes sent"))
+                        .collect()
+                }
+                Err(error) => {
+                    last_error = error.to_string();
+                    (0..pending.len()).collect()
+                }
+            };
+            let (stay, gone): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .enumerate()
+                .partition(|(index, _)| failed.contains(index));
+            for (_, planned) in gone {
+                run.record(planned.record, None);
+            }
+            pending = stay.into_iter().map(|(_, planned)| planned).collect();
+            if pending.is_empty() {
+                return;
+            }
+        }
+        for planned in pending {
+            run.leave_with(
+                &planned,
+                format!("its delete failed ({last_error}); it stays here"),
+                false,
+            );
         }
     }
 
@@ -556,13 +788,21 @@ impl Operations {
             for (planned, answer) in part.into_iter().zip(answers) {
                 match answer {
                     Ok(answer) => sent.push((planned, answer.message_id)),
-                    Err(error) => run.leave(
-                        &planned,
-                        format!("its send to `{target}` failed: {error}; it stays here"),
-                    ),
+                    Err(error) => {
+                        // Held behind an earlier copy of its group that was refused: not refused
+                        // itself, and it goes with that one on a later run.
+                        let refused = !matches!(error, TransportError::HeldBehind { .. });
+                        run.leave_with(
+                            &planned,
+                            format!("its send to `{target}` failed: {error}; it stays here"),
+                            refused,
+                        );
+                    }
                 }
             }
         }
+        run.sent_ids
+            .extend(sent.iter().map(|(_, new_id)| new_id.clone()));
         if sent.is_empty() {
             return;
         }
@@ -610,7 +850,7 @@ impl Operations {
         }
         for index in pending {
             let (planned, new_id) = &sent[index];
-            run.leave(
+            run.leave_with(
                 planned,
                 format!(
                     "sent to `{}` as `{new_id}`, but its delete from the dead-letter queue failed \
@@ -618,6 +858,7 @@ impl Operations {
                      copy within 5 minutes of the first)",
                     planned.target
                 ),
+                false,
             );
         }
     }
@@ -634,6 +875,66 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
         let group = message
             .group_id()
             .filter(|_| rules::is_fifo_name(&self.from));
+        if let Some(sent_as) = self.came_back_as(message) {
+            // Moved by this run and dead-lettered again: moving it again would loop for as long
+            // as its consumer fails it. Held to the end; on FIFO, its group's later messages in
+            // the dead-letter queue came after it, and stay too.
+            self.held
+                .insert(message.message_id.clone(), message.receipt_handle.clone());
+            if let Some(group) = group {
+                self.blocked_groups.insert(group.to_owned());
+            }
+            let reason = message
+                .message_attributes
+                .get(DEAD_LETTER_REASON_HEADER)
+                .and_then(text_of)
+                .map(str::to_owned);
+            tracing::warn!(
+                operation = "redrive",
+                messaging.message.id = %message.message_id,
+                sent_as = %sent_as,
+                from = %self.from,
+                reason = reason.as_deref().unwrap_or(""),
+                "a message this redrive moved came back to the dead-letter queue; it stays for \
+                 the next run"
+            );
+            self.report.came_back.push(CameBack {
+                message_id: message.message_id.clone(),
+                sent_as,
+                reason,
+            });
+            return None;
+        }
+        if self.past_start() {
+            // Dead-lettered after the run started (or missed by the count): the next run's.
+            self.held
+                .insert(message.message_id.clone(), message.receipt_handle.clone());
+            if let Some(group) = group {
+                self.blocked_groups.insert(group.to_owned());
+            }
+            self.report.left.push(Left {
+                message_id: message.message_id.clone(),
+                reason: "it arrived after this run started (the run moves only what was there \
+                         when it started): the next run takes it"
+                    .to_owned(),
+                refused: false,
+            });
+            return None;
+        }
+        self.taken += 1;
+        if let Some(filter) = &self.redrive.filter {
+            if !filter.matches(&Message::of(message, MessageState::Visible)) {
+                // Not chosen: it stays, held to the end so that no receive hands it out again;
+                // on FIFO its group's later messages stay behind it (a group moves in order).
+                self.held
+                    .insert(message.message_id.clone(), message.receipt_handle.clone());
+                if let Some(group) = group.filter(|_| !self.redrive.delete) {
+                    self.blocked_groups.insert(group.to_owned());
+                }
+                self.report.unmatched += 1;
+                return None;
+            }
+        }
         let blocked = group.is_some_and(|group| self.blocked_groups.contains(group));
         let planned = if blocked {
             Err(
@@ -641,6 +942,15 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
                  moves in its order"
                     .to_owned(),
             )
+        } else if self.redrive.delete {
+            // Going nowhere: planned as a move to its own queue, then told so.
+            plan(&self.from, message, Some(&self.from)).map(|mut planned| {
+                planned.target = String::new();
+                planned.record.to = String::new();
+                planned.record.group_id = message.group_id().map(str::to_owned);
+                planned.record.dedup_id = None;
+                planned
+            })
         } else {
             plan(&self.from, message, self.to.as_deref())
         };
@@ -662,10 +972,30 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
                 self.report.left.push(Left {
                     message_id: message.message_id.clone(),
                     reason,
+                    refused: false,
                 });
                 None
             }
         }
+    }
+
+    /// Whether the run has taken as many messages as the queue held at its start.
+    fn past_start(&self) -> bool {
+        self.taken as u64 >= self.report.at_start
+    }
+
+    /// The id this run sent `message` back as, when it is a copy of a message this run moved.
+    fn came_back_as(&self, message: &ReceivedMessage) -> Option<String> {
+        let original = message
+            .message_attributes
+            .get(ORIGINAL_MESSAGE_ID_HEADER)
+            .and_then(text_of);
+        // The engine's copy names the message it failed; SQS's own redrive keeps the id.
+        [original, Some(message.message_id.as_str())]
+            .into_iter()
+            .flatten()
+            .find(|id| self.sent_ids.contains(*id))
+            .map(str::to_owned)
     }
 
     /// A dry run's look at one message: its record, or why it would stay.
@@ -677,8 +1007,9 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
         }
     }
 
-    /// A message that stays after a failed send or delete: held to the end, its group blocked.
-    fn leave(&mut self, planned: &Planned, reason: String) {
+    /// A message that stays after a failed send (`refused`) or delete: held to the end, its
+    /// group blocked.
+    fn leave_with(&mut self, planned: &Planned, reason: String, refused: bool) {
         self.held.insert(
             planned.record.message_id.clone(),
             planned.receipt_handle.clone(),
@@ -697,6 +1028,7 @@ impl<F: FnMut(&AuditRecord) + Send> Run<'_, F> {
         self.report.left.push(Left {
             message_id: planned.record.message_id.clone(),
             reason,
+            refused,
         });
     }
 
