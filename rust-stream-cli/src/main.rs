@@ -19,10 +19,11 @@ mod serve;
 
 use clap::{Parser, Subcommand};
 use rust_stream::operations::{
-    AuditRecord, Message, MessageFilter, OperationError, Peek, QueueInfo, QueueSpec, Redrive,
-    RedriveReport,
+    AuditRecord, Message, MessageFilter, OperationError, Operations, Peek, QueueInfo, QueueSpec,
+    Redrive, RedriveReport,
 };
-use rust_stream::transport::SendMessage;
+use rust_stream::retry::REDRIVE_MARGIN;
+use rust_stream::transport::{ErrorKind, SendMessage};
 use rust_stream::SqsBroker;
 use serde::Serialize;
 
@@ -70,8 +71,14 @@ enum Command {
         /// The queue.
         queue: String,
         /// The message body.
-        #[arg(long)]
-        body: String,
+        #[arg(long, required_unless_present = "stdin", conflicts_with = "stdin")]
+        body: Option<String>,
+        /// Reads the messages from standard input, one body a line (JSON lines), and sends them
+        /// in `SendMessageBatch` calls of 10; `--group` and `--dedup` are then not for each
+        /// message: a FIFO queue's messages take `--group`, and each gets a fresh deduplication
+        /// id unless the queue deduplicates by content.
+        #[arg(long, conflicts_with = "dedup")]
+        stdin: bool,
         /// The message group (FIFO).
         #[arg(long)]
         group: Option<String>,
@@ -265,6 +272,11 @@ enum Failure {
     Asyncapi(String),
     /// An argument the command cannot use.
     Usage(String),
+    /// A queue that does not exist, and the names nearest to it.
+    NoSuchQueue {
+        queue: String,
+        suggestions: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for Failure {
@@ -273,6 +285,14 @@ impl std::fmt::Display for Failure {
             Self::Connect(error) => write!(f, "cannot connect to SQS: {error}"),
             Self::Operation(error) => error.fmt(f),
             Self::Serve(why) | Self::Asyncapi(why) | Self::Usage(why) => f.write_str(why),
+            Self::NoSuchQueue { queue, suggestions } => {
+                write!(f, "queue `{queue}` does not exist")?;
+                match suggestions.as_slice() {
+                    [] => write!(f, " (`rust-stream queues` lists those that do)"),
+                    [one] => write!(f, "; did you mean `{one}`?"),
+                    many => write!(f, "; did you mean one of `{}`?", many.join("`, `")),
+                }
+            }
         }
     }
 }
@@ -348,174 +368,236 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     let broker = SqsBroker::from_env().await.map_err(Failure::Connect)?;
     let ops = broker.operations();
     let json = cli.json;
-    Ok(match cli.command {
-        Command::Serve { .. } => unreachable!("served above"),
-        Command::Asyncapi { .. } => unreachable!("printed above"),
-        Command::Queues { prefix } => {
-            let queues = ops.queues(&prefix).await?;
-            if json {
-                to_json(&queues)
-            } else {
-                queues_table(&queues)
-            }
-        }
-        Command::Create {
-            queue,
-            fifo,
-            content_dedup,
-            dead_letter,
-            max_receive_count,
-        } => {
-            let mut spec = QueueSpec::new();
-            if fifo {
-                spec = spec.fifo();
-            }
-            if content_dedup {
-                spec = spec.content_based_dedup();
-            }
-            if let (Some(dead_letter), Some(count)) = (dead_letter, max_receive_count) {
-                spec = spec.dead_letter(dead_letter, count);
-            }
-            let url = ops.create_queue(&queue, &spec).await?;
-            if json {
-                to_json(&serde_json::json!({ "queue": queue, "url": url }))
-            } else {
-                format!("created {queue}: {url}\n")
-            }
-        }
-        Command::Send {
-            queue,
-            body,
-            group,
-            dedup,
-        } => {
-            let mut message = SendMessage::new(body);
-            message.group_id = group;
-            message.dedup_id = dedup;
-            let sent = ops.send(&queue, message).await?;
-            if json {
-                to_json(&serde_json::json!({
-                    "queue": queue,
-                    "message_id": sent.message_id,
-                    "sequence_number": sent.sequence_number,
-                }))
-            } else {
-                match &sent.sequence_number {
-                    Some(sequence) => format!(
-                        "sent to {queue}: {} (sequence {sequence})\n",
-                        sent.message_id
-                    ),
-                    None => format!("sent to {queue}: {}\n", sent.message_id),
+    let outcome: Result<String, Failure> = async {
+        Ok(match cli.command {
+            Command::Serve { .. } => unreachable!("served above"),
+            Command::Asyncapi { .. } => unreachable!("printed above"),
+            Command::Queues { prefix } => {
+                let queues = ops.queues(&prefix).await?;
+                if json {
+                    to_json(&queues)
+                } else {
+                    queues_table(&queues)
                 }
             }
-        }
-        Command::Peek {
-            queue,
-            amount,
-            offset,
-            choose,
-            force,
-        } => {
-            let filter = choose.filter()?;
-            let mut peek = Peek::new().filter(filter).amount(amount).offset(offset);
-            if force {
-                peek = peek.force();
+            Command::Create {
+                queue,
+                fifo,
+                content_dedup,
+                dead_letter,
+                max_receive_count,
+            } => {
+                let mut spec = QueueSpec::new();
+                if fifo {
+                    spec = spec.fifo();
+                }
+                if content_dedup {
+                    spec = spec.content_based_dedup();
+                }
+                if let (Some(dead_letter), Some(count)) = (dead_letter, max_receive_count) {
+                    spec = spec.dead_letter(dead_letter, count);
+                }
+                let url = ops.create_queue(&queue, &spec).await?;
+                if json {
+                    to_json(&serde_json::json!({ "queue": queue, "url": url }))
+                } else {
+                    format!("created {queue}: {url}\n")
+                }
             }
-            let messages = ops.peek(&queue, &peek).await?;
-            if json {
-                to_json(&messages)
-            } else {
-                messages_table(&messages)
+            Command::Send {
+                queue,
+                stdin: true,
+                group,
+                ..
+            } => send_lines(&ops, &queue, group, json).await?,
+            Command::Send {
+                queue,
+                body,
+                group,
+                dedup,
+                ..
+            } => {
+                let body = body.expect("clap requires --body without --stdin");
+                let mut message = SendMessage::new(body);
+                message.group_id = group;
+                message.dedup_id = dedup;
+                let sent = ops.send(&queue, message).await?;
+                if json {
+                    to_json(&serde_json::json!({
+                        "queue": queue,
+                        "message_id": sent.message_id,
+                        "sequence_number": sent.sequence_number,
+                    }))
+                } else {
+                    match &sent.sequence_number {
+                        Some(sequence) => format!(
+                            "sent to {queue}: {} (sequence {sequence})\n",
+                            sent.message_id
+                        ),
+                        None => format!("sent to {queue}: {}\n", sent.message_id),
+                    }
+                }
             }
-        }
-        Command::Show {
-            queue,
-            message_id,
-            force,
-        } => {
-            let message = ops.show(&queue, &message_id, force).await?;
-            if json {
-                to_json(&message)
-            } else {
-                message_detail(&message)
+            Command::Peek {
+                queue,
+                amount,
+                offset,
+                choose,
+                force,
+            } => {
+                let filter = choose.filter()?;
+                let mut peek = Peek::new().filter(filter).amount(amount).offset(offset);
+                if force {
+                    peek = peek.force();
+                }
+                let messages = ops.peek(&queue, &peek).await?;
+                if json {
+                    to_json(&messages)
+                } else {
+                    messages_table(&messages)
+                }
             }
-        }
-        Command::Redrive {
-            queue,
-            to,
-            rate,
-            dry_run,
-            limit,
-            choose,
-        } => {
-            let mut redrive = Redrive::from(&queue).filter(choose.filter()?);
-            if let Some(to) = to {
-                redrive = redrive.to(to);
+            Command::Show {
+                queue,
+                message_id,
+                force,
+            } => {
+                let message = ops.show(&queue, &message_id, force).await?;
+                if json {
+                    to_json(&message)
+                } else {
+                    message_detail(&message)
+                }
             }
-            if let Some(rate) = rate {
-                redrive = redrive.rate(rate);
+            Command::Redrive {
+                queue,
+                to,
+                rate,
+                dry_run,
+                limit,
+                choose,
+            } => {
+                let mut redrive = Redrive::from(&queue).filter(choose.filter()?);
+                if let Some(to) = to {
+                    redrive = redrive.to(to);
+                }
+                if let Some(rate) = rate {
+                    redrive = redrive.rate(rate);
+                }
+                if dry_run {
+                    redrive = redrive.dry_run();
+                }
+                if let Some(limit) = limit {
+                    redrive = redrive.limit(limit);
+                }
+                let mut progress = Progress::new();
+                let report = ops
+                    .redrive_with(&redrive, |record| progress.moved(record))
+                    .await;
+                progress.end();
+                let report = report?;
+                if json {
+                    to_json(&report)
+                } else {
+                    redrive_table(&report)
+                }
             }
-            if dry_run {
-                redrive = redrive.dry_run();
-            }
-            if let Some(limit) = limit {
-                redrive = redrive.limit(limit);
-            }
-            let mut progress = Progress::new();
-            let report = ops
-                .redrive_with(&redrive, |record| progress.moved(record))
-                .await;
-            progress.end();
-            let report = report?;
-            if json {
-                to_json(&report)
-            } else {
-                redrive_table(&report)
-            }
-        }
-        Command::Delete {
-            queue,
-            dry_run,
-            choose,
-        } => {
-            let ids = choose.ids.clone();
-            // An audit line each on standard error as it goes: a run stopped part way has said
-            // what it deleted.
-            let report = ops
-                .delete_matching(&queue, choose.filter()?, dry_run, |record| {
-                    eprintln!("{}", audit_line(record));
-                })
-                .await?;
-            let missing: Vec<&String> = ids
-                .iter()
-                .filter(|id| !report.moved.iter().any(|r| r.message_id == **id))
-                .collect();
-            if json {
-                to_json(&serde_json::json!({ "report": report, "not_found": missing }))
-            } else {
-                let mut out = String::new();
-                for id in missing {
-                    out.push_str(&format!(
+            Command::Delete {
+                queue,
+                dry_run,
+                choose,
+            } => {
+                let ids = choose.ids.clone();
+                // An audit line each on standard error as it goes: a run stopped part way has said
+                // what it deleted.
+                let report = ops
+                    .delete_matching(&queue, choose.filter()?, dry_run, |record| {
+                        eprintln!("{}", audit_line(record));
+                    })
+                    .await?;
+                let missing: Vec<&String> = ids
+                    .iter()
+                    .filter(|id| !report.moved.iter().any(|r| r.message_id == **id))
+                    .collect();
+                if json {
+                    to_json(&serde_json::json!({ "report": report, "not_found": missing }))
+                } else {
+                    let mut out = String::new();
+                    for id in missing {
+                        out.push_str(&format!(
                         "not found {id}: not in {queue} (or behind a message of its FIFO group \
                          not chosen)\n"
                     ));
+                    }
+                    for left in &report.left {
+                        out.push_str(&format!("left {}: {}\n", left.message_id, left.reason));
+                    }
+                    out.push_str(&format!("{report}\n"));
+                    out
                 }
-                for left in &report.left {
-                    out.push_str(&format!("left {}: {}\n", left.message_id, left.reason));
-                }
-                out.push_str(&format!("{report}\n"));
-                out
             }
+            Command::Purge { queue, yes_i_mean } => {
+                ops.purge(&queue, &yes_i_mean).await?;
+                if json {
+                    to_json(&serde_json::json!({ "queue": queue, "purged": true }))
+                } else {
+                    format!("purged {queue}\n")
+                }
+            }
+        })
+    }
+    .await;
+    match outcome {
+        Err(Failure::Operation(OperationError::Queue { queue, source }))
+            if source.kind() == Some(ErrorKind::QueueDoesNotExist) =>
+        {
+            // An operator's typo: the queues that exist, nearest first, say what was meant.
+            let known = ops.queues("").await.unwrap_or_default();
+            Err(Failure::NoSuchQueue {
+                suggestions: nearest(&queue, known.iter().map(|info| info.name.as_str())),
+                queue,
+            })
         }
-        Command::Purge { queue, yes_i_mean } => {
-            ops.purge(&queue, &yes_i_mean).await?;
-            if json {
-                to_json(&serde_json::json!({ "queue": queue, "purged": true }))
+        outcome => outcome,
+    }
+}
+
+/// Up to three of `names` nearest to `wanted` (a typo's distance: at most a third of its length
+/// in edits, or one containing the other), nearest first.
+fn nearest<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let bound = (wanted.chars().count() / 3).max(2);
+    let mut near: Vec<(usize, &str)> = names
+        .filter_map(|name| {
+            let distance = edit_distance(wanted, name);
+            (distance <= bound || name.contains(wanted) || wanted.contains(name))
+                .then_some((distance, name))
+        })
+        .collect();
+    near.sort();
+    near.into_iter()
+        .take(3)
+        .map(|(_, name)| name.to_owned())
+        .collect()
+}
+
+/// Levenshtein's distance: the edits (insert, delete, replace a character) from `a` to `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
             } else {
-                format!("purged {queue}\n")
-            }
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
         }
-    })
+    }
+    row[b.len()]
 }
 
 /// A redrive's progress on standard error: a count rewritten in place on a terminal, else a log
@@ -629,7 +711,7 @@ fn queues_table(queues: &[QueueInfo]) -> String {
                 queue.delayed.to_string(),
                 queue.dead_letter.as_ref().map_or_else(
                     || "-".to_owned(),
-                    |target| format!("{} (after {})", target.queue, target.max_receive_count),
+                    |target| format!("{} ({})", target.queue, receives(target.max_receive_count)),
                 ),
                 if queue.dead_letter_sources.is_empty() {
                     "-".to_owned()
@@ -651,6 +733,83 @@ fn queues_table(queues: &[QueueInfo]) -> String {
         ],
         &rows,
     )
+}
+
+/// A dead-letter queue's `maxReceiveCount` as an operator reads it: a queue the library creates
+/// for `n` attempts gets `n` + [`REDRIVE_MARGIN`] receives, so a count above the margin shows
+/// the attempts it most likely stands for.
+fn receives(max_receive_count: u32) -> String {
+    if max_receive_count > REDRIVE_MARGIN {
+        format!(
+            "after {max_receive_count} receives: {} attempts +{REDRIVE_MARGIN} margin",
+            max_receive_count - REDRIVE_MARGIN
+        )
+    } else {
+        format!("after {max_receive_count} receives")
+    }
+}
+
+/// Sends the lines of standard input to `queue`, one message a non-empty line, in calls of 10
+/// (the library's batcher), a FIFO queue's in `group`.
+async fn send_lines(
+    ops: &Operations,
+    queue: &str,
+    group: Option<String>,
+    json: bool,
+) -> Result<String, Failure> {
+    let mut input = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut input)
+        .map_err(|error| Failure::Usage(format!("--stdin: cannot read standard input: {error}")))?;
+    let messages: Vec<SendMessage> = input
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let mut message = SendMessage::new(line.to_owned());
+            message.group_id.clone_from(&group);
+            message
+        })
+        .collect();
+    if messages.is_empty() {
+        return Err(Failure::Usage(
+            "--stdin: standard input has no line to send (one message body a line)".to_owned(),
+        ));
+    }
+    let total = messages.len();
+    let answers = ops.send_many(queue, messages).await?;
+    let mut ids = Vec::with_capacity(total);
+    let mut failed = Vec::new();
+    for (line, answer) in answers.into_iter().enumerate() {
+        match answer {
+            Ok(sent) => ids.push(sent.message_id),
+            Err(error) => failed.push((line + 1, error.to_string())),
+        }
+    }
+    let out = if json {
+        to_json(&serde_json::json!({
+            "queue": queue,
+            "sent": ids,
+            "failed": failed
+                .iter()
+                .map(|(line, error)| serde_json::json!({ "line": line, "error": error }))
+                .collect::<Vec<_>>(),
+        }))
+    } else {
+        let mut out = format!("sent {} of {total} to {queue}\n", ids.len());
+        for (line, error) in &failed {
+            out.push_str(&format!("line {line} not sent: {error}\n"));
+        }
+        out
+    };
+    if failed.is_empty() {
+        Ok(out)
+    } else {
+        // What was sent is said on standard output; the failure makes the exit code say so.
+        print!("{out}");
+        Err(Failure::Usage(format!(
+            "{} of {total} lines were not sent (listed above): send those again",
+            failed.len()
+        )))
+    }
 }
 
 /// A body cut to one short line for a table.
@@ -803,5 +962,32 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+}
+
+#[cfg(test)]
+mod typo_tests {
+    use super::{edit_distance, nearest, receives};
+
+    #[test]
+    fn a_typo_finds_the_queues_nearest_to_it() {
+        assert_eq!(edit_distance("payments", "payments"), 0);
+        assert_eq!(edit_distance("pyaments", "payments"), 2);
+        assert_eq!(edit_distance("orders", "orders-dlq"), 4);
+        let queues = ["payments", "payments-dlq", "orders.fifo", "ledger"];
+        assert_eq!(nearest("paymnets", queues.into_iter()), ["payments"]);
+        // A name the wanted one is part of comes too, farther ones after nearer ones.
+        assert_eq!(
+            nearest("payment", queues.into_iter()),
+            ["payments", "payments-dlq"]
+        );
+        assert_eq!(nearest("orders", queues.into_iter()), ["orders.fifo"]);
+        assert!(nearest("zzz-unrelated", queues.into_iter()).is_empty());
+    }
+
+    #[test]
+    fn a_receive_count_above_the_margin_shows_the_attempts_it_stands_for() {
+        assert_eq!(receives(15), "after 15 receives: 5 attempts +10 margin");
+        assert_eq!(receives(3), "after 3 receives");
     }
 }

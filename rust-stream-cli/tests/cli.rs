@@ -163,7 +163,7 @@ fn every_command_prints_a_table_and_json_and_refuses_with_the_queue_named() {
     assert!(
         table
             .lines()
-            .any(|l| l.starts_with(&source) && l.contains(&format!("{dlq} (after 3)"))),
+            .any(|l| l.starts_with(&source) && l.contains(&format!("{dlq} (after 3 receives)"))),
         "{table}"
     );
 
@@ -410,4 +410,98 @@ fn redrive_and_delete_by_filter_from_the_command_line_with_progress_and_audit_li
     let left = left.as_array().unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0]["message_id"], poison_ids[1].as_str());
+}
+
+/// Issue 41, item 6: `send --stdin` sends JSON lines in `SendMessageBatch` calls of 10 (a FIFO
+/// queue's each with a fresh deduplication id), a mistyped queue gets "did you mean" from the
+/// queue list, and `queues` shows a dead-letter count with the margin spelled out.
+#[test]
+fn send_reads_json_lines_from_stdin_and_a_mistyped_queue_gets_did_you_mean() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let Some(endpoint) = live_endpoint("the command line's tests") else {
+        return;
+    };
+    let names = QueueNames::new();
+    let fifo = names.queue_name("cli-lines.fifo");
+    let dlq = names.queue_name("cli-lines-dlq.fifo");
+    let e = endpoint.as_str();
+    ok(e, &["create", &dlq, "--fifo"]);
+    ok(
+        e,
+        &[
+            "create",
+            &fifo,
+            "--fifo",
+            "--dead-letter",
+            &dlq,
+            "--max-receive-count",
+            "15",
+        ],
+    );
+    let lines: String = (0..25).map(|n| format!("{{\"n\":{n}}}\n")).collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rust-stream"))
+        .env("AWS_ENDPOINT_URL", e)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .args(["send", &fifo, "--stdin", "--group", "g", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let sent: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(sent["sent"].as_array().unwrap().len(), 25, "{sent}");
+    assert_eq!(sent["failed"].as_array().unwrap().len(), 0, "{sent}");
+    // Stored once each, in the lines' order (one group): the queue's own messages, peeked.
+    let peeked = json(e, &["peek", &fifo, "--amount", "30", "--force"]);
+    let bodies: Vec<String> = peeked
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message["body"].as_str().unwrap().to_owned())
+        .collect();
+    // A peek on SQS is one receive (10 at most): the group's head, in the lines' order.
+    let want: Vec<String> = (0..10).map(|n| format!("{{\"n\":{n}}}")).collect();
+    assert_eq!(bodies, want);
+    let mut ids: Vec<&str> = sent["sent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        ids.len(),
+        25,
+        "25 messages stored, none deduplicated: {sent}"
+    );
+
+    // A typo: the queue that exists is named.
+    let typo = fifo.replacen("lines", "lnies", 1);
+    let said = refused(e, &["peek", &typo]);
+    assert!(
+        said.contains(&format!("`{typo}` does not exist")) && said.contains(&format!("`{fifo}`")),
+        "{said}"
+    );
+    // The margin spelled out beside the count.
+    let queues = ok(e, &["queues", "--prefix", &names.queue_name("cli-lines")]);
+    assert!(
+        queues.contains(&format!("{dlq} (after 15 receives: 5 attempts +10 margin)")),
+        "{queues}"
+    );
 }

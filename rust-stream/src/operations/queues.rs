@@ -501,16 +501,8 @@ impl Operations {
         mut message: SendMessage,
     ) -> Result<SentMessage, OperationError> {
         let name = self.named(queue)?;
-        if rules::is_fifo_name(&name) && message.dedup_id.is_none() {
-            let resolved = self
-                .client
-                .resolved(&SqsQueue::new(&name))
-                .await
-                .map_err(|source| at(&name, source))?;
-            if resolved.content_based_dedup == Some(false) {
-                message.dedup_id = Some(uuid::Uuid::new_v4().to_string());
-            }
-        }
+        self.fresh_dedup_ids(&name, std::slice::from_mut(&mut message))
+            .await?;
         self.client
             .send(&SqsQueue::new(&name), message)
             .await
@@ -523,17 +515,20 @@ impl Operations {
     /// Sends `messages` to `queue` through the broker's batcher, in `SendMessageBatch` calls of
     /// up to 10, and answers each in the order given: a message's id, or why it was not stored
     /// (SQS's refusal, or on a FIFO queue an earlier message of its group that was). Others may
-    /// be stored beside a failed one: each answer is its message's own.
+    /// be stored beside a failed one: each answer is its message's own. On a FIFO queue that does
+    /// not deduplicate by content, a message without a deduplication id gets a fresh one.
     ///
     /// # Errors
     ///
-    /// [`OperationError::Naming`] for a name SQS would refuse, before any call.
+    /// [`OperationError::Naming`] for a name SQS would refuse, before any call; the queue's
+    /// failure when its attributes cannot be read (a FIFO queue's messages without ids).
     pub async fn send_many(
         &self,
         queue: &str,
-        messages: Vec<SendMessage>,
+        mut messages: Vec<SendMessage>,
     ) -> Result<Vec<Result<SentMessage, OperationError>>, OperationError> {
         let name = self.named(queue)?;
+        self.fresh_dedup_ids(&name, &mut messages).await?;
         let target = SqsQueue::new(&name);
         Ok(self
             .client
@@ -547,6 +542,29 @@ impl Operations {
                 })
             })
             .collect())
+    }
+
+    /// On a FIFO queue that does not deduplicate by content, a fresh deduplication id for each
+    /// message that has none, as the library's publisher gives.
+    async fn fresh_dedup_ids(
+        &self,
+        name: &str,
+        messages: &mut [SendMessage],
+    ) -> Result<(), OperationError> {
+        if !rules::is_fifo_name(name) || messages.iter().all(|m| m.dedup_id.is_some()) {
+            return Ok(());
+        }
+        let resolved = self
+            .client
+            .resolved(&SqsQueue::new(name))
+            .await
+            .map_err(|source| at(name, source))?;
+        if resolved.content_based_dedup == Some(false) {
+            for message in messages.iter_mut().filter(|m| m.dedup_id.is_none()) {
+                message.dedup_id = Some(uuid::Uuid::new_v4().to_string());
+            }
+        }
+        Ok(())
     }
 }
 
