@@ -63,7 +63,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{sleep, Instant};
 
 /// The seeds CI runs (0..this): about a minute and a half in a debug build on a 2-core machine.
-const CI_SEEDS: u64 = 400;
+const CI_SEEDS: u64 = 1_000;
 
 /// Checks a defect not yet fixed on this branch makes fail, with the fix that lands them: their
 /// violations are printed, not failed on (`SIM_STRICT=1` fails on them too). Empty once every
@@ -177,6 +177,15 @@ impl Scenario {
             };
             ops.push(op);
         }
+        // `SIM_WITHOUT=Refuse,Kill` leaves those kinds of step out (to find a defect by another
+        // path than the one found first).
+        let without = std::env::var("SIM_WITHOUT").unwrap_or_default();
+        ops.retain(|op| {
+            let kind = format!("{op:?}");
+            !without
+                .split(',')
+                .any(|name| !name.is_empty() && kind.starts_with(name))
+        });
         Self {
             seed,
             budget,
@@ -241,6 +250,7 @@ impl Check {
 /// What one run found: its event log (the deterministic part, digested) and its violations.
 struct Outcome {
     log: Vec<String>,
+    found: Vec<String>,
     violations: Vec<(Check, String)>,
 }
 
@@ -511,7 +521,9 @@ impl World {
                     .idempotent(Inbox::new(store.clone()))
                     .build(),
                 );
-                b.worker(broker.relay(store));
+                // A round a second rather than the default 10: the same rounds, a tenth of the
+                // idle ones, which are most of a simulated half hour's work.
+                b.worker(broker.relay(store).poll_interval(Duration::from_secs(1)));
             })
     }
 
@@ -797,19 +809,24 @@ async fn run(scenario: &Scenario) -> Outcome {
     check_outbox(&account, &committed, &rolled_back, drained, &mut violations).await;
     check_redrive(&account, scenario, &mut violations).await;
 
-    // The event log's digest covers the script and the outcome the checkers saw, in a canonical
-    // form: not the account's message ids (random), nor the order handlers ran in across groups
-    // (a `HashMap`'s order inside the account, tokio's `select!`), which the promises leave open.
-    let mut log = world.log;
-    log.push(format!(
+    // The event log is the script and what the driver saw happen (each step's clock, each start,
+    // each send's answer, each redrive's counts): its digest is a run's identity. What the apps
+    // did inside (which handler ran when) also depends on tokio's `select!` draws and std's
+    // `HashMap` seeds, which a test cannot fix, so the outcome (`found`) is printed beside it.
+    let mut found = vec![format!(
         "completed {:?}",
         ledger.completions.iter().collect::<BTreeSet<_>>()
-    ));
-    log.push(format!("effects {}", ledger.effects.len()));
+    )];
+    found.push(format!("inbox effects {}", ledger.effects.len()));
     for (check, detail) in &violations {
-        log.push(format!("violation {}: {detail}", check.name()));
+        found.push(format!("violation {}: {detail}", check.name()));
     }
-    Outcome { log, violations }
+    let log = world.log;
+    Outcome {
+        log,
+        found,
+        violations,
+    }
 }
 
 async fn check_work(
@@ -1013,6 +1030,9 @@ async fn check_redrive(
 
 /// Runs `scenario` on a fresh current-thread runtime with a paused clock.
 fn run_alone(scenario: &Scenario) -> Outcome {
+    // The account's message ids and receipt handles draw from this thread's `fastrand`, on which
+    // the current-thread runtime runs everything.
+    fastrand::seed(scenario.seed);
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -1092,7 +1112,7 @@ fn simulated_worlds_keep_every_promise() {
         let scenario = Scenario::generate(*seed);
         let outcome = run_alone(&scenario);
         if replay {
-            for line in &outcome.log {
+            for line in outcome.log.iter().chain(&outcome.found) {
                 println!("{line}");
             }
         }
@@ -1123,8 +1143,17 @@ fn simulated_worlds_keep_every_promise() {
     ));
     let mut unexpected = Vec::new();
     for (check, seed) in &first_failure {
-        let shrunk = shrink(&Scenario::generate(*seed), *check);
         let awaiting = check.awaiting_fix();
+        if awaiting.is_some() && !strict() && !replay {
+            common::report(format_args!(
+                "simulation: {} first fails on seed {seed} (awaiting fix {}; SIM_SEED={seed} \
+                 shrinks it)",
+                check.name(),
+                awaiting.unwrap_or_default()
+            ));
+            continue;
+        }
+        let shrunk = shrink(&Scenario::generate(*seed), *check);
         common::report(format_args!(
             "simulation: {} first fails on seed {seed}{}; shrunk to {} steps: {}",
             check.name(),
