@@ -7,22 +7,27 @@
 //! handlers fail a given number of times and run jobs of up to 90 s (past the visibility timeout
 //! and the stop budget, so heartbeats extend and stops cancel); payments to a content-deduplicated
 //! FIFO queue consumed through the inbox, equal bodies sent again within and after SQS's 5-minute
-//! window; outbox transactions of 1–15 rows a group, some rolled back, relayed by every app;
+//! window; notes published to an SNS topic that fans out to a queue read by a batch handler
+//! whose calls fail some notes; outbox transactions of 1–15 rows a group, some rolled back,
+//! relayed by every app;
 //! a FIFO redrive whose target refuses oversize messages; and faults on the apps' lines to SQS:
 //! outages of 1–90 s (every call fails as unavailable), stalls (each call takes longer), and
 //! refusals for good of the first entry of the next sends (a partial batch failure); waits and
 //! time jumps past the 5-minute deduplication window.
 //!
-//! **A kill**, on one runtime with one paused clock: the app's line is cut (no call it makes
-//! afterwards reaches the account, no answer reaches it: each pends for good) and its handlers
-//! freeze at their next step, so it never writes the ledger, commits, deletes or sends again; what
-//! it held comes back when its visibility runs out, as after a SIGKILL. (Separate runtimes, as
+//! **A kill**, on one runtime with one paused clock: the app's line is cut (every call it makes
+//! afterwards fails before it reaches the account, and an answer that comes back after the kill
+//! is lost) and its handlers stop writing (each returns at its next step without touching the
+//! ledger); then its stop ends its tasks, as a process's death drops them, so a transaction it
+//! held rolls back and releases its inbox key, and its relay's lease is let go, as a dead
+//! connection's are. Nothing of that stop reaches the account: what the app held comes back when
+//! its visibility runs out, as after a SIGKILL. (Separate runtimes, as
 //! `tests/fault_kills_in_process.rs` uses, cannot share one paused clock.)
 //!
 //! **The checkers read independent records**, never the app's counters: the ledger the handlers
 //! write (each call, each outcome, each inbox effect, written in the inbox's transaction), what
 //! the driver sent, committed and rolled back, and the account's own store (peeked):
-//! - `lost`: every work message completed, or dead-lettered;
+//! - `lost`: every work message and every note completed, or dead-lettered;
 //! - `fifo-order`: per group, first completions in the order sent;
 //! - `dead-lettered-early`: nothing in the dead-letter queue that had fewer than 3 handler calls;
 //! - `inbox-once` and `inbox-at-least-once`: at most one effect per SQS message (the inbox's key),
@@ -47,6 +52,7 @@ use std::time::Duration;
 
 use common::kills::SplitMix;
 use rust_stream::account::Account;
+use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::inbox::Inbox;
 use rust_stream::operations::Redrive;
 use rust_stream::outbox::Outbox;
@@ -80,6 +86,10 @@ const WORK_DLQ: &str = "sim-work-dlq.fifo";
 const PAY: &str = "sim-pay.fifo";
 const EVENTS: &str = "sim-events.fifo";
 const HELD: &str = "sim-held.fifo";
+/// The SNS fan-out: a standard topic delivering to a standard queue read by a batch handler.
+const NOTES_TOPIC: &str = "sim-notes";
+const NOTES: &str = "sim-notes";
+const NOTES_DLQ: &str = "sim-notes-dlq";
 const HELD_DLQ: &str = "sim-held-dlq.fifo";
 /// The work subscription's attempts before a message is dead-lettered.
 const ATTEMPTS: u32 = 3;
@@ -106,6 +116,8 @@ enum Op {
     /// Sends a work message to `group`: its handler fails its first `fails` calls, each call a
     /// job of `job` seconds.
     Send { group: u8, fails: u8, job: u16 },
+    /// Publishes a note to the SNS topic, whose batch handler fails its first `fails` calls.
+    Note { fails: u8 },
     /// Sends payment body `body` to the inbox's content-deduplicated queue.
     Pay { body: u8 },
     /// An outbox transaction of `rows` rows of `group`, committed or rolled back.
@@ -161,8 +173,11 @@ impl Scenario {
                     fails: [0, 0, 0, 1, 1, 2][pick(6) as usize],
                     job: [0, 0, 0, 0, 1, 5, 20, 45, 90][pick(9) as usize],
                 },
-                60..=69 => Op::Pay {
+                60..=64 => Op::Pay {
                     body: pick(3) as u8,
+                },
+                65..=69 => Op::Note {
+                    fails: [0, 0, 1][pick(3) as usize],
                 },
                 70..=81 => Op::Commit {
                     group: pick(u64::from(groups)) as u8,
@@ -387,6 +402,13 @@ struct Event {
     seq: u32,
 }
 
+/// A note published to the SNS topic.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Note {
+    n: u32,
+    fails: u8,
+}
+
 /// A held (dead-lettered) message to redrive.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Held {
@@ -406,6 +428,11 @@ struct Ledger {
     completions: Vec<(u8, u32)>,
     /// Inbox effects, by SQS message id.
     effects: Vec<String>,
+    /// Per note: batch handler calls that held it, and failed ones.
+    note_calls: BTreeMap<u32, u32>,
+    note_failures: BTreeMap<u32, u32>,
+    /// Notes completed.
+    notes_done: BTreeSet<u32>,
 }
 
 type SharedLedger = Arc<Mutex<Ledger>>;
@@ -437,6 +464,32 @@ impl Handle<Work> for Worker {
         }
         ledger.completions.push(id);
         Ok(())
+    }
+}
+
+struct Notes {
+    dead: Arc<AtomicBool>,
+    ledger: SharedLedger,
+}
+
+impl HandleBatch<Note> for Notes {
+    async fn handle(&self, notes: &[Note], _: &(), _: &mut BatchContext<'_>) -> BatchOutcome {
+        if self.dead.load(Ordering::Acquire) {
+            return BatchOutcome::all(HandlerOutcome::retry());
+        }
+        let mut ledger = self.ledger.lock().unwrap();
+        let mut outcome = BatchOutcome::ack();
+        for (index, note) in notes.iter().enumerate() {
+            *ledger.note_calls.entry(note.n).or_default() += 1;
+            let failed = ledger.note_failures.entry(note.n).or_default();
+            if *failed < u32::from(note.fails) {
+                *failed += 1;
+                outcome.set(index, HandlerOutcome::retry());
+            } else {
+                ledger.notes_done.insert(note.n);
+            }
+        }
+        outcome
     }
 }
 
@@ -477,6 +530,19 @@ fn work_queue(seed: u64) -> SqsQueue {
         .retry(RetryPolicy::fixed(Duration::from_secs(1)).seeded(seed))
 }
 
+fn notes_topic() -> SnsTopic {
+    SnsTopic::new(NOTES_TOPIC).create_if_missing()
+}
+
+fn notes_queue(seed: u64) -> SqsQueue {
+    SqsQueue::new(NOTES)
+        .create_if_missing()
+        .dead_letter(NOTES_DLQ, ATTEMPTS)
+        .subscribed_to(notes_topic())
+        .visibility_timeout(Duration::from_secs(30))
+        .retry(RetryPolicy::fixed(Duration::from_secs(1)).seeded(seed))
+}
+
 fn pay_queue() -> SqsQueue {
     SqsQueue::new(PAY).create_if_missing().content_based_dedup()
 }
@@ -508,6 +574,17 @@ impl World {
                             ledger: ledger.clone(),
                         },
                     )
+                    .build(),
+                );
+                b.include(
+                    subscriber(
+                        notes_queue(seed),
+                        Notes {
+                            dead: line.dead.clone(),
+                            ledger: ledger.clone(),
+                        },
+                    )
+                    .batch(10, Duration::from_secs(1))
                     .build(),
                 );
                 b.include(
@@ -632,6 +709,7 @@ async fn run(scenario: &Scenario) -> Outcome {
     let mut committed: BTreeSet<(u8, u32)> = BTreeSet::new();
     let mut rolled_back: BTreeSet<(u8, u32)> = BTreeSet::new();
     let mut paid: BTreeSet<String> = BTreeSet::new();
+    let mut notes: Vec<u32> = Vec::new();
     let mut redriven: Vec<String> = Vec::new();
 
     for (step, op) in scenario.ops.iter().enumerate() {
@@ -686,6 +764,21 @@ async fn run(scenario: &Scenario) -> Outcome {
                     .unwrap();
                 sent.push((*group, *n));
                 world.note(format!("{step} send g{group}/{n}"));
+            }
+            Op::Note { fails } => {
+                let n = notes.len() as u32 + 1;
+                // Published once an app has made the topic and its subscription; before, SNS
+                // would deliver it nowhere (and the driver knows it was not published).
+                let published = driver
+                    .topic(notes_topic())
+                    .message(&Note { n, fails: *fails })
+                    .send()
+                    .await
+                    .is_ok();
+                if published {
+                    notes.push(n);
+                }
+                world.note(format!("{step} note {n}: published {published}"));
             }
             Op::Pay { body } => {
                 let answer = driver
@@ -777,6 +870,7 @@ async fn run(scenario: &Scenario) -> Outcome {
     while Instant::now() < deadline {
         if pending(&account, WORK).await == 0
             && pending(&account, PAY).await == 0
+            && pending(&account, NOTES).await == 0
             && store.outbox_rows().is_empty()
         {
             drained = true;
@@ -805,6 +899,7 @@ async fn run(scenario: &Scenario) -> Outcome {
     }
     let ledger = std::mem::take(&mut *world.ledger.lock().unwrap());
     check_work(&account, &sent, &ledger, &mut violations).await;
+    check_notes(&account, &notes, &ledger, &mut violations).await;
     check_inbox(&paid, &ledger, &mut violations);
     check_outbox(&account, &committed, &rolled_back, drained, &mut violations).await;
     check_redrive(&account, scenario, &mut violations).await;
@@ -818,6 +913,7 @@ async fn run(scenario: &Scenario) -> Outcome {
         ledger.completions.iter().collect::<BTreeSet<_>>()
     )];
     found.push(format!("inbox effects {}", ledger.effects.len()));
+    found.push(format!("notes completed {:?}", ledger.notes_done));
     for (check, detail) in &violations {
         found.push(format!("violation {}: {detail}", check.name()));
     }
@@ -891,6 +987,35 @@ async fn check_work(
                     ));
                 }
             }
+        }
+    }
+}
+
+/// The fan-out's notes: each completed, or dead-lettered. On a standard queue a message's
+/// attempts are SQS's receive count, which a kill's lost receives raise too, so only loss is
+/// checked here.
+async fn check_notes(
+    account: &Account,
+    notes: &[u32],
+    ledger: &Ledger,
+    violations: &mut Vec<(Check, String)>,
+) {
+    if notes.is_empty() {
+        return;
+    }
+    let dead: BTreeSet<u32> = stored(account, NOTES_DLQ)
+        .await
+        .iter()
+        .filter_map(|body| {
+            // A dead-lettered copy is SNS's envelope around the note.
+            let envelope: serde_json::Value = serde_json::from_str(body).ok()?;
+            let inner = envelope.get("Message")?.as_str()?;
+            serde_json::from_str::<Note>(inner).ok().map(|note| note.n)
+        })
+        .collect();
+    for n in notes {
+        if !ledger.notes_done.contains(n) && !dead.contains(n) {
+            violations.push((Check::Lost, format!("note {n} never completed")));
         }
     }
 }
