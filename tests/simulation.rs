@@ -1231,28 +1231,43 @@ fn simulated_worlds_keep_every_promise() {
     };
     let replay = seeds.len() == 1;
     let started = std::time::Instant::now();
+    // Seeds run on threads of their own, each on its own runtime, as many as the machine has
+    // cores (at most 4): a run is the same on any thread.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<(u64, BTreeSet<Check>)>> = Mutex::default();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(seeds.len()) {
+            scope.spawn(|| {
+                while let Some(seed) = seeds.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let outcome = run_alone(&Scenario::generate(*seed));
+                    if replay {
+                        for line in outcome.log.iter().chain(&outcome.found) {
+                            println!("{line}");
+                        }
+                    }
+                    let checks = outcome.checks();
+                    println!(
+                        "simulation seed {seed} (SIM_SEED={seed} replays it): digest {}, {}",
+                        outcome.digest(),
+                        if checks.is_empty() {
+                            "every check holds".to_owned()
+                        } else {
+                            format!("violated {:?}", outcome.violations)
+                        }
+                    );
+                    results.lock().unwrap().push((*seed, checks));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort();
     let mut first_failure: BTreeMap<Check, u64> = BTreeMap::new();
     let mut failing_seeds: BTreeMap<Check, usize> = BTreeMap::new();
-    for seed in &seeds {
-        let scenario = Scenario::generate(*seed);
-        let outcome = run_alone(&scenario);
-        if replay {
-            for line in outcome.log.iter().chain(&outcome.found) {
-                println!("{line}");
-            }
-        }
-        let checks = outcome.checks();
-        println!(
-            "simulation seed {seed} (SIM_SEED={seed} replays it): digest {}, {}",
-            outcome.digest(),
-            if checks.is_empty() {
-                "every check holds".to_owned()
-            } else {
-                format!("violated {:?}", outcome.violations)
-            }
-        );
+    for (seed, checks) in results {
         for check in checks {
-            first_failure.entry(check).or_insert(*seed);
+            first_failure.entry(check).or_insert(seed);
             *failing_seeds.entry(check).or_default() += 1;
         }
     }
