@@ -27,7 +27,6 @@ mod asyncapi;
 use std::process::ExitCode;
 
 use rust_stream::health::AppState;
-use rust_stream::http::prometheus::PrometheusBuilder;
 use rust_stream::http::Probes;
 use rust_stream::prelude::*;
 use tokio::net::TcpListener;
@@ -69,7 +68,7 @@ async fn main() -> ExitCode {
 
 async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     // Installed before the app is made, so every metric it registers reaches it.
-    let metrics = PrometheusBuilder::new().install_recorder()?;
+    let metrics = rust_stream::http::prometheus_builder().install_recorder()?;
     let address = std::env::var("HEALTH_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
     let listener = TcpListener::bind(&address).await?;
     tracing::info!(address = %listener.local_addr()?, "probes and metrics listening");

@@ -10,8 +10,9 @@
 //! - **nothing lost**: every message is acked or dead-lettered, exactly once, and the queue ends
 //!   empty;
 //! - **order**: no call holds a message of a group while an earlier message of that group is
-//!   neither settled (acked or dead-lettered) nor before it in the same call; per group the
-//!   settlements follow the sent order; a call holds each group's messages in order;
+//!   neither settled by its verdict (acked or dead-lettered) nor before it in the same call; per
+//!   group the settlements the recorder counts (once each message's delete succeeded) follow the
+//!   sent order; a call holds each group's messages in order;
 //! - **one call of a group at a time**: no two calls running at once hold the same group;
 //! - **dead-lettering per policy**: every dead-letter copy is the script's (reason `scripted`) or a
 //!   message out of attempts (its attempts header at least `max_receive_count`); a message whose
@@ -146,13 +147,17 @@ struct Watch {
     /// Groups in calls running now.
     running: HashSet<String>,
     calls: usize,
+    /// Jobs whose attempt ended them, as the probe's verdicts settle them: acked, or
+    /// dead-lettered (by the script, or out of attempts). The recorder counts a settled message
+    /// only once its delete is answered, which on FIFO comes with its lane's run, after later
+    /// messages of the group may have run.
+    ended: HashSet<u32>,
 }
 
 /// A batch handler that checks the order contract at each call, works for a while (tokio time,
 /// so overlaps would show), then settles each message as its script says for its attempt.
 struct Probe {
     plan: Arc<Vec<Planned>>,
-    recorder: Recorder,
     watch: Arc<Mutex<Watch>>,
     work: Duration,
     max_receive_count: u32,
@@ -185,11 +190,12 @@ fn settled(recorder: &Recorder) -> HashMap<u32, Vec<Settled>> {
 
 impl HandleBatch<Job> for Probe {
     async fn handle(&self, jobs: &[Job], _: &(), ctx: &mut BatchContext<'_>) -> BatchOutcome {
-        let done: HashSet<u32> = settled(&self.recorder)
-            .into_iter()
-            .filter(|(_, ends)| ends.iter().any(|end| *end != Settled::Retried))
-            .map(|(n, _)| n)
-            .collect();
+        let done = self
+            .watch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .ended
+            .clone();
         let mut groups: Vec<String> = jobs.iter().map(|job| job.group.clone()).collect();
         groups.dedup();
         {
@@ -250,6 +256,28 @@ impl HandleBatch<Job> for Probe {
             };
             outcome.set(index, settle);
         }
+        // Each group's lane settles its messages of the call in order until one does not go
+        // forward (a failure with attempts left): its later ones run again. A panic fails all.
+        let mut watch = self.watch.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stopped: HashSet<&str> = HashSet::new();
+        for (index, job) in jobs.iter().enumerate() {
+            if stopped.contains(job.group.as_str()) {
+                continue;
+            }
+            let step = if panics {
+                Step::Retry
+            } else {
+                self.plan[job.n as usize].step(ctx[index].attempt())
+            };
+            let ends = matches!(step, Step::Ack | Step::DeadLetter)
+                || ctx[index].attempt() >= self.max_receive_count;
+            if ends {
+                watch.ended.insert(job.n);
+            } else {
+                stopped.insert(&job.group);
+            }
+        }
+        drop(watch);
         assert!(!panics, "scripted panic");
         outcome
     }
@@ -270,7 +298,6 @@ async fn scripted_batches(case: Case) -> Result<(), TestCaseError> {
     let watch = Arc::new(Mutex::new(Watch::default()));
     let probe = Probe {
         plan: plan.clone(),
-        recorder: recorder.clone(),
         watch: watch.clone(),
         work: Duration::from_millis(case.work_ms),
         max_receive_count: case.max_receive_count,

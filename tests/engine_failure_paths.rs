@@ -570,3 +570,113 @@ async fn the_replay_check_finds_each_kind_of_breach() {
     assert!(replay_breach(&never, &failed, 10).is_some_and(|b| b.contains("never handled again")));
     assert!(replay_breach(&replayed, &failed, 1).is_some_and(|b| b.contains("more than its run")));
 }
+
+/// How many times `queue`'s recorder and metrics counted a message of it as acked.
+fn acked(recorder: &rust_stream::testing::Recorder, queue: &str) -> (usize, Option<f64>) {
+    let recorded = recorder
+        .handled(queue)
+        .iter()
+        .filter(|handled| handled.settled == rust_stream::testing::Settled::Acked)
+        .count();
+    let metric = common::gauges::prometheus()
+        .render()
+        .lines()
+        .filter(|line| line.starts_with("rust_stream_messages_settled{"))
+        .filter(|line| line.contains(&format!("messaging_destination_name=\"{queue}\"")))
+        .filter(|line| line.contains("rust_stream_outcome=\"acked\""))
+        .find_map(|line| line.rsplit(' ').next()?.parse().ok());
+    (recorded, metric)
+}
+
+/// A message is counted as acked once its delete succeeded: one whose delete failed for good is
+/// not (it comes back, is handled again, and counts when that delete succeeds).
+#[tokio::test(start_paused = true)]
+async fn a_delete_that_fails_for_good_is_not_counted_as_acked() {
+    common::gauges::prometheus();
+    let account = Account::new();
+    let faulty = Faulty::default();
+    let broker = SqsBroker::with_transport(faulty.over(&account));
+    let recorder = broker.recorder();
+    let queue = SqsQueue::new("receipts")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(30));
+    faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let handler = Recorder {
+        events: events.clone(),
+    };
+    let running = start(&broker, subscriber(queue.clone(), handler).build()).await;
+    broker
+        .publisher(queue)
+        .message(&Job::new("-", 1))
+        .send()
+        .await
+        .unwrap();
+    eventually("the delete failed for good", async || {
+        !faulty.failed_for_good.lock().unwrap().is_empty()
+    })
+    .await;
+    // Handled once, its delete refused: nothing is acked while it waits to come back.
+    assert_eq!(acked(&recorder, "receipts").0, 0);
+    eventually_within("`receipts` drained", Duration::from_secs(120), async || {
+        is_empty(&account, "receipts").await
+    })
+    .await;
+    running.stop().await.unwrap();
+    let calls = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|event| matches!(event, Event::Start(..)))
+        .count();
+    assert_eq!(calls, 2, "handled again after its visibility timeout");
+    assert_eq!(acked(&recorder, "receipts"), (1, Some(1.0)));
+}
+
+/// On FIFO a lane's acked messages wait in its run until their delete call is answered; one
+/// whose delete failed for good is replayed, and each message counts as acked once.
+#[tokio::test(start_paused = true)]
+async fn a_fifo_message_replayed_after_its_delete_failed_counts_as_acked_once() {
+    common::gauges::prometheus();
+    let account = Account::new();
+    let faulty = Faulty::default();
+    let broker = SqsBroker::with_transport(faulty.over(&account));
+    let recorder = broker.recorder();
+    let queue = SqsQueue::new("ledger-once.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(2));
+    let publisher = broker.publisher(queue.clone());
+    for n in 1..=3 {
+        publisher
+            .message(&Job::new("a", n))
+            .group_id("a")
+            .send()
+            .await
+            .unwrap();
+    }
+    faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let handler = Recorder {
+        events: events.clone(),
+    };
+    let running = start(&broker, subscriber(queue, handler).build()).await;
+    eventually_within(
+        "`ledger-once.fifo` drained",
+        Duration::from_secs(120),
+        async || is_empty(&account, "ledger-once.fifo").await,
+    )
+    .await;
+    running.stop().await.unwrap();
+    let calls = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|event| matches!(event, Event::Start(..)))
+        .count();
+    assert_eq!(faulty.failed_for_good.lock().unwrap().len(), 1);
+    assert!(
+        calls > 3,
+        "the message whose delete failed ran again: {calls} calls"
+    );
+    assert_eq!(acked(&recorder, "ledger-once.fifo"), (3, Some(3.0)));
+}

@@ -51,6 +51,8 @@ struct Call {
     app: usize,
     job: Job,
     receive_count: u32,
+    /// `ctx.attempt()`: the attempt as the retry policy counts it.
+    attempt: u32,
     start: f64,
     end: Option<f64>,
 }
@@ -73,6 +75,7 @@ impl Handle<Job> for Worker {
                 app: self.app,
                 job: job.clone(),
                 receive_count: ctx.receive_count(),
+                attempt: ctx.attempt(),
                 start: self.started.elapsed().as_secs_f64(),
                 end: None,
             });
@@ -123,20 +126,39 @@ async fn spawn_with(
 }
 
 async fn bodies(account: &Account, queue: &str) -> Vec<Job> {
+    received(account, queue)
+        .await
+        .iter()
+        .map(|m| serde_json::from_str::<Job>(&m.body).unwrap())
+        .collect()
+}
+
+/// Every message of `queue`, received (and hidden for 10 minutes).
+async fn received(account: &Account, queue: &str) -> Vec<ReceivedMessage> {
     let url = account.get_queue_url(queue).await.unwrap();
-    let mut jobs = Vec::new();
+    let mut messages = Vec::new();
     loop {
         let got = account
             .receive_message(&url, ReceiveMessage::new(10).visibility_timeout(600))
             .await
             .unwrap();
         if got.is_empty() {
-            return jobs;
+            return messages;
         }
-        jobs.extend(
-            got.iter()
-                .map(|m| serde_json::from_str::<Job>(&m.body).unwrap()),
-        );
+        messages.extend(got);
+    }
+}
+
+/// Waits until `queue` holds nothing, visible, in flight or delayed (at most three hours).
+async fn drained(account: &Account, queue: &str) {
+    let url = account.get_queue_url(queue).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3 * 3600);
+    loop {
+        let counts = account.counts(&url).await.unwrap();
+        if counts.visible + counts.in_flight + counts.delayed == 0 || Instant::now() > deadline {
+            return;
+        }
+        sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -213,17 +235,7 @@ async fn rolling_restarts(
         if app_index < restarts {
             sleep(run_for).await;
         } else {
-            let url = account.get_queue_url("jobs.fifo").await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(3 * 3600);
-            loop {
-                let counts = account.counts(&url).await.unwrap();
-                if counts.visible + counts.in_flight + counts.delayed == 0
-                    || Instant::now() > deadline
-                {
-                    break;
-                }
-                sleep(Duration::from_secs(1)).await;
-            }
+            drained(&account, "jobs.fifo").await;
         }
         app.stop().await.unwrap();
     }
@@ -313,6 +325,125 @@ async fn six_rolling_restarts_with_handlers_that_outlive_each_stop_dead_letter_n
         given_back > 0,
         "the case gives messages back more often than the subscription's 3 attempts"
     );
+}
+
+/// Six restarts while the head of a group runs a long job: each stop cancels the head and gives
+/// back the five behind it unstarted (six receives SQS counts for each, no attempt), then the
+/// deploy's app handles the group with `fails` deciding each call. The calls of every app, and
+/// what the dead-letter queue holds.
+async fn restarts_during_a_long_head_then(
+    fails: fn(&Job) -> bool,
+) -> (Vec<Call>, Vec<ReceivedMessage>) {
+    const RESTARTS: usize = 6;
+    let account = Account::new();
+    let queue = SqsQueue::new("jobs.fifo")
+        .create_if_missing()
+        .dead_letter("jobs-dlq.fifo", 3);
+    let broker = SqsBroker::with_account(&account);
+    // The first start creates the queues (`maxReceiveCount` 3 + 10: SQS's redrive stays out).
+    let creating = worker(usize::MAX, &Calls::default(), |_| Duration::ZERO);
+    spawn(&broker, queue.clone(), creating)
+        .await
+        .stop()
+        .await
+        .unwrap();
+    for n in 1..=6 {
+        send(&broker, &queue, "g", n).await;
+    }
+    let calls = Calls::default();
+    let started = Instant::now();
+    for app in 0..RESTARTS {
+        // Each app's process is new: a broker of its own, nothing shared but the queue.
+        let mut long = worker(app, &calls, |_| Duration::from_secs(1_000));
+        long.started = started;
+        let running = spawn(&SqsBroker::with_account(&account), queue.clone(), long).await;
+        sleep(Duration::from_secs(5)).await;
+        running.stop().await.unwrap();
+    }
+    let mut deployed = worker(RESTARTS, &calls, |_| Duration::ZERO);
+    deployed.started = started;
+    deployed.fails = fails;
+    let running = spawn(&SqsBroker::with_account(&account), queue.clone(), deployed).await;
+    drained(&account, "jobs.fifo").await;
+    running.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c.app < RESTARTS)
+            .all(|c| c.job.n == 1),
+        "only the head was started before the deploy: {calls:?}"
+    );
+    let received = received(&account, "jobs-dlq.fifo").await;
+    (calls, received)
+}
+
+/// (receive count, `ctx.attempt()`) of each call of the deploy's app (index 6), by job.
+fn deployed_attempts(calls: &[Call]) -> BTreeMap<u32, Vec<(u32, u32)>> {
+    let mut by_job: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
+    for call in calls.iter().filter(|c| c.app == 6) {
+        by_job
+            .entry(call.job.n)
+            .or_default()
+            .push((call.receive_count, call.attempt));
+    }
+    by_job
+}
+
+#[tokio::test(start_paused = true)]
+async fn restarts_during_a_long_head_then_one_failure_each_dead_letter_nothing() {
+    // After the deploy a downstream is briefly away: each of 2-6 fails its first call, then
+    // succeeds. The subscription allows 3 attempts.
+    static FAILED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    let (calls, dead) = restarts_during_a_long_head_then(|job| {
+        let mut failed = FAILED.lock().unwrap();
+        let first = job.n >= 2 && !failed.contains(&job.n);
+        if first {
+            failed.push(job.n);
+        }
+        first
+    })
+    .await;
+    let dead: Vec<String> = dead.into_iter().map(|m| m.body).collect();
+    assert!(
+        dead.is_empty(),
+        "dead-lettered before their attempts were spent: {dead:?}; {:?}",
+        deployed_attempts(&calls)
+    );
+    // SQS counted the six receives the stops gave back; the attempts count only attempts.
+    let mut expected = BTreeMap::from([(1, vec![(7, 1)])]);
+    for n in 2..=6 {
+        expected.insert(n, vec![(7, 1), (7, 2)]);
+    }
+    assert_eq!(deployed_attempts(&calls), expected);
+    assert_eq!(
+        first_completions(&calls),
+        BTreeMap::from([("g".to_owned(), (1..=6).collect::<Vec<u32>>())])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_restarts_a_message_failing_every_attempt_is_dead_lettered_after_exactly_3() {
+    let (calls, dead) = restarts_during_a_long_head_then(|job| job.n == 2).await;
+    let attempts = deployed_attempts(&calls);
+    assert_eq!(attempts[&2], [(7, 1), (7, 2), (7, 3)], "{attempts:?}");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(serde_json::from_str::<Job>(&dead[0].body).unwrap().n, 2);
+    let header = dead[0].message_attributes[rust_stream::ATTEMPTS_HEADER]
+        .string_value
+        .clone();
+    assert_eq!(header.as_deref(), Some("3"));
+    // The group goes on after the move, in order: nothing of it ran before 2's last call ended.
+    assert_eq!(
+        first_completions(&calls),
+        BTreeMap::from([("g".to_owned(), (1..=6).collect::<Vec<u32>>())])
+    );
+    let last_of_2 = calls.iter().filter(|c| c.job.n == 2).filter_map(|c| c.end);
+    let last_of_2 = last_of_2.fold(0.0, f64::max);
+    assert!(calls
+        .iter()
+        .filter(|c| c.job.n > 2)
+        .all(|c| c.start >= last_of_2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -447,11 +578,60 @@ struct Stalling {
     jobs: Arc<Mutex<std::collections::HashMap<String, Job>>>,
     /// Every receive never answers.
     receives_hang: Arc<AtomicBool>,
+    /// The next receive is answered only after this long.
+    stall_receive: Arc<Mutex<Option<Duration>>>,
     /// Looking up this queue is refused, as for a consumer without access to it.
     hidden: Arc<Mutex<Option<String>>>,
     started: Arc<OnceLock<Instant>>,
     /// (seconds since start, entries) of each delete call.
     deletes: Arc<Mutex<Vec<(f64, usize)>>>,
+    /// Each call stalled: proof that the stall happened, and how long the call lasted.
+    stalls: Arc<Mutex<Vec<Stall>>>,
+}
+
+/// One stalled call: which, when it began, and when it ended (answered or given up by its
+/// caller) in seconds since start.
+#[derive(Clone, Debug, PartialEq)]
+struct Stall {
+    call: &'static str,
+    began: f64,
+    ended: Option<f64>,
+}
+
+impl Stall {
+    /// How long the call lasted, once it has ended.
+    fn lasted(&self) -> Option<f64> {
+        self.ended.map(|ended| ended - self.began)
+    }
+}
+
+/// Records a stalled call in `stalling`'s list and, when dropped (the call answered, or its
+/// future dropped by a caller that gave it up), when it ended.
+struct Stalled {
+    stalling: Stalling,
+    index: usize,
+}
+
+impl Stalled {
+    fn begin(stalling: &Stalling, call: &'static str) -> Self {
+        let mut stalls = stalling.stalls.lock().unwrap();
+        stalls.push(Stall {
+            call,
+            began: stalling.at(),
+            ended: None,
+        });
+        Self {
+            stalling: stalling.clone(),
+            index: stalls.len() - 1,
+        }
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        let at = self.stalling.at();
+        self.stalling.stalls.lock().unwrap()[self.index].ended = Some(at);
+    }
 }
 
 /// When each message (by group and number) is visible again: `None` once deleted.
@@ -501,6 +681,11 @@ impl Hooks for Stalling {
         if self.receives_hang.load(Ordering::Acquire) {
             std::future::pending::<()>().await;
         }
+        let stall = self.stall_receive.lock().unwrap().take();
+        if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "ReceiveMessage");
+            sleep(stall).await;
+        }
         let visibility = request.visibility_timeout;
         let received = inner.receive_message(url, request).await?;
         let visibility = match visibility {
@@ -533,6 +718,7 @@ impl Hooks for Stalling {
             .push((self.at(), entries.len()));
         let stall = self.stall_delete.lock().unwrap().take();
         if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "DeleteMessageBatch");
             sleep(stall).await;
         }
         let handles: BTreeMap<String, String> = entries
@@ -557,6 +743,7 @@ impl Hooks for Stalling {
     ) -> Result<BatchResult<()>, TransportError> {
         let stall = self.stall_visibility.lock().unwrap().take();
         if let Some(stall) = stall {
+            let _stalled = Stalled::begin(self, "ChangeMessageVisibilityBatch");
             sleep(stall).await;
         }
         let refused = self.refuse_extensions_of.lock().unwrap().clone();
@@ -785,6 +972,21 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice() {
     *stalling.stall_visibility.lock().unwrap() = Some(Duration::from_secs(60));
     sleep(Duration::from_secs(400)).await;
     app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let stalled: Vec<&str> = stalls.iter().map(|stall| stall.call).collect();
+    assert_eq!(
+        stalled,
+        ["DeleteMessageBatch", "ChangeMessageVisibilityBatch"],
+        "one delete, then one extension stalled: {stalls:?}"
+    );
+    // Each given up by the engine within its try's deadline (10 s, or half the visibility its
+    // entries had left), long before the 60 s stall would have answered.
+    assert!(
+        stalls
+            .iter()
+            .all(|stall| stall.lasted().is_some_and(|lasted| lasted <= 10.0)),
+        "{stalls:?}"
+    );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 8, "each message handled once: {calls:?}");
     assert!(calls.iter().all(|c| c.receive_count == 1), "{calls:?}");
@@ -825,8 +1027,83 @@ async fn a_stalled_extension_lets_no_other_message_time_out() {
     publisher.message(&Job::new("b", 1)).send().await.unwrap();
     sleep(Duration::from_secs(200)).await;
     app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let stalled: Vec<&str> = stalls.iter().map(|stall| stall.call).collect();
+    assert_eq!(
+        stalled,
+        ["ChangeMessageVisibilityBatch"],
+        "one extension stalled: {stalls:?}"
+    );
+    // Given up at half the 20 s visibility a's lease had left (about 9.5 s), not at 60 s.
+    assert!(
+        stalls[0].lasted().is_some_and(|lasted| lasted <= 5.0),
+        "{stalls:?}"
+    );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2, "a and b each handled once: {calls:?}");
+}
+
+/// README, "One call stalls": the engine gives up every try itself, a batched call at 10 s and a
+/// receive at its long poll + 10 s, then tries again. Each call here stalls for a minute; the
+/// paused clock shows when the engine dropped it.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_call_is_given_up_at_its_deadline() {
+    let account = Account::new();
+    let stalling = Stalling::new();
+    *stalling.stall_receive.lock().unwrap() = Some(Duration::from_secs(60));
+    *stalling.stall_delete.lock().unwrap() = Some(Duration::from_secs(60));
+    let broker = SqsBroker::with_transport(stalling.over(&account));
+    // A visibility far longer than twice the 10 s deadline, so the delete's try is not shortened
+    // to half of what is left; one poller, so its one receive is the one stalled.
+    let queue = SqsQueue::new("jobs")
+        .create_if_missing()
+        .pollers(1)
+        .wait(Duration::from_secs(2))
+        .visibility_timeout(Duration::from_secs(300));
+    broker
+        .publisher(queue.clone())
+        .message(&Job::new("a", 1))
+        .send()
+        .await
+        .unwrap();
+    let calls = Calls::default();
+    let app = spawn(
+        &broker,
+        queue,
+        Worker {
+            app: 0,
+            calls: calls.clone(),
+            started: Instant::now(),
+            work: |_| Duration::ZERO,
+            fails: |_| false,
+        },
+    )
+    .await;
+    sleep(Duration::from_secs(90)).await;
+    app.stop().await.unwrap();
+    let stalls = stalling.stalls.lock().unwrap().clone();
+    let lasted = |call: &str| {
+        let stall = stalls
+            .iter()
+            .find(|stall| stall.call == call)
+            .unwrap_or_else(|| panic!("a {call} stalled: {stalls:?}"));
+        stall.lasted().unwrap()
+    };
+    // The long poll's 2 s + 10 s, and the batched call's 10 s, to the millisecond.
+    assert!((lasted("ReceiveMessage") - 12.0).abs() < 0.01, "{stalls:?}");
+    assert!(
+        (lasted("DeleteMessageBatch") - 10.0).abs() < 0.01,
+        "{stalls:?}"
+    );
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "handled once: {calls:?}");
+    let url = account.get_queue_url("jobs").await.unwrap();
+    let counts = account.counts(&url).await.unwrap();
+    assert_eq!(
+        counts.visible + counts.in_flight,
+        0,
+        "deleted by the try after the stalled one: {counts:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1346,6 +1623,84 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
     assert!(calls.lock().unwrap().is_empty());
 }
 
+/// README's failure table, standard column: out of attempts with a `RedrivePolicy` whose
+/// dead-letter queue the consumer cannot reach, a message is released for SQS's redrive, and a
+/// startup warning says so.
+#[test]
+fn a_standard_subscription_with_an_unreachable_redrive_target_warns_and_leaves_the_move_to_sqs() {
+    let moved = Arc::new(Mutex::new((0, Vec::new())));
+    let logged = common::logged_while(|| {
+        let moved = moved.clone();
+        async move {
+            let account = Account::new();
+            let source = account
+                .create_queue("jobs", QueueAttributes::new())
+                .await
+                .unwrap();
+            let dead_letters = account
+                .create_queue("jobs-dlq", QueueAttributes::new())
+                .await
+                .unwrap();
+            let policy = format!(
+                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+                account.queue_arn_for("jobs-dlq")
+            );
+            account
+                .set_queue_attributes(
+                    &source,
+                    QueueAttributes::from([("RedrivePolicy".to_owned(), policy)]),
+                )
+                .await
+                .unwrap();
+            let stalling = Stalling::new();
+            *stalling.hidden.lock().unwrap() = Some("jobs-dlq".into());
+            let broker = SqsBroker::with_transport(stalling.over(&account));
+            let queue = SqsQueue::new("jobs").retry(RetryPolicy::fixed(Duration::from_secs(1)));
+            broker
+                .publisher(queue.clone())
+                .message(&Job::new("a", 1))
+                .send()
+                .await
+                .unwrap();
+            let calls = Calls::default();
+            let app = spawn(
+                &broker,
+                queue,
+                Worker {
+                    app: 0,
+                    calls: calls.clone(),
+                    started: Instant::now(),
+                    work: |_| Duration::ZERO,
+                    fails: |_| true,
+                },
+            )
+            .await;
+            sleep(Duration::from_secs(120)).await;
+            app.stop().await.unwrap();
+            let held = account.counts(&dead_letters).await.unwrap();
+            let left = account.counts(&source).await.unwrap();
+            assert_eq!(left.visible + left.in_flight, 0, "{left:?}");
+            *moved.lock().unwrap() = (held.visible, calls.lock().unwrap().clone());
+        }
+    });
+    let (in_dead_letters, calls) = moved.lock().unwrap().clone();
+    assert_eq!(in_dead_letters, 1, "SQS's redrive moved the message");
+    assert_eq!(calls.len(), 3, "handled once a receive, 3 times: {calls:?}");
+    let warning = logged
+        .lines()
+        .find(|line| line.contains("cannot reach the dead-letter queue"))
+        .unwrap_or_else(|| panic!("no warning in:\n{logged}"));
+    for named in [
+        "WARN",
+        "jobs",
+        "jobs-dlq",
+        "AccessDenied",
+        "left for SQS's redrive",
+    ] {
+        assert!(warning.contains(named), "{named} missing from: {warning}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The 12-hour cap on FIFO, and a receive in flight at a stop.
 
@@ -1373,6 +1728,7 @@ async fn a_fifo_retry_past_the_twelve_hour_cap_gives_the_group_back_in_order() {
                 app: 0,
                 job: job.clone(),
                 receive_count: ctx.receive_count(),
+                attempt: ctx.attempt(),
                 start: self.started.elapsed().as_secs_f64(),
                 end: None,
             });
@@ -1538,4 +1894,81 @@ async fn beyond_the_resting_bound_failing_groups_go_back_and_still_starve_nobody
             "{group}: only its head ever ran: {order:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 34 (review 2026-12-06, N3): a handler's outputs to one FIFO queue are one submission; 15
+// of one group are two calls on one in-order shard. Through an outage that outlasts the first
+// call's retries but not the second's, the second call's outputs used to be stored ahead of the
+// first's, and the input's retry then stored the first's behind them.
+
+/// Publishes outputs 1..=15 of the group `acct-7` to `out` on each attempt.
+struct FifteenOutputs {
+    out: rust_stream::publish::Publisher,
+    attempts: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Handle<Job> for FifteenOutputs {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.attempts.fetch_add(1, Ordering::AcqRel);
+        for n in 1..=15 {
+            ctx.publish(self.out.message(&Job::new("acct-7", n)).group_id("acct-7"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_outputs_of_a_group_are_stored_in_order_through_an_outage() {
+    use common::fifo_sends::{stored, SendFaults};
+
+    let account = Account::new();
+    account.create_fifo_queue("out.fifo").await.unwrap();
+    let faults = SendFaults::of("out.fifo");
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), faults.clone()));
+    let queue = SqsQueue::new("jobs.fifo").create_if_missing();
+    let attempts = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let app = TestApp::spawn(
+        RustStream::new(AppInfo::new("operations", "0")).with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber(
+                    queue.clone(),
+                    FifteenOutputs {
+                        out: broker.publisher("out.fifo"),
+                        attempts: attempts.clone(),
+                    },
+                )
+                .build(),
+            );
+        }),
+    )
+    .await
+    .expect("starts");
+    faults.outage_from_next_call(Duration::from_secs(25));
+    send(&broker, &queue, "g", 1).await;
+    rust_stream::testing::eventually_within(
+        "the input is acked",
+        Duration::from_secs(300),
+        async || {
+            let url = account.get_queue_url("jobs.fifo").await.unwrap();
+            attempts.load(Ordering::Acquire) > 0 && common::left(&account, &url).await == (0, 0, 0)
+        },
+    )
+    .await;
+    app.stop().await.unwrap();
+
+    assert!(
+        attempts.load(Ordering::Acquire) >= 2,
+        "the outage failed the first attempt"
+    );
+    let order: Vec<u32> = stored(&account, "out.fifo")
+        .await
+        .iter()
+        .map(|body| serde_json::from_str::<Job>(body).unwrap().n)
+        .collect();
+    assert_eq!(
+        order,
+        (1..=15).collect::<Vec<_>>(),
+        "each output once, in order"
+    );
 }

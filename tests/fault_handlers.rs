@@ -194,11 +194,26 @@ struct Drawn {
     alive: Arc<AtomicUsize>,
     /// Set if an overrunning call ever completed, which a cancelled call cannot.
     overran: AtomicBool,
-    /// On FIFO, the recorder and queue, to check at each start that the group's earlier
-    /// messages were settled.
-    fifo: Option<(Recorder, String)>,
-    /// Starts that came before an earlier message of their group was settled.
+    /// On FIFO, check at each start that the group's earlier messages had their last call.
+    fifo: bool,
+    /// Messages whose last call (the plan's) returned, unwound or was cancelled. The recorder
+    /// is no witness here: it counts a FIFO message settled once its lane's run is deleted,
+    /// after later messages of its group may have run.
+    last_call_over: Arc<Mutex<BTreeSet<u32>>>,
+    /// Starts that came before an earlier message of their group had its last call.
     out_of_order: Mutex<Vec<String>>,
+}
+
+/// Notes a message's last call as over when the call's future returns, unwinds or is dropped.
+struct LastCall(Arc<Mutex<BTreeSet<u32>>>, u32);
+
+impl Drop for LastCall {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(self.1);
+    }
 }
 
 /// Counts a call as alive until its future returns, unwinds or is dropped by a cancel.
@@ -235,16 +250,18 @@ impl Handle<Job> for Drawn {
             *calls += 1;
             *calls
         };
-        if let Some((recorder, queue)) = &self.fifo {
-            let settled = finally_settled(recorder, queue);
+        if self.fifo {
+            let over = self.last_call_over.lock().unwrap().clone();
             for earlier in (0..job.n).filter(|m| m % GROUPS == job.n % GROUPS) {
-                if !settled.contains_key(&earlier) {
+                if !over.contains(&earlier) {
                     self.out_of_order.lock().unwrap().push(format!(
-                        "{job:?} (attempt {attempt}) started before message {earlier} of its group was settled"
+                        "{job:?} (attempt {attempt}) started before message {earlier} of its group had its last call"
                     ));
                 }
             }
         }
+        let _last = (attempt == self.plan.attempts(job.n))
+            .then(|| LastCall(self.last_call_over.clone(), job.n));
         let _alive = Alive::new(&self.alive);
         match self.plan.fault(job.n, attempt) {
             Fault::Success => Ok(()),
@@ -329,7 +346,8 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
         calls: Mutex::default(),
         alive: Arc::default(),
         overran: AtomicBool::new(false),
-        fifo: fifo.then(|| (recorder.clone(), name.clone())),
+        fifo,
+        last_call_over: Arc::default(),
         out_of_order: Mutex::default(),
     });
     let app = RustStream::new(AppInfo::new("handler-faults", "0")).with_broker(
@@ -498,7 +516,7 @@ async fn run_drawn_faults<T: Transport>(backend: &Backend<T>, base: &str) {
         assert_eq!(
             handler.out_of_order.lock().unwrap().as_slice(),
             &[] as &[String],
-            "no message starts before its group's earlier ones are settled"
+            "no message starts before its group's earlier ones had their last call"
         );
         let settled = finally_settled(&recorder, &name);
         for group in 0..GROUPS {

@@ -20,9 +20,12 @@
 //!   500 in bursts. In the FIFO queue: every committed event once (0 lost, 0 duplicates stored),
 //!   no rolled-back one (0 phantoms), each account's events in commit order. The same with the
 //!   outbox on SQLite (5,000 events; one process, so no second replica).
-//! - **Kills with an inbox on SQLite**: the inbox's kill runs again with the embedded store.
+//! - **Kills with an inbox on SQLite**: the inbox's kill runs again with the embedded store:
+//!   every payment posted exactly once; on FIFO the order is printed, not asserted (LocalStack's
+//!   release deviation, at the test).
 //! - **Stop under load**, on FIFO and on a standard queue. SIGTERM while handlers run, messages
-//!   wait unstarted behind them and (on FIFO, every group being held) long polls are pending: the
+//!   wait unstarted behind them and (on FIFO, every group being held) long polls are pending (the
+//!   consumer's log shows the stop waiting for one, asserted on FIFO): the
 //!   running handlers finish and are deleted, their outputs are in the output queue, nothing is
 //!   left in flight within a second of the process's exit (the queue's visibility timeout is
 //!   20 s, so a message not released would stay hidden), and a restarted consumer handles
@@ -118,19 +121,22 @@ async fn standard_payments_with_copies_killed_five_times_post_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifo_payments_with_copies_killed_five_times_post_exactly_once_in_order_on_sqlite() {
+async fn fifo_payments_with_copies_killed_five_times_post_exactly_once_on_sqlite() {
     let Some(backend) = Backend::live().await else {
         return;
     };
     let figures = inbox_kill_run(&backend, Db::Sqlite, "inbox-lite-kills.fifo", 20, 100).await;
     figures.print("FIFO on SQLite");
     figures.assert_exactly_once();
-    // The order is printed, not asserted: one run of five showed 2 postings out of their group's
-    // order, most likely LocalStack's: SQLite's one writer at a time keeps messages held longer
+    // Named for what it asserts (issue 34, item 4): the order is printed, not asserted, since one
+    // run of five showed 2 postings out of their group's order, most likely LocalStack's: SQLite's one writer at a time keeps messages held longer
     // than PostgreSQL does, so a kill leaves more of a group in flight, and LocalStack 4.13.1
     // hands out a message of a group that became visible again while an earlier one is still in
     // flight (`tests/conformance.rs`, releasing_one_message_while_others_of_its_group_are_in_flight),
-    // which Amazon SQS and the in-process account never do.
+    // which Amazon SQS and the in-process account never do. Which out-of-order postings that
+    // deviation caused cannot be told from the journal, so none is filtered out; the order on a
+    // conforming broker is asserted by `tests/fault_kills_in_process.rs` (in memory and on
+    // PostgreSQL).
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -464,6 +470,23 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
         first.log()
     );
     let (loads, settled_after) = settled_within(backend, &input, Duration::from_secs(1)).await;
+    // A receive in flight at the signal: the stop logs that it waits for one (an `info` line of
+    // the engine's, "waiting for the receive in flight", with how many).
+    let pending_polls: Vec<String> = first
+        .full_log()
+        .lines()
+        .filter(|line| line.contains("waiting for the receive in flight"))
+        .map(str::to_owned)
+        .collect();
+    if fifo {
+        // Every group is held, so the pollers, which have room, long-poll for 10 s and get
+        // nothing: a poll is pending at any moment, the signal's too.
+        assert!(
+            !pending_polls.is_empty(),
+            "a long poll was pending at SIGTERM:\n{}",
+            first.log()
+        );
+    }
 
     let before = journal.read();
     let completed_before: HashSet<String> = done_ids(&before);
@@ -562,8 +585,9 @@ async fn stop_run(backend: &Backend<AwsTransport>, base: &str) {
         "stop under load ({base}): {total} messages over {groups} groups; at SIGTERM {} handlers \
          running, all finished and deleted; {} completed before exit, their {} outputs sent; \
          {} held but unstarted released ({} of them taken by a long poll pending at the signal \
-         and released again; in flight 0 {:?} after exit); exit {:?} after the signal; after \
-         the restart 0 handled again; {order}",
+         and released again; in flight 0 {:?} after exit); long polls pending at the signal: \
+         {pending_polls:?}; exit {:?} after the signal; after the restart 0 handled again; \
+         {order}",
         running_at_signal.len(),
         completed_before.len(),
         outputs.len(),
@@ -665,6 +689,9 @@ async fn kill_run(
         "process kills ({base}): killed after {points:?} messages done"
     ));
     let mut consumer = Consumer::start(&example, &endpoint, &settings, &dir, 0);
+    // Where each process's journal lines begin and end: one process writes at a time.
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut began = 0;
     for (kill, point) in points.iter().enumerate() {
         // Each process does some work of its own before it is killed, so no kill lands on a
         // process that has not started consuming.
@@ -677,6 +704,9 @@ async fn kill_run(
         // A little more, at random, so the kill does not always follow a done line.
         tokio::time::sleep(Duration::from_millis(random.next() % 50)).await;
         consumer.kill();
+        let ended = journal.read().len();
+        spans.push((began, ended));
+        began = ended;
         consumer = Consumer::start(&example, &endpoint, &settings, &dir, kill + 1);
     }
     wait_for(&mut consumer, "every message done", || {
@@ -703,6 +733,39 @@ async fn kill_run(
     assert!(
         !redelivered.is_empty(),
         "no message was received again after a kill"
+    );
+    // Evidence per kill: what each killed process had started (running, or done but not yet
+    // deleted) and a later process received again. All kills but one must show some; one may
+    // land between a delete and the next receive.
+    let came_back: Vec<usize> = spans
+        .iter()
+        .map(|(from, to)| {
+            let started: HashMap<&str, u32> = records[*from..*to]
+                .iter()
+                .filter(|record| record.event == Event::Start)
+                .map(|record| (record.message_id.as_str(), record.receive_count))
+                .collect();
+            records[*to..]
+                .iter()
+                .filter(|record| {
+                    record.event == Event::Start
+                        && started
+                            .get(record.message_id.as_str())
+                            .is_some_and(|count| record.receive_count > *count)
+                })
+                .map(|record| record.message_id.as_str())
+                .collect::<HashSet<_>>()
+                .len()
+        })
+        .collect();
+    common::report(format_args!(
+        "process kills ({base}): messages each killed process had started and a later one \
+         received again {came_back:?}"
+    ));
+    let with_work = came_back.iter().filter(|n| **n > 0).count();
+    assert!(
+        with_work >= KILLS - 1,
+        "only {with_work} of {KILLS} kills cut work in hand: {came_back:?}"
     );
     let outputs = queue_load(backend, &output).await.visible;
     if fifo {
@@ -1067,6 +1130,11 @@ impl Consumer {
     }
 
     /// The process's output so far (its last 60 lines).
+    /// Every line the consumer logged so far.
+    fn full_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     fn log(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();

@@ -29,7 +29,9 @@ use rust_stream::record::Recorder;
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::testing::{eventually, on_each_backend, Backend, Settled, TestApp};
 use rust_stream::transport::layer::{Hooked, Hooks};
-use rust_stream::transport::{BatchResult, DeleteEntry, Transport, TransportError};
+use rust_stream::transport::{
+    BatchResult, DeleteEntry, ReceiveMessage, ReceivedMessage, Transport, TransportError,
+};
 use rust_stream::{Output, RetryPolicy, State, Subscriber};
 use serde::{Deserialize, Serialize};
 
@@ -249,9 +251,25 @@ fn copies_of_one_payment_post_once_and_send_the_recorded_output_again() {
 #[derive(Clone, Default)]
 struct FirstDeleteFails {
     failed: Arc<AtomicU32>,
+    /// Messages received from the payments queue.
+    received: Arc<AtomicU32>,
 }
 
 impl Hooks for FirstDeleteFails {
+    async fn receive_message(
+        &self,
+        inner: &impl Transport,
+        url: &str,
+        request: ReceiveMessage,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        let received = inner.receive_message(url, request).await?;
+        if url.contains("payments") {
+            self.received
+                .fetch_add(received.len() as u32, Ordering::SeqCst);
+        }
+        Ok(received)
+    }
+
     async fn delete_message_batch(
         &self,
         inner: &impl Transport,
@@ -291,9 +309,10 @@ fn a_delete_that_fails_after_the_commit_is_redelivered_and_acked_without_running
         )
         .await;
         send_copies(&broker, &payments, &payment("pay-3"), 1).await;
-        // The delete fails, so the message comes back after its visibility timeout.
-        eventually("the message is acked twice", async || {
-            settled(&recorder, &payments).len() == 2
+        // The delete fails, so the message comes back after its visibility timeout; it counts as
+        // acked once, when a delete succeeded.
+        eventually("the message is received again and acked", async || {
+            hooks.received.load(Ordering::SeqCst) >= 2 && !settled(&recorder, &payments).is_empty()
         })
         .await;
         running.drain().await;
@@ -304,9 +323,11 @@ fn a_delete_that_fails_after_the_commit_is_redelivered_and_acked_without_running
             "the delete failed, then was made again"
         );
         assert_eq!(
-            settled(&recorder, &payments),
-            [Settled::Acked, Settled::Acked]
+            hooks.received.load(Ordering::SeqCst),
+            2,
+            "received again once"
         );
+        assert_eq!(settled(&recorder, &payments), [Settled::Acked]);
         assert_eq!(post.runs(), 1, "the redelivery did not run the handler");
         assert_eq!(post.posted(), ["pay-3"]);
         assert_eq!(common::held_by(&backend, posted.name()).await.len(), 1);
@@ -367,9 +388,11 @@ fn two_consumers_racing_one_key_run_it_once() {
 }
 
 /// In process only: its clock passes SQS's five-minute deduplication window, and the inbox's
-/// retention, at once.
+/// retention, at once. `Key::DeduplicationId` is the explicit choice to merge sends with one
+/// deduplication id for the whole retention.
 #[tokio::test(start_paused = true)]
-async fn past_the_dedup_window_a_copy_is_acked_without_running_and_past_the_retention_it_runs() {
+async fn keyed_by_the_dedup_id_a_send_past_the_window_is_acked_without_running_and_past_the_retention_it_runs(
+) {
     let account = rust_stream::account::Account::new();
     let broker = SqsBroker::with_account(&account);
     let payments = SqsQueue::new("payments.fifo")
@@ -383,7 +406,11 @@ async fn past_the_dedup_window_a_copy_is_acked_without_running_and_past_the_rete
         broker.clone(),
         subscriber(payments.clone(), post.clone())
             .outputs(Output::<Posted>::new(posted.clone()))
-            .idempotent(Inbox::new(store.clone()).retention(Duration::from_secs(3600)))
+            .idempotent(
+                Inbox::new(store.clone())
+                    .key(Key::DeduplicationId)
+                    .retention(Duration::from_secs(3600)),
+            )
             .build(),
     )
     .await;
@@ -399,8 +426,8 @@ async fn past_the_dedup_window_a_copy_is_acked_without_running_and_past_the_rete
     };
     send_with_one_dedup_id().await;
     running.drain().await;
-    // Past SQS's window the same send is stored again; the inbox (keyed by the deduplication
-    // id, its default on FIFO) still knows it.
+    // Past SQS's window the same send is stored again; the inbox, keyed by the deduplication
+    // id, still knows it.
     tokio::time::advance(Duration::from_secs(6 * 60)).await;
     send_with_one_dedup_id().await;
     running.drain().await;
@@ -463,4 +490,274 @@ fn a_subscriber_function_with_an_inbox_posts_copies_of_one_payment_once() {
         assert_eq!(settled(&recorder, &payments), [Settled::Acked; 3]);
         assert_eq!(payments_store().completed() - completed_before, 1);
     });
+}
+
+/// Records each message it handles (its id and deduplication id) in the inbox's transaction, so
+/// only a committed run counts: which messages the handler ran for.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<SeenMessage>>>);
+
+/// A message's id and deduplication id, as its handler saw them.
+type SeenMessage = (String, Option<String>);
+
+impl Seen {
+    fn ids(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    fn dedup_ids(&self) -> Vec<Option<String>> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, dedup)| dedup.clone())
+            .collect()
+    }
+}
+
+impl Handle<serde_json::Value> for Seen {
+    async fn handle(
+        &self,
+        _: &serde_json::Value,
+        _: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let mut transaction = ctx
+            .transaction::<MemoryStore>()
+            .await
+            .map_err(|error| HandlerOutcome::dead_letter(error.to_string()))?;
+        let seen = self.0.clone();
+        let handled = (
+            ctx.message_id().to_owned(),
+            ctx.dedup_id().map(str::to_owned),
+        );
+        transaction.on_commit(move || seen.lock().unwrap().push(handled));
+        Ok(())
+    }
+}
+
+/// Issue 34, N1 (the review's probe R3): SQS forgets a content-based deduplication id after five
+/// minutes, so the same body sent ten minutes later is a second message. The default key
+/// (`Key::Delivered`) is the message id, never that id, so the handler runs for both.
+#[tokio::test(start_paused = true)]
+async fn equal_bodies_sent_ten_minutes_apart_to_a_content_deduplicated_queue_both_run() {
+    let account = rust_stream::account::Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let readings = SqsQueue::new("meter-readings.fifo")
+        .create_if_missing()
+        .content_based_dedup();
+    let seen = Seen::default();
+    let recorder = broker.recorder();
+    let running = start(
+        broker.clone(),
+        subscriber(readings.clone(), seen.clone())
+            .idempotent(Inbox::new(MemoryStore::new()))
+            .build(),
+    )
+    .await;
+    let send = || async {
+        broker
+            .publisher(readings.clone())
+            .raw(r#"{"meter":"m-1","kwh":5}"#)
+            .group_id("m-1")
+            .send()
+            .await
+            .expect("send")
+    };
+    let first = send().await;
+    running.drain().await;
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    let second = send().await;
+    running.drain().await;
+    running.stop().await.unwrap();
+
+    assert!(!second.duplicate, "SQS stored the second send");
+    assert_ne!(first.message_id, second.message_id);
+    assert_eq!(seen.ids(), [first.message_id, second.message_id]);
+    assert_eq!(settled(&recorder, &readings), [Settled::Acked; 2]);
+}
+
+/// N1 through SNS: a FIFO topic with content-based deduplication passes its deduplication id
+/// (the body's digest) on to the subscribed FIFO queue; the same body published ten minutes
+/// apart is two messages there, and both run.
+#[tokio::test(start_paused = true)]
+async fn equal_bodies_published_ten_minutes_apart_on_a_content_deduplicated_fifo_topic_both_run() {
+    let account = rust_stream::account::Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let topic = || {
+        rust_stream::model::SnsTopic::new("meter-readings.fifo")
+            .content_based_deduplication(true)
+            .create_if_missing()
+    };
+    let readings = SqsQueue::new("meter-readings-billing.fifo")
+        .create_if_missing()
+        .subscribed_to(
+            rust_stream::model::TopicSubscription::new(topic()).raw_message_delivery(true),
+        );
+    let seen = Seen::default();
+    let recorder = broker.recorder();
+    let running = start(
+        broker.clone(),
+        subscriber(readings.clone(), seen.clone())
+            .idempotent(Inbox::new(MemoryStore::new()))
+            .build(),
+    )
+    .await;
+    let publish = || async {
+        broker
+            .topic(topic())
+            .raw(r#"{"meter":"m-1","kwh":5}"#)
+            .group_id("m-1")
+            .send()
+            .await
+            .expect("publish")
+    };
+    let first = publish().await;
+    running.drain().await;
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    let second = publish().await;
+    running.drain().await;
+    running.stop().await.unwrap();
+
+    assert!(!second.duplicate, "SNS took the second publish as new");
+    assert_ne!(first.message_id, second.message_id);
+    assert_eq!(
+        seen.ids().len(),
+        2,
+        "the handler ran for both: {:?}",
+        seen.ids()
+    );
+    let dedup_ids = seen.dedup_ids();
+    assert!(
+        dedup_ids[0].is_some() && dedup_ids[0] == dedup_ids[1],
+        "both carry the body's digest as their deduplication id: {dedup_ids:?}"
+    );
+    assert_eq!(settled(&recorder, &readings), [Settled::Acked; 2]);
+}
+
+/// The broker over the account, with `hooks` between them.
+fn hooked(account: &rust_stream::account::Account, hooks: &FirstDeleteFails) -> SqsBroker {
+    SqsBroker::with_transport(Hooked::new(account.clone(), hooks.clone()))
+}
+
+/// What the default key still collapses (N1): a resend of one body within SQS's five minutes,
+/// which SQS stores once, and a redelivery of that one send after its delete failed, which the
+/// inbox acks without running.
+#[tokio::test(start_paused = true)]
+async fn a_resend_within_five_minutes_and_a_redelivery_of_one_send_run_once() {
+    let account = rust_stream::account::Account::new();
+    let hooks = FirstDeleteFails::default();
+    let broker = hooked(&account, &hooks);
+    let readings = SqsQueue::new("payments-readings.fifo")
+        .create_if_missing()
+        .content_based_dedup()
+        .visibility_timeout(Duration::from_secs(30));
+    let seen = Seen::default();
+    let recorder = broker.recorder();
+    let running = start(
+        broker.clone(),
+        subscriber(readings.clone(), seen.clone())
+            .idempotent(Inbox::new(MemoryStore::new()))
+            .build(),
+    )
+    .await;
+    let send = || async {
+        broker
+            .publisher(readings.clone())
+            .raw(r#"{"meter":"m-1","kwh":5}"#)
+            .group_id("m-1")
+            .send()
+            .await
+            .expect("send")
+    };
+    let first = send().await;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let resend = send().await;
+    // The first delete fails, so the message comes back after its visibility timeout.
+    eventually("the message is acked twice", async || {
+        settled(&recorder, &readings).len() == 2
+    })
+    .await;
+    running.drain().await;
+    running.stop().await.unwrap();
+
+    assert!(resend.duplicate, "SQS stored the resend once");
+    assert!(
+        hooks.failed.load(Ordering::SeqCst) >= 2,
+        "the delete failed, then was made again"
+    );
+    assert_eq!(settled(&recorder, &readings), [Settled::Acked; 2]);
+    assert_eq!(seen.ids(), [first.message_id], "the handler ran once");
+}
+
+/// A handler's FIFO output sent again past SQS's five minutes (its input redelivered after a
+/// failed delete, and the inbox sending the recorded output again) is a second message on the
+/// output queue; it carries the output's idempotency header, so an inbox downstream keying by
+/// default handles it once.
+#[tokio::test(start_paused = true)]
+async fn a_fifo_output_sent_again_past_the_dedup_window_runs_once_downstream() {
+    let account = rust_stream::account::Account::new();
+    let hooks = FirstDeleteFails::default();
+    let broker = hooked(&account, &hooks);
+    let payments = SqsQueue::new("payments.fifo")
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(6 * 60));
+    let posted = SqsQueue::new("posted.fifo").create_if_missing();
+    let post = Post::new();
+    let downstream = Seen::default();
+    let store = MemoryStore::new();
+    let recorder = broker.recorder();
+    let app = RustStream::new(AppInfo::new("inbox", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(payments.clone(), post.clone())
+                .outputs(Output::<Posted>::new(posted.clone()))
+                .idempotent(Inbox::new(store.clone()))
+                .build(),
+        );
+        b.include(
+            subscriber(posted.clone(), downstream.clone())
+                .idempotent(Inbox::new(store.clone()))
+                .build(),
+        );
+    });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    send_copies(&broker, &payments, &payment("pay-8"), 1).await;
+    eventually("the payment is acked, its delete failing", async || {
+        settled(&recorder, &payments).len() == 1
+    })
+    .await;
+    // Past the payment's visibility timeout, and SQS's five minutes for its output.
+    tokio::time::advance(Duration::from_secs(6 * 60)).await;
+    eventually("the payment is acked twice", async || {
+        settled(&recorder, &payments).len() == 2
+    })
+    .await;
+    eventually("both outputs are handled", async || {
+        settled(&recorder, &posted).len() == 2
+    })
+    .await;
+    running.drain().await;
+    running.stop().await.unwrap();
+
+    assert_eq!(post.runs(), 1, "the redelivered payment did not run");
+    assert_eq!(settled(&recorder, &posted), [Settled::Acked; 2]);
+    let outputs: Vec<String> = recorder
+        .handled(posted.name())
+        .iter()
+        .map(|handled| handled.message_id.clone())
+        .collect();
+    assert_ne!(
+        outputs[0], outputs[1],
+        "SQS stored the late resend as a new message"
+    );
+    assert_eq!(
+        downstream.ids(),
+        [outputs[0].clone()],
+        "the downstream handler ran once"
+    );
 }

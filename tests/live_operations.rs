@@ -307,3 +307,149 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice_on_l
         assert_eq!(completions.get(group), Some(&vec![1, 2]), "{group}");
     }
 }
+
+/// One handler call of [`Deploy`]: (app, job, receive count, `ctx.attempt()`, finished).
+type DeployCalls = Arc<Mutex<Vec<(usize, u32, u32, u32, Option<Instant>)>>>;
+
+/// Apps before the deploy hold the group's head in a long job (each stop cancels it); the
+/// deploy's app fails each message but the first once, then succeeds.
+struct Deploy {
+    app: usize,
+    deployed: bool,
+    calls: DeployCalls,
+}
+
+impl Handle<Job> for Deploy {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let (index, first_here) = {
+            let mut calls = self.calls.lock().unwrap();
+            let first_here = !calls
+                .iter()
+                .any(|call| call.0 == self.app && call.1 == job.n);
+            calls.push((self.app, job.n, ctx.receive_count(), ctx.attempt(), None));
+            (calls.len() - 1, first_here)
+        };
+        if !self.deployed {
+            tokio::time::sleep(Duration::from_secs(1_000)).await;
+        }
+        self.calls.lock().unwrap()[index].4 = Some(Instant::now());
+        if job.n >= 2 && first_here {
+            return Err(HandlerOutcome::retry());
+        }
+        Ok(())
+    }
+}
+
+/// The LocalStack twin of `tests/engine_operations.rs`'s
+/// `restarts_during_a_long_head_then_one_failure_each_dead_letter_nothing`: six apps, each with a
+/// broker and connections of its own (nothing shared but the queue), stopped while the group's
+/// head runs a long job, so each stop gives back the five behind it unstarted (SQS counts a
+/// receive each); then the deploy's app fails each message once. Nothing is dead-lettered, each
+/// message is handled at attempts 1 and 2, first completions in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_during_a_long_head_then_one_failure_each_dead_letter_nothing_on_localstack() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let endpoint = live_endpoint("live test").expect("a live backend has an endpoint");
+    let queue_name = backend.name("deploy.fifo");
+    let dlq_name = backend.name("deploy-dlq.fifo");
+    let queue = SqsQueue::new(&queue_name)
+        .create_if_missing()
+        .dead_letter(&dlq_name, 3)
+        .wait(Duration::from_secs(1))
+        .retry(rust_stream::RetryPolicy::fixed(Duration::from_millis(200)));
+    let calls = DeployCalls::default();
+    let app = |index: usize| {
+        let broker = SqsBroker::with_transport(rust_stream::aws::AwsTransport::local(
+            &endpoint,
+            "us-east-1",
+        ));
+        let worker = Deploy {
+            app: index,
+            deployed: index == RESTARTS,
+            calls: calls.clone(),
+        };
+        TestApp::spawn(
+            RustStream::new(AppInfo::new("live-deploy", "0"))
+                .shutdown_timeout(Duration::from_secs(2))
+                .with_broker(broker, |b| {
+                    b.include(subscriber(queue.clone(), worker).build());
+                }),
+        )
+    };
+    // The first start creates the queues (`maxReceiveCount` 3 + 10).
+    let creating = app(usize::MAX).await.expect("the app starts");
+    creating.stop().await.unwrap();
+    let publisher = backend.broker.publisher(queue.clone());
+    for n in 1..=6 {
+        publisher
+            .message(&Job::new("g", n))
+            .group_id("g")
+            .send()
+            .await
+            .unwrap();
+    }
+    let url = backend.transport.get_queue_url(&queue_name).await.unwrap();
+    for index in 0..RESTARTS {
+        let running = app(index).await.expect("the app starts");
+        // Until the head runs, then a moment more.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !calls.lock().unwrap().iter().any(|call| call.0 == index) && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        running.stop().await.unwrap();
+    }
+    let running = app(RESTARTS).await.expect("the app starts");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while left(&backend, &url).await > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    running.stop().await.unwrap();
+
+    let dlq = backend.transport.get_queue_url(&dlq_name).await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        left(&backend, &dlq).await,
+        0,
+        "nothing dead-lettered: {calls:?}"
+    );
+    assert_eq!(left(&backend, &url).await, 0, "the group was consumed");
+    assert!(
+        calls
+            .iter()
+            .filter(|call| call.0 < RESTARTS)
+            .all(|call| call.1 == 1),
+        "only the head started before the deploy: {calls:?}"
+    );
+    let mut deployed: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
+    for call in calls.iter().filter(|call| call.0 == RESTARTS) {
+        deployed.entry(call.1).or_default().push((call.2, call.3));
+    }
+    // SQS counted the receives the stops gave back (more than the 3 attempts allowed, for every
+    // message); the attempts count only attempts.
+    let attempts: BTreeMap<u32, Vec<u32>> = deployed
+        .iter()
+        .map(|(n, calls)| (*n, calls.iter().map(|call| call.1).collect()))
+        .collect();
+    let mut expected = BTreeMap::from([(1, vec![1])]);
+    for n in 2..=6 {
+        expected.insert(n, vec![1, 2]);
+    }
+    assert_eq!(attempts, expected, "the deploy's calls: {deployed:?}");
+    assert!(
+        deployed.values().flatten().all(|call| call.0 > 3),
+        "each message given back more often than its attempts: {deployed:?}"
+    );
+    let mut done: Vec<_> = calls.iter().filter(|call| call.4.is_some()).collect();
+    done.sort_by_key(|call| call.4);
+    let mut order = Vec::new();
+    for call in done {
+        if !order.contains(&call.1) {
+            order.push(call.1);
+        }
+    }
+    assert_eq!(order, [1, 2, 3, 4, 5, 6], "first completions in order");
+}

@@ -143,7 +143,7 @@ async fn seed_thousand<T: Transport>(
 
 /// Every message a queue holds, received and deleted: (group, seq) from the bodies. Each is
 /// checked for what a redrive sends: the user's attributes kept, the dead-letter ones gone, and
-/// on FIFO the deduplication id from the original id, on standard the idempotency key.
+/// on FIFO the deduplication id from the original id, and the idempotency key on both.
 async fn stored<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> Vec<(String, u32)> {
     let fifo = url.ends_with(".fifo");
     backend
@@ -177,10 +177,9 @@ async fn stored<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> V
                     message.dedup_id(),
                     Some(format!("redrive-{original}").as_str())
                 );
-            } else {
-                let key = &attributes[rust_stream::inbox::IDEMPOTENCY_KEY_HEADER];
-                assert_eq!(key.string_value.as_deref(), Some(original.as_str()));
             }
+            let key = &attributes[rust_stream::inbox::IDEMPOTENCY_KEY_HEADER];
+            assert_eq!(key.string_value.as_deref(), Some(original.as_str()));
             (group.to_owned(), seq)
         })
         .collect()
@@ -928,5 +927,80 @@ async fn eventually_empty<T: Transport>(backend: &Backend<T>, url: &str) {
     panic!(
         "the queue still holds {:?} after a purge",
         backend.left(url).await
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 34 (review 2026-12-06, N5/R5): a FIFO redrive sends a receive batch of a group in one
+// submission; a copy the target refuses before the call (over its MaximumMessageSize) used to be
+// left while its group's later copy was sent and deleted, ahead of it.
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_redrive_leaves_a_groups_later_copy_behind_an_earlier_one_the_target_refuses() {
+    use rust_stream::account::Account;
+    use rust_stream::transport::QueueAttributes;
+
+    let account = Account::new();
+    let dlq = account.create_fifo_queue("orders-dlq.fifo").await.unwrap();
+    account
+        .create_queue(
+            "orders-retry.fifo",
+            QueueAttributes::from([
+                ("FifoQueue".to_owned(), "true".to_owned()),
+                ("MaximumMessageSize".to_owned(), "1024".to_owned()),
+            ]),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (n, pad) in [(1, "x".repeat(2_000)), (2, "small".to_owned())] {
+        let mut message = SendMessage::new(format!(r#"{{"n":{n},"pad":"{pad}"}}"#));
+        message.group_id = Some("order-7".into());
+        message.dedup_id = Some(format!("d{n}"));
+        ids.push(
+            account
+                .send_message(&dlq, message)
+                .await
+                .unwrap()
+                .message_id,
+        );
+    }
+    let broker = SqsBroker::with_account(&account);
+
+    let report = broker
+        .operations()
+        .redrive(&Redrive::from("orders-dlq.fifo").to("orders-retry.fifo"))
+        .await
+        .unwrap();
+
+    assert!(report.moved.is_empty(), "moved {:?}", report.moved);
+    let left: Vec<(&str, &str)> = report
+        .left
+        .iter()
+        .map(|left| (left.message_id.as_str(), left.reason.as_str()))
+        .collect();
+    assert_eq!(left.len(), 2, "both copies reported left: {left:?}");
+    assert_eq!(left[0].0, ids[0]);
+    assert!(
+        left[0].1.contains("1024"),
+        "m1's reason names the limit: {}",
+        left[0].1
+    );
+    assert_eq!(left[1].0, ids[1]);
+    assert!(
+        left[1].1.contains("earlier message of its FIFO group"),
+        "m2's reason names m1's refusal: {}",
+        left[1].1
+    );
+    let target = account.get_queue_url("orders-retry.fifo").await.unwrap();
+    assert_eq!(
+        common::left(&account, &target).await,
+        (0, 0, 0),
+        "nothing moved ahead of m1"
+    );
+    assert_eq!(
+        common::left(&account, &dlq).await,
+        (2, 0, 0),
+        "both stay, in their order"
     );
 }

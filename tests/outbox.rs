@@ -752,3 +752,64 @@ async fn a_message_its_destination_would_refuse_is_refused_before_anything_is_wr
     store.commit(transaction);
     assert!(store.outbox_rows().is_empty(), "nothing was written");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 34 (review 2026-12-06, N3/R2): a round's rows of one group are one submission of more
+// than 10, two calls on one in-order shard. Through an outage that outlasts the first call's 20 s
+// of retries but not the second's, the second call's rows used to be stored ahead of the first's.
+
+/// The stored order of 15 rows of one group, each committed in its own transaction, relayed
+/// through an outage of `length` that starts with the relay's first send.
+async fn relayed_through_an_outage(length: Duration) -> Vec<u32> {
+    use common::fifo_sends::{stored, SendFaults};
+    use rust_stream::account::Account;
+    use rust_stream::transport::layer::Hooked;
+
+    #[derive(Serialize, Deserialize)]
+    struct Row {
+        n: u32,
+    }
+    let account = Account::new();
+    let faults = SendFaults::of("events.fifo");
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), faults.clone()));
+    let store = MemoryStore::new();
+    let queue = SqsQueue::new("events.fifo").create_if_missing();
+    let outbox = Outbox::new(store.clone(), broker.publisher(queue));
+    for n in 1..=15 {
+        let mut transaction = store.begin();
+        outbox
+            .message(&Row { n })
+            .group_id("acct-7")
+            .send(&mut transaction)
+            .await
+            .unwrap();
+        store.commit(transaction);
+    }
+    faults.outage_from_next_call(length);
+    let app = RustStream::new(AppInfo::new("outbox", "0")).with_broker(broker.clone(), |b| {
+        b.worker(broker.relay(store.clone()));
+    });
+    let running = TestApp::spawn(app).await.unwrap();
+    eventually_within("every row relayed", Duration::from_secs(600), async || {
+        store.outbox_rows().is_empty()
+    })
+    .await;
+    running.stop().await.unwrap();
+    stored(&account, "events.fifo")
+        .await
+        .iter()
+        .map(|body| serde_json::from_str::<Row>(body).unwrap().n)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_groups_rows_are_stored_in_commit_order_once_each_through_an_outage_of_any_length() {
+    for seconds in [5, 15, 19, 22, 25, 30, 38, 45, 60] {
+        let order = relayed_through_an_outage(Duration::from_secs(seconds)).await;
+        assert_eq!(
+            order,
+            (1..=15).collect::<Vec<_>>(),
+            "outage of {seconds} s: every row relayed once, in commit order"
+        );
+    }
+}

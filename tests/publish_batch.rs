@@ -1,14 +1,20 @@
 //! `Publisher::send_batch`: many messages in as few `SendMessageBatch` calls as SQS allows, each
 //! FIFO group in the order given, and one answer per message in input order, where a message
-//! that breaks a rule, or is for another queue, fails alone while the rest are sent.
+//! that breaks a rule, or is for another queue, fails alone while the rest are sent; on a FIFO
+//! queue, a message refused or failed for good holds its group's later messages of the batch,
+//! which fail unsent (issue 34).
 
 mod common;
 
+use std::time::Duration;
+
+use common::fifo_sends::{stored, SendFaults};
 use common::{delete_all, fifo_queue, receive};
 use rust_stream::account::Account;
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
-use rust_stream::transport::ReceivedMessage;
+use rust_stream::transport::layer::Hooked;
+use rust_stream::transport::{ReceivedMessage, SentMessage, TransportError};
 use rust_stream::{Outgoing, PublishError, Publisher};
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +100,7 @@ async fn a_hundred_payments_over_five_groups_go_out_in_ten_calls_and_keep_each_g
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_message_that_breaks_a_rule_gets_its_own_error_and_the_other_ninety_nine_are_sent() {
+async fn a_message_that_breaks_a_rule_gets_its_own_error_and_holds_its_groups_later_ones() {
     let account = Account::new();
     let url = fifo_queue(&account, "payments.fifo", &[]).await;
     let broker = SqsBroker::with_account(&account);
@@ -114,22 +120,134 @@ async fn a_message_that_breaks_a_rule_gets_its_own_error_and_the_other_ninety_ni
                 assert_eq!(error.kind(), Some(ErrorKind::MissingParameter), "{error}");
             }
             (50, Ok(sent)) => panic!("the empty body was sent as {}", sent.message_id),
+            // account-0's later payments would be stored ahead of payment 50.
+            (
+                index,
+                Err(PublishError::Rejected {
+                    error: TransportError::HeldBehind { message },
+                    ..
+                }),
+            ) if index > 50 && index % 5 == 0 => {
+                assert!(message.contains("MissingParameter"), "{message}");
+            }
             (_, result) => assert!(result.is_ok(), "message {index}: {result:?}"),
         }
     }
     assert_eq!(
         broker.api_calls().send_message_batch,
-        10,
-        "99 messages need 10 calls"
+        9,
+        "90 messages need 9 calls"
     );
     let received = drain(&account, &url).await;
-    assert_eq!(received.len(), 99);
+    assert_eq!(received.len(), 90);
     for (group, numbers) in by_account(&received).into_iter().enumerate() {
         let expected: Vec<u32> = (0..100)
-            .filter(|n| n % GROUPS == group as u32 && *n != 50)
+            .filter(|n| n % GROUPS == group as u32 && (group != 0 || *n < 50))
             .collect();
         assert_eq!(numbers, expected, "the order of account-{group}");
     }
+}
+
+/// Fifteen payments of one account in one batch (two calls on one in-order shard) through an
+/// outage of `seconds` from the first call: the payments stored, and each one's answer.
+async fn fifteen_of_a_group_through_an_outage(
+    seconds: u64,
+) -> (Vec<u32>, Vec<Result<SentMessage, PublishError>>) {
+    let account = Account::new();
+    fifo_queue(&account, "payments.fifo", &[]).await;
+    let faults = SendFaults::of("payments.fifo");
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), faults.clone()));
+    let payments = broker.publisher("payments.fifo");
+    faults.outage_from_next_call(Duration::from_secs(seconds));
+    let results = payments
+        .send_batch((1..=15).map(|n| {
+            payments
+                .message(&Payment { account: 7, n })
+                .group_id("account-7")
+        }))
+        .await;
+    let stored = stored(&account, "payments.fifo")
+        .await
+        .iter()
+        .map(|body| serde_json::from_str::<Payment>(body).unwrap().n)
+        .collect();
+    (stored, results)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_more_than_ten_of_a_group_never_stores_a_later_message_ahead_of_an_earlier_one()
+{
+    for seconds in [5, 15, 19, 22, 25, 30, 38, 45, 60, 90] {
+        let (stored, results) = fifteen_of_a_group_through_an_outage(seconds).await;
+        // What is stored is the batch's first payments, in order; the first that failed holds
+        // every later one, which fails without being sent.
+        let first_failed = results.iter().position(Result::is_err).unwrap_or(15);
+        assert_eq!(
+            stored,
+            (1..=first_failed as u32).collect::<Vec<_>>(),
+            "outage of {seconds} s: stored {stored:?}"
+        );
+        for (index, result) in results.iter().enumerate().skip(first_failed + 1) {
+            assert!(
+                matches!(
+                    result,
+                    Err(PublishError::Rejected {
+                        error: TransportError::HeldBehind { .. },
+                        ..
+                    })
+                ) || index < 10,
+                "outage of {seconds} s: payment {} after a failed one: {result:?}",
+                index + 1
+            );
+            assert!(
+                result.is_err(),
+                "outage of {seconds} s: payment {}",
+                index + 1
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_sqs_refuses_holds_its_groups_messages_in_the_batchs_later_calls() {
+    let account = Account::new();
+    fifo_queue(&account, "payments.fifo", &[]).await;
+    let faults = SendFaults::of("payments.fifo");
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), faults.clone()));
+    let payments = broker.publisher("payments.fifo");
+    let refused = serde_json::to_string(&Payment { account: 7, n: 3 }).unwrap();
+    faults.refused.lock().unwrap().insert(refused);
+
+    let results = payments
+        .send_batch((1..=15).map(|n| {
+            payments
+                .message(&Payment { account: 7, n })
+                .group_id("account-7")
+        }))
+        .await;
+
+    // Payments 4-10 went in payment 3's call, before SQS refused it: SQS stored them, as it
+    // stores a call's other entries. Payments 11-15 were not sent.
+    let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+    let expected: Vec<bool> = (1..=15).map(|n| n != 3 && n <= 10).collect();
+    assert_eq!(ok, expected, "{results:?}");
+    for result in &results[10..] {
+        assert!(
+            matches!(
+                result,
+                Err(PublishError::Rejected { error: TransportError::HeldBehind { message }, .. })
+                    if message.contains("refused by the test")
+            ),
+            "{result:?}"
+        );
+    }
+    let stored: Vec<u32> = stored(&account, "payments.fifo")
+        .await
+        .iter()
+        .map(|body| serde_json::from_str::<Payment>(body).unwrap().n)
+        .collect();
+    assert_eq!(stored, [1, 2, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(faults.calls().len(), 1, "no call carried payments 11-15");
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,7 +6,6 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use rust_stream::http::metrics_router;
-use rust_stream::http::prometheus::PrometheusBuilder;
 use rust_stream::http::queue::{QueueApi, HISTORY_LEASE};
 use rust_stream::publish::History;
 use rust_stream::store::postgres::PostgresStore;
@@ -67,9 +66,10 @@ pub(super) async fn run(env: impl Fn(&str) -> Option<String>) -> Result<String, 
         }
     };
     // Before the broker, so every metric it records reaches the exporter.
-    let metrics = PrometheusBuilder::new()
+    let metrics = rust_stream::http::prometheus_builder()
         .install_recorder()
         .map_err(|error| Failure::Serve(format!("cannot install the metrics recorder: {error}")))?;
+    rust_stream::metrics::describe();
     let broker = SqsBroker::from_env_or_in_process()
         .await
         .map_err(Failure::Connect)?;

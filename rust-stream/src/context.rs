@@ -291,10 +291,14 @@ impl Message {
     /// retry policy counts, and dead-letters by once it reaches its `max_attempts`.
     ///
     /// On a standard queue each attempt is a receive, so this is the receive count less the
-    /// receives that were no attempt (a stop gave the message back before running it). On a FIFO
-    /// queue a failed message is retried in place, without a new receive, and each of those
-    /// tries counts too: with `dead_letter(.., 3)` the handler sees attempts 1, 2 and 3 while the
-    /// receive count stays 1, and a failure at attempt 3 dead-letters the message.
+    /// receives this process gave back without running the message (a stop that could not start
+    /// it). On a FIFO queue a failed message is retried in place, without a new receive, and this
+    /// counts the attempts this process made at the message: with `dead_letter(.., 3)` the
+    /// handler sees attempts 1, 2 and 3 while the receive count stays 1, and a failure at attempt
+    /// 3 dead-letters the message. Receives a stop gave back, in this process or an earlier one,
+    /// are not attempts; attempts an earlier process made are not known, and a message that
+    /// crashes its consumers is left to the queue's redrive (`maxReceiveCount` `n + 10` on a queue
+    /// the library creates).
     ///
     /// ```
     /// # use rust_stream::prelude::*;
@@ -547,11 +551,14 @@ impl<'a> Context<'a> {
     /// (no `group_id` step, no [`PARTITION_KEY_HEADER`] header) takes this message's group, so
     /// what a group's messages publish stays in that group's order.
     ///
-    /// On a FIFO queue without content-based deduplication a message given no deduplication id
-    /// gets `<this message's id>-<position>-<digest of its group and body>`: a retry of this
-    /// message that publishes the same output again is deduplicated by SQS (within its 5
-    /// minutes), while one that publishes something else at that position is stored, never taken
-    /// for the earlier one.
+    /// An output gets the key `<this message's id>-<position>-<digest of its group and body>`:
+    /// as its deduplication id on a FIFO queue without content-based deduplication when it was
+    /// given none, so a retry of this message that publishes the same output again is
+    /// deduplicated by SQS (within its 5 minutes); and as its
+    /// [`IDEMPOTENCY_KEY_HEADER`](crate::inbox::IDEMPOTENCY_KEY_HEADER) header when it has none
+    /// and room is left, so an [inbox](crate::inbox) downstream handles such a resend once
+    /// however late it comes. One that publishes something else at that position is another
+    /// key, never taken for the earlier one.
     pub fn publish(&mut self, message: Outgoing) {
         let delivery = self.message.delivery();
         let message = match delivery.group_id.as_deref() {
@@ -561,7 +568,7 @@ impl<'a> Context<'a> {
         let position = self.staged.len();
         let input = &delivery.message_id;
         self.staged
-            .push(message.derive_dedup_id(|content| format!("{input}-{position}-{content}")));
+            .push(message.derive_ids(|content| format!("{input}-{position}-{content}")));
     }
 
     /// What [`publish`](Self::publish) has been given so far, in order, as a test reads it. None

@@ -2,14 +2,15 @@
 //! a Prometheus server scrapes, with no glue to write.
 //!
 //! ```no_run
-//! use rust_stream::http::{prometheus::PrometheusBuilder, Probes};
+//! use rust_stream::http::{prometheus_builder, Probes};
 //! use rust_stream::prelude::*;
 //!
 //! # #[subscriber(SqsQueue::new("pings"))]
 //! # async fn pong(_ping: &String) -> HandlerOutcome { HandlerOutcome::ack() }
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! // Installed before the app is made, so every metric it registers reaches it.
-//! let metrics = PrometheusBuilder::new().install_recorder()?;
+//! // Installed before the app is made, so every metric it registers reaches it; the library's
+//! // histograms are rendered as Prometheus histograms (buckets), which aggregate across pods.
+//! let metrics = prometheus_builder().install_recorder()?;
 //! let app = RustStream::new(AppInfo::new("pings", "0.1.0"))
 //!     .with_broker(SqsBroker::from_env().await?, |b| {
 //!         b.include(pong);
@@ -48,8 +49,39 @@ use axum::{Json, Router};
 use crate::health::{Health, HealthReport};
 
 /// The Prometheus exporter the probes render `/metrics` with, at the version they are built on:
-/// install its recorder with `prometheus::PrometheusBuilder::new().install_recorder()`.
+/// install its recorder with [`prometheus_builder`]`().install_recorder()`.
 pub use metrics_exporter_prometheus as prometheus;
+
+/// A Prometheus exporter's builder that renders each of the library's histograms
+/// ([`metrics::HISTOGRAMS`](crate::metrics::HISTOGRAMS)) as a Prometheus histogram with the
+/// buckets chosen for it, not as a summary: a summary's quantiles cannot be added up across
+/// processes, a histogram's buckets can (`histogram_quantile(0.99, sum by (le) (rate(..)))`).
+///
+/// Change a histogram's buckets, or give your own histograms theirs, on the builder it returns:
+///
+/// ```
+/// use rust_stream::http::prometheus::Matcher;
+/// use rust_stream::metrics::PROCESS_DURATION;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Handlers that take minutes: buckets up to an hour.
+/// let builder = rust_stream::http::prometheus_builder()
+///     .set_buckets_for_metric(Matcher::Full(PROCESS_DURATION.into()), &[1.0, 60.0, 600.0, 3_600.0])?;
+/// # let _ = builder;
+/// # Ok(())
+/// # }
+/// ```
+pub fn prometheus_builder() -> prometheus::PrometheusBuilder {
+    crate::metrics::HISTOGRAMS.iter().fold(
+        prometheus::PrometheusBuilder::new(),
+        |builder, (name, buckets)| {
+            builder
+                .set_buckets_for_metric(prometheus::Matcher::Full((*name).to_owned()), buckets)
+                // Refused only for an empty list, and none of the library's is empty.
+                .unwrap_or_else(|error| unreachable!("buckets of `{name}`: {error}"))
+        },
+    )
+}
 
 /// A service's probes and metrics, to serve over HTTP. Cheap to clone.
 #[derive(Clone, Debug)]

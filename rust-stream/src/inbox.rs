@@ -19,7 +19,14 @@
 //!    the key, so a retry is never acked without being handled.
 //! 5. A message whose key is already completed is acked without running the handler, and the
 //!    outputs recorded with the key are sent again as they were, with their original
-//!    deduplication ids (so a FIFO queue stores them once).
+//!    deduplication ids (so a FIFO queue stores them once within its five minutes) and
+//!    [`IDEMPOTENCY_KEY_HEADER`] headers (so an inbox downstream handles them once, however
+//!    late).
+//!
+//! Which key: [`Key::Delivered`] by default, the producer's [`IDEMPOTENCY_KEY_HEADER`] else the
+//! message id. Never, unless asked for ([`Key::DeduplicationId`]), a FIFO deduplication id: SQS
+//! forgets one after five minutes and stores a later send with it as a new message, which an
+//! inbox keying by it for a week would ack unhandled.
 //!
 //! ```
 //! use rust_stream::inbox::{Inbox, Key};
@@ -94,14 +101,26 @@ const LEASE_WITHOUT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Key {
-    /// The message's [`IDEMPOTENCY_KEY_HEADER`] header when it has one, else its FIFO
-    /// deduplication id, else its SQS message id: on a FIFO queue every send deduplicated as one
-    /// is one key; on a standard queue a redelivery is, a second send is not (give producers the
-    /// header, or take a [business key](Key::json_pointer)).
+    /// The message's [`IDEMPOTENCY_KEY_HEADER`] header when it has one, else its SQS message id.
+    /// One key for the redeliveries of a send, and on FIFO for the sends SQS itself stores once
+    /// (those within its five-minute deduplication window). A second send SQS stores is a
+    /// second key, whatever its deduplication id: on a queue with content-based deduplication,
+    /// the same body sent ten minutes later is a new event. Copies the library makes of one
+    /// message carry the header (an [outbox](crate::outbox)'s resends, a handler's outputs, a
+    /// redrive's copies), so they are one key whenever they are sent; give other producers the
+    /// header, or take a [business key](Key::json_pointer).
     #[default]
     Delivered,
     /// The SQS message id: redeliveries of one send only.
     MessageId,
+    /// The message's FIFO deduplication id, else (a standard queue's message has none) its SQS
+    /// message id. An explicit choice that **merges sends for the whole [retention](Inbox::retention)**,
+    /// not SQS's five minutes: every later send with an id the inbox has completed is acked
+    /// without running. On a queue or topic with content-based deduplication the id is the body's
+    /// SHA-256, so every later message with the same body is dropped for as long as the key is
+    /// kept (a repeated command, a periodic reading); take it only when producers choose ids that
+    /// name one event each.
+    DeduplicationId,
     /// The value of a header (a `String` or `Number` message attribute).
     Header(String),
     /// The value at an [RFC 6901](https://www.rfc-editor.org/rfc/rfc6901) JSON pointer into the
@@ -120,12 +139,17 @@ impl Key {
     /// `message`'s key, or why it has none.
     fn of(&self, message: &Message) -> Result<String, String> {
         match self {
+            // Never the deduplication id: SQS forgets it after five minutes, the inbox keeps a
+            // key for its retention, so keying by it would drop sends SQS stored as new (N1).
             Self::Delivered => Ok(message
                 .header(IDEMPOTENCY_KEY_HEADER)
-                .or(message.dedup_id())
                 .unwrap_or(message.message_id())
                 .to_owned()),
             Self::MessageId => Ok(message.message_id().to_owned()),
+            Self::DeduplicationId => Ok(message
+                .dedup_id()
+                .unwrap_or(message.message_id())
+                .to_owned()),
             Self::Header(name) => message
                 .header(name)
                 .map(str::to_owned)

@@ -19,7 +19,7 @@
 //! | --- | --- | --- | --- |
 //! | `messaging.client.consumed.messages` | counter | | messages received, each receive |
 //! | `messaging.process.duration` | histogram | `error.type` unless it succeeded: `failed` (an error, a retry, a panic, a timeout), `dead_letter`, `cancelled` (at shutdown) | one attempt: decoding and the handler |
-//! | `rust_stream.messages.settled` | counter | `rust_stream.outcome`: `acked`, `retried`, `dead_lettered` | attempts settled, by how |
+//! | `rust_stream.messages.settled` | counter | `rust_stream.outcome`: `acked`, `retried`, `dead_lettered` | attempts settled, by how; `acked` and `dead_lettered` once the message's delete succeeded |
 //! | `rust_stream.messages.undecodable` | counter | | bodies that did not decode (then dead-lettered, or retried without a dead-letter queue) |
 //! | `rust_stream.messages.in_flight` | gauge | | messages in handlers now (a batch handler's call counts each of its messages) |
 //! | `rust_stream.messages.held` | gauge | | messages received and not yet settled or released (running, waiting for a slot, or behind their group) |
@@ -96,6 +96,135 @@ pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
 /// Messages published.
 pub const MESSAGES_SENT: &str = "messaging.client.sent.messages";
 
+/// Bucket bounds for [`PROCESS_DURATION`] and [`OPERATION_DURATION`], in seconds: a handler or an
+/// SQS call from 5 ms to a 20 s long poll and on to a handler's 5 minutes.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 300.0,
+];
+/// Bucket bounds for [`MESSAGE_AGE`], in seconds: from a message received at once to one at the
+/// end of SQS's longest retention (14 days), where an age alert's thresholds lie (a minute, 15
+/// minutes, an hour, a day).
+pub const AGE_BUCKETS: &[f64] = &[
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    15.0,
+    60.0,
+    300.0,
+    900.0,
+    3_600.0,
+    14_400.0,
+    86_400.0,
+    345_600.0,
+    1_209_600.0,
+];
+/// Bucket bounds for [`RECEIVE_BATCH_SIZE`]: one a size, as a receive brings 0 to 10 messages.
+pub const BATCH_SIZE_BUCKETS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+
+/// Every histogram rust-stream records, with its bucket bounds: for an exporter that renders
+/// histograms with buckets (Prometheus's does with
+/// [`http::prometheus_builder`](crate::http::prometheus_builder), feature `http`), so that they
+/// aggregate across processes.
+pub const HISTOGRAMS: &[(&str, &[f64])] = &[
+    (PROCESS_DURATION, DURATION_BUCKETS),
+    (OPERATION_DURATION, DURATION_BUCKETS),
+    (MESSAGE_AGE, AGE_BUCKETS),
+    (RECEIVE_BATCH_SIZE, BATCH_SIZE_BUCKETS),
+];
+
+/// Gives the installed recorder each metric's unit and description (Prometheus renders them as
+/// `# HELP` lines). The app calls it as each subscription starts; call it yourself after
+/// installing a recorder in a process with no app (`rust-stream serve` does). Cheap and
+/// idempotent.
+pub fn describe() {
+    use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        MESSAGES_CONSUMED,
+        Unit::Count,
+        "Messages received, each receive."
+    );
+    describe_histogram!(
+        PROCESS_DURATION,
+        Unit::Seconds,
+        "One attempt at a message: decoding and the handler (error.type unless it succeeded)."
+    );
+    describe_counter!(
+        MESSAGES_SETTLED,
+        Unit::Count,
+        "Attempts settled, by rust_stream.outcome: acked, retried, dead_lettered."
+    );
+    describe_counter!(
+        MESSAGES_UNDECODABLE,
+        Unit::Count,
+        "Bodies that did not decode."
+    );
+    describe_gauge!(MESSAGES_IN_FLIGHT, Unit::Count, "Messages in handlers now.");
+    describe_gauge!(
+        MESSAGES_HELD,
+        Unit::Count,
+        "Messages received and not yet settled or released."
+    );
+    describe_gauge!(
+        GROUPS_RESTING,
+        Unit::Count,
+        "FIFO groups waiting out a retry delay, held by this consumer."
+    );
+    describe_gauge!(POLLERS_ACTIVE, Unit::Count, "Pollers that may receive now.");
+    describe_gauge!(RECEIVES_IN_FLIGHT, Unit::Count, "Receives in flight.");
+    describe_histogram!(
+        MESSAGE_AGE,
+        Unit::Seconds,
+        "A message's age at receive: now less its SentTimestamp."
+    );
+    describe_histogram!(
+        RECEIVE_BATCH_SIZE,
+        Unit::Count,
+        "Messages each receive brought, empty ones included."
+    );
+    describe_histogram!(
+        OPERATION_DURATION,
+        Unit::Seconds,
+        "Each SQS or SNS API call, by messaging.operation.name (its count is the calls)."
+    );
+    describe_counter!(
+        MESSAGES_SENT,
+        Unit::Count,
+        "Messages published, each answered (error.type on failure)."
+    );
+    describe_counter!(
+        INBOX_DUPLICATES,
+        Unit::Count,
+        "Copies of handled messages an inbox acked without running their handler."
+    );
+    describe_counter!(
+        HISTORY_SKIPPED,
+        Unit::Count,
+        "Sends a command history skipped, their key sent within its duration."
+    );
+    describe_counter!(
+        HTTP_REQUESTS,
+        Unit::Count,
+        "Requests the HTTP queue API answered, by http.route and http.response.status_code."
+    );
+    describe_gauge!(
+        OUTBOX_BACKLOG,
+        Unit::Count,
+        "Committed outbox rows waiting, at the start of each relay round."
+    );
+    describe_gauge!(
+        OUTBOX_OLDEST_AGE,
+        Unit::Seconds,
+        "Seconds the oldest waiting outbox row has waited (0 when none)."
+    );
+    describe_counter!(OUTBOX_RELAYED, Unit::Count, "Outbox rows sent and deleted.");
+    describe_counter!(
+        OUTBOX_FAILED,
+        Unit::Count,
+        "Outbox rows whose send failed in a round; they stay and are sent again."
+    );
+}
+
 /// The value of `messaging.system` for SQS.
 const AWS_SQS: &str = "aws_sqs";
 /// The value of `messaging.system` for SNS: its calls and the publishes to topics.
@@ -134,6 +263,8 @@ pub(crate) enum Attempt {
 
 impl SubscriptionMetrics {
     pub(crate) fn new(queue: &str) -> Self {
+        // Here, as every app registers its instruments here after the recorder was installed.
+        describe();
         let base = [
             (SYSTEM, AWS_SQS.to_owned()),
             (DESTINATION, queue.to_owned()),
@@ -349,6 +480,7 @@ fn error_type(error: &TransportError) -> String {
         TransportError::Service { kind, .. } => format!("{kind:?}"),
         TransportError::Other { code, .. } => code.clone(),
         TransportError::Unavailable { .. } => "unavailable".to_owned(),
+        TransportError::HeldBehind { .. } => "held_behind".to_owned(),
     }
 }
 

@@ -52,7 +52,10 @@
 //!   destination ids in the order their transactions committed (see
 //!   [`OutboxStore::write`]); the relay reads rows by id and sends each group's in that order,
 //!   through the publisher's in-order batchers. A row whose send fails holds its group: until
-//!   it is sent, later rows of the group wait (other groups go on).
+//!   it is sent, later rows of the group wait (other groups go on). That holds within a round
+//!   too, whose rows of a group are one submission of calls of 10: once a row fails for good (an
+//!   outage that outlasts its 20 s of retries, a refusal), the round's later rows of its group
+//!   fail unsent, so no outage, however long, stores them ahead of it.
 //! - **One relay at a time** per outbox: each round takes the store's lease (on PostgreSQL an
 //!   advisory lock, so replicas of a service take turns, as the PostgreSQL store's docs say);
 //!   the others stand by and are ready.
@@ -396,19 +399,26 @@ impl<S: OutboxStore> Relay<S> {
                 (ids, answers)
             });
         }
+        // A group with a row that failed this round stays held, even if a later row of it went
+        // in the same call before SQS failed the earlier one.
+        let mut failed_groups = HashSet::new();
         for (rows, answers) in futures_util::future::join_all(sends).await {
             for ((id, destination, group), answer) in rows.into_iter().zip(answers) {
                 match answer {
                     Ok(_) => {
                         sent.push(id);
                         if let Some(group) = group {
-                            state.held.remove(&(destination, group));
+                            let key = (destination, group);
+                            if !failed_groups.contains(&key) {
+                                state.held.remove(&key);
+                            }
                         }
                     }
                     Err(error) => {
                         failed += 1;
                         tracing::warn!(outbox.row = id, messaging.destination.name = %destination, error = %error, "the outbox could not send a row; it stays, and holds its group, until it is sent");
                         if let Some(group) = group {
+                            failed_groups.insert((destination.clone(), group.clone()));
                             state.held.insert((destination, group));
                         }
                     }

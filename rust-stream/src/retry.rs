@@ -212,7 +212,10 @@ pub(crate) fn attempts(receive_count: u32, local: u32) -> u32 {
 
 /// How many receives above a subscription's attempts a queue's `RedrivePolicy` leaves: receives
 /// that are no attempt (a graceful stop gives back what it could not start, a consumer crash, a
-/// receive whose answer was lost) must not move a message the consumer has not given up on.
+/// receive whose answer was lost) must not move a message the consumer has not given up on. It is
+/// also the end of a crash loop: the consumer counts only the attempts it knows of (on FIFO, its
+/// own process's), so a message that crashes every consumer is moved by SQS after `n + 10`
+/// receives.
 pub const REDRIVE_MARGIN: u32 = 10;
 
 /// The `maxReceiveCount` a queue's redrive needs to be a backstop for a subscription that makes
@@ -225,10 +228,10 @@ pub fn redrive_backstop(max_attempts: u32) -> u32 {
 const REMEMBERED_IDS: usize = 10_000;
 
 /// A bounded tally of message ids, for what a consumer must remember of a message between its
-/// receives, where SQS's receive count and its attempts part: the receives it gave back without
-/// attempting the message (SQS counts each, and the consumer's count of attempts takes them off
-/// again), and the attempts beyond one it made in a receive it gave back (SQS counts the receive
-/// once). The oldest ids are forgotten first: a forgotten one is counted as SQS counts it.
+/// receives: on a standard queue the receives it gave back without attempting the message (SQS
+/// counts each, and the consumer's count of attempts takes them off again), on FIFO the attempts
+/// it made in receives it gave back (its count of attempts starts from them). The oldest ids are
+/// forgotten first.
 #[derive(Debug, Default)]
 pub(crate) struct MessageTally {
     remembered: std::sync::Mutex<Tally>,

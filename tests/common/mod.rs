@@ -464,6 +464,12 @@ pub mod engine {
         pub received: Arc<Mutex<std::collections::HashMap<String, String>>>,
         /// Each delete failed for good (an injected permanent failure): the message id, and when.
         pub failed_for_good: Arc<Mutex<Vec<(String, tokio::time::Instant)>>>,
+        /// The next `n` receives, deletes and visibility changes are slow: each sleeps for
+        /// `slow_by` before it reaches the account (a slow network or a loaded SQS).
+        pub slow_calls: Arc<AtomicUsize>,
+        pub slow_by: Arc<Mutex<std::time::Duration>>,
+        /// How many calls were slowed: proof that the fault was met.
+        pub slowed: Arc<AtomicUsize>,
     }
 
     impl Faulty {
@@ -488,6 +494,17 @@ pub mod engine {
         counter
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok()
+    }
+
+    impl Faulty {
+        /// Sleeps before the call when a slow call is due.
+        async fn maybe_slow(&self) {
+            if take_one(&self.slow_calls) {
+                self.slowed.fetch_add(1, Ordering::AcqRel);
+                let by = *self.slow_by.lock().unwrap();
+                tokio::time::sleep(by).await;
+            }
+        }
     }
 
     // `async fn`s: an injected panic comes when the call is polled, inside the engine's guard,
@@ -525,6 +542,7 @@ pub mod engine {
                     message: "injected receive failure".into(),
                 });
             }
+            self.maybe_slow().await;
             let mut request = request;
             if self.greedy.load(Ordering::Acquire) {
                 request.max_number_of_messages = 10;
@@ -547,6 +565,7 @@ pub mod engine {
             if take_one(&self.delete_panics) {
                 panic!("injected panic in a delete");
             }
+            self.maybe_slow().await;
             let mut pass = Vec::new();
             let mut failed = Vec::new();
             for entry in entries {
@@ -593,6 +612,7 @@ pub mod engine {
             url: &str,
             entries: Vec<ChangeVisibilityEntry>,
         ) -> Result<BatchResult<()>, TransportError> {
+            self.maybe_slow().await;
             if self.visibility_fails.load(Ordering::Acquire) {
                 let failed = entries
                     .into_iter()
@@ -1247,4 +1267,162 @@ async fn receive_all_of<T: rust_stream::transport::Transport>(
         all.extend(received);
     }
     all
+}
+
+pub mod fifo_sends {
+    //! What the FIFO send rule's tests share (issue 34): hooks that make `SendMessageBatch` fail
+    //! as SQS and the network do (an outage of a given length from the first send, a message
+    //! refused for good, a service-side failure of one entry while the rest of its call is
+    //! stored), a record of each call's entries, and the order a queue stores, read with a peek.
+
+    use std::collections::{HashMap, HashSet};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use rust_stream::account::Account;
+    use rust_stream::model::rules::ErrorKind;
+    use rust_stream::transport::layer::Hooks;
+    use rust_stream::transport::{
+        BatchFailure, BatchResult, PeekMessages, SendBatchEntry, SentMessage, Transport,
+        TransportError,
+    };
+    use tokio::time::Instant;
+
+    /// Faults of the sends to queues whose URL ends with `queue` (every queue when empty).
+    #[derive(Clone, Default)]
+    pub struct SendFaults {
+        pub queue: String,
+        /// Once armed, the outage starts with the next call and lasts its length: every call
+        /// fails whole, as SQS unreachable does.
+        pub armed: Arc<AtomicBool>,
+        pub outage: Arc<Mutex<Option<Duration>>>,
+        until: Arc<Mutex<Option<Instant>>>,
+        /// Bodies SQS refuses for good, each time (`SenderFault: true`).
+        pub refused: Arc<Mutex<HashSet<String>>>,
+        /// Bodies that fail as a service-side error (`SenderFault: false`) the next n times they
+        /// are sent, while the rest of their call goes through.
+        pub transient: Arc<Mutex<HashMap<String, usize>>>,
+        /// Each call that reached these hooks: its bodies in request order.
+        pub calls: Arc<Mutex<Vec<Vec<String>>>>,
+    }
+
+    impl SendFaults {
+        /// Faults of the sends to `queue`, none set yet.
+        pub fn of(queue: &str) -> Self {
+            Self {
+                queue: queue.to_owned(),
+                ..Self::default()
+            }
+        }
+
+        /// An outage of `length` from the next call.
+        pub fn outage_from_next_call(&self, length: Duration) {
+            *self.outage.lock().unwrap() = Some(length);
+            *self.until.lock().unwrap() = None;
+            self.armed.store(true, Ordering::Release);
+        }
+
+        /// The calls made so far, each as its bodies.
+        pub fn calls(&self) -> Vec<Vec<String>> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        fn in_outage(&self) -> bool {
+            if !self.armed.load(Ordering::Acquire) {
+                return false;
+            }
+            let Some(length) = *self.outage.lock().unwrap() else {
+                return false;
+            };
+            let until = *self
+                .until
+                .lock()
+                .unwrap()
+                .get_or_insert_with(|| Instant::now() + length);
+            Instant::now() < until
+        }
+    }
+
+    impl Hooks for SendFaults {
+        async fn send_message_batch(
+            &self,
+            inner: &impl Transport,
+            queue_url: &str,
+            entries: Vec<SendBatchEntry>,
+        ) -> Result<BatchResult<SentMessage>, TransportError> {
+            if !queue_url.ends_with(&self.queue) {
+                return inner.send_message_batch(queue_url, entries).await;
+            }
+            self.calls.lock().unwrap().push(
+                entries
+                    .iter()
+                    .map(|entry| entry.message.body.clone())
+                    .collect(),
+            );
+            if self.in_outage() {
+                return Err(TransportError::Unavailable {
+                    message: "service unavailable (the test's outage)".into(),
+                });
+            }
+            let mut pass = Vec::new();
+            let mut failed = Vec::new();
+            for entry in entries {
+                let body = &entry.message.body;
+                let transient = {
+                    let mut transient = self.transient.lock().unwrap();
+                    match transient.get_mut(body) {
+                        Some(left) if *left > 0 => {
+                            *left -= 1;
+                            true
+                        }
+                        _ => false,
+                    }
+                };
+                if self.refused.lock().unwrap().contains(body) {
+                    failed.push(BatchFailure {
+                        id: entry.id,
+                        kind: ErrorKind::InvalidParameterValue,
+                        sender_fault: true,
+                        message: "refused by the test".into(),
+                    });
+                } else if transient {
+                    failed.push(BatchFailure {
+                        id: entry.id,
+                        kind: ErrorKind::InternalError,
+                        sender_fault: false,
+                        message: "a service-side failure of the test".into(),
+                    });
+                } else {
+                    pass.push(entry);
+                }
+            }
+            let mut result = if pass.is_empty() {
+                BatchResult::default()
+            } else {
+                inner.send_message_batch(queue_url, pass).await?
+            };
+            result.failed.extend(failed);
+            Ok(result)
+        }
+    }
+
+    /// The bodies `queue` stores, in its order (a FIFO queue's sequence order), as a peek sees
+    /// them: nothing received, nothing changed.
+    pub async fn stored(account: &Account, queue: &str) -> Vec<String> {
+        let url = account.get_queue_url(queue).await.unwrap();
+        account
+            .peek_messages(
+                &url,
+                PeekMessages {
+                    offset: 0,
+                    max: 10_000,
+                },
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|peeked| peeked.message.body)
+            .collect()
+    }
 }

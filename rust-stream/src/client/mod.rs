@@ -417,27 +417,12 @@ impl Client {
                 )
             })
             .collect();
-        let accepted: Vec<SendMessage> = messages
-            .into_iter()
-            .zip(&checks)
-            .filter(|(_, check)| check.is_ok())
-            .map(|(message, _)| message)
-            .collect();
-        let mut answers = if accepted.is_empty() {
-            Vec::new()
-        } else {
-            self.sender(&resolved.url, queue.is_fifo())
-                .submit(accepted)
-                .await
-        }
-        .into_iter();
-        let answered: Vec<Result<SentMessage, TransportError>> = checks
-            .into_iter()
-            .map(|check| match check {
-                Ok(()) => answers.next().expect("the batcher answers every entry"),
-                Err(error) => Err(error),
-            })
-            .collect();
+        // On FIFO, a refused message holds its group's later ones in this submission (the
+        // sender's rule): none is sent ahead of it.
+        let answered = self
+            .sender(&resolved.url, queue.is_fifo())
+            .submit_checked(messages, checks)
+            .await;
         let sent = answered.iter().filter(|answer| answer.is_ok()).count();
         if sent > 0 {
             crate::metrics::sent(&queue.name, sent, None);

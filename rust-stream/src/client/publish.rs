@@ -40,37 +40,21 @@ impl Client {
             .iter()
             .map(|publish| check_publish(publish, resolved.target()).map(|_| ()))
             .collect();
-        let accepted: Vec<Publish> = publishes
-            .into_iter()
-            .zip(&checks)
-            .filter(|(_, check)| check.is_ok())
-            .map(|(publish, _)| publish)
-            .collect();
-        let mut answers = if accepted.is_empty() {
-            Vec::new()
-        } else {
-            // OpenTelemetry's messaging span for a publish, named by its operation; the trace
-            // context the messages carry is the caller's, read above.
-            let span = tracing::info_span!(
-                "publish",
-                messaging.system = "aws_sns",
-                messaging.destination.name = %resolved.name,
-                messaging.operation.type = "publish",
-                messaging.batch.message_count = accepted.len(),
-            );
-            self.publisher(&resolved.arn, resolved.fifo)
-                .submit(accepted)
-                .instrument(span)
-                .await
-        }
-        .into_iter();
-        let answered: Vec<Result<Published, TransportError>> = checks
-            .into_iter()
-            .map(|check| match check {
-                Ok(()) => answers.next().expect("the batcher answers every entry"),
-                Err(error) => Err(error),
-            })
-            .collect();
+        // OpenTelemetry's messaging span for a publish, named by its operation; the trace
+        // context the messages carry is the caller's, read above.
+        let span = tracing::info_span!(
+            "publish",
+            messaging.system = "aws_sns",
+            messaging.destination.name = %resolved.name,
+            messaging.operation.type = "publish",
+            messaging.batch.message_count = checks.iter().filter(|check| check.is_ok()).count(),
+        );
+        // On a FIFO topic, a refused publish holds its group's later ones in this submission.
+        let answered = self
+            .publisher(&resolved.arn, resolved.fifo)
+            .submit_checked(publishes, checks)
+            .instrument(span)
+            .await;
         let published = answered.iter().filter(|answer| answer.is_ok()).count();
         if published > 0 {
             crate::metrics::published(&resolved.name, published, None);

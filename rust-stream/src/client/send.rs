@@ -3,8 +3,8 @@
 //! entries name a message group).
 //!
 //! A standard queue has one batcher with several calls in flight: order is not promised there.
-//! A FIFO queue must store each message group in the order of its sends, and it has several
-//! in-order batchers, *shards*, each with one call in flight. A group's messages go through one
+//! A FIFO queue must store each message group in the order of its sends, and it has
+//! [`FIFO_SEND_SHARDS`] (16) in-order batchers, *shards*, each with one call in flight. A group's messages go through one
 //! shard while any of them is unanswered: the shard it was placed on when it had none, the one
 //! with the fewest unanswered messages then. So a group's messages go out in order one call at a
 //! time, while other groups' calls go out beside it on the other shards; once every message of
@@ -15,8 +15,7 @@
 //!
 //! - **A failed entry.** A shard is the in-order batcher as it always was: it retries a failed
 //!   call, or a failed entry, for up to 20 s before its next call goes out, so a group's later
-//!   messages already queued never pass an earlier one still being retried, and go on once it is
-//!   answered (stored, or failed for good and answered as an error), as before. A group-aware
+//!   messages already queued never pass an earlier one still being retried. A group-aware
 //!   batcher would have to hold each group of a retried call out of every other call for as long,
 //!   and track which later entries share a group with which failure: the same rule, more state.
 //! - **Few busy groups.** A shard's calls carry only its own groups, in the order sent, so sends
@@ -30,8 +29,10 @@
 //! the busiest shard gets six, twice its share, and sets the pace); placing each group that has
 //! nothing unanswered on the least busy shard spreads them as evenly as their traffic, and a
 //! group keeps its shard for as long as it keeps it busy. A send whose future is dropped before
-//! its answer keeps its group on its shard for good: its message may still be queued there, and
-//! a later one must not pass it.
+//! its answer keeps its group on its shard until its messages are answered, as they are whether
+//! or not anyone waits: they may still be queued there, and a later one must not pass them. The
+//! group is let go of with the submission's last job (see `Chain`), so the placement holds only
+//! groups with messages on their way.
 //!
 //! **What it costs.** Each shard gathers alone, so messages of several groups that one call
 //! would have carried may take a call per shard: sends arriving one by one, at a rate below what
@@ -50,16 +51,33 @@
 //! arriving during a call would wait for the call after the linger's. Under load the calls still
 //! fill, with what queued during the call before.
 //!
-//! Within one call, entries of one group go in the order sent and SQS stores a batch in request
-//! order. Should SQS store a group's later entry of a call and fail an earlier one in a way worth
-//! retrying, the retry lands behind it: the batcher cannot take back a stored message, and only
-//! one message of a group a call would prevent it, at ten times the calls.
+//! **The rule every FIFO path keeps** (`send`, `send_batch`, a handler's outputs, the outbox
+//! relay and a redrive all come here): a message of a group is never stored ahead of an earlier
+//! message of that group given to the same sender, and once one is refused or fails for good,
+//! the later messages of its group in that submission fail without a call
+//! ([`TransportError::HeldBehind`]). This layer keeps it in three places:
+//!
+//! - a message refused before the network (a check of the queue's limits) holds its group's
+//!   later messages of the submission here, in [`Sender::submit_checked`] (and
+//!   `Publisher::send_batch` does the same for what it refuses before it hands a batch here: a
+//!   message it cannot encode, one that breaks an SQS rule);
+//! - a submission of more than 10 messages of a group is several jobs, one call after another on
+//!   its shard; the jobs share a `Chain`, and once an entry fails for good (refused by SQS, or
+//!   its 20 s of retries over: an outage), the shard answers the chain's later entries of its
+//!   group without sending them. Without it, the next call went out with 20 s of retries of its
+//!   own, and an outage of 20 to 40 s stored it ahead of the first;
+//! - within one call, entries of one group go in the order sent and SQS stores a batch in
+//!   request order, entry by entry. Should SQS store a group's later entry of a call and fail an
+//!   earlier one, the batcher cannot take the stored one back, and only one message of a group a
+//!   call would prevent it, at ten times the calls. So the failed one is not retried behind it
+//!   but answered with its error, and a retried entry behind one of its group that failed for
+//!   good is held: what a group stores is in the order given, with a gap where one failed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::client::batch::{Action, BatchSettings, Batcher, PublishBatch, SendBatch};
+use crate::client::batch::{Action, BatchSettings, Batcher, Chain, PublishBatch, SendBatch};
 use crate::model::rules::MAX_BATCH_ENTRIES;
 use crate::transport::{Publish, SendMessage, SharedTransport, TransportError};
 
@@ -247,7 +265,51 @@ impl<A: Grouped> Sender<A> {
 
     /// Sends messages and answers each, in the order given. Each group's messages go out in that
     /// order through its shard; the shards' calls go out at once.
+    #[cfg(test)]
     pub(crate) async fn submit(
+        &self,
+        messages: Vec<A::Entry>,
+    ) -> Vec<Result<A::Output, TransportError>> {
+        let checks = messages.iter().map(|_| Ok(())).collect();
+        self.submit_checked(messages, checks).await
+    }
+
+    /// Sends the messages whose check passed and answers each message, in the order given: one
+    /// whose check failed with that error, unsent. On a FIFO target the group rule holds (see
+    /// [the module](self)): a message refused here, or failing for good on its way, holds the
+    /// submission's later messages of its group, which are answered
+    /// [`TransportError::HeldBehind`] without a call.
+    pub(crate) async fn submit_checked(
+        &self,
+        messages: Vec<A::Entry>,
+        mut checks: Vec<Result<(), TransportError>>,
+    ) -> Vec<Result<A::Output, TransportError>> {
+        if self.placement.is_some() {
+            hold_behind_refused::<A>(&messages, &mut checks);
+        }
+        let accepted: Vec<A::Entry> = messages
+            .into_iter()
+            .zip(&checks)
+            .filter(|(_, check)| check.is_ok())
+            .map(|(message, _)| message)
+            .collect();
+        let mut answers = if accepted.is_empty() {
+            Vec::new()
+        } else {
+            self.submit_accepted(accepted).await
+        }
+        .into_iter();
+        checks
+            .into_iter()
+            .map(|check| match check {
+                Ok(()) => answers.next().expect("the sender answers every message"),
+                Err(error) => Err(error),
+            })
+            .collect()
+    }
+
+    /// Sends messages that passed their checks; see [`submit_checked`](Self::submit_checked).
+    async fn submit_accepted(
         &self,
         messages: Vec<A::Entry>,
     ) -> Vec<Result<A::Output, TransportError>> {
@@ -261,25 +323,31 @@ impl<A: Grouped> Sender<A> {
             .unwrap_or_else(PoisonError::into_inner)
             .place_all(&groups);
         let groups: Vec<String> = groups.into_iter().map(str::to_owned).collect();
-        let answers = self.submit_placed(messages, &placed).await;
-        // Reached only once every message was answered: a submission dropped before keeps its
-        // groups where they are (see the module's doc).
-        let mut placement = placement.lock().unwrap_or_else(PoisonError::into_inner);
-        for group in &groups {
-            placement.answered(group);
-        }
-        answers
+        // The groups are let go of once every message is answered, whether or not the caller
+        // still waits (see the module's doc): the chain goes with the submission's last job.
+        let release = Arc::clone(placement);
+        let chain = Arc::new(Chain::new(A::group, move || {
+            let mut placement = release.lock().unwrap_or_else(PoisonError::into_inner);
+            for group in &groups {
+                placement.answered(group);
+            }
+        }));
+        self.submit_placed(messages, &placed, chain).await
     }
 
-    /// Submits each message to its shard in `placed`, each shard's part in the order given.
+    /// Submits each message to its shard in `placed`, each shard's part in the order given, all
+    /// as one `chain`.
     async fn submit_placed(
         &self,
         messages: Vec<A::Entry>,
         placed: &[usize],
+        chain: Arc<Chain<A::Entry>>,
     ) -> Vec<Result<A::Output, TransportError>> {
         let first = placed.first().copied().unwrap_or(0);
         if placed.iter().all(|&shard| shard == first) {
-            return self.shards[first].submit(messages).await;
+            return self.shards[first]
+                .submit_with(messages, false, Some(chain))
+                .await;
         }
         // Split by shard, each keeping the order given, and remember where each answer goes.
         let count = self.shards.len();
@@ -298,10 +366,12 @@ impl<A: Grouped> Sender<A> {
         let eager = total >= MAX_BATCH_ENTRIES;
         for (batcher, (messages, at)) in self.shards.iter().zip(split) {
             if !messages.is_empty() {
-                waiting.push(batcher.submit_with(messages, eager));
+                waiting.push(batcher.submit_with(messages, eager, Some(chain.clone())));
                 positions.push(at);
             }
         }
+        // Only the jobs keep the chain from here on.
+        drop(chain);
         let mut answers: Vec<Option<Result<A::Output, TransportError>>> =
             (0..total).map(|_| None).collect();
         for (answered, at) in futures_util::future::join_all(waiting)
@@ -317,6 +387,29 @@ impl<A: Grouped> Sender<A> {
             .into_iter()
             .map(|answer| answer.expect("every shard answers each of its messages"))
             .collect()
+    }
+}
+
+/// On a FIFO target, the checks of a submission's messages behind a refused one of their group
+/// fail too: [`TransportError::HeldBehind`], so none is sent ahead of it.
+fn hold_behind_refused<A: Grouped>(
+    messages: &[A::Entry],
+    checks: &mut [Result<(), TransportError>],
+) {
+    let mut refused: HashMap<&str, String> = HashMap::new();
+    for (message, check) in messages.iter().zip(checks.iter_mut()) {
+        let group = A::group(message);
+        match (&*check, refused.get(group)) {
+            (Ok(()), Some(why)) => {
+                *check = Err(TransportError::HeldBehind {
+                    message: why.clone(),
+                });
+            }
+            (Err(error), None) => {
+                refused.insert(group, error.to_string());
+            }
+            _ => {}
+        }
     }
 }
 
@@ -463,6 +556,47 @@ mod tests {
             8,
             "75 messages in 8 calls"
         );
+    }
+
+    /// Review 2026-12-06, N9: a send whose caller stops waiting (a timeout, an HTTP client gone)
+    /// still lets go of its group once its message is answered, so placement does not grow with
+    /// every group ever sent to.
+    #[tokio::test(start_paused = true)]
+    async fn dropped_sends_leave_nothing_in_the_placement_once_answered() {
+        use futures_util::FutureExt;
+
+        let mut transport = Recorder::default();
+        transport.round_trip = Duration::from_millis(20);
+        let mut attributes = QueueAttributes::new();
+        attributes.insert("FifoQueue".into(), "true".into());
+        let url = transport
+            .account
+            .create_queue("q.fifo", attributes)
+            .await
+            .unwrap();
+        let sender = Sender::fifo(Arc::new(transport.clone()), &url, FIFO_SEND_SHARDS);
+        for n in 0..10_000 {
+            let message = SendMessage::new(format!("m{n}"))
+                .group_id(format!("g{n}"))
+                .dedup_id(format!("m{n}"));
+            // Polled once, so placed and queued on its shard, then dropped unanswered.
+            assert!(sender.submit(vec![message]).now_or_never().is_none());
+        }
+        let placed = |sender: &Sender| {
+            let placement = sender.placement.as_ref().unwrap().lock().unwrap();
+            (
+                placement.groups.len(),
+                placement.unanswered.iter().sum::<usize>(),
+            )
+        };
+        assert!(placed(&sender).0 > 0, "the sends are still on their way");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            transport.calls().iter().map(Vec::len).sum::<usize>(),
+            10_000,
+            "every dropped send still went out"
+        );
+        assert_eq!(placed(&sender), (0, 0), "every group let go once answered");
     }
 
     #[test]

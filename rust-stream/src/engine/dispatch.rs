@@ -500,8 +500,9 @@ impl Dispatcher {
         };
         if held.lease.has_lapsed() {
             // SQS may have handed the message to another consumer: this one must not run it, nor
-            // anything behind it.
+            // anything behind it. Its attempts in this receive (retries in place) still count.
             drop(slot);
+            self.settler.count_given_back(&held, attempt);
             self.delete_run(run, group).await;
             self.let_lapsed_go(held, group);
             return Step::Forward;
@@ -534,6 +535,7 @@ impl Dispatcher {
             return Step::Parked;
         }
         if held.lease.has_lapsed() {
+            self.settler.count_given_back(&held, attempt);
             self.delete_run(run, group).await;
             self.let_lapsed_go(held, group);
             return Step::Forward;

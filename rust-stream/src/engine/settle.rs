@@ -6,9 +6,11 @@
 //! attempt, and leaves it deleted, given back (released, hidden for a retry delay), or handed back
 //! to its lane to run again. The settler owns what settling needs: the client (outputs,
 //! dead-letter copies, a test's recorder), the queue's deleter and visibility batcher, where
-//! failed messages go and after how many attempts, and the tallies that correct SQS's receive
-//! count for receives this consumer gave back (the intake and the dispatcher report those). Every
-//! release goes through it too: the dispatcher's, the heartbeat's (orphans) and the stop's.
+//! failed messages go and after how many attempts, and the tallies of what this consumer gave back
+//! (the intake and the dispatcher report those) from which it counts attempts: on a standard queue
+//! SQS's receive count less the receives given back unstarted, on FIFO only the attempts this
+//! process made. Every release goes through it too: the dispatcher's, the heartbeat's (orphans)
+//! and the stop's.
 //!
 //! Nothing is ever deleted before it is safe: an ack deletes only after the handler's outputs
 //! were sent, a dead-letter deletes only after the copy reached the dead-letter queue (so a crash
@@ -57,6 +59,29 @@ pub(crate) struct Deleting {
     /// Its place in the pipeline, given back once the delete is answered.
     _room: OwnedSemaphorePermit,
     span: tracing::Span,
+    /// How the message is counted (the metric, a test's recorder) once its delete succeeds: a
+    /// message whose delete fails comes back and is handled again, and counts when that delete
+    /// succeeds, once.
+    counted: Counted,
+}
+
+/// How a deleted message is counted, built as it is settled and counted once its delete
+/// succeeds.
+#[derive(Debug)]
+struct Counted {
+    settled: Settled,
+    /// The recorder's event, built only when a test records.
+    event: Option<Event>,
+}
+
+impl Counted {
+    /// Counts the message as settled: its delete succeeded.
+    fn count(self, metrics: &SubscriptionMetrics, client: &Client) {
+        metrics.settled(self.settled);
+        if let Some(event) = self.event {
+            client.record(|| event);
+        }
+    }
 }
 
 impl std::fmt::Debug for Deleting {
@@ -68,7 +93,7 @@ impl std::fmt::Debug for Deleting {
 }
 
 impl Deleting {
-    fn new(held: Held, lease: DeleteInFlight) -> Self {
+    fn new(held: Held, lease: DeleteInFlight, counted: Counted) -> Self {
         let Held {
             delivery,
             lease: _,
@@ -76,7 +101,12 @@ impl Deleting {
             span,
         } = held;
         drop(delivery);
-        Self { lease, _room, span }
+        Self {
+            lease,
+            _room,
+            span,
+            counted,
+        }
     }
 }
 
@@ -226,11 +256,12 @@ pub(crate) struct Settler {
     deleter: Batcher<DeleteBatch>,
     visibility_batcher: Batcher<VisibilityBatch>,
     leases: Arc<Leases>,
-    /// Receives this consumer gave back without an attempt, taken off its count of attempts.
+    /// On a standard queue, receives this consumer gave back without an attempt, taken off
+    /// SQS's receive count.
     unstarted: MessageTally,
-    /// Attempts beyond the first this consumer made in receives it gave back (retries in place,
-    /// then a release): added to its count of attempts, as SQS counted those receives once.
-    extra_attempts: MessageTally,
+    /// On a FIFO queue, the attempts this consumer made at a message in receives it gave back
+    /// (retries in place, then a release or a stop): its count of attempts starts from them.
+    made: MessageTally,
     metrics: Arc<SubscriptionMetrics>,
     /// A delete nobody awaits counts as a task; a dead-letter copy is not tried again once a stop
     /// no longer starts attempts.
@@ -259,7 +290,7 @@ impl Settler {
             visibility_batcher,
             leases: shared.leases.clone(),
             unstarted: MessageTally::default(),
-            extra_attempts: MessageTally::default(),
+            made: MessageTally::default(),
             metrics: shared.metrics.clone(),
             tasks: shared.tasks.clone(),
         }
@@ -268,6 +299,10 @@ impl Settler {
     /// Notes messages given back before their first attempt in this receive: SQS counted the
     /// receive, but it was no attempt.
     pub(crate) fn count_unstarted<'a>(&self, unstarted: impl IntoIterator<Item = &'a Held>) {
+        // A FIFO count of attempts counts attempts only: there is nothing to note.
+        if self.fifo {
+            return;
+        }
         self.unstarted.note_all(
             unstarted
                 .into_iter()
@@ -275,32 +310,42 @@ impl Settler {
         );
     }
 
-    /// Notes what SQS's receive count will not show of a message given back before its attempt
-    /// number `next` (1 before any): a receive without an attempt, or the attempts beyond one
-    /// made in this receive.
+    /// Notes what this consumer must remember of a message it gives back before its attempt
+    /// number `next` in this receive (1 before any): on a FIFO queue the attempts it made, on a
+    /// standard queue a receive without an attempt (each attempt there is a receive of its own).
     pub(crate) fn count_given_back(&self, held: &Held, next: u32) {
         let id = &held.delivery.message_id;
-        match next {
-            0 | 1 => self.unstarted.note(id),
-            made => self.extra_attempts.add(id, made - 2),
+        if self.fifo {
+            self.made.add(id, next.saturating_sub(1));
+        } else if next <= 1 {
+            self.unstarted.note(id);
         }
     }
 
-    /// Which attempt at `held` its attempt number `local` since this consumer received it (1 for
-    /// the first) is, as the retry policy counts them: SQS's receive count, corrected for the
-    /// receives this consumer gave back without an attempt and for the attempts it made in place
-    /// in receives it gave back. The one count the handler ([`Context::attempt`]), the `process`
-    /// span and the retry decision all see.
+    /// Which attempt at `held` its attempt number `local` in this receive (1 for the first) is,
+    /// as the retry policy counts them: the one count the handler ([`Context::attempt`]), the
+    /// `process` span and the retry decision all see.
+    ///
+    /// On a standard queue each attempt is a receive: SQS's receive count, less the receives
+    /// this consumer gave back without an attempt. On a FIFO queue failures are retried in place,
+    /// and a stop gives back a group's messages it did not start, each a receive SQS counts, in
+    /// whichever process: only the attempts this consumer made count, in this receive and in
+    /// those it gave back. Attempts an earlier process made are not known here, so a message
+    /// that crashes its consumers is left to the queue's redrive, `n + 10` receives
+    /// ([`redrive_backstop`](crate::retry::redrive_backstop)).
     ///
     /// [`Context::attempt`]: crate::Context::attempt
     pub(crate) fn attempts(&self, held: &Held, local: u32) -> u32 {
         let id = &held.delivery.message_id;
-        let given_back = self.unstarted.count(id);
+        if self.fifo {
+            return self.made.count(id).saturating_add(local.max(1));
+        }
         retry::attempts(
-            held.delivery.receive_count.saturating_sub(given_back),
+            held.delivery
+                .receive_count
+                .saturating_sub(self.unstarted.count(id)),
             local,
         )
-        .saturating_add(self.extra_attempts.count(id))
     }
 
     /// Settles `held` as the verdict says. `attempts` is its attempt number as the retry policy
@@ -315,7 +360,7 @@ impl Settler {
         // Every path but a plain ack is boxed: their state (sends, above all) would make the
         // future of every message's settling, and of the task that runs it, kilobytes larger,
         // to be allocated and moved for each message; they allocate only when taken.
-        match verdict {
+        let next = match verdict {
             Verdict::Ack { staged } => {
                 let published = if staged.is_empty() {
                     Ok(())
@@ -323,18 +368,15 @@ impl Settler {
                     Box::pin(self.publish_staged(staged)).await
                 };
                 match published {
-                    Ok(()) => {
-                        self.record_settled(&held, Outcome::Acked);
-                        self.delete(held).await
-                    }
+                    Ok(()) => self.delete(held, Outcome::Acked).await,
                     Err(error) => {
                         let reason = format!("an output could not be sent: {error}");
-                        Box::pin(self.failed(held, (attempts, attempt), None, reason)).await
+                        Box::pin(self.failed(held, attempts, None, reason)).await
                     }
                 }
             }
             Verdict::Failed { reason, asked } => {
-                Box::pin(self.failed(held, (attempts, attempt), asked, reason)).await
+                Box::pin(self.failed(held, attempts, asked, reason)).await
             }
             Verdict::DeadLetter {
                 reason,
@@ -354,23 +396,27 @@ impl Settler {
                     "the message should be dead-lettered, but the subscription has no dead-letter queue; \
                      it is retried instead (declare `.dead_letter(..)`)"
                 );
-                Box::pin(self.failed(held, (attempts, attempt), None, reason)).await
+                Box::pin(self.failed(held, attempts, None, reason)).await
             }
             Verdict::Cancelled => {
                 self.record_settled(&held, Outcome::Released);
                 Next::GoBack(held, 0)
             }
+        };
+        // Going back to the queue, the message leaves this receive with `attempt` attempts made.
+        if let Next::GoBack(held, _) = &next {
+            self.count_given_back(held, attempt.saturating_add(1));
         }
+        next
     }
 
     /// After a failed attempt: the retry decision says retry (in place on FIFO, by a visibility
     /// change on a standard queue), dead-letter, or leave it to the queue's redrive.
-    /// `attempts` counts the message's attempts so far, `local` this consumer's since it received
-    /// it.
+    /// `attempts` counts the message's attempts so far.
     async fn failed(
         &self,
         held: Held,
-        (attempts, local): (u32, u32),
+        attempts: u32,
         asked: Option<Duration>,
         reason: String,
     ) -> Next {
@@ -380,9 +426,7 @@ impl Settler {
                 self.dead_letter(held, reason, attempts, Outcome::DeadLettered)
                     .await
             }
-            AfterFailure::RetryAfter(delay) => {
-                self.retry(held, delay, (attempts, local), &reason).await
-            }
+            AfterFailure::RetryAfter(delay) => self.retry(held, delay, attempts, &reason).await,
             AfterFailure::LeaveToRedrive(delay) => {
                 self.record_settled(&held, Outcome::Retried);
 
@@ -399,28 +443,28 @@ impl Settler {
     }
 
     /// Records how an attempt ended in its `process` span, counts it, and tells a test's
-    /// recorder, if there is one.
+    /// recorder, if there is one. A message settled for good (acked, dead-lettered) is counted
+    /// only once its delete succeeds ([`delete`](Self::delete)).
     fn record_settled(&self, held: &Held, outcome: Outcome) {
         held.span.record("rust_stream.outcome", outcome.as_str());
         let Some(settled) = outcome.settled() else {
             return;
         };
         self.metrics.settled(settled);
-        self.client.record(|| Event::Settled {
+        self.client.record(|| self.settled_event(held, settled));
+    }
+
+    /// A test recorder's event for `held` settled as `settled`.
+    fn settled_event(&self, held: &Held, settled: Settled) -> Event {
+        Event::Settled {
             queue: self.queue.to_string(),
             message_id: held.delivery.message_id.clone(),
             body: held.delivery.body.clone(),
             settled,
-        });
+        }
     }
 
-    async fn retry(
-        &self,
-        held: Held,
-        delay: Duration,
-        (attempts, local): (u32, u32),
-        reason: &str,
-    ) -> Next {
+    async fn retry(&self, held: Held, delay: Duration, attempts: u32, reason: &str) -> Next {
         self.record_settled(&held, Outcome::Retried);
         tracing::warn!(
             messaging.message.id = %held.delivery.message_id,
@@ -435,9 +479,6 @@ impl Settler {
         if self.fifo && delay < room {
             return Next::Again(held, delay);
         }
-        // SQS counts this receive once, whatever the attempts made in it.
-        self.extra_attempts
-            .add(&held.delivery.message_id, local.saturating_sub(1));
         let seconds = held.lease.visibility_seconds(delay);
         Next::GoBack(held, seconds)
     }
@@ -480,7 +521,6 @@ impl Settler {
                 return Next::GoBack(held, 0);
             }
         };
-        self.record_settled(&held, outcome);
         tracing::warn!(
             messaging.message.id = %held.delivery.message_id,
             dead_letter.message_id = %sent.message_id,
@@ -493,7 +533,7 @@ impl Settler {
             message_id: held.delivery.message_id.clone(),
             reason: reason.clone(),
         });
-        self.delete(held).await
+        self.delete(held, outcome).await
     }
 
     /// Sends what the handler published, in order, grouped by queue, each through the broker its
@@ -655,26 +695,44 @@ impl Settler {
     /// Deletes a settled message. On FIFO its delete is handed back to its lane, which deletes its
     /// run together ([`Run`]); on a standard queue the caller goes on at once, nothing waits for
     /// the answer, and the message keeps its room in the pipeline until the delete is answered.
-    async fn delete(&self, held: Held) -> Next {
+    /// The message is counted as `outcome` (acked, dead-lettered) once its delete succeeds, not
+    /// before: until then it may come back and be handled again.
+    async fn delete(&self, held: Held, outcome: Outcome) -> Next {
+        held.span.record("rust_stream.outcome", outcome.as_str());
         let Some(in_flight) = self.leases.claim_for_delete(&held.lease).await else {
             return Next::Done;
         };
-        let held = Deleting::new(held, in_flight);
+        let settled = outcome.settled().unwrap_or(Settled::Acked);
+        let counted = Counted {
+            settled,
+            event: self
+                .client
+                .is_recording()
+                .then(|| self.settled_event(&held, settled)),
+        };
+        let held = Deleting::new(held, in_flight, counted);
         if self.fifo {
             held.lease.wait_in_run();
             return Next::Delete(held);
         }
         // Shutdown waits for the answer as it waits for a task.
         let pending = self.tasks.token();
+        let (metrics, client) = (self.metrics.clone(), self.client.clone());
         self.deleter
             .submit_one_then(held.lease.lease().clone(), move |answer| {
-                if let Err(error) = answer {
-                    // Not deleted: it comes back after its visibility timeout and is handled again.
-                    let _entered = held.span.enter();
-                    tracing::warn!(messaging.message.id = %held.lease.lease().message_id, error = %error, "delete failed");
+                {
+                    // Its room goes back only now, at the end of this block.
+                    let held = held;
+                    match answer {
+                        Ok(()) => held.counted.count(&metrics, &client),
+                        Err(error) => {
+                            // Not deleted: it comes back after its visibility timeout and is
+                            // handled again.
+                            let _entered = held.span.enter();
+                            tracing::warn!(messaging.message.id = %held.lease.lease().message_id, error = %error, "delete failed");
+                        }
+                    }
                 }
-                // Its room goes back only now.
-                drop(held);
                 drop(pending);
             });
         Next::Done
@@ -713,6 +771,8 @@ impl Settler {
                     error = %error,
                     "delete failed; the message comes back after its visibility timeout and is handled again, before anything later of its group"
                 );
+            } else {
+                deleting.counted.count(&self.metrics, &self.client);
             }
             // Its lease and room go back only now, with the answer.
         }

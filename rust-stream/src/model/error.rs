@@ -176,6 +176,15 @@ pub enum TransportError {
         /// What went wrong.
         message: String,
     },
+    /// Not sent, to keep a FIFO group in order: an earlier message of its group, given to the
+    /// same sender in the same submission, was refused or failed for good, and this one must not
+    /// be stored ahead of it. Sending it again alone would pass that earlier message; send the
+    /// group again from the earlier one.
+    #[error("not sent, as an earlier message of its FIFO group failed: {message}")]
+    HeldBehind {
+        /// Which earlier message failed, and why.
+        message: String,
+    },
 }
 
 impl TransportError {
@@ -200,7 +209,7 @@ impl TransportError {
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Self::Service { kind, .. } => Some(*kind),
-            Self::Other { .. } | Self::Unavailable { .. } => None,
+            Self::Other { .. } | Self::Unavailable { .. } | Self::HeldBehind { .. } => None,
         }
     }
 
@@ -224,6 +233,12 @@ impl TransportError {
                 kind: ErrorKind::InternalError,
                 sender_fault: false,
                 message,
+            },
+            Self::HeldBehind { message } => BatchFailure {
+                id,
+                kind: ErrorKind::InvalidParameterValue,
+                sender_fault: true,
+                message: format!("held behind an earlier message of its group: {message}"),
             },
         }
     }

@@ -11,12 +11,14 @@
 //!   the original message id (`redrive-{original id}`), and a group's copies go in their order
 //!   (the dead-letter queue hands them out in it, and the broker's sender keeps it). A redrive
 //!   killed between a send and its delete and run again within SQS's 5-minute deduplication
-//!   window stores nothing twice. A standard target has no deduplication: such a kill stores the
-//!   copies of that one batch (at most 10) twice, each with the same
-//!   [`IDEMPOTENCY_KEY_HEADER`] (the original message id,
-//!   unless the message had one), so an [inbox](crate::inbox) handles them once.
+//!   window stores nothing twice. A standard target has no deduplication (nor FIFO past its 5
+//!   minutes): such a kill stores the copies of that one batch (at most 10) twice, each with the
+//!   same [`IDEMPOTENCY_KEY_HEADER`] (the original message id, unless the message had one), so
+//!   an [inbox](crate::inbox) handles them once.
 //! - **Blocked groups stay blocked.** A message that cannot go (no source, a failed send) stays
-//!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages.
+//!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages:
+//!   those of its own receive batch too, which the broker's sender fails unsent once the target
+//!   refuses it (over its `MaximumMessageSize`, say) or its send fails for good.
 //! - **Rate-limited** ([`Redrive::rate`], messages a second), batched (a receive, a
 //!   `SendMessageBatch` a target and a `DeleteMessageBatch` per ten messages).
 //! - **A dry run** ([`Redrive::dry_run`]) sends and deletes nothing: on the account it peeks; on
@@ -246,10 +248,12 @@ fn plan(from: &str, message: &ReceivedMessage, to: Option<&str>) -> Result<Plann
     if fifo {
         send.group_id = Some(message.group_id().unwrap_or("default").to_owned());
         send.dedup_id = Some(format!("redrive-{original}"));
-    } else if !send.message_attributes.contains_key(IDEMPOTENCY_KEY_HEADER)
+    }
+    if !send.message_attributes.contains_key(IDEMPOTENCY_KEY_HEADER)
         && send.message_attributes.len() < MAX_MESSAGE_ATTRIBUTES
     {
-        // A standard queue cannot drop a second copy; an inbox can, by this key.
+        // A standard queue cannot drop a second copy, nor FIFO one past its five minutes; an
+        // inbox can, by this key (the original's message id, its key there by default).
         send.message_attributes.insert(
             IDEMPOTENCY_KEY_HEADER.to_owned(),
             MessageAttributeValue::string(original.clone()),

@@ -42,6 +42,7 @@ use serde::Serialize;
 use crate::client::Client;
 use crate::codec::{Codec, EncodeError, Json};
 use crate::describe::Payload;
+use crate::inbox::IDEMPOTENCY_KEY_HEADER;
 use crate::model::rules::{self, ErrorKind};
 use crate::model::topic::{check_publish, PublishTarget};
 use crate::model::{ConfigError, SnsTopic, SqsQueue};
@@ -425,9 +426,12 @@ impl Publisher {
         &self,
         messages: impl IntoIterator<Item = Outgoing>,
     ) -> Vec<Result<SentMessage, PublishError>> {
+        // Each message's group as given, for the FIFO rule below.
+        let mut groups: Vec<Option<String>> = Vec::new();
         let mut slots: Vec<Slot> = messages
             .into_iter()
             .map(|mut outgoing| {
+                groups.push(outgoing.group_id.clone());
                 let once = outgoing.once.take();
                 match (self.request_for(outgoing), once) {
                     (Err(error), _) => Slot::Answered(Err(error)),
@@ -443,6 +447,9 @@ impl Publisher {
             .collect();
         if let Some(history) = self.history() {
             self.reserve_keys(history, &mut slots).await;
+        }
+        if self.queue().is_fifo() {
+            self.hold_behind_refused(&mut slots, &groups);
         }
         let mut requests = Vec::new();
         let mut tickets = Vec::new();
@@ -487,6 +494,35 @@ impl Publisher {
             results.push(result);
         }
         results
+    }
+
+    /// The FIFO send rule for what this batch refuses before the broker's sender (which keeps
+    /// it for what is refused or fails from there on): a message refused here holds its group's
+    /// later messages of the batch, answered [`TransportError::HeldBehind`] unsent, so none is
+    /// stored ahead of it. A message for another queue holds nothing here.
+    fn hold_behind_refused(&self, slots: &mut [Slot], groups: &[Option<String>]) {
+        let mut refused: HashMap<&str, String> = HashMap::new();
+        for (slot, group) in slots.iter_mut().zip(groups) {
+            let Some(group) = group.as_deref() else {
+                continue;
+            };
+            match (&*slot, refused.get(group)) {
+                (Slot::Send(..), Some(why)) => {
+                    *slot = Slot::Answered(Err(PublishError::Rejected {
+                        queue: self.queue().name.clone(),
+                        error: TransportError::HeldBehind {
+                            message: why.clone(),
+                        },
+                    }));
+                }
+                // A message for another queue is no part of this queue's groups.
+                (Slot::Answered(Err(PublishError::OtherQueue { .. })), _) => {}
+                (Slot::Answered(Err(error)), None) => {
+                    refused.insert(group, error.to_string());
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Reserves the key of every slot that has one, all at once: a key held by a send of it
@@ -818,25 +854,48 @@ impl Outgoing {
         self
     }
 
-    /// Sets the deduplication id when the message has none and the queue needs one: `derive`
-    /// is given a digest of what the message carries (its group and body), so that an id never
-    /// stands for other content.
-    pub(crate) fn derive_dedup_id(mut self, derive: impl FnOnce(&str) -> String) -> Self {
+    /// Gives a handler's output the ids that make a resend of it one message: `derive` is given
+    /// a digest of what the message carries (its group and body), so that an id never stands for
+    /// other content. The deduplication id, when the message has none and its FIFO queue needs
+    /// one, lets SQS store a resend within five minutes once; the [`IDEMPOTENCY_KEY_HEADER`]
+    /// header, when it has none and room is left for it (SQS takes 10 attributes, the type
+    /// header among them), lets an [inbox](crate::inbox) downstream handle a resend once
+    /// whenever it comes.
+    pub(crate) fn derive_ids(mut self, derive: impl FnOnce(&str) -> String) -> Self {
+        use sha2::Digest;
+        let mut digest = sha2::Sha256::new();
+        digest.update(self.group().unwrap_or_default().as_bytes());
+        digest.update([0]);
+        digest.update(self.body.as_deref().unwrap_or_default().as_bytes());
+        let digest = digest.finalize();
+        let short: String = digest[..8]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        let id = derive(&short);
         let queue = self.publisher.queue();
         if self.dedup_id.is_none() && queue.is_fifo() && !queue.content_based_dedup {
-            use sha2::Digest;
-            let mut digest = sha2::Sha256::new();
-            digest.update(self.group().unwrap_or_default().as_bytes());
-            digest.update([0]);
-            digest.update(self.body.as_deref().unwrap_or_default().as_bytes());
-            let digest = digest.finalize();
-            let short: String = digest[..8]
-                .iter()
-                .map(|byte| format!("{byte:02x}"))
-                .collect();
-            self.dedup_id = Some(derive(&short));
+            self.dedup_id = Some(id.clone());
+        }
+        let type_header = usize::from(self.needs_type_header());
+        if !self.headers.contains_key(IDEMPOTENCY_KEY_HEADER)
+            && self.headers.len() + type_header < rules::MAX_MESSAGE_ATTRIBUTES
+        {
+            self.headers.insert(
+                IDEMPOTENCY_KEY_HEADER.to_owned(),
+                MessageAttributeValue::string(id),
+            );
         }
         self
+    }
+
+    /// Whether [`add_type_header`](Self::add_type_header) will add a header.
+    fn needs_type_header(&self) -> bool {
+        self.type_name.is_some()
+            && self
+                .publisher
+                .type_header()
+                .is_some_and(|header| !self.headers.contains_key(&*header))
     }
 
     /// The message this becomes, checked against every rule of its destination: SQS's for a

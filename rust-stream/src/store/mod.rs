@@ -48,8 +48,9 @@ pub mod sqlite;
 pub(crate) mod sweeper;
 
 /// The key the inbox claims for one message: which consumer handles it, and the message's
-/// idempotency key (its FIFO deduplication id, its message id, or a key the inbox was told to
-/// take). Two subscriptions that consume the same message keep separate keys.
+/// idempotency key (by default its `rust_stream.idempotency_key` header, else its message id; or
+/// a key the inbox was told to take). Two subscriptions that consume the same message keep
+/// separate keys.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InboxKey {
     /// The consumer the key belongs to: the subscription's queue name.

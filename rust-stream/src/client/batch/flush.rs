@@ -1,6 +1,7 @@
 //! One batch's calls: the first try, the retries of what may pass (with jittered backoff, for up
 //! to 20 s), and each job's answers.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use crate::model::rules::ErrorKind;
 use crate::transport::{SharedTransport, TransportError};
 
 use super::action::{try_deadline, Action};
-use super::job::{entry_id, unanswered_within, Job};
+use super::job::{entry_id, unanswered_within, what_holds, Chain, Job};
 
 /// How long a failure that may pass (throttling, a service-side failure, a network fault) is
 /// retried before its error is answered. The SDK's own retries stop once its retry quota is spent,
@@ -122,14 +123,23 @@ impl<A: Action> Flush<A> {
             .iter()
             .flat_map(|job| job.entries.as_slice())
             .collect();
+        let chains: Vec<Option<&Chain<A::Entry>>> = self
+            .batch
+            .iter()
+            .flat_map(|job| std::iter::repeat_n(job.chain.as_deref(), job.entries.len()))
+            .collect();
         let answers = &mut self.answers;
-        self.todo.retain(|&i| match A::withheld(entries[i]) {
-            Some(error) => {
-                answers[i] = Some(Err(error));
-                false
-            }
-            None => true,
-        });
+        // An entry behind a failed one of its group in its submission is held: checked before
+        // every try, as that failure may be an earlier call's on the same in-order shard.
+        let held = |i: usize| chains[i].and_then(|chain| chain.held(entries[i]));
+        self.todo
+            .retain(|&i| match A::withheld(entries[i]).or_else(|| held(i)) {
+                Some(error) => {
+                    answers[i] = Some(Err(error));
+                    false
+                }
+                None => true,
+            });
         if self.todo.is_empty() {
             return None;
         }
@@ -202,6 +212,7 @@ impl<A: Action> Flush<A> {
                 }
             }
         }
+        keep_groups_in_order(&entries, &chains, answers, &mut again);
         let delay = crate::retry::backoff(self.attempt, RETRY_FIRST_DELAY, RETRY_LONGEST_DELAY);
         if again.is_empty() || self.started.elapsed() + delay > RETRY_FOR {
             for (i, error) in again {
@@ -233,20 +244,91 @@ impl<A: Action> Flush<A> {
         });
         for job in self.batch {
             let count = job.entries.len();
-            let mut job_answers = answers.by_ref().take(count);
+            let answered: Vec<_> = answers.by_ref().take(count).collect();
+            // Recorded before anyone hears, and before the shard's next call (it waits for this
+            // one): the submission's later entries of a failed group are held. The chain is let
+            // go of first, so a submission whose last job this is has let go of its groups when
+            // its caller wakes.
+            if let Some(chain) = job.chain {
+                chain.record(job.entries.as_slice(), &answered);
+            }
+            let mut job_answers = answered.into_iter();
             // A caller's callback runs here (it logs, in its span, and lets go of what it held):
             // a panic in it must not take the batcher, which every later call of the queue needs.
-            let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let replied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 job.reply.answer(&mut job_answers);
             }));
-            // What a callback that panicked left unread is not the next job's.
-            job_answers.for_each(drop);
-            if let Err(panic) = answered {
+            if let Err(panic) = replied {
                 tracing::error!(
                     panic = %crate::task::panic_message(panic.as_ref()),
                     "a batched call's answer panicked in its caller's callback"
                 );
             }
+        }
+    }
+}
+
+/// On a FIFO target (entries with a [`Chain`]), takes out of `again` what may not be tried again
+/// without a group's message being stored ahead of an earlier one of it, and answers it:
+///
+/// - an entry behind which SQS stored a later entry of its group in this batch (a partial
+///   failure): a retry would land behind that one, so it is answered with its error;
+/// - an entry behind one of its group that failed for good in this batch: it is held, as the
+///   later jobs of a submission are.
+///
+/// What stays in `again` is retried in order, so a group's stored messages are always in the
+/// order they were given, with gaps only where one failed.
+fn keep_groups_in_order<E, O>(
+    entries: &[&E],
+    chains: &[Option<&Chain<E>>],
+    answers: &mut [Option<Result<O, TransportError>>],
+    again: &mut Vec<(usize, TransportError)>,
+) {
+    if again.is_empty() || chains.iter().all(Option::is_none) {
+        return;
+    }
+    let group = |i: usize| chains[i].map(|chain| chain.group_of(entries[i]));
+    // Each group's last stored entry in this batch.
+    let mut last_stored: HashMap<&str, usize> = HashMap::new();
+    for (i, answer) in answers.iter().enumerate() {
+        if let (Some(Ok(_)), Some(group)) = (answer, group(i)) {
+            last_stored.insert(group, i);
+        }
+    }
+    again.sort_by_key(|(i, _)| *i);
+    let mut retried = Vec::with_capacity(again.len());
+    for (i, error) in again.drain(..) {
+        match group(i) {
+            Some(group) if last_stored.get(group).is_some_and(|&stored| stored > i) => {
+                tracing::warn!(
+                    messaging.message.group.id = group,
+                    error = %error,
+                    "a FIFO send failed while a later message of its group in the same call was \
+                     stored; it is not retried, as it would be stored behind that one"
+                );
+                answers[i] = Some(Err(error));
+            }
+            _ => retried.push((i, error)),
+        }
+    }
+    // Each group's first entry answered with an error (in this try or an earlier one), and why.
+    let mut first_failed: HashMap<&str, (usize, String)> = HashMap::new();
+    for (i, answer) in answers.iter().enumerate() {
+        if let (Some(Err(error)), Some(group)) = (answer, group(i)) {
+            first_failed
+                .entry(group)
+                .or_insert_with(|| (i, what_holds(error)));
+        }
+    }
+    for (i, error) in retried {
+        let failed = group(i).and_then(|group| first_failed.get(group));
+        match failed.filter(|(failed, _)| *failed < i) {
+            Some((_, why)) => {
+                answers[i] = Some(Err(TransportError::HeldBehind {
+                    message: why.clone(),
+                }));
+            }
+            None => again.push((i, error)),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! What a caller hands a batcher and how it is answered: a [`Job`] of entries, its [`Reply`],
 //! the settings a batcher runs by, and the ids and errors its calls use.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -41,6 +42,90 @@ pub(super) struct Job<A: Action> {
     pub(super) reply: Reply<A>,
     /// The submitter has nothing to add: a call it starts goes without waiting the linger.
     pub(super) eager: bool,
+    /// The submission the job is part of, when its entries go to a FIFO target by group.
+    pub(super) chain: Option<Arc<Chain<A::Entry>>>,
+}
+
+/// One submission of entries to a FIFO target, shared by its jobs (a submission of more than 10
+/// entries is several jobs, one call after another on an in-order shard): once an entry is refused
+/// or fails for good, the submission's later entries of its group are answered
+/// [`TransportError::HeldBehind`] without a call, so none is stored ahead of it. Dropped with
+/// its last job once that is answered (or with the submission, if no job was made), when it runs
+/// what the submitter left for then: a FIFO sender lets go of the submission's groups there, so
+/// a caller that stops waiting leaves nothing behind.
+pub(crate) struct Chain<E> {
+    group: fn(&E) -> &str,
+    /// The groups that failed, each with what failed first.
+    failed: Mutex<HashMap<String, String>>,
+    done: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl<E> Chain<E> {
+    /// A submission whose entries are grouped by `group`, which runs `done` once every job of it
+    /// has been answered.
+    pub(crate) fn new(group: fn(&E) -> &str, done: impl FnOnce() + Send + Sync + 'static) -> Self {
+        Self {
+            group,
+            failed: Mutex::new(HashMap::new()),
+            done: Some(Box::new(done)),
+        }
+    }
+
+    pub(super) fn group_of<'e>(&self, entry: &'e E) -> &'e str {
+        (self.group)(entry)
+    }
+
+    /// Why `entry` must not be sent: an earlier entry of its group in the submission failed.
+    pub(super) fn held(&self, entry: &E) -> Option<TransportError> {
+        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        failed
+            .get(self.group_of(entry))
+            .map(|first| TransportError::HeldBehind {
+                message: first.clone(),
+            })
+    }
+
+    /// `entry` was answered with `error`: its group's later entries are held.
+    pub(super) fn failed(&self, entry: &E, error: &TransportError) {
+        let why = what_holds(error);
+        self.failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(self.group_of(entry).to_owned())
+            .or_insert(why);
+    }
+
+    /// A job's entries were answered: the groups of those answered with an error are held.
+    pub(super) fn record<O>(&self, entries: &[E], answers: &[Result<O, TransportError>]) {
+        for (entry, answer) in entries.iter().zip(answers) {
+            if let Err(error) = answer {
+                self.failed(entry, error);
+            }
+        }
+    }
+}
+
+/// What a failed entry's group is held behind: its error, or, for an entry itself held, the
+/// failure it was held behind.
+pub(super) fn what_holds(error: &TransportError) -> String {
+    match error {
+        TransportError::HeldBehind { message } => message.clone(),
+        error => error.to_string(),
+    }
+}
+
+impl<E> Drop for Chain<E> {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done();
+        }
+    }
+}
+
+impl<E> std::fmt::Debug for Chain<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain").finish_non_exhaustive()
+    }
 }
 
 /// A job's entries. Most jobs carry one (a settled message's delete), which needs no `Vec`.

@@ -27,6 +27,7 @@ mod gather;
 mod job;
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -35,7 +36,7 @@ use crate::transport::{SharedTransport, TransportError};
 pub(crate) use action::{Action, DeleteBatch, PublishBatch, SendBatch, VisibilityBatch};
 use gather::{gather, gather_with_company};
 use job::{chunks, stopped, Answer, Answers, Entries, Job, Reply};
-pub(crate) use job::{unanswered_within, BatchSettings, Company};
+pub(crate) use job::{unanswered_within, BatchSettings, Chain, Company};
 
 /// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
 /// last handle is dropped, after flushing what it holds.
@@ -112,13 +113,19 @@ impl<A: Action> Batcher<A> {
     /// Submits entries and waits for each one's answer, in order. Up to 10 entries within the
     /// payload limit go out in one call; more are split into calls, in order.
     pub(crate) async fn submit(&self, entries: Vec<A::Entry>) -> Answers<A> {
-        self.submit_with(entries, false).await
+        self.submit_with(entries, false, None).await
     }
 
     /// As [`submit`](Self::submit); when `eager`, a call that is not full does not wait the
     /// linger for company, but takes only what is queued already: for the part of a larger
-    /// submission, whose company was the rest of it.
-    pub(crate) async fn submit_with(&self, entries: Vec<A::Entry>, eager: bool) -> Answers<A> {
+    /// submission, whose company was the rest of it. With a `chain` (a FIFO target's), an entry
+    /// that fails for good holds the chain's later entries of its group (see [`Chain`]).
+    pub(crate) async fn submit_with(
+        &self,
+        entries: Vec<A::Entry>,
+        eager: bool,
+        chain: Option<Arc<Chain<A::Entry>>>,
+    ) -> Answers<A> {
         let mut waiting = Vec::new();
         for (chunk, size) in chunks::<A>(entries) {
             let count = chunk.len();
@@ -128,9 +135,13 @@ impl<A: Action> Batcher<A> {
                 size,
                 reply: Reply::Wait(reply),
                 eager,
+                chain: chain.clone(),
             });
             waiting.push((count, sent.is_ok().then_some(answer)));
         }
+        // Only the jobs keep the chain from here: its last one answered (or a caller that stopped
+        // waiting before) lets it go.
+        drop(chain);
         let mut answers = Vec::new();
         for (count, answer) in waiting {
             match answer {
@@ -156,6 +167,7 @@ impl<A: Action> Batcher<A> {
             entries: Entries::One(entry),
             reply: Reply::Then(Box::new(then)),
             eager: false,
+            chain: None,
         };
         if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
             job.reply.answer(std::iter::empty());
@@ -170,6 +182,7 @@ impl<A: Action> Batcher<A> {
             entries: Entries::One(entry),
             reply: Reply::WaitOne(reply),
             eager: false,
+            chain: None,
         };
         if self.jobs.send(job).is_err() {
             return Err(stopped());

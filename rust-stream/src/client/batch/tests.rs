@@ -334,6 +334,7 @@ async fn waiting_jobs_are_packed_in_order_into_calls_within_the_payload_limit() 
                 entries: Entries::Many(entries),
                 reply: Reply::Wait(reply),
                 eager: false,
+                chain: None,
             })
             .unwrap();
         answers.push(answer);
