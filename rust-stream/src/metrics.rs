@@ -125,7 +125,7 @@ pub const BATCH_SIZE_BUCKETS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0,
 
 /// Every histogram rust-stream records, with its bucket bounds: for an exporter that renders
 /// histograms with buckets (Prometheus's does with
-/// [`http::prometheus_builder`](crate::http::prometheus_builder), feature `http`), so that they
+/// `rust_stream::http::prometheus_builder`, feature `http`), so that they
 /// aggregate across processes.
 pub const HISTOGRAMS: &[(&str, &[f64])] = &[
     (PROCESS_DURATION, DURATION_BUCKETS),
