@@ -555,7 +555,7 @@ impl<'a> Context<'a> {
     /// as its deduplication id on a FIFO queue without content-based deduplication when it was
     /// given none, so a retry of this message that publishes the same output again is
     /// deduplicated by SQS (within its 5 minutes); and as its
-    /// [`IDEMPOTENCY_KEY_HEADER`](crate::inbox::IDEMPOTENCY_KEY_HEADER) header when it has none
+    /// [`IDEMPOTENCY_KEY_HEADER`](crate::publish::IDEMPOTENCY_KEY_HEADER) header when it has none
     /// and room is left, so an [inbox](crate::inbox) downstream handles such a resend once
     /// however late it comes. One that publishes something else at that position is another
     /// key, never taken for the earlier one.

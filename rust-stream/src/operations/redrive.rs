@@ -42,9 +42,9 @@ use super::queues::{at, count, OperationError, Operations};
 use crate::engine::settle::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
-use crate::inbox::IDEMPOTENCY_KEY_HEADER;
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::model::SqsQueue;
+use crate::publish::IDEMPOTENCY_KEY_HEADER;
 use crate::transport::{
     DeleteEntry, MessageAttributeValue, MessageState, PeekMessages, ReceiveMessage,
     ReceivedMessage, SendMessage, SystemAttribute, TransportError,

@@ -42,7 +42,6 @@ use serde::Serialize;
 use crate::client::Client;
 use crate::codec::{Codec, EncodeError, Json};
 use crate::describe::Payload;
-use crate::inbox::IDEMPOTENCY_KEY_HEADER;
 use crate::model::rules::{self, ErrorKind};
 use crate::model::topic::{check_publish, PublishTarget};
 use crate::model::{ConfigError, SnsTopic, SqsQueue};
@@ -55,6 +54,10 @@ use crate::transport::{
 
 /// The group of a FIFO message that names none, unless strict groups refuse it.
 const DEFAULT_GROUP: &str = "default";
+
+/// The header an [inbox](crate::inbox)'s default key reads: what a producer sets to make copies
+/// of one message (its retries, a relay's resends, a handler's outputs sent again) one key.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "rust_stream.idempotency_key";
 
 /// The header that carries a message's group: a publisher reads it when no `group_id` step is
 /// given, and every delivery from a FIFO queue carries its group in it.

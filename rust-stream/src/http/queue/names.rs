@@ -4,8 +4,10 @@
 //! create, another team's queues.
 
 use super::error::ApiError;
-use super::DEAD_QUEUE_SUFFIX;
 use crate::model::rules;
+
+/// What a queue's dead queue is called: the queue's name with this after it.
+pub const DEAD_QUEUE_SUFFIX: &str = "-dead";
 
 /// The longest queue name served: SQS's 80 less the dead queue's suffix.
 const MAX_NAME: usize = rules::MAX_QUEUE_NAME_LEN - DEAD_QUEUE_SUFFIX.len();

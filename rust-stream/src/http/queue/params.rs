@@ -7,10 +7,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::http::Uri;
 
 use super::error::ApiError;
-use super::DEFAULT_EXPIRES_IN;
 use crate::model::envelope::format_timestamp;
 use crate::model::rules::{self, ErrorKind};
 use crate::operations::OperationError;
+
+/// `expiresIn` when a request gives none: 300 s, as the seed.
+pub const DEFAULT_EXPIRES_IN: Duration = Duration::from_secs(300);
 
 /// The query's parameters, by name (the last of a repeated one).
 pub(super) fn parameters(uri: &Uri) -> HashMap<String, String> {

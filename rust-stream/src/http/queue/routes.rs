@@ -12,10 +12,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
+use super::api::{send_all, QueueApi, DEFAULT_PEEK_AMOUNT, MAX_ATTEMPTS};
 use super::error::ApiError;
+use super::filter;
 use super::handles::Known;
+use super::params::DEFAULT_EXPIRES_IN;
 use super::params::{expiry_date, missing, number, parameters, visibility};
-use super::{filter, send_all, QueueApi, DEFAULT_EXPIRES_IN, DEFAULT_PEEK_AMOUNT, MAX_ATTEMPTS};
 use crate::model::rules;
 use crate::operations::{Message, OperationError, Peek};
 use crate::publish::history::{Held, Refused};
