@@ -61,7 +61,7 @@ pub use backend::{
 };
 #[cfg(feature = "postgres")]
 pub use backend::{live_postgres_url, POSTGRES_URL_VAR};
-pub use context::{TestBatch, TestContext};
+pub use context::{take_transaction, TestBatch, TestContext};
 #[cfg(feature = "aws")]
 pub use localstack::live_broker;
 pub use localstack::{
