@@ -186,6 +186,34 @@ pub trait InboxStore: Clone + Send + Sync + 'static {
     fn sweep(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
+/// A store on a SQL database, SQLite or PostgreSQL: what a service written once for both names
+/// as its bound, so that one handler runs on `SqliteStore` locally and `PostgresStore` in
+/// production, chosen by configuration.
+///
+/// It ties the store's types together: the inbox's transaction is a `sqlx::Transaction` of
+/// [`Database`](Self::Database), and the outbox writes through that database's connection, so
+/// generic code can write the outbox row in the inbox's transaction (`send(&mut ***transaction)`)
+/// and mount [`Inbox::new(store)`](crate::inbox::Inbox::new) for any `S: SqlStore`. The service's
+/// own statements stay its own: sqlx cannot bind a value for a database it does not know, so a
+/// service puts its writes behind a trait of its own (`trait Ledger: SqlStore`) with one impl per
+/// store, usually the same SQL twice (SQLite reads PostgreSQL's `$1` placeholders). See
+/// `docs/exactly-once.md`, "SQLite locally, PostgreSQL in production", and
+/// `tests/inbox_backends.rs`, which runs one such handler on both.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "sqlite"))))]
+pub trait SqlStore:
+    InboxStore<Transaction = sqlx::Transaction<'static, Self::Database>>
+    + OutboxStore<Connection = <Self::Database as sqlx::Database>::Connection>
+    + history::HistoryStore
+{
+    /// sqlx's database: `sqlx::Sqlite` or `sqlx::Postgres`.
+    type Database: sqlx::Database;
+
+    /// The pool the store claims in, for the service's own queries outside the inbox (creating
+    /// its tables, reads).
+    fn pool(&self) -> &sqlx::Pool<Self::Database>;
+}
+
 /// A message written to an outbox, as the store keeps it until the relay sends it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutboxRow {

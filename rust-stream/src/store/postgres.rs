@@ -373,6 +373,14 @@ fn is_lock_timeout(error: &sqlx::Error) -> bool {
         .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
 }
 
+impl super::SqlStore for PostgresStore {
+    type Database = sqlx::Postgres;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        &self.pool
+    }
+}
+
 impl InboxStore for PostgresStore {
     type Transaction = sqlx::Transaction<'static, Postgres>;
 

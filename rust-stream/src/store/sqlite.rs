@@ -348,6 +348,14 @@ fn is_busy(error: &sqlx::Error) -> bool {
         .is_some_and(|code| code & 0xff == SQLITE_BUSY)
 }
 
+impl super::SqlStore for SqliteStore {
+    type Database = sqlx::Sqlite;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Sqlite> {
+        &self.pool
+    }
+}
+
 impl InboxStore for SqliteStore {
     type Transaction = sqlx::Transaction<'static, Sqlite>;
 
