@@ -298,3 +298,63 @@ fn with_aws_endpoint_url_the_payments_example_runs_on_localstack() {
         assert_payments(Some(&endpoint));
     }
 }
+
+/// Runs the example that writes its handler once for both database stores, on PostgreSQL at
+/// `database_url` or else on SQLite: three copies of `pay-1` and one `pay-2` post twice in all,
+/// the two extra copies acked by the inbox without running (issue 41, item 5).
+fn assert_payments_any_store(database_url: Option<&str>) {
+    let mut command = Command::new(env!("CARGO"));
+    command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "run",
+            "--quiet",
+            "--offline",
+            "--example",
+            "payments_any_store",
+        ])
+        .env("NO_COLOR", "1");
+    sqs_at(&mut command, None);
+    match database_url {
+        Some(url) => command.env("DATABASE_URL", url),
+        None => command.env_remove("DATABASE_URL"),
+    };
+    let output = output_within(&mut command, PATIENCE);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "payments_any_store failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    let on = if database_url.is_some() {
+        "on PostgreSQL"
+    } else {
+        "on SQLite"
+    };
+    assert!(stdout.contains(on), "{on}:\n{stdout}");
+    assert_eq!(stdout.matches("payment posted").count(), 2, "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("handled before: acked without running")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("postings=2 total_cents=2240"),
+        "the ledger holds pay-1 once and pay-2 once:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_payments_any_store_example_posts_each_payment_once_on_sqlite() {
+    assert_payments_any_store(None);
+}
+
+#[test]
+fn with_database_url_the_payments_any_store_example_posts_each_payment_once_on_postgres() {
+    if let Some(url) = rust_stream::testing::live_postgres_url("the payments_any_store example") {
+        assert_payments_any_store(Some(&url));
+    }
+}

@@ -5,8 +5,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use rust_stream::prelude::*;
-use rust_stream::testing::TestContext;
+use rust_stream::store::sqlite::SqliteStore;
+use rust_stream::store::{Claim, ClaimSettings, InboxKey, InboxStore};
+use rust_stream::testing::{hold_the_clock, take_transaction, TestContext};
 use rust_stream::{Output, State, PARTITION_KEY_HEADER};
 use serde::{Deserialize, Serialize};
 
@@ -300,4 +304,121 @@ async fn derived_dedup_ids_change_with_what_is_published_and_repeat_with_it() {
         "other content, other id"
     );
     assert!(first.starts_with("m-9-0-"), "{first}");
+}
+
+/// A payment posted to a SQLite `ledger` table in the inbox's transaction (issue 41, N13).
+#[derive(Deserialize)]
+struct Payment {
+    id: String,
+    cents: i64,
+}
+
+struct PostPayment;
+
+impl Handle<Payment> for PostPayment {
+    async fn handle(
+        &self,
+        payment: &Payment,
+        _: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        if payment.cents <= 0 {
+            return Err(HandlerOutcome::dead_letter("nothing to post"));
+        }
+        let mut transaction = ctx
+            .transaction::<SqliteStore>()
+            .await
+            .map_err(|error| HandlerOutcome::dead_letter(error.to_string()))?;
+        sqlx::query("INSERT INTO ledger (id, cents) VALUES ($1, $2)")
+            .bind(&payment.id)
+            .bind(payment.cents)
+            .execute(&mut **transaction)
+            .await
+            .map_err(HandlerOutcome::failed)?;
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inbox_handler_is_called_as_a_function_with_a_transaction_of_its_store() {
+    let file = common::stores::TempFile::new("handler_as_function", "inbox");
+    let store = SqliteStore::open(&file.0).await.expect("the store opens");
+    hold_the_clock(
+        sqlx::query("CREATE TABLE ledger (id TEXT PRIMARY KEY, cents INTEGER NOT NULL)")
+            .execute(store.pool()),
+    )
+    .await
+    .unwrap();
+    let key = InboxKey::new("payments", "pay-1");
+    let settings = ClaimSettings {
+        wait: Duration::from_secs(5),
+        lease: Duration::from_secs(60),
+        retention: Duration::from_secs(3600),
+    };
+    let count = async || -> i64 {
+        hold_the_clock(sqlx::query_scalar("SELECT count(*) FROM ledger").fetch_one(store.pool()))
+            .await
+            .unwrap()
+    };
+
+    // The happy path: the write is in the transaction, and committed with the key.
+    let Claim::Claimed(transaction) = store.claim(&key, settings).await.unwrap() else {
+        panic!("a new key is claimed");
+    };
+    let mut ctx = TestContext::new()
+        .transaction::<SqliteStore>(transaction)
+        .build();
+    let payment = Payment {
+        id: "pay-1".to_owned(),
+        cents: 120,
+    };
+    assert_eq!(PostPayment.handle(&payment, &(), &mut ctx).await, Ok(()));
+    let mut transaction = take_transaction::<SqliteStore>(&ctx).expect("the transaction back");
+    let written: (String, i64) = sqlx::query_as("SELECT id, cents FROM ledger")
+        .fetch_one(&mut *transaction)
+        .await
+        .unwrap();
+    assert_eq!(
+        written,
+        ("pay-1".to_owned(), 120),
+        "read in the transaction"
+    );
+    assert!(
+        take_transaction::<SqliteStore>(&ctx).is_none(),
+        "taken once"
+    );
+    store.complete(transaction, &key, None).await.unwrap();
+    assert_eq!(count().await, 1);
+    assert!(matches!(
+        store.claim(&key, settings).await.unwrap(),
+        Claim::Completed(None)
+    ));
+
+    // A payment the handler refuses writes nothing; a context without a transaction says why.
+    let key = InboxKey::new("payments", "pay-0");
+    let Claim::Claimed(transaction) = store.claim(&key, settings).await.unwrap() else {
+        panic!("a new key is claimed");
+    };
+    let mut ctx = TestContext::new()
+        .transaction::<SqliteStore>(transaction)
+        .build();
+    let refused = Payment {
+        id: "pay-0".to_owned(),
+        cents: 0,
+    };
+    assert_eq!(
+        PostPayment.handle(&refused, &(), &mut ctx).await,
+        Err(HandlerOutcome::dead_letter("nothing to post"))
+    );
+    drop(take_transaction::<SqliteStore>(&ctx));
+    assert_eq!(count().await, 1);
+    let mut bare = TestContext::new().build();
+    let error = PostPayment
+        .handle(&payment, &(), &mut bare)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{error:?}").contains("has no inbox transaction"),
+        "{error:?}"
+    );
 }

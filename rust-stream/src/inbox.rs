@@ -293,11 +293,11 @@ impl<S: InboxStore> Middleware for InboxLayer<S> {
             }
             Claim::Completed(recorded) => return self.already_handled(&key, recorded),
         };
-        let slot = Arc::new(AsyncMutex::new(Some(transaction)));
-        call.insert(InboxTransaction::<S::Transaction>(slot.clone()));
+        let slot = InboxTransaction::new(transaction);
+        call.insert(InboxTransaction::<S::Transaction>(slot.0.clone()));
         let outcomes = next.run(call).await;
         // The handler has returned, so its guard is gone, unless it kept one past its return.
-        let Some(transaction) = slot.try_lock().ok().and_then(|mut slot| slot.take()) else {
+        let Some(transaction) = slot.take() else {
             tracing::error!(inbox.key = %key.key, "the handler kept the inbox's transaction past its return; the message is retried");
             return Outcomes::all(HandlerOutcome::retry());
         };
@@ -350,7 +350,21 @@ impl<S: InboxStore> InboxLayer<S> {
 }
 
 /// The claim's transaction, shared between the inbox and the handler for the length of the call.
-struct InboxTransaction<T>(Arc<AsyncMutex<Option<T>>>);
+pub(crate) struct InboxTransaction<T>(Arc<AsyncMutex<Option<T>>>);
+
+impl<T> InboxTransaction<T> {
+    /// `transaction`, as the inbox lends it to a handler: what a `TestContext` is given.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn new(transaction: T) -> Self {
+        Self(Arc::new(AsyncMutex::new(Some(transaction))))
+    }
+
+    /// The transaction back, when no guard of the handler's holds it any more (and nobody took
+    /// it before): what the inbox does after the handler returns.
+    fn take(&self) -> Option<T> {
+        self.0.try_lock().ok().and_then(|mut slot| slot.take())
+    }
+}
 
 /// The inbox's open transaction for the message being handled, from [`Context::transaction`]:
 /// it derefs to the store's transaction type (`sqlx::Transaction` for the database stores,
@@ -412,5 +426,12 @@ impl Context<'_> {
             },
         )?;
         Ok(Transaction(shared.0.clone().lock_owned().await))
+    }
+
+    /// Takes the inbox transaction of store type `S` out of the context, once the handler has
+    /// returned: what the inbox does to commit it (see `testing::TestContext::transaction`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn take_transaction<S: InboxStore>(&self) -> Option<S::Transaction> {
+        self.extension::<InboxTransaction<S::Transaction>>()?.take()
     }
 }

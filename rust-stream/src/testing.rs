@@ -61,7 +61,7 @@ pub use backend::{
 };
 #[cfg(feature = "postgres")]
 pub use backend::{live_postgres_url, POSTGRES_URL_VAR};
-pub use context::{TestBatch, TestContext};
+pub use context::{take_transaction, TestBatch, TestContext};
 #[cfg(feature = "aws")]
 pub use localstack::live_broker;
 pub use localstack::{
@@ -78,6 +78,47 @@ const STEP: Duration = Duration::from_millis(10);
 
 /// How many looks in a row must find the app's queues empty before [`TestApp::drain`] trusts it.
 const EMPTY_LOOKS: u32 = 3;
+
+/// Awaits `work`, which waits for something outside tokio's clock (a query on a SQLite or
+/// PostgreSQL pool, a connection being opened), with a paused clock held still meanwhile: the
+/// way a test body on a paused clock (`#[tokio::test(start_paused = true)]`, the in-process leg
+/// of [`on_each_backend`]) makes its own database calls.
+///
+/// On a paused clock tokio moves time to the next timer whenever every task waits, and a task
+/// waiting for a database's answer looks idle to it: sqlx's pool acquire timeout then fires at
+/// once (`PoolTimedOut`). The library's stores hold the clock this way around each of their own
+/// calls; wrap yours (creating tables, counting rows) in it. A query a handler makes through the
+/// inbox's transaction needs nothing: the connection is already held, and no timeout of sqlx's
+/// runs around the query (at most, the clock moves to the next timer meanwhile, as it does
+/// whenever the service waits). On a clock that runs (a live leg, `#[tokio::test]` without
+/// `start_paused`, or a multi-thread runtime) it is `work.await`, at the cost of a blocking
+/// thread for the call on a current-thread runtime.
+///
+/// ```
+/// use std::time::Duration;
+/// use rust_stream::testing::hold_the_clock;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // An answer from another thread, which tokio's clock does not see: a database's, say.
+/// let answer = || {
+///     let (sender, receiver) = tokio::sync::oneshot::channel();
+///     std::thread::spawn(move || {
+///         std::thread::sleep(Duration::from_millis(50));
+///         let _ = sender.send(42);
+///     });
+///     receiver
+/// };
+/// // A paused clock jumps to the 30 s timeout while the thread works ...
+/// assert!(tokio::time::timeout(Duration::from_secs(30), answer()).await.is_err());
+/// // ... and stands still while it is held.
+/// let held = hold_the_clock(tokio::time::timeout(Duration::from_secs(30), answer())).await;
+/// assert_eq!(held.unwrap().unwrap(), 42);
+/// # }
+/// ```
+pub async fn hold_the_clock<F: Future>(work: F) -> F::Output {
+    crate::store::hold_the_clock(work).await
+}
 
 /// A service running in the background of a test.
 #[derive(Debug)]

@@ -47,6 +47,55 @@ pub mod postgres;
 pub mod sqlite;
 pub(crate) mod sweeper;
 
+/// How long of real time one database call may hold a paused clock still: a call that waits for
+/// something only the clock can bring (a pool connection held by a handler that sleeps on
+/// tokio's clock) lets the clock go on after this, so such a test ends with the call's own
+/// timeout instead of hanging.
+#[cfg(feature = "testing")]
+const HOLD_AT_MOST: Duration = Duration::from_secs(10);
+
+/// Awaits `work`, which waits for a database's answer, with a paused tokio clock held still
+/// meanwhile (built with the `testing` feature, on a current-thread runtime; elsewhere it is
+/// `work.await`).
+///
+/// Why: a paused clock jumps to the next timer whenever every task waits, and a task waiting for
+/// a database waits for a socket or for sqlx's SQLite thread, which tokio cannot see. The jump
+/// fires sqlx's pool acquire timeout (or a claim's own) at once, so every call failed with
+/// `PoolTimedOut` (issue 41). tokio holds its paused clock while a `spawn_blocking` task runs, so
+/// a blocking task that waits for `work` to end (at most [`HOLD_AT_MOST`]) keeps time from
+/// passing while the database answers, as it would not pass in real time either.
+#[cfg_attr(
+    not(any(feature = "testing", feature = "postgres", feature = "sqlite")),
+    allow(dead_code)
+)]
+pub(crate) async fn hold_the_clock<F: Future>(work: F) -> F::Output {
+    #[cfg(feature = "testing")]
+    {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        // Only a current-thread runtime has a clock to pause.
+        let paused_kind = Handle::try_current()
+            .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::CurrentThread);
+        if paused_kind {
+            let (done, finished) = std::sync::mpsc::channel::<()>();
+            // Ends when `done` is dropped: when `work` ends, or this future is dropped with it.
+            drop(tokio::task::spawn_blocking(move || {
+                let _ = finished.recv_timeout(HOLD_AT_MOST);
+            }));
+            let output = work.await;
+            drop(done);
+            return output;
+        }
+    }
+    work.await
+}
+
+/// A database store's call, with a paused clock held still while the database answers
+/// ([`hold_the_clock`]).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+async fn held<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    hold_the_clock(work).await
+}
+
 /// The key the inbox claims for one message: which consumer handles it, and the message's
 /// idempotency key (by default its `rust_stream.idempotency_key` header, else its message id; or
 /// a key the inbox was told to take). Two subscriptions that consume the same message keep
@@ -135,6 +184,34 @@ pub trait InboxStore: Clone + Send + Sync + 'static {
     /// Deletes up to `limit` completed keys whose retention has passed; answers how many it
     /// deleted (fewer than `limit`: none are left for now).
     fn sweep(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// A store on a SQL database, SQLite or PostgreSQL: what a service written once for both names
+/// as its bound, so that one handler runs on `SqliteStore` locally and `PostgresStore` in
+/// production, chosen by configuration.
+///
+/// It ties the store's types together: the inbox's transaction is a `sqlx::Transaction` of
+/// [`Database`](Self::Database), and the outbox writes through that database's connection, so
+/// generic code can write the outbox row in the inbox's transaction (`send(&mut ***transaction)`)
+/// and mount [`Inbox::new(store)`](crate::inbox::Inbox::new) for any `S: SqlStore`. The service's
+/// own statements stay its own: sqlx cannot bind a value for a database it does not know, so a
+/// service puts its writes behind a trait of its own (`trait Ledger: SqlStore`) with one impl per
+/// store, usually the same SQL twice (SQLite reads PostgreSQL's `$1` placeholders). See
+/// `docs/exactly-once.md`, "SQLite locally, PostgreSQL in production", and
+/// `tests/inbox_backends.rs`, which runs one such handler on both.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "sqlite"))))]
+pub trait SqlStore:
+    InboxStore<Transaction = sqlx::Transaction<'static, Self::Database>>
+    + OutboxStore<Connection = <Self::Database as sqlx::Database>::Connection>
+    + history::HistoryStore
+{
+    /// sqlx's database: `sqlx::Sqlite` or `sqlx::Postgres`.
+    type Database: sqlx::Database;
+
+    /// The pool the store claims in, for the service's own queries outside the inbox (creating
+    /// its tables, reads).
+    fn pool(&self) -> &sqlx::Pool<Self::Database>;
 }
 
 /// A message written to an outbox, as the store keeps it until the relay sends it.

@@ -308,18 +308,24 @@ impl PostgresStore {
     /// that died while idle fails one claim, whose message comes back. For other settings, build
     /// the pool yourself and use [`new`](Self::new).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let options: PgConnectOptions = url.parse()?;
-        let pool = PgPoolOptions::new()
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await?;
-        Self::new(pool).await
+        super::held(async move {
+            let options: PgConnectOptions = url.parse()?;
+            let pool = PgPoolOptions::new()
+                .test_before_acquire(false)
+                .connect_with(options)
+                .await?;
+            Self::new(pool).await
+        })
+        .await
     }
 
     /// The store on `pool`, once it has created or migrated the store's tables.
     pub async fn new(pool: PgPool) -> Result<Self, StoreError> {
-        migrate(&pool).await?;
-        Ok(Self { pool })
+        super::held(async move {
+            migrate(&pool).await?;
+            Ok(Self { pool })
+        })
+        .await
     }
 
     /// The pool the store claims in, for the service's own queries outside the inbox.
@@ -367,6 +373,14 @@ fn is_lock_timeout(error: &sqlx::Error) -> bool {
         .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
 }
 
+impl super::SqlStore for PostgresStore {
+    type Database = sqlx::Postgres;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        &self.pool
+    }
+}
+
 impl InboxStore for PostgresStore {
     type Transaction = sqlx::Transaction<'static, Postgres>;
 
@@ -375,44 +389,47 @@ impl InboxStore for PostgresStore {
         key: &InboxKey,
         settings: ClaimSettings,
     ) -> Result<Claim<Self::Transaction>, StoreError> {
-        // One simple query, so one round trip, whatever it holds. The connection's own
-        // `lock_timeout` is kept aside for `CLAIM` to put back.
-        let begin = format!(
-            "BEGIN ISOLATION LEVEL READ COMMITTED; \
-             SELECT set_config('rust_stream.lock_timeout', current_setting('lock_timeout'), true); \
-             SET LOCAL lock_timeout = {}; \
-             SET LOCAL idle_in_transaction_session_timeout = {}",
-            timeout_millis(settings.wait),
-            timeout_millis(settings.lease),
-        );
-        let mut transaction = self.pool.begin_with(AssertSqlSafe(begin)).await?;
-        for _ in 0..CLAIM_ATTEMPTS {
-            let claimed = sqlx::query(CLAIM)
-                .bind(&key.consumer)
-                .bind(&key.key)
-                .bind(retention_millis(settings.retention))
-                .fetch_optional(&mut *transaction)
-                .await;
-            match claimed {
-                Ok(Some(_)) => return Ok(Claim::Claimed(transaction)),
-                Ok(None) => {}
-                // Dropping the transaction rolls it back: sqlx queues the `ROLLBACK` and sends it
-                // as the connection goes back to the pool.
-                Err(error) if is_lock_timeout(&error) => return Ok(Claim::Busy),
-                Err(error) => return Err(error.into()),
+        super::held(async move {
+            // One simple query, so one round trip, whatever it holds. The connection's own
+            // `lock_timeout` is kept aside for `CLAIM` to put back.
+            let begin = format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; \
+                 SELECT set_config('rust_stream.lock_timeout', current_setting('lock_timeout'), true); \
+                 SET LOCAL lock_timeout = {}; \
+                 SET LOCAL idle_in_transaction_session_timeout = {}",
+                timeout_millis(settings.wait),
+                timeout_millis(settings.lease),
+            );
+            let mut transaction = self.pool.begin_with(AssertSqlSafe(begin)).await?;
+            for _ in 0..CLAIM_ATTEMPTS {
+                let claimed = sqlx::query(CLAIM)
+                    .bind(&key.consumer)
+                    .bind(&key.key)
+                    .bind(retention_millis(settings.retention))
+                    .fetch_optional(&mut *transaction)
+                    .await;
+                match claimed {
+                    Ok(Some(_)) => return Ok(Claim::Claimed(transaction)),
+                    Ok(None) => {}
+                    // Dropping the transaction rolls it back: sqlx queues the `ROLLBACK` and sends it
+                    // as the connection goes back to the pool.
+                    Err(error) if is_lock_timeout(&error) => return Ok(Claim::Busy),
+                    Err(error) => return Err(error.into()),
+                }
+                let completed = sqlx::query(COMPLETED)
+                    .bind(&key.consumer)
+                    .bind(&key.key)
+                    .fetch_optional(&mut *transaction)
+                    .await?;
+                if let Some(row) = completed {
+                    let recorded: Option<String> = row.try_get(0)?;
+                    transaction.rollback().await?;
+                    return Ok(Claim::Completed(recorded));
+                }
             }
-            let completed = sqlx::query(COMPLETED)
-                .bind(&key.consumer)
-                .bind(&key.key)
-                .fetch_optional(&mut *transaction)
-                .await?;
-            if let Some(row) = completed {
-                let recorded: Option<String> = row.try_get(0)?;
-                transaction.rollback().await?;
-                return Ok(Claim::Completed(recorded));
-            }
-        }
-        Ok(Claim::Busy)
+            Ok(Claim::Busy)
+        })
+        .await
     }
 
     async fn complete(
@@ -421,30 +438,39 @@ impl InboxStore for PostgresStore {
         key: &InboxKey,
         recorded: Option<&str>,
     ) -> Result<(), StoreError> {
-        // The claim wrote the key as completed; only what is recorded beside it is new.
-        if let Some(recorded) = recorded {
-            sqlx::query(RECORD)
-                .bind(&key.consumer)
-                .bind(&key.key)
-                .bind(recorded)
-                .execute(&mut *transaction)
-                .await?;
-        }
-        transaction.commit().await?;
-        Ok(())
+        super::held(async move {
+            // The claim wrote the key as completed; only what is recorded beside it is new.
+            if let Some(recorded) = recorded {
+                sqlx::query(RECORD)
+                    .bind(&key.consumer)
+                    .bind(&key.key)
+                    .bind(recorded)
+                    .execute(&mut *transaction)
+                    .await?;
+            }
+            transaction.commit().await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn release(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
-        transaction.rollback().await?;
-        Ok(())
+        super::held(async move {
+            transaction.rollback().await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn sweep(&self, limit: u32) -> Result<u64, StoreError> {
-        let deleted = sqlx::query(SWEEP)
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected())
+        super::held(async move {
+            let deleted = sqlx::query(SWEEP)
+                .bind(i64::from(limit))
+                .execute(&self.pool)
+                .await?;
+            Ok(deleted.rows_affected())
+        })
+        .await
     }
 }
 
@@ -457,25 +483,28 @@ impl OutboxStore for PostgresStore {
         connection: &mut sqlx::PgConnection,
         row: NewOutboxRow<'_>,
     ) -> Result<(), StoreError> {
-        match row.group_id {
-            Some(group_id) => {
-                sqlx::query(WRITE_GROUPED)
-                    .bind(OUTBOX_GROUP_LOCK)
-                    .bind(row.destination)
-                    .bind(group_id)
-                    .bind(row.message)
-                    .execute(connection)
-                    .await?
-            }
-            None => {
-                sqlx::query(WRITE)
-                    .bind(row.destination)
-                    .bind(row.message)
-                    .execute(connection)
-                    .await?
-            }
-        };
-        Ok(())
+        super::held(async move {
+            match row.group_id {
+                Some(group_id) => {
+                    sqlx::query(WRITE_GROUPED)
+                        .bind(OUTBOX_GROUP_LOCK)
+                        .bind(row.destination)
+                        .bind(group_id)
+                        .bind(row.message)
+                        .execute(connection)
+                        .await?
+                }
+                None => {
+                    sqlx::query(WRITE)
+                        .bind(row.destination)
+                        .bind(row.message)
+                        .execute(connection)
+                        .await?
+                }
+            };
+            Ok(())
+        })
+        .await
     }
 
     async fn lease(
@@ -483,89 +512,98 @@ impl OutboxStore for PostgresStore {
         limit: u32,
         lease_timeout: Duration,
     ) -> Result<Option<Leased<Self::Lease>>, StoreError> {
-        // A relay that hangs holding the lock is rolled back by the server, which frees it.
-        let begin = format!(
-            "BEGIN ISOLATION LEVEL READ COMMITTED; \
-             SET LOCAL idle_in_transaction_session_timeout = {}",
-            timeout_millis(lease_timeout),
-        );
-        let mut transaction = self.pool.begin_with(AssertSqlSafe(begin)).await?;
-        let found = sqlx::query(LEASE)
-            .bind(OUTBOX_RELAY_LOCK)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *transaction)
-            .await?;
-        let held = match found.first() {
-            Some(first) => first.try_get::<bool, _>("held")?,
-            None => false,
-        };
-        if !held {
-            transaction.rollback().await?;
-            return Ok(None);
-        }
-        let mut read = Vec::with_capacity(found.len());
-        for row in &found {
-            let Some(id) = row.try_get::<Option<i64>, _>("id")? else {
-                continue;
+        super::held(async move {
+            // A relay that hangs holding the lock is rolled back by the server, which frees it.
+            let begin = format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; \
+                 SET LOCAL idle_in_transaction_session_timeout = {}",
+                timeout_millis(lease_timeout),
+            );
+            let mut transaction = self.pool.begin_with(AssertSqlSafe(begin)).await?;
+            let found = sqlx::query(LEASE)
+                .bind(OUTBOX_RELAY_LOCK)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *transaction)
+                .await?;
+            let held = match found.first() {
+                Some(first) => first.try_get::<bool, _>("held")?,
+                None => false,
             };
-            read.push((
-                OutboxRow {
-                    id,
-                    destination: row.try_get("destination")?,
-                    group_id: row.try_get("group_id")?,
-                    message: row.try_get("message")?,
-                },
-                row.try_get::<i64, _>("backlog")?,
-                row.try_get::<f64, _>("oldest_ms")?,
-            ));
-        }
-        Ok(Some(leased(transaction, read)))
+            if !held {
+                transaction.rollback().await?;
+                return Ok(None);
+            }
+            let mut read = Vec::with_capacity(found.len());
+            for row in &found {
+                let Some(id) = row.try_get::<Option<i64>, _>("id")? else {
+                    continue;
+                };
+                read.push((
+                    OutboxRow {
+                        id,
+                        destination: row.try_get("destination")?,
+                        group_id: row.try_get("group_id")?,
+                        message: row.try_get("message")?,
+                    },
+                    row.try_get::<i64, _>("backlog")?,
+                    row.try_get::<f64, _>("oldest_ms")?,
+                ));
+            }
+            Ok(Some(leased(transaction, read)))
+        })
+        .await
     }
 
     async fn finish(&self, mut lease: Self::Lease, sent: &[i64]) -> Result<(), StoreError> {
-        if !sent.is_empty() {
-            sqlx::query(DELETE_SENT)
-                .bind(sent)
-                .execute(&mut *lease)
-                .await?;
-        }
-        lease.commit().await?;
-        Ok(())
+        super::held(async move {
+            if !sent.is_empty() {
+                sqlx::query(DELETE_SENT)
+                    .bind(sent)
+                    .execute(&mut *lease)
+                    .await?;
+            }
+            lease.commit().await?;
+            Ok(())
+        })
+        .await
     }
 }
 
 impl HistoryStore for PostgresStore {
     async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
-        for _ in 0..CLAIM_ATTEMPTS {
-            let ticket = Ticket::new();
-            let reserved = sqlx::query(HISTORY_RESERVE)
-                .bind(&key.destination)
-                .bind(&key.key)
-                .bind(ticket.as_str())
-                .bind(retention_millis(lease))
-                .fetch_optional(&self.pool)
-                .await?;
-            if reserved.is_some() {
-                return Ok(Reservation::Reserved(ticket));
+        super::held(async move {
+            for _ in 0..CLAIM_ATTEMPTS {
+                let ticket = Ticket::new();
+                let reserved = sqlx::query(HISTORY_RESERVE)
+                    .bind(&key.destination)
+                    .bind(&key.key)
+                    .bind(ticket.as_str())
+                    .bind(retention_millis(lease))
+                    .fetch_optional(&self.pool)
+                    .await?;
+                if reserved.is_some() {
+                    return Ok(Reservation::Reserved(ticket));
+                }
+                let held = sqlx::query(HISTORY_HELD)
+                    .bind(&key.destination)
+                    .bind(&key.key)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                // No row: it expired (or was swept) between the two statements; reserve again.
+                if let Some(row) = held {
+                    let message_id: Option<String> = row.try_get(0)?;
+                    return Ok(match message_id {
+                        Some(message_id) => Reservation::Sent(SentRecord {
+                            message_id,
+                            sequence_number: row.try_get(1)?,
+                        }),
+                        None => Reservation::Pending,
+                    });
+                }
             }
-            let held = sqlx::query(HISTORY_HELD)
-                .bind(&key.destination)
-                .bind(&key.key)
-                .fetch_optional(&self.pool)
-                .await?;
-            // No row: it expired (or was swept) between the two statements; reserve again.
-            if let Some(row) = held {
-                let message_id: Option<String> = row.try_get(0)?;
-                return Ok(match message_id {
-                    Some(message_id) => Reservation::Sent(SentRecord {
-                        message_id,
-                        sequence_number: row.try_get(1)?,
-                    }),
-                    None => Reservation::Pending,
-                });
-            }
-        }
-        Ok(Reservation::Pending)
+            Ok(Reservation::Pending)
+        })
+        .await
     }
 
     async fn confirm(
@@ -575,34 +613,43 @@ impl HistoryStore for PostgresStore {
         sent: &SentRecord,
         duration: Duration,
     ) -> Result<bool, StoreError> {
-        let confirmed = sqlx::query(HISTORY_CONFIRM)
-            .bind(&key.destination)
-            .bind(&key.key)
-            .bind(ticket.as_str())
-            .bind(&sent.message_id)
-            .bind(&sent.sequence_number)
-            .bind(retention_millis(duration))
-            .execute(&self.pool)
-            .await?;
-        Ok(confirmed.rows_affected() == 1)
+        super::held(async move {
+            let confirmed = sqlx::query(HISTORY_CONFIRM)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .bind(ticket.as_str())
+                .bind(&sent.message_id)
+                .bind(&sent.sequence_number)
+                .bind(retention_millis(duration))
+                .execute(&self.pool)
+                .await?;
+            Ok(confirmed.rows_affected() == 1)
+        })
+        .await
     }
 
     async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
-        sqlx::query(HISTORY_CANCEL)
-            .bind(&key.destination)
-            .bind(&key.key)
-            .bind(ticket.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        super::held(async move {
+            sqlx::query(HISTORY_CANCEL)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .bind(ticket.as_str())
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
-        let deleted = sqlx::query(HISTORY_SWEEP)
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected())
+        super::held(async move {
+            let deleted = sqlx::query(HISTORY_SWEEP)
+                .bind(i64::from(limit))
+                .execute(&self.pool)
+                .await?;
+            Ok(deleted.rows_affected())
+        })
+        .await
     }
 }
 

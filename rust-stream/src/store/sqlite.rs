@@ -265,24 +265,30 @@ impl SqliteStore {
     /// `synchronous = FULL` (see the [module docs](self)), and creates or migrates the store's
     /// tables. The pool has sqlx's defaults otherwise (10 connections).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full);
-        let pool = SqlitePoolOptions::new().connect_with(options).await?;
-        Self::new(pool).await
+        super::held(async move {
+            let options = SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full);
+            let pool = SqlitePoolOptions::new().connect_with(options).await?;
+            Self::new(pool).await
+        })
+        .await
     }
 
     /// The store on `pool`, once it has created or migrated the store's tables. The pool's
     /// connections are used as configured: give them a file (each connection to `:memory:` is a
     /// database of its own), WAL mode and `synchronous = FULL` as [`open`](Self::open) does.
     pub async fn new(pool: SqlitePool) -> Result<Self, StoreError> {
-        migrate(&pool).await?;
-        Ok(Self {
-            pool,
-            relay: Arc::default(),
+        super::held(async move {
+            migrate(&pool).await?;
+            Ok(Self {
+                pool,
+                relay: Arc::default(),
+            })
         })
+        .await
     }
 
     /// The pool the store claims in, for the service's own queries outside the inbox.
@@ -342,6 +348,14 @@ fn is_busy(error: &sqlx::Error) -> bool {
         .is_some_and(|code| code & 0xff == SQLITE_BUSY)
 }
 
+impl super::SqlStore for SqliteStore {
+    type Database = sqlx::Sqlite;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Sqlite> {
+        &self.pool
+    }
+}
+
 impl InboxStore for SqliteStore {
     type Transaction = sqlx::Transaction<'static, Sqlite>;
 
@@ -350,35 +364,38 @@ impl InboxStore for SqliteStore {
         key: &InboxKey,
         settings: ClaimSettings,
     ) -> Result<Claim<Self::Transaction>, StoreError> {
-        let begun = tokio::time::timeout(
-            settings.wait + POOL_GRACE,
-            self.pool.begin_with(begin_immediate(settings.wait)),
-        )
-        .await;
-        let mut transaction = match begun {
-            Ok(Ok(transaction)) => transaction,
-            Ok(Err(error)) if is_busy(&error) => return Ok(Claim::Busy),
-            Ok(Err(error)) => return Err(error.into()),
-            Err(_elapsed) => return Ok(Claim::Busy),
-        };
-        let claimed = sqlx::query(CLAIM)
-            .bind(&key.consumer)
-            .bind(&key.key)
-            .bind(retention_millis(settings.retention))
-            .execute(&mut *transaction)
-            .await?;
-        if claimed.rows_affected() == 1 {
-            return Ok(Claim::Claimed(transaction));
-        }
-        // The write lock is this transaction's: the row the claim could not take is there, and
-        // alive.
-        let recorded: Option<String> = sqlx::query_scalar(COMPLETED)
-            .bind(&key.consumer)
-            .bind(&key.key)
-            .fetch_one(&mut *transaction)
-            .await?;
-        transaction.rollback().await?;
-        Ok(Claim::Completed(recorded))
+        super::held(async move {
+            let begun = tokio::time::timeout(
+                settings.wait + POOL_GRACE,
+                self.pool.begin_with(begin_immediate(settings.wait)),
+            )
+            .await;
+            let mut transaction = match begun {
+                Ok(Ok(transaction)) => transaction,
+                Ok(Err(error)) if is_busy(&error) => return Ok(Claim::Busy),
+                Ok(Err(error)) => return Err(error.into()),
+                Err(_elapsed) => return Ok(Claim::Busy),
+            };
+            let claimed = sqlx::query(CLAIM)
+                .bind(&key.consumer)
+                .bind(&key.key)
+                .bind(retention_millis(settings.retention))
+                .execute(&mut *transaction)
+                .await?;
+            if claimed.rows_affected() == 1 {
+                return Ok(Claim::Claimed(transaction));
+            }
+            // The write lock is this transaction's: the row the claim could not take is there, and
+            // alive.
+            let recorded: Option<String> = sqlx::query_scalar(COMPLETED)
+                .bind(&key.consumer)
+                .bind(&key.key)
+                .fetch_one(&mut *transaction)
+                .await?;
+            transaction.rollback().await?;
+            Ok(Claim::Completed(recorded))
+        })
+        .await
     }
 
     async fn complete(
@@ -387,32 +404,41 @@ impl InboxStore for SqliteStore {
         key: &InboxKey,
         recorded: Option<&str>,
     ) -> Result<(), StoreError> {
-        // The claim wrote the key as completed; only what is recorded beside it is new.
-        if let Some(recorded) = recorded {
-            sqlx::query(RECORD)
-                .bind(&key.consumer)
-                .bind(&key.key)
-                .bind(recorded)
-                .execute(&mut *transaction)
-                .await?;
-        }
-        transaction.commit().await?;
-        Ok(())
+        super::held(async move {
+            // The claim wrote the key as completed; only what is recorded beside it is new.
+            if let Some(recorded) = recorded {
+                sqlx::query(RECORD)
+                    .bind(&key.consumer)
+                    .bind(&key.key)
+                    .bind(recorded)
+                    .execute(&mut *transaction)
+                    .await?;
+            }
+            transaction.commit().await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn release(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
-        transaction.rollback().await?;
-        Ok(())
+        super::held(async move {
+            transaction.rollback().await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn sweep(&self, limit: u32) -> Result<u64, StoreError> {
-        let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
-        let deleted = sqlx::query(SWEEP)
-            .bind(i64::from(limit))
-            .execute(&mut *transaction)
-            .await?;
-        transaction.commit().await?;
-        Ok(deleted.rows_affected())
+        super::held(async move {
+            let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
+            let deleted = sqlx::query(SWEEP)
+                .bind(i64::from(limit))
+                .execute(&mut *transaction)
+                .await?;
+            transaction.commit().await?;
+            Ok(deleted.rows_affected())
+        })
+        .await
     }
 }
 
@@ -431,13 +457,16 @@ impl OutboxStore for SqliteStore {
         connection: &mut sqlx::SqliteConnection,
         row: NewOutboxRow<'_>,
     ) -> Result<(), StoreError> {
-        sqlx::query(WRITE)
-            .bind(row.destination)
-            .bind(row.group_id)
-            .bind(row.message)
-            .execute(connection)
-            .await?;
-        Ok(())
+        super::held(async move {
+            sqlx::query(WRITE)
+                .bind(row.destination)
+                .bind(row.group_id)
+                .bind(row.message)
+                .execute(connection)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn lease(
@@ -445,76 +474,85 @@ impl OutboxStore for SqliteStore {
         limit: u32,
         _lease_timeout: Duration,
     ) -> Result<Option<Leased<SqliteLease>>, StoreError> {
-        // One process: a relay that hangs is dropped by its app's shutdown, which frees the lock.
-        let Ok(held) = self.relay.clone().try_lock_owned() else {
-            return Ok(None);
-        };
-        let found = sqlx::query(LEASE)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        let mut read = Vec::with_capacity(found.len());
-        for row in &found {
-            read.push((
-                OutboxRow {
-                    id: row.try_get("id")?,
-                    destination: row.try_get("destination")?,
-                    group_id: row.try_get("group_id")?,
-                    message: row.try_get("message")?,
-                },
-                row.try_get::<i64, _>("backlog")?,
-                row.try_get::<f64, _>("oldest_ms")?,
-            ));
-        }
-        Ok(Some(leased(SqliteLease { _held: held }, read)))
+        super::held(async move {
+            // One process: a relay that hangs is dropped by its app's shutdown, which frees the lock.
+            let Ok(held) = self.relay.clone().try_lock_owned() else {
+                return Ok(None);
+            };
+            let found = sqlx::query(LEASE)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            let mut read = Vec::with_capacity(found.len());
+            for row in &found {
+                read.push((
+                    OutboxRow {
+                        id: row.try_get("id")?,
+                        destination: row.try_get("destination")?,
+                        group_id: row.try_get("group_id")?,
+                        message: row.try_get("message")?,
+                    },
+                    row.try_get::<i64, _>("backlog")?,
+                    row.try_get::<f64, _>("oldest_ms")?,
+                ));
+            }
+            Ok(Some(leased(SqliteLease { _held: held }, read)))
+        })
+        .await
     }
 
     async fn finish(&self, lease: SqliteLease, sent: &[i64]) -> Result<(), StoreError> {
-        if !sent.is_empty() {
-            let ids = serde_json::to_string(sent).expect("ids are numbers");
-            let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
-            sqlx::query(DELETE_SENT)
-                .bind(ids)
-                .execute(&mut *transaction)
-                .await?;
-            transaction.commit().await?;
-        }
-        drop(lease);
-        Ok(())
+        super::held(async move {
+            if !sent.is_empty() {
+                let ids = serde_json::to_string(sent).expect("ids are numbers");
+                let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
+                sqlx::query(DELETE_SENT)
+                    .bind(ids)
+                    .execute(&mut *transaction)
+                    .await?;
+                transaction.commit().await?;
+            }
+            drop(lease);
+            Ok(())
+        })
+        .await
     }
 }
 
 impl HistoryStore for SqliteStore {
     async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
-        for _ in 0..RESERVE_ATTEMPTS {
-            let ticket = Ticket::new();
-            let reserved = sqlx::query(HISTORY_RESERVE)
-                .bind(&key.destination)
-                .bind(&key.key)
-                .bind(ticket.as_str())
-                .bind(retention_millis(lease))
-                .execute(&self.pool)
-                .await?;
-            if reserved.rows_affected() == 1 {
-                return Ok(Reservation::Reserved(ticket));
+        super::held(async move {
+            for _ in 0..RESERVE_ATTEMPTS {
+                let ticket = Ticket::new();
+                let reserved = sqlx::query(HISTORY_RESERVE)
+                    .bind(&key.destination)
+                    .bind(&key.key)
+                    .bind(ticket.as_str())
+                    .bind(retention_millis(lease))
+                    .execute(&self.pool)
+                    .await?;
+                if reserved.rows_affected() == 1 {
+                    return Ok(Reservation::Reserved(ticket));
+                }
+                let held = sqlx::query(HISTORY_HELD)
+                    .bind(&key.destination)
+                    .bind(&key.key)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                if let Some(row) = held {
+                    let message_id: Option<String> = row.try_get(0)?;
+                    return Ok(match message_id {
+                        Some(message_id) => Reservation::Sent(SentRecord {
+                            message_id,
+                            sequence_number: row.try_get(1)?,
+                        }),
+                        None => Reservation::Pending,
+                    });
+                }
             }
-            let held = sqlx::query(HISTORY_HELD)
-                .bind(&key.destination)
-                .bind(&key.key)
-                .fetch_optional(&self.pool)
-                .await?;
-            if let Some(row) = held {
-                let message_id: Option<String> = row.try_get(0)?;
-                return Ok(match message_id {
-                    Some(message_id) => Reservation::Sent(SentRecord {
-                        message_id,
-                        sequence_number: row.try_get(1)?,
-                    }),
-                    None => Reservation::Pending,
-                });
-            }
-        }
-        Ok(Reservation::Pending)
+            Ok(Reservation::Pending)
+        })
+        .await
     }
 
     async fn confirm(
@@ -524,34 +562,43 @@ impl HistoryStore for SqliteStore {
         sent: &SentRecord,
         duration: Duration,
     ) -> Result<bool, StoreError> {
-        let confirmed = sqlx::query(HISTORY_CONFIRM)
-            .bind(&key.destination)
-            .bind(&key.key)
-            .bind(ticket.as_str())
-            .bind(&sent.message_id)
-            .bind(&sent.sequence_number)
-            .bind(retention_millis(duration))
-            .execute(&self.pool)
-            .await?;
-        Ok(confirmed.rows_affected() == 1)
+        super::held(async move {
+            let confirmed = sqlx::query(HISTORY_CONFIRM)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .bind(ticket.as_str())
+                .bind(&sent.message_id)
+                .bind(&sent.sequence_number)
+                .bind(retention_millis(duration))
+                .execute(&self.pool)
+                .await?;
+            Ok(confirmed.rows_affected() == 1)
+        })
+        .await
     }
 
     async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
-        sqlx::query(HISTORY_CANCEL)
-            .bind(&key.destination)
-            .bind(&key.key)
-            .bind(ticket.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        super::held(async move {
+            sqlx::query(HISTORY_CANCEL)
+                .bind(&key.destination)
+                .bind(&key.key)
+                .bind(ticket.as_str())
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
-        let deleted = sqlx::query(HISTORY_SWEEP)
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected())
+        super::held(async move {
+            let deleted = sqlx::query(HISTORY_SWEEP)
+                .bind(i64::from(limit))
+                .execute(&self.pool)
+                .await?;
+            Ok(deleted.rows_affected())
+        })
+        .await
     }
 }
 

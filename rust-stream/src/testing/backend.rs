@@ -283,8 +283,10 @@ pub fn on_each_backend(body: impl AsyncFn(Backend)) {
 }
 
 /// [`on_each_backend`], with the in-process leg's clock running in real time: for a body that
-/// talks to a real database (the inbox's or outbox's SQLite or PostgreSQL store), whose answers
-/// take real time that a paused clock would not wait for (its pool would time out at once).
+/// waits on real work tokio cannot see, other than the library's stores and calls wrapped in
+/// [`hold_the_clock`](crate::testing::hold_the_clock) (which hold a paused clock still while a
+/// database answers, so the inbox and outbox on SQLite or PostgreSQL run in [`on_each_backend`]
+/// itself): a server of your own the service calls, say.
 ///
 /// # Panics
 ///

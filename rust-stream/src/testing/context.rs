@@ -5,8 +5,10 @@ use std::time::SystemTime;
 
 use crate::batch::BatchContext;
 use crate::context::{Context, Delivery, Extensions};
+use crate::inbox::InboxTransaction;
 use crate::model::envelope::Envelope;
 use crate::state::States;
+use crate::store::InboxStore;
 use crate::transport::{
     MessageAttributeValue, MessageAttributes, ReceivedMessage, SystemAttributes,
 };
@@ -217,6 +219,61 @@ impl TestContext {
         self
     }
 
+    /// The inbox's open transaction of a store of type `S`, as an
+    /// [`idempotent`](crate::SubscriberBuilder::idempotent) subscription's inbox lends it to the
+    /// handler: [`Context::transaction::<S>()`](crate::Context::transaction) gives it, so an
+    /// inbox handler's whole path, its writes included, is tested as a function. Open it as the
+    /// inbox does, with the store's [`claim`](crate::store::InboxStore::claim) (any transaction
+    /// of the type will do: [`MemoryStore::begin`](crate::store::memory::MemoryStore::begin),
+    /// `store.pool().begin()`); after the handler returns, [`take_transaction`] gives it back, to
+    /// read the handler's writes through it, or to commit it
+    /// ([`InboxStore::complete`](crate::store::InboxStore::complete)) or drop it (a rollback).
+    ///
+    /// ```
+    /// use rust_stream::prelude::*;
+    /// use rust_stream::store::memory::MemoryStore;
+    /// use rust_stream::testing::{take_transaction, TestContext};
+    /// use std::sync::{Arc, Mutex};
+    /// # #[derive(serde::Deserialize)] struct Payment { id: String, cents: i64 }
+    ///
+    /// /// Posts a payment to a ledger, in the inbox's transaction.
+    /// struct Post(Arc<Mutex<Vec<String>>>);
+    ///
+    /// impl Handle<Payment> for Post {
+    ///     async fn handle(&self, payment: &Payment, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+    ///         if payment.cents <= 0 {
+    ///             return Err(HandlerOutcome::dead_letter("nothing to post"));
+    ///         }
+    ///         let mut transaction = ctx
+    ///             .transaction::<MemoryStore>()
+    ///             .await
+    ///             .map_err(|error| HandlerOutcome::dead_letter(error.to_string()))?;
+    ///         let (ledger, id) = (self.0.clone(), payment.id.clone());
+    ///         transaction.on_commit(move || ledger.lock().unwrap().push(id));
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let store = MemoryStore::new();
+    /// let ledger = Arc::new(Mutex::new(Vec::new()));
+    /// let mut ctx = TestContext::new()
+    ///     .transaction::<MemoryStore>(store.begin())
+    ///     .build();
+    /// let payment = Payment { id: "pay-1".into(), cents: 120 };
+    ///
+    /// assert_eq!(Post(ledger.clone()).handle(&payment, &(), &mut ctx).await, Ok(()));
+    /// assert!(ledger.lock().unwrap().is_empty(), "nothing is written before the commit");
+    /// store.commit(take_transaction::<MemoryStore>(&ctx).unwrap());
+    /// assert_eq!(*ledger.lock().unwrap(), ["pay-1"]);
+    /// # }
+    /// ```
+    pub fn transaction<S: InboxStore>(mut self, transaction: S::Transaction) -> Self {
+        self.extensions.insert(InboxTransaction::new(transaction));
+        self
+    }
+
     /// The context as the app has begun to stop:
     /// [`Context::is_stopping`](crate::Context::is_stopping) is true and
     /// [`Context::stopping`](crate::Context::stopping) resolves at once.
@@ -249,6 +306,15 @@ impl TestContext {
         self.message.attributes.insert(name, value);
         self
     }
+}
+
+/// The inbox transaction of store type `S` that [`TestContext::transaction`] gave `ctx`, taken
+/// back once the handler has returned, as the inbox takes it to commit or roll back: `None` when
+/// the context was given none of that type, it was taken already, or the handler still holds it
+/// (a [`Transaction`](crate::inbox::Transaction) kept past its return, which the inbox would
+/// retry the message for).
+pub fn take_transaction<S: InboxStore>(ctx: &Context<'_>) -> Option<S::Transaction> {
+    ctx.take_transaction::<S>()
 }
 
 /// Builds the [`BatchContext`] a batch handler is called with in a unit test: a
