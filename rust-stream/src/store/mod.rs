@@ -204,7 +204,6 @@ pub trait InboxStore: Clone + Send + Sync + 'static {
 pub trait SqlStore:
     InboxStore<Transaction = sqlx::Transaction<'static, Self::Database>>
     + OutboxStore<Connection = <Self::Database as sqlx::Database>::Connection>
-    + history::HistoryStore
 {
     /// sqlx's database: `sqlx::Sqlite` or `sqlx::Postgres`.
     type Database: sqlx::Database;

@@ -83,9 +83,10 @@
 //! pending until the history's lease (60 s by default) passes.
 //!
 //! The files: `access.rs` (tokens, origins, content type, CORS, the counts), `names.rs` (the
-//! namespace), `api.rs` (the settings, [`Limits`] and the state the routes share), `routes.rs` (the handlers), `handles.rs` (the
-//! receipt handles kept for ack and ping), `params.rs` (query parameters), `error.rs` (the
-//! answers' errors), [`filter`] (peek's filter).
+//! namespace), `api.rs` (the settings, [`Limits`] and the state the routes share), `routes.rs`
+//! (the handlers), `handles.rs` (the receipt handles kept for ack and ping), `params.rs` (query
+//! parameters), `error.rs` (the answers' errors), [`filter`] (peek's filter); this file builds
+//! the router from them.
 
 mod access;
 mod api;
