@@ -66,9 +66,8 @@ impl RustStream {
     /// How long a stop may take in all (default 25 s, within Kubernetes' default grace period of
     /// 30 s): held messages go on starting for the first half, running handlers are cancelled
     /// when a fifth of it (at most 3 s) is left, and what is still held is then released for
-    /// other consumers. A long poll does not hold a stop past it: on SQS a stop waits 2 s for a
-    /// receive in flight to answer, then abandons it (a message the abandoned receive took
-    /// stays hidden until its visibility timeout ends), so an idle service stops in about 2 s.
+    /// other consumers. On SQS keep it above the long poll (`wait`, 20 s by default): a stop
+    /// waits for a receive in flight, so that what it brings is not hidden.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self

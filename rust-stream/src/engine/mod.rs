@@ -53,8 +53,7 @@
 //! FIFO or not, the visibility, the leases, the metrics; `shared::Tasks`: the engine tasks and the
 //! stop's signals to them), then the settler, the dispatcher over it, the intake over both, and
 //! the heartbeat. Shutdown stops new receives, lets a receive in flight finish (what it got is
-//! handled like the rest; over a network it is abandoned after `poll::STOP_RECEIVE_GRACE`, 2 s,
-//! and what it took stays hidden until its visibility timeout ends), starts held messages for the first half of the budget and parks the
+//! handled like the rest), starts held messages for the first half of the budget and parks the
 //! rest, lets running handlers finish within the app's timeout and then cancels them, releases
 //! what the dispatcher parked and every message held but not settled (visibility 0), and returns
 //! once no task of the consumer is left.
@@ -209,7 +208,7 @@ pub(crate) async fn run(
     // Several subscribers of one queue become one consumer that routes by type.
     let subscribers = crate::routing::merge(subscribers, type_header);
     let shutdown = app.shutdown();
-    warn_about_settings(&subscribers);
+    warn_about_settings(&client, &subscribers, shutdown.timeout());
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
     // around `run`) stops them in the background, as a signal would.
     let mut running = StopOnDrop {
@@ -248,9 +247,9 @@ pub(crate) async fn run(
 const SHORTEST_SAFE_VISIBILITY: Duration = Duration::from_secs(5);
 
 /// Warns about settings that work, but badly: a visibility timeout too short for the heartbeat's
-/// calls, and a FIFO subscription without a handler timeout. (A stop budget shorter than a long
-/// poll is fine: a stop abandons a receive in flight after `poll::STOP_RECEIVE_GRACE`.)
-fn warn_about_settings(subscribers: &[Subscriber]) {
+/// calls, a FIFO subscription without a handler timeout, and (over a network) a stop budget
+/// shorter than a long poll, which a stop waits for.
+fn warn_about_settings(client: &Client, subscribers: &[Subscriber], budget: Duration) {
     for subscriber in subscribers {
         let queue = &subscriber.queue;
         if let Some(visibility) = queue.consumer.visibility_timeout {
@@ -268,6 +267,18 @@ fn warn_about_settings(subscribers: &[Subscriber]) {
                 messaging.destination.name = %queue.name,
                 "no handler timeout: a handler that never returns holds its FIFO group (extended) until the \
                  12-hour cap, and its handler slot for good; set `.timeout(..)`"
+            );
+        }
+        let reserve = budget.saturating_sub(StopPlan::new(budget).cancel_at);
+        if !client.transport.abandoned_receive_takes_nothing()
+            && budget < queue.consumer.wait + reserve
+        {
+            tracing::warn!(
+                messaging.destination.name = %queue.name,
+                shutdown_timeout_ms = budget.as_millis() as u64,
+                long_poll_s = queue.consumer.wait.as_secs(),
+                "the shutdown timeout is shorter than a long poll: a stop waits for the receive in flight (so what it takes is \
+                 not hidden) and may run past the timeout; keep the shutdown timeout above `.wait(..)`"
             );
         }
     }
@@ -503,8 +514,8 @@ impl Consumer {
     /// the first half of the budget (so a rolling restart gives back as little as it can, each
     /// message given back costing it a receive at SQS); then what has not started is parked;
     /// handlers still running when a reserve for the final release is all that is left are
-    /// cancelled; once no task of the consumer is left (a receive in flight answered, or, over a
-    /// network, abandoned after `poll::STOP_RECEIVE_GRACE`), every message still held is
+    /// cancelled; once no task of the consumer is left (a receive in flight answered: on SQS the
+    /// long poll, which a budget longer than the wait covers), every message still held is
     /// released (visibility 0) in one round. What a receive in flight brings is handled like the
     /// rest.
     async fn stop(self: Arc<Self>, budget: Duration) {
@@ -519,8 +530,7 @@ impl Consumer {
                 messaging.destination.name = %self.queue.name,
                 receives = receiving,
                 long_poll_s = self.queue.consumer.wait.as_secs(),
-                grace_ms = poll::STOP_RECEIVE_GRACE.as_millis() as u64,
-                "stopping: waiting for the receive in flight to answer (for grace_ms at most), so what it brings is handled or released rather than hidden; then it is abandoned"
+                "stopping: waiting for the receive in flight to answer, so what it brings is handled or released rather than hidden"
             );
         }
         let finished =
@@ -541,14 +551,14 @@ impl Consumer {
                 );
                 self.tasks.cancel_handlers().cancel();
                 if finished(budget).await.is_err() {
-                    // What is left is a receive in flight (a budget shorter than its 2 s grace), or
+                    // What is left is a receive in flight (a budget shorter than the long poll), or
                     // a handler that blocks its thread: the final release waits for the receive,
                     // or it would hand what it releases to that receive.
                     tracing::warn!(
                         messaging.destination.name = %self.queue.name,
                         budget_ms = budget.as_millis() as u64,
                         long_poll_s = self.queue.consumer.wait.as_secs(),
-                        "the stop runs past its budget waiting for a receive in flight (a budget shorter than the 2 s a stop waits for one); set a longer shutdown timeout"
+                        "the stop runs past its budget waiting for a receive in flight; set the shutdown timeout above the long poll"
                     );
                     let bound = budget + self.queue.consumer.wait + poll::RECEIVE_MARGIN;
                     if finished(bound).await.is_err() {

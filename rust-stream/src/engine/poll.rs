@@ -70,13 +70,6 @@ const READ_ATTRIBUTES: [&str; 5] = [
 /// How long past its long poll a receive may take before the engine gives it up.
 pub(crate) const RECEIVE_MARGIN: Duration = Duration::from_secs(10);
 
-/// How long a stop waits for a receive in flight over a network before it abandons it: long
-/// enough for a receive that is answering to answer, short enough that an idle service stops in
-/// about this long whatever its long poll. A message the abandoned receive took (the server may
-/// hand one to it in this last moment) stays hidden until the receive's visibility timeout ends:
-/// that is the bound a stop hides anything for.
-pub(crate) const STOP_RECEIVE_GRACE: Duration = Duration::from_secs(2);
-
 /// The fewest pollers that receive: one long poll is always out, so a message sent to an idle
 /// queue is received at once, as with a single poller.
 pub(crate) const MIN_POLLERS: usize = 1;
@@ -431,26 +424,9 @@ impl Intake {
         };
         let _receiving = Receiving::new(self);
         if !self.client.transport.abandoned_receive_takes_nothing() {
-            // Waited for at shutdown for a moment, so that what a receive answering brings is
-            // handled or released rather than hidden; then abandoned, so that a long poll does not
-            // hold the stop for up to its wait (20 s) past the budget.
-            let stopping = async {
-                self.tasks.stopping().cancelled().await;
-                tokio::time::sleep(STOP_RECEIVE_GRACE).await;
-            };
-            return tokio::select! {
-                biased;
-                received = receive => Some(received),
-                () = stopping => {
-                    tracing::info!(
-                        messaging.destination.name = %self.queue,
-                        grace_ms = STOP_RECEIVE_GRACE.as_millis() as u64,
-                        "stopping: the receive in flight is abandoned; a message it took stays \
-                         hidden until its visibility timeout ends"
-                    );
-                    None
-                }
-            };
+            // Waited for at shutdown (within its own deadline), so what it brings is handled or
+            // released rather than hidden for a visibility timeout.
+            return Some(receive.await);
         }
         tokio::select! {
             biased;
