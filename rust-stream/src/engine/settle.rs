@@ -521,6 +521,9 @@ impl Settler {
                 return Next::GoBack(held, 0);
             }
         };
+        // The attempt's outcome is decided: the span says so on this line already, though the
+        // message is counted dead-lettered only once its delete succeeds.
+        held.span.record("rust_stream.outcome", outcome.as_str());
         tracing::warn!(
             messaging.message.id = %held.delivery.message_id,
             dead_letter.message_id = %sent.message_id,
