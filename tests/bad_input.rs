@@ -895,7 +895,7 @@ mod publishing {
 
 mod sns_publishing {
     use super::*;
-    use rust_stream::model::topic::TopicAttributes;
+    use rust_stream::model::subscription::TopicAttributes;
 
     /// Asserts `error` is a rejection of a publish to `topic` with `kind`, naming the topic and
     /// saying `says`.
@@ -1164,7 +1164,7 @@ mod sns_publishing {
 
 mod sns_at_start {
     use super::*;
-    use rust_stream::model::topic::TopicAttributes;
+    use rust_stream::model::subscription::TopicAttributes;
 
     /// Starts an app with a subscription of `queue` on the backend's broker: the start's error.
     async fn start_error<T: Transport>(backend: &Backend<T>, queue: SqsQueue) -> RunError {
@@ -1282,7 +1282,7 @@ mod sns_at_start {
 
 mod sns_received {
     use super::*;
-    use rust_stream::model::topic::TopicAttributes;
+    use rust_stream::model::subscription::TopicAttributes;
 
     /// A queue with a dead-letter queue, subscribed (enveloped) to a topic, with its app running.
     struct Enveloped {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rust_stream::account::Account;
-use rust_stream::model::topic::Subscribe;
+use rust_stream::model::subscription::Subscribe;
 use rust_stream::model::{SnsTopic, TopicSubscription};
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};

@@ -61,6 +61,7 @@ mod message;
 mod messaging;
 mod queue;
 mod received;
+mod settle;
 mod sns;
 mod store;
 mod topics;

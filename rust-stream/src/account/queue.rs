@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::config::Config;
 use super::fifo::{Dedup, DedupId, Fifo, GroupName, Window};
 use super::ids::{Key, MessageId, MessageIds, Moment, Now};
-use super::message::{parse_receipt_handle, sequence_number, Extra, State, Stored, HEX};
+use super::message::{sequence_number, Extra, State, Stored, HEX};
 use super::received::{Copied, Received, Wanted};
 use super::store::Messages;
 use crate::model::rules::{self, fail, DedupScope, ErrorKind};
@@ -43,7 +43,7 @@ pub(super) struct Queue {
     pub(super) config: Config,
     pub(super) created_epoch_s: u64,
     pub(super) last_modified_epoch_s: u64,
-    messages: Messages<Stored>,
+    pub(super) messages: Messages<Stored>,
     next_key: Key,
     /// Every delayed or in-flight message, by the instant its state ends.
     timers: BTreeSet<(Moment, Key)>,
@@ -159,7 +159,7 @@ impl Queue {
     }
 
     /// Moves a message to a new state, keeping every index and count in step.
-    fn set_state(&mut self, key: Key, new: State) {
+    pub(super) fn set_state(&mut self, key: Key, new: State) {
         let Some(message) = self.messages.get_mut(key) else {
             return;
         };
@@ -227,7 +227,7 @@ impl Queue {
     }
 
     /// Removes a message from every index and returns it.
-    fn remove(&mut self, key: Key) -> Option<Stored> {
+    pub(super) fn remove(&mut self, key: Key) -> Option<Stored> {
         let message = self.messages.remove(key)?;
         let group = message.group().cloned();
         self.leave(key, group.as_ref(), message.state);
@@ -242,7 +242,7 @@ impl Queue {
 
     /// Stores a new message at the end of the queue (and of its group), its retention counted from
     /// its `stored_at`.
-    fn store(&mut self, mut message: Stored, delay: u32, now: Moment) -> Key {
+    pub(super) fn store(&mut self, mut message: Stored, delay: u32, now: Moment) -> Key {
         let key = self.next_key;
         self.next_key += 1;
         if let Order::Fifo(fifo) = &mut self.order {
@@ -426,7 +426,7 @@ impl Queue {
         (self.copy_out(&taken, take.wanted), dead)
     }
 
-    fn stored(&self, key: Key) -> &Stored {
+    pub(super) fn stored(&self, key: Key) -> &Stored {
         self.messages.get(key).expect("indexed messages exist")
     }
 
@@ -589,129 +589,6 @@ impl Queue {
         Some(self.copy_out(&keys, take.wanted))
     }
 
-    /// Finds the message a receipt handle names: `Ok(None)` when it is gone (deleted, moved,
-    /// purged), `Ok(Some((key, true)))` when the handle is the latest receive's.
-    fn resolve(&self, receipt_handle: &str) -> Result<Option<(Key, bool)>, TransportError> {
-        match parse_receipt_handle(receipt_handle) {
-            Some((incarnation, key, count)) if incarnation == self.incarnation => Ok(self
-                .messages
-                .get(key)
-                .map(|m| (key, m.receive_count == count))),
-            _ => fail(
-                ErrorKind::ReceiptHandleIsInvalid,
-                format!(
-                    "receipt handle `{receipt_handle}` was not issued by queue `{}`; use the handle its receive returned",
-                    self.name
-                ),
-            ),
-        }
-    }
-
-    /// `DeleteMessage`. Deleting twice succeeds; a handle superseded by a later receive succeeds
-    /// without deleting, as SQS documents, so the newer receiver keeps the message. On a FIFO
-    /// queue a handle expires with its visibility: once the message is visible again (timed out,
-    /// or released), its delete is refused, as SQS refuses it, and the message stays.
-    pub(super) fn delete(&mut self, receipt_handle: &str) -> Result<(), TransportError> {
-        if let Some((key, true)) = self.resolve(receipt_handle)? {
-            if self.config.fifo && !matches!(self.stored(key).state, State::InFlight { .. }) {
-                return fail(
-                    ErrorKind::InvalidParameterValue,
-                    format!(
-                        "Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired \
-                         (its visibility timeout ended on FIFO queue `{}`); receive the message again to delete it",
-                        self.name
-                    ),
-                );
-            }
-            self.remove(key);
-        }
-        Ok(())
-    }
-
-    /// `ChangeMessageVisibility`: 0 releases the message now; the total time invisible since its
-    /// receive is capped at 12 hours.
-    pub(super) fn change_visibility(
-        &mut self,
-        receipt_handle: &str,
-        timeout: i32,
-        now: Moment,
-    ) -> Result<(), TransportError> {
-        let timeout = rules::check_range(
-            "VisibilityTimeout",
-            timeout,
-            0,
-            rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
-        )?;
-        let found = self.resolve(receipt_handle)?;
-        let received_at = match found.map(|(key, latest)| (key, latest, self.stored(key).state)) {
-            Some((key, true, State::InFlight { received_at, .. })) => (key, received_at),
-            _ => {
-                return fail(
-                    ErrorKind::MessageNotInflight,
-                    format!(
-                        "the message of receipt handle `{receipt_handle}` is not in flight on queue `{}` \
-                         (deleted, timed out, or received again since)",
-                        self.name
-                    ),
-                )
-            }
-        };
-        let (key, received_at) = received_at;
-        let until = now + Duration::from_secs(timeout.into());
-        let cap = visibility_cap(received_at);
-        if until > cap {
-            return fail(
-                ErrorKind::InvalidParameterValue,
-                format!(
-                    "VisibilityTimeout {timeout} would keep the message invisible past 12 hours after its receive; \
-                     at most {} seconds remain",
-                    cap.saturating_since(now).as_secs()
-                ),
-            );
-        }
-        let state = if timeout == 0 {
-            State::Visible
-        } else {
-            State::InFlight { until, received_at }
-        };
-        self.set_state(key, state);
-        Ok(())
-    }
-
-    /// Takes a dead-lettered message (and the id it keeps) from another queue, available at once.
-    pub(super) fn accept_dead_letter(
-        &mut self,
-        id: MessageId,
-        mut message: Stored,
-        source_arn: &Arc<str>,
-        now: Moment,
-    ) {
-        message.forget_receives();
-        let sent = message.sent();
-        let extra = message.extra.get_or_insert_with(Box::default);
-        extra.dead_letter_source_arn = Some(source_arn.clone());
-        extra.message_id = Some(id);
-        if self.config.fifo {
-            // SQS resets the enqueue time on a FIFO dead-letter queue; a standard one keeps the
-            // original, so the message expires on its first send's clock.
-            extra.sent = Some(sent);
-            message.stored_at = now;
-            // A FIFO dead-letter queue takes only FIFO messages, which have a group.
-            message.fifo.get_or_insert_with(|| {
-                Arc::new(Dedup {
-                    group: GroupName::from("default"),
-                    id: DedupId::Text(Box::from("")),
-                    key: 0,
-                    expires: now,
-                    per_group: false,
-                })
-            });
-        } else {
-            extra.group_id = None;
-        }
-        self.store(message, 0, now);
-    }
-
     /// `PurgeQueue`: at most once a minute.
     pub(super) fn purge(&mut self, now: Instant) -> Result<(), TransportError> {
         if let Some(last) = self.last_purge {
@@ -742,6 +619,6 @@ impl Queue {
 }
 
 /// The latest a message received at `received_at` may stay invisible: SQS caps it at 12 hours.
-fn visibility_cap(received_at: Moment) -> Moment {
+pub(super) fn visibility_cap(received_at: Moment) -> Moment {
     received_at + Duration::from_secs(rules::MAX_VISIBILITY_TIMEOUT_SECONDS as u64)
 }

@@ -23,10 +23,12 @@ use super::queue::Queue;
 use super::topics::{Accepted, Topic, Topics};
 use super::{Account, Slot, State, REGION};
 use crate::model::rules::{fail, ErrorKind};
+use crate::model::subscription::{
+    check_subscribe, check_topic_attributes, sqs_queue_name, Subscribe, Subscription,
+    SubscriptionAttributes, TopicAttributes, FIFO_TOPIC_ATTRIBUTE, SQS_PROTOCOL,
+};
 use crate::model::topic::{
-    check_publish_batch, check_subscribe, check_topic_attributes, sqs_queue_name, Publish,
-    PublishBatchEntry, PublishBatchResult, Published, Subscribe, Subscription,
-    SubscriptionAttributes, TopicArn, TopicAttributes, FIFO_TOPIC_ATTRIBUTE, SQS_PROTOCOL,
+    check_publish_batch, Publish, PublishBatchEntry, PublishBatchResult, Published, TopicArn,
 };
 use crate::transport::{BatchResult, TransportError};
 

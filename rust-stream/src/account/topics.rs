@@ -17,11 +17,13 @@ use super::ids::ACCOUNT_ID;
 use crate::model::envelope::{Envelope, QueueDelivery};
 use crate::model::filter_policy::{FilterPolicy, FilterPolicyScope};
 use crate::model::rules::{fail, ErrorKind};
-use crate::model::topic::{
-    check_publish, content_dedup_id, Publish, PublishTarget, Published, Subscribe, Subscription,
-    SubscriptionAttributes, SubscriptionSettings, TopicArn, TopicAttributes, TopicSettings,
-    CONTENT_BASED_DEDUP_ATTRIBUTE, DEDUP_WINDOW, FIFO_TOPIC_ATTRIBUTE, FILTER_POLICY_ATTRIBUTE,
+use crate::model::subscription::{
+    Subscribe, Subscription, SubscriptionAttributes, SubscriptionSettings, TopicAttributes,
+    TopicSettings, CONTENT_BASED_DEDUP_ATTRIBUTE, FIFO_TOPIC_ATTRIBUTE, FILTER_POLICY_ATTRIBUTE,
     FILTER_POLICY_SCOPE_ATTRIBUTE, RAW_MESSAGE_DELIVERY_ATTRIBUTE,
+};
+use crate::model::topic::{
+    check_publish, content_dedup_id, Publish, PublishTarget, Published, TopicArn, DEDUP_WINDOW,
 };
 use crate::transport::{SendMessage, TransportError};
 
@@ -36,7 +38,7 @@ impl Topics {
     /// every attribute given is the one it has (SNS's idempotency).
     ///
     /// `arn`'s name must have been checked with `attributes`
-    /// ([`check_topic_attributes`](crate::model::topic::check_topic_attributes)), which
+    /// ([`check_topic_attributes`](crate::model::subscription::check_topic_attributes)), which
     /// gives `settings`.
     pub(super) fn create(
         &mut self,
@@ -187,7 +189,7 @@ impl Topic {
         all
     }
 
-    /// `Subscribe`, checked ([`check_subscribe`](crate::model::topic::check_subscribe) gave
+    /// `Subscribe`, checked ([`check_subscribe`](crate::model::subscription::check_subscribe) gave
     /// `settings`): the new subscription's ARN, or the existing one's when the endpoint is
     /// subscribed already and every attribute given is the one it has.
     pub(super) fn subscribe(

@@ -16,10 +16,8 @@ use aws_sdk_sns::types::{
 };
 
 use crate::model::rules::{fail, ErrorKind};
-use crate::model::topic::{
-    check_publish, check_publish_batch, check_subscribe, check_topic_attributes, PublishTarget,
-    TopicArn,
-};
+use crate::model::subscription::{check_subscribe, check_topic_attributes};
+use crate::model::topic::{check_publish, check_publish_batch, PublishTarget, TopicArn};
 use crate::transport::{
     BatchFailure, MessageAttributeValue, PublishBatchEntry, PublishBatchResult, Published,
     Subscribe, Subscription, SubscriptionAttributes, TopicAttributes, TransportError,

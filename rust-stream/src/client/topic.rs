@@ -11,10 +11,10 @@
 //! queue ARN says the same; no STS call, no configuration.
 
 use crate::model::rules::ErrorKind;
-use crate::model::topic::{
-    PublishTarget, TopicAttributes, CONTENT_BASED_DEDUP_ATTRIBUTE, DEFAULT_MAX_MESSAGE_SIZE,
-    FIFO_TOPIC_ATTRIBUTE,
+use crate::model::subscription::{
+    TopicAttributes, CONTENT_BASED_DEDUP_ATTRIBUTE, FIFO_TOPIC_ATTRIBUTE,
 };
+use crate::model::topic::{PublishTarget, DEFAULT_MAX_MESSAGE_SIZE};
 use crate::model::SnsTopic;
 use crate::transport::TransportError;
 

@@ -5,7 +5,9 @@
 use std::sync::{Arc, PoisonError};
 
 use crate::model::rules::ErrorKind;
-use crate::model::topic::{TopicAttributes, CONTENT_BASED_DEDUP_ATTRIBUTE, FIFO_TOPIC_ATTRIBUTE};
+use crate::model::subscription::{
+    TopicAttributes, CONTENT_BASED_DEDUP_ATTRIBUTE, FIFO_TOPIC_ATTRIBUTE,
+};
 use crate::model::SnsTopic;
 use crate::transport::TransportError;
 

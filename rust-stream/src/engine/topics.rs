@@ -20,7 +20,7 @@ use crate::client::topic::ResolvedTopic;
 use crate::client::Client;
 use crate::model::filter_policy::FilterPolicyScope;
 use crate::model::rules::ErrorKind;
-use crate::model::topic::{
+use crate::model::subscription::{
     Subscribe, FILTER_POLICY_ATTRIBUTE, FILTER_POLICY_SCOPE_ATTRIBUTE,
     RAW_MESSAGE_DELIVERY_ATTRIBUTE, SQS_PROTOCOL,
 };

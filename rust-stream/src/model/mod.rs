@@ -15,6 +15,8 @@
 //! - `declare`: the declarations of a broker's apps and publishers, merged per queue and per
 //!   topic.
 //! - [`topic`]: SNS topics and publishes, shaped like the SNS API, and SNS's limits and rules.
+//! - [`subscription`]: a topic's and a subscription's attributes and a `Subscribe` request, as
+//!   SNS's management calls shape them, with their checks.
 //! - [`envelope`]: the JSON notification SNS delivers to a queue without raw message delivery,
 //!   built and parsed, and how a raw delivery carries a publish's attributes.
 //! - `base64`: the text form of binary attribute values in an envelope.
@@ -31,6 +33,7 @@ pub(crate) mod naming;
 pub mod queue;
 pub mod rules;
 pub mod sns_topic;
+pub mod subscription;
 pub mod topic;
 pub mod wire;
 

@@ -24,6 +24,7 @@ mod messages;
 pub mod peek;
 mod queues;
 pub mod redrive;
+mod report;
 
 pub use peek::{AttributeText, DeadLetterOrigin, Message, MessageFilter, Peek, SQS_PEEK_HOLD};
 pub use queues::{DeadLetterTarget, OperationError, Operations, PeekRisk, QueueInfo, QueueSpec};

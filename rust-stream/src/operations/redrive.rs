@@ -1,7 +1,7 @@
 //! Redrive: a dead-letter queue's messages back to where they came from, or to a named queue
 //! ([`Operations::redrive`]).
 //!
-//! Each message goes to the queue its copy names ([`SOURCE_QUEUE_HEADER`], written by the engine
+//! Each message goes to the queue its copy names ([`SOURCE_QUEUE_HEADER`](crate::engine::settle::SOURCE_QUEUE_HEADER), written by the engine
 //! when it dead-lettered it), else the queue SQS's own redrive moved it from
 //! (`DeadLetterQueueSourceArn`), or to the queue [`Redrive::to`] names. What makes it safe:
 //!
@@ -13,7 +13,7 @@
 //!   killed between a send and its delete and run again within SQS's 5-minute deduplication
 //!   window stores nothing twice. A standard target has no deduplication (nor FIFO past its 5
 //!   minutes): such a kill stores the copies of that one batch (at most 10) twice, each with the
-//!   same [`IDEMPOTENCY_KEY_HEADER`] (the original message id, unless the message had one), so
+//!   same [`IDEMPOTENCY_KEY_HEADER`](crate::publish::IDEMPOTENCY_KEY_HEADER) (the original message id, unless the message had one), so
 //!   an [inbox](crate::inbox) handles them once.
 //! - **Blocked groups stay blocked.** A message that cannot go (no source, a failed send) stays
 //!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages:
@@ -32,27 +32,25 @@
 //! engine's dead-letter attributes (a later dead-letter copy gets fresh ones).
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use serde::Serialize;
 use tokio::time::Instant;
 
 use super::peek::{text_of, Message, MessageFilter};
 use super::queues::{at, count, OperationError, Operations};
-use crate::engine::settle::{
-    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
-};
-use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
+use super::report::log;
+pub use super::report::{AuditRecord, CameBack, Left, RedriveReport};
+use crate::engine::settle::{DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER};
+use crate::model::rules;
 use crate::model::SqsQueue;
-use crate::publish::IDEMPOTENCY_KEY_HEADER;
 use crate::transport::{
-    DeleteEntry, MessageAttributeValue, MessageState, PeekMessages, ReceiveMessage,
-    ReceivedMessage, SendMessage, SystemAttribute, TransportError,
+    DeleteEntry, MessageState, PeekMessages, ReceiveMessage, ReceivedMessage, TransportError,
 };
+use plan::{epoch_ms, plan, Planned};
+pub use settings::Redrive;
 
-/// How long a redrive keeps the messages it received invisible by default: enough to send and
-/// delete a batch.
-const DEFAULT_VISIBILITY: Duration = Duration::from_secs(60);
+mod plan;
+mod settings;
 
 /// How long a run, having taken what was there at its start, goes on looking for copies that
 /// came back: a receive that finds nothing ends it sooner.
@@ -60,352 +58,6 @@ const TAIL: Duration = Duration::from_secs(10);
 
 /// Times a failed delete from the dead-letter queue is tried again.
 const DELETE_TRIES: u32 = 3;
-
-/// What to redrive, where, how fast: see [the module](crate::operations::redrive).
-///
-/// ```
-/// use rust_stream::operations::Redrive;
-///
-/// // Every copy back to its source, 50 a second; first a dry run.
-/// let plan = Redrive::from("payments-dlq.fifo").rate(50.0).dry_run();
-/// # let _ = plan;
-/// ```
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct Redrive {
-    from: String,
-    to: Option<String>,
-    rate: Option<f64>,
-    dry_run: bool,
-    limit: Option<usize>,
-    visibility: Option<Duration>,
-    filter: Option<MessageFilter>,
-    /// Deletes what the filter chooses instead of moving it ([`Operations::delete_matching`]).
-    delete: bool,
-}
-
-impl Redrive {
-    /// Redrives the dead-letter queue `queue`, each message to its source.
-    pub fn from(queue: impl Into<String>) -> Self {
-        Self {
-            from: queue.into(),
-            to: None,
-            rate: None,
-            dry_run: false,
-            limit: None,
-            visibility: None,
-            filter: None,
-            delete: false,
-        }
-    }
-
-    /// Moves only the messages `filter` matches (by reason, source queue, body, JSON pointer,
-    /// ids, sent time: see [`MessageFilter`]); the others stay where they are, counted in
-    /// [`RedriveReport::unmatched`].
-    ///
-    /// On a FIFO dead-letter queue a group moves in its order, so a filter never splits one
-    /// out of order: a group moves up to its first message the filter does not match, and a
-    /// matching message behind that one stays, in [`RedriveReport::left`] with the reason
-    /// (widen the filter to the whole group, e.g. by its group id, to move it).
-    pub fn filter(mut self, filter: MessageFilter) -> Self {
-        self.filter = Some(filter);
-        self
-    }
-
-    /// Sends every message to `queue` instead of its source.
-    pub fn to(mut self, queue: impl Into<String>) -> Self {
-        self.to = Some(queue.into());
-        self
-    }
-
-    /// Moves at most `per_second` messages a second (over the run; sends go in batches).
-    pub fn rate(mut self, per_second: f64) -> Self {
-        self.rate = Some(per_second);
-        self
-    }
-
-    /// Sends and deletes nothing: says what would move where.
-    pub fn dry_run(mut self) -> Self {
-        self.dry_run = true;
-        self
-    }
-
-    /// Moves at most `messages`, then stops (what is left stays in the dead-letter queue).
-    pub fn limit(mut self, messages: usize) -> Self {
-        self.limit = Some(messages);
-        self
-    }
-
-    /// How long the messages received from the dead-letter queue stay invisible while they are
-    /// moved (default 60 s, longer at a low rate): after a redrive killed mid-way, a rerun waits
-    /// this long for them.
-    pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
-        self.visibility = Some(timeout);
-        self
-    }
-
-    /// The visibility a redrive receives with: room for a batch at the rate.
-    fn hold(&self) -> Duration {
-        let for_a_batch = self.rate.map_or(Duration::ZERO, |rate| {
-            Duration::from_secs_f64(2.0 * rules::MAX_BATCH_ENTRIES as f64 / rate)
-        });
-        self.visibility
-            .unwrap_or(DEFAULT_VISIBILITY.max(for_a_batch + Duration::from_secs(30)))
-    }
-}
-
-/// One message moved (or, in a dry run, that would be).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct AuditRecord {
-    /// Its id in the dead-letter queue.
-    pub message_id: String,
-    /// Its id in the queue it was dead-lettered from, when the copy says.
-    pub original_message_id: Option<String>,
-    /// The dead-letter queue.
-    pub from: String,
-    /// Where it went: empty for a message deleted ([`Operations::delete_matching`]).
-    pub to: String,
-    /// Its group, on a FIFO target.
-    pub group_id: Option<String>,
-    /// The deduplication id it was sent with, on a FIFO target.
-    pub dedup_id: Option<String>,
-    /// Why it was dead-lettered, when the copy says.
-    pub reason: Option<String>,
-    /// Its attempts before, when the copy says.
-    pub attempts: Option<u32>,
-    /// Its message id in `to`; `None` in a dry run, and for a message deleted.
-    pub new_message_id: Option<String>,
-    /// When it was moved (deleted from the dead-letter queue): milliseconds since the epoch.
-    pub at_ms: u64,
-    /// Whether this was a dry run (nothing moved).
-    pub dry_run: bool,
-}
-
-/// A message a redrive left in the dead-letter queue, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct Left {
-    /// Its id in the dead-letter queue.
-    pub message_id: String,
-    /// Why it stayed.
-    pub reason: String,
-    /// Whether it stayed because its target refused its send (the other causes: it names no
-    /// source, an earlier message of its FIFO group stayed, or its delete failed).
-    pub refused: bool,
-}
-
-/// A copy of a message this run moved that was dead-lettered again while the run went on: left
-/// in the dead-letter queue for the next run (after the fix), never moved twice by one run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct CameBack {
-    /// Its id in the dead-letter queue.
-    pub message_id: String,
-    /// The id this run sent it back as (the message that was dead-lettered again).
-    pub sent_as: String,
-    /// Why it was dead-lettered again, when the copy says.
-    pub reason: Option<String>,
-}
-
-/// What a redrive did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct RedriveReport {
-    /// The dead-letter queue.
-    pub from: String,
-    /// Whether it was a dry run.
-    pub dry_run: bool,
-    /// Whether the run deleted the messages chosen instead of moving them
-    /// ([`Operations::delete_matching`]).
-    pub deleted: bool,
-    /// Messages the run's filter did not choose: they stay where they are.
-    pub unmatched: u64,
-    /// Each message moved (would be moved, in a dry run), in the order moved.
-    pub moved: Vec<AuditRecord>,
-    /// The messages it left in the dead-letter queue.
-    pub left: Vec<Left>,
-    /// Copies of messages it moved that came back to the dead-letter queue during the run (a
-    /// consumer dead-lettered them again): left there for the next run.
-    pub came_back: Vec<CameBack>,
-    /// The dead-letter queue's messages when the run started (visible, in flight and delayed):
-    /// the most it moves.
-    pub at_start: u64,
-    /// The dead-letter queue's messages after the run (visible, in flight and delayed).
-    pub remaining: u64,
-}
-
-impl RedriveReport {
-    /// How many messages its target refused (of [`left`](Self::left)).
-    pub fn refused(&self) -> usize {
-        self.left.iter().filter(|left| left.refused).count()
-    }
-}
-
-/// The one-line summary of a run: `moved 3 from q; 2 came back (left for the next run); 1 left
-/// (1 refused); 3 remain in it`, or, for a dry run, `would move 3 from q, 2 stay`.
-impl std::fmt::Display for RedriveReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let moved = self.moved.len();
-        let verb = if self.deleted { "delete" } else { "move" };
-        if self.dry_run {
-            // Nothing moved: what stays is what is there but the messages that would go.
-            let stay = self.remaining.saturating_sub(moved as u64);
-            return write!(f, "would {verb} {moved} from {}, {stay} stay", self.from);
-        }
-        if self.unmatched > 0 {
-            write!(f, "{} not chosen by the filter; ", self.unmatched)?;
-        }
-        if self.deleted {
-            return write!(
-                f,
-                "deleted {moved} from {}; {} left; {} remain in it",
-                self.from,
-                self.left.len(),
-                self.remaining
-            );
-        }
-        write!(
-            f,
-            "moved {moved} from {}; {} came back (left for the next run); {} left ({} refused); \
-             {} remain in it",
-            self.from,
-            self.came_back.len(),
-            self.left.len(),
-            self.refused(),
-            self.remaining
-        )
-    }
-}
-
-/// A message on its way: where it goes, as what.
-struct Planned {
-    receipt_handle: String,
-    /// Its group in the dead-letter queue, when that is FIFO.
-    group: Option<String>,
-    target: String,
-    send: SendMessage,
-    record: AuditRecord,
-}
-
-/// Milliseconds since the epoch, now.
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
-/// What a redrive of `message` from `from` sends, and where; or why it cannot go.
-fn plan(from: &str, message: &ReceivedMessage, to: Option<&str>) -> Result<Planned, String> {
-    let attribute = |name: &str| {
-        message
-            .message_attributes
-            .get(name)
-            .and_then(text_of)
-            .map(str::to_owned)
-    };
-    let moved_by_sqs_from = message
-        .attributes
-        .get(SystemAttribute::DeadLetterQueueSourceArn.name())
-        .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned());
-    let target = to
-        .map(str::to_owned)
-        .or_else(|| attribute(SOURCE_QUEUE_HEADER))
-        .or(moved_by_sqs_from)
-        .ok_or_else(|| {
-            format!(
-                "it names no source queue (no `{SOURCE_QUEUE_HEADER}` attribute, and SQS did not \
-                 move it): redrive it to a named queue (`to`, `--to QUEUE`)"
-            )
-        })?;
-    let original =
-        attribute(ORIGINAL_MESSAGE_ID_HEADER).unwrap_or_else(|| message.message_id.clone());
-    let mut send = SendMessage::new(message.body.clone());
-    send.message_attributes = message
-        .message_attributes
-        .iter()
-        .filter(|(name, _)| {
-            ![
-                SOURCE_QUEUE_HEADER,
-                ORIGINAL_MESSAGE_ID_HEADER,
-                ATTEMPTS_HEADER,
-                DEAD_LETTER_REASON_HEADER,
-            ]
-            .contains(&name.as_str())
-        })
-        .map(|(name, value)| (name.clone(), value.clone()))
-        .collect();
-    let fifo = rules::is_fifo_name(&target);
-    if fifo {
-        send.group_id = Some(message.group_id().unwrap_or("default").to_owned());
-        send.dedup_id = Some(format!("redrive-{original}"));
-    }
-    if !send.message_attributes.contains_key(IDEMPOTENCY_KEY_HEADER)
-        && send.message_attributes.len() < MAX_MESSAGE_ATTRIBUTES
-    {
-        // A standard queue cannot drop a second copy, nor FIFO one past its five minutes; an
-        // inbox can, by this key (the original's message id, its key there by default).
-        send.message_attributes.insert(
-            IDEMPOTENCY_KEY_HEADER.to_owned(),
-            MessageAttributeValue::string(original.clone()),
-        );
-    }
-    let record = AuditRecord {
-        message_id: message.message_id.clone(),
-        original_message_id: Some(original),
-        from: from.to_owned(),
-        to: target.clone(),
-        group_id: send.group_id.clone(),
-        dedup_id: send.dedup_id.clone(),
-        reason: attribute(DEAD_LETTER_REASON_HEADER),
-        attempts: attribute(ATTEMPTS_HEADER).and_then(|n| n.parse().ok()),
-        new_message_id: None,
-        at_ms: 0,
-        dry_run: false,
-    };
-    Ok(Planned {
-        receipt_handle: message.receipt_handle.clone(),
-        group: message
-            .group_id()
-            .filter(|_| rules::is_fifo_name(from))
-            .map(str::to_owned),
-        target,
-        send,
-        record,
-    })
-}
-
-/// Logs a message moved, with the record's fields.
-fn log(record: &AuditRecord) {
-    if record.to.is_empty() {
-        tracing::info!(
-            operation = "delete",
-            messaging.message.id = %record.message_id,
-            original_message_id = record.original_message_id.as_deref().unwrap_or(""),
-            from = %record.from,
-            group_id = record.group_id.as_deref().unwrap_or(""),
-            reason = record.reason.as_deref().unwrap_or(""),
-            at_ms = record.at_ms,
-            dry_run = record.dry_run,
-            "dead-letter message deleted"
-        );
-        return;
-    }
-    tracing::info!(
-        operation = "redrive",
-        messaging.message.id = %record.message_id,
-        original_message_id = record.original_message_id.as_deref().unwrap_or(""),
-        from = %record.from,
-        to = %record.to,
-        group_id = record.group_id.as_deref().unwrap_or(""),
-        new_message_id = record.new_message_id.as_deref().unwrap_or(""),
-        at_ms = record.at_ms,
-        dry_run = record.dry_run,
-        "dead-letter message redriven"
-    );
-}
 
 /// The state of one redrive run.
 struct Run<'a, F> {

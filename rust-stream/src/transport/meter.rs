@@ -19,6 +19,7 @@ use super::{
     Transport, TransportError,
 };
 use crate::model::rules;
+use crate::model::subscription;
 use crate::model::topic::{self, PublishTarget, TopicArn};
 
 /// SQS and SNS API calls by action: those sent, not those a backend refused before sending them (see
@@ -370,7 +371,7 @@ impl Hooks for Meter {
         name: &str,
         attributes: TopicAttributes,
     ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let checked = topic::check_topic_attributes(name, &attributes);
+        let checked = subscription::check_topic_attributes(name, &attributes);
         self.count(Action::CreateTopic, checked);
         inner.create_topic(name, attributes)
     }
@@ -389,7 +390,7 @@ impl Hooks for Meter {
         inner: &impl Transport,
         request: Subscribe,
     ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        self.count(Action::Subscribe, topic::check_subscribe(&request));
+        self.count(Action::Subscribe, subscription::check_subscribe(&request));
         inner.subscribe(request)
     }
 

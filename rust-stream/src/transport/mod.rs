@@ -14,10 +14,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use crate::model::error::{BatchFailure, ErrorKind, TransportError};
-pub use crate::model::topic::{
-    Publish, PublishBatchEntry, PublishBatchResult, Published, Subscribe, Subscription,
-    SubscriptionAttributes, TopicAttributes,
+pub use crate::model::subscription::{
+    Subscribe, Subscription, SubscriptionAttributes, TopicAttributes,
 };
+pub use crate::model::topic::{Publish, PublishBatchEntry, PublishBatchResult, Published};
 pub use crate::model::wire::*;
 
 pub mod layer;

@@ -1,0 +1,118 @@
+//! What a dead-letter copy becomes when it is redriven: the queue it goes to (named, its
+//! `SOURCE_QUEUE_HEADER`, or SQS's `DeadLetterQueueSourceArn`), the send (its attributes without
+//! the engine's dead-letter ones, a FIFO target's group and deduplication ids, an idempotency
+//! key), and its audit record; or why it cannot go.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::engine::settle::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+};
+use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
+use crate::operations::peek::text_of;
+use crate::operations::report::AuditRecord;
+use crate::publish::IDEMPOTENCY_KEY_HEADER;
+use crate::transport::{MessageAttributeValue, ReceivedMessage, SendMessage, SystemAttribute};
+
+/// A message on its way: where it goes, as what.
+pub(super) struct Planned {
+    pub(super) receipt_handle: String,
+    /// Its group in the dead-letter queue, when that is FIFO.
+    pub(super) group: Option<String>,
+    pub(super) target: String,
+    pub(super) send: SendMessage,
+    pub(super) record: AuditRecord,
+}
+
+/// Milliseconds since the epoch, now.
+pub(super) fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// What a redrive of `message` from `from` sends, and where; or why it cannot go.
+pub(super) fn plan(
+    from: &str,
+    message: &ReceivedMessage,
+    to: Option<&str>,
+) -> Result<Planned, String> {
+    let attribute = |name: &str| {
+        message
+            .message_attributes
+            .get(name)
+            .and_then(text_of)
+            .map(str::to_owned)
+    };
+    let moved_by_sqs_from = message
+        .attributes
+        .get(SystemAttribute::DeadLetterQueueSourceArn.name())
+        .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned());
+    let target = to
+        .map(str::to_owned)
+        .or_else(|| attribute(SOURCE_QUEUE_HEADER))
+        .or(moved_by_sqs_from)
+        .ok_or_else(|| {
+            format!(
+                "it names no source queue (no `{SOURCE_QUEUE_HEADER}` attribute, and SQS did not \
+                 move it): redrive it to a named queue (`to`, `--to QUEUE`)"
+            )
+        })?;
+    let original =
+        attribute(ORIGINAL_MESSAGE_ID_HEADER).unwrap_or_else(|| message.message_id.clone());
+    let mut send = SendMessage::new(message.body.clone());
+    send.message_attributes = message
+        .message_attributes
+        .iter()
+        .filter(|(name, _)| {
+            ![
+                SOURCE_QUEUE_HEADER,
+                ORIGINAL_MESSAGE_ID_HEADER,
+                ATTEMPTS_HEADER,
+                DEAD_LETTER_REASON_HEADER,
+            ]
+            .contains(&name.as_str())
+        })
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    let fifo = rules::is_fifo_name(&target);
+    if fifo {
+        send.group_id = Some(message.group_id().unwrap_or("default").to_owned());
+        send.dedup_id = Some(format!("redrive-{original}"));
+    }
+    if !send.message_attributes.contains_key(IDEMPOTENCY_KEY_HEADER)
+        && send.message_attributes.len() < MAX_MESSAGE_ATTRIBUTES
+    {
+        // A standard queue cannot drop a second copy, nor FIFO one past its five minutes; an
+        // inbox can, by this key (the original's message id, its key there by default).
+        send.message_attributes.insert(
+            IDEMPOTENCY_KEY_HEADER.to_owned(),
+            MessageAttributeValue::string(original.clone()),
+        );
+    }
+    let record = AuditRecord {
+        message_id: message.message_id.clone(),
+        original_message_id: Some(original),
+        from: from.to_owned(),
+        to: target.clone(),
+        group_id: send.group_id.clone(),
+        dedup_id: send.dedup_id.clone(),
+        reason: attribute(DEAD_LETTER_REASON_HEADER),
+        attempts: attribute(ATTEMPTS_HEADER).and_then(|n| n.parse().ok()),
+        new_message_id: None,
+        at_ms: 0,
+        dry_run: false,
+    };
+    Ok(Planned {
+        receipt_handle: message.receipt_handle.clone(),
+        group: message
+            .group_id()
+            .filter(|_| rules::is_fifo_name(from))
+            .map(str::to_owned),
+        target,
+        send,
+        record,
+    })
+}
