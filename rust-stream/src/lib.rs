@@ -151,15 +151,14 @@ pub use app::{
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use context::{Context, SnsNotification};
-pub use engine::settle::{
-    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
-};
 pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
+pub use model::headers::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
+    PARTITION_KEY_HEADER, SOURCE_QUEUE_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, TYPE_HEADER,
+};
 pub use model::{SnsTopic, TopicSubscription};
 pub use outcome::{HandlerOutcome, IntoOutcome};
-pub use publish::{
-    Outgoing, Output, Outputs, PublishError, PublishedMessage, Publisher, PARTITION_KEY_HEADER,
-};
+pub use publish::{Outgoing, Output, Outputs, PublishError, PublishedMessage, Publisher};
 pub use retry::RetryPolicy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

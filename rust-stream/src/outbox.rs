@@ -85,8 +85,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::client::Client;
+use crate::model::headers::IDEMPOTENCY_KEY_HEADER;
 use crate::model::{SnsTopic, SqsQueue};
-use crate::publish::IDEMPOTENCY_KEY_HEADER;
 use crate::publish::{recorded, Outgoing, PublishError, PublishedMessage, Publisher};
 use crate::store::{Backlog, NewOutboxRow, OutboxRow, OutboxStore, StoreError};
 use crate::worker::{Worker, WorkerContext};

@@ -39,12 +39,12 @@ use tokio::time::Instant;
 
 use super::peek::{text_of, Message, MessageFilter};
 use super::queues::{at, count, OperationError, Operations};
-use crate::engine::settle::{
-    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+use crate::model::headers::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
+    SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::model::SqsQueue;
-use crate::publish::IDEMPOTENCY_KEY_HEADER;
 use crate::transport::{
     DeleteEntry, MessageAttributeValue, MessageState, PeekMessages, ReceiveMessage,
     ReceivedMessage, SendMessage, SystemAttribute, TransportError,

@@ -294,7 +294,7 @@ impl SqsBroker {
     }
 
     /// Names the message attribute that carries a typed message's type, for this broker's
-    /// publishers and its apps' routed queues (default [`TYPE_HEADER`](crate::routing::TYPE_HEADER),
+    /// publishers and its apps' routed queues (default [`TYPE_HEADER`](crate::TYPE_HEADER),
     /// `rust_stream.type`; see [`routing`](crate::routing)). A clone shares it; set it before
     /// building apps and publishers on the broker. A name SQS does not take as an attribute name
     /// keeps an app with a routed queue from starting ([`ConfigError::TypeHeaderName`]).
