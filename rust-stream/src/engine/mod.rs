@@ -84,24 +84,6 @@ pub(crate) mod settle;
 pub(crate) mod shared;
 mod topics;
 
-/// Moved: [`crate::record`].
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::record`")]
-pub mod record {
-    pub use crate::record::Settled;
-}
-
-/// Moved: [`crate::transport`] (the seam) and [`crate::model`] (its requests, responses and errors).
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::transport`")]
-pub mod transport {
-    pub use crate::transport::*;
-}
-
-/// Moved: [`crate::transport::meter`].
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::transport::meter`")]
-pub mod meter {
-    pub use crate::transport::meter::*;
-}
-
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 

@@ -10,20 +10,6 @@
 #[cfg(feature = "aws")]
 mod environment;
 
-/// Moved: [`crate::aws`].
-#[cfg(feature = "aws")]
-#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::aws`")]
-pub mod aws {
-    pub use crate::aws::*;
-}
-
-/// Moved: [`crate::model::rules`].
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::model::rules`")]
-pub mod rules {
-    pub use crate::model::rules::*;
-}
-
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -156,7 +142,7 @@ impl SqsBroker {
         match environment::choose(|name| std::env::var(name).ok()) {
             environment::Choice::Endpoint { variable, url } => {
                 tracing::info!(
-                    sqs.endpoint = %aws::shown_endpoint(&url),
+                    sqs.endpoint = %crate::aws::shown_endpoint(&url),
                     sqs.chosen_by = variable,
                     "running on SQS at the endpoint the environment names"
                 );
@@ -183,8 +169,8 @@ impl SqsBroker {
     /// test credentials.
     #[cfg(feature = "aws")]
     #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
-    pub fn aws() -> aws::AwsBrokerBuilder {
-        aws::AwsBrokerBuilder::default()
+    pub fn aws() -> crate::aws::AwsBrokerBuilder {
+        crate::aws::AwsBrokerBuilder::default()
     }
 
     /// A broker over `account`, which a test may share to send, receive and inspect.
