@@ -1,4 +1,4 @@
-//! The consumer engine: one engine over a [`Transport`](transport::Transport), whichever backend
+//! The consumer engine: one engine over a [`Transport`](crate::transport::Transport), whichever backend
 //! is underneath.
 //!
 //! Each subscription runs as one consumer (the subscriptions of a queue routed by type together,

@@ -1,8 +1,8 @@
-//! Amazon SQS: [`SqsBroker`], the [`SqsQueue`] descriptor, and the SQS [`rules`] every backend
+//! Amazon SQS: [`SqsBroker`], the [`SqsQueue`] descriptor, and the SQS [`rules`](crate::model::rules) every backend
 //! honours.
 //!
 //! A broker holds one [`Transport`]: the in-process [`Account`], or Amazon SQS over aws-sdk-sqs
-//! ([`aws`], feature `aws`), chosen in code or, with [`SqsBroker::from_env_or_in_process`], by the
+//! ([`aws`](crate::aws), feature `aws`), chosen in code or, with [`SqsBroker::from_env_or_in_process`], by the
 //! environment. It resolves each queue once (its URL, creating the queue when asked, and its
 //! `MaximumMessageSize`), and owns one batcher per queue and action, shared by every subscription
 //! and publisher of the broker.
