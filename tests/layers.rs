@@ -1,6 +1,7 @@
 //! The core crate's layering, checked: every module of `rust-stream/src` imports only modules of
 //! a lower row, or of its own row listed before it, and no modules import each other in a
-//! circle; and the source files over the size budget are listed.
+//! circle; every name in the table is a module; and the source files over the size budget are
+//! listed.
 //!
 //! The rows are written down once, in `ARCHITECTURE.md`: a table whose rows read
 //! `| <row number> | <modules, in order> | ... |`, the modules as paths under `rust-stream/src`
@@ -465,6 +466,8 @@ struct Findings {
     out_of_order: Vec<String>,
     /// Sets of files that import each other in a loop.
     circles: Vec<String>,
+    /// Table entries that name no module of the tree (a module renamed or removed).
+    unknown: Vec<String>,
 }
 
 fn check(src: &Path, layers: &BTreeMap<String, Place>) -> Findings {
@@ -503,6 +506,17 @@ fn check(src: &Path, layers: &BTreeMap<String, Place>) -> Findings {
             }
         }
     }
+    findings.unknown = layers
+        .keys()
+        .filter(|name| {
+            let module: Module = match name.as_str() {
+                "lib" => Vec::new(),
+                name => name.split('/').map(str::to_owned).collect(),
+            };
+            !files.keys().any(|file| file.starts_with(&module))
+        })
+        .cloned()
+        .collect();
     findings.circles = circles(&arrows)
         .iter()
         .map(|circle| {
@@ -523,6 +537,11 @@ fn the_core_crate_imports_only_downward_and_in_no_circle() {
         findings.unplaced.is_empty(),
         "modules in no row of the layer table in ARCHITECTURE.md: {:#?}",
         findings.unplaced
+    );
+    assert!(
+        findings.unknown.is_empty(),
+        "names in the layer table of ARCHITECTURE.md that are no module: {:?}",
+        findings.unknown
     );
     assert!(
         findings.upward.is_empty(),
@@ -697,6 +716,11 @@ fn the_check_sees_an_upward_import_a_later_one_of_its_row_and_a_circle() {
         in_order.out_of_order.is_empty() && in_order.upward.is_empty(),
         "{in_order:?}"
     );
+    let stale = check(
+        &src,
+        &table("| 0 | `high`, `ghost`, `low/a` |\n| 1 | `low`, `mid`, `lib` |\n"),
+    );
+    assert_eq!(stale.unknown, vec!["ghost"], "a name that is no module");
     let short = check(&src, &table("| 0 | `high`, `low` |\n"));
     assert_eq!(
         short.unplaced.len(),
