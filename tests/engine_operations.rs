@@ -1043,7 +1043,7 @@ async fn a_stalled_extension_lets_no_other_message_time_out() {
     assert_eq!(calls.len(), 2, "a and b each handled once: {calls:?}");
 }
 
-/// README, "One call stalls": the engine gives up every try itself, a batched call at 10 s and a
+/// docs/reliability.md, "One call stalls": the engine gives up every try itself, a batched call at 10 s and a
 /// receive at its long poll + 10 s, then tries again. Each call here stalls for a minute; the
 /// paused clock shows when the engine dropped it.
 #[tokio::test(start_paused = true)]
@@ -1623,7 +1623,7 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
     assert!(calls.lock().unwrap().is_empty());
 }
 
-/// README's failure table, standard column: out of attempts with a `RedrivePolicy` whose
+/// docs/reliability.md's failure table, standard column: out of attempts with a `RedrivePolicy` whose
 /// dead-letter queue the consumer cannot reach, a message is released for SQS's redrive, and a
 /// startup warning says so.
 #[test]

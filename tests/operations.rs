@@ -183,7 +183,7 @@ async fn stored<T: Transport>(backend: &Backend<T>, url: &str, want: usize) -> V
                     Some(format!("redrive-{original}").as_str())
                 );
             }
-            let key = &attributes[rust_stream::inbox::IDEMPOTENCY_KEY_HEADER];
+            let key = &attributes[rust_stream::IDEMPOTENCY_KEY_HEADER];
             assert_eq!(key.string_value.as_deref(), Some(original.as_str()));
             (group.to_owned(), seq)
         })

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rust_stream::inbox::{Inbox, Key, IDEMPOTENCY_KEY_HEADER};
+use rust_stream::inbox::{Inbox, Key};
 use rust_stream::outbox::{Outbox, OutboxError, Relay};
 use rust_stream::prelude::*;
 use rust_stream::store::memory::MemoryStore;
@@ -33,6 +33,7 @@ use rust_stream::testing::{
     eventually, eventually_within, on_each_backend, on_each_backend_in_real_time, Backend, TestApp,
 };
 use rust_stream::transport::ReceivedMessage;
+use rust_stream::IDEMPOTENCY_KEY_HEADER;
 use rust_stream::{Publisher, Subscriber};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rust_stream::prelude::*;
-use rust_stream::routing::TYPE_HEADER;
 use rust_stream::testing::{eventually, on_each_backend, TestApp};
+use rust_stream::TYPE_HEADER;
 use rust_stream::{
     ConfigError, Output, PublishError, RunError, State, Subscriber, DEAD_LETTER_REASON_HEADER,
 };

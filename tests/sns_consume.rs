@@ -27,11 +27,11 @@ use rust_stream::context::SnsNotification;
 use rust_stream::model::subscription::{Subscribe, TopicAttributes};
 use rust_stream::model::topic::{Publish, PublishBatchEntry};
 use rust_stream::prelude::*;
-use rust_stream::propagation::TRACEPARENT_HEADER;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::transport::{
     MessageAttributeValue, MessageAttributes, ReceiveMessage, SendMessage,
 };
+use rust_stream::TRACEPARENT_HEADER;
 use rust_stream::{SnsTopic, TopicSubscription, DEAD_LETTER_REASON_HEADER};
 use serde::{Deserialize, Serialize};
 use tracing_subscriber::layer::SubscriberExt;

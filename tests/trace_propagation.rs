@@ -26,10 +26,10 @@ use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TracerProvider as _
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use rust_stream::prelude::*;
-use rust_stream::propagation::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::transport::{ReceiveMessage, Transport};
 use rust_stream::{Output, RetryPolicy};
+use rust_stream::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;

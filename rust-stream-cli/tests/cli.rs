@@ -397,7 +397,7 @@ fn redrive_and_delete_by_filter_from_the_command_line_with_progress_and_audit_li
         )),
         "{stdout}"
     );
-    // A FIFO send without `--dedup` gets a fresh id (issue 41, item 6): two sends, two messages.
+    // A FIFO send without `--dedup` gets a fresh id: two sends, two messages.
     let fifo = names.queue_name("cli-sel-send.fifo");
     ok(e, &["create", &fifo, "--fifo"]);
     for _ in 0..2 {

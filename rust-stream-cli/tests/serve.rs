@@ -3,7 +3,7 @@
 //! messages, two sharing a command history on PostgreSQL (`HISTORY_POSTGRES_URL`: a `hashCode`
 //! pushed through one is ignored by the other), the in-process account when the environment
 //! names no SQS, a bad `PORT`, `PEEK_ON_SQS` or `HISTORY_POSTGRES_URL` refused, and exposure
-//! (issue 35): a bearer token from `API_TOKENS` required, without one `127.0.0.1` only (said at
+//! rules: a bearer token from `API_TOKENS` required, without one `127.0.0.1` only (said at
 //! start) and another `BIND` refused without `--insecure-no-auth`, refusals counted on
 //! `/metrics`.
 

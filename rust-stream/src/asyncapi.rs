@@ -147,7 +147,7 @@ impl<'a> Writer<'a> {
             topics: BTreeMap::new(),
             operations: Map::new(),
             routed: Vec::new(),
-            type_header: crate::describe::TYPE_HEADER.to_owned(),
+            type_header: crate::model::headers::TYPE_HEADER.to_owned(),
             #[cfg(feature = "schemars")]
             generator: {
                 let mut settings = schemars::generate::SchemaSettings::draft07();

@@ -27,9 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec::{Codec, DecodeError};
 use crate::model::envelope::{Envelope, EnvelopeError};
+use crate::model::headers::PARTITION_KEY_HEADER;
 use crate::model::rules;
 use crate::model::topic::TopicArn;
-use crate::publish::{Outgoing, PublishedMessage, PARTITION_KEY_HEADER};
+use crate::publish::{Outgoing, PublishedMessage};
 use crate::state::{State, States};
 use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 
@@ -555,7 +556,7 @@ impl<'a> Context<'a> {
     /// as its deduplication id on a FIFO queue without content-based deduplication when it was
     /// given none, so a retry of this message that publishes the same output again is
     /// deduplicated by SQS (within its 5 minutes); and as its
-    /// [`IDEMPOTENCY_KEY_HEADER`](crate::publish::IDEMPOTENCY_KEY_HEADER) header when it has none
+    /// [`IDEMPOTENCY_KEY_HEADER`](crate::IDEMPOTENCY_KEY_HEADER) header when it has none
     /// and room is left, so an [inbox](crate::inbox) downstream handles such a resend once
     /// however late it comes. One that publishes something else at that position is another
     /// key, never taken for the earlier one.

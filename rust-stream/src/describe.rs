@@ -68,12 +68,6 @@ impl Payload {
     }
 }
 
-/// The message attribute that names a typed message's type, by default: the short name of its
-/// Rust type (`PaymentPosted`), which subscribers routed by type on one queue read
-/// ([`routing`](crate::routing)). A broker may name it otherwise
-/// ([`SqsBroker::type_header`](crate::SqsBroker::type_header)).
-pub const TYPE_HEADER: &str = "rust_stream.type";
-
 /// A name fit for an AsyncAPI key (`^[\w\d.\-_]+$`): the last path segment of a Rust type,
 /// outside its generic arguments, with any other character replaced by `_`.
 pub(crate) fn short_name(type_name: &str) -> String {

@@ -83,7 +83,7 @@ use crate::store::{Claim, ClaimSettings, InboxKey, InboxStore};
 /// The header whose value a message's [`Key::Delivered`] key is, when it has one: what a
 /// producer sets to make copies of one message (its retries, a relay's resends) one key. Defined
 /// beside the publisher, which sets it on outputs, below the inbox that reads it.
-pub use crate::publish::IDEMPOTENCY_KEY_HEADER;
+use crate::model::headers::IDEMPOTENCY_KEY_HEADER;
 
 /// How long a completed key is kept unless [`Inbox::retention`] says otherwise: a week.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);

@@ -1,7 +1,17 @@
 //! rust-stream: services that consume and publish Amazon SQS messages, and an in-process SQS
 //! account that keeps SQS's semantics so the same service is tested without a network.
 //!
-//! # The smallest service
+//! The guides go further than this page, each opening with an example; they are listed in one
+//! index, [`docs/README.md`](https://github.com/rust-stream/rust-stream/blob/main/docs/README.md).
+//!
+//! # Build an app
+//!
+//! An app is a [`RustStream`] named by its [`AppInfo`], given a broker and the subscribers it
+//! includes. [`App::run`] runs it until SIGINT or SIGTERM (or a [`ShutdownHandle`]), then stops
+//! within one budget: nothing new starts, running handlers finish, held messages are given back.
+//! The broker is an [`SqsBroker`]: [`SqsBroker::in_process`] for tests and local runs,
+//! `SqsBroker::from_env` for Amazon SQS and `SqsBroker::from_env_or_in_process` for whichever
+//! the environment names (feature `aws`).
 //!
 //! ```
 //! use rust_stream::prelude::*;
@@ -30,70 +40,62 @@
 //! # let _ = service(SqsBroker::in_process());
 //! ```
 //!
-//! # A tour, bottom-up
+//! # Handle messages
 //!
-//! The crate is built in layers; each module imports only from its own layer or those listed
-//! before it (the README's "Layout" table is the list a test checks).
+//! A handler implements [`Handle`], or is an `async fn` under the
+//! [`#[subscriber]`](macro@subscriber) attribute, which writes the impl (feature `macros`).
+//! [`subscriber`](fn@subscriber) mounts it on an [`SqsQueue`], whose settings say how the queue
+//! is read: concurrency, a dead-letter queue, the [`RetryPolicy`]. Beside the message a handler
+//! may take the [`Context`] (ids, group, headers, attempt, publishing), [`State`] and its
+//! [`Output`]s, and it settles the message with a [`HandlerOutcome`]: ack, retry, retry after a
+//! delay, dead-letter. On a FIFO queue a failure is retried in place and holds its group.
 //!
-//! 0. Leaves: [`codec`] ([`Codec`], the default [`Json`]); [`outcome`] ([`HandlerOutcome`]: ack,
-//!    retry, retry after a delay, dead-letter); [`state`] (shared [`State`]); [`retry`]
-//!    ([`RetryPolicy`], the backoff every failure waits; on FIFO a failed message is retried in
-//!    place, holding its group); [`describe`] (a message type's [`Payload`](describe::Payload));
-//!    [`record`] (what the engine did with each message, for tests).
-//! 1. [`model`]: Amazon SQS as data: error kinds, requests and responses, the
-//!    [`rules`](model::rules) both backends honour, and [`SqsQueue`] and [`SnsTopic`], a queue and
-//!    a topic as an app declares them.
-//! 2. [`metrics`] and [`propagation`]: metric names, and traces that join across services
-//!    (publishes carry the W3C trace context; each message's `process` span continues it, feature
-//!    `opentelemetry`).
-//! 3. [`transport`]: the [`Transport`](transport::Transport) seam to a queue service (and its
-//!    SNS topics),
-//!    [`Hooked`](transport::layer::Hooked) (a transport that changes a few calls of another, by
-//!    [hooks](transport::layer::Hooks)), and the [`meter`](transport::meter) that counts every call
-//!    ([`ApiCalls`]).
-//! 4. The backends: [`account`], the in-process SQS account (SQS semantics on tokio's clock, for
-//!    tests, with SNS topics that deliver into its queues), and [`aws`], Amazon SQS and SNS over aws-sdk-sqs and aws-sdk-sns (feature `aws`).
-//! 5. The app contract: [`health`] ([`App::health`], for liveness and readiness probes),
-//!    [`broker`] (the [`Broker`] trait and what it is given: [`AppInfo`], [`AppContext`]), and
-//!    [`app`] ([`RustStream`], [`App::run`] until a signal or a [`ShutdownHandle`], then a
-//!    graceful stop).
-//! 6. The client a broker shares among publishers and consumers: queues and SNS topics resolved
-//!    once, one batcher per queue or topic and action (send, delete, change visibility, publish),
-//!    leases (internal).
-//! 7. The handler API: [`publish`] ([`Publisher`], [`Output`]: one message or a batch, FIFO groups,
-//!    deduplication ids, headers; to a queue, or to a topic with [`SqsBroker::topic`]), [`context`] ([`Context`], the message in hand), [`middleware`]
-//!    (layers around handlers, at the app's or a subscription's scope) and [`handler`]
-//!    (the [`Handle`] trait and [`subscriber`](fn@subscriber); the
-//!    [`#[subscriber]`](macro@subscriber) attribute writes both from an `async fn`), and
-//!    [`routing`]: several subscribers of one queue, each message to the one of its type.
-//! 8. [`engine`]: the consumer: the app's topic subscriptions found or made at start, then receive,
-//!    dispatch, settle, extend visibility.
-//! 9. [`sqs`] and [`asyncapi`]: [`SqsBroker`], over the account or Amazon SQS
-//!    ([`SqsBroker::from_env`], or whichever the environment names with
-//!    [`SqsBroker::from_env_or_in_process`]), and the app's AsyncAPI 3.0 document
-//!    ([`App::asyncapi`]).
-//! 10. This page, [`prelude`], and `testing` (feature `testing`): run a service in a test and
-//!     wait for what it does, in process and on a LocalStack the kit starts.
+//! Beyond one message a call: [`batch`] handlers take a slice and settle each message on its
+//! own; [`middleware`] runs around handlers at the app's or a subscription's scope; [`routing`]
+//! hands each message type of a queue to its own handler; the [`inbox`] handles each message
+//! effectively once in your database's transaction ([`store`] holds its keys).
 //!
-//! # Guides
+//! # Publish
 //!
-//! The repository's `docs/` folder has a guide per topic, each opening with an example that runs
-//! as a test: FIFO queues and ordering (`docs/fifo.md`), retries and dead letters
-//! (`docs/retries.md`), testing a service (`docs/testing.md`), observability
-//! (`docs/observability.md`), running on AWS (`docs/aws.md`), SNS topics, fan-out and filter
-//! policies (`docs/sns.md`), several message types on one queue routed to their handlers
-//! (`docs/routing.md`, [`routing`]), middleware around handlers (`docs/middleware.md`), and
-//! performance and cost (`docs/performance.md`).
+//! [`SqsBroker::publisher`] and [`SqsBroker::topic`] give a [`Publisher`] for a queue or an SNS
+//! topic ([`SnsTopic`]): one message or a batch, FIFO groups and deduplication ids, headers,
+//! sends batched ten to a call. A handler publishes through its outputs or its context, so what it
+//! sends goes out before its message is deleted. The [`outbox`] publishes what a transaction
+//! committed. The message attributes rust-stream writes itself are in [`model::headers`].
+//!
+//! # Test
+//!
+//! The in-process [`account`] keeps SQS's semantics (visibility, receive counts, redrive, FIFO
+//! groups, deduplication, SNS topics) on tokio's clock, so a test on a paused clock waits out a
+//! five-minute backoff in microseconds. The `testing` module (feature `testing`) runs a service in
+//! a test and waits for what it does (`TestApp`), calls a handler as a function (`TestContext`),
+//! and runs one test body on both the account and a LocalStack it starts (`on_each_backend`);
+//! [`record`] is what the engine did with each message.
+//!
+//! # Operate
+//!
+//! [`App::health`] reads liveness and readiness ([`health`]; over HTTP with the feature `http`);
+//! [`metrics`] and the `process` span follow OpenTelemetry's messaging conventions, and
+//! [`propagation`] carries a trace across services (feature `opentelemetry`);
+//! [`App::asyncapi`] writes the app's [`asyncapi`] document; [`SqsBroker::api_calls`] counts the
+//! SQS calls ([`ApiCalls`]); [`SqsBroker::operations`] lists queues, peeks, redrives dead letters
+//! and purges ([`operations`]), as the `rust-stream` command line does.
+//!
+//! How the modules stand on each other is in the repository's `ARCHITECTURE.md`, whose layer
+//! table a test checks.
 //!
 //! # Features
 //!
 //! | Name | Description | Default |
 //! | --- | --- | --- |
-//! | `aws` | [`SqsBroker::from_env`], [`SqsBroker::from_env_or_in_process`] and [`SqsBroker::aws`]: Amazon SQS and SNS over aws-sdk-sqs and aws-sdk-sns | yes |
+//! | `aws` | `SqsBroker::from_env`, `SqsBroker::from_env_or_in_process` and `SqsBroker::aws`: Amazon SQS and SNS over aws-sdk-sqs and aws-sdk-sns | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
+//! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext`; run the same test on a LocalStack it installs and starts itself (no Docker) | no |
+//! | `http` | the `http` module: `/healthz`, `/readyz` and `/metrics` probes, the HTTP queue API | no |
+//! | `sqlite` | the inbox, outbox and command history on SQLite (`store::sqlite`) | no |
+//! | `postgres` | the same on PostgreSQL (`store::postgres`) | no |
 //! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes, and `process` spans continue it, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
 //! | `schemars` | JSON Schemas of message payloads in the [`asyncapi`] document, for types that implement `schemars::JsonSchema` | no |
-//! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext`; run the same test on a LocalStack it installs and starts itself (no Docker) | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![deny(unused_must_use)]
@@ -151,15 +153,14 @@ pub use app::{
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use context::{Context, SnsNotification};
-pub use engine::settle::{
-    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
-};
 pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
+pub use model::headers::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
+    PARTITION_KEY_HEADER, SOURCE_QUEUE_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, TYPE_HEADER,
+};
 pub use model::{SnsTopic, TopicSubscription};
 pub use outcome::{HandlerOutcome, IntoOutcome};
-pub use publish::{
-    Outgoing, Output, Outputs, PublishError, PublishedMessage, Publisher, PARTITION_KEY_HEADER,
-};
+pub use publish::{Outgoing, Output, Outputs, PublishError, PublishedMessage, Publisher};
 pub use retry::RetryPolicy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
@@ -219,4 +220,17 @@ mod guides {
 
     #[doc = include_str!("../../docs/middleware.md")]
     mod middleware {}
+
+    #[cfg(feature = "aws")]
+    #[doc = include_str!("../../docs/handlers.md")]
+    mod handlers {}
+
+    #[doc = include_str!("../../docs/reliability.md")]
+    mod reliability {}
+
+    #[doc = include_str!("../../docs/benchmarks.md")]
+    mod benchmarks {}
+
+    #[doc = include_str!("../../docs/README.md")]
+    mod index {}
 }

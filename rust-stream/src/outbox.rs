@@ -85,8 +85,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::client::Client;
+use crate::model::headers::IDEMPOTENCY_KEY_HEADER;
 use crate::model::{SnsTopic, SqsQueue};
-use crate::publish::IDEMPOTENCY_KEY_HEADER;
 use crate::publish::{recorded, Outgoing, PublishError, PublishedMessage, Publisher};
 use crate::store::{Backlog, NewOutboxRow, OutboxRow, OutboxStore, StoreError};
 use crate::worker::{Worker, WorkerContext};
@@ -98,7 +98,7 @@ pub const DEFAULT_BATCH_SIZE: u32 = 500;
 /// [`Relay::poll_interval`] says otherwise. A round's rows go out in calls of 10 packed by
 /// group, and a round's last call is seldom full: at a thousand events a second a round every
 /// 100 ms sends about 0.105 calls an event (every 50 ms, 0.11–0.115) and keeps commit → visible
-/// under 150 ms at the 99th percentile on a local LocalStack (`docs/performance.md`).
+/// under 150 ms at the 99th percentile on a local LocalStack (`docs/benchmarks.md`).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How long a relay may hold the outbox's lease without a word before the store takes it back

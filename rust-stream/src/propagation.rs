@@ -36,17 +36,10 @@
 //! The service then installs a `tracing-opentelemetry` layer whose tracer comes from its
 //! OpenTelemetry SDK provider (and exporter); rust-stream needs no global propagator of its own.
 
+use crate::model::headers::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::model::topic::Publish;
 use crate::model::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
-
-/// The message attribute carrying the W3C `traceparent` of the span a message was published in:
-/// version, trace id, parent span id and flags (`00-<32 hex>-<16 hex>-01`).
-pub const TRACEPARENT_HEADER: &str = "traceparent";
-
-/// The message attribute carrying the W3C `tracestate` (vendor-specific trace data) of the span a
-/// message was published in; sent only when it is not empty.
-pub const TRACESTATE_HEADER: &str = "tracestate";
 
 /// The incoming `traceparent` of a received message, if it carries one as text.
 pub(crate) fn traceparent(attributes: &MessageAttributes) -> Option<&str> {
@@ -177,7 +170,8 @@ mod otel {
     use opentelemetry_sdk::propagation::TraceContextPropagator;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-    use super::{TraceHeaders, TRACEPARENT_HEADER, TRACESTATE_HEADER};
+    use super::TraceHeaders;
+    use crate::model::headers::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
     use crate::model::wire::MessageAttributes;
 
     pub(super) fn current() -> Option<TraceHeaders> {

@@ -2,7 +2,7 @@
 //!
 //! An app that includes several subscribers of one queue, each taking another message type, has
 //! them routed: one consumer reads the queue and hands each message to the subscriber of the type
-//! its type header names ([`TYPE_HEADER`], `rust_stream.type` unless the broker names it
+//! its type header names ([`TYPE_HEADER`](crate::TYPE_HEADER), `rust_stream.type` unless the broker names it
 //! otherwise with [`SqsBroker::type_header`](crate::SqsBroker::type_header)). Publishers set the
 //! header by themselves: a typed message ([`Publisher::message`](crate::Publisher::message), a
 //! handler's [`Output`](crate::Output)) to a queue an app on the same broker routes carries the
@@ -63,8 +63,6 @@ use crate::model::ConfigError;
 use crate::outcome::HandlerOutcome;
 use crate::state::States;
 use crate::transport::BoxFuture;
-
-pub use crate::describe::TYPE_HEADER;
 
 /// The subscribers of an app grouped by queue name, in the order their queues were first
 /// included; each group in the order its subscribers were.

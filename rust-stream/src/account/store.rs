@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn stored_messages_and_their_deduplication_entries_stay_small() {
         // A queue keeps one `Stored` a message (and a FIFO queue one `Dedup`, behind an `Arc`
-        // whose counts take 16 more): these bound the memory a queued message costs (issue 20:
+        // whose counts take 16 more): these bound the memory a queued message costs (the target:
         // at most 234 bytes a queued 100-byte standard message, 300 on FIFO).
         assert!(
             std::mem::size_of::<Stored>() <= 72,

@@ -62,7 +62,7 @@ pub(crate) struct Client {
     batchers: Mutex<Batchers>,
     /// Told what the engine does, when a test asked for a recorder.
     pub(crate) recorder: std::sync::OnceLock<Arc<dyn crate::record::Record>>,
-    /// The message attribute that names a typed message's type (`crate::describe::TYPE_HEADER`
+    /// The message attribute that names a typed message's type (`crate::model::headers::TYPE_HEADER`
     /// unless the broker names it otherwise), for publishers and routed subscriptions alike.
     type_header: std::sync::RwLock<Arc<str>>,
     /// Queues that an app on this broker routes by type (as the broker names them): typed
@@ -126,7 +126,7 @@ impl Client {
             declarations: Arc::default(),
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
-            type_header: std::sync::RwLock::new(Arc::from(crate::describe::TYPE_HEADER)),
+            type_header: std::sync::RwLock::new(Arc::from(crate::model::headers::TYPE_HEADER)),
             routed: Mutex::default(),
             routes_any: std::sync::atomic::AtomicBool::new(false),
         }

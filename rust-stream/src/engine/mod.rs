@@ -1,4 +1,4 @@
-//! The consumer engine: one engine over a [`Transport`](transport::Transport), whichever backend
+//! The consumer engine: one engine over a [`Transport`](crate::transport::Transport), whichever backend
 //! is underneath.
 //!
 //! Each subscription runs as one consumer (the subscriptions of a queue routed by type together,
@@ -83,24 +83,6 @@ pub(crate) mod poll;
 pub(crate) mod settle;
 pub(crate) mod shared;
 mod topics;
-
-/// Moved: [`crate::record`].
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::record`")]
-pub mod record {
-    pub use crate::record::Settled;
-}
-
-/// Moved: [`crate::transport`] (the seam) and [`crate::model`] (its requests, responses and errors).
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::transport`")]
-pub mod transport {
-    pub use crate::transport::*;
-}
-
-/// Moved: [`crate::transport::meter`].
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::transport::meter`")]
-pub mod meter {
-    pub use crate::transport::meter::*;
-}
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

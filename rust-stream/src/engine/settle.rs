@@ -34,21 +34,15 @@ use crate::client::batch::{Batcher, DeleteBatch, VisibilityBatch};
 use crate::client::lease::{DeleteInFlight, Lease, Leases};
 use crate::client::Client;
 use crate::metrics::SubscriptionMetrics;
+use crate::model::headers::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+};
 use crate::model::rules::{self, MAX_BATCH_ENTRIES, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 use crate::model::{SnsTopic, SqsQueue};
 use crate::publish::{publish_of, Outgoing, PublishError, Publisher};
 use crate::record::{Event, Settled};
 use crate::retry::{self, AfterFailure, MessageTally, Retries};
 use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
-
-/// The attribute a dead-lettered message carries the reason in.
-pub const DEAD_LETTER_REASON_HEADER: &str = "rust_stream.dead_letter_reason";
-/// The attribute a dead-lettered message carries its original message id in.
-pub const ORIGINAL_MESSAGE_ID_HEADER: &str = "rust_stream.original_message_id";
-/// The attribute a dead-lettered message carries the queue it came from in.
-pub const SOURCE_QUEUE_HEADER: &str = "rust_stream.source_queue";
-/// The attribute a dead-lettered message carries its number of attempts in (a `Number`).
-pub const ATTEMPTS_HEADER: &str = "rust_stream.attempts";
 
 /// A settled message on its way out: what its delete needs until answered. The delivery is let go
 /// as the message is settled, in the task that used it, not in the batcher's task that reads the

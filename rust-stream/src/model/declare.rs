@@ -232,7 +232,7 @@ impl Declarations {
     /// The topic as its declarations together describe it, or `topic` itself when undeclared.
     #[allow(
         dead_code,
-        reason = "the resolver of issue 21 (creating topics at startup) reads it"
+        reason = "the resolver that creates topics at startup reads it"
     )]
     pub(crate) fn merged_topic(&self, topic: &SnsTopic) -> SnsTopic {
         self.topics

@@ -19,6 +19,7 @@
 //!   SNS's management calls shape them, with their checks.
 //! - [`envelope`]: the JSON notification SNS delivers to a queue without raw message delivery,
 //!   built and parsed, and how a raw delivery carries a publish's attributes.
+//! - [`headers`]: the message attributes rust-stream itself writes and reads.
 //! - `base64`: the text form of binary attribute values in an envelope.
 //!
 //! Nothing here calls a service or runs a task.
@@ -29,6 +30,7 @@ pub(crate) mod declare;
 pub mod envelope;
 pub mod error;
 pub mod filter_policy;
+pub mod headers;
 pub(crate) mod naming;
 pub mod queue;
 pub mod rules;

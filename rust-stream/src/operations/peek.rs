@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::queues::{at, redrive_target, OperationError, Operations, PeekRisk};
-use crate::engine::settle::{
+use crate::model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules;

@@ -1,7 +1,7 @@
 //! Redrive: a dead-letter queue's messages back to where they came from, or to a named queue
 //! ([`Operations::redrive`]).
 //!
-//! Each message goes to the queue its copy names ([`SOURCE_QUEUE_HEADER`](crate::engine::settle::SOURCE_QUEUE_HEADER), written by the engine
+//! Each message goes to the queue its copy names ([`SOURCE_QUEUE_HEADER`], written by the engine
 //! when it dead-lettered it), else the queue SQS's own redrive moved it from
 //! (`DeadLetterQueueSourceArn`), or to the queue [`Redrive::to`] names. What makes it safe:
 //!
@@ -13,7 +13,7 @@
 //!   killed between a send and its delete and run again within SQS's 5-minute deduplication
 //!   window stores nothing twice. A standard target has no deduplication (nor FIFO past its 5
 //!   minutes): such a kill stores the copies of that one batch (at most 10) twice, each with the
-//!   same [`IDEMPOTENCY_KEY_HEADER`](crate::publish::IDEMPOTENCY_KEY_HEADER) (the original message id, unless the message had one), so
+//!   same [`IDEMPOTENCY_KEY_HEADER`] (the original message id, unless the message had one), so
 //!   an [inbox](crate::inbox) handles them once.
 //! - **Blocked groups stay blocked.** A message that cannot go (no source, a failed send) stays
 //!   in the dead-letter queue, and on a FIFO dead-letter queue so do its group's later messages:
@@ -30,6 +30,9 @@
 //!
 //! What the redriven message carries: the copy's body and message attributes, without the
 //! engine's dead-letter attributes (a later dead-letter copy gets fresh ones).
+//!
+//! [`SOURCE_QUEUE_HEADER`]: crate::model::headers::SOURCE_QUEUE_HEADER
+//! [`IDEMPOTENCY_KEY_HEADER`]: crate::model::headers::IDEMPOTENCY_KEY_HEADER
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -40,7 +43,7 @@ use super::peek::{text_of, Message, MessageFilter};
 use super::queues::{at, count, OperationError, Operations};
 use super::report::log;
 pub use super::report::{AuditRecord, CameBack, Left, RedriveReport};
-use crate::engine::settle::{DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER};
+use crate::model::headers::{DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER};
 use crate::model::rules;
 use crate::model::SqsQueue;
 use crate::transport::{

@@ -42,6 +42,7 @@ use serde::Serialize;
 use crate::client::Client;
 use crate::codec::{Codec, EncodeError, Json};
 use crate::describe::Payload;
+use crate::model::headers::{IDEMPOTENCY_KEY_HEADER, PARTITION_KEY_HEADER, TYPE_HEADER};
 use crate::model::rules::{self, ErrorKind};
 use crate::model::topic::{check_publish, PublishTarget};
 use crate::model::{ConfigError, SnsTopic, SqsQueue};
@@ -54,14 +55,6 @@ use crate::transport::{
 
 /// The group of a FIFO message that names none, unless strict groups refuse it.
 const DEFAULT_GROUP: &str = "default";
-
-/// The header an [inbox](crate::inbox)'s default key reads: what a producer sets to make copies
-/// of one message (its retries, a relay's resends, a handler's outputs sent again) one key.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "rust_stream.idempotency_key";
-
-/// The header that carries a message's group: a publisher reads it when no `group_id` step is
-/// given, and every delivery from a FIFO queue carries its group in it.
-pub const PARTITION_KEY_HEADER: &str = "partition_key";
 
 /// Publishes to one queue, or to one SNS topic. Cheap to clone.
 #[derive(Clone)]
@@ -366,10 +359,7 @@ impl Publisher {
         if !self.inner.type_header && !routed() {
             return None;
         }
-        Some(core.map_or_else(
-            || Arc::from(crate::describe::TYPE_HEADER),
-            |core| core.type_header(),
-        ))
+        Some(core.map_or_else(|| Arc::from(TYPE_HEADER), |core| core.type_header()))
     }
 
     /// A message with this body as it is.

@@ -1,28 +1,14 @@
-//! Amazon SQS: [`SqsBroker`], the [`SqsQueue`] descriptor, and the SQS [`rules`] every backend
+//! Amazon SQS: [`SqsBroker`], the [`SqsQueue`] descriptor, and the SQS [`rules`](crate::model::rules) every backend
 //! honours.
 //!
 //! A broker holds one [`Transport`]: the in-process [`Account`], or Amazon SQS over aws-sdk-sqs
-//! ([`aws`], feature `aws`), chosen in code or, with [`SqsBroker::from_env_or_in_process`], by the
+//! ([`aws`](crate::aws), feature `aws`), chosen in code or, with [`SqsBroker::from_env_or_in_process`], by the
 //! environment. It resolves each queue once (its URL, creating the queue when asked, and its
 //! `MaximumMessageSize`), and owns one batcher per queue and action, shared by every subscription
 //! and publisher of the broker.
 
 #[cfg(feature = "aws")]
 mod environment;
-
-/// Moved: [`crate::aws`].
-#[cfg(feature = "aws")]
-#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::aws`")]
-pub mod aws {
-    pub use crate::aws::*;
-}
-
-/// Moved: [`crate::model::rules`].
-#[deprecated(since = "0.1.0", note = "moved to `rust_stream::model::rules`")]
-pub mod rules {
-    pub use crate::model::rules::*;
-}
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -156,7 +142,7 @@ impl SqsBroker {
         match environment::choose(|name| std::env::var(name).ok()) {
             environment::Choice::Endpoint { variable, url } => {
                 tracing::info!(
-                    sqs.endpoint = %aws::shown_endpoint(&url),
+                    sqs.endpoint = %crate::aws::shown_endpoint(&url),
                     sqs.chosen_by = variable,
                     "running on SQS at the endpoint the environment names"
                 );
@@ -183,8 +169,8 @@ impl SqsBroker {
     /// test credentials.
     #[cfg(feature = "aws")]
     #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
-    pub fn aws() -> aws::AwsBrokerBuilder {
-        aws::AwsBrokerBuilder::default()
+    pub fn aws() -> crate::aws::AwsBrokerBuilder {
+        crate::aws::AwsBrokerBuilder::default()
     }
 
     /// A broker over `account`, which a test may share to send, receive and inspect.
@@ -294,7 +280,7 @@ impl SqsBroker {
     }
 
     /// Names the message attribute that carries a typed message's type, for this broker's
-    /// publishers and its apps' routed queues (default [`TYPE_HEADER`](crate::routing::TYPE_HEADER),
+    /// publishers and its apps' routed queues (default [`TYPE_HEADER`](crate::TYPE_HEADER),
     /// `rust_stream.type`; see [`routing`](crate::routing)). A clone shares it; set it before
     /// building apps and publishers on the broker. A name SQS does not take as an attribute name
     /// keeps an app with a routed queue from starting ([`ConfigError::TypeHeaderName`]).

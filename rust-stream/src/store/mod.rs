@@ -61,7 +61,7 @@ const HOLD_AT_MOST: Duration = Duration::from_secs(10);
 /// Why: a paused clock jumps to the next timer whenever every task waits, and a task waiting for
 /// a database waits for a socket or for sqlx's SQLite thread, which tokio cannot see. The jump
 /// fires sqlx's pool acquire timeout (or a claim's own) at once, so every call failed with
-/// `PoolTimedOut` (issue 41). tokio holds its paused clock while a `spawn_blocking` task runs, so
+/// `PoolTimedOut`. tokio holds its paused clock while a `spawn_blocking` task runs, so
 /// a blocking task that waits for `work` to end (at most [`HOLD_AT_MOST`]) keeps time from
 /// passing while the database answers, as it would not pass in real time either.
 #[cfg_attr(

@@ -23,7 +23,7 @@
 //! and waits for its answer; it cannot ride with the next statement.) A duplicate costs a
 //! `SELECT` of what was recorded and a `ROLLBACK` instead of the handler's statements. The
 //! benchmark counts them (`cargo run --release --example bench -- --only inbox`, through a
-//! proxy between the pool and the server; `docs/performance.md`, "The inbox's cost"): 5.00 and
+//! proxy between the pool and the server; `docs/benchmarks.md`, "The inbox's cost"): 5.00 and
 //! 4.00 a message, the inbox consuming at 0.91x the speed without it on LocalStack.
 //!
 //! # Guarantees

@@ -409,7 +409,7 @@ impl TestBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::PARTITION_KEY_HEADER;
+    use crate::model::headers::PARTITION_KEY_HEADER;
 
     #[test]
     fn the_context_reads_the_message_as_the_engine_would() {

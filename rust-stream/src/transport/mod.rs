@@ -248,7 +248,7 @@ pub(crate) trait DynTransport: Send + Sync + 'static {
         queue_url: &'a str,
         names: &'a [&'a str],
     ) -> BoxFuture<'a, Result<QueueAttributes, TransportError>>;
-    // Made by the resolver of topic subscriptions (issue 21, later pieces); until then by tests.
+    // Made by the resolver of topic subscriptions; until then by tests.
     #[cfg_attr(not(test), allow(dead_code))]
     fn set_queue_attributes<'a>(
         &'a self,
@@ -286,7 +286,7 @@ pub(crate) trait DynTransport: Send + Sync + 'static {
         queue_url: &'a str,
         request: PeekMessages,
     ) -> BoxFuture<'a, Result<Vec<PeekedMessage>, TransportError>>;
-    // The SNS calls: made by the broker's SNS publisher (issue 21, later pieces); until then
+    // The SNS calls: made by the broker's SNS publisher; until then
     // by tests only.
     #[cfg_attr(not(test), allow(dead_code))]
     fn create_topic<'a>(

@@ -5,13 +5,13 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::engine::settle::{
-    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+use crate::model::headers::{
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
+    SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::operations::peek::text_of;
 use crate::operations::report::AuditRecord;
-use crate::publish::IDEMPOTENCY_KEY_HEADER;
 use crate::transport::{MessageAttributeValue, ReceivedMessage, SendMessage, SystemAttribute};
 
 /// A message on its way: where it goes, as what.
