@@ -451,3 +451,73 @@ impl Handle<serde_json::Value> for Ignore {
         Ok(())
     }
 }
+
+/// A clone of a broker configured apart leaves its original as it was: the clone's prefix,
+/// strict groups and type header are its own, and the original (and a publisher made from it
+/// before) still sends to the unprefixed queue, to the group `"default"`.
+#[tokio::test(start_paused = true)]
+async fn a_clone_configured_apart_leaves_its_original_as_it_was() {
+    let account = rust_stream::account::Account::new();
+    let original = SqsBroker::with_account(&account);
+    let made_before = original.publisher(SqsQueue::new("jobs.fifo").create_if_missing());
+    let clone = original
+        .clone()
+        .queue_name_prefix("blue-")
+        .strict_groups()
+        .batch_linger(Duration::from_millis(50))
+        .type_header("kind");
+    assert!(
+        format!("{original:?}").contains("linger: 5ms"),
+        "{original:?}"
+    );
+    assert!(format!("{clone:?}").contains("linger: 50ms"), "{clone:?}");
+
+    // The original names no prefix and lets a FIFO message without a group go to "default".
+    let job = Job { id: "1".into() };
+    made_before
+        .message(&job)
+        .send()
+        .await
+        .expect("the original's publisher");
+    original
+        .publisher(SqsQueue::new("jobs.fifo"))
+        .message(&job)
+        .dedup_id("2")
+        .send()
+        .await
+        .expect("a publisher made from the original after the clone was configured");
+    // The clone refuses it before any call, and names the prefixed queue.
+    let refused = clone
+        .publisher(SqsQueue::new("jobs.fifo").create_if_missing())
+        .message(&job)
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, PublishError::NoGroup { .. }), "{refused}");
+    clone
+        .publisher(SqsQueue::new("jobs.fifo").create_if_missing())
+        .message(&job)
+        .group_id("g")
+        .send()
+        .await
+        .expect("the clone's publisher with a group");
+
+    let unprefixed = account.queue_url_for("jobs.fifo");
+    let prefixed = account.queue_url_for("blue-jobs.fifo");
+    assert_eq!(
+        account
+            .counts(&unprefixed)
+            .await
+            .expect("the original's queue")
+            .visible,
+        2
+    );
+    assert_eq!(
+        account
+            .counts(&prefixed)
+            .await
+            .expect("the clone's queue")
+            .visible,
+        1
+    );
+}

@@ -21,7 +21,7 @@ pub(crate) mod topic;
 mod topic_lookup;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -41,12 +41,9 @@ use crate::transport::{
 pub(crate) struct Client {
     pub(crate) transport: SharedTransport,
     pub(crate) calls: Arc<CallCounter>,
-    pub(crate) linger_nanos: AtomicU64,
-    /// Every publisher and output of the broker refuses a FIFO message that names no group.
-    pub(crate) strict_groups: std::sync::atomic::AtomicBool,
-    /// The prefix and suffix the broker adds to every queue name, read when a subscriber is
-    /// included or a publisher bound.
-    naming: std::sync::RwLock<QueueNaming>,
+    /// Fixed once the client is shared: a broker configured after that gets a client of its own
+    /// ([`Client::configured`]), so no clone or publisher sees its settings change under it.
+    settings: Settings,
     /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
     /// no other, and callers asking for the same queue at once share one lookup.
     queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
@@ -62,15 +59,40 @@ pub(crate) struct Client {
     batchers: Mutex<Batchers>,
     /// Told what the engine does, when a test asked for a recorder.
     pub(crate) recorder: std::sync::OnceLock<Arc<dyn crate::record::Record>>,
-    /// The message attribute that names a typed message's type (`crate::model::headers::TYPE_HEADER`
-    /// unless the broker names it otherwise), for publishers and routed subscriptions alike.
-    type_header: std::sync::RwLock<Arc<str>>,
     /// Queues that an app on this broker routes by type (as the broker names them): typed
     /// messages sent to them carry the type header.
     routed: Mutex<std::collections::HashSet<String>>,
     /// Whether `routed` holds any queue: a typed send to a broker that routes nothing (most) takes
     /// no lock to learn it.
     routes_any: std::sync::atomic::AtomicBool,
+}
+
+/// A broker's settings: what its builder methods set, read by the client and everything built on
+/// it.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// How long a batched call's first entry waits for company (unordered batchers).
+    pub(crate) linger: Duration,
+    /// Every publisher and output of the broker refuses a FIFO message that names no group.
+    pub(crate) strict_groups: bool,
+    /// The prefix and suffix the broker adds to every queue name, read when a subscriber is
+    /// included or a publisher bound.
+    pub(crate) naming: QueueNaming,
+    /// The message attribute that names a typed message's type
+    /// ([`TYPE_HEADER`](crate::model::headers::TYPE_HEADER) unless the broker names it otherwise),
+    /// for publishers and routed subscriptions alike.
+    pub(crate) type_header: Arc<str>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            linger: Duration::from_millis(5),
+            strict_groups: false,
+            naming: QueueNaming::default(),
+            type_header: Arc::from(crate::model::headers::TYPE_HEADER),
+        }
+    }
 }
 
 /// What a broker learns of a queue once.
@@ -116,9 +138,7 @@ impl Client {
         Self {
             transport,
             calls,
-            linger_nanos: AtomicU64::new(5_000_000),
-            strict_groups: std::sync::atomic::AtomicBool::new(false),
-            naming: std::sync::RwLock::default(),
+            settings: Settings::default(),
             queues: Mutex::new(HashMap::new()),
             topics: Mutex::default(),
             queue_arns: Mutex::default(),
@@ -126,26 +146,42 @@ impl Client {
             declarations: Arc::default(),
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
-            type_header: std::sync::RwLock::new(Arc::from(crate::model::headers::TYPE_HEADER)),
             routed: Mutex::default(),
             routes_any: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// The name of the message attribute that names a typed message's type.
-    pub(crate) fn type_header(&self) -> Arc<str> {
-        self.type_header
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    /// `client` with its settings changed by `change`: in place while no one else holds it (a
+    /// broker being built), else a client of its own over the same backend, sharing the call
+    /// counts, the declarations and the recorder, with fresh batchers and lookups. So a clone of a
+    /// broker configured apart leaves the original, and whatever was built on it, as they were.
+    pub(crate) fn configured(
+        mut client: Arc<Self>,
+        change: impl FnOnce(&mut Settings),
+    ) -> Arc<Self> {
+        if let Some(alone) = Arc::get_mut(&mut client) {
+            change(&mut alone.settings);
+            return client;
+        }
+        let mut settings = client.settings.clone();
+        change(&mut settings);
+        let mut own = Self::new(client.transport.clone(), client.calls.clone());
+        own.settings = settings;
+        own.declarations = client.declarations.clone();
+        if let Some(recorder) = client.recorder.get() {
+            let _ = own.recorder.set(recorder.clone());
+        }
+        Arc::new(own)
     }
 
-    /// Names the message attribute that names a typed message's type.
-    pub(crate) fn set_type_header(&self, name: &str) {
-        *self
-            .type_header
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::from(name);
+    /// Whether every publisher and output of the broker refuses a FIFO message without a group.
+    pub(crate) fn strict_groups(&self) -> bool {
+        self.settings.strict_groups
+    }
+
+    /// The name of the message attribute that names a typed message's type.
+    pub(crate) fn type_header(&self) -> Arc<str> {
+        self.settings.type_header.clone()
     }
 
     /// Notes that an app on this broker routes `queue` by type, so that typed messages sent to it
@@ -170,21 +206,12 @@ impl Client {
     }
 
     pub(crate) fn linger(&self) -> Duration {
-        Duration::from_nanos(self.linger_nanos.load(Ordering::Relaxed))
+        self.settings.linger
     }
 
     /// How the broker names queues.
     pub(crate) fn naming(&self) -> QueueNaming {
-        self.naming
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Changes how the broker names the queues of the subscribers and publishers it takes from
-    /// now on.
-    pub(crate) fn rename(&self, change: impl FnOnce(&mut QueueNaming)) {
-        change(&mut self.naming.write().unwrap_or_else(PoisonError::into_inner));
+        self.settings.naming.clone()
     }
 
     /// Batchers whose calls may go out in any order: each call's first entry waits the linger.

@@ -266,12 +266,11 @@ impl Publisher {
     /// Whether a FIFO message naming no group is refused: by this publisher, or by its broker.
     fn refuses_default_group(&self) -> bool {
         self.inner.strict_groups
-            || self.inner.binding.get().is_some_and(|binding| {
-                binding
-                    .core
-                    .strict_groups
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
+            || self
+                .inner
+                .binding
+                .get()
+                .is_some_and(|binding| binding.core.strict_groups())
     }
 
     /// A publisher for `queue` as the broker already names it (a subscription's dead-letter

@@ -28,7 +28,6 @@ use crate::publish::Publisher;
 use crate::transport::layer::Hooked;
 use crate::transport::meter::{ApiCalls, Meter};
 use crate::transport::Transport;
-use std::sync::atomic::Ordering;
 
 /// The SQS broker: subscriptions and publishers over one SQS backend.
 ///
@@ -44,7 +43,9 @@ use std::sync::atomic::Ordering;
 ///
 /// A clone shares the backend, the queues resolved, the batchers and the publishers' declarations;
 /// the declarations of an app built on a broker stay with that app (see
-/// [`RustStream::with_broker`](crate::RustStream::with_broker)).
+/// [`RustStream::with_broker`](crate::RustStream::with_broker)). A clone configured apart
+/// (`broker.clone().batch_linger(..)`, a prefix, ...) gets batchers and lookups of its own with
+/// its settings, over the same backend: the original and whatever was built on it keep theirs.
 pub struct SqsBroker {
     core: Arc<Client>,
     /// The declarations of the app this broker value was given to, registered with `core` for as
@@ -215,6 +216,15 @@ impl SqsBroker {
         crate::operations::Operations::new(self.core.clone())
     }
 
+    /// This broker with its settings changed: a broker shared with a clone (or with what was
+    /// built on it) gets a client of its own, so the others keep theirs.
+    fn configured(self, change: impl FnOnce(&mut crate::client::Settings)) -> Self {
+        Self {
+            core: Client::configured(self.core, change),
+            app: self.app,
+        }
+    }
+
     /// How long the first entry of a batched call waits for company (default 5 ms): a standard
     /// queue's sends and deletes. A FIFO queue's sends never wait it: each of its in-order
     /// batchers sends at once when its call is free, and gathers while the call is out. Applies
@@ -223,11 +233,7 @@ impl SqsBroker {
     /// (`ConfigError::BatchLinger`).
     #[must_use]
     pub fn batch_linger(self, linger: Duration) -> Self {
-        self.core.linger_nanos.store(
-            u64::try_from(linger.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        self
+        self.configured(|settings| settings.linger = linger)
     }
 
     /// Makes every publisher and subscription output of this broker refuse a message for a FIFO
@@ -237,8 +243,7 @@ impl SqsBroker {
     /// the input comes from a FIFO queue; a dead-letter copy keeps its message's group.
     #[must_use]
     pub fn strict_groups(self) -> Self {
-        self.core.strict_groups.store(true, Ordering::Relaxed);
-        self
+        self.configured(|settings| settings.strict_groups = true)
     }
 
     /// Puts `prefix` before the name of every queue this broker resolves, so one service binary
@@ -249,7 +254,8 @@ impl SqsBroker {
     /// health and the AsyncAPI document all show the name it makes. A queue's RedrivePolicy
     /// names its dead-letter queue itself, and is read as it is.
     ///
-    /// A clone shares it; set it before building apps and publishers on the broker.
+    /// Set it before building apps and publishers on the broker: a clone configured apart has
+    /// its own.
     ///
     /// ```
     /// use rust_stream::SqsBroker;
@@ -265,8 +271,7 @@ impl SqsBroker {
     #[must_use]
     pub fn queue_name_prefix(self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        self.core.rename(|naming| naming.prefix = prefix);
-        self
+        self.configured(|settings| settings.naming.prefix = prefix)
     }
 
     /// Puts `suffix` after the name of every queue this broker resolves, before a `.fifo`: with
@@ -275,14 +280,13 @@ impl SqsBroker {
     #[must_use]
     pub fn queue_name_suffix(self, suffix: impl Into<String>) -> Self {
         let suffix = suffix.into();
-        self.core.rename(|naming| naming.suffix = suffix);
-        self
+        self.configured(|settings| settings.naming.suffix = suffix)
     }
 
     /// Names the message attribute that carries a typed message's type, for this broker's
     /// publishers and its apps' routed queues (default [`TYPE_HEADER`](crate::TYPE_HEADER),
-    /// `rust_stream.type`; see [`routing`](crate::routing)). A clone shares it; set it before
-    /// building apps and publishers on the broker. A name SQS does not take as an attribute name
+    /// `rust_stream.type`; see [`routing`](crate::routing)). Set it before building apps and
+    /// publishers on the broker: a clone configured apart has its own. A name SQS does not take as an attribute name
     /// keeps an app with a routed queue from starting ([`ConfigError::TypeHeaderName`]).
     ///
     /// ```
@@ -293,8 +297,8 @@ impl SqsBroker {
     /// ```
     #[must_use]
     pub fn type_header(self, name: impl Into<String>) -> Self {
-        self.core.set_type_header(&name.into());
-        self
+        let name: Arc<str> = Arc::from(name.into());
+        self.configured(|settings| settings.type_header = name)
     }
 
     /// A recorder of what this broker's subscriptions do with each message: what they handled,
