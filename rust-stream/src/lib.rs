@@ -168,7 +168,7 @@ pub use rust_stream_macros::subscriber;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub use sqs::ConnectError;
-pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue};
+pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue, RECEIVE_VISIBILITY_TIMEOUT};
 pub use state::{State, States};
 pub use transport::meter::ApiCalls;
 

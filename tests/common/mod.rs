@@ -888,12 +888,17 @@ pub mod backend {
     //! One test body, two backends: the in-process account (on a paused clock) and a live
     //! LocalStack (real time), reached through the same `Transport`.
 
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use rust_stream::account::Account;
     use rust_stream::aws::AwsTransport;
     use rust_stream::testing::QueueNames;
-    use rust_stream::transport::{QueueAttributes, ReceiveMessage, ReceivedMessage, Transport};
+    use rust_stream::transport::layer::{Hooked, Hooks};
+    use rust_stream::transport::{
+        QueueAttributes, ReceiveMessage, ReceivedMessage, Transport, TransportError,
+    };
     use rust_stream::SqsBroker;
 
     use super::recording::{Recorder, Recording};
@@ -943,7 +948,82 @@ pub mod backend {
         }
     }
 
+    /// Receives as over a network, counted: each receive in flight (as its caller sees it) is
+    /// counted in `receiving`; with `server` set (the account), a receive whose caller gives it
+    /// up goes on at the server, as SQS's and LocalStack's long polls do, taking what arrives
+    /// for nobody, hidden for the visibility it asked for.
+    #[derive(Clone, Default)]
+    pub struct Network {
+        server: Option<Account>,
+        receiving: Arc<AtomicUsize>,
+    }
+
+    impl Network {
+        /// Receives in flight now, as their callers see them.
+        pub fn receiving(&self) -> usize {
+            self.receiving.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Counts a receive in flight until its caller has its answer or gives it up.
+    struct InFlight(Arc<AtomicUsize>);
+
+    impl Drop for InFlight {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Hooks for Network {
+        async fn receive_message(
+            &self,
+            inner: &impl Transport,
+            queue_url: &str,
+            request: ReceiveMessage,
+        ) -> Result<Vec<ReceivedMessage>, TransportError> {
+            self.receiving.fetch_add(1, Ordering::SeqCst);
+            let _in_flight = InFlight(self.receiving.clone());
+            match &self.server {
+                Some(account) => {
+                    let (account, url) = (account.clone(), queue_url.to_owned());
+                    tokio::spawn(async move { account.receive_message(&url, request).await })
+                        .await
+                        .expect("the server's receive ran")
+                }
+                None => inner.receive_message(queue_url, request).await,
+            }
+        }
+
+        fn abandoned_receive_takes_nothing(&self, inner: &impl Transport) -> bool {
+            self.server.is_none() && inner.abandoned_receive_takes_nothing()
+        }
+    }
+
+    impl Backend<Hooked<Account, Network>> {
+        /// The in-process account answering receives as SQS does over a network (see
+        /// [`Network`]), on a paused clock as the account always is.
+        pub fn in_process_over_network() -> Self {
+            let backend = Backend::in_process();
+            let network = Network {
+                server: Some(backend.transport.clone()),
+                receiving: Arc::default(),
+            };
+            backend.hooked(network)
+        }
+    }
+
     impl<T: Transport + Clone> Backend<T> {
+        /// The same backend behind `hooks`, with a broker over it.
+        pub fn hooked<H: Hooks + Clone>(self, hooks: H) -> Backend<Hooked<T, H>> {
+            let transport = Hooked::new(self.transport, hooks);
+            Backend {
+                broker: SqsBroker::with_transport(transport.clone()),
+                transport,
+                kind: self.kind,
+                names: self.names,
+            }
+        }
+
         /// The same backend behind a [`Recording`] transport, with a broker over it: what the
         /// services of the test do is recorded call by call.
         pub fn recorded(self) -> Backend<Recording<T>> {

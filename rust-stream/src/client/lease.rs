@@ -53,6 +53,9 @@ pub(crate) struct Lease {
     /// When its visibility ends, as this consumer last set it: nanoseconds after `received_at`.
     /// Atomic, so the batcher reads it without the state lock an extension holds.
     visible_for_ns: AtomicU64,
+    /// The visibility last asked for, in nanoseconds: the receive's, then each extension's. The
+    /// heartbeat extends the lease once less than half of it is left.
+    window_ns: AtomicU64,
     /// How long before `visible_for_ns` the lease counts as lapsed.
     lapse_margin: Duration,
     /// The lapse was logged.
@@ -111,10 +114,24 @@ impl Lease {
         self.received_at + Duration::from_nanos(self.visible_for_ns.load(Ordering::Acquire))
     }
 
-    pub(crate) fn set_visible_at(&self, at: Instant) {
+    fn set_visible_at(&self, at: Instant) {
         let nanos = at.saturating_duration_since(self.received_at).as_nanos();
         self.visible_for_ns
             .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Release);
+    }
+
+    /// The visibility last asked for: the receive's, then each extension's.
+    pub(crate) fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns.load(Ordering::Acquire))
+    }
+
+    /// The message is hidden for `window` from `at`: a receive's, or an answered extension's.
+    pub(crate) fn set_window(&self, at: Instant, window: Duration) {
+        self.window_ns.store(
+            u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
+        self.set_visible_at(at + window);
     }
 
     /// Whether the visibility has ended (or ends within the margin): its receipt handle is not
@@ -210,6 +227,8 @@ pub(crate) struct Leases {
     next_id: AtomicU64,
     /// Set to the number held at each change (the `rust_stream.messages.held` metric).
     counted_by: Option<metrics::Gauge>,
+    /// Woken each time the last lease ends.
+    emptied: tokio::sync::Notify,
 }
 
 impl Leases {
@@ -242,11 +261,12 @@ impl Leases {
             deleting_since_ns: AtomicU64::new(0),
             orphaned: AtomicBool::new(false),
             visible_for_ns: AtomicU64::new(0),
+            window_ns: AtomicU64::new(0),
             lapse_margin: lapse_margin(visibility),
             lapse_told: AtomicBool::new(false),
             state: tokio::sync::Mutex::new(LeaseState { capped: false }),
         });
-        lease.set_visible_at(now + visibility);
+        lease.set_window(now, visibility);
         let mut held = self.lock();
         held.insert(lease.id, lease.clone());
         self.count(&held);
@@ -297,6 +317,23 @@ impl Leases {
     fn count(&self, held: &LeaseMap) {
         if let Some(gauge) = &self.counted_by {
             gauge.set(held.len() as f64);
+        }
+        if held.is_empty() {
+            self.emptied.notify_waiters();
+        }
+    }
+
+    /// Ends once no lease is held (at once when none is).
+    pub(crate) async fn emptied(&self) {
+        loop {
+            // Registered before the look, so a lease ending in between is not missed.
+            let emptied = self.emptied.notified();
+            tokio::pin!(emptied);
+            emptied.as_mut().enable();
+            if self.lock().is_empty() {
+                return;
+            }
+            emptied.await;
         }
     }
 

@@ -1,10 +1,14 @@
 //! The visibility heartbeat: the [`Heartbeat`] keeps every message the consumer holds from timing
 //! out, from its receive until it is settled.
 //!
-//! The intake opens a lease (see [`lease`](crate::client::lease)) for each message it receives;
-//! while the dispatcher and the settler work on it, the heartbeat extends, in batched
-//! `ChangeMessageVisibilityBatch` calls, every lease whose visibility has less than half of the
-//! timeout left, so nothing this consumer holds times out into another consumer's hands. It stops
+//! The intake opens a lease (see [`lease`](crate::client::lease)) for each message it receives,
+//! hidden for the receive's short visibility
+//! ([`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT), 10 s at most); while the
+//! dispatcher and the settler work on it, the heartbeat extends, in batched
+//! `ChangeMessageVisibilityBatch` calls, every lease with less than half of the visibility last
+//! asked for left, to the subscription's visibility timeout, so nothing this consumer holds times
+//! out into another consumer's hands. A message settled within half the receive's visibility so
+//! costs no extension, and one held longer its first at that point. It stops
 //! extending at the 12-hour cap with a warning, and has the [`Settler`] release the leases whose
 //! holder went away without settling them (an engine task that panicked). `mod.rs` starts it with
 //! the consumer and stops it after the stop's final release.
@@ -22,7 +26,8 @@ use super::shared::{guarded, Shared};
 use crate::client::batch::{Batcher, VisibilityBatch};
 use crate::client::lease::{Lease, LeaseState, Leases};
 
-/// How often the heartbeat looks: often enough to catch a lease well before half its timeout.
+/// How often the heartbeat looks: often enough to catch a lease well before half its timeout
+/// (the receive's, the shortest a lease has).
 fn tick(visibility: Duration) -> Duration {
     (visibility / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
 }
@@ -31,8 +36,7 @@ fn tick(visibility: Duration) -> Duration {
 /// extension: since the last round, or so long that the lease would lapse before the next. A
 /// delete still waiting in a FIFO lane's run is not on its way: its lease is extended as a
 /// message in hand is.
-fn delete_is_slow(visibility: Duration, lease: &Lease, now: Instant) -> bool {
-    let tick = tick(visibility);
+fn delete_is_slow(tick: Duration, lease: &Lease, now: Instant) -> bool {
     let Some(since) = lease.deleting_since() else {
         return true;
     };
@@ -58,6 +62,7 @@ impl Heartbeat {
         let beat = Arc::new(Beat {
             queue: shared.queue.clone(),
             visibility: shared.visibility,
+            tick: tick(shared.receive_visibility()),
             leases: shared.leases.clone(),
             visibility_batcher,
             settler,
@@ -78,8 +83,10 @@ impl Heartbeat {
 struct Beat {
     /// The queue's name, as the logs name it.
     queue: Arc<str>,
-    /// The visibility of received messages: what an extension asks for, and how often to look.
+    /// The subscription's visibility timeout: what an extension asks for.
     visibility: Duration,
+    /// How often to look: a quarter of the receive's visibility.
+    tick: Duration,
     leases: Arc<Leases>,
     visibility_batcher: Batcher<VisibilityBatch>,
     settler: Arc<Settler>,
@@ -93,7 +100,7 @@ impl Beat {
     /// delays only the leases it carries (locked meanwhile, so later rounds pass them by), never
     /// the next round, and a round that panics is logged and followed by the next.
     async fn run(self: Arc<Self>) {
-        let tick = tick(self.visibility);
+        let tick = self.tick;
         let rounds = tokio_util::task::TaskTracker::new();
         loop {
             tokio::select! {
@@ -107,8 +114,9 @@ impl Beat {
         rounds.wait().await;
     }
 
-    /// Extends, in batched calls, every lease with less than half its timeout left (a lease whose
-    /// delete is slow to be answered included), and releases the orphaned ones.
+    /// Extends, in batched calls, every lease with less than half of the visibility last asked for
+    /// left (a lease whose delete is slow to be answered included) to the subscription's
+    /// visibility timeout, and releases the orphaned ones.
     async fn extend_due(&self) {
         let held = self.leases.all();
         let orphans: Vec<Arc<Lease>> = held
@@ -125,7 +133,6 @@ impl Beat {
             self.settler.release_leases(orphans, 0).await;
         }
         let now = Instant::now();
-        let half = self.visibility / 2;
         let mut due: Vec<(&Arc<Lease>, MutexGuard<'_, LeaseState>, i32)> = Vec::new();
         for lease in &held {
             if lease.is_orphaned() {
@@ -136,10 +143,11 @@ impl Beat {
                 continue;
             };
             let settled = lease.is_settled() && !lease.is_deleting();
+            let half = lease.window() / 2;
             if settled || state.capped || lease.visible_at().saturating_duration_since(now) > half {
                 continue;
             }
-            if lease.is_deleting() && !delete_is_slow(self.visibility, lease, now) {
+            if lease.is_deleting() && !delete_is_slow(self.tick, lease, now) {
                 // Its delete is on its way and will most likely be answered before the next
                 // round: an extension now would cost a call, and fail once the delete is in.
                 continue;
@@ -174,7 +182,7 @@ impl Beat {
         for ((lease, mut state, seconds), answer) in due.into_iter().zip(answers) {
             match answer {
                 Ok(()) => {
-                    lease.set_visible_at(now + Duration::from_secs(seconds as u64));
+                    lease.set_window(now, Duration::from_secs(seconds as u64));
                     if (seconds as u64) < self.visibility.as_secs() {
                         state.capped = true;
                         tracing::warn!(
@@ -223,15 +231,16 @@ mod tests {
         tokio::time::advance(Duration::from_millis(500)).await;
         // 3.5 s left, more than a tick beyond the lapse margin, claimed half a second ago.
         let now = Instant::now();
-        assert!(delete_is_slow(visibility, &lease, now), "waits in a run");
+        let tick = tick(visibility);
+        assert!(delete_is_slow(tick, &lease, now), "waits in a run");
         in_flight.sent();
         assert!(
-            !delete_is_slow(visibility, &lease, now),
+            !delete_is_slow(tick, &lease, now),
             "sent just now: the answer is waited for"
         );
-        tokio::time::advance(tick(visibility)).await;
+        tokio::time::advance(tick).await;
         assert!(
-            delete_is_slow(visibility, &lease, Instant::now()),
+            delete_is_slow(tick, &lease, Instant::now()),
             "sent a tick ago"
         );
     }

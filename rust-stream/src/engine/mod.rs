@@ -52,11 +52,17 @@
 //! messages go, and builds its consumer: what the parts share (`shared::Shared`: the queue's name,
 //! FIFO or not, the visibility, the leases, the metrics; `shared::Tasks`: the engine tasks and the
 //! stop's signals to them), then the settler, the dispatcher over it, the intake over both, and
-//! the heartbeat. Shutdown stops new receives, lets a receive in flight finish (what it got is
-//! handled like the rest), starts held messages for the first half of the budget and parks the
-//! rest, lets running handlers finish within the app's timeout and then cancels them, releases
-//! what the dispatcher parked and every message held but not settled (visibility 0), and returns
-//! once no task of the consumer is left.
+//! the heartbeat. Shutdown stops new receives, lets a receive in flight finish while messages
+//! are held (what it got is handled like the rest) and gives it up once nothing is, or when
+//! handlers are cancelled (a receive asks for a short visibility, so what one given up takes is
+//! hidden briefly), starts held messages for the first half of the budget and parks the rest,
+//! lets running handlers finish within the app's timeout and then cancels them, releases what the
+//! dispatcher parked and every message held but not settled (visibility 0), and returns once no
+//! task of the consumer is left, within the budget.
+//!
+//! On the path of step 1, a receive asks for the subscription's visibility timeout, at most
+//! [`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT); the heartbeat (step 4)
+//! extends what is still held after half of that to the subscription's.
 //!
 //! # Tracing
 //!
@@ -190,7 +196,7 @@ pub(crate) async fn run(
     // Several subscribers of one queue become one consumer that routes by type.
     let subscribers = crate::routing::merge(subscribers, type_header);
     let shutdown = app.shutdown();
-    warn_about_settings(&client, &subscribers, shutdown.timeout());
+    warn_about_settings(&subscribers);
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
     // around `run`) stops them in the background, as a signal would.
     let mut running = StopOnDrop {
@@ -229,9 +235,8 @@ pub(crate) async fn run(
 const SHORTEST_SAFE_VISIBILITY: Duration = Duration::from_secs(5);
 
 /// Warns about settings that work, but badly: a visibility timeout too short for the heartbeat's
-/// calls, a FIFO subscription without a handler timeout, and (over a network) a stop budget
-/// shorter than a long poll, which a stop waits for.
-fn warn_about_settings(client: &Client, subscribers: &[Subscriber], budget: Duration) {
+/// calls, and a FIFO subscription without a handler timeout.
+fn warn_about_settings(subscribers: &[Subscriber]) {
     for subscriber in subscribers {
         let queue = &subscriber.queue;
         if let Some(visibility) = queue.consumer.visibility_timeout {
@@ -249,18 +254,6 @@ fn warn_about_settings(client: &Client, subscribers: &[Subscriber], budget: Dura
                 messaging.destination.name = %queue.name,
                 "no handler timeout: a handler that never returns holds its FIFO group (extended) until the \
                  12-hour cap, and its handler slot for good; set `.timeout(..)`"
-            );
-        }
-        let reserve = budget.saturating_sub(StopPlan::new(budget).cancel_at);
-        if !client.transport.abandoned_receive_takes_nothing()
-            && budget < queue.consumer.wait + reserve
-        {
-            tracing::warn!(
-                messaging.destination.name = %queue.name,
-                shutdown_timeout_ms = budget.as_millis() as u64,
-                long_poll_s = queue.consumer.wait.as_secs(),
-                "the shutdown timeout is shorter than a long poll: a stop waits for the receive in flight (so what it takes is \
-                 not hidden) and may run past the timeout; keep the shutdown timeout above `.wait(..)`"
             );
         }
     }
@@ -496,10 +489,15 @@ impl Consumer {
     /// the first half of the budget (so a rolling restart gives back as little as it can, each
     /// message given back costing it a receive at SQS); then what has not started is parked;
     /// handlers still running when a reserve for the final release is all that is left are
-    /// cancelled; once no task of the consumer is left (a receive in flight answered: on SQS the
-    /// long poll, which a budget longer than the wait covers), every message still held is
-    /// released (visibility 0) in one round. What a receive in flight brings is handled like the
-    /// rest.
+    /// cancelled; once no task of the consumer is left, every message still held is released
+    /// (visibility 0) in one round. What a receive in flight brings is handled like the rest.
+    ///
+    /// Over a network a receive in flight is waited for at least `poll::STOP_RECEIVE_GRACE` (one
+    /// answering is read) and while the consumer holds messages (the open long poll could take
+    /// back what the final release gives back), then given up: once nothing is held, and at the
+    /// latest when handlers are cancelled. A server may go on with a long poll given up and hand
+    /// it messages, which stay hidden for the receive's visibility timeout: at most
+    /// `RECEIVE_VISIBILITY_TIMEOUT`, as every receive asks.
     async fn stop(self: Arc<Self>, budget: Duration) {
         let started = tokio::time::Instant::now();
         let plan = StopPlan::new(budget);
@@ -507,12 +505,26 @@ impl Consumer {
         self.probe.stopped();
         self.tasks.close();
         let receiving = self.intake.receiving();
-        if receiving > 0 && !self.client.transport.abandoned_receive_takes_nothing() {
+        let over_network = !self.client.transport.abandoned_receive_takes_nothing();
+        // Gives the receives up once nothing is held: a long poll then has nothing to take back.
+        let give_up_when_idle = over_network.then(|| {
+            let (tasks, leases) = (self.tasks.clone(), self.leases.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(started + poll::STOP_RECEIVE_GRACE).await;
+                leases.emptied().await;
+                tasks.give_up_receives().cancel();
+            })
+        });
+        if receiving > 0 && over_network {
             tracing::info!(
                 messaging.destination.name = %self.queue.name,
                 receives = receiving,
                 long_poll_s = self.queue.consumer.wait.as_secs(),
-                "stopping: waiting for the receive in flight to answer, so what it brings is handled or released rather than hidden"
+                grace_ms = poll::STOP_RECEIVE_GRACE.as_millis() as u64,
+                hidden_at_most_s = self.intake.visibility().as_secs(),
+                "stopping: waiting for the receive in flight to answer, for grace_ms and while messages are held, so what it \
+                 brings is handled or released rather than hidden; then it is given up, and what it takes is hidden for \
+                 hidden_at_most_s"
             );
         }
         let finished =
@@ -526,31 +538,33 @@ impl Consumer {
             );
             self.tasks.no_new_attempts().cancel();
             if finished(plan.cancel_at).await.is_err() {
-                tracing::warn!(
-                    messaging.destination.name = %self.queue.name,
-                    budget_ms = budget.as_millis() as u64,
-                    "handlers still running near the end of the shutdown budget are cancelled; their messages are released"
-                );
-                self.tasks.cancel_handlers().cancel();
-                if finished(budget).await.is_err() {
-                    // What is left is a receive in flight (a budget shorter than the long poll), or
-                    // a handler that blocks its thread: the final release waits for the receive,
-                    // or it would hand what it releases to that receive.
+                // The final release is near: a receive still in flight is given up now, or the
+                // stop would wait for its long poll past the budget.
+                self.tasks.give_up_receives().cancel();
+                if self.tasks.len() > self.intake.receiving() {
                     tracing::warn!(
                         messaging.destination.name = %self.queue.name,
                         budget_ms = budget.as_millis() as u64,
-                        long_poll_s = self.queue.consumer.wait.as_secs(),
-                        "the stop runs past its budget waiting for a receive in flight; set the shutdown timeout above the long poll"
+                        "handlers still running near the end of the shutdown budget are cancelled; their messages are released"
                     );
-                    let bound = budget + self.queue.consumer.wait + poll::RECEIVE_MARGIN;
-                    if finished(bound).await.is_err() {
-                        tracing::error!(
-                            messaging.destination.name = %self.queue.name,
-                            "engine tasks still running long after the shutdown budget; a handler may block its thread"
-                        );
-                    }
+                }
+                self.tasks.cancel_handlers().cancel();
+                if finished(budget).await.is_err() {
+                    // Cancelled handlers unwind at their next await, and receives given up end
+                    // at once: what is left blocks its thread, or is a call that has not come
+                    // back. What is held is released now, so the stop keeps its budget.
+                    tracing::error!(
+                        messaging.destination.name = %self.queue.name,
+                        tasks = self.tasks.len(),
+                        budget_ms = budget.as_millis() as u64,
+                        "engine tasks still running at the end of the shutdown budget (a handler may block its thread); \
+                         what is held is released now"
+                    );
                 }
             }
+        }
+        if let Some(watch) = give_up_when_idle {
+            watch.abort();
         }
         self.tasks.no_new_attempts().cancel();
         self.tasks.cancel_handlers().cancel();

@@ -30,10 +30,13 @@
 //! behind (no slot free when a full receive comes back) so stop the growth, and what is held for
 //! them with it, however large `pollers` is.
 //!
-//! At shutdown no new receive starts, but one in flight is allowed to finish (within its long
-//! poll): a server hands messages to a receive even after its caller stopped listening, and those
-//! would stay invisible for a whole visibility timeout. What it returns is handled like the rest:
-//! run while the stop still starts attempts, else parked for the stop's final release.
+//! At shutdown no new receive starts. One in flight is given up when the stop says so (on a
+//! backend whose abandoned receive takes nothing, the account, at once). A server hands messages
+//! to a long poll even after its caller stopped listening, so every receive asks for a short
+//! visibility ([`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT), 10 s at most,
+//! extended by the heartbeat while the message is held): what a receive given up takes is hidden
+//! that long at most. What a receive in flight returns before it is given up is handled like the
+//! rest: run while the stop still starts attempts, else parked for the stop's final release.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -69,6 +72,12 @@ const READ_ATTRIBUTES: [&str; 5] = [
 
 /// How long past its long poll a receive may take before the engine gives it up.
 pub(crate) const RECEIVE_MARGIN: Duration = Duration::from_secs(10);
+
+/// How long a stop waits at least for a receive in flight over a network before it may give it up:
+/// long enough for a receive that is answering to answer, so that what it brings is handled or
+/// released rather than hidden; short enough that an idle service stops in about this long,
+/// whatever its long poll.
+pub(crate) const STOP_RECEIVE_GRACE: Duration = Duration::from_secs(1);
 
 /// The fewest pollers that receive: one long poll is always out, so a message sent to an idle
 /// queue is received at once, as with a single poller.
@@ -183,7 +192,8 @@ pub(crate) struct Intake {
     /// The queue's name, shared by every delivery.
     queue: Arc<str>,
     fifo: bool,
-    /// The visibility timeout asked for on every receive, and so every lease's.
+    /// The visibility timeout asked for on every receive, and so every lease's until the
+    /// heartbeat extends it: the subscription's, at most `RECEIVE_VISIBILITY_TIMEOUT`.
     visibility: Duration,
     batch_size: usize,
     wait: Duration,
@@ -221,7 +231,7 @@ impl Intake {
             url,
             queue: shared.queue.clone(),
             fifo: shared.fifo,
-            visibility: shared.visibility,
+            visibility: shared.receive_visibility(),
             batch_size: settings.batch_size,
             wait: settings.wait,
             reads_envelopes: settings.reads_envelopes,
@@ -239,6 +249,11 @@ impl Intake {
     /// How many receives are in flight.
     pub(crate) fn receiving(&self) -> usize {
         self.receiving.load(Ordering::Acquire)
+    }
+
+    /// The visibility timeout every receive asks for.
+    pub(crate) fn visibility(&self) -> Duration {
+        self.visibility
     }
 
     /// Starts the subscription's pollers: all of them tasks, the fewest with a turn, the room of
@@ -309,8 +324,8 @@ impl Intake {
             let Some(room) = self.dispatcher.room(batch_size).await else {
                 return;
             };
-            // The effective visibility is always sent, so the held messages' leases match it
-            // whatever the queue's default is now.
+            // The visibility is always sent, so the held messages' leases match it whatever the
+            // queue's default is now; short, so a receive given up hides what it took briefly.
             let mut request = ReceiveMessage::new(batch_size as i32)
                 .wait_time_seconds(wait.as_secs() as i32)
                 .visibility_timeout(self.visibility.as_secs() as i32)
@@ -399,8 +414,9 @@ impl Intake {
         }
     }
 
-    /// One receive; `None` when shutdown abandoned it, which only a backend that takes messages
-    /// as it answers allows.
+    /// One receive; `None` when the stop gave it up: at once on a backend whose abandoned receive
+    /// takes nothing, else when the stop says so (what it takes then is hidden for the receive's
+    /// short visibility).
     async fn receive(
         &self,
         request: ReceiveMessage,
@@ -423,14 +439,16 @@ impl Intake {
             })
         };
         let _receiving = Receiving::new(self);
-        if !self.client.transport.abandoned_receive_takes_nothing() {
-            // Waited for at shutdown (within its own deadline), so what it brings is handled or
-            // released rather than hidden for a visibility timeout.
-            return Some(receive.await);
-        }
+        let given_up = if self.client.transport.abandoned_receive_takes_nothing() {
+            self.tasks.stopping()
+        } else {
+            // Over a network the stop waits for it a moment, and while it holds messages to
+            // release: see `Consumer::stop`.
+            self.tasks.give_up_receives()
+        };
         tokio::select! {
             biased;
-            () = self.tasks.stopping().cancelled() => None,
+            () = given_up.cancelled() => None,
             received = receive => Some(received),
         }
     }

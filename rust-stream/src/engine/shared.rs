@@ -18,12 +18,13 @@ use crate::client::lease::Leases;
 use crate::metrics::SubscriptionMetrics;
 
 /// A consumer's engine tasks (its pollers, a task per standard message, a task per FIFO lane, and
-/// deletes nobody awaits), and the stop's three signals to them, in the order the stop gives them.
+/// deletes nobody awaits), and the stop's signals to them.
 /// Cheap to clone: every clone is the same tasks and the same signals.
 #[derive(Clone, Default)]
 pub(crate) struct Tasks {
     tracker: TaskTracker,
     stopping: CancellationToken,
+    give_up_receives: CancellationToken,
     no_new_attempts: CancellationToken,
     cancel_handlers: CancellationToken,
 }
@@ -47,6 +48,12 @@ impl Tasks {
         &self.stopping
     }
 
+    /// Receives in flight are given up (over a network: a backend whose abandoned receive takes
+    /// nothing gives them up at [`stopping`](Self::stopping)).
+    pub(crate) fn give_up_receives(&self) -> &CancellationToken {
+        &self.give_up_receives
+    }
+
     /// The stop's time for starting held messages is over: no new attempt, what is held and not
     /// running goes back.
     pub(crate) fn no_new_attempts(&self) -> &CancellationToken {
@@ -62,6 +69,11 @@ impl Tasks {
     /// stop calls it once, so that [`wait`](Self::wait) can end.
     pub(crate) fn close(&self) {
         self.tracker.close();
+    }
+
+    /// How many tasks (and tokens) are left.
+    pub(crate) fn len(&self) -> usize {
+        self.tracker.len()
     }
 
     /// Ends once the tasks are closed and none is left.
@@ -85,6 +97,15 @@ pub(crate) struct Shared {
     /// The subscription's metrics.
     pub(crate) metrics: Arc<SubscriptionMetrics>,
     pub(crate) tasks: Tasks,
+}
+
+impl Shared {
+    /// The visibility timeout a receive asks for: the subscription's, at most
+    /// [`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT); the heartbeat extends
+    /// what is held longer.
+    pub(crate) fn receive_visibility(&self) -> Duration {
+        crate::model::queue::receive_visibility(self.visibility)
+    }
 }
 
 /// An engine task whose panic is logged; the messages it held are released by the heartbeat.

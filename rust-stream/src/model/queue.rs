@@ -36,6 +36,25 @@ pub struct SqsQueue {
     pub(crate) consumer: ConsumerSettings,
 }
 
+/// The longest visibility timeout a consumer's receive asks for: what a receive takes is hidden
+/// for at most this long (or the subscription's visibility timeout, when shorter) unless the
+/// consumer holds it on.
+///
+/// A server may go on with a long poll whose caller gave it up, and hand it messages nobody reads:
+/// a stop gives up its receives in flight (so that it ends within its budget, whatever the long
+/// poll), and a killed process leaves its own. What such a receive takes comes back after this
+/// timeout. The consumer's heartbeat extends every message it still holds once half of this is
+/// gone (5 s after the receive) to the subscription's visibility timeout, in batched
+/// `ChangeMessageVisibilityBatch` calls: a message settled within 5 s costs no call more, one held
+/// longer one extension more (shared by up to 10 messages), and an idle queue none.
+pub const RECEIVE_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The visibility timeout a receive asks for, for a subscription whose messages' is `visibility`:
+/// see [`RECEIVE_VISIBILITY_TIMEOUT`].
+pub(crate) fn receive_visibility(visibility: Duration) -> Duration {
+    visibility.min(RECEIVE_VISIBILITY_TIMEOUT)
+}
+
 /// Most handlers one subscription runs at once.
 pub(crate) const MAX_CONCURRENCY: usize = 100_000;
 /// Most receive loops of one subscription.
@@ -220,6 +239,11 @@ impl SqsQueue {
 
     /// The visibility timeout of received messages (default: the queue's own). Handlers that run
     /// longer than half of it get it extended.
+    ///
+    /// A receive asks for at most [`RECEIVE_VISIBILITY_TIMEOUT`] (10 s), and the consumer extends
+    /// what it still holds 5 s after the receive to this timeout: a receive whose answer never
+    /// reaches the consumer (given up at a stop, or in flight when the process was killed) hides
+    /// what it took for no longer than that.
     pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
         self.consumer.visibility_timeout = Some(timeout);
         self

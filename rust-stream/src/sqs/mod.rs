@@ -16,7 +16,9 @@ use std::time::Duration;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub use crate::aws::ConnectError;
-pub use crate::model::queue::{ConfigError, ConfigErrors, SqsQueue, MAX_BATCH_LINGER};
+pub use crate::model::queue::{
+    ConfigError, ConfigErrors, SqsQueue, MAX_BATCH_LINGER, RECEIVE_VISIBILITY_TIMEOUT,
+};
 
 use crate::account::Account;
 use crate::app::{AppContext, AppInfo, RunError};

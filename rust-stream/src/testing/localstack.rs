@@ -22,8 +22,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// tests and `on_each_backend`'s live leg, to reuse instead of starting a [`LocalStack`].
 pub const LIVE_ENDPOINT_VAR: &str = "RUST_STREAM_LIVE_ENDPOINT";
 
-/// The longest a receive on a [`live_broker`] long-polls: stopping an app waits for the receive
-/// in flight, so a stop takes about this long rather than the 20 s of a default long poll.
+/// The longest a receive on a [`live_broker`] long-polls: a stop waits for the receive in flight
+/// while the app holds messages, so a stop takes at most about this long more than its handlers
+/// rather than up to the 20 s of a default long poll (an idle app's stop gives it up after a
+/// second), and a poll the stop gave up is soon over at the server.
 pub const LIVE_POLL_SECONDS: i32 = 1;
 
 /// The environment variable that names where [`LocalStack`] installs LocalStack and keeps its
@@ -233,8 +235,9 @@ impl LocalStack {
 
 /// A broker on a live SQS-compatible server for a test: region `us-east-1`, test credentials, and
 /// long polls of at most [`LIVE_POLL_SECONDS`] whatever the subscriptions ask, so that stopping
-/// an app (which waits for the receive in flight, so that what it brings is not hidden for a
-/// visibility timeout) takes about a second rather than 20. The transport is
+/// an app (which waits for the receive in flight while it holds messages, so that what the poll
+/// brings is not hidden) takes about a second more than its handlers rather than up to 20. The
+/// transport is
 /// [`AwsTransport::local`](crate::aws::AwsTransport::local): nothing is loaded, nothing can fail.
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
