@@ -1,6 +1,12 @@
 //! The publisher's own tests: what is checked before a send, and how messages are built.
 
+use std::time::Duration;
+
 use super::*;
+use crate::model::headers::PARTITION_KEY_HEADER;
+use crate::model::rules::ErrorKind;
+use crate::model::{SnsTopic, SqsQueue};
+use crate::transport::{MessageAttributeValue, SendMessage};
 
 fn request(outgoing: Outgoing) -> SendMessage {
     outgoing.into_request().unwrap().1
