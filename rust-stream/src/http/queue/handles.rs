@@ -61,6 +61,11 @@ impl Handles {
         }
     }
 
+    /// How many receipt handles this server keeps (none with a key).
+    pub(super) fn held(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Whether ids carry their handles (any replica may act on them).
     pub(super) fn is_signed(&self) -> bool {
         self.key.is_some()
