@@ -75,11 +75,12 @@ struct Shared {
 /// The command history's keys, with the order they were reserved in, so that past its capacity
 /// the oldest is evicted first.
 struct HistoryKeys {
-    by_key: HashMap<HistoryKey, HistoryEntry>,
+    /// Each key once in memory, shared with `order`.
+    by_key: HashMap<Arc<HistoryKey>, HistoryEntry>,
     /// Each reservation's number and key, oldest first. A key removed since (cancelled, swept,
     /// evicted) or reserved again (a newer number) is skipped when evicting and dropped when
     /// this grows past twice the keys held, so it stays in proportion to `by_key`.
-    order: VecDeque<(u64, HistoryKey)>,
+    order: VecDeque<(u64, Arc<HistoryKey>)>,
     /// The number the next reservation gets.
     next: u64,
     /// The most keys held; `usize::MAX` unless [`MemoryStore::history_capacity`] set one.
@@ -112,6 +113,7 @@ impl HistoryKeys {
     fn insert(&mut self, key: &HistoryKey, state: HistoryState, expires_at: Instant) {
         let number = self.next;
         self.next += 1;
+        let key = Arc::new(key.clone());
         self.by_key.insert(
             key.clone(),
             HistoryEntry {
@@ -120,7 +122,7 @@ impl HistoryKeys {
                 number,
             },
         );
-        self.order.push_back((number, key.clone()));
+        self.order.push_back((number, key));
         let now = Instant::now();
         while self.by_key.len() > self.capacity {
             let Some((number, oldest)) = self.order.pop_front() else {
@@ -625,7 +627,7 @@ impl HistoryStore for MemoryStore {
     async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
         let now = Instant::now();
         let mut history = self.history();
-        let mut expired: Vec<(Instant, HistoryKey)> = history
+        let mut expired: Vec<(Instant, Arc<HistoryKey>)> = history
             .by_key
             .iter()
             .filter(|(_, entry)| entry.expires_at <= now)

@@ -82,15 +82,19 @@
 //! oldest first. A push reserves the hash, sends, then confirms the hash for its `expiresIn`, or
 //! frees it when the send failed, so the client's retry is stored. A push finding the hash pushed
 //! answers `204`; one finding it held by another push under way waits for that push's outcome
-//! (the history's [`wait`](History::wait), 5 s): `204` once it was stored, stored itself when
-//! that push failed, `503` when it is still under way. A server killed mid-push leaves the hash
-//! pending until the history's lease (60 s by default) passes.
+//! (the history's [`wait`](crate::publish::History::wait), 5 s): `204` once it was stored,
+//! stored itself when that push failed, `503` when it is still under way. A server killed
+//! mid-push leaves the hash pending until the history's lease (60 s by default) passes.
 //!
 //! The files: `access.rs` (tokens, origins, content type, CORS, the counts), `names.rs` (the
 //! namespace), `api.rs` (the settings, [`Limits`] and the state the routes share), `routes.rs`
 //! (the handlers), `handles.rs` (the receipt handles kept for ack and ping), `params.rs` (query
 //! parameters), `error.rs` (the answers' errors), [`filter`] (peek's filter); this file builds
 //! the router from them.
+//!
+//! [`SqsBroker`]: crate::SqsBroker
+//! [`History`]: crate::publish::History
+//! [`MemoryStore`]: crate::store::memory::MemoryStore
 
 mod access;
 mod api;
