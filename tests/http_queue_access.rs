@@ -649,3 +649,74 @@ async fn distinct_hash_codes_and_queue_names_leave_the_servers_memory_bounded() 
     let shared = QueueApi::new(&broker).history(History::new(MemoryStore::new()));
     assert_eq!(shared.in_memory().hash_codes, None);
 }
+
+/// Without an `ID_KEY` the server keeps the receipt handles of what it popped, at most
+/// `MAX_RECEIPT_HANDLES` (here 50): past it the handles expiring soonest are forgotten, an ack of
+/// one answers `404` naming it, and its message comes back at its expiry, popped and acked again:
+/// nothing is lost.
+#[tokio::test(start_paused = true)]
+async fn receipt_handles_past_their_bound_are_forgotten_and_their_messages_come_back() {
+    let (account, _hooks, broker) = backend(Counted::default());
+    let mut limits = Limits::default();
+    limits.receipt_handles = 50;
+    let api = QueueApi::new(&broker).limits(limits);
+    let router = api.clone().router();
+    let json = [("content-type", "application/json")];
+    let items: Vec<Value> = (0..100).map(|n| json!({ "n": n })).collect();
+    let (status, _) = call(
+        &router,
+        "POST",
+        "/queue/jobs/push",
+        &json,
+        Value::Array(items).to_string(),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let pop = |expires: u64| {
+        let router = router.clone();
+        async move {
+            let path = format!("/queue/jobs/pop/25?expiresIn={expires}");
+            let (status, body) = call(&router, "POST", &path, &[], Body::empty()).await;
+            assert_eq!(status, 200, "{body}");
+            body.as_array()
+                .expect("an array")
+                .iter()
+                .map(|m| m["_id"].as_str().expect("an _id").to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    // The first 50 expire sooner than the next: theirs are the handles forgotten.
+    let mut soon = pop(60).await;
+    soon.extend(pop(60).await);
+    assert_eq!(api.in_memory().receipt_handles, 50);
+    let mut late = pop(600).await;
+    late.extend(pop(600).await);
+    assert_eq!((soon.len(), late.len()), (50, 50));
+    assert_eq!(
+        api.in_memory().receipt_handles,
+        50,
+        "never more than the bound"
+    );
+    let ack = |ids: &[String]| {
+        let router = router.clone();
+        let body = json!({ "id": ids }).to_string();
+        async move { call(&router, "POST", "/queue/jobs/ack", &json, body).await }
+    };
+    let (status, body) = ack(&soon).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["unknown"].as_array().map(Vec::len), Some(50));
+    let (status, body) = ack(&late).await;
+    assert_eq!(status, 204, "the 50 newest were kept: {body}");
+    assert_eq!(
+        stored(&account, "jobs").await,
+        50,
+        "the forgotten, still out"
+    );
+    // The forgotten come back at their expiry, and are acked then: none lost.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let mut again = pop(60).await;
+    again.extend(pop(60).await);
+    assert_eq!(again.len(), 50, "the forgotten ones, back");
+    assert_eq!(ack(&again).await.0, 204);
+    assert_eq!(stored(&account, "jobs").await, 0);
+}

@@ -144,6 +144,7 @@ fn limits(env: &impl Fn(&str) -> Option<String>) -> Result<Limits, Failure> {
     limits.hash_codes = size("MAX_HASH_CODES", defaults.hash_codes)?;
     limits.hash_code_bytes = size("MAX_HASH_CODE_BYTES", defaults.hash_code_bytes)?;
     limits.ensured_queues = size("MAX_ENSURED_QUEUES", defaults.ensured_queues)?;
+    limits.receipt_handles = size("MAX_RECEIPT_HANDLES", defaults.receipt_handles)?;
     limits.hash_duration = Duration::from_secs(setting(
         env,
         "MAX_HASH_DURATION_SECONDS",

@@ -65,6 +65,12 @@ pub struct Limits {
     /// `MAX_ENSURED_QUEUES`: the queue names a server remembers having created or found (past
     /// it, it forgets them all and looks each up again at its next push). Default 10,000.
     pub ensured_queues: usize,
+    /// `MAX_RECEIPT_HANDLES`: the receipt handles a server without an
+    /// [`id_key`](QueueApi::id_key) keeps for `ack` and `ping` (each until an hour after its
+    /// message's expiry). Past it, those expiring soonest are forgotten: an `ack` of one answers
+    /// `404` and the message comes back at its expiry, popped again (never lost). Default
+    /// 100,000; with an `id_key` none is kept.
+    pub receipt_handles: usize,
 }
 
 impl Default for Limits {
@@ -79,6 +85,7 @@ impl Default for Limits {
             concurrent_requests: 256,
             request_deadline: Duration::from_secs(30),
             ensured_queues: 10_000,
+            receipt_handles: 100_000,
         }
     }
 }
@@ -95,7 +102,7 @@ pub struct InMemory {
     /// ([`Limits::ensured_queues`] at most).
     pub queues: usize,
     /// The receipt handles kept for `ack` and `ping` without an [`id_key`](QueueApi::id_key)
-    /// (each until an hour after its message's expiry); 0 with one.
+    /// ([`Limits::receipt_handles`] at most); 0 with one.
     pub receipt_handles: usize,
 }
 

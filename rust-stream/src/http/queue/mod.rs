@@ -47,7 +47,8 @@
 //! beyond, at once) and a request's deadline (`503`), each refusal naming its setting in
 //! `limit`; and what the server holds in memory ([`QueueApi::in_memory`]): the `hashCode`s of
 //! its own history, by count as well as by time (past the bound the oldest is forgotten, see
-//! [`Limits::hash_codes`]), and the queues it has created or found.
+//! [`Limits::hash_codes`]), the queues it has created or found, and, without an
+//! [`id_key`](QueueApi::id_key), the receipt handles of what it popped.
 //!
 //! Beyond the seed's codes: `400` for a request at fault (a body or parameter that does not parse,
 //! an unsupported filter operator, a queue name SQS refuses, a bound passed) and `404` for an

@@ -278,6 +278,7 @@ async fn pop(
             .map(|message| (message.message_id.clone(), message.receipt_handle.clone()))
             .collect(),
         expires,
+        api.inner.limits.receipt_handles,
     );
     Ok(taken
         .iter()
