@@ -14,6 +14,8 @@ use axum::http::Request;
 use axum::Router;
 use rust_stream::account::Account;
 use rust_stream::http::queue::{Limits, QueueApi};
+use rust_stream::publish::History;
+use rust_stream::store::memory::MemoryStore;
 use rust_stream::transport::layer::{Action, Hooked, Hooks};
 use rust_stream::transport::{
     BatchResult, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Transport,
@@ -348,7 +350,16 @@ async fn each_refusal_answers_its_status_and_makes_no_sqs_call() {
             json_auth.to_vec(),
             "{}".into(),
             400,
-            None,
+            Some("MAX_HASH_DURATION_SECONDS"),
+        ),
+        (
+            "a hashCode of 10,000 bytes",
+            "POST",
+            format!("/queue/team-jobs/push?hashCode={}", "h".repeat(10_000)),
+            json_auth.to_vec(),
+            "{}".into(),
+            400,
+            Some("MAX_HASH_CODE_BYTES"),
         ),
     ];
     for (case, method, path, headers, body, want, limit) in cases {
@@ -567,4 +578,145 @@ async fn a_push_of_many_items_is_sent_in_calls_of_ten_and_answers_ids_in_order()
             .unwrap_or_else(|| panic!("id {id} stored"));
         assert_eq!(message.message.body, json!({ "n": n }).to_string());
     }
+}
+
+/// The security table's last rows: 100,000 distinct hashCodes are each stored, as the seed
+/// designs them, while the server's own command history holds at most its bound
+/// (`MAX_HASH_CODES`, here 10,000), forgetting the oldest first: the newest hash repeated is
+/// still ignored, the oldest, forgotten, is stored again. 10,000 distinct queue names within the
+/// prefix are each served while the server remembers at most its bound of them
+/// (`MAX_ENSURED_QUEUES`, here 1,000).
+#[tokio::test(start_paused = true)]
+async fn distinct_hash_codes_and_queue_names_leave_the_servers_memory_bounded() {
+    let (account, hooks, broker) = backend(Counted::default());
+    let mut limits = Limits::default();
+    limits.hash_codes = 10_000;
+    limits.ensured_queues = 1_000;
+    let api = QueueApi::new(&broker)
+        .tokens([TOKEN])
+        .queue_prefix("team-")
+        .limits(limits);
+    let router = api.clone().router();
+    let auth = bearer(TOKEN);
+    let json_auth = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    // Kept a day, so only the bound (not time, which the sends move on) forgets one.
+    let push =
+        |hash: usize| format!("/queue/team-scrape/push?hashCode=hash-{hash}&expiresIn=86400");
+    let mut most = 0;
+    for n in 0..100_000 {
+        let (status, body) = call(&router, "POST", &push(n), &json_auth, "{}").await;
+        assert_eq!(status, 201, "hashCode {n}: {body}");
+        let held = api
+            .in_memory()
+            .hash_codes
+            .expect("the server's own history");
+        most = most.max(held);
+    }
+    assert_eq!(most, 10_000, "never more than MAX_HASH_CODES");
+    assert_eq!(stored(&account, "team-scrape").await, 100_000);
+    let sends = hooks
+        .calls()
+        .into_iter()
+        .filter(|action| *action == Action::SendMessageBatch)
+        .count();
+    assert_eq!(sends, 100_000, "one send a push");
+    let (status, _) = call(&router, "POST", &push(99_999), &json_auth, "{}").await;
+    assert_eq!(status, 204, "the newest hash is still in the history");
+    let (status, _) = call(&router, "POST", &push(0), &json_auth, "{}").await;
+    assert_eq!(status, 201, "the oldest was forgotten: stored again");
+    assert_eq!(stored(&account, "team-scrape").await, 100_001);
+    assert_eq!(api.in_memory().hash_codes, Some(10_000));
+
+    let mut most = 0;
+    for n in 0..10_000 {
+        let path = format!("/queue/team-{n}/push");
+        let (status, body) = call(&router, "POST", &path, &json_auth, "{}").await;
+        assert_eq!(status, 201, "queue {n}: {body}");
+        most = most.max(api.in_memory().queues);
+    }
+    assert_eq!(most, 1_000, "never more than MAX_ENSURED_QUEUES");
+    assert_eq!(stored(&account, "team-9999").await, 1);
+    assert_eq!(api.in_memory().receipt_handles, 0, "nothing popped");
+
+    // The defaults, and a history given to the server, which it does not count.
+    assert_eq!(Limits::default().hash_codes, 100_000);
+    assert_eq!(Limits::default().hash_code_bytes, 256);
+    assert_eq!(Limits::default().ensured_queues, 10_000);
+    assert_eq!(QueueApi::new(&broker).in_memory().hash_codes, Some(0));
+    let shared = QueueApi::new(&broker).history(History::new(MemoryStore::new()));
+    assert_eq!(shared.in_memory().hash_codes, None);
+}
+
+/// Without an `ID_KEY` the server keeps the receipt handles of what it popped, at most
+/// `MAX_RECEIPT_HANDLES` (here 50): past it the handles expiring soonest are forgotten, an ack of
+/// one answers `404` naming it, and its message comes back at its expiry, popped and acked again:
+/// nothing is lost.
+#[tokio::test(start_paused = true)]
+async fn receipt_handles_past_their_bound_are_forgotten_and_their_messages_come_back() {
+    let (account, _hooks, broker) = backend(Counted::default());
+    let mut limits = Limits::default();
+    limits.receipt_handles = 50;
+    let api = QueueApi::new(&broker).limits(limits);
+    let router = api.clone().router();
+    let json = [("content-type", "application/json")];
+    let items: Vec<Value> = (0..100).map(|n| json!({ "n": n })).collect();
+    let (status, _) = call(
+        &router,
+        "POST",
+        "/queue/jobs/push",
+        &json,
+        Value::Array(items).to_string(),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let pop = |expires: u64| {
+        let router = router.clone();
+        async move {
+            let path = format!("/queue/jobs/pop/25?expiresIn={expires}");
+            let (status, body) = call(&router, "POST", &path, &[], Body::empty()).await;
+            assert_eq!(status, 200, "{body}");
+            body.as_array()
+                .expect("an array")
+                .iter()
+                .map(|m| m["_id"].as_str().expect("an _id").to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    // The first 50 expire sooner than the next: theirs are the handles forgotten.
+    let mut soon = pop(60).await;
+    soon.extend(pop(60).await);
+    assert_eq!(api.in_memory().receipt_handles, 50);
+    let mut late = pop(600).await;
+    late.extend(pop(600).await);
+    assert_eq!((soon.len(), late.len()), (50, 50));
+    assert_eq!(
+        api.in_memory().receipt_handles,
+        50,
+        "never more than the bound"
+    );
+    let ack = |ids: &[String]| {
+        let router = router.clone();
+        let body = json!({ "id": ids }).to_string();
+        async move { call(&router, "POST", "/queue/jobs/ack", &json, body).await }
+    };
+    let (status, body) = ack(&soon).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["unknown"].as_array().map(Vec::len), Some(50));
+    let (status, body) = ack(&late).await;
+    assert_eq!(status, 204, "the 50 newest were kept: {body}");
+    assert_eq!(
+        stored(&account, "jobs").await,
+        50,
+        "the forgotten, still out"
+    );
+    // The forgotten come back at their expiry, and are acked then: none lost.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let mut again = pop(60).await;
+    again.extend(pop(60).await);
+    assert_eq!(again.len(), 50, "the forgotten ones, back");
+    assert_eq!(ack(&again).await.0, 204);
+    assert_eq!(stored(&account, "jobs").await, 0);
 }

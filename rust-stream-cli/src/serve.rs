@@ -141,6 +141,10 @@ fn limits(env: &impl Fn(&str) -> Option<String>) -> Result<Limits, Failure> {
     limits.push_items = size("MAX_PUSH_ITEMS", defaults.push_items)?;
     limits.pop_amount = size("MAX_POP_AMOUNT", defaults.pop_amount)?;
     limits.concurrent_requests = size("MAX_CONCURRENT_REQUESTS", defaults.concurrent_requests)?;
+    limits.hash_codes = size("MAX_HASH_CODES", defaults.hash_codes)?;
+    limits.hash_code_bytes = size("MAX_HASH_CODE_BYTES", defaults.hash_code_bytes)?;
+    limits.ensured_queues = size("MAX_ENSURED_QUEUES", defaults.ensured_queues)?;
+    limits.receipt_handles = size("MAX_RECEIPT_HANDLES", defaults.receipt_handles)?;
     limits.hash_duration = Duration::from_secs(setting(
         env,
         "MAX_HASH_DURATION_SECONDS",

@@ -5,7 +5,8 @@
 //! names no SQS, a bad `PORT`, `PEEK_ON_SQS` or `HISTORY_POSTGRES_URL` refused, and exposure
 //! rules: a bearer token from `API_TOKENS` required, without one `127.0.0.1` only (said at
 //! start) and another `BIND` refused without `--insecure-no-auth`, refusals counted on
-//! `/metrics`.
+//! `/metrics`; and the seed's examples as it writes them against two replicas behind a
+//! round-robin (pop on one, ack or ping on the other).
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -659,5 +660,276 @@ fn two_replicas_and_twenty_clients_for_sixty_seconds_lose_nothing_and_hand_out_n
     assert_eq!(
         call(a.port, "GET", &format!("/queue/{queue}/size"), None),
         (200, r#"{"size":0}"#.to_owned())
+    );
+}
+
+/// Two `serve` replicas behind a round-robin: each request goes to the next of the two, as a
+/// balancer without sticky sessions sends them.
+struct RoundRobin {
+    ports: [u16; 2],
+    turn: usize,
+}
+
+impl RoundRobin {
+    /// Sends one request to the next replica: its port, status and body.
+    fn call(&mut self, method: &str, path: &str, body: Option<&str>) -> (u16, u16, String) {
+        self.turn += 1;
+        let port = self.ports[self.turn % 2];
+        let (status, answer) = call(port, method, path, body);
+        (port, status, answer)
+    }
+}
+
+/// A query value as `curl --data-urlencode` sends it.
+fn urlencoded(value: &str) -> String {
+    value
+        .bytes()
+        .map(|byte| match byte {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
+/// Which messages are out (popped, not acked) and until when, by SQS message id, as the clients
+/// saw them: a message handed out again before then was delivered to two clients within one
+/// visibility. "Until" counts from when the request was sent, before the server's receive, so
+/// it is never later than the real expiry.
+#[derive(Default)]
+struct Out {
+    until: std::collections::HashMap<String, Option<Instant>>,
+}
+
+impl Out {
+    /// Records the messages of a pop's answer, sent at `sent` for `expires_in`; their `_id`s.
+    fn popped(&mut self, answer: &str, sent: Instant, expires_in: Duration) -> Vec<String> {
+        let value: Value = serde_json::from_str(answer).expect("JSON");
+        let messages = match value {
+            Value::Array(messages) => messages,
+            one => vec![one],
+        };
+        let mut ids = Vec::new();
+        for message in messages {
+            // Without an ID_KEY, `_id` is the message id and there is no `messageId`.
+            let id = message["messageId"]
+                .as_str()
+                .or(message["_id"].as_str())
+                .expect("a message id")
+                .to_owned();
+            match self.until.get(&id) {
+                Some(None) => panic!("handed out after it was acked: {message}"),
+                Some(Some(until)) => assert!(
+                    Instant::now() >= *until,
+                    "handed out again within its visibility: {message}"
+                ),
+                None => {}
+            }
+            self.until.insert(id, Some(sent + expires_in));
+            ids.push(message["_id"].as_str().expect("an _id").to_owned());
+        }
+        ids
+    }
+
+    /// `message_id` pinged at `sent` for `expires_in` more.
+    fn pinged(&mut self, message_id: &str, sent: Instant, expires_in: Duration) {
+        self.until
+            .insert(message_id.to_owned(), Some(sent + expires_in));
+    }
+
+    /// `message_id` acked.
+    fn acked(&mut self, message_id: &str) {
+        self.until.insert(message_id.to_owned(), None);
+    }
+}
+
+/// The SQS message id a signed `_id` carries (`<message id>~<receipt handle>~<mac>`).
+fn message_id(id: &str) -> &str {
+    id.split('~').next().expect("a message id")
+}
+
+/// Seed 004's examples as it writes them (docs/operations.md's requests), against two `serve`
+/// processes over LocalStack sharing `API_TOKENS`, `ID_KEY` and a PostgreSQL command history,
+/// every request sent to the next of the two: the size of `test`; a push of one and of many with
+/// a `hashCode`, the repeat ignored by the other replica; a pop on one acked on the other; a
+/// pop/10 whose messages the other pings (still out past their first expiry) or leaves (back at
+/// its expiry); the peek with the seed's filter; the scraper's username that fails 5 times and
+/// lands in `player-hiscore-scraper-dead`. 0 messages lost, 0 handed out twice within one
+/// visibility.
+#[test]
+fn the_seeds_examples_against_two_replicas_behind_a_round_robin() {
+    let Some(endpoint) = live_endpoint("the seed's examples against two serve processes") else {
+        return;
+    };
+    let Some(postgres) = live_postgres_url("the seed's examples' shared command history") else {
+        return;
+    };
+    let names = QueueNames::new();
+    let (test, scraper) = (
+        names.queue_name("test"),
+        names.queue_name("player-hiscore-scraper"),
+    );
+    let [a, b] = [(); 2].map(|()| {
+        let mut command = command(Some(&endpoint));
+        command
+            .env("ID_KEY", "0123456789abcdef0123456789abcdef")
+            .env("HISTORY_POSTGRES_URL", &postgres)
+            .env("PEEK_ON_SQS", "true");
+        start(command)
+    });
+    let mut balancer = RoundRobin {
+        ports: [a.port, b.port],
+        turn: 0,
+    };
+    let mut out = Out::default();
+    let mut pushed = BTreeSet::new();
+    let record = |pushed: &mut BTreeSet<String>, body: &str| {
+        let value: Value = serde_json::from_str(body).expect("JSON");
+        for id in value["ids"].as_array().expect("ids") {
+            pushed.insert(id.as_str().expect("an id").to_owned());
+        }
+    };
+
+    // "we could check the size of the test queue by performing GET /queue/test/size"
+    let (_, status, body) = balancer.call("GET", &format!("/queue/{test}/size"), None);
+    assert_eq!((status, body.as_str()), (200, r#"{"size":0}"#));
+
+    // PushOne, then PushMany with a command history: the repeat, on the other replica, ignored.
+    let (_, status, body) = balancer.call(
+        "POST",
+        &format!("/queue/{scraper}/push"),
+        Some(r#"{"player": "zezima"}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    record(&mut pushed, &body);
+    let many = format!("/queue/{scraper}/push?hashCode=9f2c1e&expiresIn=600");
+    let players = r#"[{"player": "zezima"}, {"player": "lynx"}]"#;
+    let (first, status, body) = balancer.call("POST", &many, Some(players));
+    assert_eq!(status, 201, "{body}");
+    record(&mut pushed, &body);
+    let (second, status, body) = balancer.call("POST", &many, Some(players));
+    assert_ne!(first, second, "the repeat went to the other replica");
+    assert_eq!(status, 204, "the repeat is ignored: {body}");
+    assert_eq!(pushed.len(), 3);
+    let (_, status, body) = balancer.call("GET", &format!("/queue/{scraper}/size"), None);
+    assert_eq!((status, body.as_str()), (200, r#"{"size":3}"#));
+
+    // Peek with the seed's filter, amount and offset (a peek on SQS is a receive, allowed
+    // here by PEEK_ON_SQS): all three match, none is taken.
+    let filter = urlencoded(r#"{"payload.player": {"$in": ["zezima", "lynx"]}}"#);
+    let peek = format!("/queue/{scraper}/peek?filter={filter}&amount=10&offset=0");
+    let (_, status, body) = balancer.call("GET", &peek, None);
+    assert_eq!(status, 200, "{body}");
+    let peeked: Vec<String> = serde_json::from_str::<Value>(&body)
+        .unwrap()
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|m| m["_id"].as_str().expect("an _id").to_owned())
+        .collect();
+    assert_eq!(peeked.iter().cloned().collect::<BTreeSet<_>>(), pushed);
+    // The peek's receive made them visible again; LocalStack's timer acts within 1 s.
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Pop on one replica, ack on the other.
+    let sent = Instant::now();
+    let (popper, status, body) =
+        balancer.call("POST", &format!("/queue/{scraper}/pop?expiresIn=60"), None);
+    assert_eq!(status, 200, "{body}");
+    let one = out.popped(&body, sent, Duration::from_secs(60));
+    let ack = serde_json::json!({ "id": one }).to_string();
+    let (acker, status, body) = balancer.call("POST", &format!("/queue/{scraper}/ack"), Some(&ack));
+    assert_ne!(popper, acker);
+    assert_eq!(status, 204, "{body}");
+    out.acked(message_id(&one[0]));
+
+    // Pop the rest for 5 s; the other replica pings the first for 600 s more and leaves the
+    // other, which comes back after its expiry while the pinged one stays out.
+    let sent = Instant::now();
+    let (popper, status, body) = balancer.call(
+        "POST",
+        &format!("/queue/{scraper}/pop/10?expiresIn=5"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let rest = out.popped(&body, sent, Duration::from_secs(5));
+    assert_eq!(rest.len(), 2, "{body}");
+    let (kept, left) = (rest[0].clone(), rest[1].clone());
+    let ping = serde_json::json!({ "id": [kept] }).to_string();
+    let sent = Instant::now();
+    let (pinger, status, body) = balancer.call(
+        "POST",
+        &format!("/queue/{scraper}/ping?expiresIn=600"),
+        Some(&ping),
+    );
+    assert_ne!(popper, pinger);
+    assert_eq!(status, 200, "{body}");
+    out.pinged(message_id(&kept), sent, Duration::from_secs(600));
+    // 2 s past the expiry, beyond LocalStack's 1 s visibility timer.
+    std::thread::sleep(Duration::from_secs(7));
+    let sent = Instant::now();
+    let (_, status, body) = balancer.call(
+        "POST",
+        &format!("/queue/{scraper}/pop/10?expiresIn=60"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let back = out.popped(&body, sent, Duration::from_secs(60));
+    assert_eq!(back.len(), 1, "only the one not pinged: {body}");
+    assert_eq!(message_id(&back[0]), message_id(&left));
+    let popped: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        popped[0]["attempts"], 3,
+        "popped twice and peeked once: {body}"
+    );
+    // Both acked, on whichever replica is next.
+    let ack = serde_json::json!({ "id": [kept, back[0]] }).to_string();
+    let (_, status, body) = balancer.call("POST", &format!("/queue/{scraper}/ack"), Some(&ack));
+    assert_eq!(status, 204, "{body}");
+    out.acked(message_id(&kept));
+    out.acked(message_id(&back[0]));
+    let (_, status, body) = balancer.call("GET", &format!("/queue/{scraper}/size"), None);
+    assert_eq!((status, body.as_str()), (200, r#"{"size":0}"#));
+
+    // "Somehow a non-existing username gets pushed and it fails 5 times. The user then gets
+    // moved to the player-hiscore-scraper-dead queue."
+    let (_, status, body) = balancer.call(
+        "POST",
+        &format!("/queue/{scraper}/push"),
+        Some(r#"{"player": "no-such-player"}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    record(&mut pushed, &body);
+    for attempt in 1..=5 {
+        let sent = Instant::now();
+        let (_, status, body) =
+            balancer.call("POST", &format!("/queue/{scraper}/pop?expiresIn=1"), None);
+        assert_eq!(status, 200, "attempt {attempt}: {body}");
+        out.popped(&body, sent, Duration::from_secs(1));
+        let popped: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(popped["attempts"], attempt, "{body}");
+        assert_eq!(popped["payload"]["player"], "no-such-player");
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let (_, status, body) = balancer.call("POST", &format!("/queue/{scraper}/pop"), None);
+    assert_eq!(status, 204, "the sixth receive moved it: {body}");
+    let (_, status, body) = balancer.call("GET", &format!("/queue/{scraper}-dead/peek"), None);
+    assert_eq!(status, 200, "{body}");
+    let dead: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(dead[0]["payload"]["player"], "no-such-player", "{body}");
+
+    // 0 lost: every message pushed was acked, or is the one in the dead queue.
+    let acked: BTreeSet<&String> = out
+        .until
+        .iter()
+        .filter(|(_, until)| until.is_none())
+        .map(|(id, _)| id)
+        .collect();
+    let dead_id = dead[0]["_id"].as_str().expect("an _id").to_owned();
+    let accounted: BTreeSet<String> = acked.into_iter().cloned().chain([dead_id]).collect();
+    assert_eq!(
+        accounted, pushed,
+        "every message pushed acked or dead-lettered"
     );
 }

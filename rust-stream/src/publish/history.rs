@@ -225,8 +225,9 @@ impl History {
                         history.key = %key.key,
                         messaging.message.id = %sent.message_id,
                         lease_ms = self.lease.as_millis() as u64,
-                        "the key's lease passed before its send was confirmed: another send of \
-                         it may have gone out too; lengthen the history's lease"
+                        "the key's lease passed (or a bounded store evicted it) before its send \
+                         was confirmed: another send of it may have gone out too; lengthen the \
+                         history's lease (or raise the store's capacity)"
                     ),
                     Err(error) => tracing::warn!(
                         history.key = %key.key,

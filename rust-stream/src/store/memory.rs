@@ -10,9 +10,11 @@
 //! [`MemoryStore::begin`], then [`MemoryStore::commit`].
 //!
 //! It keeps a publisher's [command history](super::history) too, on the same clock: a paused
-//! clock passes a key's duration, or a dead sender's lease, without waiting.
+//! clock passes a key's duration, or a dead sender's lease, without waiting. Its keys may be
+//! bounded by count as well as by time ([`MemoryStore::history_capacity`]), so a server
+//! deduplicating its clients' keys holds a known amount of memory however many keys they send.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -67,7 +69,104 @@ struct Shared {
     /// The relay's lease: one relay at a time reads rows.
     relay: Arc<tokio::sync::Mutex<()>>,
     /// The command history: its own lock, as no operation spans both.
-    history: Mutex<HashMap<HistoryKey, HistoryEntry>>,
+    history: Mutex<HistoryKeys>,
+}
+
+/// The command history's keys, with the order they were reserved in, so that past its capacity
+/// the oldest is evicted first.
+struct HistoryKeys {
+    /// Each key once in memory, shared with `order`.
+    by_key: HashMap<Arc<HistoryKey>, HistoryEntry>,
+    /// Each reservation's number and key, oldest first. A key removed since (cancelled, swept,
+    /// evicted) or reserved again (a newer number) is skipped when evicting and dropped when
+    /// this grows past twice the keys held, so it stays in proportion to `by_key`.
+    order: VecDeque<(u64, Arc<HistoryKey>)>,
+    /// The number the next reservation gets.
+    next: u64,
+    /// The most keys held; `usize::MAX` unless [`MemoryStore::history_capacity`] set one.
+    capacity: usize,
+    /// Keys evicted before their duration (or lease) passed since the last warning, and when
+    /// that was: logged at most once a minute.
+    evicted_early: u64,
+    warned: Option<Instant>,
+}
+
+impl Default for HistoryKeys {
+    fn default() -> Self {
+        Self {
+            by_key: HashMap::new(),
+            order: VecDeque::new(),
+            next: 0,
+            capacity: usize::MAX,
+            evicted_early: 0,
+            warned: None,
+        }
+    }
+}
+
+/// How often, at most, evicting unexpired history keys is logged.
+const EVICTION_WARNING: Duration = Duration::from_secs(60);
+
+impl HistoryKeys {
+    /// Holds `entry` under `key` as its newest reservation, then evicts the oldest keys past the
+    /// capacity.
+    fn insert(&mut self, key: &HistoryKey, state: HistoryState, expires_at: Instant) {
+        let number = self.next;
+        self.next += 1;
+        let key = Arc::new(key.clone());
+        self.by_key.insert(
+            key.clone(),
+            HistoryEntry {
+                state,
+                expires_at,
+                number,
+            },
+        );
+        self.order.push_back((number, key));
+        let now = Instant::now();
+        while self.by_key.len() > self.capacity {
+            let Some((number, oldest)) = self.order.pop_front() else {
+                break;
+            };
+            if self
+                .by_key
+                .get(&oldest)
+                .is_some_and(|entry| entry.number == number)
+            {
+                if let Some(entry) = self.by_key.remove(&oldest) {
+                    if entry.expires_at > now {
+                        self.evicted_early += 1;
+                    }
+                }
+            }
+        }
+        if self.order.len() > 2 * self.by_key.len() + 64 {
+            let by_key = &self.by_key;
+            self.order.retain(|(number, key)| {
+                by_key.get(key).is_some_and(|entry| entry.number == *number)
+            });
+        }
+        self.warn_of_evictions(now);
+    }
+
+    fn warn_of_evictions(&mut self, now: Instant) {
+        if self.evicted_early == 0
+            || self
+                .warned
+                .is_some_and(|warned| now.duration_since(warned) < EVICTION_WARNING)
+        {
+            return;
+        }
+        tracing::warn!(
+            evicted = self.evicted_early,
+            capacity = self.capacity,
+            "the in-memory command history is full: its oldest keys were forgotten before their \
+             duration passed, so a send (a push's hashCode) of one of them now goes out again; \
+             raise its capacity or keep the history in a database"
+        );
+        self.evicted_early = 0;
+        self.warned = Some(now);
+    }
 }
 
 /// The outbox's committed rows, by id, each with when it committed.
@@ -79,10 +178,12 @@ struct Rows {
 }
 
 /// A key of the command history: pending under a ticket until `expires_at` (its lease), or sent
-/// and kept until `expires_at` (its duration).
+/// and kept until `expires_at` (its duration); `number` is its reservation's, in
+/// [`HistoryKeys::order`].
 struct HistoryEntry {
     state: HistoryState,
     expires_at: Instant,
+    number: u64,
 }
 
 enum HistoryState {
@@ -186,12 +287,31 @@ impl MemoryStore {
             .count()
     }
 
-    /// How many keys the command history holds, pending or sent, expired or not, until swept.
+    /// How many keys the command history holds, pending or sent, expired or not, until swept
+    /// (or evicted: never more than its [capacity](Self::history_capacity)).
     pub fn history_len(&self) -> usize {
-        self.history().len()
+        self.history().by_key.len()
     }
 
-    fn history(&self) -> MutexGuard<'_, HashMap<HistoryKey, HistoryEntry>> {
+    /// Keeps at most `capacity` keys in the command history (at least 1), evicting the oldest
+    /// first (the key reserved longest ago, whether or not its duration has passed); by default
+    /// there is no bound but time (each key's duration, then the sweep). Clones share the store,
+    /// and so the capacity.
+    ///
+    /// **What eviction means.** A key evicted before its duration passed is forgotten: the next
+    /// send of it goes out again, a duplicate the history would otherwise have skipped. So the
+    /// history skips a repeated key only while fewer than `capacity` other keys were reserved
+    /// since it was: set the capacity above the distinct keys sent within the longest duration.
+    /// A key evicted while its send is under way (`capacity` newer reservations during one send)
+    /// is not confirmed: a concurrent send of it may go out too, as when a lease passes. Each
+    /// early eviction is counted, and logged as a warning at most once a minute.
+    #[must_use]
+    pub fn history_capacity(self, capacity: usize) -> Self {
+        self.history().capacity = capacity.max(1);
+        self
+    }
+
+    fn history(&self) -> MutexGuard<'_, HistoryKeys> {
         // As for the keys: each change is one insert or remove.
         self.shared
             .history
@@ -460,7 +580,7 @@ impl HistoryStore for MemoryStore {
     async fn reserve(&self, key: &HistoryKey, lease: Duration) -> Result<Reservation, StoreError> {
         let now = Instant::now();
         let mut history = self.history();
-        match history.get(key) {
+        match history.by_key.get(key) {
             Some(entry) if entry.expires_at > now => Ok(match &entry.state {
                 HistoryState::Pending(_) => Reservation::Pending,
                 HistoryState::Sent(sent) => Reservation::Sent(sent.clone()),
@@ -468,13 +588,7 @@ impl HistoryStore for MemoryStore {
             // Free, sent longer ago than its duration, or held by a send whose lease passed.
             _ => {
                 let ticket = Ticket::new();
-                history.insert(
-                    key.clone(),
-                    HistoryEntry {
-                        state: HistoryState::Pending(ticket.clone()),
-                        expires_at: now + lease,
-                    },
-                );
+                history.insert(key, HistoryState::Pending(ticket.clone()), now + lease);
                 Ok(Reservation::Reserved(ticket))
             }
         }
@@ -488,7 +602,7 @@ impl HistoryStore for MemoryStore {
         duration: Duration,
     ) -> Result<bool, StoreError> {
         let mut history = self.history();
-        match history.get_mut(key) {
+        match history.by_key.get_mut(key) {
             Some(entry) if entry.is_held_by(ticket) => {
                 entry.state = HistoryState::Sent(sent.clone());
                 entry.expires_at = Instant::now() + duration;
@@ -501,10 +615,11 @@ impl HistoryStore for MemoryStore {
     async fn cancel(&self, key: &HistoryKey, ticket: &Ticket) -> Result<(), StoreError> {
         let mut history = self.history();
         if history
+            .by_key
             .get(key)
             .is_some_and(|entry| entry.is_held_by(ticket))
         {
-            history.remove(key);
+            history.by_key.remove(key);
         }
         Ok(())
     }
@@ -512,7 +627,8 @@ impl HistoryStore for MemoryStore {
     async fn sweep_history(&self, limit: u32) -> Result<u64, StoreError> {
         let now = Instant::now();
         let mut history = self.history();
-        let mut expired: Vec<(Instant, HistoryKey)> = history
+        let mut expired: Vec<(Instant, Arc<HistoryKey>)> = history
+            .by_key
             .iter()
             .filter(|(_, entry)| entry.expires_at <= now)
             .map(|(key, entry)| (entry.expires_at, key.clone()))
@@ -521,7 +637,7 @@ impl HistoryStore for MemoryStore {
         expired.sort();
         expired.truncate(limit as usize);
         for (_, key) in &expired {
-            history.remove(key);
+            history.by_key.remove(key);
         }
         Ok(expired.len() as u64)
     }
@@ -593,6 +709,65 @@ mod tests {
             Claim::Busy
         ));
         assert_eq!(started.elapsed(), SETTINGS.wait);
+    }
+
+    async fn send(store: &MemoryStore, key: &HistoryKey) -> Reservation {
+        let reservation = store.reserve(key, Duration::from_secs(60)).await.unwrap();
+        if let Reservation::Reserved(ticket) = &reservation {
+            let sent = SentRecord {
+                message_id: format!("id-{}", key.key),
+                sequence_number: None,
+            };
+            let hour = Duration::from_secs(3600);
+            assert!(store.confirm(key, ticket, &sent, hour).await.unwrap());
+        }
+        reservation
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_history_past_its_capacity_forgets_its_oldest_keys_first() {
+        let store = MemoryStore::new().history_capacity(1_000);
+        let key = |n: usize| HistoryKey::new("scrape", format!("hash-{n}"));
+        for n in 0..100_000 {
+            assert!(matches!(
+                send(&store, &key(n)).await,
+                Reservation::Reserved(_)
+            ));
+            assert!(store.history_len() <= 1_000, "{} keys", store.history_len());
+        }
+        assert_eq!(store.history_len(), 1_000);
+        // Stale reservations are dropped as they go: the order stays in proportion.
+        assert!(store.history().order.len() <= 2 * 1_000 + 64 + 1);
+        // The newest 1,000 are still skipped; the one before them was forgotten, so it goes out
+        // again (and, reserved anew, evicts the oldest of the rest).
+        assert!(matches!(
+            send(&store, &key(99_000)).await,
+            Reservation::Sent(_)
+        ));
+        assert!(matches!(
+            send(&store, &key(98_999)).await,
+            Reservation::Reserved(_)
+        ));
+        assert!(matches!(
+            send(&store, &key(99_000)).await,
+            Reservation::Reserved(_)
+        ));
+        assert!(matches!(
+            send(&store, &key(99_999)).await,
+            Reservation::Sent(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_history_without_a_capacity_keeps_every_key_until_its_duration() {
+        let store = MemoryStore::new();
+        for n in 0..5_000 {
+            send(&store, &HistoryKey::new("scrape", format!("hash-{n}"))).await;
+        }
+        assert_eq!(store.history_len(), 5_000);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        while store.sweep_history(500).await.unwrap() > 0 {}
+        assert_eq!(store.history_len(), 0);
     }
 
     #[tokio::test(start_paused = true)]

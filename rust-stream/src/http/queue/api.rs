@@ -41,9 +41,21 @@ pub struct Limits {
     pub push_items: usize,
     /// `MAX_POP_AMOUNT`: the `amount` of one pop (`400` beyond). Default 100.
     pub pop_amount: usize,
-    /// `MAX_HASH_DURATION`: the longest `expiresIn` of a push with a `hashCode`, so the
-    /// history's keys leave memory (`400` beyond). Default 24 h.
+    /// `MAX_HASH_DURATION_SECONDS`: the longest `expiresIn` of a push with a `hashCode`, so
+    /// the history's keys leave memory (`400` beyond). Default 24 h.
     pub hash_duration: Duration,
+    /// `MAX_HASH_CODES`: the `hashCode`s the server's own command history holds (the one
+    /// [`QueueApi::new`] makes, not a store given to [`QueueApi::history`]). Past it the
+    /// oldest is forgotten first, even before its `expiresIn` passed: a push repeating a
+    /// forgotten hash is stored again. So the history ignores a repeat only while fewer than
+    /// this many other hashes were pushed since; keep it above the distinct hashes pushed
+    /// within the longest `expiresIn`, or share a PostgreSQL history. Default 100,000: about
+    /// 45 MB with 64-byte hashes (measured), under 70 MB with
+    /// [`hash_code_bytes`](Self::hash_code_bytes)' 256.
+    pub hash_codes: usize,
+    /// `MAX_HASH_CODE_BYTES`: the longest `hashCode`, in bytes (`400` beyond), so each key the
+    /// history holds is small. Default 256: a SHA-512 in hex is 128.
+    pub hash_code_bytes: usize,
     /// `MAX_CONCURRENT_REQUESTS`: requests served at once; one more is refused `503` at once
     /// rather than queued. Default 256.
     pub concurrent_requests: usize,
@@ -51,8 +63,14 @@ pub struct Limits {
     /// (and its calls dropped). Default 30 s, longer than a pop's wait (≤ 20 s) and its calls.
     pub request_deadline: Duration,
     /// `MAX_ENSURED_QUEUES`: the queue names a server remembers having created or found (past
-    /// it, it forgets them all and looks again). Default 10,000.
+    /// it, it forgets them all and looks each up again at its next push). Default 10,000.
     pub ensured_queues: usize,
+    /// `MAX_RECEIPT_HANDLES`: the receipt handles a server without an
+    /// [`id_key`](QueueApi::id_key) keeps for `ack` and `ping` (each until an hour after its
+    /// message's expiry). Past it, those expiring soonest are forgotten: an `ack` of one answers
+    /// `404` and the message comes back at its expiry, popped again (never lost). Default
+    /// 100,000; with an `id_key` none is kept.
+    pub receipt_handles: usize,
 }
 
 impl Default for Limits {
@@ -62,14 +80,33 @@ impl Default for Limits {
             push_items: 1_000,
             pop_amount: 100,
             hash_duration: Duration::from_secs(24 * 3600),
+            hash_codes: 100_000,
+            hash_code_bytes: 256,
             concurrent_requests: 256,
             request_deadline: Duration::from_secs(30),
             ensured_queues: 10_000,
+            receipt_handles: 100_000,
         }
     }
 }
 
-/// The seed's HTTP queue API over one broker: see [the module](self). Cheap to clone.
+/// What a server holds in memory, to watch its bounds ([`QueueApi::in_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InMemory {
+    /// The `hashCode`s in the server's own command history, pending or pushed, until they
+    /// expire and are swept or are evicted ([`Limits::hash_codes`] at most); `None` when the
+    /// history is a store given to [`QueueApi::history`].
+    pub hash_codes: Option<usize>,
+    /// The queue names the server remembers having created or found
+    /// ([`Limits::ensured_queues`] at most).
+    pub queues: usize,
+    /// The receipt handles kept for `ack` and `ping` without an [`id_key`](QueueApi::id_key)
+    /// ([`Limits::receipt_handles`] at most); 0 with one.
+    pub receipt_handles: usize,
+}
+
+/// The seed's HTTP queue API over one broker: see [the module](super). Cheap to clone.
 #[derive(Clone)]
 pub struct QueueApi {
     pub(super) inner: Arc<Inner>,
@@ -78,6 +115,9 @@ pub struct QueueApi {
 pub(super) struct Inner {
     pub(super) operations: Operations,
     pub(super) history: History,
+    /// The store under `history` when it is the server's own (bounded by
+    /// [`Limits::hash_codes`]), not one given to [`QueueApi::history`].
+    pub(super) own_history: Option<MemoryStore>,
     pub(super) access: Access,
     pub(super) namespace: Namespace,
     pub(super) limits: Limits,
@@ -106,17 +146,21 @@ impl std::fmt::Debug for QueueApi {
 
 impl QueueApi {
     /// The API over `broker`'s queues (its name prefix and suffix apply), with the command
-    /// history in a [`MemoryStore`] of its own (lease [`HISTORY_LEASE`]), no token required,
-    /// no CORS origin allowed (a request with an `Origin` is refused), every queue name served,
-    /// the default [`Limits`], peeks on SQS refused, and pops that wait up to 1 s for a message.
+    /// history in a [`MemoryStore`] of its own (lease [`HISTORY_LEASE`], at most
+    /// [`Limits::hash_codes`] keys), no token required, no CORS origin allowed (a request with
+    /// an `Origin` is refused), every queue name served, the default [`Limits`], peeks on SQS
+    /// refused, and pops that wait up to 1 s for a message.
     pub fn new(broker: &SqsBroker) -> Self {
+        let limits = Limits::default();
+        let (history, own_history) = own_history(&limits);
         Self {
             inner: Arc::new(Inner {
                 operations: broker.operations(),
-                history: History::new(MemoryStore::new()).lease(HISTORY_LEASE),
+                history,
+                own_history: Some(own_history),
                 access: Access::default(),
                 namespace: Namespace::default(),
-                limits: Limits::default(),
+                limits,
                 peek_on_sqs: false,
                 pop_wait: Duration::from_secs(1),
                 handles: Handles::default(),
@@ -134,6 +178,7 @@ impl QueueApi {
                 let mut copy = Inner {
                     operations: inner.operations.clone(),
                     history: inner.history.clone(),
+                    own_history: inner.own_history.clone(),
                     access: inner.access.clone(),
                     namespace: inner.namespace.clone(),
                     limits: inner.limits,
@@ -158,7 +203,10 @@ impl QueueApi {
     /// with a `hashCode` answer `500`.
     #[must_use]
     pub fn history(self, history: History) -> Self {
-        self.configure(|inner| inner.history = history)
+        self.configure(|inner| {
+            inner.history = history;
+            inner.own_history = None;
+        })
     }
 
     /// Requires `authorization: Bearer <token>` with one of `tokens` on every route but
@@ -222,10 +270,32 @@ impl QueueApi {
         self.configure(|inner| inner.handles = handles)
     }
 
-    /// The server's bounds (see [`Limits`]).
+    /// The server's bounds (see [`Limits`]). The server's own command history starts again,
+    /// empty, with room for [`Limits::hash_codes`] (a store given to [`history`](Self::history)
+    /// is kept).
     #[must_use]
     pub fn limits(self, limits: Limits) -> Self {
-        self.configure(|inner| inner.limits = limits)
+        self.configure(|inner| {
+            inner.limits = limits;
+            if inner.own_history.is_some() {
+                let (history, store) = own_history(&limits);
+                inner.history = history;
+                inner.own_history = Some(store);
+            }
+        })
+    }
+
+    /// What this server holds in memory now (each bounded by its [`Limits`]).
+    pub fn in_memory(&self) -> InMemory {
+        InMemory {
+            hash_codes: self
+                .inner
+                .own_history
+                .as_ref()
+                .map(MemoryStore::history_len),
+            queues: self.lock_ensured().len(),
+            receipt_handles: self.inner.handles.held(),
+        }
     }
 
     /// Whether a peek on Amazon SQS runs anyway. SQS has no peek: there it is a receive that
@@ -243,6 +313,12 @@ impl QueueApi {
     pub fn pop_wait(self, wait: Duration) -> Self {
         self.configure(|inner| inner.pop_wait = wait.min(Duration::from_secs(20)))
     }
+}
+
+/// The command history a server keeps in its own memory, holding at most `limits.hash_codes`.
+fn own_history(limits: &Limits) -> (History, MemoryStore) {
+    let store = MemoryStore::new().history_capacity(limits.hash_codes);
+    (History::new(store.clone()).lease(HISTORY_LEASE), store)
 }
 
 impl QueueApi {

@@ -137,6 +137,8 @@ fn reason_label(limit: &str) -> &'static str {
         "MAX_BODY_BYTES" => "body_size",
         "MAX_PUSH_ITEMS" => "push_items",
         "MAX_POP_AMOUNT" => "pop_amount",
+        "MAX_HASH_CODE_BYTES" => "hash_code",
+        "MAX_HASH_DURATION_SECONDS" => "hash_duration",
         _ => "limit",
     }
 }

@@ -5,7 +5,10 @@
 //! message id and the handle, in hex>`, so any replica with the key acts on it and keeps nothing,
 //! and a client cannot forge one (nor move one to another queue). Without, `_id` is the message
 //! id and this server keeps the handle, until the message's expiry passes by [`HANDLE_GRACE`]
-//! (swept as pops add to them): an `ack` or `ping` must then reach the server that popped.
+//! (swept as pops add to them), and at most [`Limits::receipt_handles`](super::Limits) of them
+//! (past it, those expiring soonest are forgotten: their `ack` answers `404` and the message
+//! comes back at its expiry, as if the ack had not been sent): an `ack` or `ping` must then
+//! reach the server that popped.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -61,6 +64,11 @@ impl Handles {
         }
     }
 
+    /// How many receipt handles this server keeps (none with a key).
+    pub(super) fn held(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Whether ids carry their handles (any replica may act on them).
     pub(super) fn is_signed(&self) -> bool {
         self.key.is_some()
@@ -70,12 +78,14 @@ impl Handles {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The ids of `popped` (message id, receipt handle) popped from `queue` for `expires`.
+    /// The ids of `popped` (message id, receipt handle) popped from `queue` for `expires`,
+    /// keeping at most `most` handles when unsigned.
     pub(super) fn hand_out(
         &self,
         queue: &str,
         popped: Vec<(String, String)>,
         expires: Duration,
+        most: usize,
     ) -> Vec<String> {
         if let Some(key) = &self.key {
             return popped
@@ -89,7 +99,7 @@ impl Handles {
         let now = Instant::now();
         let mut held = self.lock();
         held.retain(|_, held| held.expires + HANDLE_GRACE > now);
-        popped
+        let ids = popped
             .into_iter()
             .map(|(id, receipt_handle)| {
                 held.insert(
@@ -101,7 +111,28 @@ impl Handles {
                 );
                 id
             })
-            .collect()
+            .collect();
+        // Within the bound: those expiring soonest go first (past their expiry they act on a
+        // message that may be another's now; before it, they are the nearest to coming back
+        // anyway).
+        let over = held.len().saturating_sub(most);
+        if over > 0 {
+            let mut by_expiry: Vec<(Instant, (String, String))> = held
+                .iter()
+                .map(|(key, held)| (held.expires, key.clone()))
+                .collect();
+            by_expiry.select_nth_unstable_by_key(over - 1, |(expires, _)| *expires);
+            for (_, key) in by_expiry.into_iter().take(over) {
+                held.remove(&key);
+            }
+            tracing::warn!(
+                forgotten = over,
+                most,
+                "receipt handles forgotten to stay within MAX_RECEIPT_HANDLES: acks of those \
+                 messages answer 404 and they come back at their expiry; set ID_KEY to keep none"
+            );
+        }
+        ids
     }
 
     /// What `ids` act on in `queue`, and the ids that act on nothing (not handed out by this
@@ -239,6 +270,33 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn unsigned_handles_past_their_bound_forget_those_expiring_soonest() {
+        let handles = Handles::default();
+        let pop = |from: usize, expires: u64| {
+            handles.hand_out(
+                "jobs",
+                (from..from + 10)
+                    .map(|n| (format!("m-{n}"), format!("h-{n}")))
+                    .collect(),
+                Duration::from_secs(expires),
+                25,
+            )
+        };
+        let long = pop(0, 600);
+        let short = pop(10, 30);
+        let later = pop(20, 300);
+        assert_eq!(handles.held(), 25);
+        // The 5 forgotten were the soonest to expire: the 30 s ones.
+        assert_eq!(handles.of("jobs", &long).0.len(), 10);
+        assert_eq!(handles.of("jobs", &later).0.len(), 10);
+        assert_eq!(handles.of("jobs", &short).1.len(), 5);
+        for n in 0..100 {
+            pop(100 + n * 10, 60);
+            assert!(handles.held() <= 25);
+        }
+    }
+
     #[test]
     fn a_signed_id_acts_on_its_queue_only_and_cannot_be_forged() {
         let handles = Handles::signed(b"a key the replicas share, 32 bytes");
@@ -246,6 +304,7 @@ mod tests {
             "jobs",
             vec![("m-1".into(), "handle~with/odd+chars=".into())],
             Duration::from_secs(30),
+            1,
         );
         let (known, unknown) = handles.of("jobs", &ids);
         assert!(unknown.is_empty());

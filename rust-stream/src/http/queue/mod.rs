@@ -43,8 +43,12 @@
 //! without a call.
 //!
 //! **Bounds** ([`Limits`]): the body's bytes (`413`), the messages of a push and the amount of a
-//! pop (`400`), a `hashCode`'s duration, requests served at once (`503` beyond, at once) and a
-//! request's deadline (`503`), each refusal naming its setting in `limit`.
+//! pop (`400`), a `hashCode`'s length and duration (`400`), requests served at once (`503`
+//! beyond, at once) and a request's deadline (`503`), each refusal naming its setting in
+//! `limit`; and what the server holds in memory ([`QueueApi::in_memory`]): the `hashCode`s of
+//! its own history, by count as well as by time (past the bound the oldest is forgotten, see
+//! [`Limits::hash_codes`]), the queues it has created or found, and, without an
+//! [`id_key`](QueueApi::id_key), the receipt handles of what it popped.
 //!
 //! Beyond the seed's codes: `400` for a request at fault (a body or parameter that does not parse,
 //! an unsupported filter operator, a queue name SQS refuses, a bound passed) and `404` for an
@@ -75,18 +79,23 @@
 //! [`once`](crate::publish::Outgoing::once) sends use. By default it is a
 //! [`MemoryStore`] of this server's; [`QueueApi::history`] gives it a store replicas share
 //! (`PostgresStore`), so a hash pushed through one replica is ignored by the others within its
-//! duration. A push reserves the hash, sends, then confirms the hash for its `expiresIn`, or frees
-//! it when the send failed, so the client's retry is stored. A push finding the hash pushed
+//! duration. The server's own holds at most [`Limits::hash_codes`] hashes, forgetting the
+//! oldest first. A push reserves the hash, sends, then confirms the hash for its `expiresIn`, or
+//! frees it when the send failed, so the client's retry is stored. A push finding the hash pushed
 //! answers `204`; one finding it held by another push under way waits for that push's outcome
-//! (the history's [`wait`](History::wait), 5 s): `204` once it was stored, stored itself when
-//! that push failed, `503` when it is still under way. A server killed mid-push leaves the hash
-//! pending until the history's lease (60 s by default) passes.
+//! (the history's [`wait`](crate::publish::History::wait), 5 s): `204` once it was stored,
+//! stored itself when that push failed, `503` when it is still under way. A server killed
+//! mid-push leaves the hash pending until the history's lease (60 s by default) passes.
 //!
 //! The files: `access.rs` (tokens, origins, content type, CORS, the counts), `names.rs` (the
 //! namespace), `api.rs` (the settings, [`Limits`] and the state the routes share), `routes.rs`
 //! (the handlers), `handles.rs` (the receipt handles kept for ack and ping), `params.rs` (query
 //! parameters), `error.rs` (the answers' errors), [`filter`] (peek's filter); this file builds
 //! the router from them.
+//!
+//! [`SqsBroker`]: crate::SqsBroker
+//! [`History`]: crate::publish::History
+//! [`MemoryStore`]: crate::store::memory::MemoryStore
 
 mod access;
 mod api;
@@ -108,7 +117,7 @@ use axum::{BoxError, Router};
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::ServiceBuilder;
 
-pub use api::{Limits, QueueApi, DEFAULT_PEEK_AMOUNT, HISTORY_LEASE, MAX_ATTEMPTS};
+pub use api::{InMemory, Limits, QueueApi, DEFAULT_PEEK_AMOUNT, HISTORY_LEASE, MAX_ATTEMPTS};
 pub use filter::FilterError;
 pub use names::DEAD_QUEUE_SUFFIX;
 pub use params::DEFAULT_EXPIRES_IN;

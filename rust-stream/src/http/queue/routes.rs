@@ -75,12 +75,38 @@ pub(super) async fn push(
     let queue = api.inner.namespace.check(&queue)?;
     let body = read(&api, body)?;
     let parameters = parameters(&uri);
+    let limits = &api.inner.limits;
     let duration = Duration::from_secs(number(
         &parameters,
         "expiresIn",
         DEFAULT_EXPIRES_IN.as_secs(),
-        api.inner.limits.hash_duration.as_secs(),
+        u64::MAX,
     )?);
+    if duration > limits.hash_duration {
+        return Err(ApiError::Limit {
+            status: StatusCode::BAD_REQUEST,
+            limit: "MAX_HASH_DURATION_SECONDS",
+            reason: format!(
+                "expiresIn {} s: this server keeps a hashCode at most {} s \
+                 (MAX_HASH_DURATION_SECONDS)",
+                duration.as_secs(),
+                limits.hash_duration.as_secs()
+            ),
+        });
+    }
+    let hash_code = parameters.get("hashCode").filter(|hash| !hash.is_empty());
+    if let Some(hash) = hash_code.filter(|hash| hash.len() > limits.hash_code_bytes) {
+        return Err(ApiError::Limit {
+            status: StatusCode::BAD_REQUEST,
+            limit: "MAX_HASH_CODE_BYTES",
+            reason: format!(
+                "the hashCode is {} bytes: this server takes at most {} (MAX_HASH_CODE_BYTES); \
+                 send a hash of the payload (a SHA-256 in hex is 64)",
+                hash.len(),
+                limits.hash_code_bytes
+            ),
+        });
+    }
     let value: Value = serde_json::from_slice(&body).map_err(|error| {
         ApiError::BadRequest(format!(
             "the body is not JSON ({error}): push a JSON value (one message) or an array (one \
@@ -96,7 +122,7 @@ pub(super) async fn push(
         Value::Array(items) => items,
         one => vec![one],
     };
-    let most = api.inner.limits.push_items;
+    let most = limits.push_items;
     if payloads.len() > most {
         return Err(ApiError::Limit {
             status: StatusCode::BAD_REQUEST,
@@ -121,10 +147,7 @@ pub(super) async fn push(
             rules::MAX_MESSAGE_SIZE
         )));
     }
-    let hash = parameters
-        .get("hashCode")
-        .filter(|hash| !hash.is_empty())
-        .map(|hash| HistoryKey::new(queue, hash.as_str()));
+    let hash = hash_code.map(|hash| HistoryKey::new(queue, hash.as_str()));
     let ticket = match &hash {
         None => None,
         // A hash another push holds is waited for (the history's wait), as a publisher's
@@ -255,6 +278,7 @@ async fn pop(
             .map(|message| (message.message_id.clone(), message.receipt_handle.clone()))
             .collect(),
         expires,
+        api.inner.limits.receipt_handles,
     );
     Ok(taken
         .iter()
