@@ -429,6 +429,70 @@ mod tests {
         }
     }
 
+    // The counters are an array indexed by the action, and the names are the API's.
+    #[test]
+    fn every_action_is_listed_once_in_the_order_of_its_variants() {
+        for (index, action) in Action::ALL.iter().enumerate() {
+            assert_eq!(*action as usize, index, "{action}");
+        }
+        let mut names: Vec<&str> = Action::ALL.iter().map(|action| action.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Action::ALL.len());
+        assert_eq!(
+            Action::ChangeMessageVisibilityBatch.name(),
+            "ChangeMessageVisibilityBatch"
+        );
+        assert!(Action::PublishBatch.is_sns() && !Action::SendMessageBatch.is_sns());
+    }
+
+    /// Records what `before` was told, asking for the requests' checks if `CHECKS`.
+    #[derive(Default)]
+    struct Before<const CHECKS: bool>(Mutex<Vec<(Action, bool)>>);
+
+    impl<const CHECKS: bool> Hooks for Before<CHECKS> {
+        const CHECKS_REQUESTS: bool = CHECKS;
+
+        fn before(&self, action: Action, refused: bool) {
+            self.0.lock().unwrap().push((action, refused));
+        }
+    }
+
+    #[tokio::test]
+    async fn before_is_told_which_requests_the_rules_refuse_when_it_asks() {
+        async fn calls<H: Hooks>(hooked: &Hooked<Account, H>) {
+            hooked.get_queue_url("orders!").await.unwrap_err();
+            let url = hooked
+                .create_queue("jobs", QueueAttributes::default())
+                .await
+                .unwrap();
+            hooked
+                .receive_message(&url, ReceiveMessage::new(11))
+                .await
+                .unwrap_err();
+            hooked
+                .receive_message(&url, ReceiveMessage::new(10))
+                .await
+                .unwrap();
+        }
+        let checking = Hooked::new(Account::new(), Before::<true>::default());
+        calls(&checking).await;
+        assert_eq!(
+            *checking.hooks().0.lock().unwrap(),
+            [
+                (Action::GetQueueUrl, true),
+                (Action::CreateQueue, false),
+                (Action::ReceiveMessage, true),
+                (Action::ReceiveMessage, false),
+            ]
+        );
+        let not_asking = Hooked::new(Account::new(), Before::<false>::default());
+        calls(&not_asking).await;
+        let told = not_asking.hooks().0.lock().unwrap().clone();
+        assert_eq!(told.len(), 4);
+        assert!(told.iter().all(|(_, refused)| !refused), "{told:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn sns_calls_pass_through_hooks_that_see_each_one() {
         use crate::transport::{Publish, PublishBatchEntry, Subscribe, TopicAttributes};
