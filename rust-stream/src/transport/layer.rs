@@ -41,8 +41,11 @@
 //! # }
 //! ```
 //!
-//! # Two kinds of hook
+//! # Three kinds of hook
 //!
+//! - [`Hooks::before`]: runs as each call is made, given the [`Action`] and, for hooks that ask
+//!   for it ([`Hooks::CHECKS_REQUESTS`]), whether the request breaks the rules a backend checks
+//!   before sending anything: for what counts calls (the broker's meter).
 //! - [`Hooks::around`]: one generic hook around every call, given the [`Action`], the queue and
 //!   the call's future: for what treats all calls alike (the broker's meter, deadlines, tracing).
 //! - One typed hook per action, named after it ([`Hooks::receive_message`], ...), given the inner
@@ -52,8 +55,8 @@
 //!   learned before the call (the entries it failed on purpose, a position in a log) is a local
 //!   variable after it.
 //!
-//! Every hook's default passes the call through. A call runs `around`, then the typed hook, then
-//! the inner transport; a [`Hooked`] may be the inner transport of another.
+//! Every hook's default passes the call through. A call runs `before`, `around`, then the typed
+//! hook, then the inner transport; a [`Hooked`] may be the inner transport of another.
 //!
 //! Why one typed hook per action rather than a before and an after hook: most wrappers carry
 //! something from before the call to after it, which separate hooks could only hand over through
@@ -73,84 +76,61 @@ use super::{
     Transport, TransportError,
 };
 
-/// The SQS or SNS action a [`Transport`] call performs, as [`Hooks::around`] sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Action {
-    /// `GetQueueUrl`.
-    GetQueueUrl,
-    /// `CreateQueue`.
-    CreateQueue,
-    /// `GetQueueAttributes`.
-    GetQueueAttributes,
-    /// `SetQueueAttributes`.
-    SetQueueAttributes,
-    /// `SendMessageBatch`.
-    SendMessageBatch,
-    /// `ReceiveMessage`.
-    ReceiveMessage,
-    /// `DeleteMessageBatch`.
-    DeleteMessageBatch,
-    /// `ChangeMessageVisibilityBatch`.
-    ChangeMessageVisibilityBatch,
-    /// `ListQueues`.
-    ListQueues,
-    /// `PurgeQueue`.
-    PurgeQueue,
-    /// A peek at a queue's messages that changes nothing: the in-process account's own call,
-    /// which SQS does not have.
-    PeekMessages,
-    /// SNS `CreateTopic`.
-    CreateTopic,
-    /// SNS `GetTopicAttributes`.
-    GetTopicAttributes,
-    /// SNS `Subscribe`.
-    Subscribe,
-    /// SNS `GetSubscriptionAttributes`.
-    GetSubscriptionAttributes,
-    /// SNS `ListSubscriptionsByTopic`.
-    ListSubscriptionsByTopic,
-    /// SNS `PublishBatch`.
-    PublishBatch,
+/// Whether an action of this service is SNS's.
+macro_rules! is_sns {
+    (sns) => {
+        true
+    };
+    (sqs) => {
+        false
+    };
 }
 
-impl Action {
-    /// The action's name in the SQS or SNS API: `"ReceiveMessage"`, `"PublishBatch"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::GetQueueUrl => "GetQueueUrl",
-            Action::CreateQueue => "CreateQueue",
-            Action::GetQueueAttributes => "GetQueueAttributes",
-            Action::SetQueueAttributes => "SetQueueAttributes",
-            Action::SendMessageBatch => "SendMessageBatch",
-            Action::ReceiveMessage => "ReceiveMessage",
-            Action::DeleteMessageBatch => "DeleteMessageBatch",
-            Action::ChangeMessageVisibilityBatch => "ChangeMessageVisibilityBatch",
-            Action::ListQueues => "ListQueues",
-            Action::PurgeQueue => "PurgeQueue",
-            Action::PeekMessages => "PeekMessages",
-            Action::CreateTopic => "CreateTopic",
-            Action::GetTopicAttributes => "GetTopicAttributes",
-            Action::Subscribe => "Subscribe",
-            Action::GetSubscriptionAttributes => "GetSubscriptionAttributes",
-            Action::ListSubscriptionsByTopic => "ListSubscriptionsByTopic",
-            Action::PublishBatch => "PublishBatch",
+/// Writes [`Action`], with its name and service.
+macro_rules! action_enum {
+    ($(
+        $(#[$doc:meta])*
+        $action:ident $method:ident $service:ident
+            ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
+            $target_kind:ident { $target:expr },
+            check { $check:expr }
+            $(, default $default:block)?;
+    )*) => {
+        /// The SQS or SNS action a [`Transport`] call performs, as [`Hooks::around`] sees it.
+        /// `PeekMessages` is the in-process account's own call, a peek at a queue's messages that
+        /// changes nothing, which SQS does not have.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Action {
+            $(
+                #[doc = concat!("`", stringify!($action), "`.")]
+                $action,
+            )*
         }
-    }
 
-    /// Whether the action is SNS's (a topic's, a subscription's, a publish) rather than SQS's.
-    pub fn is_sns(self) -> bool {
-        matches!(
-            self,
-            Action::CreateTopic
-                | Action::GetTopicAttributes
-                | Action::Subscribe
-                | Action::GetSubscriptionAttributes
-                | Action::ListSubscriptionsByTopic
-                | Action::PublishBatch
-        )
-    }
+        impl Action {
+            /// Every action, in the order of the table (the order of [`Action`]'s variants).
+            pub const ALL: &'static [Action] = &[$(Action::$action),*];
+
+            /// The action's name in the SQS or SNS API: `"ReceiveMessage"`, `"PublishBatch"`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Action::$action => stringify!($action),)*
+                }
+            }
+
+            /// Whether the action is SNS's (a topic's, a subscription's, a publish) rather than
+            /// SQS's.
+            pub fn is_sns(self) -> bool {
+                match self {
+                    $(Action::$action => is_sns!($service),)*
+                }
+            }
+        }
+    };
 }
+
+transport_actions!(action_enum);
 
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -158,208 +138,88 @@ impl fmt::Display for Action {
     }
 }
 
-/// What a [`Hooked`] transport does around and instead of its inner transport's calls. Every
-/// hook passes the call through unless overridden; see [the module](self) for how they fit.
-///
-/// A typed hook may be written as an `async fn` or, on a call every message makes, as a plain
-/// `fn` that starts the inner call and hands back its future (wrapped once, if it must see the
-/// answer), so the future allocated per call holds no second copy of the arguments.
-pub trait Hooks: Send + Sync + 'static {
-    /// Runs around every call: `action` on `queue` (its URL, or its name for `GetQueueUrl` and
-    /// `CreateQueue`; for an SNS call, the topic's ARN, its name for `CreateTopic`, or the
-    /// subscription's ARN for `GetSubscriptionAttributes`), whose future is `call` (the typed
-    /// hook's, over the inner transport's).
-    /// Runs when the call is made; what it hands back is what the caller awaits.
-    fn around<R: Send>(
-        &self,
-        action: Action,
-        queue: &str,
-        call: impl Future<Output = Result<R, TransportError>> + Send,
-    ) -> impl Future<Output = Result<R, TransportError>> + Send {
-        let _ = (action, queue);
-        call
-    }
+/// Writes [`Hooks`]: the generic hooks, and a typed hook an action that passes the call through.
+macro_rules! hooks_trait {
+    ($(
+        $(#[$doc:meta])*
+        $action:ident $method:ident $service:ident
+            ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
+            $target_kind:ident { $target:expr },
+            check { $check:expr }
+            $(, default $default:block)?;
+    )*) => {
+        /// What a [`Hooked`] transport does around and instead of its inner transport's calls.
+        /// Every hook passes the call through unless overridden; see [the module](self) for how
+        /// they fit.
+        ///
+        /// A typed hook may be written as an `async fn` or, on a call every message makes, as a
+        /// plain `fn` that starts the inner call and hands back its future (wrapped once, if it
+        /// must see the answer), so the future allocated per call holds no second copy of the
+        /// arguments.
+        pub trait Hooks: Send + Sync + 'static {
+            /// Whether [`before`](Self::before) is told if a request breaks the rules a backend
+            /// checks of a whole request before sending anything (a queue name SQS would refuse, a
+            /// batch of 11). Checking costs a look at the request, so only hooks that need the
+            /// answer ask for it.
+            const CHECKS_REQUESTS: bool = false;
 
-    /// `GetQueueUrl`, over `inner`.
-    fn get_queue_url(
-        &self,
-        inner: &impl Transport,
-        name: &str,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        inner.get_queue_url(name)
-    }
+            /// Runs as each call is made, before [`around`](Self::around): `action`, and whether
+            /// its request is `refused` by the rules each backend checks before sending anything,
+            /// so that no service sees it (always `false` unless
+            /// [`CHECKS_REQUESTS`](Self::CHECKS_REQUESTS)). The backend still answers such a call,
+            /// with the rule's error.
+            fn before(&self, action: Action, refused: bool) {
+                let _ = (action, refused);
+            }
 
-    /// `CreateQueue`, over `inner`.
-    fn create_queue(
-        &self,
-        inner: &impl Transport,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        inner.create_queue(name, attributes)
-    }
+            /// Runs around every call: `action` on `queue` (its URL, or its name for
+            /// `GetQueueUrl` and `CreateQueue`; for an SNS call, the topic's ARN, its name for
+            /// `CreateTopic`, or the subscription's ARN for `GetSubscriptionAttributes`), whose
+            /// future is `call` (the typed hook's, over the inner transport's).
+            /// Runs when the call is made; what it hands back is what the caller awaits.
+            fn around<R: Send>(
+                &self,
+                action: Action,
+                queue: &str,
+                call: impl Future<Output = Result<R, TransportError>> + Send,
+            ) -> impl Future<Output = Result<R, TransportError>> + Send {
+                let _ = (action, queue);
+                call
+            }
 
-    /// `GetQueueAttributes`, over `inner`.
-    fn get_queue_attributes(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        names: &[&str],
-    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
-        inner.get_queue_attributes(queue_url, names)
-    }
+            $(
+                #[doc = concat!("`", stringify!($action), "`, over `inner`.")]
+                fn $method(
+                    &self,
+                    inner: &impl Transport,
+                    $($arg: &$arg_ty,)*
+                    $($owned: $owned_ty)?
+                ) -> impl Future<Output = Result<$answer, TransportError>> + Send {
+                    inner.$method($($arg,)* $($owned)?)
+                }
+            )*
 
-    /// `SetQueueAttributes`, over `inner`.
-    fn set_queue_attributes(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        inner.set_queue_attributes(queue_url, attributes)
-    }
+            /// Whether `inner` peeks.
+            fn peeks(&self, inner: &impl Transport) -> bool {
+                inner.peeks()
+            }
 
-    /// `SendMessageBatch`, over `inner`.
-    fn send_message_batch(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
-        inner.send_message_batch(queue_url, entries)
-    }
+            /// [`Transport::abandoned_receive_takes_nothing`]: `inner`'s answer unless overridden
+            /// (a hook that receives on its own, or stands for a network, answers for itself).
+            fn abandoned_receive_takes_nothing(&self, inner: &impl Transport) -> bool {
+                inner.abandoned_receive_takes_nothing()
+            }
 
-    /// `ReceiveMessage`, over `inner`.
-    fn receive_message(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
-        inner.receive_message(queue_url, request)
-    }
-
-    /// `DeleteMessageBatch`, over `inner`.
-    fn delete_message_batch(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        inner.delete_message_batch(queue_url, entries)
-    }
-
-    /// `ChangeMessageVisibilityBatch`, over `inner`.
-    fn change_message_visibility_batch(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        inner.change_message_visibility_batch(queue_url, entries)
-    }
-
-    /// `ListQueues`, over `inner`.
-    fn list_queues(
-        &self,
-        inner: &impl Transport,
-        prefix: &str,
-    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
-        inner.list_queues(prefix)
-    }
-
-    /// `PurgeQueue`, over `inner`.
-    fn purge_queue(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        inner.purge_queue(queue_url)
-    }
-
-    /// Whether `inner` peeks.
-    fn peeks(&self, inner: &impl Transport) -> bool {
-        inner.peeks()
-    }
-
-    /// A peek, over `inner`.
-    fn peek_messages(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        request: PeekMessages,
-    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
-        inner.peek_messages(queue_url, request)
-    }
-
-    /// SNS `CreateTopic`, over `inner`.
-    fn create_topic(
-        &self,
-        inner: &impl Transport,
-        name: &str,
-        attributes: TopicAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        inner.create_topic(name, attributes)
-    }
-
-    /// SNS `GetTopicAttributes`, over `inner`.
-    fn get_topic_attributes(
-        &self,
-        inner: &impl Transport,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
-        inner.get_topic_attributes(topic_arn)
-    }
-
-    /// SNS `Subscribe`, over `inner`.
-    fn subscribe(
-        &self,
-        inner: &impl Transport,
-        request: Subscribe,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        inner.subscribe(request)
-    }
-
-    /// SNS `GetSubscriptionAttributes`, over `inner`.
-    fn get_subscription_attributes(
-        &self,
-        inner: &impl Transport,
-        subscription_arn: &str,
-    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
-        inner.get_subscription_attributes(subscription_arn)
-    }
-
-    /// SNS `ListSubscriptionsByTopic`, over `inner`.
-    fn list_subscriptions_by_topic(
-        &self,
-        inner: &impl Transport,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
-        inner.list_subscriptions_by_topic(topic_arn)
-    }
-
-    /// SNS `PublishBatch`, over `inner`.
-    fn publish_batch(
-        &self,
-        inner: &impl Transport,
-        topic_arn: &str,
-        entries: Vec<PublishBatchEntry>,
-    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
-        inner.publish_batch(topic_arn, entries)
-    }
-
-    /// [`Transport::abandoned_receive_takes_nothing`]: `inner`'s answer unless overridden (a
-    /// hook that receives on its own, or stands for a network, answers for itself).
-    fn abandoned_receive_takes_nothing(&self, inner: &impl Transport) -> bool {
-        inner.abandoned_receive_takes_nothing()
-    }
-
-    /// [`Transport::attempt_timeout`]: `inner`'s unless overridden (a hook that bounds each call
-    /// itself says so here).
-    fn attempt_timeout(&self, inner: &impl Transport) -> Option<Duration> {
-        inner.attempt_timeout()
-    }
+            /// [`Transport::attempt_timeout`]: `inner`'s unless overridden (a hook that bounds
+            /// each call itself says so here).
+            fn attempt_timeout(&self, inner: &impl Transport) -> Option<Duration> {
+                inner.attempt_timeout()
+            }
+        }
+    };
 }
+
+transport_actions!(hooks_trait);
 
 /// A [`Transport`] made of an inner transport and [`Hooks`]: each call runs
 /// [`Hooks::around`] over the action's typed hook over `inner`. See [the module](self).
@@ -391,186 +251,92 @@ impl<T, H> Hooked<T, H> {
     }
 }
 
-impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
-    fn get_queue_url(
-        &self,
-        name: &str,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let call = self.hooks.get_queue_url(&self.inner, name);
-        self.hooks.around(Action::GetQueueUrl, name, call)
-    }
-
-    fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let call = self.hooks.create_queue(&self.inner, name, attributes);
-        self.hooks.around(Action::CreateQueue, name, call)
-    }
-
-    fn get_queue_attributes(
-        &self,
-        queue_url: &str,
-        names: &[&str],
-    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
-        let call = self
-            .hooks
-            .get_queue_attributes(&self.inner, queue_url, names);
-        self.hooks
-            .around(Action::GetQueueAttributes, queue_url, call)
-    }
-
-    fn set_queue_attributes(
-        &self,
-        queue_url: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        let call = self
-            .hooks
-            .set_queue_attributes(&self.inner, queue_url, attributes);
-        self.hooks
-            .around(Action::SetQueueAttributes, queue_url, call)
-    }
-
-    fn send_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
-        let call = self
-            .hooks
-            .send_message_batch(&self.inner, queue_url, entries);
-        self.hooks.around(Action::SendMessageBatch, queue_url, call)
-    }
-
-    fn receive_message(
-        &self,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
-        let call = self.hooks.receive_message(&self.inner, queue_url, request);
-        self.hooks.around(Action::ReceiveMessage, queue_url, call)
-    }
-
-    fn delete_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        let call = self
-            .hooks
-            .delete_message_batch(&self.inner, queue_url, entries);
-        self.hooks
-            .around(Action::DeleteMessageBatch, queue_url, call)
-    }
-
-    fn change_message_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        let call = self
-            .hooks
-            .change_message_visibility_batch(&self.inner, queue_url, entries);
-        self.hooks
-            .around(Action::ChangeMessageVisibilityBatch, queue_url, call)
-    }
-
-    fn list_queues(
-        &self,
-        prefix: &str,
-    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
-        let call = self.hooks.list_queues(&self.inner, prefix);
-        self.hooks.around(Action::ListQueues, prefix, call)
-    }
-
-    fn purge_queue(
-        &self,
-        queue_url: &str,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        let call = self.hooks.purge_queue(&self.inner, queue_url);
-        self.hooks.around(Action::PurgeQueue, queue_url, call)
-    }
-
-    fn peeks(&self) -> bool {
-        self.hooks.peeks(&self.inner)
-    }
-
-    fn peek_messages(
-        &self,
-        queue_url: &str,
-        request: PeekMessages,
-    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
-        let call = self.hooks.peek_messages(&self.inner, queue_url, request);
-        self.hooks.around(Action::PeekMessages, queue_url, call)
-    }
-
-    fn create_topic(
-        &self,
-        name: &str,
-        attributes: TopicAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let call = self.hooks.create_topic(&self.inner, name, attributes);
-        self.hooks.around(Action::CreateTopic, name, call)
-    }
-
-    fn get_topic_attributes(
-        &self,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
-        let call = self.hooks.get_topic_attributes(&self.inner, topic_arn);
-        self.hooks
-            .around(Action::GetTopicAttributes, topic_arn, call)
-    }
-
-    // The request moves into the call, so `around` is lent a copy of its topic's ARN, kept in
-    // this future (a subscribe is a startup call: the extra layer costs nothing that matters).
-    async fn subscribe(&self, request: Subscribe) -> Result<String, TransportError> {
-        let topic_arn = request.topic_arn.clone();
-        let call = self.hooks.subscribe(&self.inner, request);
-        self.hooks.around(Action::Subscribe, &topic_arn, call).await
-    }
-
-    fn get_subscription_attributes(
-        &self,
-        subscription_arn: &str,
-    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
-        let call = self
-            .hooks
-            .get_subscription_attributes(&self.inner, subscription_arn);
-        self.hooks
-            .around(Action::GetSubscriptionAttributes, subscription_arn, call)
-    }
-
-    fn list_subscriptions_by_topic(
-        &self,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
-        let call = self
-            .hooks
-            .list_subscriptions_by_topic(&self.inner, topic_arn);
-        self.hooks
-            .around(Action::ListSubscriptionsByTopic, topic_arn, call)
-    }
-
-    fn publish_batch(
-        &self,
-        topic_arn: &str,
-        entries: Vec<PublishBatchEntry>,
-    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
-        let call = self.hooks.publish_batch(&self.inner, topic_arn, entries);
-        self.hooks.around(Action::PublishBatch, topic_arn, call)
-    }
-
-    fn abandoned_receive_takes_nothing(&self) -> bool {
-        self.hooks.abandoned_receive_takes_nothing(&self.inner)
-    }
-
-    fn attempt_timeout(&self) -> Option<Duration> {
-        self.hooks.attempt_timeout(&self.inner)
+impl<T, H: Hooks> Hooked<T, H> {
+    /// Tells the hooks a call of `action` is made, and whether `check` refuses its request if they
+    /// ask: the one place a layer checks a request, once a call.
+    fn made(&self, action: Action, check: impl FnOnce() -> Result<(), TransportError>) {
+        let refused = H::CHECKS_REQUESTS && check().is_err();
+        self.hooks.before(action, refused);
     }
 }
+
+/// Writes [`Hooked`]'s [`Transport`]: each action's call made, then its typed hook's future
+/// handed to `around`.
+macro_rules! hooked_transport {
+    ($(
+        $(#[$doc:meta])*
+        $action:ident $method:ident $service:ident
+            ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
+            $target_kind:ident { $target:expr },
+            check { $check:expr }
+            $(, default $default:block)?;
+    )*) => {
+        impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
+            $(
+                hooked_call! {
+                    $action $method ($($arg: &$arg_ty),* $(; $owned: $owned_ty)?) -> $answer,
+                    $target_kind { $target },
+                    check { $check }
+                }
+            )*
+
+            fn peeks(&self) -> bool {
+                self.hooks.peeks(&self.inner)
+            }
+
+            fn abandoned_receive_takes_nothing(&self) -> bool {
+                self.hooks.abandoned_receive_takes_nothing(&self.inner)
+            }
+
+            fn attempt_timeout(&self) -> Option<Duration> {
+                self.hooks.attempt_timeout(&self.inner)
+            }
+        }
+    };
+}
+
+/// One forwarder of [`Hooked`]: the typed hook's own future handed to `around`, no `async` layer
+/// of its own (which would copy the arguments into every call's future), unless the target is
+/// moved into the call.
+macro_rules! hooked_call {
+    (
+        $action:ident $method:ident ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?)
+            -> $answer:ty,
+        target { $target:expr },
+        check { $check:expr }
+    ) => {
+        fn $method(
+            &self,
+            $($arg: &$arg_ty,)*
+            $($owned: $owned_ty)?
+        ) -> impl Future<Output = Result<$answer, TransportError>> + Send {
+            self.made(Action::$action, || ($check).map(drop));
+            let call = self.hooks.$method(&self.inner, $($arg,)* $($owned)?);
+            self.hooks.around(Action::$action, $target, call)
+        }
+    };
+    // The request moves into the call, so `around` is lent a copy of its target, kept in this
+    // future (a subscribe is a startup call: the extra layer costs nothing that matters).
+    (
+        $action:ident $method:ident ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?)
+            -> $answer:ty,
+        target_owned { $target:expr },
+        check { $check:expr }
+    ) => {
+        async fn $method(
+            &self,
+            $($arg: &$arg_ty,)*
+            $($owned: $owned_ty)?
+        ) -> Result<$answer, TransportError> {
+            self.made(Action::$action, || ($check).map(drop));
+            let target = ($target).clone();
+            let call = self.hooks.$method(&self.inner, $($arg,)* $($owned)?);
+            self.hooks.around(Action::$action, &target, call).await
+        }
+    };
+}
+
+transport_actions!(hooked_transport);
 
 #[cfg(test)]
 mod tests {
@@ -661,6 +427,70 @@ mod tests {
         fn abandoned_receive_takes_nothing(&self, _inner: &impl Transport) -> bool {
             false
         }
+    }
+
+    // The counters are an array indexed by the action, and the names are the API's.
+    #[test]
+    fn every_action_is_listed_once_in_the_order_of_its_variants() {
+        for (index, action) in Action::ALL.iter().enumerate() {
+            assert_eq!(*action as usize, index, "{action}");
+        }
+        let mut names: Vec<&str> = Action::ALL.iter().map(|action| action.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Action::ALL.len());
+        assert_eq!(
+            Action::ChangeMessageVisibilityBatch.name(),
+            "ChangeMessageVisibilityBatch"
+        );
+        assert!(Action::PublishBatch.is_sns() && !Action::SendMessageBatch.is_sns());
+    }
+
+    /// Records what `before` was told, asking for the requests' checks if `CHECKS`.
+    #[derive(Default)]
+    struct Before<const CHECKS: bool>(Mutex<Vec<(Action, bool)>>);
+
+    impl<const CHECKS: bool> Hooks for Before<CHECKS> {
+        const CHECKS_REQUESTS: bool = CHECKS;
+
+        fn before(&self, action: Action, refused: bool) {
+            self.0.lock().unwrap().push((action, refused));
+        }
+    }
+
+    #[tokio::test]
+    async fn before_is_told_which_requests_the_rules_refuse_when_it_asks() {
+        async fn calls<H: Hooks>(hooked: &Hooked<Account, H>) {
+            hooked.get_queue_url("orders!").await.unwrap_err();
+            let url = hooked
+                .create_queue("jobs", QueueAttributes::default())
+                .await
+                .unwrap();
+            hooked
+                .receive_message(&url, ReceiveMessage::new(11))
+                .await
+                .unwrap_err();
+            hooked
+                .receive_message(&url, ReceiveMessage::new(10))
+                .await
+                .unwrap();
+        }
+        let checking = Hooked::new(Account::new(), Before::<true>::default());
+        calls(&checking).await;
+        assert_eq!(
+            *checking.hooks().0.lock().unwrap(),
+            [
+                (Action::GetQueueUrl, true),
+                (Action::CreateQueue, false),
+                (Action::ReceiveMessage, true),
+                (Action::ReceiveMessage, false),
+            ]
+        );
+        let not_asking = Hooked::new(Account::new(), Before::<false>::default());
+        calls(&not_asking).await;
+        let told = not_asking.hooks().0.lock().unwrap().clone();
+        assert_eq!(told.len(), 4);
+        assert!(told.iter().all(|(_, refused)| !refused), "{told:?}");
     }
 
     #[tokio::test(start_paused = true)]

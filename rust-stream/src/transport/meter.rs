@@ -1,10 +1,11 @@
 //! Counts of SQS and SNS API calls by action, kept by every broker over whatever transport it has, so
 //! tests and benchmarks can see what a workload costs (SQS bills per request); each call is also
-//! recorded as a metric (see [`crate::metrics`]). The meter is hooks over the broker's transport:
-//! [`Hooks::around`] times every call, and each action's typed hook counts it, unless its request
-//! fails the checks both backends make of a whole request before anything is sent (a queue name
-//! SQS would refuse, a batch of 11): such a call is refused without reaching SQS, so SQS neither
-//! sees nor bills it, and it is not counted.
+//! recorded as a metric (see [`crate::metrics`]). The meter is two generic hooks over the broker's
+//! transport: [`Hooks::before`] counts each call as it is made, unless its request fails the checks
+//! both backends make of a whole request before anything is sent (a queue name SQS would refuse, a
+//! batch of 11): such a call is refused without reaching SQS, so SQS neither sees nor bills it, and
+//! it is not counted; [`Hooks::around`] times every call. Which check an action has is its row in
+//! the transport's table of actions, so the meter names no action.
 
 use std::future::Future;
 use std::ops::Sub;
@@ -12,56 +13,55 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::layer::{Action, Hooks};
-use super::{
-    BatchResult, ChangeVisibilityEntry, DeleteEntry, PeekMessages, PeekedMessage,
-    PublishBatchEntry, PublishBatchResult, QueueAttributes, ReceiveMessage, ReceivedMessage,
-    SendBatchEntry, SentMessage, Subscribe, Subscription, SubscriptionAttributes, TopicAttributes,
-    Transport, TransportError,
-};
-use crate::model::rules;
-use crate::model::subscription;
-use crate::model::topic::{self, PublishTarget, TopicArn};
+use super::TransportError;
 
-/// SQS and SNS API calls by action: those sent, not those a backend refused before sending them (see
-/// [the module](self)).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ApiCalls {
-    /// `GetQueueUrl`.
-    pub get_queue_url: u64,
-    /// `CreateQueue`.
-    pub create_queue: u64,
-    /// `GetQueueAttributes`.
-    pub get_queue_attributes: u64,
-    /// `SetQueueAttributes`.
-    pub set_queue_attributes: u64,
-    /// `SendMessageBatch`.
-    pub send_message_batch: u64,
-    /// `ReceiveMessage`.
-    pub receive_message: u64,
-    /// `DeleteMessageBatch`.
-    pub delete_message_batch: u64,
-    /// `ChangeMessageVisibilityBatch`.
-    pub change_message_visibility_batch: u64,
-    /// `ListQueues`.
-    pub list_queues: u64,
-    /// `PurgeQueue`.
-    pub purge_queue: u64,
-    /// The in-process account's peeks (a call SQS does not have, and does not bill).
-    pub peek_messages: u64,
-    /// SNS `CreateTopic`.
-    pub create_topic: u64,
-    /// SNS `GetTopicAttributes`.
-    pub get_topic_attributes: u64,
-    /// SNS `Subscribe`.
-    pub subscribe: u64,
-    /// SNS `GetSubscriptionAttributes`.
-    pub get_subscription_attributes: u64,
-    /// SNS `ListSubscriptionsByTopic`.
-    pub list_subscriptions_by_topic: u64,
-    /// SNS `PublishBatch`: one a batch, however many entries (SNS bills a request per batch).
-    pub publish_batch: u64,
+/// Writes [`ApiCalls`]: a field an action, named as its [`Transport`](super::Transport) method,
+/// and the subtraction of two snapshots.
+macro_rules! api_calls {
+    ($(
+        $(#[$doc:meta])*
+        $action:ident $method:ident $service:ident
+            ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
+            $target_kind:ident { $target:expr },
+            check { $check:expr }
+            $(, default $default:block)?;
+    )*) => {
+        /// SQS and SNS API calls by action: those sent, not those a backend refused before sending
+        /// them (see [the module](self)). `peek_messages` counts the in-process account's peeks (a
+        /// call SQS does not have, and does not bill); `publish_batch` counts one a batch, however
+        /// many entries (SNS bills a request per batch).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct ApiCalls {
+            $(
+                #[doc = concat!("`", stringify!($action), "`.")]
+                pub $method: u64,
+            )*
+        }
+
+        impl Sub for ApiCalls {
+            type Output = ApiCalls;
+
+            /// The calls made between two snapshots.
+            fn sub(self, earlier: ApiCalls) -> ApiCalls {
+                ApiCalls {
+                    $($method: self.$method - earlier.$method,)*
+                }
+            }
+        }
+
+        impl CallCounter {
+            /// The counts so far.
+            pub(crate) fn snapshot(&self) -> ApiCalls {
+                ApiCalls {
+                    $($method: self.of(Action::$action).load(Ordering::Relaxed),)*
+                }
+            }
+        }
+    };
 }
+
+transport_actions!(api_calls);
 
 impl ApiCalls {
     /// The calls that move messages (send, receive, delete, change visibility, and SNS's
@@ -90,104 +90,14 @@ impl ApiCalls {
     }
 }
 
-impl Sub for ApiCalls {
-    type Output = ApiCalls;
-
-    /// The calls made between two snapshots.
-    fn sub(self, earlier: ApiCalls) -> ApiCalls {
-        ApiCalls {
-            get_queue_url: self.get_queue_url - earlier.get_queue_url,
-            create_queue: self.create_queue - earlier.create_queue,
-            get_queue_attributes: self.get_queue_attributes - earlier.get_queue_attributes,
-            set_queue_attributes: self.set_queue_attributes - earlier.set_queue_attributes,
-            send_message_batch: self.send_message_batch - earlier.send_message_batch,
-            receive_message: self.receive_message - earlier.receive_message,
-            delete_message_batch: self.delete_message_batch - earlier.delete_message_batch,
-            change_message_visibility_batch: self.change_message_visibility_batch
-                - earlier.change_message_visibility_batch,
-            list_queues: self.list_queues - earlier.list_queues,
-            purge_queue: self.purge_queue - earlier.purge_queue,
-            peek_messages: self.peek_messages - earlier.peek_messages,
-            create_topic: self.create_topic - earlier.create_topic,
-            get_topic_attributes: self.get_topic_attributes - earlier.get_topic_attributes,
-            subscribe: self.subscribe - earlier.subscribe,
-            get_subscription_attributes: self.get_subscription_attributes
-                - earlier.get_subscription_attributes,
-            list_subscriptions_by_topic: self.list_subscriptions_by_topic
-                - earlier.list_subscriptions_by_topic,
-            publish_batch: self.publish_batch - earlier.publish_batch,
-        }
-    }
-}
-
-/// The live counters behind [`ApiCalls`].
+/// The live counters behind [`ApiCalls`], one an action.
 #[derive(Debug, Default)]
-pub(crate) struct CallCounter {
-    get_queue_url: AtomicU64,
-    create_queue: AtomicU64,
-    get_queue_attributes: AtomicU64,
-    set_queue_attributes: AtomicU64,
-    send_message_batch: AtomicU64,
-    receive_message: AtomicU64,
-    delete_message_batch: AtomicU64,
-    change_message_visibility_batch: AtomicU64,
-    list_queues: AtomicU64,
-    purge_queue: AtomicU64,
-    peek_messages: AtomicU64,
-    create_topic: AtomicU64,
-    get_topic_attributes: AtomicU64,
-    subscribe: AtomicU64,
-    get_subscription_attributes: AtomicU64,
-    list_subscriptions_by_topic: AtomicU64,
-    publish_batch: AtomicU64,
-}
+pub(crate) struct CallCounter([AtomicU64; Action::ALL.len()]);
 
 impl CallCounter {
     /// The counter of `action`'s calls.
     fn of(&self, action: Action) -> &AtomicU64 {
-        match action {
-            Action::GetQueueUrl => &self.get_queue_url,
-            Action::CreateQueue => &self.create_queue,
-            Action::GetQueueAttributes => &self.get_queue_attributes,
-            Action::SetQueueAttributes => &self.set_queue_attributes,
-            Action::SendMessageBatch => &self.send_message_batch,
-            Action::ReceiveMessage => &self.receive_message,
-            Action::DeleteMessageBatch => &self.delete_message_batch,
-            Action::ChangeMessageVisibilityBatch => &self.change_message_visibility_batch,
-            Action::ListQueues => &self.list_queues,
-            Action::PurgeQueue => &self.purge_queue,
-            Action::PeekMessages => &self.peek_messages,
-            Action::CreateTopic => &self.create_topic,
-            Action::GetTopicAttributes => &self.get_topic_attributes,
-            Action::Subscribe => &self.subscribe,
-            Action::GetSubscriptionAttributes => &self.get_subscription_attributes,
-            Action::ListSubscriptionsByTopic => &self.list_subscriptions_by_topic,
-            Action::PublishBatch => &self.publish_batch,
-        }
-    }
-
-    /// The counts so far.
-    pub(crate) fn snapshot(&self) -> ApiCalls {
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        ApiCalls {
-            get_queue_url: read(&self.get_queue_url),
-            create_queue: read(&self.create_queue),
-            get_queue_attributes: read(&self.get_queue_attributes),
-            set_queue_attributes: read(&self.set_queue_attributes),
-            send_message_batch: read(&self.send_message_batch),
-            receive_message: read(&self.receive_message),
-            delete_message_batch: read(&self.delete_message_batch),
-            change_message_visibility_batch: read(&self.change_message_visibility_batch),
-            list_queues: read(&self.list_queues),
-            purge_queue: read(&self.purge_queue),
-            peek_messages: read(&self.peek_messages),
-            create_topic: read(&self.create_topic),
-            get_topic_attributes: read(&self.get_topic_attributes),
-            subscribe: read(&self.subscribe),
-            get_subscription_attributes: read(&self.get_subscription_attributes),
-            list_subscriptions_by_topic: read(&self.list_subscriptions_by_topic),
-            publish_batch: read(&self.publish_batch),
-        }
+        &self.0[action as usize]
     }
 }
 
@@ -218,20 +128,19 @@ pub(crate) struct Meter {
     pub(crate) calls: Arc<CallCounter>,
 }
 
-impl Meter {
-    /// Counts a call of `action` unless `checked` says its request is refused before it is sent.
-    fn count<T>(&self, action: Action, checked: Result<T, TransportError>) {
-        if checked.is_ok() {
+// Counted when the call is made, timed while it runs: the call's own future wrapped once, no
+// `async fn` layer that would keep a second copy of the arguments. Whether a request is refused
+// before it is sent is the table's check, the one each backend makes first (the in-process account
+// as SQS would answer, the aws-sdk transport to refuse before the network).
+impl Hooks for Meter {
+    const CHECKS_REQUESTS: bool = true;
+
+    fn before(&self, action: Action, refused: bool) {
+        if !refused {
             self.calls.of(action).fetch_add(1, Ordering::Relaxed);
         }
     }
-}
 
-// Counted when the call is made, timed while it runs: the call's own future wrapped once, no
-// `async fn` layer that would keep a second copy of the arguments. The checks are the ones each
-// backend makes first, by the same functions, before it sends anything (the in-process account as
-// SQS would answer, the aws-sdk transport to refuse before the network).
-impl Hooks for Meter {
     fn around<R: Send>(
         &self,
         action: Action,
@@ -239,191 +148,6 @@ impl Hooks for Meter {
         call: impl Future<Output = Result<R, TransportError>> + Send,
     ) -> impl Future<Output = Result<R, TransportError>> + Send {
         timed(action, queue, call)
-    }
-
-    fn get_queue_url(
-        &self,
-        inner: &impl Transport,
-        name: &str,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        self.count(Action::GetQueueUrl, rules::check_queue_name(name));
-        inner.get_queue_url(name)
-    }
-
-    fn create_queue(
-        &self,
-        inner: &impl Transport,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let checked = rules::check_queue_name(name).and_then(|()| {
-            attributes.iter().try_for_each(|(attribute, value)| {
-                rules::parse_queue_attribute(attribute, value).map(drop)
-            })
-        });
-        self.count(Action::CreateQueue, checked);
-        inner.create_queue(name, attributes)
-    }
-
-    fn get_queue_attributes(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        names: &[&str],
-    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send {
-        self.count(Action::GetQueueAttributes, Ok(()));
-        inner.get_queue_attributes(queue_url, names)
-    }
-
-    fn set_queue_attributes(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        let checked = attributes.iter().try_for_each(|(attribute, value)| {
-            rules::parse_queue_attribute(attribute, value).map(drop)
-        });
-        self.count(Action::SetQueueAttributes, checked);
-        inner.set_queue_attributes(queue_url, attributes)
-    }
-
-    fn send_message_batch(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send {
-        self.count(Action::SendMessageBatch, rules::check_send_batch(&entries));
-        inner.send_message_batch(queue_url, entries)
-    }
-
-    fn receive_message(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send {
-        let checked = rules::check_receive(
-            request.max_number_of_messages,
-            request.wait_time_seconds,
-            request.visibility_timeout,
-            request.receive_request_attempt_id.as_deref(),
-        )
-        .and_then(|_| rules::check_system_attribute_names(&request.system_attribute_names));
-        self.count(Action::ReceiveMessage, checked);
-        inner.receive_message(queue_url, request)
-    }
-
-    fn delete_message_batch(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        let checked = rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()));
-        self.count(Action::DeleteMessageBatch, checked);
-        inner.delete_message_batch(queue_url, entries)
-    }
-
-    fn change_message_visibility_batch(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send {
-        let checked = rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()));
-        self.count(Action::ChangeMessageVisibilityBatch, checked);
-        inner.change_message_visibility_batch(queue_url, entries)
-    }
-
-    fn list_queues(
-        &self,
-        inner: &impl Transport,
-        prefix: &str,
-    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
-        self.count(Action::ListQueues, Ok(()));
-        inner.list_queues(prefix)
-    }
-
-    fn purge_queue(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        self.count(Action::PurgeQueue, Ok(()));
-        inner.purge_queue(queue_url)
-    }
-
-    fn peek_messages(
-        &self,
-        inner: &impl Transport,
-        queue_url: &str,
-        request: PeekMessages,
-    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
-        self.count(Action::PeekMessages, Ok(()));
-        inner.peek_messages(queue_url, request)
-    }
-
-    fn create_topic(
-        &self,
-        inner: &impl Transport,
-        name: &str,
-        attributes: TopicAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let checked = subscription::check_topic_attributes(name, &attributes);
-        self.count(Action::CreateTopic, checked);
-        inner.create_topic(name, attributes)
-    }
-
-    fn get_topic_attributes(
-        &self,
-        inner: &impl Transport,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
-        self.count(Action::GetTopicAttributes, TopicArn::parse(topic_arn));
-        inner.get_topic_attributes(topic_arn)
-    }
-
-    fn subscribe(
-        &self,
-        inner: &impl Transport,
-        request: Subscribe,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        self.count(Action::Subscribe, subscription::check_subscribe(&request));
-        inner.subscribe(request)
-    }
-
-    fn get_subscription_attributes(
-        &self,
-        inner: &impl Transport,
-        subscription_arn: &str,
-    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
-        self.count(Action::GetSubscriptionAttributes, Ok(()));
-        inner.get_subscription_attributes(subscription_arn)
-    }
-
-    fn list_subscriptions_by_topic(
-        &self,
-        inner: &impl Transport,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
-        self.count(Action::ListSubscriptionsByTopic, TopicArn::parse(topic_arn));
-        inner.list_subscriptions_by_topic(topic_arn)
-    }
-
-    fn publish_batch(
-        &self,
-        inner: &impl Transport,
-        topic_arn: &str,
-        entries: Vec<PublishBatchEntry>,
-    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
-        // The whole-batch rules at the default size limit, which every topic has (no topic
-        // attribute sets another).
-        let checked = TopicArn::parse(topic_arn)
-            .and_then(|arn| topic::check_publish_batch(&entries, PublishTarget::new(arn.name())));
-        self.count(Action::PublishBatch, checked);
-        inner.publish_batch(topic_arn, entries)
     }
 }
 

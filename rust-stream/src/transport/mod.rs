@@ -9,6 +9,24 @@
 //! `PurgeQueue`, and a peek that changes nothing, which only the in-process account has) have
 //! default bodies that answer [`ErrorKind::UnsupportedOperation`], so a transport written for the
 //! engine's SQS calls alone keeps compiling and says which call it lacks when one is made.
+//!
+//! # The actions, written once
+//!
+//! Each action is one row of the table `transport_actions!` below: its name, its arguments and
+//! answer, the argument that names its queue or topic, the check of the whole request that both
+//! backends make before sending anything, and a default body if a transport may lack it. The table
+//! expands, through one small `macro_rules!` a part, to the [`Transport`] method, its erased
+//! mirror, the typed hook and the forwarder of [`layer::Hooked`], the [`layer::Action`] variant with
+//! its name, and the field of [`meter::ApiCalls`]. A new action is therefore a row and its two
+//! backend implementations (the in-process account's and the aws-sdk transport's), and nothing
+//! else.
+//!
+//! Why macros here and plain generic code elsewhere: the parts are signatures (a trait method, a
+//! hook with a default body, an enum variant, a struct field), one per action, and Rust has no
+//! generic way to write "a method per row"; what treats every action alike is generic code over
+//! [`layer::Action`] instead: the meter counts with one hook ([`layer::Hooks::before`]) into an
+//! array indexed by the action, and times with another ([`layer::Hooks::around`]). The typed
+//! methods and their futures stay as they were, so the hot path pays for no table.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,195 +38,292 @@ pub use crate::model::subscription::{
 pub use crate::model::topic::{Publish, PublishBatchEntry, PublishBatchResult, Published};
 pub use crate::model::wire::*;
 
+/// The table of the transport's actions: one row an action, and everything that lists the actions
+/// is expanded from it (see [the module](self)). `transport_actions!(callback)` hands every row to
+/// `callback!`, which writes its part: [`Transport`] and its erased form here, the typed hooks and
+/// the forwarders of [`layer::Hooked`], [`layer::Action`], and the meter's [`meter::ApiCalls`].
+///
+/// A row: the trait method's docs; the action's variant (its name in the API), the method and the
+/// service (`sqs` or `sns`); the borrowed arguments, then after `;` the owned one; the answer; the
+/// argument `around` sees as the call's target (`target_owned` when it is moved into the call);
+/// the whole-request check, the one both backends make before sending anything; and, for an action
+/// a transport need not implement, the default body.
+macro_rules! transport_actions {
+    ($callback:ident) => {
+        $callback! {
+            /// `GetQueueUrl`.
+            GetQueueUrl get_queue_url sqs (name: &str) -> String,
+                target { name },
+                check { $crate::model::rules::check_queue_name(name) };
+
+            /// `CreateQueue`: creates the queue or returns the URL of an identical one.
+            CreateQueue create_queue sqs (name: &str; attributes: QueueAttributes) -> String,
+                target { name },
+                check {
+                    $crate::model::rules::check_queue_name(name).and_then(|()| {
+                        attributes.iter().try_for_each(|(attribute, value)| {
+                            $crate::model::rules::parse_queue_attribute(attribute, value).map(drop)
+                        })
+                    })
+                };
+
+            /// `GetQueueAttributes`.
+            GetQueueAttributes get_queue_attributes sqs
+                (queue_url: &str, names: &[&str]) -> QueueAttributes,
+                target { queue_url },
+                check { Ok(()) };
+
+            /// `SetQueueAttributes`: all or nothing. The broker sets a queue's `Policy` with it, to
+            /// let the topics the queue is subscribed to send to it.
+            SetQueueAttributes set_queue_attributes sqs
+                (queue_url: &str; attributes: QueueAttributes) -> (),
+                target { queue_url },
+                check {
+                    attributes.iter().try_for_each(|(attribute, value)| {
+                        $crate::model::rules::parse_queue_attribute(attribute, value).map(drop)
+                    })
+                },
+                default {
+                    let _ = (queue_url, attributes);
+                    std::future::ready(Err(TransportError::service(
+                        ErrorKind::UnsupportedOperation,
+                        "this transport does not implement `SetQueueAttributes`, which subscribing \
+                         a queue to a topic needs (the queue's policy); implement it, or use a \
+                         transport that has it",
+                    )))
+                };
+
+            /// `SendMessageBatch`.
+            SendMessageBatch send_message_batch sqs
+                (queue_url: &str; entries: Vec<SendBatchEntry>) -> BatchResult<SentMessage>,
+                target { queue_url },
+                check { $crate::model::rules::check_send_batch(&entries) };
+
+            /// `ReceiveMessage`.
+            ReceiveMessage receive_message sqs
+                (queue_url: &str; request: ReceiveMessage) -> Vec<ReceivedMessage>,
+                target { queue_url },
+                check {
+                    $crate::model::rules::check_receive(
+                        request.max_number_of_messages,
+                        request.wait_time_seconds,
+                        request.visibility_timeout,
+                        request.receive_request_attempt_id.as_deref(),
+                    )
+                    .and_then(|_| {
+                        $crate::model::rules::check_system_attribute_names(
+                            &request.system_attribute_names,
+                        )
+                    })
+                };
+
+            /// `DeleteMessageBatch`.
+            DeleteMessageBatch delete_message_batch sqs
+                (queue_url: &str; entries: Vec<DeleteEntry>) -> BatchResult<()>,
+                target { queue_url },
+                check {
+                    $crate::model::rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
+                };
+
+            /// `ChangeMessageVisibilityBatch`.
+            ChangeMessageVisibilityBatch change_message_visibility_batch sqs
+                (queue_url: &str; entries: Vec<ChangeVisibilityEntry>) -> BatchResult<()>,
+                target { queue_url },
+                check {
+                    $crate::model::rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
+                };
+
+            /// `ListQueues`: the URLs of the queues whose names start with `prefix` (every page, in
+            /// one list, sorted).
+            ListQueues list_queues sqs (prefix: &str) -> Vec<String>,
+                target { prefix },
+                check { Ok(()) },
+                default {
+                    let _ = prefix;
+                    std::future::ready(Err(without_operation("ListQueues", "listing queues")))
+                };
+
+            /// `PurgeQueue`: deletes every message of the queue, in flight or not (SQS allows one
+            /// purge a minute).
+            PurgeQueue purge_queue sqs (queue_url: &str) -> (),
+                target { queue_url },
+                check { Ok(()) },
+                default {
+                    let _ = queue_url;
+                    std::future::ready(Err(without_operation("PurgeQueue", "purging a queue")))
+                };
+
+            /// A look at up to `request.max` of the queue's messages in storage order, after
+            /// skipping `request.offset`, that changes nothing: no receive counted, no visibility
+            /// changed. Only a transport that [`peeks`](Self::peeks) implements it; SQS has no such
+            /// call.
+            PeekMessages peek_messages sqs
+                (queue_url: &str; request: PeekMessages) -> Vec<PeekedMessage>,
+                target { queue_url },
+                check { Ok(()) },
+                default {
+                    let _ = (queue_url, request);
+                    std::future::ready(Err(without_operation(
+                        "PeekMessages",
+                        "peeking without receiving (SQS has no such call)",
+                    )))
+                };
+
+            /// SNS `CreateTopic`: creates the topic (FIFO with `FifoTopic=true`) and returns its
+            /// ARN, or the ARN of the topic of this name if its attributes are the ones given.
+            CreateTopic create_topic sns (name: &str; attributes: TopicAttributes) -> String,
+                target { name },
+                check { $crate::model::subscription::check_topic_attributes(name, &attributes).map(drop) },
+                default {
+                    let _ = (name, attributes);
+                    std::future::ready(Err(without_sns("CreateTopic")))
+                };
+
+            /// SNS `GetTopicAttributes`.
+            GetTopicAttributes get_topic_attributes sns (topic_arn: &str) -> TopicAttributes,
+                target { topic_arn },
+                check { $crate::model::topic::TopicArn::parse(topic_arn).map(drop) },
+                default {
+                    let _ = topic_arn;
+                    std::future::ready(Err(without_sns("GetTopicAttributes")))
+                };
+
+            /// SNS `Subscribe`: returns the subscription's ARN (SNS's `ReturnSubscriptionArn`), the
+            /// existing one's when the endpoint is subscribed already with the attributes given.
+            Subscribe subscribe sns (; request: Subscribe) -> String,
+                target_owned { request.topic_arn },
+                check { $crate::model::subscription::check_subscribe(&request).map(drop) },
+                default {
+                    let _ = request;
+                    std::future::ready(Err(without_sns("Subscribe")))
+                };
+
+            /// SNS `GetSubscriptionAttributes`.
+            GetSubscriptionAttributes get_subscription_attributes sns
+                (subscription_arn: &str) -> SubscriptionAttributes,
+                target { subscription_arn },
+                check { Ok(()) },
+                default {
+                    let _ = subscription_arn;
+                    std::future::ready(Err(without_sns("GetSubscriptionAttributes")))
+                };
+
+            /// SNS `ListSubscriptionsByTopic`: every page, in one list.
+            ListSubscriptionsByTopic list_subscriptions_by_topic sns
+                (topic_arn: &str) -> Vec<Subscription>,
+                target { topic_arn },
+                check { $crate::model::topic::TopicArn::parse(topic_arn).map(drop) },
+                default {
+                    let _ = topic_arn;
+                    std::future::ready(Err(without_sns("ListSubscriptionsByTopic")))
+                };
+
+            /// SNS `PublishBatch` (a single publish is a batch of one): each entry succeeds or
+            /// fails alone, as in `SendMessageBatch`.
+            PublishBatch publish_batch sns
+                (topic_arn: &str; entries: Vec<PublishBatchEntry>) -> PublishBatchResult,
+                target { topic_arn },
+                // The whole-batch rules at the default size limit, which every topic has (no topic
+                // attribute sets another).
+                check {
+                    $crate::model::topic::TopicArn::parse(topic_arn).and_then(|arn| {
+                        $crate::model::topic::check_publish_batch(
+                            &entries,
+                            $crate::model::topic::PublishTarget::new(arn.name()),
+                        )
+                    })
+                },
+                default {
+                    let _ = (topic_arn, entries);
+                    std::future::ready(Err(without_sns("PublishBatch")))
+                };
+        }
+    };
+}
+
 pub mod layer;
 pub mod meter;
 
-/// What the engine needs from a queue service. The in-process
-/// [`Account`](crate::account::Account) and the aws-sdk transport answer alike, with the same
-/// [`ErrorKind`]s, so everything above this trait is tested once, on the account.
-///
-/// Every method mirrors the SQS or SNS action of the same name. The SNS methods answer
-/// [`ErrorKind::UnsupportedOperation`] unless implemented (see [the module](self)).
-pub trait Transport: Send + Sync + 'static {
-    /// `GetQueueUrl`.
-    fn get_queue_url(
-        &self,
-        name: &str,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send;
+/// Writes [`Transport`]: a method an action, with its default body if the row has one.
+macro_rules! transport_trait {
+    ($(
+        $(#[$doc:meta])*
+        $action:ident $method:ident $service:ident
+            ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
+            $target_kind:ident { $target:expr },
+            check { $check:expr }
+            $(, default $default:block)?;
+    )*) => {
+        /// What the engine needs from a queue service. The in-process
+        /// [`Account`](crate::account::Account) and the aws-sdk transport answer alike, with the
+        /// same [`ErrorKind`]s, so everything above this trait is tested once, on the account.
+        ///
+        /// Every method mirrors the SQS or SNS action of the same name. The SNS methods answer
+        /// [`ErrorKind::UnsupportedOperation`] unless implemented (see [the module](self)).
+        pub trait Transport: Send + Sync + 'static {
+            $(
+                transport_method! {
+                    $(#[$doc])*
+                    $method ($($arg: &$arg_ty),* $(; $owned: $owned_ty)?) -> $answer
+                    $(, $default)?
+                }
+            )*
 
-    /// `CreateQueue`: creates the queue or returns the URL of an identical one.
-    fn create_queue(
-        &self,
-        name: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send;
+            /// Whether [`peek_messages`](Self::peek_messages) is implemented: a look at a queue's
+            /// messages that changes nothing. SQS has no such call (a receive counts and hides what
+            /// it returns), so by default a transport does not peek; the in-process account does.
+            fn peeks(&self) -> bool {
+                false
+            }
 
-    /// `GetQueueAttributes`.
-    fn get_queue_attributes(
-        &self,
-        queue_url: &str,
-        names: &[&str],
-    ) -> impl Future<Output = Result<QueueAttributes, TransportError>> + Send;
+            /// Whether a `ReceiveMessage` dropped before it answers has taken no message. Over a
+            /// network it may have: the server still hands messages to the abandoned call, and they
+            /// stay invisible for their visibility timeout. So by default the engine lets a receive
+            /// in flight at shutdown finish (within the long poll) and releases what it got; a
+            /// backend that takes messages only as it answers says `true` here, and shutdown drops
+            /// the wait instead.
+            fn abandoned_receive_takes_nothing(&self) -> bool {
+                false
+            }
 
-    /// `SetQueueAttributes`: all or nothing. The broker sets a queue's `Policy` with it, to let
-    /// the topics the queue is subscribed to send to it.
-    fn set_queue_attributes(
-        &self,
-        queue_url: &str,
-        attributes: QueueAttributes,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        let _ = (queue_url, attributes);
-        std::future::ready(Err(TransportError::service(
-            ErrorKind::UnsupportedOperation,
-            "this transport does not implement `SetQueueAttributes`, which subscribing a queue to a \
-             topic needs (the queue's policy); implement it, or use a transport that has it",
-        )))
-    }
-
-    /// `SendMessageBatch`.
-    fn send_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<SendBatchEntry>,
-    ) -> impl Future<Output = Result<BatchResult<SentMessage>, TransportError>> + Send;
-
-    /// `ReceiveMessage`.
-    fn receive_message(
-        &self,
-        queue_url: &str,
-        request: ReceiveMessage,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, TransportError>> + Send;
-
-    /// `DeleteMessageBatch`.
-    fn delete_message_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<DeleteEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send;
-
-    /// `ChangeMessageVisibilityBatch`.
-    fn change_message_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> impl Future<Output = Result<BatchResult<()>, TransportError>> + Send;
-
-    /// `ListQueues`: the URLs of the queues whose names start with `prefix` (every page, in one
-    /// list, sorted).
-    fn list_queues(
-        &self,
-        prefix: &str,
-    ) -> impl Future<Output = Result<Vec<String>, TransportError>> + Send {
-        let _ = prefix;
-        std::future::ready(Err(without_operation("ListQueues", "listing queues")))
-    }
-
-    /// `PurgeQueue`: deletes every message of the queue, in flight or not (SQS allows one purge
-    /// a minute).
-    fn purge_queue(
-        &self,
-        queue_url: &str,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send {
-        let _ = queue_url;
-        std::future::ready(Err(without_operation("PurgeQueue", "purging a queue")))
-    }
-
-    /// Whether [`peek_messages`](Self::peek_messages) is implemented: a look at a queue's
-    /// messages that changes nothing. SQS has no such call (a receive counts and hides what it
-    /// returns), so by default a transport does not peek; the in-process account does.
-    fn peeks(&self) -> bool {
-        false
-    }
-
-    /// A look at up to `request.max` of the queue's messages in storage order, after skipping
-    /// `request.offset`, that changes nothing: no receive counted, no visibility changed. Only a
-    /// transport that [`peeks`](Self::peeks) implements it.
-    fn peek_messages(
-        &self,
-        queue_url: &str,
-        request: PeekMessages,
-    ) -> impl Future<Output = Result<Vec<PeekedMessage>, TransportError>> + Send {
-        let _ = (queue_url, request);
-        std::future::ready(Err(without_operation(
-            "PeekMessages",
-            "peeking without receiving (SQS has no such call)",
-        )))
-    }
-
-    /// SNS `CreateTopic`: creates the topic (FIFO with `FifoTopic=true`) and returns its ARN, or
-    /// the ARN of the topic of this name if its attributes are the ones given.
-    fn create_topic(
-        &self,
-        name: &str,
-        attributes: TopicAttributes,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let _ = (name, attributes);
-        std::future::ready(Err(without_sns("CreateTopic")))
-    }
-
-    /// SNS `GetTopicAttributes`.
-    fn get_topic_attributes(
-        &self,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<TopicAttributes, TransportError>> + Send {
-        let _ = topic_arn;
-        std::future::ready(Err(without_sns("GetTopicAttributes")))
-    }
-
-    /// SNS `Subscribe`: returns the subscription's ARN (SNS's `ReturnSubscriptionArn`), the
-    /// existing one's when the endpoint is subscribed already with the attributes given.
-    fn subscribe(
-        &self,
-        request: Subscribe,
-    ) -> impl Future<Output = Result<String, TransportError>> + Send {
-        let _ = request;
-        std::future::ready(Err(without_sns("Subscribe")))
-    }
-
-    /// SNS `GetSubscriptionAttributes`.
-    fn get_subscription_attributes(
-        &self,
-        subscription_arn: &str,
-    ) -> impl Future<Output = Result<SubscriptionAttributes, TransportError>> + Send {
-        let _ = subscription_arn;
-        std::future::ready(Err(without_sns("GetSubscriptionAttributes")))
-    }
-
-    /// SNS `ListSubscriptionsByTopic`: every page, in one list.
-    fn list_subscriptions_by_topic(
-        &self,
-        topic_arn: &str,
-    ) -> impl Future<Output = Result<Vec<Subscription>, TransportError>> + Send {
-        let _ = topic_arn;
-        std::future::ready(Err(without_sns("ListSubscriptionsByTopic")))
-    }
-
-    /// SNS `PublishBatch` (a single publish is a batch of one): each entry succeeds or fails
-    /// alone, as in `SendMessageBatch`.
-    fn publish_batch(
-        &self,
-        topic_arn: &str,
-        entries: Vec<PublishBatchEntry>,
-    ) -> impl Future<Output = Result<PublishBatchResult, TransportError>> + Send {
-        let _ = (topic_arn, entries);
-        std::future::ready(Err(without_sns("PublishBatch")))
-    }
-
-    /// Whether a `ReceiveMessage` dropped before it answers has taken no message. Over a network
-    /// it may have: the server still hands messages to the abandoned call, and they stay
-    /// invisible for their visibility timeout. So by default the engine lets a receive in flight
-    /// at shutdown finish (within the long poll) and releases what it got; a backend that takes
-    /// messages only as it answers says `true` here, and shutdown drops the wait instead.
-    fn abandoned_receive_takes_nothing(&self) -> bool {
-        false
-    }
-
-    /// The longest one attempt of a call may take before it is given up, if the transport bounds
-    /// it: a subscription's long poll must be shorter, or every receive is cut and retried.
-    fn attempt_timeout(&self) -> Option<std::time::Duration> {
-        None
-    }
+            /// The longest one attempt of a call may take before it is given up, if the transport
+            /// bounds it: a subscription's long poll must be shorter, or every receive is cut and
+            /// retried.
+            fn attempt_timeout(&self) -> Option<std::time::Duration> {
+                None
+            }
+        }
+    };
 }
+
+/// One method of [`Transport`]: required, or with the row's default body.
+macro_rules! transport_method {
+    (
+        $(#[$doc:meta])*
+        $method:ident ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty
+    ) => {
+        $(#[$doc])*
+        fn $method(
+            &self,
+            $($arg: &$arg_ty,)*
+            $($owned: $owned_ty)?
+        ) -> impl Future<Output = Result<$answer, TransportError>> + Send;
+    };
+    (
+        $(#[$doc:meta])*
+        $method:ident ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
+        $default:block
+    ) => {
+        $(#[$doc])*
+        fn $method(
+            &self,
+            $($arg: &$arg_ty,)*
+            $($owned: $owned_ty)?
+        ) -> impl Future<Output = Result<$answer, TransportError>> + Send $default
+    };
+}
+
+transport_actions!(transport_trait);
 
 /// What an SNS call answers on a transport that does not implement it.
 fn without_sns(action: &str) -> TransportError {
@@ -234,216 +349,58 @@ fn without_operation(action: &str, what: &str) -> TransportError {
 
 pub use crate::task::BoxFuture;
 
-/// [`Transport`] behind a pointer, so a broker holds either backend as one type; every
-/// [`Transport`] is one.
-pub(crate) trait DynTransport: Send + Sync + 'static {
-    fn get_queue_url<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<String, TransportError>>;
-    fn create_queue<'a>(
-        &'a self,
-        name: &'a str,
-        attributes: QueueAttributes,
-    ) -> BoxFuture<'a, Result<String, TransportError>>;
-    fn get_queue_attributes<'a>(
-        &'a self,
-        queue_url: &'a str,
-        names: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<QueueAttributes, TransportError>>;
-    // Made by the resolver of topic subscriptions; until then by tests.
-    #[cfg_attr(not(test), allow(dead_code))]
-    fn set_queue_attributes<'a>(
-        &'a self,
-        queue_url: &'a str,
-        attributes: QueueAttributes,
-    ) -> BoxFuture<'a, Result<(), TransportError>>;
-    fn send_message_batch<'a>(
-        &'a self,
-        queue_url: &'a str,
-        entries: Vec<SendBatchEntry>,
-    ) -> BoxFuture<'a, Result<BatchResult<SentMessage>, TransportError>>;
-    fn receive_message<'a>(
-        &'a self,
-        queue_url: &'a str,
-        request: ReceiveMessage,
-    ) -> BoxFuture<'a, Result<Vec<ReceivedMessage>, TransportError>>;
-    fn delete_message_batch<'a>(
-        &'a self,
-        queue_url: &'a str,
-        entries: Vec<DeleteEntry>,
-    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
-    fn change_message_visibility_batch<'a>(
-        &'a self,
-        queue_url: &'a str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>>;
-    fn list_queues<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<String>, TransportError>>;
-    fn purge_queue<'a>(&'a self, queue_url: &'a str) -> BoxFuture<'a, Result<(), TransportError>>;
-    fn peeks(&self) -> bool;
-    fn peek_messages<'a>(
-        &'a self,
-        queue_url: &'a str,
-        request: PeekMessages,
-    ) -> BoxFuture<'a, Result<Vec<PeekedMessage>, TransportError>>;
-    // The SNS calls: made by the broker's SNS publisher; until then
-    // by tests only.
-    #[cfg_attr(not(test), allow(dead_code))]
-    fn create_topic<'a>(
-        &'a self,
-        name: &'a str,
-        attributes: TopicAttributes,
-    ) -> BoxFuture<'a, Result<String, TransportError>>;
-    #[cfg_attr(not(test), allow(dead_code))]
-    fn get_topic_attributes<'a>(
-        &'a self,
-        topic_arn: &'a str,
-    ) -> BoxFuture<'a, Result<TopicAttributes, TransportError>>;
-    #[cfg_attr(not(test), allow(dead_code))]
-    fn subscribe<'a>(&'a self, request: Subscribe)
-        -> BoxFuture<'a, Result<String, TransportError>>;
-    #[cfg_attr(not(test), allow(dead_code))]
-    fn get_subscription_attributes<'a>(
-        &'a self,
-        subscription_arn: &'a str,
-    ) -> BoxFuture<'a, Result<SubscriptionAttributes, TransportError>>;
-    #[cfg_attr(not(test), allow(dead_code))]
-    fn list_subscriptions_by_topic<'a>(
-        &'a self,
-        topic_arn: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Subscription>, TransportError>>;
-    #[cfg_attr(not(test), allow(dead_code))]
-    fn publish_batch<'a>(
-        &'a self,
-        topic_arn: &'a str,
-        entries: Vec<PublishBatchEntry>,
-    ) -> BoxFuture<'a, Result<PublishBatchResult, TransportError>>;
-    fn abandoned_receive_takes_nothing(&self) -> bool;
-    fn attempt_timeout(&self) -> Option<std::time::Duration>;
+/// Writes [`DynTransport`] and its blanket implementation: each action's future boxed.
+macro_rules! dyn_transport {
+    ($(
+        $(#[$doc:meta])*
+        $action:ident $method:ident $service:ident
+            ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
+            $target_kind:ident { $target:expr },
+            check { $check:expr }
+            $(, default $default:block)?;
+    )*) => {
+        /// [`Transport`] behind a pointer, so a broker holds either backend as one type; every
+        /// [`Transport`] is one.
+        // Some actions are made only by the operators' tools, the SNS resolver or tests, which a
+        // build may not have.
+        #[allow(dead_code)]
+        pub(crate) trait DynTransport: Send + Sync + 'static {
+            $(
+                fn $method<'a>(
+                    &'a self,
+                    $($arg: &'a $arg_ty,)*
+                    $($owned: $owned_ty)?
+                ) -> BoxFuture<'a, Result<$answer, TransportError>>;
+            )*
+            fn peeks(&self) -> bool;
+            fn abandoned_receive_takes_nothing(&self) -> bool;
+            fn attempt_timeout(&self) -> Option<std::time::Duration>;
+        }
+
+        impl<T: Transport> DynTransport for T {
+            $(
+                fn $method<'a>(
+                    &'a self,
+                    $($arg: &'a $arg_ty,)*
+                    $($owned: $owned_ty)?
+                ) -> BoxFuture<'a, Result<$answer, TransportError>> {
+                    Box::pin(Transport::$method(self, $($arg,)* $($owned)?))
+                }
+            )*
+            fn peeks(&self) -> bool {
+                Transport::peeks(self)
+            }
+            fn abandoned_receive_takes_nothing(&self) -> bool {
+                Transport::abandoned_receive_takes_nothing(self)
+            }
+            fn attempt_timeout(&self) -> Option<std::time::Duration> {
+                Transport::attempt_timeout(self)
+            }
+        }
+    };
 }
 
-impl<T: Transport> DynTransport for T {
-    fn get_queue_url<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<String, TransportError>> {
-        Box::pin(Transport::get_queue_url(self, name))
-    }
-    fn create_queue<'a>(
-        &'a self,
-        name: &'a str,
-        attributes: QueueAttributes,
-    ) -> BoxFuture<'a, Result<String, TransportError>> {
-        Box::pin(Transport::create_queue(self, name, attributes))
-    }
-    fn get_queue_attributes<'a>(
-        &'a self,
-        queue_url: &'a str,
-        names: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<QueueAttributes, TransportError>> {
-        Box::pin(Transport::get_queue_attributes(self, queue_url, names))
-    }
-    fn set_queue_attributes<'a>(
-        &'a self,
-        queue_url: &'a str,
-        attributes: QueueAttributes,
-    ) -> BoxFuture<'a, Result<(), TransportError>> {
-        Box::pin(Transport::set_queue_attributes(self, queue_url, attributes))
-    }
-    fn send_message_batch<'a>(
-        &'a self,
-        queue_url: &'a str,
-        entries: Vec<SendBatchEntry>,
-    ) -> BoxFuture<'a, Result<BatchResult<SentMessage>, TransportError>> {
-        Box::pin(Transport::send_message_batch(self, queue_url, entries))
-    }
-    fn receive_message<'a>(
-        &'a self,
-        queue_url: &'a str,
-        request: ReceiveMessage,
-    ) -> BoxFuture<'a, Result<Vec<ReceivedMessage>, TransportError>> {
-        Box::pin(Transport::receive_message(self, queue_url, request))
-    }
-    fn delete_message_batch<'a>(
-        &'a self,
-        queue_url: &'a str,
-        entries: Vec<DeleteEntry>,
-    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
-        Box::pin(Transport::delete_message_batch(self, queue_url, entries))
-    }
-    fn change_message_visibility_batch<'a>(
-        &'a self,
-        queue_url: &'a str,
-        entries: Vec<ChangeVisibilityEntry>,
-    ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
-        Box::pin(Transport::change_message_visibility_batch(
-            self, queue_url, entries,
-        ))
-    }
-    fn list_queues<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<String>, TransportError>> {
-        Box::pin(Transport::list_queues(self, prefix))
-    }
-    fn purge_queue<'a>(&'a self, queue_url: &'a str) -> BoxFuture<'a, Result<(), TransportError>> {
-        Box::pin(Transport::purge_queue(self, queue_url))
-    }
-    fn peeks(&self) -> bool {
-        Transport::peeks(self)
-    }
-    fn peek_messages<'a>(
-        &'a self,
-        queue_url: &'a str,
-        request: PeekMessages,
-    ) -> BoxFuture<'a, Result<Vec<PeekedMessage>, TransportError>> {
-        Box::pin(Transport::peek_messages(self, queue_url, request))
-    }
-    fn create_topic<'a>(
-        &'a self,
-        name: &'a str,
-        attributes: TopicAttributes,
-    ) -> BoxFuture<'a, Result<String, TransportError>> {
-        Box::pin(Transport::create_topic(self, name, attributes))
-    }
-    fn get_topic_attributes<'a>(
-        &'a self,
-        topic_arn: &'a str,
-    ) -> BoxFuture<'a, Result<TopicAttributes, TransportError>> {
-        Box::pin(Transport::get_topic_attributes(self, topic_arn))
-    }
-    fn subscribe<'a>(
-        &'a self,
-        request: Subscribe,
-    ) -> BoxFuture<'a, Result<String, TransportError>> {
-        Box::pin(Transport::subscribe(self, request))
-    }
-    fn get_subscription_attributes<'a>(
-        &'a self,
-        subscription_arn: &'a str,
-    ) -> BoxFuture<'a, Result<SubscriptionAttributes, TransportError>> {
-        Box::pin(Transport::get_subscription_attributes(
-            self,
-            subscription_arn,
-        ))
-    }
-    fn list_subscriptions_by_topic<'a>(
-        &'a self,
-        topic_arn: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Subscription>, TransportError>> {
-        Box::pin(Transport::list_subscriptions_by_topic(self, topic_arn))
-    }
-    fn publish_batch<'a>(
-        &'a self,
-        topic_arn: &'a str,
-        entries: Vec<PublishBatchEntry>,
-    ) -> BoxFuture<'a, Result<PublishBatchResult, TransportError>> {
-        Box::pin(Transport::publish_batch(self, topic_arn, entries))
-    }
-    fn abandoned_receive_takes_nothing(&self) -> bool {
-        Transport::abandoned_receive_takes_nothing(self)
-    }
-    fn attempt_timeout(&self) -> Option<std::time::Duration> {
-        Transport::attempt_timeout(self)
-    }
-}
+transport_actions!(dyn_transport);
 
 /// The transport a broker and its engine share.
 pub(crate) type SharedTransport = Arc<dyn DynTransport>;
