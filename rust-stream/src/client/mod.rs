@@ -480,7 +480,7 @@ impl Client {
             .or_insert_with(|| {
                 let transport = self.transport.clone();
                 if fifo {
-                    send::Sender::fifo(transport, url, send::FIFO_SEND_SHARDS)
+                    send::Sender::fifo(transport, url, send::FIFO_SEND_CALLS)
                 } else {
                     send::Sender::standard(transport, url, self.settings())
                 }

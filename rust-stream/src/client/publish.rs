@@ -13,7 +13,7 @@ use crate::propagation::TraceHeaders;
 use crate::transport::{Publish, Published, TransportError};
 
 use super::batch::PublishBatch;
-use super::send::{Sender, FIFO_SEND_SHARDS};
+use super::send::{Sender, FIFO_SEND_CALLS};
 use super::Client;
 
 impl Client {
@@ -75,7 +75,7 @@ impl Client {
             .or_insert_with(|| {
                 let transport = self.transport.clone();
                 if fifo {
-                    Sender::fifo_of(transport, topic_arn, FIFO_SEND_SHARDS)
+                    Sender::fifo_of(transport, topic_arn, FIFO_SEND_CALLS)
                 } else {
                     Sender::standard_of(transport, topic_arn, self.settings())
                 }
