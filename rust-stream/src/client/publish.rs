@@ -65,8 +65,8 @@ impl Client {
         answered
     }
 
-    /// The topic's sender, started on first use: on a FIFO topic, in-order batchers picked by
-    /// group, as a FIFO queue's.
+    /// The topic's sender, started on first use: on a FIFO topic, calls formed by group, as a
+    /// FIFO queue's.
     fn publisher(&self, topic_arn: &str, fifo: bool) -> Sender<PublishBatch> {
         let mut batchers = self.batchers();
         batchers
