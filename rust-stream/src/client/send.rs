@@ -243,6 +243,11 @@ impl<A: Grouped> Lines<A> {
     /// Forms and starts the calls that may go now (see [the module](self)); with `wait_over`,
     /// those that are not full too.
     fn pump(&mut self, this: &Arc<Mutex<Self>>, wait_over: bool) {
+        // A call ended as its runtime shut down: no call can start, and what waits is answered
+        // as stopped once the lines are dropped.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
         while self.calls < self.max_calls && !self.ready.is_empty() {
             if !wait_over && !self.fill_a_call() && !self.light() {
                 self.wait_for_company(this);
