@@ -582,7 +582,7 @@ impl RealLatencyReport {
         if let Some(first) = self.publish.first() {
             let _ = writeln!(
                 out,
-                "\nIn process, every SQS call taking {} ms: publish {} messages (FIFO over 50 groups). Limit: the best of 1–16 plain loops of SendMessageBatch of 10 at once, each FIFO group in one loop.\n",
+                "\nIn process, every SQS call taking {} ms: publish {} messages (one hot FIFO group: a tenth). Limit: the best of 1–16 plain loops of SendMessageBatch of 10 at once, each FIFO group in one loop.\n",
                 self.round_trip_ms,
                 thousands(first.messages)
             );
