@@ -253,7 +253,26 @@ fn on_localstack_a_small_run_reports_the_engine_beside_a_plain_sdk_loop() {
     }
 
     let publish = rows(&report, "/localstack/publish");
-    assert_eq!(publish.len(), 2);
+    let cases: Vec<(&str, &str)> = publish
+        .iter()
+        .map(|row| {
+            (
+                row["workload"].as_str().unwrap(),
+                row["how"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        cases,
+        [
+            ("standard", "one send_batch"),
+            ("FIFO, 50 groups", "one send_batch"),
+            ("standard", "a send() each, 64 tasks"),
+            ("FIFO, 1 hot group", "a send() each, 64 tasks"),
+            ("FIFO, 50 groups", "a send() each, 64 tasks"),
+            ("FIFO, 1,000 groups", "a send() each, 64 tasks"),
+        ]
+    );
     for row in publish {
         assert_beside_limit(row, "msgs_per_sec", "limit_msgs_per_sec");
         assert_median_of_runs(row, 2);

@@ -25,6 +25,39 @@ use crate::Fallible;
 
 const WORKLOADS: [Workload; 2] = [Workload::Standard, Workload::Fifo { groups: 50 }];
 
+/// The publish rows: each workload through one `send_batch`, and a `send()` each from
+/// [`SENDING_TASKS`] tasks over one hot group, 50 and 1,000 groups (and standard beside them).
+const PUBLISH: [(Workload, PublishWith); 6] = [
+    (Workload::Standard, PublishWith::SendBatch),
+    (Workload::Fifo { groups: 50 }, PublishWith::SendBatch),
+    (Workload::Standard, PublishWith::SingleSends),
+    (Workload::Fifo { groups: 1 }, PublishWith::SingleSends),
+    (Workload::Fifo { groups: 50 }, PublishWith::SingleSends),
+    (Workload::Fifo { groups: 1_000 }, PublishWith::SingleSends),
+];
+
+/// Tasks publishing at once in the single-send rows, each awaiting its `send()` before its next:
+/// a service answering many requests, each publishing one message.
+pub const SENDING_TASKS: usize = 64;
+
+/// How a publish row's messages are handed to the publisher.
+#[derive(Debug, Clone, Copy)]
+enum PublishWith {
+    /// One `send_batch` of every message.
+    SendBatch,
+    /// A `send()` each, from [`SENDING_TASKS`] tasks taking the next order in turn.
+    SingleSends,
+}
+
+impl PublishWith {
+    fn label(self) -> String {
+        match self {
+            Self::SendBatch => "one send_batch".to_owned(),
+            Self::SingleSends => format!("a send() each, {SENDING_TASKS} tasks"),
+        }
+    }
+}
+
 /// Pollers of the consume rows; the plain loop runs as many loops.
 const POLLERS: [usize; 2] = [1, 4];
 
@@ -95,12 +128,12 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
     }
 
     let mut publish = Vec::new();
-    for workload in WORKLOADS {
+    for (workload, with) in PUBLISH {
         let pair = median_pair(repeats, async |side| {
             let (name, url) = queues.empty(workload).await?;
             let figures = match side {
                 Side::Limit => plain_publish(&client, &url, workload, messages).await,
-                Side::Engine => engine_publish(&transport, &name, workload, messages).await,
+                Side::Engine => engine_publish(&transport, &name, workload, with, messages).await,
             };
             queues.delete(&url).await?;
             figures
@@ -108,6 +141,7 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
         .await?;
         let row = PublishRow {
             workload: workload.label(),
+            how: with.label(),
             messages,
             msgs_per_sec: pair.engine.msgs_per_sec,
             limit_msgs_per_sec: pair.limit.msgs_per_sec,
@@ -118,8 +152,9 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
             limit_runs_msgs_per_sec: pair.limit_runs,
         };
         eprintln!(
-            "localstack publish {}: {} msg/s, limit {} msg/s ({:.2}x); {:.3} calls a message, limit {:.3}",
+            "localstack publish {}, {}: {} msg/s, limit {} msg/s ({:.2}x); {:.3} calls a message, limit {:.3}",
             row.workload,
+            row.how,
             thousands(row.msgs_per_sec as u64),
             thousands(row.limit_msgs_per_sec as u64),
             row.ratio,
@@ -380,24 +415,53 @@ async fn plain_consume(
     })
 }
 
-/// Publishes the orders with one `send_batch` through a fresh broker.
+/// Publishes the orders through a fresh broker: with one `send_batch`, or with a `send()` each
+/// from [`SENDING_TASKS`] tasks, each taking the next order once its last send was answered.
 async fn engine_publish(
     transport: &AwsTransport,
     queue: &str,
     workload: Workload,
+    with: PublishWith,
     messages: u64,
 ) -> Fallible<Figures> {
     let broker = SqsBroker::with_transport(transport.clone());
     let publisher = broker.publisher(SqsQueue::new(queue));
-    let orders: Vec<Order> = (0..messages)
-        .map(|id| Order::new(id, workload.customers(), 0))
-        .collect();
+    let orders: Arc<Vec<Order>> = Arc::new(
+        (0..messages)
+            .map(|id| Order::new(id, workload.customers(), 0))
+            .collect(),
+    );
     let started = Instant::now();
-    let batch = orders
-        .iter()
-        .map(|order| workload.outgoing(&publisher, order));
-    for result in publisher.send_batch(batch).await {
-        result?;
+    match with {
+        PublishWith::SendBatch => {
+            let batch = orders
+                .iter()
+                .map(|order| workload.outgoing(&publisher, order));
+            for result in publisher.send_batch(batch).await {
+                result?;
+            }
+        }
+        PublishWith::SingleSends => {
+            let next = Arc::new(AtomicU64::new(0));
+            let tasks: Vec<_> = (0..SENDING_TASKS)
+                .map(|_| {
+                    let (publisher, orders, next) =
+                        (publisher.clone(), orders.clone(), next.clone());
+                    tokio::spawn(async move {
+                        loop {
+                            let id = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(order) = orders.get(id as usize) else {
+                                return Fallible::Ok(());
+                            };
+                            workload.outgoing(&publisher, order).send().await?;
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                tokio::time::timeout(PATIENCE, task).await???;
+            }
+        }
     }
     let took = started.elapsed();
     Ok(Figures {

@@ -12,7 +12,8 @@
 //!   (without delay), then one `#[subscriber]` at default settings consumes it until the last
 //!   message is deleted. Limit: N plain loops (ReceiveMessage of 10, decode, DeleteMessageBatch)
 //!   for N in [`LOOPS`]; the best of them, and at which N.
-//! - **Publish** (standard; FIFO over 50 groups): every message through one `send_batch`, or
+//! - **Publish** (standard; FIFO over 50 groups, one hot group (a tenth as many) and 1,000
+//!   groups): every message through one `send_batch`, or
 //!   each through its own `send()`, all started at once (as a service answering many requests
 //!   publishes). Limit: N plain loops of SendMessageBatch of 10 (on FIFO each group in one loop),
 //!   the best N.
@@ -51,8 +52,14 @@ const CONSUME: [Workload; 3] = [
     Workload::Fifo { groups: 1 },
 ];
 
-/// The publish workloads.
-const PUBLISH: [Workload; 2] = [Workload::Standard, Workload::Fifo { groups: 50 }];
+/// The publish workloads: FIFO over one hot group (a tenth as many messages, as it goes one
+/// call at a time) and over 1,000 groups beside 50.
+const PUBLISH: [Workload; 4] = [
+    Workload::Standard,
+    Workload::Fifo { groups: 50 },
+    Workload::Fifo { groups: 1 },
+    Workload::Fifo { groups: 1_000 },
+];
 
 /// How a publish row's messages are handed to the publisher.
 #[derive(Debug, Clone, Copy)]
@@ -140,18 +147,29 @@ pub async fn run(options: &Options) -> Fallible<RealLatencyReport> {
 
     let mut publish = Vec::new();
     for workload in PUBLISH {
+        let hot = workload == (Workload::Fifo { groups: 1 });
+        let count = if hot {
+            (messages / 10).max(100)
+        } else {
+            messages
+        };
         let mut sweep = Vec::new();
         for loops in LOOPS {
-            let share = sweep_count(messages, loops);
+            // One group is one loop's however many run: the run is as long with the count alone.
+            let share = if hot {
+                count
+            } else {
+                sweep_count(count, loops)
+            };
             let figures = plain_publish(workload, round_trip, loops, share).await?;
             sweep.push(SweepPoint::of(loops, share, &figures));
         }
         for with in [PublishWith::SendBatch, PublishWith::SingleSends] {
-            let engine = engine_publish(workload, round_trip, with, messages).await?;
+            let engine = engine_publish(workload, round_trip, with, count).await?;
             publish.push(row(
                 workload.label(),
                 with.label().to_owned(),
-                messages,
+                count,
                 engine,
                 sweep.clone(),
             ));

@@ -159,6 +159,9 @@ pub struct ConsumeRow {
 #[derive(Debug, Serialize)]
 pub struct PublishRow {
     pub workload: String,
+    /// How the messages are handed to the publisher: one `send_batch`, or a `send()` each from
+    /// many tasks.
+    pub how: String,
     pub messages: u64,
     pub msgs_per_sec: f64,
     /// Four plain `SendMessageBatch` loops.
@@ -443,8 +446,9 @@ impl Report {
             if let Some(first) = live.publish.first() {
                 let _ = writeln!(
                     out,
-                    "\nLocalStack: publish {} messages with one `send_batch` (FIFO over 50 groups); the median of {} runs. Limit: 4 plain SendMessageBatch loops of 10 at once, each FIFO group in one loop.\n",
+                    "\nLocalStack: publish {} messages with one `send_batch`, or with a `send()` each from {} tasks at once, each awaiting its send before its next (a service publishing as it answers requests); the median of {} runs. Limit: 4 plain SendMessageBatch loops of 10 at once, each FIFO group in one loop (one hot group: one loop).\n",
                     thousands(first.messages),
+                    crate::localstack::SENDING_TASKS,
                     first.runs_msgs_per_sec.len()
                 );
                 let rows = live
@@ -453,6 +457,7 @@ impl Report {
                     .map(|row| {
                         vec![
                             row.workload.clone(),
+                            row.how.clone(),
                             rate(row.msgs_per_sec),
                             rate(row.limit_msgs_per_sec),
                             format!("{:.2}x", row.ratio),
@@ -464,6 +469,7 @@ impl Report {
                 out += &table(
                     &[
                         "workload",
+                        "how",
                         "rust-stream msg/s",
                         "limit msg/s",
                         "ratio",
@@ -576,7 +582,7 @@ impl RealLatencyReport {
         if let Some(first) = self.publish.first() {
             let _ = writeln!(
                 out,
-                "\nIn process, every SQS call taking {} ms: publish {} messages (FIFO over 50 groups). Limit: the best of 1–16 plain loops of SendMessageBatch of 10 at once, each FIFO group in one loop.\n",
+                "\nIn process, every SQS call taking {} ms: publish {} messages (one hot FIFO group: a tenth). Limit: the best of 1–16 plain loops of SendMessageBatch of 10 at once, each FIFO group in one loop.\n",
                 self.round_trip_ms,
                 thousands(first.messages)
             );

@@ -5,7 +5,8 @@
 //!   the send pipeline.
 //! - [`batch`]: the batcher every batched SQS action goes through (send, delete, change
 //!   visibility): calls of up to 10 entries, gathered for a linger, retried with backoff.
-//! - [`send`]: the senders, one per queue (sharded by group on FIFO, so each group stays in order).
+//! - [`send`]: the senders, one per queue (on FIFO, calls formed by group, so each group stays in
+//!   order).
 //! - [`lease`]: a held message's claim on its visibility, settled exactly once.
 //! - [`topic`]: what a broker learns of an SNS topic once (its ARN, the attributes a publish is
 //!   checked against); `topic_lookup`: how it looks one up (created when asked), and the queue
@@ -497,8 +498,8 @@ impl Client {
     }
 
     /// The queue's sender, started on first use. A FIFO queue's sends go out one call at a time
-    /// per group, through in-order batchers picked by group, so no group is reordered while
-    /// groups go out side by side.
+    /// per group, in calls formed from what waits, so no group is reordered while groups go out
+    /// side by side.
     fn sender(&self, url: &str, fifo: bool) -> send::Sender {
         let mut batchers = self.batchers();
         batchers
@@ -507,7 +508,7 @@ impl Client {
             .or_insert_with(|| {
                 let transport = self.transport.clone();
                 if fifo {
-                    send::Sender::fifo(transport, url, send::FIFO_SEND_SHARDS)
+                    send::Sender::fifo(transport, url, send::FIFO_SEND_CALLS)
                 } else {
                     send::Sender::standard(transport, url, self.settings())
                 }

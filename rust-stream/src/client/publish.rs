@@ -13,7 +13,7 @@ use crate::propagation::TraceHeaders;
 use crate::transport::{Publish, Published, TransportError};
 
 use super::batch::PublishBatch;
-use super::send::{Sender, FIFO_SEND_SHARDS};
+use super::send::{Sender, FIFO_SEND_CALLS};
 use super::Client;
 
 impl Client {
@@ -65,8 +65,8 @@ impl Client {
         answered
     }
 
-    /// The topic's sender, started on first use: on a FIFO topic, in-order batchers picked by
-    /// group, as a FIFO queue's.
+    /// The topic's sender, started on first use: on a FIFO topic, calls formed by group, as a
+    /// FIFO queue's.
     fn publisher(&self, topic_arn: &str, fifo: bool) -> Sender<PublishBatch> {
         let mut batchers = self.batchers();
         batchers
@@ -75,7 +75,7 @@ impl Client {
             .or_insert_with(|| {
                 let transport = self.transport.clone();
                 if fifo {
-                    Sender::fifo_of(transport, topic_arn, FIFO_SEND_SHARDS)
+                    Sender::fifo_of(transport, topic_arn, FIFO_SEND_CALLS)
                 } else {
                     Sender::standard_of(transport, topic_arn, self.settings())
                 }

@@ -130,7 +130,7 @@ impl<A: Action> Flush<A> {
             .collect();
         let answers = &mut self.answers;
         // An entry behind a failed one of its group in its submission is held: checked before
-        // every try, as that failure may be an earlier call's on the same in-order shard.
+        // every try, as that failure may be an earlier call's of the same group.
         let held = |i: usize| chains[i].and_then(|chain| chain.held(entries[i]));
         self.todo
             .retain(|&i| match A::withheld(entries[i]).or_else(|| held(i)) {
@@ -245,8 +245,8 @@ impl<A: Action> Flush<A> {
         for job in self.batch {
             let count = job.entries.len();
             let answered: Vec<_> = answers.by_ref().take(count).collect();
-            // Recorded before anyone hears, and before the shard's next call (it waits for this
-            // one): the submission's later entries of a failed group are held. The chain is let
+            // Recorded before anyone hears, and before the group's next call (formed once this
+            // one is answered): the submission's later entries of a failed group are held. The chain is let
             // go of first, so a submission whose last job this is has let go of its groups when
             // its caller wakes.
             if let Some(chain) = job.chain {

@@ -47,12 +47,11 @@ pub(super) struct Job<A: Action> {
 }
 
 /// One submission of entries to a FIFO target, shared by its jobs (a submission of more than 10
-/// entries is several jobs, one call after another on an in-order shard): once an entry is refused
+/// entries is several jobs or calls, one after another for a group): once an entry is refused
 /// or fails for good, the submission's later entries of its group are answered
 /// [`TransportError::HeldBehind`] without a call, so none is stored ahead of it. Dropped with
 /// its last job once that is answered (or with the submission, if no job was made), when it runs
-/// what the submitter left for then: a FIFO sender lets go of the submission's groups there, so
-/// a caller that stops waiting leaves nothing behind.
+/// what the submitter left for then.
 pub(crate) struct Chain<E> {
     group: fn(&E) -> &str,
     /// The groups that failed, each with what failed first.

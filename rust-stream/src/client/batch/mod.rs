@@ -34,6 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::transport::{SharedTransport, TransportError};
 
 pub(crate) use action::{Action, DeleteBatch, PublishBatch, SendBatch, VisibilityBatch};
+use flush::Flush;
 use gather::{gather, gather_with_company};
 use job::{chunks, stopped, Answer, Answers, Entries, Job, Reply};
 pub(crate) use job::{unanswered_within, BatchSettings, Chain, Company};
@@ -188,6 +189,67 @@ impl<A: Action> Batcher<A> {
             return Err(stopped());
         }
         answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+/// Where one entry's answer goes when its call is made outside a batcher (see [`Call`]).
+pub(crate) type AnswerTo<A> = oneshot::Sender<Result<<A as Action>::Output, TransportError>>;
+
+/// One call made outside any batcher, by a sender that picks each call's entries itself (a FIFO
+/// target's, which picks them by group: see `client::send`). It is made as a batcher's call is:
+/// failed entries retried for up to 20 s, an entry held behind a failed one of its group in its
+/// submission's [`Chain`], each entry answered on its own.
+pub(crate) struct Call<A: Action> {
+    jobs: Vec<Job<A>>,
+}
+
+impl<A: Action> Call<A> {
+    /// A call with no entries yet.
+    pub(crate) fn new() -> Self {
+        Self {
+            jobs: Vec::with_capacity(crate::model::rules::MAX_BATCH_ENTRIES),
+        }
+    }
+
+    /// Adds `entry` of `chain`'s submission, answered to `reply`.
+    pub(crate) fn push(
+        &mut self,
+        entry: A::Entry,
+        chain: Arc<Chain<A::Entry>>,
+        reply: AnswerTo<A>,
+    ) {
+        self.jobs.push(Job {
+            size: A::size(&entry),
+            entries: Entries::One(entry),
+            reply: Reply::WaitOne(reply),
+            eager: true,
+            chain: Some(chain),
+        });
+    }
+
+    /// Makes the call and answers each entry. `first_try_over` runs once the first try is over,
+    /// whether it answered every entry or left some to retries.
+    pub(crate) async fn run(
+        self,
+        transport: SharedTransport,
+        queue_url: Arc<str>,
+        first_try_over: impl FnOnce(),
+    ) {
+        let mut flush = Flush::new(transport, queue_url, self.jobs);
+        let retry = flush.try_once().await;
+        first_try_over();
+        if let Some(delay) = retry {
+            flush.retry_after(delay).await;
+        }
+        flush.answer();
+    }
+}
+
+impl<A: Action> std::fmt::Debug for Call<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("entries", &self.jobs.len())
+            .finish()
     }
 }
 
