@@ -8,7 +8,8 @@
 //! and the stop budget, so heartbeats extend and stops cancel); payments to a content-deduplicated
 //! FIFO queue consumed through the inbox, equal bodies sent again within and after SQS's 5-minute
 //! window; notes published to an SNS topic that fans out to a queue read by a batch handler
-//! whose calls fail some notes; outbox transactions of 1–15 rows a group, some rolled back,
+//! whose calls fail some notes; two message types on one standard queue, each routed by its type
+//! header to a handler of its own; outbox transactions of 1–15 rows a group, some rolled back,
 //! relayed by every app;
 //! a FIFO redrive whose target refuses oversize messages; and faults on the apps' lines to SQS:
 //! outages of 1–90 s (every call fails as unavailable), stalls (each call takes longer), and
@@ -27,7 +28,8 @@
 //! **The checkers read independent records**, never the app's counters: the ledger the handlers
 //! write (each call, each outcome, each inbox effect, written in the inbox's transaction), what
 //! the driver sent, committed and rolled back, and the account's own store (peeked):
-//! - `lost`: every work message and every note completed, or dead-lettered;
+//! - `lost`: every work message, every note and every routed message completed, or dead-lettered;
+//! - `misrouted`: a routed message only ever handled by the handler of its type;
 //! - `fifo-order`: per group, first completions in the order sent;
 //! - `dead-lettered-early`: nothing in the dead-letter queue that had fewer than 3 handler calls;
 //! - `inbox-once` and `inbox-at-least-once`: at most one effect per SQS message (the inbox's key),
@@ -91,6 +93,8 @@ const NOTES_TOPIC: &str = "sim-notes";
 const NOTES: &str = "sim-notes";
 const NOTES_DLQ: &str = "sim-notes-dlq";
 const HELD_DLQ: &str = "sim-held-dlq.fifo";
+/// Two message types on one standard queue, each routed to a handler of its own by its type header.
+const ROUTED: &str = "sim-routed";
 /// The work subscription's attempts before a message is dead-lettered.
 const ATTEMPTS: u32 = 3;
 /// The redrive target's `MaximumMessageSize`: an oversize held message is refused before the call.
@@ -131,6 +135,9 @@ enum Op {
     Refuse(u8),
     /// Redrives the held dead-letter queue to its target.
     Redrive,
+    /// Sends a routed message (a `Debit` when `debit`, else a `Credit`) to the routed queue,
+    /// whose handler fails its first `fails` calls.
+    Route { debit: bool, fails: u8 },
 }
 
 /// A seeded world: its settings and its script.
@@ -189,7 +196,15 @@ impl Scenario {
                 88..=90 => Op::Stall(1 + pick(15)),
                 91..=95 => Op::Refuse(1 + pick(3) as u8),
                 _ if !held.is_empty() => Op::Redrive,
-                _ => Op::Wait(1 + pick(10)),
+                // One draw, as the short wait this was before routed types: seeds without held
+                // messages changed only here.
+                _ => {
+                    let draw = pick(6);
+                    Op::Route {
+                        debit: draw % 2 == 1,
+                        fails: [0, 0, 1][(draw / 2) as usize],
+                    }
+                }
             };
             ops.push(op);
         }
@@ -235,6 +250,7 @@ enum Check {
     OutboxOrder,
     RedriveOrder,
     RedriveOnce,
+    Misrouted,
     Stuck,
 }
 
@@ -251,6 +267,7 @@ impl Check {
             Check::OutboxOrder => "outbox-order",
             Check::RedriveOrder => "redrive-order",
             Check::RedriveOnce => "redrive-once",
+            Check::Misrouted => "misrouted",
             Check::Stuck => "stuck",
         }
     }
@@ -458,6 +475,11 @@ struct Ledger {
     note_failures: BTreeMap<u32, u32>,
     /// Notes completed.
     notes_done: BTreeSet<u32>,
+    /// Per routed message: the type of each handler that took a call of it.
+    routed_calls: BTreeMap<u32, Vec<&'static str>>,
+    routed_failures: BTreeMap<u32, u32>,
+    /// Routed messages completed.
+    routed_done: BTreeSet<u32>,
 }
 
 type SharedLedger = Arc<Mutex<Ledger>>;
@@ -568,6 +590,76 @@ fn notes_queue(seed: u64) -> SqsQueue {
         .retry(RetryPolicy::fixed(Duration::from_secs(1)).seeded(seed))
 }
 
+/// A routed message: one of two types with the same fields, so a message given to the other
+/// type's handler decodes there, and only the ledger tells.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Credit {
+    n: u32,
+    fails: u8,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Debit {
+    n: u32,
+    fails: u8,
+}
+
+/// The routed queue's handlers: one per type, writing which type took each call.
+struct Teller {
+    dead: Arc<AtomicBool>,
+    ledger: SharedLedger,
+}
+
+impl Teller {
+    fn call(&self, kind: &'static str, n: u32, fails: u8) -> Result<(), HandlerOutcome> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(HandlerOutcome::retry());
+        }
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger.routed_calls.entry(n).or_default().push(kind);
+        let failed = ledger.routed_failures.entry(n).or_default();
+        if *failed < u32::from(fails) {
+            *failed += 1;
+            return Err(HandlerOutcome::retry());
+        }
+        ledger.routed_done.insert(n);
+        Ok(())
+    }
+}
+
+struct Credits(Teller);
+struct Debits(Teller);
+
+impl Handle<Credit> for Credits {
+    async fn handle(
+        &self,
+        credit: &Credit,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.0.call("Credit", credit.n, credit.fails)
+    }
+}
+
+impl Handle<Debit> for Debits {
+    async fn handle(
+        &self,
+        debit: &Debit,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.0.call("Debit", debit.n, debit.fails)
+    }
+}
+
+/// The routed queue, as both its subscribers declare it (routed subscribers' settings agree).
+fn routed_queue(seed: u64) -> SqsQueue {
+    SqsQueue::new(ROUTED)
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(30))
+        .retry(RetryPolicy::fixed(Duration::from_secs(1)).seeded(seed))
+}
+
 fn pay_queue() -> SqsQueue {
     SqsQueue::new(PAY).create_if_missing().content_based_dedup()
 }
@@ -617,12 +709,18 @@ impl World {
                         pay_queue(),
                         Payer {
                             dead: line.dead.clone(),
-                            ledger,
+                            ledger: ledger.clone(),
                         },
                     )
                     .idempotent(Inbox::new(store.clone()))
                     .build(),
                 );
+                let teller = || Teller {
+                    dead: line.dead.clone(),
+                    ledger: ledger.clone(),
+                };
+                b.include(subscriber(routed_queue(seed), Credits(teller())).build());
+                b.include(subscriber(routed_queue(seed), Debits(teller())).build());
                 // A round a second rather than the default 10: the same rounds, a tenth of the
                 // idle ones, which are most of a simulated half hour's work.
                 b.worker(broker.relay(store).poll_interval(Duration::from_secs(1)));
@@ -736,6 +834,7 @@ async fn run(scenario: &Scenario) -> Outcome {
     let mut paid: BTreeSet<String> = BTreeSet::new();
     let mut notes: Vec<u32> = Vec::new();
     let mut redriven: Vec<String> = Vec::new();
+    let mut routed: Vec<(u32, &'static str)> = Vec::new();
 
     for (step, op) in scenario.ops.iter().enumerate() {
         let at = world.started.elapsed().as_secs();
@@ -865,6 +964,24 @@ async fn run(scenario: &Scenario) -> Outcome {
                 world.faults.lock().unwrap().refuse += u32::from(*n);
                 world.note(format!("{step} refuse {n}"));
             }
+            Op::Route { debit, fails } => {
+                let n = routed.len() as u32 + 1;
+                // A publisher of another service: it sets the type header itself.
+                let publisher = driver
+                    .publisher(routed_queue(scenario.seed))
+                    .with_type_header();
+                let (kind, answer) = if *debit {
+                    let debit = Debit { n, fails: *fails };
+                    ("Debit", publisher.message(&debit).send().await)
+                } else {
+                    let credit = Credit { n, fails: *fails };
+                    ("Credit", publisher.message(&credit).send().await)
+                };
+                if answer.is_ok() {
+                    routed.push((n, kind));
+                }
+                world.note(format!("{step} route {kind} {n}: sent {}", answer.is_ok()));
+            }
             Op::Redrive => {
                 let report = driver
                     .operations()
@@ -905,7 +1022,13 @@ async fn run(scenario: &Scenario) -> Outcome {
     while Instant::now() < deadline {
         let now_calls: u32 = {
             let ledger = world.ledger.lock().unwrap();
-            ledger.calls.values().sum::<u32>() + ledger.note_calls.values().sum::<u32>()
+            ledger.calls.values().sum::<u32>()
+                + ledger.note_calls.values().sum::<u32>()
+                + ledger
+                    .routed_calls
+                    .values()
+                    .map(|calls| calls.len() as u32)
+                    .sum::<u32>()
         };
         if now_calls != calls {
             calls = now_calls;
@@ -914,6 +1037,7 @@ async fn run(scenario: &Scenario) -> Outcome {
         if pending(&account, WORK).await == 0
             && pending(&account, PAY).await == 0
             && pending(&account, NOTES).await == 0
+            && pending(&account, ROUTED).await == 0
             && store.outbox_rows().is_empty()
         {
             drained = true;
@@ -943,6 +1067,7 @@ async fn run(scenario: &Scenario) -> Outcome {
     let ledger = std::mem::take(&mut *world.ledger.lock().unwrap());
     check_work(&account, &sent, &ledger, &mut violations).await;
     check_notes(&account, &notes, &ledger, &mut violations).await;
+    check_routed(&routed, &ledger, &mut violations);
     check_inbox(&paid, &ledger, &mut violations);
     let refused_ahead = world.faults.lock().unwrap().refused_ahead.clone();
     check_outbox(
@@ -972,6 +1097,7 @@ async fn run(scenario: &Scenario) -> Outcome {
     found.push(format!("outbox stored {events:?}"));
     found.push(format!("inbox effects {}", ledger.effects.len()));
     found.push(format!("notes completed {:?}", ledger.notes_done));
+    found.push(format!("routed calls {:?}", ledger.routed_calls));
     for (check, detail) in &violations {
         found.push(format!("violation {}: {detail}", check.name()));
     }
@@ -1075,6 +1201,26 @@ async fn check_notes(
     for n in notes {
         if !ledger.notes_done.contains(n) && !dead.contains(n) {
             violations.push((Check::Lost, format!("note {n} never completed")));
+        }
+    }
+}
+
+/// The routed queue's messages: each completed, and only ever by the handler of its type.
+fn check_routed(
+    routed: &[(u32, &'static str)],
+    ledger: &Ledger,
+    violations: &mut Vec<(Check, String)>,
+) {
+    for (n, kind) in routed {
+        if !ledger.routed_done.contains(n) {
+            violations.push((Check::Lost, format!("routed {kind} {n} never completed")));
+        }
+        let calls = ledger.routed_calls.get(n).map_or(&[][..], Vec::as_slice);
+        if let Some(other) = calls.iter().find(|taken| *taken != kind) {
+            violations.push((
+                Check::Misrouted,
+                format!("{kind} {n} handled by the {other} handler"),
+            ));
         }
     }
 }
