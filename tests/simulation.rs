@@ -1615,6 +1615,9 @@ fn one_seed_replays_the_same_run() {
         assert_eq!(first.digest(), second.digest());
         // With tokio's draws seeded, what the apps did replays too.
         #[cfg(tokio_unstable)]
-        assert_eq!(first.found, second.found, "seed {seed}: two outcomes differ");
+        assert_eq!(
+            first.found, second.found,
+            "seed {seed}: two outcomes differ"
+        );
     }
 }
