@@ -24,6 +24,9 @@
 //! | `FAULT_WAIT_SECONDS` | long poll of a receive | 20 |
 //! | `FAULT_VISIBILITY_SECONDS` | visibility timeout of received messages | the queue's |
 //! | `FAULT_SHUTDOWN_SECONDS` | the stop's budget (`RustStream::shutdown_timeout`) | 25 |
+//! | `FAULT_DEAD_LETTER_QUEUE` | when set, the subscription's dead-letter queue (it must exist), which a job goes to after `FAULT_ATTEMPTS` attempts | unset |
+//! | `FAULT_ATTEMPTS` | the attempts a job gets before it is dead-lettered, with `FAULT_DEAD_LETTER_QUEUE` | 3 |
+//! | `FAULT_FAIL_FIRST_CALLS` | how many of each job's first handler calls in this process fail (after the `start` line, with no `done` line) | 0 |
 //! | `FAULT_INBOX_POSTGRES_URL` | when set, the handler posts each job to a ledger table in PostgreSQL inside an inbox ([`rust_stream::inbox`]) keyed by the job's `id`: copies of a job post once | unset |
 //! | `FAULT_INBOX_SQLITE_PATH` | the same inbox mode on the SQLite file at this path (the embedded store: one process at a time) | unset |
 //! | `FAULT_LEDGER_TABLE` | the ledger table of the inbox mode (it must exist: `job text, grp text, seq int, amount bigint`, and a `posted` column numbering the postings in commit order: `bigserial` on PostgreSQL, `INTEGER PRIMARY KEY` on SQLite) | `fault_ledger` |
@@ -44,6 +47,7 @@
 #[path = "common/asyncapi.rs"]
 mod asyncapi;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -110,6 +114,26 @@ impl Journal {
 #[derive(Clone)]
 struct HandlerDelay(Duration);
 
+/// How many of each job's first calls in this process fail, and the calls so far by message.
+#[derive(Clone)]
+struct FailFirst {
+    calls: u32,
+    made: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl FailFirst {
+    /// Counts a call of `message_id`: whether it is one of those that fail.
+    fn fails(&self, message_id: &str) -> bool {
+        if self.calls == 0 {
+            return false;
+        }
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        let made = made.entry(message_id.to_owned()).or_default();
+        *made += 1;
+        *made <= self.calls
+    }
+}
+
 /// Handles a job: `start` line, the work, durable `done` line, then the output; the engine
 /// deletes the job only after all of it.
 #[subscriber(input_queue(), outputs(done = output_queue()))]
@@ -118,6 +142,7 @@ async fn work(
     ctx: &mut Context<'_>,
     State(journal): State<Journal>,
     State(delay): State<HandlerDelay>,
+    State(fail_first): State<FailFirst>,
     done: &Output<Done>,
 ) -> Result<(), std::io::Error> {
     let record = |event: &str| {
@@ -134,6 +159,11 @@ async fn work(
     journal.append(record("start"), false).await?;
     if !delay.0.is_zero() {
         tokio::time::sleep(delay.0).await;
+    }
+    if fail_first.fails(ctx.message_id()) {
+        return Err(std::io::Error::other(
+            "this call fails on purpose (FAULT_FAIL_FIRST_CALLS)",
+        ));
     }
     journal.append(record("done"), true).await?;
     let output = Done {
@@ -263,6 +293,9 @@ fn input_queue() -> SqsQueue {
     if let Some(seconds) = optional("FAULT_VISIBILITY_SECONDS") {
         queue = queue.visibility_timeout(Duration::from_secs(seconds));
     }
+    if let Some(dead_letter) = optional::<String>("FAULT_DEAD_LETTER_QUEUE") {
+        queue = queue.dead_letter(dead_letter, setting("FAULT_ATTEMPTS", 3));
+    }
     queue
 }
 
@@ -341,6 +374,10 @@ async fn main() -> ExitCode {
         Err(error) => exit_with(&format!("cannot open the journal: {error}")),
     };
     let delay = HandlerDelay(Duration::from_millis(setting("FAULT_HANDLER_DELAY_MS", 0)));
+    let fail_first = FailFirst {
+        calls: setting("FAULT_FAIL_FIRST_CALLS", 0),
+        made: Arc::default(),
+    };
     let broker = match SqsBroker::from_env().await {
         Ok(broker) => broker,
         Err(error) => exit_with(&error.to_string()),
@@ -366,7 +403,8 @@ async fn main() -> ExitCode {
                 rust_stream::DEFAULT_SHUTDOWN_TIMEOUT.as_secs(),
             )))
             .with_state(journal)
-            .with_state(delay),
+            .with_state(delay)
+            .with_state(fail_first),
         broker,
         inbox,
     );

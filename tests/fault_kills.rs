@@ -23,6 +23,12 @@
 //! - **Kills with an inbox on SQLite**: the inbox's kill runs again with the embedded store:
 //!   every payment posted exactly once; on FIFO the order is printed, not asserted (LocalStack's
 //!   release deviation, at the test).
+//! - **Rolling restarts** (issue 34, N2): six consumer processes, one after another, each stopped
+//!   with SIGTERM while the head of each FIFO group runs a long job and the rest of the group
+//!   waits unstarted behind it (each stop gives back six receives SQS counts); then a process
+//!   whose handler fails each job's first call, on a queue whose `RedrivePolicy` is the backstop
+//!   the library sets (3 attempts + 10): nothing is dead-lettered, each job completes at its
+//!   second call, each group in order.
 //! - **Stop under load**, on FIFO and on a standard queue. SIGTERM while handlers run, messages
 //!   wait unstarted behind them and (on FIFO, every group being held) long polls of 10 s are
 //!   pending (the consumer's log shows the stop waiting for one, asserted on FIFO): the process
@@ -203,6 +209,173 @@ async fn sigterm_under_load_on_standard_finishes_handlers_releases_the_rest_repe
         return;
     };
     stop_run(&backend, "stop").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_processes_restarted_six_times_during_long_heads_then_failing_each_once_dead_letter_nothing(
+) {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    restart_run(&backend).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rolling restarts of processes
+// ---------------------------------------------------------------------------------------------
+
+/// Six consumer processes one after another, each stopped (SIGTERM, a stop budget of 2 s) while
+/// the head of each group runs a long job and the rest of the group waits behind it, received
+/// and given back unstarted; then a seventh process whose handler fails each job's first call.
+/// The subscription allows 3 attempts and the queue's `RedrivePolicy` is the backstop the
+/// library sets (3 + 10 receives), so SQS moves nothing: the dead-letter queue stays empty only
+/// if the consumer counts attempts made, not the receives earlier processes gave back.
+async fn restart_run(backend: &Backend<AwsTransport>) {
+    const RESTARTS: usize = 6;
+    const ATTEMPTS: u32 = 3;
+    let (groups, per_group) = (2, 5);
+    let total = (groups * per_group) as usize;
+    let endpoint =
+        rust_stream::testing::live_endpoint("process restarts").expect("checked by live()");
+    let example = example_binary(EXAMPLE);
+    let dir = RunDir::new(&backend.name("restarts"));
+    let dead_letter = backend.queue("restarts-dlq.fifo", &[]).await;
+    let redrive = serde_json::json!({
+        "deadLetterTargetArn": backend.arn(&dead_letter).await,
+        "maxReceiveCount": rust_stream::retry::redrive_backstop(ATTEMPTS).to_string(),
+    })
+    .to_string();
+    let input = backend
+        .queue(
+            "restarts.fifo",
+            &[("VisibilityTimeout", "30"), ("RedrivePolicy", &redrive)],
+        )
+        .await;
+    backend.queue("restarts-done.fifo", &[]).await;
+    let sent = send_jobs(backend, &backend.name("restarts.fifo"), groups, per_group).await;
+    let journal = Journal(dir.path.join("journal"));
+    let settings = |delay_ms: u64, fail_first: u32| {
+        [
+            ("FAULT_QUEUE", backend.name("restarts.fifo")),
+            ("FAULT_OUTPUT_QUEUE", backend.name("restarts-done.fifo")),
+            ("FAULT_DEAD_LETTER_QUEUE", backend.name("restarts-dlq.fifo")),
+            ("FAULT_ATTEMPTS", ATTEMPTS.to_string()),
+            ("FAULT_JOURNAL", journal.0.display().to_string()),
+            ("FAULT_CONCURRENCY", groups.to_string()),
+            ("FAULT_WAIT_SECONDS", "1".to_owned()),
+            // Half of it starts what the stop holds (nothing can start behind a running head),
+            // then the heads are cancelled and everything is given back.
+            ("FAULT_SHUTDOWN_SECONDS", "2".to_owned()),
+            ("FAULT_HANDLER_DELAY_MS", delay_ms.to_string()),
+            ("FAULT_FAIL_FIRST_CALLS", fail_first.to_string()),
+        ]
+    };
+
+    let heads = |records: &[Record]| {
+        records
+            .iter()
+            .filter(|record| record.event == Event::Start && record.seq == 0)
+            .count()
+    };
+    for restart in 0..RESTARTS {
+        // An hour's job: it runs until the stop cancels it.
+        let settings = settings(3_600_000, 0);
+        let mut consumer = Consumer::start(&example, &endpoint, &settings, &dir, restart);
+        wait_for(&mut consumer, "both heads running", || {
+            (heads(&journal.read()) >= groups as usize * (restart + 1)).then_some(())
+        })
+        .await;
+        let status = consumer.terminate().await;
+        assert!(status.success(), "{status}:\n{}", consumer.log());
+    }
+    let restarted = journal.read();
+    assert!(
+        restarted
+            .iter()
+            .all(|record| record.event == Event::Start && record.seq == 0),
+        "the restarted processes started only the heads, and finished none: {restarted:?}"
+    );
+
+    let mut deployed = Consumer::start(&example, &endpoint, &settings(0, 1), &dir, RESTARTS);
+    // Until every job is done or dead-lettered (a job moved too early never completes).
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let done = done_ids(&journal.read()).len();
+        let (dead, _, _) = backend.left(&dead_letter).await;
+        if done + dead as usize >= total {
+            break;
+        }
+        if let Some(status) = deployed.child().try_wait().expect("the consumer's status") {
+            panic!("the consumer exited ({status}):\n{}", deployed.log());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every job done or dead-lettered within {PATIENCE:?}:\n{}",
+            deployed.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_until_empty(backend, &input).await;
+    let status = deployed.terminate().await;
+    assert!(status.success(), "{status}:\n{}", deployed.log());
+
+    let (visible, in_flight, delayed) = backend.left(&dead_letter).await;
+    assert_eq!(
+        (visible, in_flight, delayed),
+        (0, 0, 0),
+        "nothing dead-lettered: every job failed once of its {ATTEMPTS} attempts"
+    );
+    let after: Vec<Record> = journal.read()[restarted.len()..].to_vec();
+    // Per job, the deploy's calls: (receive count, done) of each.
+    let mut calls: BTreeMap<(String, u32), Vec<(u32, bool)>> = BTreeMap::new();
+    let mut done_at: BTreeMap<(String, u32), u32> = BTreeMap::new();
+    for record in &after {
+        let job = (record.group.clone(), record.seq);
+        match record.event {
+            Event::Start => calls
+                .entry(job)
+                .or_default()
+                .push((record.receive_count, false)),
+            Event::Done => {
+                *done_at.entry(job.clone()).or_default() += 1;
+                if let Some(last) = calls.entry(job).or_default().last_mut() {
+                    last.1 = true;
+                }
+            }
+        }
+    }
+    for (_, job) in &sent {
+        let made = &calls[job];
+        assert_eq!(
+            made.iter().map(|(_, done)| *done).collect::<Vec<_>>(),
+            [false, true],
+            "{job:?}: one failed call, then one that completed: {made:?}"
+        );
+        assert_eq!(done_at[job], 1, "{job:?} completed once");
+    }
+    // SQS counted the receives the stops gave back: more than the attempts, for the heads and
+    // the jobs behind them alike, or the case proved nothing.
+    let given_back: BTreeMap<&(String, u32), u32> = calls
+        .iter()
+        .map(|(job, made)| (job, made[0].0 - 1))
+        .collect();
+    let over = given_back
+        .values()
+        .filter(|receives| **receives >= ATTEMPTS)
+        .count();
+    assert!(
+        given_back[&("g00".to_owned(), 0)] >= ATTEMPTS && over > groups as usize,
+        "the restarts gave back more receives than the attempts allow, heads and jobs behind \
+         them: {given_back:?}"
+    );
+    let violations = order_violations(&journal.read(), &sent);
+    assert_eq!(violations, 0, "order violations");
+    common::report(format_args!(
+        "process restarts: {RESTARTS} processes stopped during long heads, then each of {total} \
+         jobs failed once: nothing dead-lettered; receives given back before the deploy, by job: \
+         {given_back:?}"
+    ));
+    dir.remove();
 }
 
 // ---------------------------------------------------------------------------------------------
