@@ -53,6 +53,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::fifo_sends::stored;
 use common::kills::SplitMix;
 use rust_stream::account::Account;
 use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
@@ -64,8 +65,8 @@ use rust_stream::store::memory::MemoryStore;
 use rust_stream::testing::TestApp;
 use rust_stream::transport::layer::{Action, Hooked, Hooks};
 use rust_stream::transport::{
-    BatchFailure, BatchResult, ErrorKind, PeekMessages, QueueAttributes, SendBatchEntry,
-    SendMessage, SentMessage, Transport, TransportError,
+    BatchFailure, BatchResult, ErrorKind, QueueAttributes, SendBatchEntry, SendMessage,
+    SentMessage, Transport, TransportError,
 };
 use rust_stream::RetryPolicy;
 use serde::{Deserialize, Serialize};
@@ -750,25 +751,6 @@ impl World {
             }
         }
     }
-}
-
-/// Every message of `queue` in storage order (a FIFO queue's sequence order), peeked: nothing
-/// received, nothing changed.
-async fn stored(account: &Account, queue: &str) -> Vec<String> {
-    let url = account.get_queue_url(queue).await.unwrap();
-    account
-        .peek_messages(
-            &url,
-            PeekMessages {
-                offset: 0,
-                max: 10_000,
-            },
-        )
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|peeked| peeked.message.body)
-        .collect()
 }
 
 async fn pending(account: &Account, queue: &str) -> usize {
