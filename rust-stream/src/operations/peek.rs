@@ -323,6 +323,30 @@ pub struct DeadLetterOrigin {
     pub moved_by_sqs_from: Option<String>,
 }
 
+impl DeadLetterOrigin {
+    /// What `message`'s attributes say of where it was dead-lettered from: read by a peek and
+    /// by a redrive's plan alike.
+    pub(crate) fn of(message: &ReceivedMessage) -> Self {
+        let attribute = |name: &str| {
+            message
+                .message_attributes
+                .get(name)
+                .and_then(text_of)
+                .map(str::to_owned)
+        };
+        Self {
+            source_queue: attribute(SOURCE_QUEUE_HEADER),
+            original_message_id: attribute(ORIGINAL_MESSAGE_ID_HEADER),
+            attempts: attribute(ATTEMPTS_HEADER).and_then(|n| n.parse().ok()),
+            reason: attribute(DEAD_LETTER_REASON_HEADER),
+            moved_by_sqs_from: message
+                .attributes
+                .get(SystemAttribute::DeadLetterQueueSourceArn.name())
+                .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned()),
+        }
+    }
+}
+
 /// A message as a peek shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -361,24 +385,7 @@ pub(crate) fn text_of(value: &MessageAttributeValue) -> Option<&str> {
 
 impl Message {
     pub(crate) fn of(message: &ReceivedMessage, state: MessageState) -> Self {
-        let attribute = |name: &str| {
-            message
-                .message_attributes
-                .get(name)
-                .and_then(text_of)
-                .map(str::to_owned)
-        };
-        let moved_by_sqs_from = message
-            .attributes
-            .get(SystemAttribute::DeadLetterQueueSourceArn.name())
-            .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned());
-        let origin = DeadLetterOrigin {
-            source_queue: attribute(SOURCE_QUEUE_HEADER),
-            original_message_id: attribute(ORIGINAL_MESSAGE_ID_HEADER),
-            attempts: attribute(ATTEMPTS_HEADER).and_then(|n| n.parse().ok()),
-            reason: attribute(DEAD_LETTER_REASON_HEADER),
-            moved_by_sqs_from,
-        };
+        let origin = DeadLetterOrigin::of(message);
         let is_copy = origin.source_queue.is_some()
             || origin.original_message_id.is_some()
             || origin.reason.is_some()

@@ -10,9 +10,9 @@ use crate::model::headers::{
     SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
-use crate::operations::peek::text_of;
+use crate::operations::peek::DeadLetterOrigin;
 use crate::operations::report::AuditRecord;
-use crate::transport::{MessageAttributeValue, ReceivedMessage, SendMessage, SystemAttribute};
+use crate::transport::{MessageAttributeValue, ReceivedMessage, SendMessage};
 
 /// A message on its way: where it goes, as what.
 pub(super) struct Planned {
@@ -39,29 +39,20 @@ pub(super) fn plan(
     message: &ReceivedMessage,
     to: Option<&str>,
 ) -> Result<Planned, String> {
-    let attribute = |name: &str| {
-        message
-            .message_attributes
-            .get(name)
-            .and_then(text_of)
-            .map(str::to_owned)
-    };
-    let moved_by_sqs_from = message
-        .attributes
-        .get(SystemAttribute::DeadLetterQueueSourceArn.name())
-        .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned());
+    let origin = DeadLetterOrigin::of(message);
     let target = to
         .map(str::to_owned)
-        .or_else(|| attribute(SOURCE_QUEUE_HEADER))
-        .or(moved_by_sqs_from)
+        .or(origin.source_queue)
+        .or(origin.moved_by_sqs_from)
         .ok_or_else(|| {
             format!(
                 "it names no source queue (no `{SOURCE_QUEUE_HEADER}` attribute, and SQS did not \
                  move it): redrive it to a named queue (`to`, `--to QUEUE`)"
             )
         })?;
-    let original =
-        attribute(ORIGINAL_MESSAGE_ID_HEADER).unwrap_or_else(|| message.message_id.clone());
+    let original = origin
+        .original_message_id
+        .unwrap_or_else(|| message.message_id.clone());
     let mut send = SendMessage::new(message.body.clone());
     send.message_attributes = message
         .message_attributes
@@ -99,8 +90,8 @@ pub(super) fn plan(
         to: target.clone(),
         group_id: send.group_id.clone(),
         dedup_id: send.dedup_id.clone(),
-        reason: attribute(DEAD_LETTER_REASON_HEADER),
-        attempts: attribute(ATTEMPTS_HEADER).and_then(|n| n.parse().ok()),
+        reason: origin.reason,
+        attempts: origin.attempts,
         new_message_id: None,
         at_ms: 0,
         dry_run: false,
