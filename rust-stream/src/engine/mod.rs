@@ -96,7 +96,6 @@ use std::time::Duration;
 use crate::app::{AppContext, RunError};
 use crate::client::lease::Leases;
 use crate::client::Client;
-use crate::handler::Subscriber;
 use crate::health::{Inspect, QueueLoad, SubscriptionProbe};
 use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::{ConfigError, ConfigErrors};
@@ -105,6 +104,7 @@ use crate::model::SqsQueue;
 use crate::publish::Publisher;
 use crate::retry::Retries;
 use crate::state::States;
+use crate::subscriber::Subscriber;
 use crate::task::BoxFuture;
 use dispatch::Dispatcher;
 use extend::Heartbeat;
@@ -179,20 +179,20 @@ pub(crate) async fn run(
             max: crate::model::queue::MAX_BATCH_LINGER,
         });
     }
-    problems.extend(client.conflicting_declarations(crate::handler::declarations(&subscribers)));
+    problems.extend(client.conflicting_declarations(crate::subscriber::declarations(&subscribers)));
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
     }
     // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
     // queues first, so no declaration depends on the order of `include`.
-    for queue in client.declared_queues(crate::handler::declarations(&subscribers)) {
+    for queue in client.declared_queues(crate::subscriber::declarations(&subscribers)) {
         client
             .resolve(&queue)
             .await
             .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
     }
     // Then the topics the app declares, and its queues' subscriptions to them.
-    topics::wire(&client, crate::handler::declarations(&subscribers)).await?;
+    topics::wire(&client, crate::subscriber::declarations(&subscribers)).await?;
     // Several subscribers of one queue become one consumer that routes by type.
     let subscribers = crate::routing::merge(subscribers, type_header);
     let shutdown = app.shutdown();

@@ -24,9 +24,9 @@ use crate::account::Account;
 use crate::app::{AppContext, AppInfo, RunError};
 use crate::broker::Broker;
 use crate::client::Client;
-use crate::handler::Subscriber;
 use crate::model::{declare, SnsTopic};
 use crate::publish::Publisher;
+use crate::subscriber::Subscriber;
 use crate::transport::layer::Hooked;
 use crate::transport::meter::{ApiCalls, Meter};
 use crate::transport::Transport;
@@ -418,7 +418,7 @@ impl Broker for SqsBroker {
         }
         let registered = declare::Registry::register(
             &self.core.declarations,
-            crate::handler::declarations(subscribers),
+            crate::subscriber::declarations(subscribers),
         );
         // Declaring again replaces (and so takes back) what this broker value declared before.
         *self.app.lock().unwrap_or_else(PoisonError::into_inner) = Some(registered);
@@ -428,7 +428,7 @@ impl Broker for SqsBroker {
         let (declarations, published, published_topics) = {
             let registry = self.core.declarations();
             (
-                registry.documented(crate::handler::declarations(subscribers)),
+                registry.documented(crate::subscriber::declarations(subscribers)),
                 registry.published(),
                 registry.published_topics(),
             )
