@@ -1610,7 +1610,10 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
     .await
     .expect_err("it cannot move a message out of attempts alone");
     assert!(
-        matches!(refused, rust_stream::RunError::DeadLetterUnreachable { .. }),
+        matches!(
+            refused.broker_error(),
+            Some(rust_stream::sqs::StartError::DeadLetterUnreachable { .. })
+        ),
         "{refused:?}"
     );
     let message = refused.to_string();

@@ -14,6 +14,7 @@ use common::{bodies, receive};
 use rust_stream::account::Account;
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::transport::ReceiveMessage;
 use rust_stream::RetryPolicy;
@@ -539,7 +540,7 @@ async fn a_missing_queue_is_a_startup_error_that_names_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, RunError::QueueMissing { queue } if queue == "orders"),
+        matches!(error.broker_error(), Some(StartError::QueueMissing { queue }) if queue == "orders"),
         "{error}"
     );
     assert!(error.to_string().contains("create_if_missing"), "{error}");

@@ -88,6 +88,7 @@ pub(crate) mod lanes;
 pub(crate) mod poll;
 pub(crate) mod settle;
 pub(crate) mod shared;
+pub(crate) mod start;
 mod topics;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -112,6 +113,7 @@ use lanes::Lanes;
 use poll::Intake;
 use settle::Settler;
 use shared::{Shared, Tasks};
+use start::StartError;
 
 /// Runs every subscription until shutdown, then stops them gracefully.
 pub(crate) async fn run(
@@ -189,7 +191,7 @@ pub(crate) async fn run(
         client
             .resolve(&queue)
             .await
-            .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
+            .map_err(|error| StartError::from_transport(queue.name.clone(), error))?;
     }
     // Then the topics the app declares, and its queues' subscriptions to them.
     topics::wire(&client, crate::subscriber::declarations(&subscribers)).await?;
@@ -362,7 +364,7 @@ impl Consumer {
         let queue = subscriber.queue;
         let failed = |queue: &SqsQueue| {
             let name = queue.name.clone();
-            move |error| RunError::from_transport(name, error)
+            move |error| StartError::from_transport(name, error)
         };
         let url = client.resolve(&queue).await.map_err(failed(&queue))?;
         let attributes = client
@@ -596,12 +598,13 @@ fn compare_with_declaration(
     let actual = |name: &str| attributes.get(name).map(String::as_str).unwrap_or("");
     if queue.content_based_dedup && actual("ContentBasedDeduplication") != "true" {
         // Publishers of this declaration send no deduplication id; SQS would refuse every one.
-        return Err(RunError::QueueAttribute {
+        return Err(StartError::QueueAttribute {
             queue: queue.name.clone(),
             attribute: "ContentBasedDeduplication",
             declared: "true".to_owned(),
             actual: actual("ContentBasedDeduplication").to_owned(),
-        });
+        }
+        .into());
     }
     if let Some(timeout) = queue.consumer.visibility_timeout {
         let seconds = timeout.as_secs().to_string();
@@ -679,11 +682,12 @@ async fn dead_letter_decision(
                 Some(policy.max_receive_count),
             ))
         }
-        Err(error) if queue.is_fifo() => Err(RunError::DeadLetterUnreachable {
+        Err(error) if queue.is_fifo() => Err(StartError::DeadLetterUnreachable {
             queue: queue.name.clone(),
             dead_letter: policy.target_name().to_owned(),
             error,
-        }),
+        }
+        .into()),
         Err(error) => {
             tracing::warn!(
                 messaging.destination.name = %queue.name,
@@ -707,18 +711,19 @@ async fn check_dead_letter_size(
     let dead_letter = client
         .resolved(target)
         .await
-        .map_err(|error| RunError::from_transport(target.name.clone(), error))?;
+        .map_err(|error| StartError::from_transport(target.name.clone(), error))?;
     let source = client
         .resolved(queue)
         .await
-        .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
+        .map_err(|error| StartError::from_transport(queue.name.clone(), error))?;
     if dead_letter.maximum_message_size < source.maximum_message_size {
-        return Err(RunError::DeadLetterTooSmall {
+        return Err(StartError::DeadLetterTooSmall {
             queue: queue.name.clone(),
             dead_letter: target.name.clone(),
             queue_maximum: source.maximum_message_size,
             dead_letter_maximum: dead_letter.maximum_message_size,
-        });
+        }
+        .into());
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub use crate::aws::ConnectError;
+pub use crate::engine::start::StartError;
 pub use crate::model::queue::{
     ConfigError, ConfigErrors, SqsQueue, MAX_BATCH_LINGER, RECEIVE_VISIBILITY_TIMEOUT,
 };
