@@ -30,9 +30,9 @@ use crate::model::envelope::{Envelope, EnvelopeError};
 use crate::model::headers::PARTITION_KEY_HEADER;
 use crate::model::rules;
 use crate::model::topic::TopicArn;
+use crate::model::wire::{MessageAttributes, ReceivedMessage, SystemAttribute};
 use crate::publish::{Outgoing, PublishedMessage};
 use crate::state::{State, States};
-use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 
 /// One received message as the engine holds it.
 #[derive(Debug)]
