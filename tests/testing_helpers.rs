@@ -23,7 +23,7 @@ impl Handle<Job, Output<Job>> for Bill {
         if job.n == 0 {
             return Err(HandlerOutcome::dead_letter("nothing to bill"));
         }
-        if ctx.receive_count() == 1 {
+        if ctx.sqs().receive_count() == 1 {
             return Err(HandlerOutcome::retry());
         }
         ctx.publish(receipts.message(job));

@@ -148,6 +148,7 @@ impl Key {
                 .to_owned()),
             Self::MessageId => Ok(message.message_id().to_owned()),
             Self::DeduplicationId => Ok(message
+                .sqs()
                 .dedup_id()
                 .unwrap_or(message.message_id())
                 .to_owned()),

@@ -153,7 +153,7 @@ pub use app::{
 };
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
-pub use context::{Context, SnsNotification};
+pub use context::{Context, SnsNotification, SqsMessage};
 pub use handler::Handle;
 pub use model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
