@@ -8,7 +8,8 @@
 //! `ChangeMessageVisibilityBatch` calls, every lease with less than half of the visibility last
 //! asked for left, to the subscription's visibility timeout, so nothing this consumer holds times
 //! out into another consumer's hands. A message settled within half the receive's visibility so
-//! costs no extension, and one held longer its first at that point. It stops
+//! costs no extension, and one held longer its first at that point. While SQS answers extensions
+//! slowly, they are sent earlier, as [`CallLatency`] says. It stops
 //! extending at the 12-hour cap with a warning, and has the [`Settler`] release the leases whose
 //! holder went away without settling them (an engine task that panicked). `mod.rs` starts it with
 //! the consumer and stops it after the stop's final release.
@@ -22,15 +23,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::settle::Settler;
-use super::shared::{guarded, Shared};
+use super::shared::{guarded, CallLatency, Shared};
 use crate::client::batch::{Batcher, VisibilityBatch};
 use crate::client::lease::{Lease, LeaseState, Leases};
-
-/// How often the heartbeat looks: often enough to catch a lease well before half its timeout
-/// (the receive's, the shortest a lease has).
-fn tick(visibility: Duration) -> Duration {
-    (visibility / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
-}
 
 /// Whether a lease's delete has been on its way for long enough to be waited for with an
 /// extension: since the last round, or so long that the lease would lapse before the next. A
@@ -62,7 +57,8 @@ impl Heartbeat {
         let beat = Arc::new(Beat {
             queue: shared.queue.clone(),
             visibility: shared.visibility,
-            tick: tick(shared.receive_visibility()),
+            tick: shared.latency.tick(),
+            latency: shared.latency.clone(),
             leases: shared.leases.clone(),
             visibility_batcher,
             settler,
@@ -87,6 +83,9 @@ struct Beat {
     visibility: Duration,
     /// How often to look: a quarter of the receive's visibility.
     tick: Duration,
+    /// How slowly extensions have lately been answered: an extension is sent at least its
+    /// reserve ahead of the end, and each round's answer time is noted in it.
+    latency: Arc<CallLatency>,
     leases: Arc<Leases>,
     visibility_batcher: Batcher<VisibilityBatch>,
     settler: Arc<Settler>,
@@ -133,6 +132,7 @@ impl Beat {
             self.settler.release_leases(orphans, 0).await;
         }
         let now = Instant::now();
+        let reserve = self.latency.reserve();
         let mut due: Vec<(&Arc<Lease>, MutexGuard<'_, LeaseState>, i32)> = Vec::new();
         for lease in &held {
             if lease.is_orphaned() {
@@ -143,8 +143,10 @@ impl Beat {
                 continue;
             };
             let settled = lease.is_settled() && !lease.is_deleting();
-            let half = lease.window() / 2;
-            if settled || state.capped || lease.visible_at().saturating_duration_since(now) > half {
+            // Half of what was last asked for; on a slow line, enough for the slowest answer.
+            let ahead = (lease.window() / 2).max(reserve);
+            if settled || state.capped || lease.visible_at().saturating_duration_since(now) > ahead
+            {
                 continue;
             }
             if lease.is_deleting() && !delete_is_slow(self.tick, lease, now) {
@@ -179,6 +181,7 @@ impl Beat {
             .map(|(lease, _, seconds)| (Arc::clone(lease), *seconds))
             .collect();
         let answers = self.visibility_batcher.submit(entries).await;
+        self.latency.record(now.elapsed());
         for ((lease, mut state, seconds), answer) in due.into_iter().zip(answers) {
             match answer {
                 Ok(()) => {
@@ -208,6 +211,7 @@ impl Beat {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::shared::tick;
 
     #[test]
     fn the_heartbeat_ticks_within_a_quarter_of_the_timeout() {

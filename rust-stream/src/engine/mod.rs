@@ -112,7 +112,7 @@ use extend::Heartbeat;
 use lanes::Lanes;
 use poll::Intake;
 use settle::Settler;
-use shared::{Shared, Tasks};
+use shared::{CallLatency, Shared, Tasks};
 use start::StartError;
 
 /// Runs every subscription until shutdown, then stops them gracefully.
@@ -423,6 +423,7 @@ impl Consumer {
             leases: Arc::new(Leases::counted_by(metrics.held.clone())),
             metrics,
             tasks: Tasks::default(),
+            latency: Arc::new(CallLatency::for_visibility(visibility)),
         };
         // A FIFO subscription's deletes wait for each other by its lanes: those running, and
         // not resting, may each have a delete coming.

@@ -48,7 +48,7 @@ use tracing::Instrument;
 use super::dispatch::Dispatcher;
 use super::held::{Held, HeldLease};
 use super::settle::Settler;
-use super::shared::{Shared, Tasks};
+use super::shared::{CallLatency, Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
 use crate::context::Delivery;
@@ -192,9 +192,11 @@ pub(crate) struct Intake {
     /// The queue's name, shared by every delivery.
     queue: Arc<str>,
     fifo: bool,
-    /// The visibility timeout asked for on every receive, and so every lease's until the
-    /// heartbeat extends it: the subscription's, at most `RECEIVE_VISIBILITY_TIMEOUT`.
+    /// The subscription's visibility timeout: a receive asks for it, at most
+    /// `RECEIVE_VISIBILITY_TIMEOUT` unless SQS lately answered slowly (see [`CallLatency`]); a
+    /// lease keeps what its receive asked for until the heartbeat extends it.
     visibility: Duration,
+    latency: Arc<CallLatency>,
     batch_size: usize,
     wait: Duration,
     /// Whether a body may be an SNS notification envelope to unwrap (the queue has an enveloped
@@ -231,7 +233,8 @@ impl Intake {
             url,
             queue: shared.queue.clone(),
             fifo: shared.fifo,
-            visibility: shared.receive_visibility(),
+            visibility: shared.visibility,
+            latency: shared.latency.clone(),
             batch_size: settings.batch_size,
             wait: settings.wait,
             reads_envelopes: settings.reads_envelopes,
@@ -251,9 +254,9 @@ impl Intake {
         self.receiving.load(Ordering::Acquire)
     }
 
-    /// The visibility timeout every receive asks for.
+    /// The visibility timeout a receive asks for now.
     pub(crate) fn visibility(&self) -> Duration {
-        self.visibility
+        crate::model::queue::receive_visibility(self.visibility, self.latency.reserve())
     }
 
     /// Starts the subscription's pollers: all of them tasks, the fewest with a turn, the room of
@@ -326,9 +329,10 @@ impl Intake {
             };
             // The visibility is always sent, so the held messages' leases match it whatever the
             // queue's default is now; short, so a receive given up hides what it took briefly.
+            let visibility = self.visibility();
             let mut request = ReceiveMessage::new(batch_size as i32)
                 .wait_time_seconds(wait.as_secs() as i32)
-                .visibility_timeout(self.visibility.as_secs() as i32)
+                .visibility_timeout(visibility.as_secs() as i32)
                 .system_attribute_names(READ_ATTRIBUTES);
             if self.fifo {
                 // A receive the SDK retries after a lost answer then gets the same messages back,
@@ -366,7 +370,7 @@ impl Intake {
                         ))
                     } else {
                         empty = 0;
-                        self.take(messages, &mut room).await;
+                        self.take(messages, visibility, &mut room).await;
                         None
                     }
                 }
@@ -455,10 +459,11 @@ impl Intake {
 
     /// Opens a lease for each received message and dispatches it; parks what arrived once a stop
     /// no longer starts attempts, and releases at once what did not fit the room taken (a server
-    /// answering more than was asked).
+    /// answering more than was asked). `visibility` is what the receive asked for.
     async fn take(
         &self,
         messages: Vec<ReceivedMessage>,
+        visibility: Duration,
         room: &mut tokio::sync::OwnedSemaphorePermit,
     ) {
         let mut extra = Vec::new();
@@ -473,7 +478,7 @@ impl Intake {
                     std::mem::take(&mut message.receipt_handle),
                     message.message_id.clone(),
                     message.group_id().map(str::to_owned),
-                    self.visibility,
+                    visibility,
                 );
                 (message, lease)
             })

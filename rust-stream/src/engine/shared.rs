@@ -1,5 +1,7 @@
 //! What the parts of one consumer share: its engine tasks with the stop's signals to them
-//! ([`Tasks`]), and what every part is built with ([`Shared`]).
+//! ([`Tasks`]), what every part is built with ([`Shared`]), and how slowly SQS has lately
+//! answered the consumer's own calls ([`CallLatency`]), which sets how long a receive hides what it
+//! takes and when the heartbeat extends it.
 //!
 //! `mod.rs` makes one of each when a subscription starts and hands them to the parts it builds;
 //! each part copies what it uses into fields of its own, so at run time no part reads another's
@@ -7,12 +9,14 @@
 //! its signals, and count in [`Tasks`] so the stop knows when nothing of the consumer is left.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::{TaskTrackerToken, TaskTrackerWaitFuture};
 use tokio_util::task::TaskTracker;
+
+use tokio::time::Instant;
 
 use crate::client::lease::Leases;
 use crate::metrics::SubscriptionMetrics;
@@ -97,14 +101,106 @@ pub(crate) struct Shared {
     /// The subscription's metrics.
     pub(crate) metrics: Arc<SubscriptionMetrics>,
     pub(crate) tasks: Tasks,
+    /// How slowly the heartbeat's extensions have lately been answered: the intake reads it for
+    /// each receive's visibility, the heartbeat for when an extension is due.
+    pub(crate) latency: Arc<CallLatency>,
 }
 
-impl Shared {
-    /// The visibility timeout a receive asks for: the subscription's, at most
-    /// [`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT); the heartbeat extends
-    /// what is held longer.
-    pub(crate) fn receive_visibility(&self) -> Duration {
-        crate::model::queue::receive_visibility(self.visibility)
+/// How often the heartbeat looks, for a subscription whose receives ask for `receive_visibility`
+/// on a line that answers quickly: often enough to catch a lease well before half of it is gone.
+pub(crate) fn tick(receive_visibility: Duration) -> Duration {
+    (receive_visibility / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
+}
+
+/// How long a slow answer is remembered: one to two of these.
+const LATENCY_WINDOW: Duration = Duration::from_secs(60);
+
+/// The slowest answer the heartbeat's extensions got lately, and what a lease must so keep in hand.
+///
+/// A receive asks for a short visibility ([`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT)),
+/// so that what a receive given up takes comes back soon; the heartbeat extends a held message
+/// once half of it is gone. That holds while SQS answers in well under half of it. When calls take
+/// seconds (a congested network, a throttled or degraded endpoint), an extension sent at half time
+/// arrives after the message became visible again: another receive takes it, counts a receive the
+/// consumer never attempted, and a FIFO message waiting behind a long run could so reach the
+/// queue's redrive without a single attempt. So the consumer measures its extensions: while one
+/// has lately taken long, receives ask for a visibility that outlasts an extension twice as slow,
+/// and extensions are sent that much ahead of the end (the [`reserve`](Self::reserve)).
+#[derive(Debug)]
+pub(crate) struct CallLatency {
+    tick: Duration,
+    windows: std::sync::Mutex<LatencyWindows>,
+}
+
+#[derive(Debug, Default)]
+struct LatencyWindows {
+    started: Option<Instant>,
+    current: Duration,
+    previous: Duration,
+}
+
+impl LatencyWindows {
+    /// Moves the windows on to `now`: the current window becomes the previous one once it is a
+    /// window old, and both are forgotten after two.
+    fn roll(&mut self, now: Instant) {
+        let Some(started) = self.started else {
+            self.started = Some(now);
+            return;
+        };
+        let age = now.saturating_duration_since(started);
+        if age >= LATENCY_WINDOW * 2 {
+            *self = Self {
+                started: Some(now),
+                ..Self::default()
+            };
+        } else if age >= LATENCY_WINDOW {
+            self.previous = std::mem::take(&mut self.current);
+            self.started = Some(started + LATENCY_WINDOW);
+        }
+    }
+}
+
+impl CallLatency {
+    /// The latency of a subscription whose messages' visibility timeout is `visibility`; its
+    /// heartbeat ticks as [`tick`] says for the receive's visibility on a quick line.
+    pub(crate) fn for_visibility(visibility: Duration) -> Self {
+        Self {
+            tick: tick(crate::model::queue::receive_visibility(
+                visibility,
+                Duration::ZERO,
+            )),
+            windows: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The heartbeat's tick.
+    pub(crate) fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// Notes that a call was answered after `took`.
+    pub(crate) fn record(&self, took: Duration) {
+        let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        windows.roll(Instant::now());
+        windows.current = windows.current.max(took);
+    }
+
+    /// The slowest answer of the last one to two minutes.
+    pub(crate) fn slowest(&self) -> Duration {
+        let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        windows.roll(Instant::now());
+        windows.current.max(windows.previous)
+    }
+
+    /// How much of its visibility a lease must have left when its extension is sent: twice the
+    /// slowest recent answer (room for a line growing slower) and two ticks (the heartbeat looks
+    /// once a tick); nothing while every answer came quickly.
+    pub(crate) fn reserve(&self) -> Duration {
+        let slowest = self.slowest();
+        if slowest.is_zero() {
+            return Duration::ZERO;
+        }
+        slowest * 2 + self.tick * 2
     }
 }
 
@@ -112,5 +208,63 @@ impl Shared {
 pub(crate) async fn guarded(task: impl Future<Output = ()>) {
     if let Err(panic) = crate::task::CatchUnwind::new(Box::pin(task)).await {
         tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_answer_lengthens_receives_and_sends_extensions_ahead_for_two_minutes_at_most() {
+        let subscription = Duration::from_secs(30);
+        let latency = CallLatency::for_visibility(subscription);
+        let tick = latency.tick();
+        assert_eq!(tick, Duration::from_millis(2500));
+        let receive = |latency: &CallLatency| {
+            crate::model::queue::receive_visibility(subscription, latency.reserve())
+        };
+        assert_eq!(
+            latency.reserve(),
+            Duration::ZERO,
+            "a quick line keeps nothing back"
+        );
+        assert_eq!(receive(&latency), Duration::from_secs(10));
+
+        latency.record(Duration::from_millis(300));
+        assert_eq!(
+            receive(&latency),
+            Duration::from_secs(10),
+            "0.3 s fits in 10 s"
+        );
+
+        latency.record(Duration::from_secs(6));
+        assert_eq!(latency.reserve(), Duration::from_secs(12) + tick * 2);
+        assert_eq!(
+            receive(&latency),
+            Duration::from_secs(17),
+            "rounded up to whole seconds"
+        );
+
+        latency.record(Duration::from_secs(15));
+        assert_eq!(
+            receive(&latency),
+            subscription,
+            "never past the subscription's own visibility"
+        );
+
+        tokio::time::advance(Duration::from_secs(90)).await;
+        assert_eq!(
+            latency.slowest(),
+            Duration::from_secs(15),
+            "remembered a while"
+        );
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(
+            latency.slowest(),
+            Duration::ZERO,
+            "forgotten after two windows"
+        );
+        assert_eq!(receive(&latency), Duration::from_secs(10));
     }
 }

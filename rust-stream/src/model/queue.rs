@@ -47,12 +47,22 @@ pub struct SqsQueue {
 /// gone (5 s after the receive) to the subscription's visibility timeout, in batched
 /// `ChangeMessageVisibilityBatch` calls: a message settled within 5 s costs no call more, one held
 /// longer one extension more (shared by up to 10 messages), and an idle queue none.
+///
+/// That holds while SQS answers in well under 5 s. Once an extension has taken seconds, for the
+/// next one to two minutes receives ask for enough to outlast an extension twice as slow (up to
+/// the subscription's visibility timeout) and extensions are sent that much ahead: on a slow line
+/// a held message does not time out again and again into other consumers' receives, each counted
+/// against the queue's `maxReceiveCount`.
 pub const RECEIVE_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The visibility timeout a receive asks for, for a subscription whose messages' is `visibility`:
-/// see [`RECEIVE_VISIBILITY_TIMEOUT`].
-pub(crate) fn receive_visibility(visibility: Duration) -> Duration {
-    visibility.min(RECEIVE_VISIBILITY_TIMEOUT)
+/// The visibility timeout a receive asks for, for a subscription whose messages' is `visibility`,
+/// when a held message's extension must be sent with `reserve` of its visibility left (nothing on
+/// a line that answers quickly): see [`RECEIVE_VISIBILITY_TIMEOUT`]. Whole seconds, as SQS takes
+/// it, rounded up.
+pub(crate) fn receive_visibility(visibility: Duration, reserve: Duration) -> Duration {
+    let asked = visibility.min(RECEIVE_VISIBILITY_TIMEOUT.max(reserve));
+    let seconds = asked.as_secs() + u64::from(asked.subsec_nanos() > 0);
+    Duration::from_secs(seconds.min(visibility.as_secs().max(1)))
 }
 
 /// Most handlers one subscription runs at once.
