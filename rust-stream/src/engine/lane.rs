@@ -43,8 +43,9 @@ pub(crate) const RUN_DELETE_WITHIN: Duration = Duration::from_secs(1);
 /// claimed for its delete (held, and extended if need be, until the delete is answered) and
 /// holding its room. The lane deletes them together ([`Settler::delete_run`]) when nothing more of
 /// the group waits in it (before the lane ends, so the group is received again only once they are
-/// gone), when it is as long as the subscription's `delete_run` (10 by default: a full call), when it has been in handlers for [`RUN_DELETE_WITHIN`] since its first message began, and before the
-/// lane rests between retries, gives the group back, lets it go or parks it at a stop.
+/// gone), when it is as long as the subscription's `delete_run` (10 by default: a full call),
+/// when it has been in handlers for [`RUN_DELETE_WITHIN`] since its first message began, and
+/// before the lane rests between retries, gives the group back, lets it go or parks it at a stop.
 ///
 /// So a busy group costs one `DeleteMessageBatch` a run, not one a message, and a delete never
 /// holds up the group's next handler. The price is the replay: a delete that is not confirmed
@@ -498,10 +499,11 @@ impl Dispatcher {
     }
 
     /// Counts a FIFO lane as resting between retries of its message, which holds `held` messages
-    /// (the message and those behind it), until [`Rest::end`]. Their room is lent to the pollers
-    /// meanwhile, so resting groups never stop this consumer from receiving healthy ones. At most
-    /// [`MAX_LENT_GROUPS_PER_SLOT`] groups a handler slot rest at once, which bounds what the
-    /// consumer holds: `None` when that many do, and the group must go back to the queue instead.
+    /// (the message and those behind it), until the [`Rest`] is dropped. Their room is lent to
+    /// the pollers meanwhile, so resting groups never stop this consumer from receiving healthy
+    /// ones. At most [`MAX_LENT_GROUPS_PER_SLOT`] groups a handler slot rest at once, which
+    /// bounds what the consumer holds: `None` when that many do, and the group must go back to
+    /// the queue instead.
     fn rest(&self, held: usize) -> Option<Rest<'_>> {
         let limit = MAX_LENT_GROUPS_PER_SLOT.saturating_mul(self.concurrency);
         self.lent_groups
