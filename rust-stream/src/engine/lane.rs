@@ -6,12 +6,13 @@
 //!
 //! Everything a lane does to hold its group back is here. The table of lanes it runs in, and the
 //! counts the deleter and the intake read, are in `lanes.rs`; a release of what the heartbeat or
-//! the stop gives back keeps each group's order in `settle/release.rs`. The dispatcher (`dispatch.rs`) starts a
-//! lane's task when a message opens a new lane, and lends it what every attempt needs (handler
-//! slots, the `process` span, the call); the settler (`settle/`) settles each attempt and says
-//! what the lane does [`Next`]. A lane settles its messages in order, adds each delete to its run,
-//! and deletes the run in one call ([`Settler::delete_run`]) before it rests, gives the group
-//! back, stops or ends. Groups are independent: a slow or failing lane holds up nobody else.
+//! the stop gives back keeps each group's order in `settle/release.rs`. The dispatcher
+//! (`dispatch.rs`) starts a lane's task when a message opens a new lane, and lends it what every
+//! attempt needs (handler slots, the `process` span, the call); the settler (`settle/`) settles
+//! each attempt and says what the lane does [`Next`]. A lane settles its messages in order, adds
+//! each delete to its run, and deletes the run in one call ([`Settler::delete_run`]) before it
+//! rests, gives the group back, stops or ends. Groups are independent: a slow or failing lane holds
+//! up nobody else.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,14 +1,14 @@
 //! The consumer engine: one engine over a [`Transport`](crate::transport::Transport), whichever backend
 //! is underneath.
 //!
-//! Each subscription runs as one consumer (the subscriptions of a queue routed by type together,
-//! as one: [`crate::routing`]), made of parts that each own their state, a type to a
-//! file, and hand a message on as small values: the intake (`poll.rs`) receives, the dispatcher
-//! (`dispatch.rs`) runs the handler, on FIFO in a group's lane (`lane.rs`: the lane's task, its
-//! run of deletes, its rest and what holds the group back; the table of lanes in `lanes.rs`), the
-//! settler (`settle/`) deletes, retries or dead-letters, and the heartbeat (`extend.rs`) keeps what
-//! is held from timing out. Calls only go one way, intake → dispatcher → settler and heartbeat → settler;
-//! `mod.rs` builds and wires the parts and keeps the lifecycle, and no part calls back into it.
+//! Each subscription runs as one consumer (the subscriptions of a queue routed by type together, as
+//! one: [`crate::routing`]), made of parts that each own their state, a type to a file, and hand a
+//! message on as small values: the intake (`poll.rs`) receives, the dispatcher (`dispatch.rs`) runs
+//! the handler, on FIFO in a group's lane (`lane.rs`: the lane's task, its run of deletes, its rest
+//! and what holds the group back; the table of lanes in `lanes.rs`), the settler (`settle/`)
+//! deletes, retries or dead-letters, and the heartbeat (`extend.rs`) keeps what is held from timing
+//! out. Calls only go one way, intake → dispatcher → settler and heartbeat → settler; `mod.rs`
+//! builds and wires the parts and keeps the lifecycle, and no part calls back into it.
 //!
 //! # A message's path
 //!
@@ -21,24 +21,25 @@
 //!    its lease, its room.
 //! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
 //!    slot in a task of its own; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
-//!    whose task (`lane.rs`) runs one message at a time in sequence order, while lanes of
-//!    different groups run in parallel. Decoding and the handler run in the message's task behind a panic catch; a handler
-//!    timeout cancels it, and so does the shutdown timeout (`attempt.rs` holds what every call
-//!    shares). The attempt ends in a `settle::Verdict`. A batch handler's subscription hands its
-//!    messages to `batches::Batches` instead: a standard message alone, a FIFO lane its next
-//!    messages in order (a *run*); runs gather into one call (up to the batch's `max`, within its
-//!    `window`), which answers a verdict per message, and the lane settles them in order until
-//!    one does not go forward, putting the later ones of its group back to run again after it.
+//!    whose task (`lane.rs`) runs one message at a time in sequence order, while lanes of different
+//!    groups run in parallel. Decoding and the handler run in the message's task behind a panic
+//!    catch; a handler timeout cancels it, and so does the shutdown timeout (`attempt.rs` holds
+//!    what every call shares). The attempt ends in a `settle::Verdict`. A batch handler's
+//!    subscription hands its messages to `batches::Batches` instead: a standard message alone, a
+//!    FIFO lane its next messages in order (a *run*); runs gather into one call (up to the batch's
+//!    `max`, within its `window`), which answers a verdict per message, and the lane settles them
+//!    in order until one does not go forward, putting the later ones of its group back to run again
+//!    after it.
 //! 3. **Settle** (`settle::Settler`): ack sends the handler's staged outputs, then deletes;
 //!    dead-letter sends a copy to the dead-letter queue, then deletes. Every failure goes to the
 //!    one [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding
 //!    the group; on a standard queue by a visibility change), or dead-letter once the message has
 //!    had its attempts. The settler tells the lane what comes `settle::Next`: go on, run the
-//!    message again after a delay, give it back (with the rest of its group, on FIFO), or, on
-//!    FIFO, add its delete to the lane's run (`lane::Run`), which the lane deletes in one call and waits for
-//!    before the group goes anywhere else. Deletes, visibility changes and sends all go through
-//!    the one batcher; a standard queue's deletes are not awaited (the message keeps its room
-//!    until answered), a FIFO subscription's runs go through a deleter of its own that keeps lanes
+//!    message again after a delay, give it back (with the rest of its group, on FIFO), or, on FIFO,
+//!    add its delete to the lane's run (`lane::Run`), which the lane deletes in one call and waits
+//!    for before the group goes anywhere else. Deletes, visibility changes and sends all go through
+//!    the one batcher; a standard queue's deletes are not awaited (the message keeps its room until
+//!    answered), a FIFO subscription's runs go through a deleter of its own that keeps lanes
 //!    answered together sharing their next call.
 //! 4. **Extend** (`extend::Heartbeat`): from the receive until the message is settled, a
 //!    heartbeat keeps its lease from timing out, and has the settler release the messages of an
