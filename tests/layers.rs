@@ -1,7 +1,7 @@
 //! The core crate's layering, checked: every module of `rust-stream/src` imports only modules of
 //! a lower row, or of its own row listed before it, and no modules import each other in a
-//! circle; every name in the table is a module; and the source files over the size budget are
-//! listed.
+//! circle; every name in the table is a module; and no source file of the three crates is over
+//! the size budget: 700 physical lines (comments and blank lines counted) outside its tests.
 //!
 //! The rows are written down once, in `ARCHITECTURE.md`: a table whose rows read
 //! `| <row number> | <modules, in order> | ... |`, the modules as paths under `rust-stream/src`
@@ -123,43 +123,51 @@ fn files(src: &Path) -> BTreeMap<Module, PathBuf> {
     files
 }
 
-/// The code of a file without comments and without its test items: each `#[cfg(test)]` and the
-/// item it marks (a `mod tests;` line, a `mod tests { .. }` block, a test-only helper), wherever
-/// in the file it stands.
-fn code(text: &str) -> String {
-    let mut code = text
-        .lines()
+/// A file's text without its `//` comments (doc comments too), line for line: each line keeps
+/// its place, so a line number in it is one in the file.
+fn without_comments(text: &str) -> String {
+    text.lines()
         .map(|line| match line.find("//") {
             Some(at) => &line[..at],
             None => line,
         })
         .collect::<Vec<_>>()
-        .join("\n");
-    while let Some(at) = code.find("#[cfg(test)]") {
-        let item = &code[at..];
-        // The item ends at its `;` (a declaration) or with the block its first `{` opens.
-        let end = match (item.find(';'), item.find('{')) {
-            (Some(semi), brace) if brace.is_none_or(|brace| semi < brace) => at + semi + 1,
-            (_, Some(brace)) => {
-                let mut depth = 0;
-                let mut close = code.len();
-                for (i, c) in item[brace..].char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                close = at + brace + i + 1;
-                                break;
-                            }
+        .join("\n")
+}
+
+/// Where the test item marked by the `#[cfg(test)]` at `at` of `code` (without comments) ends:
+/// at its `;` (a declaration: `mod tests;`) or with the block its first `{` opens.
+fn test_item_end(code: &str, at: usize) -> usize {
+    let item = &code[at..];
+    match (item.find(';'), item.find('{')) {
+        (Some(semi), brace) if brace.is_none_or(|brace| semi < brace) => at + semi + 1,
+        (_, Some(brace)) => {
+            let mut depth = 0;
+            for (i, c) in item[brace..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return at + brace + i + 1;
                         }
-                        _ => {}
                     }
+                    _ => {}
                 }
-                close
             }
-            _ => code.len(),
-        };
+            code.len()
+        }
+        _ => code.len(),
+    }
+}
+
+/// The code of a file without comments and without its test items: each `#[cfg(test)]` and the
+/// item it marks (a `mod tests;` line, a `mod tests { .. }` block, a test-only helper), wherever
+/// in the file it stands.
+fn code(text: &str) -> String {
+    let mut code = without_comments(text);
+    while let Some(at) = code.find("#[cfg(test)]") {
+        let end = test_item_end(&code, at);
         code.replace_range(at..end, "");
     }
     code
@@ -561,26 +569,35 @@ fn the_core_crate_imports_only_downward_and_in_no_circle() {
     );
 }
 
-/// The most lines of code a source file of the core crate holds before its tests.
+/// The most lines a source file of the workspace's crates holds outside its tests.
 const MOST_LINES: usize = 700;
 
-/// The lines of code of a file: what is left without comments, blank lines and test items.
-fn lines_of_code(text: &str) -> usize {
-    code(text)
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .count()
+/// The lines a file counts against the budget: its physical lines, comments and blank lines
+/// included, but not those of its test items (each `#[cfg(test)]` through the end of the item it
+/// marks, wherever in the file it stands). For a file whose tests come last, that is its lines
+/// before the first `#[cfg(test)]`.
+fn counted_lines(text: &str) -> usize {
+    let code = without_comments(text);
+    let mut in_tests = 0;
+    let mut from = 0;
+    while let Some(found) = code[from..].find("#[cfg(test)]") {
+        let at = from + found;
+        let end = test_item_end(&code, at);
+        in_tests += code[at..end].lines().count();
+        from = end;
+    }
+    text.lines().count() - in_tests
 }
 
-/// Source files under `src` over [`MOST_LINES`] lines of code, largest first (a `tests.rs`
-/// child is test code and not counted).
+/// Source files under `src` over [`MOST_LINES`] lines outside their tests ([`counted_lines`]),
+/// largest first (a `tests.rs` child is all tests, and not counted).
 fn oversized(src: &Path) -> Vec<(usize, PathBuf)> {
     let mut found: Vec<(usize, PathBuf)> = files(src)
         .into_values()
         .filter(|file| file.file_name().is_some_and(|name| name != "tests.rs"))
         .map(|file| {
             (
-                lines_of_code(&std::fs::read_to_string(src.join(&file)).unwrap()),
+                counted_lines(&std::fs::read_to_string(src.join(&file)).unwrap()),
                 file,
             )
         })
@@ -590,49 +607,80 @@ fn oversized(src: &Path) -> Vec<(usize, PathBuf)> {
     found
 }
 
-/// No source file of the workspace's crates holds more than [`MOST_LINES`] lines of code before
-/// its tests: a file that grows past it is split by what it holds (`cargo test --test layers`
-/// names each one over, with its count).
+/// Files over the budget whose split is under way on another branch, tolerated while they are
+/// over. One that is no longer over fails the check too, so the list empties as the splits land.
+const BEING_SPLIT: &[&str] = &[];
+
+/// No source file of the workspace's crates holds more than [`MOST_LINES`] lines outside its
+/// tests, comments and blank lines counted: a file that grows past it is split by what it holds
+/// (`cargo test --test layers` names each one over, with its count).
 #[test]
 fn no_source_file_is_over_the_size_budget() {
     let mut found = Vec::new();
+    let mut split_elsewhere = Vec::new();
     for krate in ["rust-stream", "rust-stream-macros", "rust-stream-cli"] {
         for (lines, file) in oversized(&root().join(krate).join("src")) {
-            found.push(format!("  {lines:>5}  {krate}/src/{}", file.display()));
+            let path = format!("{krate}/src/{}", file.display());
+            if BEING_SPLIT.contains(&path.as_str()) {
+                split_elsewhere.push(path);
+            } else {
+                found.push(format!("  {lines:>5}  {path}"));
+            }
         }
     }
     assert!(
         found.is_empty(),
-        "{} source files over {MOST_LINES} lines of code before their tests:\n{}",
+        "{} source files over {MOST_LINES} lines outside their tests:\n{}",
         found.len(),
         found.join("\n")
     );
+    let landed: Vec<&&str> = BEING_SPLIT
+        .iter()
+        .filter(|path| !split_elsewhere.iter().any(|over| over == *path))
+        .collect();
+    assert!(
+        landed.is_empty(),
+        "within the budget now, so take them off `BEING_SPLIT`: {landed:?}"
+    );
 }
 
-/// The budget's count reads code only: a file of 701 lines of code is over, and the same file
-/// with its comments, blank lines and a test module beside is not counted for them.
+/// The budget's count is a file's physical lines outside its tests: a file of 701 lines, half of
+/// them doc comments and blanks, is over; one of 700 lines and a test module after them is not; a
+/// `mod tests;` declared before the code does not end the count; a `tests.rs` file is not counted.
 #[test]
-fn the_size_budget_counts_code_without_comments_blanks_and_tests() {
+fn the_size_budget_counts_physical_lines_outside_tests() {
     let dir = std::env::temp_dir().join(format!("rust-stream-size-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let code_lines: String = (0..701)
-        .map(|i| format!("pub const C{i}: u32 = {i};\n"))
-        .collect();
-    std::fs::write(dir.join("lib.rs"), "pub mod big;\npub mod fine;\n").unwrap();
-    std::fs::write(dir.join("big.rs"), &code_lines).unwrap();
-    let padded: String = code_lines
-        .lines()
-        .take(690)
-        .map(|line| format!("/// A constant.\n\n{line}\n"))
-        .collect::<String>()
-        + "#[cfg(test)]\nmod tests {\n"
-        + &"    const T: u32 = 0;\n".repeat(50)
-        + "}\n";
-    std::fs::write(dir.join("fine.rs"), padded).unwrap();
+    std::fs::create_dir_all(dir.join("early")).unwrap();
+    let constants = |count: usize| -> String {
+        (0..count)
+            .map(|i| format!("/// A constant.\npub const C{i}: u32 = {i};\n"))
+            .collect()
+    };
+    std::fs::write(
+        dir.join("lib.rs"),
+        "pub mod big;\npub mod early;\npub mod fine;\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("big.rs"), constants(350) + "\n").unwrap();
+    let tests =
+        "#[cfg(test)]\nmod tests {\n".to_owned() + &"    const T: u32 = 0;\n".repeat(50) + "}\n";
+    std::fs::write(dir.join("fine.rs"), constants(350) + &tests).unwrap();
+    std::fs::write(
+        dir.join("early.rs"),
+        "#[cfg(test)]\nmod tests;\n".to_owned() + &constants(350) + "\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("early/tests.rs"), constants(400)).unwrap();
     let found = oversized(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(found, vec![(701, PathBuf::from("big.rs"))]);
+    assert_eq!(
+        found,
+        vec![
+            (701, PathBuf::from("early.rs")),
+            (701, PathBuf::from("big.rs"))
+        ]
+    );
 }
 
 /// The reader behind the check finds what it must: an upward import and circles in a small tree,

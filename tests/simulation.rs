@@ -11,7 +11,8 @@
 //! whose calls fail some notes; two message types on one standard queue, each routed by its type
 //! header to a handler of its own; outbox transactions of 1–15 rows a group, some rolled back,
 //! relayed by every app;
-//! a FIFO redrive whose target refuses oversize messages; and faults on the apps' lines to SQS:
+//! a FIFO redrive whose target refuses oversize messages; clients of the HTTP queue API pushing
+//! (some with a `hashCode`), popping and acking; and faults on the apps' lines to SQS:
 //! outages of 1–90 s (every call fails as unavailable), stalls (each call takes longer), and
 //! refusals for good of the first entry of the next sends (a partial batch failure); waits and
 //! time jumps past the 5-minute deduplication window.
@@ -39,6 +40,9 @@
 //!   a later row of its group, which the relay's docs leave out);
 //! - `redrive-order` and `redrive-once`: what a redrive moved of a group is a prefix of the group,
 //!   each message moved once, none both moved and left;
+//! - `http-lost`, `http-acked-again`, `http-hash-once`: what the HTTP queue API answered its
+//!   clients holds (every job pushed is popped, nothing acked comes back, a `hashCode` stores once
+//!   in its window);
 //! - `stuck`: the world drains once its faults heal (20 minutes of clock without a handler call).
 //!
 //! `SIM_SEEDS=N` runs seeds 0..N (the CI set is [`CI_SEEDS`]); `SIM_SEED=S` replays one seed,
@@ -139,6 +143,13 @@ enum Op {
     /// Sends a routed message (a `Debit` when `debit`, else a `Credit`) to the routed queue,
     /// whose handler fails its first `fails` calls.
     Route { debit: bool, fails: u8 },
+    /// Pushes `jobs` jobs (one JSON array when more than one) through the HTTP queue API, with
+    /// `hashCode` `h{hash}` when given (a push of the same `hashCode` within 300 s is answered 204
+    /// and not stored).
+    HttpPush { hash: Option<u8>, jobs: u8 },
+    /// Pops up to `amount` jobs through the HTTP queue API (`expiresIn` 30 s), and acks them when
+    /// `ack` (else they come back when their 30 s run out).
+    HttpPop { amount: u8, ack: bool },
 }
 
 /// A seeded world: its settings and its script.
@@ -177,28 +188,36 @@ impl Scenario {
                 } else {
                     1 + pick(60)
                 }),
-                35..=59 => Op::Send {
+                35..=56 => Op::Send {
                     group: pick(u64::from(groups)) as u8,
                     fails: [0, 0, 0, 1, 1, 2][pick(6) as usize],
                     job: [0, 0, 0, 0, 1, 5, 20, 45, 90][pick(9) as usize],
                 },
-                60..=64 => Op::Pay {
+                57..=61 => Op::Pay {
                     body: pick(3) as u8,
                 },
-                65..=69 => Op::Note {
+                62..=66 => Op::Note {
                     fails: [0, 0, 1][pick(3) as usize],
                 },
-                70..=81 => Op::Commit {
+                67..=78 => Op::Commit {
                     group: pick(u64::from(groups)) as u8,
                     rows: 1 + pick(15) as u8,
                     rollback: pick(5) == 0,
                 },
-                82..=87 => Op::Outage(1 + pick(90)),
-                88..=90 => Op::Stall(1 + pick(15)),
-                91..=95 => Op::Refuse(1 + pick(3) as u8),
+                79..=83 => Op::Outage(1 + pick(90)),
+                84..=86 => Op::Stall(1 + pick(15)),
+                87..=90 => Op::Refuse(1 + pick(3) as u8),
+                91..=95 => match pick(4) {
+                    0 | 1 => Op::HttpPush {
+                        hash: [None, Some(0), Some(1)][pick(3) as usize],
+                        jobs: 1 + pick(3) as u8,
+                    },
+                    draw => Op::HttpPop {
+                        amount: 1 + pick(5) as u8,
+                        ack: draw == 2,
+                    },
+                },
                 _ if !held.is_empty() => Op::Redrive,
-                // One draw, as the short wait this was before routed types: seeds without held
-                // messages changed only here.
                 _ => {
                     let draw = pick(6);
                     Op::Route {
@@ -252,6 +271,9 @@ enum Check {
     RedriveOrder,
     RedriveOnce,
     Misrouted,
+    HttpLost,
+    HttpAckedAgain,
+    HttpHashOnce,
     Stuck,
 }
 
@@ -269,6 +291,9 @@ impl Check {
             Check::RedriveOrder => "redrive-order",
             Check::RedriveOnce => "redrive-once",
             Check::Misrouted => "misrouted",
+            Check::HttpLost => "http-lost",
+            Check::HttpAckedAgain => "http-acked-again",
+            Check::HttpHashOnce => "http-hash-once",
             Check::Stuck => "stuck",
         }
     }
@@ -675,6 +700,8 @@ struct World {
     stopping: Vec<tokio::task::JoinHandle<()>>,
     log: Vec<String>,
     started: Instant,
+    /// The HTTP queue API, served over its own faulty line to the account (never killed).
+    http: HttpClients,
 }
 
 impl World {
@@ -760,6 +787,196 @@ async fn pending(account: &Account, queue: &str) -> usize {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The HTTP queue API's clients
+// ---------------------------------------------------------------------------------------------
+
+/// The standard queue the HTTP queue API's clients push to and pop from.
+const HTTP_QUEUE: &str = "sim-http";
+/// How long a pop hides what it takes (`expiresIn`).
+const HTTP_EXPIRES: Duration = Duration::from_secs(30);
+/// The API's `hashCode` window (its default `expiresIn` for a push).
+const HTTP_HASH_WINDOW: Duration = Duration::from_secs(300);
+/// How much a push's answer may come after the API noted its `hashCode`: the longest stall.
+const HTTP_HASH_SLACK: Duration = Duration::from_secs(20);
+
+/// The driver as the HTTP queue API's clients, and what they were answered. The API is served
+/// over a line of its own with the world's faults (never killed), and called in process through
+/// its router: the answers a socket would carry, on the paused clock.
+struct HttpClients {
+    router: axum::Router,
+    next: u32,
+    /// Jobs whose push was answered 201: (job, id).
+    pushed: Vec<(u32, String)>,
+    /// Per `hashCode`: when each push of it was answered 201.
+    hashed: BTreeMap<u8, Vec<Instant>>,
+    /// Every id a pop handed out.
+    popped: BTreeSet<String>,
+    /// Ids whose ack was answered 204 before their pop's `expiresIn` could have run out.
+    acked: BTreeSet<String>,
+    /// Ids a pop handed out again after such an ack.
+    acked_again: BTreeSet<String>,
+}
+
+impl HttpClients {
+    fn serve(account: &Account, faults: &Arc<Mutex<Faults>>) -> Self {
+        let line = Line {
+            dead: Arc::default(),
+            faults: faults.clone(),
+        };
+        let broker = SqsBroker::with_transport(Hooked::new(account.clone(), line));
+        Self {
+            router: rust_stream::http::queue::QueueApi::new(&broker).router(),
+            next: 0,
+            pushed: Vec::new(),
+            hashed: BTreeMap::new(),
+            popped: BTreeSet::new(),
+            acked: BTreeSet::new(),
+            acked_again: BTreeSet::new(),
+        }
+    }
+
+    /// A `POST` of `body` (JSON) to `path`: the status and the JSON answered (null when none).
+    async fn post(&self, path: &str, body: Option<String>) -> (u16, serde_json::Value) {
+        let request = axum::http::Request::post(path);
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body)),
+            None => request.body(axum::body::Body::empty()),
+        };
+        let answer = tower::ServiceExt::oneshot(self.router.clone(), request.unwrap())
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
+            .await
+            .unwrap_or_default();
+        let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        (status, json)
+    }
+
+    async fn push(&mut self, hash: Option<u8>, jobs: u8) -> String {
+        let first = self.next + 1;
+        self.next += u32::from(jobs);
+        let path = match hash {
+            Some(hash) => format!("/queue/{HTTP_QUEUE}/push?hashCode=h{hash}"),
+            None => format!("/queue/{HTTP_QUEUE}/push"),
+        };
+        let body: Vec<_> = (first..=self.next)
+            .map(|job| serde_json::json!({ "job": job, "hash": hash }))
+            .collect();
+        let body = match &body[..] {
+            [one] => one.to_string(),
+            many => serde_json::Value::from(many.to_vec()).to_string(),
+        };
+        let (status, answer) = self.post(&path, Some(body)).await;
+        if status == 201 {
+            let ids = answer["ids"].as_array().into_iter().flatten();
+            for (job, id) in (first..=self.next).zip(ids) {
+                self.pushed.push((job, id.as_str().unwrap().to_owned()));
+            }
+            if let Some(hash) = hash {
+                self.hashed.entry(hash).or_default().push(Instant::now());
+            }
+        }
+        let refusal = answer["error"].as_str().map(|error| format!(" ({error})"));
+        format!(
+            "push {first}..={} hash {hash:?}: {status}{}",
+            self.next,
+            refusal.unwrap_or_default()
+        )
+    }
+
+    async fn pop(&mut self, amount: u8, ack: bool) -> String {
+        // The earliest the pop's receive could have started its messages' `expiresIn`.
+        let asked = Instant::now();
+        let (status, answer) = self
+            .post(
+                &format!(
+                    "/queue/{HTTP_QUEUE}/pop/{amount}?expiresIn={}",
+                    HTTP_EXPIRES.as_secs()
+                ),
+                None,
+            )
+            .await;
+        let ids: Vec<String> = answer
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|message| message["_id"].as_str().map(str::to_owned))
+            .collect();
+        for id in &ids {
+            if self.acked.contains(id) {
+                self.acked_again.insert(id.clone());
+            }
+            self.popped.insert(id.clone());
+        }
+        if !ack || ids.is_empty() {
+            return format!("pop {amount}: {status}, {} taken", ids.len());
+        }
+        let body = serde_json::json!({ "id": ids }).to_string();
+        let (acked, _) = self
+            .post(&format!("/queue/{HTTP_QUEUE}/ack"), Some(body))
+            .await;
+        if acked == 204 && asked.elapsed() < HTTP_EXPIRES {
+            self.acked.extend(ids.iter().cloned());
+        }
+        format!("pop {amount}: {status}, {} taken, ack {acked}", ids.len())
+    }
+
+    /// Pops and acks until the queue is empty, waiting out what is still hidden (faults healed).
+    async fn drain(&mut self, account: &Account) {
+        for _ in 0..100 {
+            if pending(account, HTTP_QUEUE).await == 0 {
+                return;
+            }
+            let before = self.popped.len();
+            self.pop(10, true).await;
+            if self.popped.len() == before {
+                sleep(HTTP_EXPIRES).await;
+            }
+        }
+    }
+
+    /// `http-lost`: every job a push was answered 201 for was handed out by a pop, and none is
+    /// left; `http-acked-again`: no job handed out again after its ack was answered 204 in time;
+    /// `http-hash-once`: no two pushes of one `hashCode` both answered 201 within its window.
+    async fn check(&self, account: &Account, violations: &mut Vec<(Check, String)>) {
+        for (job, id) in &self.pushed {
+            if !self.popped.contains(id) {
+                violations.push((Check::HttpLost, format!("http job {job} never popped")));
+            }
+        }
+        let left = pending(account, HTTP_QUEUE).await;
+        if left > 0 {
+            violations.push((
+                Check::HttpLost,
+                format!("{left} http jobs left after the drain"),
+            ));
+        }
+        for id in &self.acked_again {
+            violations.push((
+                Check::HttpAckedAgain,
+                format!("http message {id} popped again after its ack"),
+            ));
+        }
+        for (hash, times) in &self.hashed {
+            for pair in times.windows(2) {
+                if pair[1].saturating_duration_since(pair[0]) + HTTP_HASH_SLACK < HTTP_HASH_WINDOW {
+                    violations.push((
+                        Check::HttpHashOnce,
+                        format!(
+                            "hashCode h{hash} stored twice {} s apart",
+                            pair[1].saturating_duration_since(pair[0]).as_secs()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // A run
 // ---------------------------------------------------------------------------------------------
 
@@ -767,16 +984,22 @@ async fn pending(account: &Account, queue: &str) -> usize {
 async fn run(scenario: &Scenario) -> Outcome {
     let account = Account::new();
     let store = MemoryStore::new();
+    let faults: Arc<Mutex<Faults>> = Arc::default();
+    account
+        .create_queue(HTTP_QUEUE, QueueAttributes::new())
+        .await
+        .unwrap();
     let mut world = World {
         scenario: scenario.clone(),
         account: account.clone(),
         store: store.clone(),
         ledger: SharedLedger::default(),
-        faults: Arc::default(),
+        faults: faults.clone(),
         live: Vec::new(),
         stopping: Vec::new(),
         log: vec![scenario.describe()],
         started: Instant::now(),
+        http: HttpClients::serve(&account, &faults),
     };
     // The queues: the first start (on a line without faults) creates the apps' own.
     account.create_fifo_queue(EVENTS).await.unwrap();
@@ -964,6 +1187,14 @@ async fn run(scenario: &Scenario) -> Outcome {
                 }
                 world.note(format!("{step} route {kind} {n}: sent {}", answer.is_ok()));
             }
+            Op::HttpPush { hash, jobs } => {
+                let answer = world.http.push(*hash, *jobs).await;
+                world.note(format!("{step} @{at}s http {answer}"));
+            }
+            Op::HttpPop { amount, ack } => {
+                let answer = world.http.pop(*amount, *ack).await;
+                world.note(format!("{step} @{at}s http {answer}"));
+            }
             Op::Redrive => {
                 let report = driver
                     .operations()
@@ -1062,6 +1293,8 @@ async fn run(scenario: &Scenario) -> Outcome {
     )
     .await;
     check_redrive(&account, scenario, &mut violations).await;
+    world.http.drain(&account).await;
+    world.http.check(&account, &mut violations).await;
 
     // The event log is the script and what the driver saw happen (each step's clock, each start,
     // each send's answer, each redrive's counts): its digest is a run's identity. What the apps
@@ -1080,6 +1313,11 @@ async fn run(scenario: &Scenario) -> Outcome {
     found.push(format!("inbox effects {}", ledger.effects.len()));
     found.push(format!("notes completed {:?}", ledger.notes_done));
     found.push(format!("routed calls {:?}", ledger.routed_calls));
+    found.push(format!(
+        "http pushed {}, popped {}",
+        world.http.pushed.len(),
+        world.http.popped.len()
+    ));
     for (check, detail) in &violations {
         found.push(format!("violation {}: {detail}", check.name()));
     }

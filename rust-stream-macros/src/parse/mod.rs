@@ -1,17 +1,20 @@
-//! From tokens to our AST: the attribute into [`Attribute`] (the `attribute` module), the function
-//! into [`Handler`] (the `function` module).
+//! From tokens to our AST: the attribute into [`Attribute`] (the `attribute` module, its
+//! `batch(..)` setting in the `batch` module), the function into [`Handler`] (the `function`
+//! module).
 //!
 //! Each problem is pushed to [`Errors`] on the token that causes it and parsing goes on, so one
 //! compile shows every mistake; only tokens that cannot be read at all stop the attribute early.
 
 mod attribute;
+mod batch;
 mod function;
 
 use proc_macro2::Span;
 use quote::ToTokens;
 use syn::{Expr, Lit};
 
-pub(crate) use attribute::{attribute, Attribute, WindowValue};
+pub(crate) use attribute::{attribute, Attribute};
+pub(crate) use batch::WindowValue;
 pub(crate) use function::{handler, Handler, Kind};
 
 /// Every problem found so far, reported together.

@@ -1,20 +1,15 @@
 //! Dispatch: the [`Dispatcher`] runs what the intake received. It owns the pipeline's room (the
 //! subscription's [`capacity`], taken by the intake before each receive), the handler slots, the
-//! FIFO group lanes and the groups resting between retries in place, and the messages a stop will
-//! not start, parked for its final release.
+//! FIFO group lanes and the room lent by groups resting between retries in place, and the messages
+//! a stop will not start, parked for its final release.
 //!
 //! A message reaches the dispatcher as a [`Held`] from the intake. On a standard queue it waits for
-//! a handler slot in a task of its own. On a FIFO queue each group has a *lane*
-//! ([`Lanes`]): its held messages in sequence order, run one at a time, so a group is never
-//! handled out of order or twice at once by this consumer; a lane is a task. Either way the
-//! attempt runs the handler (panic catch, timeout, cancellation at shutdown, the decode-failure
-//! path) and gives a [`Verdict`], which the [`Settler`] turns into what to do [`Next`]. A message
-//! that fails on FIFO is run again in its lane after its retry delay, while the rest of its group
-//! waits behind it, held and extended; the lane moves on once the message is acked or
-//! dead-lettered, and deletes what it handled in runs ([`Run`]): together, before it ends, rests,
-//! gives the group back or stops. Everything that holds a FIFO group back (its lane, its rest
-//! between retries, the rest of the group let go or given back behind a message) is here. Groups
-//! are independent: a slow or failing lane holds up nobody else.
+//! a handler slot in a task of its own. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
+//! its held messages in sequence order, run one at a time by a task of the lane's own (`lane.rs`,
+//! where everything that holds a FIFO group back lives), so a group is never handled out of order
+//! or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
+//! timeout, cancellation at shutdown, the decode-failure path) and gives a [`Verdict`], which the
+//! [`Settler`] turns into what to do [`Next`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,8 +21,8 @@ use tracing::Instrument;
 use super::attempt::{self, InFlight};
 use super::batches::{Batches, Item};
 use super::held::Held;
-use super::lanes::{Lanes, Resting};
-use super::settle::{Next, Run, Settler, Verdict};
+use super::lanes::Lanes;
+use super::settle::{Next, Settler, Verdict};
 use super::shared::{Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
@@ -39,12 +34,6 @@ use crate::propagation;
 use crate::state::States;
 use crate::task::poll_once;
 use crate::task::CatchUnwind;
-
-/// How many FIFO groups, per handler slot, may rest between retries in place, lending their room
-/// to the pollers; a group that fails while this many rest goes back to the queue, hidden for its
-/// retry delay. A consumer so holds at most its capacity plus this many groups' runs a slot (a
-/// batch each): with the defaults, 110 + 40 × 10 messages.
-pub(crate) const MAX_LENT_GROUPS_PER_SLOT: usize = 4;
 
 /// How many messages a consumer holds at most: one batch per poller beyond what its handlers work
 /// through. A standard queue's handlers take a message each; a FIFO queue's take a lane each, and a
@@ -70,26 +59,8 @@ fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
     concurrency.saturating_mul(batch_max.unwrap_or(1))
 }
 
-/// How a lane's attempt ended.
-enum Step {
-    /// Settled (deleted, or its delete in the run; dead-lettered), or let go: the lane goes on
-    /// with its next message.
-    Forward,
-    /// The stop parked the group.
-    Parked,
-    /// The message did not go forward: run it again after the delay (`Ok`), or it went back to
-    /// the queue hidden for these seconds (`Err`). `attempt` is its attempt number in this
-    /// receive, `span` the span of the attempt.
-    Stopped {
-        held: Held,
-        attempt: u32,
-        retry: Result<Duration, i32>,
-        span: tracing::Span,
-    },
-}
-
 /// How the subscription's handler is called.
-enum Calls {
+pub(super) enum Calls {
     /// A message a call, in the message's task or lane.
     One(Arc<dyn ErasedHandler>),
     /// Runs gathered into batch calls.
@@ -99,72 +70,35 @@ enum Calls {
 /// Runs one subscription's received messages: handler slots, FIFO lanes, the room they hold.
 pub(crate) struct Dispatcher {
     /// The queue's name, as the `process` span and the logs name it.
-    queue: Arc<str>,
+    pub(super) queue: Arc<str>,
     fifo: bool,
-    calls: Calls,
+    pub(super) calls: Calls,
     /// The handler's name, as the `process` span records it: a `#[subscriber]` function's name.
     handler_name: String,
     states: Arc<States>,
     handler_timeout: Option<Duration>,
     /// How many handler slots: it bounds the groups resting between retries.
-    concurrency: usize,
+    pub(super) concurrency: usize,
     /// On FIFO the intake takes new groups only while fewer lanes run; see [`lane_limit`].
     lane_limit: usize,
     /// Room for held messages; see [`capacity`].
-    capacity: Arc<Semaphore>,
+    pub(super) capacity: Arc<Semaphore>,
     /// Handler slots.
     running: Arc<Semaphore>,
-    lanes: Lanes,
+    pub(super) lanes: Lanes,
     /// How many handled messages of a group a lane deletes together, at most.
-    delete_run: usize,
+    pub(super) delete_run: usize,
     /// FIFO groups resting between retries that lent their room to the pollers.
-    lent_groups: AtomicUsize,
+    pub(super) lent_groups: AtomicUsize,
     /// Lent room taken back from rests that ended while it was in use: the intake withdraws it
     /// before its next receive.
-    owed_room: AtomicUsize,
+    pub(super) owed_room: AtomicUsize,
     /// Messages a stop did not start, released once no receive is in flight.
     parked: Mutex<Vec<Held>>,
-    leases: Arc<Leases>,
-    metrics: Arc<SubscriptionMetrics>,
-    tasks: Tasks,
-    settler: Arc<Settler>,
-}
-
-/// A FIFO lane resting between retries; see [`Dispatcher::rest`].
-struct Rest<'a> {
-    dispatcher: &'a Dispatcher,
-    _counted: Resting<'a>,
-    /// Room lent to the pollers, taken back when the rest ends.
-    lent: usize,
-}
-
-impl Drop for Rest<'_> {
-    /// Takes the lent room back before the next attempt (or as the lane stops). What is free now
-    /// is withdrawn at once and the rest is owed: the intake pays it before its next receive.
-    /// Waiting for it here could wait for good, since room the lane's own group took while it
-    /// rested (a newer receive of its message, once its lease lapsed) is freed only as this lane
-    /// goes on.
-    fn drop(&mut self) {
-        self.dispatcher.take_back(self.lent);
-        self.dispatcher.lent_groups.fetch_sub(1, Ordering::AcqRel);
-        self.dispatcher.metrics.resting.decrement(1.0);
-    }
-}
-
-/// Ends a lane whose task unwinds, so the group is not marked running for ever; what was
-/// waiting in it is orphaned, and released by the heartbeat.
-struct LaneTask<'a> {
-    dispatcher: &'a Dispatcher,
-    group: &'a str,
-    finished: bool,
-}
-
-impl Drop for LaneTask<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            drop(self.dispatcher.lanes.end(self.group));
-        }
-    }
+    pub(super) leases: Arc<Leases>,
+    pub(super) metrics: Arc<SubscriptionMetrics>,
+    pub(super) tasks: Tasks,
+    pub(super) settler: Arc<Settler>,
 }
 
 impl Dispatcher {
@@ -343,7 +277,7 @@ impl Dispatcher {
     }
 
     /// A handler slot, or `None` once a stop no longer starts attempts.
-    async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+    pub(super) async fn slot(&self) -> Option<OwnedSemaphorePermit> {
         if self.tasks.no_new_attempts().is_cancelled() {
             return None;
         }
@@ -359,402 +293,20 @@ impl Dispatcher {
         }
     }
 
-    /// Works through one group's lane until it is empty, deleting what it handled in runs
-    /// ([`Run`]).
-    async fn run_lane(self: Arc<Self>, group: String) {
-        let mut task = LaneTask {
-            dispatcher: &self,
-            group: &group,
-            finished: false,
-        };
-        let mut run = Run::new(self.delete_run);
-        loop {
-            // The run is deleted once nothing more waits (the lane then ends, and the group is
-            // received again only after its deletes are answered), or once it is due.
-            if !run.is_empty() {
-                if self.lanes.waiting(&group) == 0 {
-                    // Nothing left to handle: the intake may take another group meanwhile.
-                    let _finishing = self.lanes.counts().finishing();
-                    self.delete_run(&mut run, &group).await;
-                } else if run.is_due() {
-                    self.delete_run(&mut run, &group).await;
-                }
-            }
-            let Some(mut held) = self.lanes.next(&group) else {
-                break;
-            };
-            let mut attempt = 1;
-            loop {
-                let step = match &self.calls {
-                    Calls::One(_) => self.attempt_in_lane(held, attempt, &group, &mut run).await,
-                    Calls::Batch(batches) => {
-                        Box::pin(self.attempt_run_in_lane(batches, held, attempt, &group, &mut run))
-                            .await
-                    }
-                };
-                let (again, delay_or_seconds, span) = match step {
-                    Step::Parked => return,
-                    Step::Forward => break,
-                    Step::Stopped {
-                        held,
-                        attempt: made,
-                        retry,
-                        span,
-                    } => {
-                        attempt = made;
-                        (held, retry, span)
-                    }
-                };
-                held = again;
-                // Whatever the group does now (rest, go back), the run before the message is
-                // deleted first; a delete not confirmed lets the group go, to come back behind it.
-                if !self.delete_run(&mut run, &group).await {
-                    span.in_scope(|| {
-                        tracing::warn!(
-                            messaging.destination.name = %self.queue,
-                            sqs.group_id = %group,
-                            "an earlier message's delete failed; the message is left to come back behind it, with the rest of its group"
-                        );
-                    });
-                    // A retry in place would have been the next attempt in this receive; a
-                    // message given back was counted as such by the settler already.
-                    if delay_or_seconds.is_ok() {
-                        self.settler
-                            .count_given_back(&held, attempt.saturating_add(1));
-                    }
-                    self.leases.forget(&held.lease);
-                    break;
-                }
-                match delay_or_seconds {
-                    Ok(delay) => {
-                        // The attempt is settled: its span ends here, not after the backoff.
-                        held.span = tracing::Span::none();
-                        drop(span);
-                        attempt = attempt.saturating_add(1);
-                        let Some(resting) = self.rest(1 + self.lanes.waiting(&group)) else {
-                            // More groups rest than may borrow room: this one goes back whole,
-                            // hidden for the delay, so it holds neither room nor memory while it
-                            // waits, and comes back in order (its next receive counts as the
-                            // attempt after this one).
-                            let seconds = held.lease.visibility_seconds(delay);
-                            self.settler.count_given_back(&held, attempt);
-                            let rest = self.lanes.take_rest(&group);
-                            self.settler.count_unstarted(&rest);
-                            let mut all = vec![held];
-                            all.extend(rest);
-                            self.settler.release(all, seconds).await;
-                            break;
-                        };
-                        let rested = tokio::select! {
-                            biased;
-                            () = self.tasks.stopping().cancelled() => false,
-                            () = tokio::time::sleep(delay) => true,
-                        };
-                        drop(resting);
-                        if !rested {
-                            self.settler.count_given_back(&held, attempt);
-                            return self.park_group(held, &group, &mut run).await;
-                        }
-                    }
-                    Err(seconds) => {
-                        // What follows in the group may not run before the message that goes
-                        // back, so it goes back behind it, in the same call.
-                        let rest = self.lanes.take_rest(&group);
-                        if !rest.is_empty() {
-                            self.settler.count_unstarted(&rest);
-                            // In the span of the attempt that stopped the group: it is why.
-                            span.in_scope(|| {
-                                tracing::warn!(
-                                    messaging.destination.name = %self.queue,
-                                    sqs.group_id = %group,
-                                    held_back = rest.len(),
-                                    "releasing the rest of the group behind the message"
-                                );
-                            });
-                        }
-                        let mut all = vec![held];
-                        all.extend(rest);
-                        self.settler.release(all, seconds).instrument(span).await;
-                        break;
-                    }
-                }
-            }
-        }
-        task.finished = true;
-    }
-
-    /// Runs the lane's message `held`, its attempt number `attempt` in this receive, in a handler
-    /// slot, and settles it.
-    async fn attempt_in_lane(
-        &self,
-        mut held: Held,
-        attempt: u32,
-        group: &str,
-        run: &mut Run,
-    ) -> Step {
-        let Some(slot) = self.slot().await else {
-            // Shutdown: the message and the rest of its group go back, in order.
-            self.settler.count_given_back(&held, attempt);
-            self.park_group(held, group, run).await;
-            return Step::Parked;
-        };
-        if held.lease.has_lapsed() {
-            // SQS may have handed the message to another consumer: this one must not run it, nor
-            // anything behind it. Its attempts in this receive (retries in place) still count.
-            drop(slot);
-            self.settler.count_given_back(&held, attempt);
-            self.delete_run(run, group).await;
-            self.let_lapsed_go(held, group);
-            return Step::Forward;
-        }
-        let attempts = self.settler.attempts(&held, attempt);
-        self.open_process_span(&mut held, attempts);
-        let started = tokio::time::Instant::now();
-        let verdict = self.process(&held, attempts).await;
-        drop(slot);
-        self.settle_in_lane(held, verdict, (attempts, attempt), started, run)
-            .await
-            .unwrap_or(Step::Forward)
-    }
-
-    /// Runs the lane's message `held` (its attempt number `attempt` in this receive) and the
-    /// group's next messages behind it, up to the batch's `max`, in a batch call, and settles
-    /// them in order until one does not go forward: the later ones go back into the lane,
-    /// uncounted, to run again after it (see [`batch`](crate::batch)).
-    async fn attempt_run_in_lane(
-        &self,
-        batches: &Arc<Batches>,
-        held: Held,
-        attempt: u32,
-        group: &str,
-        run: &mut Run,
-    ) -> Step {
-        if self.tasks.no_new_attempts().is_cancelled() {
-            self.settler.count_given_back(&held, attempt);
-            self.park_group(held, group, run).await;
-            return Step::Parked;
-        }
-        if held.lease.has_lapsed() {
-            self.settler.count_given_back(&held, attempt);
-            self.delete_run(run, group).await;
-            self.let_lapsed_go(held, group);
-            return Step::Forward;
-        }
-        // A lapsed message stops the run: it is handled (let go) as the lane's next; so does one
-        // that runs alone, after a call that failed as a whole.
-        let followers = if batches.runs_alone(&held.delivery) {
-            Vec::new()
-        } else {
-            self.lanes
-                .take_next(group, batches.max().saturating_sub(1), |next| {
-                    !next.lease.has_lapsed() && !batches.runs_alone(&next.delivery)
-                })
-        };
-        let mut members = Vec::with_capacity(1 + followers.len());
-        for (mut member, made) in
-            std::iter::once((held, attempt)).chain(followers.into_iter().map(|held| (held, 1)))
-        {
-            let attempts = self.settler.attempts(&member, made);
-            self.open_process_span(&mut member, attempts);
-            members.push((member, attempts, made));
-        }
-        let items = members
-            .iter()
-            .map(|(member, attempts, _)| Item {
-                delivery: member.delivery.clone(),
-                attempts: *attempts,
-                span: member.span.clone(),
-            })
-            .collect();
-        let started = tokio::time::Instant::now();
-        let Some(verdicts) = batches.attempt(items).await else {
-            // Shutdown: the run and the rest of its group go back, in order; none of it started.
-            let mut members = members.into_iter().map(|(member, _, made)| (member, made));
-            let (first, made) = members.next().expect("a run has its first message");
-            self.lanes
-                .put_back(group, members.map(|(member, _)| member).collect());
-            self.settler.count_given_back(&first, made);
-            self.park_group(first, group, run).await;
-            return Step::Parked;
-        };
-        let mut settling = members.into_iter().zip(verdicts);
-        while let Some(((member, attempts, made), verdict)) = settling.next() {
-            let Some(stopped) = self
-                .settle_in_lane(member, verdict, (attempts, made), started, run)
-                .await
-            else {
-                continue;
-            };
-            // Nothing later of the group may count as handled before this message: what the
-            // call did with them is not settled, and they run again after it.
-            let later: Vec<Held> = settling
-                .map(|((mut member, ..), _)| {
-                    member.span = tracing::Span::none();
-                    member
-                })
-                .collect();
-            if !later.is_empty() {
-                if let Step::Stopped { span, .. } = &stopped {
-                    span.in_scope(|| {
-                        tracing::info!(
-                            messaging.destination.name = %self.queue,
-                            sqs.group_id = %group,
-                            held_back = later.len(),
-                            "the later messages of the group in the batch run again after this one"
-                        );
-                    });
-                }
-                self.lanes.put_back(group, later);
-            }
-            return stopped;
-        }
-        Step::Forward
-    }
-
-    /// Settles a lane's attempt at `held` (begun at `started`), adding its delete to the lane's
-    /// run; `None` when the lane goes forward, else how the message stopped it.
-    async fn settle_in_lane(
-        &self,
-        held: Held,
-        verdict: Verdict,
-        (attempts, attempt): (u32, u32),
-        started: tokio::time::Instant,
-        run: &mut Run,
-    ) -> Option<Step> {
-        let span = held.span.clone();
-        let next = self
-            .settler
-            .settle(held, verdict, (attempts, attempt))
-            .instrument(span.clone())
-            .await;
-        let (held, retry) = match next {
-            Next::Done => return None,
-            Next::Delete(deleting) => {
-                run.push(deleting, started);
-                return None;
-            }
-            Next::Again(again, delay) => (again, Ok(delay)),
-            Next::GoBack(back, seconds) => (back, Err(seconds)),
-        };
-        Some(Step::Stopped {
-            held,
-            attempt,
-            retry,
-            span,
-        })
-    }
-
-    /// Deletes the lane's run ([`Settler::delete_run`]); when a delete was not confirmed, its
-    /// message may still be in flight, so the rest of the group is let go without a call, to come
-    /// back behind it when its visibility ends. Whether every delete was confirmed.
-    async fn delete_run(&self, run: &mut Run, group: &str) -> bool {
-        if run.is_empty() {
-            return true;
-        }
-        if self.settler.delete_run(run).await {
-            return true;
-        }
-        let rest = self.lanes.take_rest(group);
-        if !rest.is_empty() {
-            tracing::warn!(
-                messaging.destination.name = %self.queue,
-                sqs.group_id = %group,
-                held_back = rest.len(),
-                "the rest of the group is left to come back behind the message whose delete failed"
-            );
-            self.let_go(rest);
-        }
-        false
-    }
-
-    /// Parks a message and every message waiting behind it in its group for the stop's final
-    /// release, once the lane's run before it is deleted (if a delete of it failed, they are let
-    /// go instead, to come back behind it); those behind it were never attempted. The caller
-    /// counted `held` as given back.
-    async fn park_group(&self, held: Held, group: &str, run: &mut Run) {
-        if !self.delete_run(run, group).await {
-            self.leases.forget(&held.lease);
-            return;
-        }
-        let rest = self.lanes.take_rest(group);
-        self.settler.count_unstarted(&rest);
-        let mut all = vec![held];
-        all.extend(rest);
-        self.park(all);
-    }
-
     /// Keeps messages a stop will not start (held, and extended) until its final release, which
     /// comes once every receive in flight has answered: a long poll still open would otherwise
     /// take back what was just released, a second receive for nothing.
-    fn park(&self, held: Vec<Held>) {
+    pub(super) fn park(&self, held: Vec<Held>) {
         self.parked
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(held);
     }
 
-    /// A message whose lease lapsed before its attempt: SQS may have handed it (and so its group)
-    /// to another consumer. It is let go without a call (its old receipt handle is not used), and
-    /// so is the rest of its group: released now, it could become visible while the message is
-    /// still in flight (its visibility may have been extended by a call whose answer was lost).
-    fn let_lapsed_go(&self, held: Held, group: &str) {
-        tracing::warn!(
-            messaging.destination.name = %self.queue,
-            messaging.message.id = %held.delivery.message_id,
-            sqs.group_id = %group,
-            "the message's visibility ended before its attempt; it is left to SQS, with the rest of its group"
-        );
-        self.leases.forget(&held.lease);
-        self.let_go(self.lanes.take_rest(group));
-    }
-
-    /// Lets unstarted messages go without a call: they are no longer extended, and come back
-    /// when their visibility ends. For the rest of a FIFO group whose earlier message may still
-    /// be in flight: SQS keeps such a group from every receive until that message is visible,
-    /// and hands the group back in order when both are (as LocalStack does only for visibility
-    /// that ends, not for a release).
-    fn let_go(&self, unstarted: Vec<Held>) {
-        self.settler.count_unstarted(&unstarted);
-        for held in unstarted {
-            self.leases.forget(&held.lease);
-        }
-    }
-
-    /// Counts a FIFO lane as resting between retries of its message, which holds `held` messages
-    /// (the message and those behind it), until [`Rest::end`]. Their room is lent to the pollers
-    /// meanwhile, so resting groups never stop this consumer from receiving healthy ones. At most
-    /// [`MAX_LENT_GROUPS_PER_SLOT`] groups a handler slot rest at once, which bounds what the
-    /// consumer holds: `None` when that many do, and the group must go back to the queue instead.
-    fn rest(&self, held: usize) -> Option<Rest<'_>> {
-        let limit = MAX_LENT_GROUPS_PER_SLOT.saturating_mul(self.concurrency);
-        self.lent_groups
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |lent| {
-                (lent < limit).then_some(lent + 1)
-            })
-            .ok()?;
-        self.capacity.add_permits(held);
-        self.metrics.resting.increment(1.0);
-        Some(Rest {
-            dispatcher: self,
-            // Other lanes' deletes do not wait for this one while it rests.
-            _counted: self.lanes.counts().resting(),
-            lent: held,
-        })
-    }
-
-    /// Withdraws `lent` permits of room lent by a rest: those free now at once, the others owed
-    /// until the intake's next receive.
-    fn take_back(&self, lent: usize) {
-        let withdrawn = self.capacity.forget_permits(lent);
-        if withdrawn < lent {
-            self.owed_room.fetch_add(lent - withdrawn, Ordering::AcqRel);
-        }
-    }
-
     /// Opens the `process` span of `held`'s attempt number `attempts` (as the retry policy counts
     /// them: [`Settler::attempts`]); with the `opentelemetry` feature it continues the trace the
     /// message carries. Its fields cost nothing when the span is disabled.
-    fn open_process_span(&self, held: &mut Held, attempts: u32) {
+    pub(super) fn open_process_span(&self, held: &mut Held, attempts: u32) {
         let delivery = &held.delivery;
         let span = tracing::info_span!(
             "process",
@@ -779,7 +331,7 @@ impl Dispatcher {
     /// Decodes and handles one message in its `process` span, for its attempt number `attempts`,
     /// and says how to settle it; counted in the subscription's metrics (handlers running, the
     /// attempt's duration and how it ended).
-    async fn process(&self, held: &Held, attempts: u32) -> Verdict {
+    pub(super) async fn process(&self, held: &Held, attempts: u32) -> Verdict {
         let started = tokio::time::Instant::now();
         let running = InFlight::new(&self.metrics, 1);
         let verdict = self.attempt(held, attempts).await;

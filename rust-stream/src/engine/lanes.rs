@@ -1,6 +1,7 @@
 //! FIFO lanes: the [`Dispatcher`](super::dispatch::Dispatcher)'s table of group lanes. Each
 //! message group this consumer holds messages of has one lane, its held messages ([`Held`]) in
-//! sequence order, worked through by one task at a time. Beside the table, [`LaneCounts`] says how
+//! sequence order, worked through by one task at a time (`lane.rs`: what that task does, and
+//! everything else that holds the group back). Beside the table, [`LaneCounts`] says how
 //! many lanes may have a delete coming: the FIFO deleter (wired to it by `mod.rs`) waits for those,
 //! and the dispatcher gives the intake room for new groups only while fewer lanes run than the
 //! handler slots.

@@ -1,13 +1,14 @@
 //! The consumer engine: one engine over a [`Transport`](crate::transport::Transport), whichever backend
 //! is underneath.
 //!
-//! Each subscription runs as one consumer (the subscriptions of a queue routed by type together,
-//! as one: [`crate::routing`]), made of parts that each own their state, a type to a
-//! file, and hand a message on as small values: the intake (`poll.rs`) receives, the dispatcher
-//! (`dispatch.rs`, with its FIFO lanes in `lanes.rs`) runs the handler, the settler (`settle.rs`)
-//! deletes, retries or dead-letters, and the heartbeat (`extend.rs`) keeps what is held from
-//! timing out. Calls only go one way, intake → dispatcher → settler and heartbeat → settler;
-//! `mod.rs` builds and wires the parts and keeps the lifecycle, and no part calls back into it.
+//! Each subscription runs as one consumer (the subscriptions of a queue routed by type together, as
+//! one: [`crate::routing`]), made of parts that each own their state, a type to a file, and hand a
+//! message on as small values: the intake (`poll.rs`) receives, the dispatcher (`dispatch.rs`) runs
+//! the handler, on FIFO in a group's lane (`lane.rs`: the lane's task, its run of deletes, its rest
+//! and what holds the group back; the table of lanes in `lanes.rs`), the settler (`settle/`)
+//! deletes, retries or dead-letters, and the heartbeat (`extend.rs`) keeps what is held from timing
+//! out. Calls only go one way, intake → dispatcher → settler and heartbeat → settler; `mod.rs`
+//! builds and wires the parts and keeps the lifecycle, and no part calls back into it.
 //!
 //! # A message's path
 //!
@@ -20,24 +21,25 @@
 //!    its lease, its room.
 //! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
 //!    slot in a task of its own; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
-//!    which runs one message at a time in sequence order, while lanes of different groups run in
-//!    parallel. Decoding and the handler run in the message's task behind a panic catch; a handler
-//!    timeout cancels it, and so does the shutdown timeout (`attempt.rs` holds what every call
-//!    shares). The attempt ends in a `settle::Verdict`. A batch handler's subscription hands its
-//!    messages to `batches::Batches` instead: a standard message alone, a FIFO lane its next
-//!    messages in order (a *run*); runs gather into one call (up to the batch's `max`, within its
-//!    `window`), which answers a verdict per message, and the lane settles them in order until
-//!    one does not go forward, putting the later ones of its group back to run again after it.
+//!    whose task (`lane.rs`) runs one message at a time in sequence order, while lanes of different
+//!    groups run in parallel. Decoding and the handler run in the message's task behind a panic
+//!    catch; a handler timeout cancels it, and so does the shutdown timeout (`attempt.rs` holds
+//!    what every call shares). The attempt ends in a `settle::Verdict`. A batch handler's
+//!    subscription hands its messages to `batches::Batches` instead: a standard message alone, a
+//!    FIFO lane its next messages in order (a *run*); runs gather into one call (up to the batch's
+//!    `max`, within its `window`), which answers a verdict per message, and the lane settles them
+//!    in order until one does not go forward, putting the later ones of its group back to run again
+//!    after it.
 //! 3. **Settle** (`settle::Settler`): ack sends the handler's staged outputs, then deletes;
 //!    dead-letter sends a copy to the dead-letter queue, then deletes. Every failure goes to the
 //!    one [retry decision](crate::retry): retry after a backoff delay (on FIFO in place, holding
 //!    the group; on a standard queue by a visibility change), or dead-letter once the message has
 //!    had its attempts. The settler tells the lane what comes `settle::Next`: go on, run the
-//!    message again after a delay, give it back (with the rest of its group, on FIFO), or, on
-//!    FIFO, add its delete to the lane's run, which the lane deletes in one call and waits for
-//!    before the group goes anywhere else. Deletes, visibility changes and sends all go through
-//!    the one batcher; a standard queue's deletes are not awaited (the message keeps its room
-//!    until answered), a FIFO subscription's runs go through a deleter of its own that keeps lanes
+//!    message again after a delay, give it back (with the rest of its group, on FIFO), or, on FIFO,
+//!    add its delete to the lane's run (`lane::Run`), which the lane deletes in one call and waits
+//!    for before the group goes anywhere else. Deletes, visibility changes and sends all go through
+//!    the one batcher; a standard queue's deletes are not awaited (the message keeps its room until
+//!    answered), a FIFO subscription's runs go through a deleter of its own that keeps lanes
 //!    answered together sharing their next call.
 //! 4. **Extend** (`extend::Heartbeat`): from the receive until the message is settled, a
 //!    heartbeat keeps its lease from timing out, and has the settler release the messages of an
@@ -45,11 +47,11 @@
 //!
 //! # The lifecycle
 //!
-//! `mod.rs` checks the subscriptions (and the routes of queues several of them read),
-//! resolves their queues, then the topics they are subscribed
-//! to and their subscriptions (`topics`: found and compared, or made), makes each routed queue's
-//! subscriptions one (`routing::merge`), decides where each one's failed
-//! messages go, and builds its consumer: what the parts share (`shared::Shared`: the queue's name,
+//! `mod.rs` checks the subscriptions (and the routes of queues several of them read), resolves
+//! their queues, then the topics they are subscribed to and their subscriptions (`topics`: found
+//! and compared, or made), makes each routed queue's subscriptions one (`routing::merge`), decides
+//! where each one's failed messages go (the checks and these decisions are in `plan.rs`), and
+//! builds its consumer: what the parts share (`shared::Shared`: the queue's name,
 //! FIFO or not, the visibility, the leases, the metrics; `shared::Tasks`: the engine tasks and the
 //! stop's signals to them), then the settler, the dispatcher over it, the intake over both, and
 //! the heartbeat. Shutdown stops new receives, lets a receive in flight finish while messages
@@ -84,7 +86,9 @@ mod batches;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
 pub(crate) mod held;
+mod lane;
 pub(crate) mod lanes;
+mod plan;
 pub(crate) mod poll;
 pub(crate) mod settle;
 pub(crate) mod shared;
@@ -99,10 +103,9 @@ use crate::client::lease::Leases;
 use crate::client::Client;
 use crate::health::{Inspect, QueueLoad, SubscriptionProbe};
 use crate::metrics::SubscriptionMetrics;
-use crate::model::queue::{ConfigError, ConfigErrors};
-use crate::model::rules::{self, QueueAttribute, RedrivePolicy};
+use crate::model::queue::ConfigErrors;
+use crate::model::rules::{self, QueueAttribute};
 use crate::model::SqsQueue;
-use crate::publish::Publisher;
 use crate::retry::Retries;
 use crate::state::States;
 use crate::subscriber::Subscriber;
@@ -121,67 +124,8 @@ pub(crate) async fn run(
     subscribers: Vec<Subscriber>,
     app: AppContext,
 ) -> Result<(), RunError> {
-    let mut problems = Vec::new();
-    let attempt_timeout = client.transport.attempt_timeout();
-    for subscriber in &subscribers {
-        problems.extend(subscriber.problems.iter().cloned());
-        let before = problems.len();
-        subscriber.queue.problems(&mut problems);
-        // A wait refused on its own is one problem, not two.
-        let wait_refused = problems[before..]
-            .iter()
-            .any(|problem| matches!(problem, ConfigError::Wait { .. }));
-        let wait = subscriber.queue.consumer.wait;
-        if let Some(attempt_timeout) =
-            attempt_timeout.filter(|timeout| !wait_refused && wait >= *timeout)
-        {
-            problems.push(ConfigError::WaitPastAttemptTimeout {
-                queue: subscriber.queue.name.clone(),
-                wait,
-                attempt_timeout,
-            });
-        }
-        if let Some(limits) = subscriber.handler.batch_limits() {
-            if !(1..=crate::batch::MAX_BATCH_MESSAGES).contains(&limits.max) {
-                problems.push(ConfigError::BatchMax {
-                    queue: subscriber.queue.name.clone(),
-                    got: limits.max,
-                });
-            }
-            if limits.window > crate::batch::MAX_BATCH_WINDOW {
-                problems.push(ConfigError::BatchWindow {
-                    queue: subscriber.queue.name.clone(),
-                    got: limits.window,
-                    max: crate::batch::MAX_BATCH_WINDOW,
-                });
-            }
-        }
-        for requirement in &subscriber.requirements {
-            if !app.states().contains(requirement.type_id) {
-                problems.push(ConfigError::MissingState {
-                    queue: subscriber.queue.name.clone(),
-                    type_name: requirement.type_name,
-                });
-            }
-        }
-    }
-    crate::routing::check(&subscribers, &mut problems);
     let type_header = client.type_header();
-    if !crate::routing::routed_queues(&subscribers).is_empty() {
-        if let Err(error) = rules::check_attribute_name(&type_header) {
-            problems.push(ConfigError::TypeHeaderName {
-                name: type_header.to_string(),
-                reason: error.to_string(),
-            });
-        }
-    }
-    if client.linger() > crate::model::queue::MAX_BATCH_LINGER {
-        problems.push(ConfigError::BatchLinger {
-            got: client.linger(),
-            max: crate::model::queue::MAX_BATCH_LINGER,
-        });
-    }
-    problems.extend(client.conflicting_declarations(crate::subscriber::declarations(&subscribers)));
+    let problems = plan::problems(&subscribers, &client, &app, &type_header);
     if !problems.is_empty() {
         return Err(RunError::Config(ConfigErrors(problems)));
     }
@@ -198,7 +142,7 @@ pub(crate) async fn run(
     // Several subscribers of one queue become one consumer that routes by type.
     let subscribers = crate::routing::merge(subscribers, type_header);
     let shutdown = app.shutdown();
-    warn_about_settings(&subscribers);
+    plan::warn_about_settings(&subscribers);
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
     // around `run`) stops them in the background, as a signal would.
     let mut running = StopOnDrop {
@@ -230,35 +174,6 @@ pub(crate) async fn run(
     app.draining();
     stop_all(running.take(), shutdown.timeout()).await;
     Ok(())
-}
-
-/// The shortest visibility timeout that leaves the heartbeat and the calls it makes room: below
-/// it, a call slower than a quarter of the timeout lets messages lapse.
-const SHORTEST_SAFE_VISIBILITY: Duration = Duration::from_secs(5);
-
-/// Warns about settings that work, but badly: a visibility timeout too short for the heartbeat's
-/// calls, and a FIFO subscription without a handler timeout.
-fn warn_about_settings(subscribers: &[Subscriber]) {
-    for subscriber in subscribers {
-        let queue = &subscriber.queue;
-        if let Some(visibility) = queue.consumer.visibility_timeout {
-            if visibility < SHORTEST_SAFE_VISIBILITY {
-                tracing::warn!(
-                    messaging.destination.name = %queue.name,
-                    visibility_timeout_s = visibility.as_secs(),
-                    "a visibility timeout this short leaves the heartbeat a quarter of it to extend a message: \
-                     a slower call lets messages time out and be handled twice; use at least 5 s"
-                );
-            }
-        }
-        if queue.is_fifo() && queue.consumer.handler_timeout.is_none() {
-            tracing::warn!(
-                messaging.destination.name = %queue.name,
-                "no handler timeout: a handler that never returns holds its FIFO group (extended) until the \
-                 12-hour cap, and its handler slot for good; set `.timeout(..)`"
-            );
-        }
-    }
 }
 
 /// The consumers of a run, stopped in the background if the run's future is dropped first.
@@ -379,7 +294,7 @@ impl Consumer {
             )
             .await
             .map_err(failed(&queue))?;
-        compare_with_declaration(&queue, &attributes)?;
+        plan::compare_with_declaration(&queue, &attributes)?;
         let visibility = queue.consumer.visibility_timeout.unwrap_or_else(|| {
             let seconds = attributes
                 .get("VisibilityTimeout")
@@ -394,7 +309,7 @@ impl Consumer {
             }
         });
         let (dead_letter, max_attempts) =
-            dead_letter_decision(client, &queue, redrive.as_ref()).await?;
+            plan::dead_letter_decision(client, &queue, redrive.as_ref()).await?;
         for output in &subscriber.outputs {
             output.bind(client);
             match output.topic() {
@@ -588,167 +503,6 @@ impl Consumer {
             heartbeat.stop().await;
         }
     }
-}
-
-/// Checks an existing queue against its declaration: a difference the consumer makes up for is a
-/// warning naming the attribute; one that would break a promise keeps the app from starting.
-fn compare_with_declaration(
-    queue: &SqsQueue,
-    attributes: &crate::transport::QueueAttributes,
-) -> Result<(), RunError> {
-    let actual = |name: &str| attributes.get(name).map(String::as_str).unwrap_or("");
-    if queue.content_based_dedup && actual("ContentBasedDeduplication") != "true" {
-        // Publishers of this declaration send no deduplication id; SQS would refuse every one.
-        return Err(StartError::QueueAttribute {
-            queue: queue.name.clone(),
-            attribute: "ContentBasedDeduplication",
-            declared: "true".to_owned(),
-            actual: actual("ContentBasedDeduplication").to_owned(),
-        }
-        .into());
-    }
-    if let Some(timeout) = queue.consumer.visibility_timeout {
-        let seconds = timeout.as_secs().to_string();
-        if actual("VisibilityTimeout") != seconds {
-            tracing::warn!(
-                messaging.destination.name = %queue.name,
-                declared = %seconds,
-                actual = %actual("VisibilityTimeout"),
-                "the queue's VisibilityTimeout differs from the declaration; the consumer asks for the declared one on every receive"
-            );
-        }
-    }
-    if queue.dead_letter.is_some() && actual("RedrivePolicy").is_empty() {
-        tracing::warn!(
-            messaging.destination.name = %queue.name,
-            "the queue has no RedrivePolicy although the subscription declares `.dead_letter(..)`; \
-             the consumer dead-letters by the declaration, but nothing moves a message if consumers crash on it. \
-             To fix: set the queue's RedrivePolicy to the dead-letter queue (SetQueueAttributes), or let \
-             the subscription create the queue (`.create_if_missing()`, before anything else creates it)"
-        );
-    }
-    Ok(())
-}
-
-/// Decides where a subscription's failed messages go and after how many attempts: the
-/// subscription's `dead_letter(..)`, or else the queue's own `RedrivePolicy`.
-async fn dead_letter_decision(
-    client: &Arc<Client>,
-    queue: &SqsQueue,
-    redrive: Option<&RedrivePolicy>,
-) -> Result<(Option<Publisher>, Option<u32>), RunError> {
-    if let Some(declared) = &queue.dead_letter {
-        if let Some(policy) = redrive {
-            let backstop = crate::retry::redrive_backstop(declared.max_receive_count);
-            if policy.target_name() != declared.queue {
-                // SQS's redrive stays the backstop; when it moves messages, they reach the other
-                // queue without this consumer's record.
-                tracing::warn!(
-                    messaging.destination.name = %queue.name,
-                    subscription.dead_letter = %declared.queue,
-                    queue.dead_letter = %policy.target_name(),
-                    "the queue's RedrivePolicy names another dead-letter queue than the subscription's `.dead_letter(..)`; \
-                     the consumer dead-letters by the subscription, SQS redrives by the queue's policy"
-                );
-            }
-            if policy.max_receive_count < backstop {
-                warn_tight_redrive(queue, policy, declared.max_receive_count);
-            }
-        }
-        let target = queue.dead_letter_queue().expect("declared above");
-        check_dead_letter_size(client, queue, &target).await?;
-        return Ok((
-            Some(Publisher::bound(target, client.clone())),
-            Some(declared.max_receive_count),
-        ));
-    }
-    let Some(policy) = redrive else {
-        // Nothing would ever stop a message that always fails; on FIFO it holds its group.
-        tracing::warn!(
-            messaging.destination.name = %queue.name,
-            "queue has no dead-letter queue and no redrive policy: a message that keeps failing is retried for ever; \
-             declare `.dead_letter(queue, max_receive_count)`"
-        );
-        return Ok((None, None));
-    };
-    // The queue's count is the consumer's too, so nothing is left for receives that were no
-    // attempt: say what to declare instead.
-    warn_tight_redrive(queue, policy, policy.max_receive_count);
-    let target = SqsQueue::new(policy.target_name());
-    match client.resolve(&target).await {
-        Ok(_) => {
-            check_dead_letter_size(client, queue, &target).await?;
-            Ok((
-                Some(Publisher::bound(target, client.clone())),
-                Some(policy.max_receive_count),
-            ))
-        }
-        Err(error) if queue.is_fifo() => Err(StartError::DeadLetterUnreachable {
-            queue: queue.name.clone(),
-            dead_letter: policy.target_name().to_owned(),
-            error,
-        }
-        .into()),
-        Err(error) => {
-            tracing::warn!(
-                messaging.destination.name = %queue.name,
-                queue.dead_letter = %policy.target_name(),
-                error = %error,
-                "cannot reach the dead-letter queue of the queue's RedrivePolicy; messages out of attempts \
-                 are left for SQS's redrive to move"
-            );
-            Ok((None, Some(policy.max_receive_count)))
-        }
-    }
-}
-
-/// Resolves a subscription's dead-letter queue and refuses one that takes smaller messages than
-/// the queue it serves: a copy it can never take would hold the message for ever.
-async fn check_dead_letter_size(
-    client: &Arc<Client>,
-    queue: &SqsQueue,
-    target: &SqsQueue,
-) -> Result<(), RunError> {
-    let dead_letter = client
-        .resolved(target)
-        .await
-        .map_err(|error| StartError::from_transport(target.name.clone(), error))?;
-    let source = client
-        .resolved(queue)
-        .await
-        .map_err(|error| StartError::from_transport(queue.name.clone(), error))?;
-    if dead_letter.maximum_message_size < source.maximum_message_size {
-        return Err(StartError::DeadLetterTooSmall {
-            queue: queue.name.clone(),
-            dead_letter: target.name.clone(),
-            queue_maximum: source.maximum_message_size,
-            dead_letter_maximum: dead_letter.maximum_message_size,
-        }
-        .into());
-    }
-    Ok(())
-}
-
-/// Warns that a queue's `RedrivePolicy` can move a message before the subscription's `attempts`
-/// were made, by counting receives that were no attempt (a graceful stop gives back what it
-/// could not start; a crash; a lost receive answer): names the count to set.
-fn warn_tight_redrive(queue: &SqsQueue, policy: &RedrivePolicy, attempts: u32) {
-    let backstop = crate::retry::redrive_backstop(attempts);
-    if policy.max_receive_count >= backstop {
-        return;
-    }
-    tracing::warn!(
-        messaging.destination.name = %queue.name,
-        queue.max_receive_count = policy.max_receive_count,
-        attempts,
-        recommended_max_receive_count = backstop,
-        "the queue's RedrivePolicy maxReceiveCount ({}) leaves no room for receives that are no attempt \
-         (a rolling restart gives back messages it did not start): SQS may dead-letter a message that was \
-         never tried and let its FIFO group go on past it. Set maxReceiveCount to {backstop} and declare \
-         `.dead_letter(\"{}\", {attempts})` so the consumer dead-letters by its own count",
-        policy.max_receive_count,
-        policy.target_name(),
-    );
 }
 
 /// A running app's queues: every queue its broker resolved, and which of them it consumes.
