@@ -12,7 +12,8 @@
 //!   checked against); `topic_lookup`: how it looks one up (created when asked), and the queue
 //!   ARNs a subscription needs.
 //! - [`publish`]: publishes to a topic through its batchers (`PublishBatch`), each FIFO group in
-//!   order.
+//!   order. [`Client::send_to`] chooses between a queue's sends and a topic's publishes, so what
+//!   stands on the client sends to a [`Destination`] without asking which it is.
 
 pub(crate) mod batch;
 pub(crate) mod lease;
@@ -31,11 +32,11 @@ use batch::{BatchSettings, Batcher};
 use crate::model::declare;
 use crate::model::naming::QueueNaming;
 use crate::model::rules::ErrorKind;
-use crate::model::{ConfigError, SqsQueue};
+use crate::model::{ConfigError, Destination, SqsQueue};
 use crate::propagation::TraceHeaders;
 use crate::transport::meter::CallCounter;
 use crate::transport::{
-    QueueAttributes, SendMessage, SentMessage, SharedTransport, TransportError,
+    Publish, QueueAttributes, SendMessage, SentMessage, SharedTransport, TransportError,
 };
 
 /// What a broker shares among its subscriptions and publishers.
@@ -459,6 +460,27 @@ impl Client {
             crate::metrics::sent(&queue.name, 1, Some(error));
         }
         answered
+    }
+
+    /// Sends messages to a queue or a topic, and answers each in the order given: to a queue
+    /// through its sender (`SendMessageBatch`), to a topic through its publisher (`PublishBatch`),
+    /// each FIFO group in order either way. The one send path of publishers and handlers' outputs.
+    ///
+    /// `messages` is an iterator so that one message (`iter::once`) or a `Vec` becomes the list a
+    /// queue's sender or a topic's publisher takes with one allocation at most.
+    pub(crate) async fn send_to(
+        &self,
+        destination: &Destination,
+        messages: impl IntoIterator<Item = SendMessage>,
+    ) -> Vec<Result<SentMessage, TransportError>> {
+        let messages = messages.into_iter();
+        match destination {
+            Destination::Queue(queue) => self.send_many(queue, messages.collect()).await,
+            Destination::Topic(topic) => {
+                let publishes = messages.map(Publish::from).collect();
+                self.publish_many(topic, publishes).await
+            }
+        }
     }
 
     /// Sends one message.

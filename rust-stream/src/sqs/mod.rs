@@ -263,7 +263,7 @@ impl SqsBroker {
     /// use rust_stream::SqsBroker;
     ///
     /// let broker = SqsBroker::in_process().queue_name_prefix("staging-");
-    /// assert_eq!(broker.publisher("payments.fifo").queue().name(), "staging-payments.fifo");
+    /// assert_eq!(broker.publisher("payments.fifo").destination().name(), "staging-payments.fifo");
     /// ```
     ///
     /// A prefix SQS refuses (a character other than letters, digits, `-` and `_`), or one that
@@ -334,8 +334,8 @@ impl SqsBroker {
         let publisher = Publisher::new(queue);
         publisher.bind(&self.core);
         // A name the broker cannot make is refused by every send, and declares nothing.
-        if publisher.naming_problem().is_none() {
-            self.core.declarations().publisher(publisher.queue());
+        if let (None, Some(queue)) = (publisher.naming_problem(), publisher.destination().queue()) {
+            self.core.declarations().publisher(queue);
         }
         publisher
     }
