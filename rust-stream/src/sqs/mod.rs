@@ -193,7 +193,7 @@ impl SqsBroker {
 
     /// The SQS API calls this broker has made so far, by action.
     pub fn api_calls(&self) -> ApiCalls {
-        self.core.calls.snapshot()
+        self.core.api_calls()
     }
 
     /// The operations an operator runs on this broker's queues: list them with their counts and
@@ -310,16 +310,12 @@ impl SqsBroker {
     pub fn recorder(&self) -> crate::record::Recorder {
         let recorder = crate::record::Recorder::default();
         let shared: Arc<dyn crate::record::Record> = Arc::new(recorder.clone());
-        match self.core.recorder.set(shared) {
-            Ok(()) => recorder,
-            Err(_) => self
-                .core
-                .recorder
-                .get()
-                .and_then(|shared| shared.as_any().downcast_ref::<crate::record::Recorder>())
-                .cloned()
-                .expect("a broker's recorder is a Recorder"),
-        }
+        self.core
+            .recorder_or(shared)
+            .as_any()
+            .downcast_ref::<crate::record::Recorder>()
+            .cloned()
+            .expect("a broker's recorder is a Recorder")
     }
 
     /// A publisher for `queue`, bound to this broker. It belongs to the broker, not to an app:
@@ -416,10 +412,9 @@ impl Broker for SqsBroker {
         for queue in crate::routing::routed_queues(subscribers) {
             self.core.route_by_type(&queue);
         }
-        let registered = declare::Registry::register(
-            &self.core.declarations,
-            crate::handler::declarations(subscribers),
-        );
+        let registered = self
+            .core
+            .register(crate::handler::declarations(subscribers));
         // Declaring again replaces (and so takes back) what this broker value declared before.
         *self.app.lock().unwrap_or_else(PoisonError::into_inner) = Some(registered);
     }
