@@ -172,7 +172,7 @@ async fn work(
         input: ctx.message_id().to_owned(),
     };
     let mut message = done.message(&output);
-    if done.publisher().queue().is_fifo() {
+    if done.publisher().destination().is_fifo() {
         // Deduplicated by the input: a re-delivered job's output is stored once.
         message = message
             .group_id(job.group.clone())
@@ -272,7 +272,7 @@ impl Handle<Job, Output<Done>> for Post {
             seq: job.seq,
             input: ctx.message_id().to_owned(),
         });
-        if done.publisher().queue().is_fifo() {
+        if done.publisher().destination().is_fifo() {
             message = message
                 .group_id(job.group.clone())
                 .dedup_id(ctx.message_id().to_owned());

@@ -100,7 +100,7 @@ async fn a_subscriber_called_as_a_function_returns_its_outcome_and_its_publishes
     assert_eq!(published.len(), 2);
 
     let receipt = published[0];
-    assert_eq!(receipt.queue().name(), "receipts.fifo");
+    assert_eq!(receipt.destination().name(), "receipts.fifo");
     assert_eq!(
         decoded::<Receipt>(receipt.body()),
         Receipt {
@@ -114,7 +114,7 @@ async fn a_subscriber_called_as_a_function_returns_its_outcome_and_its_publishes
     assert!(receipt.dedup_id().unwrap().starts_with("m-1-0-"));
 
     let line = published[1];
-    assert_eq!(line.queue().name(), "audit");
+    assert_eq!(line.destination().name(), "audit");
     assert_eq!(
         decoded::<Audit>(line.body()),
         Audit {
@@ -225,7 +225,7 @@ async fn a_handle_written_by_hand_is_called_with_a_test_context() {
     assert_eq!(settled, Ok(()));
     let published = ctx.published();
     assert_eq!(published.len(), 1);
-    assert_eq!(published[0].queue().name(), "receipts.fifo");
+    assert_eq!(published[0].destination().name(), "receipts.fifo");
     // No `group_id` step: a FIFO message takes its group from the partition-key header.
     assert_eq!(published[0].group_id(), Some("customer-7"));
     assert_eq!(

@@ -303,7 +303,7 @@ async fn a_prefix_names_every_queue_the_broker_resolves<T: Transport>(backend: B
         [named("pay.fifo")]
     );
     let payments = broker.publisher("pay.fifo");
-    assert_eq!(payments.queue().name(), named("pay.fifo"));
+    assert_eq!(payments.destination().name(), named("pay.fifo"));
     for id in ["1", "0", "2"] {
         payments
             .message(&Job { id: id.to_owned() })

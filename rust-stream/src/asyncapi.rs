@@ -82,7 +82,7 @@ use crate::app::AppInfo;
 use crate::describe::short_name;
 pub use crate::describe::Payload;
 use crate::model::filter_policy::FilterPolicyScope;
-use crate::model::{SnsTopic, SqsQueue};
+use crate::model::{Destination, SnsTopic, SqsQueue};
 use crate::subscriber::Subscriber;
 
 pub use crate::broker::ASYNCAPI_VERSION;
@@ -232,9 +232,9 @@ impl<'a> Writer<'a> {
         let payloads = &subscriber.output_payloads;
         let described = payloads.len() == subscriber.outputs.len();
         for (index, output) in subscriber.outputs.iter().enumerate() {
-            let place = match output.topic() {
-                Some(topic) => Place::Topic(topic),
-                None => Place::Queue(&output.queue().name),
+            let place = match output.destination() {
+                Destination::Topic(topic) => Place::Topic(topic),
+                Destination::Queue(queue) => Place::Queue(&queue.name),
             };
             let payload = payloads.get(index).filter(|_| described);
             let message = payload.map(|payload| {

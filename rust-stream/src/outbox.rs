@@ -212,7 +212,7 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
         let (fifo, has_dedup, has_key) = {
             let shown = PublishedMessage::new(&outgoing);
             (
-                shown.queue().is_fifo(),
+                shown.destination().is_fifo(),
                 shown.dedup_id().is_some(),
                 shown.header(IDEMPOTENCY_KEY_HEADER).is_some(),
             )

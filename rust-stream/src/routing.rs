@@ -200,10 +200,10 @@ pub(crate) fn check(subscribers: &[Subscriber], problems: &mut Vec<ConfigError>)
             continue;
         }
         for (output, payload) in subscriber.outputs.iter().zip(payloads) {
-            if output.topic().is_some() {
+            let Some(queue) = output.destination().queue() else {
                 continue;
-            }
-            let Some((names, filtered)) = routed.get(output.queue().name.as_str()) else {
+            };
+            let Some((names, filtered)) = routed.get(queue.name.as_str()) else {
                 continue;
             };
             let type_name = short_name(payload.type_name());
@@ -212,7 +212,7 @@ pub(crate) fn check(subscribers: &[Subscriber], problems: &mut Vec<ConfigError>)
             }
             problems.push(ConfigError::UnroutedOutput {
                 handler: handler_name(subscriber),
-                queue: output.queue().name.clone(),
+                queue: queue.name.clone(),
                 type_name,
                 routes: names
                     .iter()

@@ -509,9 +509,13 @@ pub(crate) fn declarations(subscribers: &[Subscriber]) -> crate::model::declare:
         let outputs = subscriber
             .outputs
             .iter()
-            .map(|output| match output.topic() {
-                Some(topic) => crate::model::declare::Target::Topic(topic),
-                None => crate::model::declare::Target::Queue(output.queue()),
+            .map(|output| match output.destination() {
+                crate::model::Destination::Topic(topic) => {
+                    crate::model::declare::Target::Topic(topic)
+                }
+                crate::model::Destination::Queue(queue) => {
+                    crate::model::declare::Target::Queue(queue)
+                }
             })
             .collect();
         (&subscriber.queue, outputs)

@@ -1,8 +1,10 @@
 //! What a broker shares among its publishers and consumers: the [`Client`] of one SQS backend.
 //!
-//! - `Client` (here): one transport (metered), each queue resolved once (its URL, created when
-//!   asked, its `MaximumMessageSize`), the declarations of the broker's apps and publishers, and
-//!   the send pipeline.
+//! - `Client` (here): one transport (metered), the declarations of the broker's apps and
+//!   publishers, and the send pipeline.
+//! - `resolver`: the [`Resolver`](resolver::Resolver), which owns what the broker learned of its
+//!   queues (each resolved once: its URL, created when asked, its `MaximumMessageSize`) and topics,
+//!   and the calls that learn it.
 //! - [`batch`]: the batcher every batched SQS action goes through (send, delete, change
 //!   visibility): calls of up to 10 entries, gathered for a linger, retried with backoff.
 //! - [`send`]: the senders, one per queue (on FIFO, calls formed by group, so each group stays in
@@ -12,11 +14,13 @@
 //!   checked against); `topic_lookup`: how it looks one up (created when asked), and the queue
 //!   ARNs a subscription needs.
 //! - [`publish`]: publishes to a topic through its batchers (`PublishBatch`), each FIFO group in
-//!   order.
+//!   order. [`Client::send_to`] chooses between a queue's sends and a topic's publishes, so what
+//!   stands on the client sends to a [`Destination`] without asking which it is.
 
 pub(crate) mod batch;
 pub(crate) mod lease;
 pub(crate) mod publish;
+mod resolver;
 pub(crate) mod send;
 pub(crate) mod topic;
 mod topic_lookup;
@@ -27,39 +31,31 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use batch::{BatchSettings, Batcher};
+pub(crate) use resolver::Resolved;
+use resolver::Resolver;
 
 use crate::model::declare;
 use crate::model::naming::QueueNaming;
-use crate::model::rules::ErrorKind;
-use crate::model::{ConfigError, SqsQueue};
+use crate::model::{ConfigError, Destination, SqsQueue};
 use crate::propagation::TraceHeaders;
 use crate::transport::meter::CallCounter;
-use crate::transport::{
-    QueueAttributes, SendMessage, SentMessage, SharedTransport, TransportError,
-};
+use crate::transport::{Publish, SendMessage, SentMessage, SharedTransport, TransportError};
 
 /// What a broker shares among its subscriptions and publishers.
 pub(crate) struct Client {
     pub(crate) transport: SharedTransport,
-    pub(crate) calls: Arc<CallCounter>,
+    /// The meter's counts of the transport's calls.
+    calls: Arc<CallCounter>,
     /// Fixed once the client is shared: a broker configured after that gets a client of its own
     /// ([`Client::configured`]), so no clone or publisher sees its settings change under it.
     settings: Settings,
-    /// Queues by name, each resolved once behind its own cell: a slow lookup of one queue holds up
-    /// no other, and callers asking for the same queue at once share one lookup.
-    queues: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Resolved>>>>,
-    /// Topics by name, each resolved once behind its own cell, as queues are.
-    topics: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<topic::ResolvedTopic>>>>,
-    /// Queue ARNs by URL, read once: a subscription's endpoint, and a queue policy's resource.
-    queue_arns: Mutex<HashMap<String, String>>,
-    /// The account and region of the backend, from the first ARN read: what a topic's ARN is
-    /// built from (SNS has no `GetTopicArn`).
-    home: std::sync::OnceLock<topic::Home>,
+    /// The queues and topics resolved so far, each once, and how more are.
+    resolver: Resolver,
     /// The publishers' declarations, and those of the apps built on the broker that live.
-    pub(crate) declarations: Arc<Mutex<declare::Registry>>,
+    declarations: Arc<Mutex<declare::Registry>>,
     batchers: Mutex<Batchers>,
     /// Told what the engine does, when a test asked for a recorder.
-    pub(crate) recorder: std::sync::OnceLock<Arc<dyn crate::record::Record>>,
+    recorder: std::sync::OnceLock<Arc<dyn crate::record::Record>>,
     /// Queues that an app on this broker routes by type (as the broker names them): typed
     /// messages sent to them carry the type header.
     routed: Mutex<std::collections::HashSet<String>>,
@@ -96,18 +92,6 @@ impl Default for Settings {
     }
 }
 
-/// What a broker learns of a queue once.
-#[derive(Debug, Clone)]
-pub(crate) struct Resolved {
-    pub(crate) url: String,
-    /// The queue's `MaximumMessageSize`: SQS refuses a larger message to this queue even when it
-    /// is within the 1 MiB every queue could take.
-    pub(crate) maximum_message_size: usize,
-    /// The queue's `ContentBasedDeduplication`, when it could be read: SQS takes a FIFO message
-    /// without a deduplication id only when it is on, whatever the declaration says.
-    pub(crate) content_based_dedup: Option<bool>,
-}
-
 #[derive(Default)]
 struct Batchers {
     send: HashMap<String, send::Sender>,
@@ -136,15 +120,21 @@ const CONFIRMED_DELETE_WAIT: Duration = Duration::from_micros(250);
 
 impl Client {
     pub(crate) fn new(transport: SharedTransport, calls: Arc<CallCounter>) -> Self {
+        Self::sharing(transport, calls, Arc::default())
+    }
+
+    /// A client over `transport` that knows no queue yet, with the broker's `declarations`.
+    fn sharing(
+        transport: SharedTransport,
+        calls: Arc<CallCounter>,
+        declarations: Arc<Mutex<declare::Registry>>,
+    ) -> Self {
         Self {
+            resolver: Resolver::new(transport.clone(), declarations.clone()),
             transport,
             calls,
             settings: Settings::default(),
-            queues: Mutex::new(HashMap::new()),
-            topics: Mutex::default(),
-            queue_arns: Mutex::default(),
-            home: std::sync::OnceLock::new(),
-            declarations: Arc::default(),
+            declarations,
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
             routed: Mutex::default(),
@@ -166,9 +156,12 @@ impl Client {
         }
         let mut settings = client.settings.clone();
         change(&mut settings);
-        let mut own = Self::new(client.transport.clone(), client.calls.clone());
+        let mut own = Self::sharing(
+            client.transport.clone(),
+            client.calls.clone(),
+            client.declarations.clone(),
+        );
         own.settings = settings;
-        own.declarations = client.declarations.clone();
         if let Some(recorder) = client.recorder.get() {
             let _ = own.recorder.set(recorder.clone());
         }
@@ -243,7 +236,7 @@ impl Client {
     }
 
     /// The queue's URL and `MaximumMessageSize`, looked up once, as `merge` describes it for a
-    /// creation. A failed lookup is not kept, so the next caller tries again.
+    /// creation.
     async fn resolved_as(
         &self,
         queue: &SqsQueue,
@@ -254,12 +247,12 @@ impl Client {
             // is told the name was right.
             recorder.named(&queue.name);
         }
-        let cell = self.cell(&queue.name);
-        if let Some(resolved) = cell.get() {
-            return Ok(resolved.clone());
-        }
-        let queue = merge(&self.declarations(), queue);
-        cell.get_or_try_init(|| self.look_up(&queue)).await.cloned()
+        self.resolver.resolved_as(queue, merge).await
+    }
+
+    /// The queues resolved so far, by name, with their URLs.
+    pub(crate) fn resolved_queues(&self) -> Vec<(String, String)> {
+        self.resolver.resolved_queues()
     }
 
     pub(crate) fn declarations(&self) -> std::sync::MutexGuard<'_, declare::Registry> {
@@ -281,6 +274,25 @@ impl Client {
         self.recorder.get().is_some()
     }
 
+    /// The broker's recorder: `recorder` if it had none, else the one it has.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn recorder_or(
+        &self,
+        recorder: Arc<dyn crate::record::Record>,
+    ) -> &Arc<dyn crate::record::Record> {
+        self.recorder.get_or_init(|| recorder)
+    }
+
+    /// The calls made through the broker's transport so far, by action.
+    pub(crate) fn api_calls(&self) -> crate::transport::meter::ApiCalls {
+        self.calls.snapshot()
+    }
+
+    /// Registers an app's declarations with the broker, for as long as the answer lives.
+    pub(crate) fn register(&self, app: declare::Declarations) -> declare::Registered {
+        declare::Registry::register(&self.declarations, app)
+    }
+
     /// The declarations of an app (`app`, its own) that disagree, among themselves or with the
     /// broker's publishers of the same queues, for its start to refuse.
     pub(crate) fn conflicting_declarations(&self, app: declare::Declarations) -> Vec<ConfigError> {
@@ -291,129 +303,6 @@ impl Client {
     /// and the broker's publishers declare them, dead-letter queues first.
     pub(crate) fn declared_queues(&self, app: declare::Declarations) -> Vec<SqsQueue> {
         self.declarations().checked(app).in_creation_order()
-    }
-
-    /// The cell a queue is resolved in, made on first use.
-    fn cell(&self, name: &str) -> Arc<tokio::sync::OnceCell<Resolved>> {
-        self.queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(name.to_owned())
-            .or_default()
-            .clone()
-    }
-
-    async fn look_up(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
-        let url = match self.transport.get_queue_url(&queue.name).await {
-            Ok(url) => url,
-            Err(error)
-                if queue.create_if_missing
-                    && error.kind() == Some(ErrorKind::QueueDoesNotExist) =>
-            {
-                self.create(queue).await?
-            }
-            Err(error) => return Err(error),
-        };
-        self.describe(queue, url).await
-    }
-
-    /// Creates a queue declared `create_if_missing`, with its type, visibility timeout and
-    /// redrive policy.
-    async fn create(&self, queue: &SqsQueue) -> Result<String, TransportError> {
-        let mut attributes = QueueAttributes::new();
-        if queue.is_fifo() {
-            attributes.insert("FifoQueue".into(), "true".into());
-            if queue.content_based_dedup {
-                attributes.insert("ContentBasedDeduplication".into(), "true".into());
-            }
-        }
-        if let Some(timeout) = queue.consumer.visibility_timeout {
-            attributes.insert("VisibilityTimeout".into(), timeout.as_secs().to_string());
-        }
-        if let (Some(dead_letter), Some(policy)) = (queue.dead_letter_queue(), &queue.dead_letter) {
-            // A RedrivePolicy names its target by ARN, so the dead-letter queue must exist first.
-            // It is resolved in its own cell, so a subscription or publisher of it shares this
-            // lookup and the queue is made once.
-            let dead_letter_url = self
-                .cell(&dead_letter.name)
-                .get_or_try_init(|| self.look_up_plain(&dead_letter))
-                .await?
-                .url
-                .clone();
-            let arn = self
-                .transport
-                .get_queue_attributes(&dead_letter_url, &["QueueArn"])
-                .await?;
-            let arn = arn.get("QueueArn").cloned().unwrap_or_default();
-            // The consumer dead-letters by its own count; SQS's redrive is the backstop for what
-            // the consumer never sees fail (crashes), so it leaves room for receives that were no
-            // attempt.
-            let max_receive_count = crate::retry::redrive_backstop(policy.max_receive_count);
-            let redrive = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": max_receive_count });
-            attributes.insert("RedrivePolicy".into(), redrive.to_string());
-        }
-        let url = self.transport.create_queue(&queue.name, attributes).await?;
-        tracing::info!(messaging.destination.name = %queue.name, "queue created");
-        Ok(url)
-    }
-
-    /// Finds a queue, or creates it with only its type set.
-    async fn look_up_plain(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
-        let url = match self.transport.get_queue_url(&queue.name).await {
-            Err(error)
-                if queue.create_if_missing
-                    && error.kind() == Some(ErrorKind::QueueDoesNotExist) =>
-            {
-                let mut attributes = QueueAttributes::new();
-                if queue.is_fifo() {
-                    attributes.insert("FifoQueue".into(), "true".into());
-                }
-                self.transport.create_queue(&queue.name, attributes).await?
-            }
-            found => found?,
-        };
-        self.describe(queue, url).await
-    }
-
-    /// Reads what sends to the queue must respect besides the rules every queue shares.
-    async fn describe(&self, queue: &SqsQueue, url: String) -> Result<Resolved, TransportError> {
-        let mut content_based_dedup = None;
-        let maximum_message_size = match self
-            .transport
-            .get_queue_attributes(&url, &["MaximumMessageSize", "ContentBasedDeduplication"])
-            .await
-        {
-            Ok(attributes) => {
-                if queue.is_fifo() {
-                    content_based_dedup = Some(
-                        attributes
-                            .get("ContentBasedDeduplication")
-                            .is_some_and(|on| on == "true"),
-                    );
-                }
-                attributes
-                    .get("MaximumMessageSize")
-                    .and_then(|size| size.parse().ok())
-                    .unwrap_or(crate::model::rules::MAX_MESSAGE_SIZE)
-            }
-            // A publisher may be allowed to send but not to read attributes (an IAM policy without
-            // sqs:GetQueueAttributes); SQS still enforces the queue's limit on each send.
-            Err(error @ TransportError::Other { .. }) => {
-                tracing::warn!(
-                    messaging.destination.name = %queue.name,
-                    error = %error,
-                    "cannot read the queue's MaximumMessageSize; messages are checked against 1 MiB \
-                     before sending and SQS refuses any over the queue's own limit"
-                );
-                crate::model::rules::MAX_MESSAGE_SIZE
-            }
-            Err(error) => return Err(error),
-        };
-        Ok(Resolved {
-            url,
-            maximum_message_size,
-            content_based_dedup,
-        })
     }
 
     /// Sends messages to a queue through its sender, each FIFO group in order.
@@ -459,6 +348,27 @@ impl Client {
             crate::metrics::sent(&queue.name, 1, Some(error));
         }
         answered
+    }
+
+    /// Sends messages to a queue or a topic, and answers each in the order given: to a queue
+    /// through its sender (`SendMessageBatch`), to a topic through its publisher (`PublishBatch`),
+    /// each FIFO group in order either way. The one send path of publishers and handlers' outputs.
+    ///
+    /// `messages` is an iterator so that one message (`iter::once`) or a `Vec` becomes the list a
+    /// queue's sender or a topic's publisher takes with one allocation at most.
+    pub(crate) async fn send_to(
+        &self,
+        destination: &Destination,
+        messages: impl IntoIterator<Item = SendMessage>,
+    ) -> Vec<Result<SentMessage, TransportError>> {
+        let messages = messages.into_iter();
+        match destination {
+            Destination::Queue(queue) => self.send_many(queue, messages.collect()).await,
+            Destination::Topic(topic) => {
+                let publishes = messages.map(Publish::from).collect();
+                self.publish_many(topic, publishes).await
+            }
+        }
     }
 
     /// Sends one message.
@@ -544,17 +454,6 @@ impl Client {
                 wait: CONFIRMED_DELETE_WAIT.min(self.linger()),
             },
         )
-    }
-
-    /// The queues resolved so far, by name, with their URLs.
-    pub(crate) fn resolved_queues(&self) -> Vec<(String, String)> {
-        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut resolved: Vec<(String, String)> = queues
-            .iter()
-            .filter_map(|(name, cell)| Some((name.clone(), cell.get()?.url.clone())))
-            .collect();
-        resolved.sort();
-        resolved
     }
 
     pub(crate) fn visibility_batcher(&self, url: &str) -> Batcher<batch::VisibilityBatch> {

@@ -10,7 +10,7 @@ use tracing::Instrument;
 use crate::model::topic::check_publish;
 use crate::model::SnsTopic;
 use crate::propagation::TraceHeaders;
-use crate::transport::{Publish, Published, TransportError};
+use crate::transport::{Publish, SentMessage, TransportError};
 
 use super::batch::PublishBatch;
 use super::send::{Sender, FIFO_SEND_CALLS};
@@ -18,13 +18,13 @@ use super::Client;
 
 impl Client {
     /// Publishes to a topic through its sender, each FIFO group in order, and answers each
-    /// publish in the order given. A publish the topic would refuse (`check_publish`) is answered
+    /// publish in the order given, as a queue's sends are answered. A publish the topic would refuse (`check_publish`) is answered
     /// with that error and never sent.
     pub(crate) async fn publish_many(
         &self,
         topic: &SnsTopic,
         mut publishes: Vec<Publish>,
-    ) -> Vec<Result<Published, TransportError>> {
+    ) -> Vec<Result<SentMessage, TransportError>> {
         // Read before the first wait, while the caller's span is the current one.
         let trace = TraceHeaders::current();
         let resolved = match self.resolve_topic(topic).await {
@@ -62,7 +62,12 @@ impl Client {
         for error in answered.iter().filter_map(|answer| answer.as_ref().err()) {
             crate::metrics::published(&resolved.name, 1, Some(error));
         }
+        // Answered as a queue's sends are (the same three facts; collected in place, as the two
+        // answers are the same size).
         answered
+            .into_iter()
+            .map(|answer| answer.map(SentMessage::from))
+            .collect()
     }
 
     /// The topic's sender, started on first use: on a FIFO topic, calls formed by group, as a

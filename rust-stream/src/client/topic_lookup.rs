@@ -1,6 +1,7 @@
-//! How a broker looks a topic up once ([`Client::resolve_topic`]): by the ARN it has in the
+//! How a broker looks a topic up once ([`Resolver::resolve_topic`]): by the ARN it has in the
 //! backend's account and region, or by creating it when declared `create_if_missing`; and the
 //! queue ARNs that tell the broker that account and region. See [`topic`](super::topic) for why.
+//! The [`Client`] reaches both through its resolver.
 
 use std::sync::{Arc, PoisonError};
 
@@ -11,10 +12,26 @@ use crate::model::subscription::{
 use crate::model::SnsTopic;
 use crate::transport::TransportError;
 
+use super::resolver::Resolver;
 use super::topic::{described, topic_missing, Home, ResolvedTopic};
 use super::Client;
 
 impl Client {
+    /// The topic's ARN and attributes, looked up once: see [`Resolver::resolve_topic`].
+    pub(crate) async fn resolve_topic(
+        &self,
+        topic: &SnsTopic,
+    ) -> Result<ResolvedTopic, TransportError> {
+        self.resolver.resolve_topic(topic).await
+    }
+
+    /// The ARN of the queue at `url`, read once: see [`Resolver::queue_arn`].
+    pub(crate) async fn queue_arn(&self, url: &str) -> Result<String, TransportError> {
+        self.resolver.queue_arn(url).await
+    }
+}
+
+impl Resolver {
     /// The topic's ARN and attributes, looked up once (and created when declared
     /// `create_if_missing`, as every declaration of it alive on the broker describes it). A failed
     /// lookup is not kept, so the next caller tries again.

@@ -312,15 +312,9 @@ impl Consumer {
             plan::dead_letter_decision(client, &queue, redrive.as_ref()).await?;
         for output in &subscriber.outputs {
             output.bind(client);
-            match output.topic() {
-                // Resolved with the app's other topics, before any subscription started.
-                Some(_) => {}
-                None => {
-                    client
-                        .resolve(output.queue())
-                        .await
-                        .map_err(failed(output.queue()))?;
-                }
+            // A topic is resolved with the app's other topics, before any subscription started.
+            if let Some(queue) = output.destination().queue() {
+                client.resolve(queue).await.map_err(failed(queue))?;
             }
         }
         let settings = &queue.consumer;

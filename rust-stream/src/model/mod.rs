@@ -7,6 +7,8 @@
 //!   among its settings.
 //! - [`sns_topic`]: a topic as an app declares it ([`SnsTopic`]), and a queue's subscription to a
 //!   topic ([`TopicSubscription`]: raw delivery, filter policy).
+//! - [`destination`]: where a publisher sends, a queue or a topic ([`Destination`]), and the
+//!   rules a message for either is checked against before the network.
 //! - `config`: what is wrong with a declaration ([`ConfigError`]), found before any network call.
 //! - [`filter_policy`]: SNS subscription filter policies, parsed, checked against SNS's limits
 //!   and matched against a message's attributes or JSON body.
@@ -27,6 +29,7 @@
 pub(crate) mod base64;
 pub(crate) mod config;
 pub(crate) mod declare;
+pub mod destination;
 pub mod envelope;
 pub mod error;
 pub mod filter_policy;
@@ -39,6 +42,7 @@ pub mod subscription;
 pub mod topic;
 pub mod wire;
 
+pub use destination::Destination;
 pub use error::{BatchFailure, ErrorKind, TransportError};
 pub use queue::{ConfigError, ConfigErrors, SqsQueue};
 pub use sns_topic::{SnsTopic, TopicSubscription};

@@ -8,6 +8,7 @@
 //! `broker.publisher(..)`); everything after that (declarations, creation, sends, dead-letter
 //! copies, health, the AsyncAPI document) sees only the names it made.
 
+use super::destination::Destination;
 use super::queue::{ConfigError, SqsQueue};
 use super::rules::{is_fifo_name, MAX_QUEUE_NAME_LEN};
 use super::sns_topic::SnsTopic;
@@ -147,6 +148,19 @@ impl QueueNaming {
             subscription.topic = self.topic(&subscription.topic, problems);
         }
         named
+    }
+
+    /// `destination` as the broker names it: a queue as [`queue`](Self::queue) names it, a topic
+    /// as [`topic`](Self::topic) does.
+    pub(crate) fn destination(
+        &self,
+        destination: &Destination,
+        problems: &mut Vec<ConfigError>,
+    ) -> Destination {
+        match destination {
+            Destination::Queue(queue) => Destination::Queue(self.queue(queue, problems)),
+            Destination::Topic(topic) => Destination::Topic(self.topic(topic, problems)),
+        }
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::error::PublishError;
 use super::history::{Held, History, Once, Refused};
-use super::outgoing::{publish_of, Outgoing};
-use super::publisher::{sent, Publisher};
+use super::outgoing::Outgoing;
+use super::publisher::Publisher;
 use crate::store::history::{HistoryKey, Ticket};
 use crate::transport::{SendMessage, SentMessage, TransportError};
 
@@ -93,7 +93,7 @@ impl Publisher {
                     (Ok(request), None) => Slot::Send(request, None),
                     (Ok(_), Some(_)) if self.history().is_none() => {
                         Slot::Answered(Err(PublishError::NoHistory {
-                            queue: self.queue().name.clone(),
+                            queue: self.destination().name().to_owned(),
                         }))
                     }
                     (Ok(request), Some(once)) => Slot::Reserve(request, once),
@@ -103,7 +103,7 @@ impl Publisher {
         if let Some(history) = self.history() {
             self.reserve_keys(history, &mut slots).await;
         }
-        if self.queue().is_fifo() {
+        if self.destination().is_fifo() {
             self.hold_behind_refused(&mut slots, &groups);
         }
         let mut requests = Vec::new();
@@ -164,7 +164,7 @@ impl Publisher {
             match (&*slot, refused.get(group)) {
                 (Slot::Send(..), Some(why)) => {
                     *slot = Slot::Answered(Err(PublishError::Rejected {
-                        queue: self.queue().name.clone(),
+                        queue: self.destination().name().to_owned(),
                         error: TransportError::HeldBehind {
                             message: why.clone(),
                         },
@@ -221,33 +221,20 @@ impl Publisher {
         &self,
         requests: Vec<SendMessage>,
     ) -> Vec<Result<SentMessage, PublishError>> {
+        let destination = self.destination();
         match (requests.is_empty(), self.core()) {
             (true, _) => Vec::new(),
-            (false, Some(core)) => match self.topic() {
-                Some(topic) => {
-                    let publishes = requests.into_iter().map(publish_of).collect();
-                    core.publish_many(topic, publishes)
-                        .await
-                        .into_iter()
-                        .map(|answer| {
-                            answer
-                                .map(sent)
-                                .map_err(PublishError::rejected(self.queue()))
-                        })
-                        .collect()
-                }
-                None => core
-                    .send_many(self.queue(), requests)
-                    .await
-                    .into_iter()
-                    .map(|answer| answer.map_err(PublishError::rejected(self.queue())))
-                    .collect(),
-            },
+            (false, Some(core)) => core
+                .send_to(destination, requests)
+                .await
+                .into_iter()
+                .map(|answer| answer.map_err(PublishError::rejected(destination.name())))
+                .collect(),
             (false, None) => requests
                 .iter()
                 .map(|_| {
                     Err(PublishError::Unbound {
-                        queue: self.queue().name.clone(),
+                        queue: destination.name().to_owned(),
                     })
                 })
                 .collect(),
@@ -260,17 +247,17 @@ impl Publisher {
         history: &History,
         key: &HistoryKey,
     ) -> Result<Held, PublishError> {
-        let queue = &self.queue().name;
+        let destination = self.destination();
         history
-            .reserve(key, queue, self.topic().is_some())
+            .reserve(key, destination.name(), destination.topic().is_some())
             .await
             .map_err(|refused| match refused {
                 Refused::Store(error) => PublishError::History {
-                    queue: queue.clone(),
+                    queue: destination.name().to_owned(),
                     error: Arc::new(error),
                 },
                 Refused::InFlight => PublishError::InFlight {
-                    queue: queue.clone(),
+                    queue: destination.name().to_owned(),
                     key: key.key.clone(),
                 },
             })

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::codec::EncodeError;
 use crate::model::rules::ErrorKind;
-use crate::model::{ConfigError, SqsQueue};
+use crate::model::ConfigError;
 use crate::store::StoreError;
 use crate::transport::TransportError;
 
@@ -121,10 +121,11 @@ pub enum PublishError {
 }
 
 impl PublishError {
-    /// How a refusal of a message for `queue` (by SQS, or by the check before the call) is told.
-    pub(crate) fn rejected(queue: &SqsQueue) -> impl Fn(TransportError) -> Self + '_ {
+    /// How a refusal of a message for the queue or topic `name` (by SQS or SNS, or by the check
+    /// before the call) is told.
+    pub(crate) fn rejected(name: &str) -> impl Fn(TransportError) -> Self + '_ {
         |error| Self::Rejected {
-            queue: queue.name.clone(),
+            queue: name.to_owned(),
             error,
         }
     }

@@ -24,7 +24,7 @@
 //! ([`propagation`](crate::propagation)).
 //!
 //! A publisher for a topic ([`SqsBroker::topic`](crate::SqsBroker::topic)) is the same type with
-//! the same steps: the same group and deduplication rules on a FIFO topic, its publishes checked
+//! the same steps, its [`Destination`](crate::model::Destination) a topic rather than a queue: the same group and deduplication rules on a FIFO topic, its publishes checked
 //! against every SNS rule (the topic's `MaximumMessageSize`, its attributes, FIFO or not, with
 //! content-based deduplication or not, read from the topic once) before the network and sent in
 //! `PublishBatch` calls of up to 10, each FIFO group in order. SNS has no delay: a `delay` step is
@@ -47,7 +47,6 @@ pub(crate) mod recorded;
 
 pub use error::PublishError;
 pub use history::History;
-pub(crate) use outgoing::publish_of;
 pub use outgoing::{Outgoing, PublishedMessage};
 pub use output::{Output, OutputTarget, Outputs};
 pub use publisher::Publisher;

@@ -10,15 +10,12 @@ use serde::Serialize;
 
 use super::error::PublishError;
 use super::history::{Held, Once};
-use super::publisher::{sent, Publisher, DEFAULT_GROUP};
+use super::publisher::{Publisher, DEFAULT_GROUP};
 use crate::codec::{Codec, EncodeError, Json};
 use crate::model::headers::{IDEMPOTENCY_KEY_HEADER, PARTITION_KEY_HEADER};
-use crate::model::rules::{self, ErrorKind};
-use crate::model::topic::{check_publish, PublishTarget};
-use crate::model::SqsQueue;
-use crate::transport::{
-    MessageAttributeValue, MessageAttributes, Publish, SendMessage, SentMessage, TransportError,
-};
+use crate::model::rules;
+use crate::model::Destination;
+use crate::transport::{MessageAttributeValue, MessageAttributes, SendMessage, SentMessage};
 
 impl Publisher {
     /// A message whose body is `value` in JSON.
@@ -40,15 +37,13 @@ impl Publisher {
 
     /// The request `outgoing` becomes as a message of this publisher.
     pub(super) fn request_for(&self, outgoing: Outgoing) -> Result<SendMessage, PublishError> {
-        if outgoing.publisher.declared().name != self.declared().name
-            || outgoing.publisher.inner.topic.is_some() != self.inner.topic.is_some()
-        {
+        if !outgoing.publisher.declared().is_same_place(self.declared()) {
             return Err(PublishError::OtherQueue {
-                queue: self.queue().name.clone(),
-                message_queue: outgoing.queue().name.clone(),
+                queue: self.destination().name().to_owned(),
+                message_queue: outgoing.destination().name().to_owned(),
             });
         }
-        // The batch is checked against this publisher's queue, so its FIFO defaults (group,
+        // The batch is checked against this publisher's destination, so its FIFO defaults (group,
         // generated deduplication id) must come from the same descriptor, not from whichever
         // publisher made the message.
         let outgoing = Outgoing {
@@ -105,7 +100,7 @@ impl Outgoing {
         }
         if self.headers.len() >= rules::MAX_MESSAGE_ATTRIBUTES {
             return Err(PublishError::NoRoomForType {
-                queue: self.publisher.queue().name.clone(),
+                queue: self.publisher.destination().name().to_owned(),
                 header: header.to_string(),
                 attributes: self.headers.len(),
             });
@@ -196,21 +191,21 @@ impl Outgoing {
         self
     }
 
-    /// The queue this message goes to.
-    pub fn queue(&self) -> &SqsQueue {
-        self.publisher.queue()
+    /// The queue or topic this message goes to.
+    pub fn destination(&self) -> &Destination {
+        self.publisher.destination()
     }
 
     /// The name its queue or topic was declared with, before the broker's naming: what a
     /// recorded message is sent to again.
     pub(crate) fn declared_name(&self) -> &str {
-        &self.publisher.declared().name
+        self.publisher.declared().name()
     }
 
     /// The group it names: its `group_id` step; failing that, on a FIFO queue, its
     /// [`PARTITION_KEY_HEADER`] header.
     pub(super) fn named_group(&self) -> Option<&str> {
-        if !self.publisher.queue().is_fifo() {
+        if !self.publisher.destination().is_fifo() {
             return self.group_id.as_deref();
         }
         let header = || {
@@ -226,7 +221,7 @@ impl Outgoing {
     /// one), `"default"`.
     pub(super) fn group(&self) -> Option<&str> {
         match self.named_group() {
-            None if self.publisher.queue().is_fifo() => Some(DEFAULT_GROUP),
+            None if self.publisher.destination().is_fifo() => Some(DEFAULT_GROUP),
             named => named,
         }
     }
@@ -234,7 +229,7 @@ impl Outgoing {
     /// Takes `group` (the group of the FIFO message being handled) when this is for a FIFO queue
     /// and names no group of its own: a handler's outputs follow their input's group.
     pub(crate) fn inherit_group(mut self, group: &str) -> Self {
-        if self.publisher.queue().is_fifo() && self.named_group().is_none() {
+        if self.publisher.destination().is_fifo() && self.named_group().is_none() {
             self.group_id = Some(group.to_owned());
         }
         self
@@ -259,8 +254,11 @@ impl Outgoing {
             .map(|byte| format!("{byte:02x}"))
             .collect();
         let id = derive(&short);
-        let queue = self.publisher.queue();
-        if self.dedup_id.is_none() && queue.is_fifo() && !queue.content_based_dedup {
+        let destination = self.publisher.destination();
+        if self.dedup_id.is_none()
+            && destination.is_fifo()
+            && !destination.deduplicates_by_content()
+        {
             self.dedup_id = Some(id.clone());
         }
         let type_header = usize::from(self.needs_type_header());
@@ -284,10 +282,10 @@ impl Outgoing {
                 .is_some_and(|header| !self.headers.contains_key(&*header))
     }
 
-    /// The message this becomes, checked against every rule of its destination: SQS's for a
-    /// queue; SNS's for a topic (as declared; the topic's own attributes are checked again once
-    /// it is resolved), its body and attributes in a `SendMessage` ([`publish_of`] makes the
-    /// publish). What a send and a handler's output send, with the publisher that sends it.
+    /// The message this becomes, checked against every rule of its destination as declared: SQS's
+    /// for a queue, SNS's for a topic ([`Destination::check_message`]; what the queue or topic
+    /// itself says, its `MaximumMessageSize` and attributes, is checked again once it is
+    /// resolved). What a send and a handler's output send, with the publisher that sends it.
     pub(crate) fn into_request(mut self) -> Result<(Publisher, SendMessage), PublishError> {
         if let Some(problem) = self.publisher.naming_problem() {
             return Err(PublishError::Config(problem.clone()));
@@ -296,19 +294,17 @@ impl Outgoing {
             // `send` and `send_batch` take the step off first: what is left is a handler's
             // output, which the engine sends without the history.
             return Err(PublishError::OnceInOutput {
-                queue: self.publisher.queue().name.clone(),
+                queue: self.publisher.destination().name().to_owned(),
             });
         }
         self.add_type_header()?;
-        let queue = self.publisher.queue().clone();
-        let reject = |error: TransportError| PublishError::Rejected {
-            queue: queue.name.clone(),
-            error,
-        };
-        if queue.is_fifo() && self.named_group().is_none() && self.publisher.refuses_default_group()
+        let destination = self.publisher.destination();
+        if destination.is_fifo()
+            && self.named_group().is_none()
+            && self.publisher.refuses_default_group()
         {
             return Err(PublishError::NoGroup {
-                queue: queue.name.clone(),
+                queue: destination.name().to_owned(),
             });
         }
         let group = self.group().map(str::to_owned);
@@ -322,50 +318,16 @@ impl Outgoing {
                 .saturating_add(u64::from(delay.subsec_nanos() > 0));
             message.delay_seconds = Some(i32::try_from(seconds).unwrap_or(i32::MAX));
         }
-        if let Some(topic) = self.publisher.topic() {
-            if message.delay_seconds.is_some() {
-                return Err(reject(TransportError::service(
-                    ErrorKind::InvalidParameter,
-                    format!(
-                        "topic `{}`: SNS delivers at once and takes no delay; remove the \
-                         `delay(..)` step, or give the subscribed queue a DelaySeconds",
-                        topic.name
-                    ),
-                )));
-            }
-            message.group_id = group;
-            message.dedup_id = match self.dedup_id {
-                None if topic.is_fifo() && !topic.deduplicates_by_content() => {
-                    Some(uuid::Uuid::new_v4().to_string())
-                }
-                dedup => dedup,
-            };
-            let target = PublishTarget::new(&topic.name)
-                .content_based_dedup(topic.deduplicates_by_content())
-                .maximum_message_size(crate::model::topic::MAX_MAXIMUM_MESSAGE_SIZE);
-            // The largest size any topic takes: the topic's own is read when it is resolved.
-            check_publish(&publish_of(message.clone()), target).map_err(reject)?;
-            return Ok((self.publisher, message));
-        }
-        if queue.is_fifo() {
-            message.group_id = group;
-            let publisher = self.publisher;
-            let outgoing_dedup = self.dedup_id;
-            message.dedup_id = match outgoing_dedup {
-                Some(id) => Some(id),
-                None if queue.content_based_dedup => None,
-                None => Some(uuid::Uuid::new_v4().to_string()),
-            };
-            queue
-                .check_message(&message, rules::MAX_MESSAGE_SIZE, None)
-                .map_err(reject)?;
-            return Ok((publisher, message));
-        }
         message.group_id = group;
-        message.dedup_id = self.dedup_id;
-        queue
-            .check_message(&message, rules::MAX_MESSAGE_SIZE, None)
-            .map_err(reject)?;
+        message.dedup_id = match self.dedup_id {
+            None if destination.is_fifo() && !destination.deduplicates_by_content() => {
+                Some(uuid::Uuid::new_v4().to_string())
+            }
+            dedup => dedup,
+        };
+        destination
+            .check_message(&message)
+            .map_err(PublishError::rejected(destination.name()))?;
         Ok((self.publisher, message))
     }
 
@@ -390,13 +352,13 @@ impl Outgoing {
             .history()
             .cloned()
             .ok_or_else(|| PublishError::NoHistory {
-                queue: self.publisher.queue().name.clone(),
+                queue: self.publisher.destination().name().to_owned(),
             })?;
         // Checked before the key is reserved: a message SQS would refuse holds no key.
         let (publisher, message) = self.into_request()?;
         if publisher.core().is_none() {
             return Err(PublishError::Unbound {
-                queue: publisher.queue().name.clone(),
+                queue: publisher.destination().name().to_owned(),
             });
         }
         let key = publisher.history_key(&once.key);
@@ -418,33 +380,15 @@ pub(super) async fn send_request(
     publisher: Publisher,
     message: SendMessage,
 ) -> Result<SentMessage, PublishError> {
+    let destination = publisher.destination();
     let core = publisher.core().ok_or_else(|| PublishError::Unbound {
-        queue: publisher.queue().name.clone(),
+        queue: destination.name().to_owned(),
     })?;
-    if let Some(topic) = publisher.topic() {
-        return core
-            .publish_many(topic, vec![publish_of(message)])
-            .await
-            .pop()
-            .expect("one answer per publish")
-            .map(sent)
-            .map_err(PublishError::rejected(publisher.queue()));
-    }
-    core.send(publisher.queue(), message)
+    core.send_to(destination, std::iter::once(message))
         .await
-        .map_err(PublishError::rejected(publisher.queue()))
-}
-
-/// The SNS publish a checked message for a topic becomes: its body, attributes, group and
-/// deduplication id (a topic has no delay, which the check refused).
-pub(crate) fn publish_of(message: SendMessage) -> Publish {
-    Publish {
-        message: message.body,
-        subject: None,
-        message_attributes: message.message_attributes,
-        group_id: message.group_id,
-        dedup_id: message.dedup_id,
-    }
+        .pop()
+        .expect("one answer per message")
+        .map_err(PublishError::rejected(destination.name()))
 }
 
 /// A message a handler gave to [`Context::publish`](crate::Context::publish), as a test reads it
@@ -460,9 +404,9 @@ impl<'a> PublishedMessage<'a> {
         Self { outgoing }
     }
 
-    /// The queue it goes to.
-    pub fn queue(&self) -> &'a SqsQueue {
-        self.outgoing.queue()
+    /// The queue or topic it goes to.
+    pub fn destination(&self) -> &'a Destination {
+        self.outgoing.destination()
     }
 
     /// The body, or why the value could not be encoded (the engine then retries the handled

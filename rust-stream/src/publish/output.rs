@@ -36,7 +36,7 @@ pub struct Output<U> {
 impl<U> std::fmt::Debug for Output<U> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Output")
-            .field(&self.publisher.queue().name)
+            .field(&self.publisher.destination().name())
             .finish()
     }
 }

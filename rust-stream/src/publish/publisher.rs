@@ -1,6 +1,6 @@
-//! The [`Publisher`]: a queue or a topic to publish to, its settings (strict groups, the type
-//! header, a payload's schema, a command history) and the broker it is bound to, with the queue
-//! or topic as that broker names it.
+//! The [`Publisher`]: a [`Destination`] (a queue or a topic) to publish to, its settings (strict
+//! groups, the type header, a payload's schema, a command history) and the broker it is bound to,
+//! with the destination as that broker names it.
 //!
 //! Messages are made and sent in [`outgoing`](super::outgoing), many at once in
 //! [`batch`](super::batch).
@@ -11,9 +11,8 @@ use super::history::History;
 use crate::client::Client;
 use crate::describe::Payload;
 use crate::model::headers::TYPE_HEADER;
-use crate::model::{ConfigError, SnsTopic, SqsQueue};
+use crate::model::{ConfigError, Destination, SnsTopic, SqsQueue};
 use crate::store::history::HistoryKey;
-use crate::transport::{Published, SentMessage};
 
 /// The group of a FIFO message that names none, unless strict groups refuse it.
 pub(super) const DEFAULT_GROUP: &str = "default";
@@ -26,11 +25,8 @@ pub struct Publisher {
 
 #[derive(Clone)]
 pub(super) struct PublisherInner {
-    /// The queue as declared; for a topic publisher, the topic's name and FIFO settings as a
-    /// queue's, which the FIFO steps (group, deduplication id) read as they do a queue's.
-    pub(super) queue: SqsQueue,
-    /// The topic as declared, for a topic publisher.
-    pub(super) topic: Option<SnsTopic>,
+    /// The queue or topic as declared.
+    pub(super) destination: Destination,
     pub(super) binding: OnceLock<Binding>,
     /// Refuses a FIFO message that names no group rather than send it to `"default"`.
     pub(super) strict_groups: bool,
@@ -41,37 +37,19 @@ pub(super) struct PublisherInner {
     pub(super) history: Option<History>,
 }
 
-/// The broker a publisher belongs to, and its queue as that broker names it.
+/// The broker a publisher belongs to, and its destination as that broker names it.
 #[derive(Clone)]
 pub(super) struct Binding {
     pub(super) core: Arc<Client>,
-    /// The queue with the broker's prefix and suffix, or why they make a name SQS refuses.
-    pub(super) named: Result<SqsQueue, ConfigError>,
-    /// For a topic publisher: the topic as the broker names it.
-    pub(super) topic: Option<SnsTopic>,
-}
-
-/// A topic's name and FIFO settings as a queue's: what the FIFO steps of a message read.
-pub(super) fn stand_in(topic: &SnsTopic) -> SqsQueue {
-    let mut queue = SqsQueue::new(topic.name.clone());
-    queue.content_based_dedup = topic.deduplicates_by_content();
-    queue
-}
-
-/// What a topic's publish answers, as a queue's send answers it: the same three facts.
-pub(super) fn sent(published: Published) -> SentMessage {
-    SentMessage {
-        message_id: published.message_id,
-        sequence_number: published.sequence_number,
-        duplicate: published.duplicate,
-    }
+    /// The queue or topic with the broker's prefix and suffix, or why they make a name SQS or SNS
+    /// refuses.
+    pub(super) named: Result<Destination, ConfigError>,
 }
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher")
-            .field("queue", &self.queue().name)
-            .field("topic", &self.topic().is_some())
+            .field("destination", &self.destination())
             .field("bound", &self.inner.binding.get().is_some())
             .finish()
     }
@@ -82,25 +60,20 @@ impl Publisher {
     /// subscriber's output. Use [`SqsBroker::publisher`](crate::SqsBroker::publisher) for one that
     /// is bound at once.
     pub fn new(queue: impl Into<SqsQueue>) -> Self {
-        Self {
-            inner: Arc::new(PublisherInner {
-                queue: queue.into(),
-                topic: None,
-                binding: OnceLock::new(),
-                strict_groups: false,
-                type_header: false,
-                history: None,
-            }),
-        }
+        Self::to(Destination::Queue(queue.into()))
     }
 
     /// A publisher for `topic`, bound to a broker later; see
     /// [`SqsBroker::topic`](crate::SqsBroker::topic) for one that is bound at once.
     pub(crate) fn for_topic(topic: SnsTopic) -> Self {
+        Self::to(Destination::Topic(topic))
+    }
+
+    /// A publisher for `destination`, bound to a broker later.
+    fn to(destination: Destination) -> Self {
         Self {
             inner: Arc::new(PublisherInner {
-                queue: stand_in(&topic),
-                topic: Some(topic),
+                destination,
                 binding: OnceLock::new(),
                 strict_groups: false,
                 type_header: false,
@@ -122,14 +95,7 @@ impl Publisher {
     /// assert!(broker.publisher("ledger").topic().is_none());
     /// ```
     pub fn topic(&self) -> Option<&SnsTopic> {
-        match self.inner.binding.get() {
-            Some(Binding {
-                named: Ok(_),
-                topic: Some(named),
-                ..
-            }) => Some(named),
-            _ => self.inner.topic.as_ref(),
-        }
+        self.destination().topic()
     }
 
     /// Refuses a message for a FIFO queue that names no group (no `group_id` step, no
@@ -226,9 +192,8 @@ impl Publisher {
     /// [`SqsBroker::publisher`]: crate::SqsBroker::publisher
     pub fn payload(self, payload: Payload) -> Self {
         // Payloads are listed by queue name: a topic's would land on a queue of the same name.
-        if let (Some(core), None) = (self.core(), self.topic()) {
-            core.declarations()
-                .publisher_payload(&self.queue().name, payload);
+        if let (Some(core), Some(queue)) = (self.core(), self.destination().queue()) {
+            core.declarations().publisher_payload(&queue.name, payload);
         }
         self
     }
@@ -249,29 +214,22 @@ impl Publisher {
         let publisher = Self::new(queue.clone());
         let _ = publisher.inner.binding.set(Binding {
             core,
-            named: Ok(queue),
-            topic: None,
+            named: Ok(Destination::Queue(queue)),
         });
         publisher
     }
 
-    /// Binds an unbound publisher, naming its queue as the broker does; a bound one keeps its
-    /// broker.
+    /// Binds an unbound publisher, naming its queue or topic as the broker does; a bound one
+    /// keeps its broker.
     pub(crate) fn bind(&self, core: &Arc<Client>) {
         self.inner.binding.get_or_init(|| {
             let mut problems = Vec::new();
-            let naming = core.naming();
-            let (named, topic) = match &self.inner.topic {
-                Some(topic) => {
-                    let topic = naming.topic(topic, &mut problems);
-                    (stand_in(&topic), Some(topic))
-                }
-                None => (naming.queue(&self.inner.queue, &mut problems), None),
-            };
+            let named = core
+                .naming()
+                .destination(&self.inner.destination, &mut problems);
             Binding {
                 core: core.clone(),
                 named: problems.into_iter().next().map_or(Ok(named), Err),
-                topic,
             }
         });
     }
@@ -281,27 +239,35 @@ impl Publisher {
         self.inner.binding.get().map(|binding| binding.core.clone())
     }
 
-    /// Why the broker this publisher is bound to cannot name its queue (its prefix or suffix
-    /// makes a name SQS refuses), if it cannot.
+    /// Why the broker this publisher is bound to cannot name its queue or topic (its prefix or
+    /// suffix makes a name SQS or SNS refuses), if it cannot.
     pub(crate) fn naming_problem(&self) -> Option<&ConfigError> {
         self.inner.binding.get()?.named.as_ref().err()
     }
 
-    /// The queue this publisher sends to: once bound to a broker, as the broker names it (with
-    /// its [queue-name prefix](crate::SqsBroker::queue_name_prefix)), else as declared. A topic
-    /// publisher has no queue: this is its topic's name and FIFO settings as a queue's (see
-    /// [`topic`](Self::topic)).
-    pub fn queue(&self) -> &SqsQueue {
+    /// The queue or topic this publisher sends to: once bound to a broker, as the broker names
+    /// it (with its [queue-name prefix](crate::SqsBroker::queue_name_prefix)), else as declared.
+    ///
+    /// ```
+    /// use rust_stream::model::Destination;
+    /// use rust_stream::prelude::*;
+    ///
+    /// let broker = SqsBroker::in_process().queue_name_prefix("staging-");
+    /// let payments = broker.publisher("payments.fifo");
+    /// assert_eq!(payments.destination().name(), "staging-payments.fifo");
+    /// assert!(matches!(payments.destination(), Destination::Queue(_)));
+    /// ```
+    pub fn destination(&self) -> &Destination {
         match self.inner.binding.get().map(|binding| &binding.named) {
             Some(Ok(named)) => named,
-            _ => &self.inner.queue,
+            _ => &self.inner.destination,
         }
     }
 
-    /// The queue as declared, before the broker's naming: what tells two publishers of one
-    /// queue apart from those of another, bound or not.
-    pub(super) fn declared(&self) -> &SqsQueue {
-        &self.inner.queue
+    /// The queue or topic as declared, before the broker's naming: what tells two publishers of
+    /// one destination apart from those of another, bound or not.
+    pub(super) fn declared(&self) -> &Destination {
+        &self.inner.destination
     }
 
     /// The name of the type header this publisher's typed messages carry, when they carry it:
@@ -310,8 +276,8 @@ impl Publisher {
     pub(super) fn type_header(&self) -> Option<Arc<str>> {
         let core = self.inner.binding.get().map(|binding| &binding.core);
         let routed = || {
-            self.inner.topic.is_none()
-                && core.is_some_and(|core| core.routes_by_type(&self.queue().name))
+            let queue = self.destination().queue();
+            queue.is_some_and(|queue| core.is_some_and(|core| core.routes_by_type(&queue.name)))
         };
         if !self.inner.type_header && !routed() {
             return None;
@@ -338,12 +304,9 @@ impl Publisher {
         self.inner.history.as_ref()
     }
 
-    /// The key `key` of this publisher's sends, in the history: by the queue's name as the
-    /// broker names it, a topic's prefixed (`:` is in no queue's name, so the two never meet).
+    /// The key `key` of this publisher's sends, in the history: by the queue's or topic's name as
+    /// the broker names it, a topic's prefixed (`:` is in no queue's name, so the two never meet).
     pub(super) fn history_key(&self, key: &str) -> HistoryKey {
-        match self.topic() {
-            Some(topic) => HistoryKey::new(format!("topic:{}", topic.name), key),
-            None => HistoryKey::new(self.queue().name.clone(), key),
-        }
+        HistoryKey::new(self.destination().unique_name(), key)
     }
 }

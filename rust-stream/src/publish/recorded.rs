@@ -60,8 +60,8 @@ pub(crate) fn record(outputs: &[Outgoing]) -> Option<String> {
             let body = outgoing.body.as_ref().ok()?;
             let declared = outgoing.publisher.declared();
             Some(RecordedOutgoing {
-                to: declared.name.clone(),
-                topic: outgoing.publisher.topic().is_some(),
+                to: declared.name().to_owned(),
+                topic: declared.topic().is_some(),
                 body: body.clone(),
                 group_id: outgoing.group_id.clone(),
                 dedup_id: outgoing.dedup_id.clone(),
@@ -99,7 +99,8 @@ pub(crate) fn replay(
         publishers
             .iter()
             .find(|publisher| {
-                publisher.declared().name == to && publisher.topic().is_some() == topic
+                let declared = publisher.declared();
+                declared.name() == to && declared.topic().is_some() == topic
             })
             .cloned()
     })

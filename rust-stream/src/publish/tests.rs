@@ -142,7 +142,7 @@ fn a_batch_answers_each_message_in_order_even_without_a_broker() {
 fn a_batch_message_takes_the_fifo_settings_of_the_publisher_sending_it() {
     let hashed = Publisher::new(SqsQueue::new("orders.fifo").content_based_dedup());
     let message = Publisher::new("orders.fifo").raw("x");
-    assert_eq!(message.queue().name, hashed.queue().name);
+    assert_eq!(message.destination().name(), hashed.destination().name());
     assert_eq!(hashed.request_for(message).unwrap().dedup_id, None);
 }
 

@@ -194,7 +194,7 @@ impl SqsBroker {
 
     /// The SQS API calls this broker has made so far, by action.
     pub fn api_calls(&self) -> ApiCalls {
-        self.core.calls.snapshot()
+        self.core.api_calls()
     }
 
     /// The operations an operator runs on this broker's queues: list them with their counts and
@@ -264,7 +264,7 @@ impl SqsBroker {
     /// use rust_stream::SqsBroker;
     ///
     /// let broker = SqsBroker::in_process().queue_name_prefix("staging-");
-    /// assert_eq!(broker.publisher("payments.fifo").queue().name(), "staging-payments.fifo");
+    /// assert_eq!(broker.publisher("payments.fifo").destination().name(), "staging-payments.fifo");
     /// ```
     ///
     /// A prefix SQS refuses (a character other than letters, digits, `-` and `_`), or one that
@@ -311,16 +311,12 @@ impl SqsBroker {
     pub fn recorder(&self) -> crate::record::Recorder {
         let recorder = crate::record::Recorder::default();
         let shared: Arc<dyn crate::record::Record> = Arc::new(recorder.clone());
-        match self.core.recorder.set(shared) {
-            Ok(()) => recorder,
-            Err(_) => self
-                .core
-                .recorder
-                .get()
-                .and_then(|shared| shared.as_any().downcast_ref::<crate::record::Recorder>())
-                .cloned()
-                .expect("a broker's recorder is a Recorder"),
-        }
+        self.core
+            .recorder_or(shared)
+            .as_any()
+            .downcast_ref::<crate::record::Recorder>()
+            .cloned()
+            .expect("a broker's recorder is a Recorder")
     }
 
     /// A publisher for `queue`, bound to this broker. It belongs to the broker, not to an app:
@@ -335,8 +331,8 @@ impl SqsBroker {
         let publisher = Publisher::new(queue);
         publisher.bind(&self.core);
         // A name the broker cannot make is refused by every send, and declares nothing.
-        if publisher.naming_problem().is_none() {
-            self.core.declarations().publisher(publisher.queue());
+        if let (None, Some(queue)) = (publisher.naming_problem(), publisher.destination().queue()) {
+            self.core.declarations().publisher(queue);
         }
         publisher
     }
@@ -417,10 +413,9 @@ impl Broker for SqsBroker {
         for queue in crate::routing::routed_queues(subscribers) {
             self.core.route_by_type(&queue);
         }
-        let registered = declare::Registry::register(
-            &self.core.declarations,
-            crate::subscriber::declarations(subscribers),
-        );
+        let registered = self
+            .core
+            .register(crate::subscriber::declarations(subscribers));
         // Declaring again replaces (and so takes back) what this broker value declared before.
         *self.app.lock().unwrap_or_else(PoisonError::into_inner) = Some(registered);
     }

@@ -60,7 +60,7 @@ use crate::transport::{
 /// assert_eq!(outcome, HandlerOutcome::ack());
 /// let published = ctx.published();
 /// assert_eq!(published.len(), 1);
-/// assert_eq!(published[0].queue().name(), "receipts.fifo");
+/// assert_eq!(published[0].destination().name(), "receipts.fifo");
 /// assert_eq!(published[0].body().unwrap(), r#"{"order":7,"ledger":"main"}"#);
 /// assert_eq!(published[0].group_id(), Some("ada"));
 /// // The input's id, the position, and a digest of the group and body.

@@ -8,7 +8,8 @@ use crate::model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
-use crate::publish::PublishError;
+use crate::model::Destination;
+use crate::publish::{PublishError, Publisher};
 use crate::record::Event;
 use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
 
@@ -81,7 +82,9 @@ impl Settler {
         reason: &str,
         attempts: u32,
     ) -> Result<SentMessage, PublishError> {
-        let Some(dead_letter) = &self.dead_letter else {
+        let Some(Destination::Queue(dead_letter)) =
+            self.dead_letter.as_ref().map(Publisher::destination)
+        else {
             unreachable!("a dead-letter decision needs a dead-letter queue")
         };
         let delivery = &held.delivery;
@@ -110,7 +113,7 @@ impl Settler {
         // for ever; the original already fits its queue's.
         let maximum = self
             .client
-            .resolved(dead_letter.queue())
+            .resolved(dead_letter)
             .await
             .map_or(MAX_MESSAGE_SIZE, |resolved| resolved.maximum_message_size);
         for (name, value) in ours {
@@ -136,8 +139,8 @@ impl Settler {
             message.dedup_id = Some(delivery.message_id.clone());
         }
         self.client
-            .send(dead_letter.queue(), message)
+            .send(dead_letter, message)
             .await
-            .map_err(PublishError::rejected(dead_letter.queue()))
+            .map_err(PublishError::rejected(&dead_letter.name))
     }
 }

@@ -7,65 +7,52 @@ use std::sync::Arc;
 
 use super::Settler;
 use crate::client::Client;
-use crate::model::{SnsTopic, SqsQueue};
-use crate::publish::{publish_of, Outgoing, PublishError};
+use crate::model::Destination;
+use crate::publish::{Outgoing, PublishError};
 use crate::record::Event;
-use crate::transport::SendMessage;
+use crate::transport::{SendMessage, SentMessage};
 
 impl Settler {
-    /// Sends what the handler published, in order, grouped by queue, each through the broker its
-    /// publisher belongs to (the subscription's own when the publisher is not bound, which names
-    /// its queue as it names every other).
+    /// Sends what the handler published, in order, grouped by queue or topic, each through the
+    /// broker its publisher belongs to (the subscription's own when the publisher is not bound,
+    /// which names its queue or topic as it names every other).
     pub(super) async fn publish_staged(&self, staged: Vec<Outgoing>) -> Result<(), PublishError> {
-        // Keyed by broker and queue (or topic) name, so each destination's messages go out
+        // Keyed by kind (queues first), broker and name, so each destination's messages go out
         // together, in the order staged.
-        type ByQueue = BTreeMap<(usize, String), (Arc<Client>, SqsQueue, Vec<SendMessage>)>;
-        type ByTopic =
-            BTreeMap<(usize, String), (Arc<Client>, SnsTopic, SqsQueue, Vec<SendMessage>)>;
-        let mut by_queue = ByQueue::new();
-        let mut by_topic = ByTopic::new();
+        type ByDestination =
+            BTreeMap<(bool, usize, String), (Arc<Client>, Destination, Vec<SendMessage>)>;
+        let mut by_destination = ByDestination::new();
         for outgoing in staged {
             let (publisher, message) = outgoing.into_request()?;
-            let client = publisher.core().unwrap_or_else(|| self.client.clone());
-            let mut problems = Vec::new();
-            if let Some(topic) = publisher.topic() {
-                let topic = match publisher.core() {
-                    Some(_) => topic.clone(),
-                    None => self.client.naming().topic(topic, &mut problems),
-                };
-                if let Some(problem) = problems.pop() {
-                    return Err(PublishError::Config(problem));
+            let (client, destination) = match publisher.core() {
+                Some(client) => (client, publisher.destination().clone()),
+                None => {
+                    let mut problems = Vec::new();
+                    let named = self
+                        .client
+                        .naming()
+                        .destination(publisher.destination(), &mut problems);
+                    if let Some(problem) = problems.pop() {
+                        return Err(PublishError::Config(problem));
+                    }
+                    (self.client.clone(), named)
                 }
-                by_topic
-                    .entry((Arc::as_ptr(&client) as usize, topic.name.clone()))
-                    .or_insert_with(|| (client, topic, publisher.queue().clone(), Vec::new()))
-                    .3
-                    .push(message);
-                continue;
-            }
-            let queue = match publisher.core() {
-                Some(_) => publisher.queue().clone(),
-                None => self.client.naming().queue(publisher.queue(), &mut problems),
             };
-            if let Some(problem) = problems.pop() {
-                return Err(PublishError::Config(problem));
-            }
-            by_queue
-                .entry((Arc::as_ptr(&client) as usize, queue.name.clone()))
-                .or_insert_with(|| (client, queue, Vec::new()))
+            let key = (
+                destination.topic().is_some(),
+                Arc::as_ptr(&client) as usize,
+                destination.name().to_owned(),
+            );
+            by_destination
+                .entry(key)
+                .or_insert_with(|| (client, destination, Vec::new()))
                 .2
                 .push(message);
         }
-        for (client, queue, messages) in by_queue.into_values() {
+        for (client, destination, messages) in by_destination.into_values() {
             let bodies = self.recorded_bodies(&messages);
-            let answers = client.send_many(&queue, messages).await;
-            self.check_sent(&queue, answers, bodies)?;
-        }
-        for (client, topic, stand_in, messages) in by_topic.into_values() {
-            let bodies = self.recorded_bodies(&messages);
-            let publishes = messages.into_iter().map(publish_of).collect();
-            let answers = client.publish_many(&topic, publishes).await;
-            self.check_sent(&stand_in, answers, bodies)?;
+            let answers = client.send_to(&destination, messages).await;
+            self.check_sent(destination.name(), answers, bodies)?;
         }
         Ok(())
     }
@@ -80,19 +67,19 @@ impl Settler {
         })
     }
 
-    /// The first refusal among the answers of a send to `queue` (or a topic, as its stand-in),
-    /// and each message sent told to the recorder.
-    fn check_sent<T>(
+    /// The first refusal among the answers of a send to the queue or topic `name`, and each
+    /// message sent told to the recorder.
+    fn check_sent(
         &self,
-        queue: &SqsQueue,
-        answers: Vec<Result<T, crate::transport::TransportError>>,
+        name: &str,
+        answers: Vec<Result<SentMessage, crate::transport::TransportError>>,
         bodies: Option<Vec<String>>,
     ) -> Result<(), PublishError> {
         for (index, answer) in answers.into_iter().enumerate() {
-            answer.map_err(PublishError::rejected(queue))?;
+            answer.map_err(PublishError::rejected(name))?;
             if let Some(bodies) = &bodies {
                 self.client.record(|| Event::Published {
-                    queue: queue.name.clone(),
+                    queue: name.to_owned(),
                     body: bodies[index].clone(),
                 });
             }
