@@ -151,7 +151,7 @@ async fn work(
             job.group,
             job.seq,
             ctx.message_id(),
-            ctx.receive_count()
+            ctx.sqs().receive_count()
         )
     };
     // The start line is a hint for the test (which handlers were running); only the done line
@@ -252,7 +252,7 @@ impl Handle<Job, Output<Done>> for Post {
                 job.group,
                 job.seq,
                 ctx.message_id(),
-                ctx.receive_count()
+                ctx.sqs().receive_count()
             )
         };
         journal

@@ -48,7 +48,7 @@ async fn fulfil(
     tracing::info!(
         order.id,
         order.customer,
-        sequence = ctx.sequence_number(),
+        sequence = ctx.sqs().sequence_number(),
         "order fulfilled"
     );
     if progress.left.fetch_sub(1, Ordering::AcqRel) == 1 {

@@ -8,6 +8,7 @@ mod common;
 use common::engine::{jobs, Job, Scripted};
 use rust_stream::account::Account;
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::{ConfigError, Output, RunError};
 
@@ -141,11 +142,11 @@ async fn an_existing_queue_without_the_declared_content_based_deduplication_is_r
     let error = TestApp::spawn(app).await.unwrap_err();
     assert!(
         matches!(
-            error,
-            RunError::QueueAttribute {
+            error.broker_error(),
+            Some(StartError::QueueAttribute {
                 attribute: "ContentBasedDeduplication",
                 ..
-            }
+            })
         ),
         "{error}"
     );

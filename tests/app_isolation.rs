@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::engine::{jobs, Job, Log, Scripted};
 use rust_stream::account::Account;
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::{ConfigError, Output, RunError};
 use serde_json::Value;
@@ -119,7 +120,7 @@ async fn an_app_refused_for_a_missing_queue_leaves_nothing_the_next_app_checks()
     let (first, _) = one_subscription(&broker, "first", SqsQueue::new("absent"));
     let error = TestApp::spawn(first).await.unwrap_err();
     assert!(
-        matches!(&error, RunError::QueueMissing { queue } if queue == "absent"),
+        matches!(error.broker_error(), Some(StartError::QueueMissing { queue }) if queue == "absent"),
         "{error}"
     );
 
@@ -127,7 +128,7 @@ async fn an_app_refused_for_a_missing_queue_leaves_nothing_the_next_app_checks()
     let (second, _) = one_subscription(&broker, "second", SqsQueue::new("also-absent"));
     let error = TestApp::spawn(second).await.unwrap_err();
     assert!(
-        matches!(&error, RunError::QueueMissing { queue } if queue == "also-absent"),
+        matches!(error.broker_error(), Some(StartError::QueueMissing { queue }) if queue == "also-absent"),
         "{error}"
     );
     assert!(!error.to_string().contains("`absent`"), "{error}");

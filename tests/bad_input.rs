@@ -34,6 +34,7 @@ use common::backend::Backend;
 use common::engine::{jobs, Job, Scripted};
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::transport::{MessageAttributeValue, ReceivedMessage, Transport};
 use rust_stream::{
@@ -1195,7 +1196,7 @@ mod sns_at_start {
             .subscribed_to(SnsTopic::new(topic.as_str()));
         let error = start_error(&backend, queue).await;
         assert!(
-            matches!(&error, RunError::TopicMissing { topic: named } if *named == topic),
+            matches!(error.broker_error(), Some(StartError::TopicMissing { topic: named }) if *named == topic),
             "{error:?}"
         );
         let text = error.to_string();
@@ -1222,7 +1223,7 @@ mod sns_at_start {
         let queue = SqsQueue::new(queue_name.as_str()).subscribed_to(SnsTopic::new(topic.as_str()));
         let error = start_error(&backend, queue).await;
         assert!(
-            matches!(&error, RunError::SubscriptionMissing { queue, topic: named } if *queue == queue_name && *named == topic),
+            matches!(error.broker_error(), Some(StartError::SubscriptionMissing { queue, topic: named }) if *queue == queue_name && *named == topic),
             "{error:?}"
         );
         let text = error.to_string();
@@ -1252,10 +1253,10 @@ mod sns_at_start {
             .create_if_missing()
             .subscribed_to(SnsTopic::new(backend.name("payments")).create_if_missing());
         let error = start_error(&backend, queue).await;
-        let RunError::Queue {
+        let Some(StartError::Queue {
             queue,
             error: cause,
-        } = &error
+        }) = error.broker_error()
         else {
             panic!("{error:?}")
         };

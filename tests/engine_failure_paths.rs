@@ -287,7 +287,7 @@ async fn a_failed_startup_stops_the_consumers_it_had_started() {
     });
     let error = TestApp::spawn(app).await.unwrap_err();
     assert!(
-        matches!(error, rust_stream::RunError::QueueMissing { ref queue } if queue == "never-created"),
+        matches!(error.broker_error(), Some(rust_stream::sqs::StartError::QueueMissing { queue }) if queue == "never-created"),
         "{error}"
     );
     // The first subscription had started; it must not go on consuming after `run` returned.
@@ -535,7 +535,10 @@ async fn a_dead_letter_queue_that_takes_smaller_messages_than_its_source_keeps_t
         assert!(message.contains(named), "{named} missing from: {message}");
     }
     assert!(
-        matches!(refused, rust_stream::RunError::DeadLetterTooSmall { .. }),
+        matches!(
+            refused.broker_error(),
+            Some(rust_stream::sqs::StartError::DeadLetterTooSmall { .. })
+        ),
         "{refused:?}"
     );
     assert!(log.lock().unwrap().is_empty());

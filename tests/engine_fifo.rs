@@ -174,7 +174,7 @@ where
             record.events.push(Event::Start {
                 job: job.clone(),
                 message_id: ctx.message_id().to_owned(),
-                receive_count: ctx.receive_count(),
+                receive_count: ctx.sqs().receive_count(),
                 at: Instant::now(),
             });
             Attempt { n }

@@ -128,12 +128,12 @@ where
         probe.calls.lock().unwrap().push(Call {
             job: job.clone(),
             message_id: ctx.message_id().to_owned(),
-            receive_count: ctx.receive_count(),
+            receive_count: ctx.sqs().receive_count(),
             started: Instant::now(),
         });
         let now = probe.running.fetch_add(1, Ordering::SeqCst) + 1;
         probe.most.fetch_max(now, Ordering::SeqCst);
-        match (self.hold)(job, ctx.receive_count()) {
+        match (self.hold)(job, ctx.sqs().receive_count()) {
             Hold::Gate => probe.gate.acquire().await.expect("never closed").forget(),
             Hold::For(duration) => sleep(duration).await,
         }

@@ -74,7 +74,7 @@ impl Handle<Job> for Worker {
             calls.push(Call {
                 app: self.app,
                 job: job.clone(),
-                receive_count: ctx.receive_count(),
+                receive_count: ctx.sqs().receive_count(),
                 attempt: ctx.attempt(),
                 start: self.started.elapsed().as_secs_f64(),
                 end: None,
@@ -1610,7 +1610,10 @@ async fn a_fifo_subscription_that_could_only_leave_messages_to_the_redrive_does_
     .await
     .expect_err("it cannot move a message out of attempts alone");
     assert!(
-        matches!(refused, rust_stream::RunError::DeadLetterUnreachable { .. }),
+        matches!(
+            refused.broker_error(),
+            Some(rust_stream::sqs::StartError::DeadLetterUnreachable { .. })
+        ),
         "{refused:?}"
     );
     let message = refused.to_string();
@@ -1729,12 +1732,12 @@ async fn a_fifo_retry_past_the_twelve_hour_cap_gives_the_group_back_in_order() {
             self.calls.lock().unwrap().push(Call {
                 app: 0,
                 job: job.clone(),
-                receive_count: ctx.receive_count(),
+                receive_count: ctx.sqs().receive_count(),
                 attempt: ctx.attempt(),
                 start: self.started.elapsed().as_secs_f64(),
                 end: None,
             });
-            if job.n == 1 && ctx.receive_count() == 1 {
+            if job.n == 1 && ctx.sqs().receive_count() == 1 {
                 // Eleven and a half hours of work, then a retry an hour later: past the cap.
                 sleep(Duration::from_secs(11 * 3600 + 1800)).await;
                 return Err(HandlerOutcome::retry_after(Duration::from_secs(3600)));

@@ -14,6 +14,7 @@ use common::{bodies, receive};
 use rust_stream::account::Account;
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::transport::ReceiveMessage;
 use rust_stream::RetryPolicy;
@@ -205,7 +206,7 @@ async fn retry_after_brings_the_message_back_after_the_delay() {
         let times = times.clone();
         move |_, ctx| {
             times.lock().unwrap().push(Instant::now());
-            match ctx.receive_count() {
+            match ctx.sqs().receive_count() {
                 1 => Err(HandlerOutcome::retry_after(Duration::from_secs(40))),
                 _ => Ok(()),
             }
@@ -237,7 +238,7 @@ async fn retry_after_brings_the_message_back_after_the_delay() {
 async fn a_panicking_handler_is_retried_and_the_service_goes_on() {
     let broker = SqsBroker::in_process();
     let (handler, log) = Scripted::new(|job, ctx| {
-        if job.n == 1 && ctx.receive_count() == 1 {
+        if job.n == 1 && ctx.sqs().receive_count() == 1 {
             panic!("the first try of job 1 panics");
         }
         Ok(())
@@ -385,11 +386,11 @@ impl Handle<Job> for Arc<Inspect> {
     ) -> Result<(), HandlerOutcome> {
         assert!(ctx.sent_at().is_some());
         self.seen.lock().unwrap().push((
-            ctx.group_id().map(str::to_owned),
+            ctx.sqs().group_id().map(str::to_owned),
             ctx.header(PARTITION_KEY_HEADER).map(str::to_owned),
             ctx.header("tenant").map(str::to_owned),
-            ctx.sequence_number().map(str::to_owned),
-            ctx.dedup_id().map(str::to_owned),
+            ctx.sqs().sequence_number().map(str::to_owned),
+            ctx.sqs().dedup_id().map(str::to_owned),
             ctx.queue().to_owned(),
         ));
         Ok(())
@@ -539,7 +540,7 @@ async fn a_missing_queue_is_a_startup_error_that_names_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, RunError::QueueMissing { queue } if queue == "orders"),
+        matches!(error.broker_error(), Some(StartError::QueueMissing { queue }) if queue == "orders"),
         "{error}"
     );
     assert!(error.to_string().contains("create_if_missing"), "{error}");
@@ -634,7 +635,7 @@ async fn attempts_until_dead_lettered(
         move |_, ctx| {
             seen.lock()
                 .unwrap()
-                .push((ctx.attempt(), ctx.receive_count()));
+                .push((ctx.attempt(), ctx.sqs().receive_count()));
             Err(HandlerOutcome::failed("still failing"))
         }
     });

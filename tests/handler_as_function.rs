@@ -61,7 +61,7 @@ async fn book(
     audit: &Output<Audit>,
     ctx: &mut Context<'_>,
 ) -> HandlerOutcome {
-    if ctx.receive_count() > 3 {
+    if ctx.sqs().receive_count() > 3 {
         return HandlerOutcome::dead_letter(format!("order {} failed 3 times", order.id));
     }
     let receipt = Receipt {
@@ -69,7 +69,7 @@ async fn book(
         ledger: ledger.0.to_owned(),
     };
     ctx.publish(receipts.message(&receipt).group_id(order.customer.clone()));
-    let attempt = ctx.receive_count();
+    let attempt = ctx.sqs().receive_count();
     ctx.publish(audit.message(&Audit {
         order: order.id,
         attempt,
@@ -203,7 +203,7 @@ impl Handle<Order, Output<Receipt>> for Ship {
                 order: order.id,
                 ledger: ledger.0.to_owned(),
             })
-            .header(PARTITION_KEY_HEADER, ctx.group_id().unwrap_or("none"));
+            .header(PARTITION_KEY_HEADER, ctx.sqs().group_id().unwrap_or("none"));
         ctx.publish(message);
         Ok(())
     }

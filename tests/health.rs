@@ -14,9 +14,9 @@ use common::engine::{Faulty, Job, Scripted};
 use rust_stream::account::Account;
 use rust_stream::health::AppState;
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::eventually;
 use rust_stream::transport::Transport;
-use rust_stream::RunError;
 
 both_backends!(a_service_goes_from_starting_to_running_to_draining_to_stopped);
 
@@ -116,7 +116,10 @@ async fn a_service_whose_start_fails_goes_from_starting_to_stopped() {
         });
     let health = app.health();
     let error = app.run_until(std::future::pending()).await.unwrap_err();
-    assert!(matches!(error, RunError::QueueMissing { .. }), "{error}");
+    assert!(
+        matches!(error.broker_error(), Some(StartError::QueueMissing { .. })),
+        "{error}"
+    );
     assert_eq!(health.state(), AppState::Stopped);
     assert!(!health.is_live());
     assert!(!health.is_ready());

@@ -534,7 +534,7 @@ impl Handle<serde_json::Value> for Seen {
         let seen = self.0.clone();
         let handled = (
             ctx.message_id().to_owned(),
-            ctx.dedup_id().map(str::to_owned),
+            ctx.sqs().dedup_id().map(str::to_owned),
         );
         transaction.on_commit(move || seen.lock().unwrap().push(handled));
         Ok(())

@@ -378,7 +378,7 @@ impl<T: Transport + Clone> Handle<Job> for Outlasting<T> {
         self.receive_counts
             .lock()
             .unwrap()
-            .push(ctx.receive_count());
+            .push(ctx.sqs().receive_count());
         tokio::time::sleep(Duration::from_millis(4500)).await;
         let counts = common::left(&self.transport, &self.url).await;
         *self.mid_run.lock().unwrap() = Some(counts);

@@ -31,7 +31,7 @@ impl Handle<Job> for Worker {
             calls.push((
                 self.app,
                 job.clone(),
-                ctx.receive_count(),
+                ctx.sqs().receive_count(),
                 Instant::now(),
                 None,
             ));
@@ -326,7 +326,13 @@ impl Handle<Job> for Deploy {
             let first_here = !calls
                 .iter()
                 .any(|call| call.0 == self.app && call.1 == job.n);
-            calls.push((self.app, job.n, ctx.receive_count(), ctx.attempt(), None));
+            calls.push((
+                self.app,
+                job.n,
+                ctx.sqs().receive_count(),
+                ctx.attempt(),
+                None,
+            ));
             (calls.len() - 1, first_here)
         };
         if !self.deployed {

@@ -144,8 +144,8 @@ async fn state_outputs_and_the_context_reach_the_body_and_outputs_are_sent_befor
 #[subscriber(queue("flaky"))]
 async fn flaky(_order: &Order, ctx: &Context<'_>, calls: State<Calls>) -> Result<(), String> {
     calls.0 .0.fetch_add(1, Ordering::SeqCst);
-    if ctx.receive_count() < 3 {
-        return Err(format!("try {} failed", ctx.receive_count()));
+    if ctx.sqs().receive_count() < 3 {
+        return Err(format!("try {} failed", ctx.sqs().receive_count()));
     }
     Ok(())
 }
@@ -205,7 +205,7 @@ async fn once_more(
     State(calls): State<Calls>,
 ) -> HandlerOutcome {
     calls.0.fetch_add(1, Ordering::SeqCst);
-    if ctx.receive_count() == 1 {
+    if ctx.sqs().receive_count() == 1 {
         HandlerOutcome::retry()
     } else {
         HandlerOutcome::ack()

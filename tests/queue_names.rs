@@ -67,7 +67,7 @@ async fn work(
     done: &Output<Job>,
     ctx: &mut Context<'_>,
 ) -> HandlerOutcome {
-    let attempt = ctx.receive_count();
+    let attempt = ctx.sqs().receive_count();
     seen.attempts.lock().unwrap().push((
         seen.app.clone(),
         ctx.queue().to_owned(),

@@ -12,13 +12,14 @@ use rust_stream::account::Account;
 use rust_stream::model::subscription::Subscribe;
 use rust_stream::model::{SnsTopic, TopicSubscription};
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::{eventually, TestApp};
 use rust_stream::transport::layer::{Hooked, Hooks};
 use rust_stream::transport::{
     ErrorKind, PublishBatchEntry, PublishBatchResult, QueueAttributes, ReceiveMessage,
     TopicAttributes, Transport, TransportError,
 };
-use rust_stream::{Handle, PublishError, RunError};
+use rust_stream::{Handle, PublishError};
 use serde_json::{json, Value};
 
 /// What each queue's handler saw: the message as published (the consumer unwraps an SNS
@@ -214,7 +215,7 @@ async fn a_missing_subscription_or_topic_the_app_may_not_make_is_a_typed_start_e
     let refused = start(SqsQueue::new("ledger").subscribed_to(SnsTopic::new(TOPIC)))
         .await
         .unwrap_err();
-    let RunError::SubscriptionMissing { queue, topic } = &refused else {
+    let Some(StartError::SubscriptionMissing { queue, topic }) = refused.broker_error() else {
         panic!("{refused:?}");
     };
     assert_eq!((queue.as_str(), topic.as_str()), ("ledger", TOPIC));
@@ -234,7 +235,7 @@ async fn a_missing_subscription_or_topic_the_app_may_not_make_is_a_typed_start_e
         .await
         .unwrap_err();
     assert!(
-        matches!(&refused, RunError::TopicMissing { topic } if topic == "refunds"),
+        matches!(refused.broker_error(), Some(StartError::TopicMissing { topic }) if topic == "refunds"),
         "{refused:?}"
     );
     assert!(

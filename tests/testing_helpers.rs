@@ -6,8 +6,9 @@ mod common;
 
 use common::engine::Job;
 use rust_stream::prelude::*;
+use rust_stream::sqs::StartError;
 use rust_stream::testing::{eventually, Settled, TestApp};
-use rust_stream::{Output, RunError};
+use rust_stream::Output;
 
 /// Bills each job once its second attempt comes: the first one fails.
 struct Bill;
@@ -22,7 +23,7 @@ impl Handle<Job, Output<Job>> for Bill {
         if job.n == 0 {
             return Err(HandlerOutcome::dead_letter("nothing to bill"));
         }
-        if ctx.receive_count() == 1 {
+        if ctx.sqs().receive_count() == 1 {
             return Err(HandlerOutcome::retry());
         }
         ctx.publish(receipts.message(job));
@@ -92,7 +93,10 @@ async fn spawn_returns_the_startup_error_at_once() {
     });
     let started = tokio::time::Instant::now();
     let error = TestApp::spawn(app).await.unwrap_err();
-    assert!(matches!(error, RunError::QueueMissing { .. }), "{error}");
+    assert!(
+        matches!(error.broker_error(), Some(StartError::QueueMissing { .. })),
+        "{error}"
+    );
     // Refused at once, not after waiting out the 30 s patience for a start.
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }

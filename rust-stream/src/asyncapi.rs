@@ -81,9 +81,9 @@ use serde_json::{json, Map, Value};
 use crate::app::AppInfo;
 use crate::describe::short_name;
 pub use crate::describe::Payload;
-use crate::handler::Subscriber;
 use crate::model::filter_policy::FilterPolicyScope;
 use crate::model::{Destination, SnsTopic, SqsQueue};
+use crate::subscriber::Subscriber;
 
 pub use crate::broker::ASYNCAPI_VERSION;
 

@@ -90,7 +90,7 @@
 //!     let mut failed_groups = HashSet::new();
 //!     let mut outcome = BatchOutcome::ack();
 //!     for (index, posting) in postings.iter().enumerate() {
-//!         let group = ctx[index].group_id().map(str::to_owned);
+//!         let group = ctx[index].sqs().group_id().map(str::to_owned);
 //!         if failed_groups.contains(&group) {
 //!             continue; // runs again after the failed one, whatever its outcome says
 //!         }

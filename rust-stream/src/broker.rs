@@ -11,8 +11,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::health::{Inspect, Probes, Stage, SubscriptionProbe};
-use crate::model::rules::ErrorKind;
-use crate::model::{ConfigErrors, TransportError};
+use crate::model::ConfigErrors;
 use crate::state::States;
 pub use crate::task::Shutdown;
 use crate::worker::{ErasedWorker, Worker};
@@ -259,110 +258,37 @@ pub enum RunError {
     /// Settings that cannot work, all of them, found before any network call.
     #[error("{0}")]
     Config(ConfigErrors),
-    /// A queue the service needs does not exist.
-    #[error(
-        "queue `{queue}` does not exist; create it, or declare it with `.create_if_missing()`"
-    )]
-    QueueMissing {
-        /// The queue.
-        queue: String,
-    },
-    /// SQS refused a startup call for a queue.
-    #[error("queue `{queue}`: {error}")]
-    Queue {
-        /// The queue.
-        queue: String,
-        /// What SQS said.
-        error: TransportError,
-    },
-    /// An existing queue's attribute contradicts its declaration in a way that would break it.
-    #[error("queue `{queue}` has {attribute}={actual:?} but is declared with {attribute}={declared}; change the queue or the declaration")]
-    QueueAttribute {
-        /// The queue.
-        queue: String,
-        /// The SQS attribute.
-        attribute: &'static str,
-        /// What the declaration needs.
-        declared: String,
-        /// What the queue has.
-        actual: String,
-    },
-    /// The dead-letter queue takes smaller messages than the queue it serves: a copy of a large
-    /// message could never be sent, and the message would be held (on FIFO, with its group) for
-    /// ever.
-    #[error(
-        "dead-letter queue `{dead_letter}` has MaximumMessageSize {dead_letter_maximum} but queue `{queue}` takes messages \
-         up to {queue_maximum} bytes; set the dead-letter queue's MaximumMessageSize to at least {queue_maximum}"
-    )]
-    DeadLetterTooSmall {
-        /// The queue consumed.
-        queue: String,
-        /// Its dead-letter queue.
-        dead_letter: String,
-        /// The queue's `MaximumMessageSize`.
-        queue_maximum: usize,
-        /// The dead-letter queue's `MaximumMessageSize`.
-        dead_letter_maximum: usize,
-    },
-    /// A FIFO queue's `RedrivePolicy` names a dead-letter queue the consumer cannot reach, and
-    /// the subscription declares none: a message out of attempts could only be left to SQS's
-    /// redrive, which on FIFO moves the rest of its group with it (every release raises their
-    /// receive counts too).
-    #[error(
-        "queue `{queue}`: its RedrivePolicy names dead-letter queue `{dead_letter}`, which cannot be reached ({error}); \
-         on a FIFO queue a message out of attempts must be moved by the consumer, alone: grant access to it, or \
-         declare a reachable one with `.dead_letter(..)`"
-    )]
-    DeadLetterUnreachable {
-        /// The queue consumed.
-        queue: String,
-        /// The dead-letter queue of its policy.
-        dead_letter: String,
-        /// Why it could not be reached.
-        error: TransportError,
-    },
-    /// A topic the app's queues are subscribed to does not exist, and is not declared
-    /// `create_if_missing`.
-    #[error(
-        "topic `{topic}` does not exist; create it, or declare it with `.create_if_missing()` \
-         (`SnsTopic::new(\"{topic}\").create_if_missing()`)"
-    )]
-    TopicMissing {
-        /// The topic.
-        topic: String,
-    },
-    /// SNS refused a startup call for a topic (or one of its subscriptions).
-    #[error("topic `{topic}`: {error}")]
-    Topic {
-        /// The topic.
-        topic: String,
-        /// What SNS said.
-        error: TransportError,
-    },
-    /// A queue is declared `subscribed_to` a topic but is not subscribed to it, and the app may
-    /// not subscribe it: the queue is not declared `create_if_missing`.
-    #[error(
-        "queue `{queue}` is not subscribed to topic `{topic}`: subscribe it (protocol sqs, the \
-         queue's ARN as endpoint, and a queue Policy letting the topic sqs:SendMessage to it), or \
-         declare the queue `.create_if_missing()` for the app to do both"
-    )]
-    SubscriptionMissing {
-        /// The queue.
-        queue: String,
-        /// The topic.
-        topic: String,
-    },
+    /// The broker could not start the app's subscriptions: what its queue service refused or
+    /// lacks, as the broker's own error type says it ([`SqsBroker`](crate::SqsBroker)'s is
+    /// [`sqs::StartError`](crate::sqs::StartError)); [`broker_error`](Self::broker_error) reads
+    /// it as that type.
+    #[error("{0}")]
+    Broker(Box<dyn std::error::Error + Send + Sync + 'static>),
     /// The signal handlers could not be installed.
     #[error("cannot listen for SIGINT/SIGTERM: {0}")]
     Signal(String),
 }
 
 impl RunError {
-    pub(crate) fn from_transport(queue: String, error: TransportError) -> Self {
-        if error.kind() == Some(ErrorKind::QueueDoesNotExist) {
-            Self::QueueMissing { queue }
-        } else {
-            Self::Queue { queue, error }
+    /// A broker's error: how a [`Broker`] says why it could not run the subscribers.
+    pub fn broker(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Broker(Box::new(error))
+    }
+
+    /// The broker's error, when the service could not run for one of type `E`.
+    ///
+    /// ```
+    /// use rust_stream::sqs::StartError;
+    /// use rust_stream::RunError;
+    ///
+    /// let error = RunError::broker(StartError::QueueMissing { queue: "orders".to_owned() });
+    /// assert!(matches!(error.broker_error(), Some(StartError::QueueMissing { queue }) if queue == "orders"));
+    /// assert!(RunError::Signal("no signals".to_owned()).broker_error::<StartError>().is_none());
+    /// ```
+    pub fn broker_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Self::Broker(error) => error.downcast_ref(),
+            Self::Config(_) | Self::Signal(_) => None,
         }
     }
 }

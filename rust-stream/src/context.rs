@@ -1,7 +1,7 @@
-//! [`Context`]: what a handler knows of the message in hand (ids, queue, group, sequence, receive
-//! count, attempt, sent time, headers, the SNS notification it came in, if any, and the values
-//! the subscription's [middleware](crate::middleware) put in for it) and how it publishes as part
-//! of handling it.
+//! [`Context`]: what a handler knows of the message in hand (what any broker's message has: id,
+//! queue, body, headers, attempt, sent time, ordering key; what SQS says of it, [`SqsMessage`];
+//! the SNS notification it came in, if any; and the values the subscription's
+//! [middleware](crate::middleware) put in for it) and how it publishes as part of handling it.
 //!
 //! What a message shows of itself is read in one place, [`Message`]: a delivery at its attempt
 //! number. A handler's context is over one (its accessors say "see [`Message`]"), and so is each
@@ -30,9 +30,9 @@ use crate::model::envelope::{Envelope, EnvelopeError};
 use crate::model::headers::PARTITION_KEY_HEADER;
 use crate::model::rules;
 use crate::model::topic::TopicArn;
+use crate::model::wire::{MessageAttributes, ReceivedMessage, SystemAttribute};
 use crate::publish::{Outgoing, PublishedMessage};
 use crate::state::{State, States};
-use crate::transport::{MessageAttributes, ReceivedMessage, SystemAttribute};
 
 /// One received message as the engine holds it.
 #[derive(Debug)]
@@ -219,9 +219,44 @@ impl SnsNotification {
     }
 }
 
+/// What SQS says of a received message beyond what any broker's message has, as
+/// [`Context::sqs`] and [`Message::sqs`] give it (SNS's part is [`Context::sns`]).
+///
+/// What every broker's message has (its id, body, headers, attempt, ordering key) is on
+/// [`Message`] and [`Context`]; the FIFO group is also the [ordering key](Message::ordering_key).
+#[derive(Debug, Clone, Copy)]
+pub struct SqsMessage<'a> {
+    delivery: &'a Delivery,
+}
+
+impl<'a> SqsMessage<'a> {
+    /// The message group (FIFO queues, and standard queues whose sender set one).
+    pub fn group_id(&self) -> Option<&'a str> {
+        self.delivery.group_id.as_deref()
+    }
+
+    /// The deduplication id (FIFO queues).
+    pub fn dedup_id(&self) -> Option<&'a str> {
+        self.delivery.dedup_id.as_deref()
+    }
+
+    /// The sequence number (FIFO queues): increasing within a group.
+    pub fn sequence_number(&self) -> Option<&'a str> {
+        self.delivery.sequence_number.as_deref()
+    }
+
+    /// How many times the message has been received, this time included. On a FIFO queue a
+    /// message retried in place is not received again, so this stays where it was while
+    /// [`Message::attempt`] goes up.
+    pub fn receive_count(&self) -> u32 {
+        self.delivery.receive_count
+    }
+}
+
 /// One received message at its attempt number, as a handler's [`Context`] and a
-/// [middleware](crate::middleware) [`Call`](crate::middleware::Call) show it: its ids, queue,
-/// group, headers, the SNS notification it came in, and which attempt this is.
+/// [middleware](crate::middleware) [`Call`](crate::middleware::Call) show it: what any broker's
+/// message has (id, queue, body, headers, ordering key, which attempt this is), what SQS says of
+/// it ([`sqs`](Self::sqs)) and the SNS notification it came in ([`sns`](Self::sns)).
 #[derive(Clone)]
 pub struct Message {
     delivery: Arc<Delivery>,
@@ -266,26 +301,29 @@ impl Message {
         &self.delivery.queue
     }
 
-    /// The message group (FIFO queues, and standard queues whose sender set one).
-    pub fn group_id(&self) -> Option<&str> {
+    /// What keeps messages in order: a FIFO queue's message group here (and a standard queue's
+    /// message whose sender set one), a partition key on another broker. Messages of one key
+    /// are handled one at a time, in order; `None` when the message has none.
+    pub fn ordering_key(&self) -> Option<&str> {
         self.delivery.group_id.as_deref()
     }
 
-    /// The deduplication id (FIFO queues).
-    pub fn dedup_id(&self) -> Option<&str> {
-        self.delivery.dedup_id.as_deref()
-    }
-
-    /// The sequence number (FIFO queues): increasing within a group.
-    pub fn sequence_number(&self) -> Option<&str> {
-        self.delivery.sequence_number.as_deref()
-    }
-
-    /// How many times the message has been received, this time included. On a FIFO queue a
-    /// message retried in place is not received again, so this stays where it was while
-    /// [`attempt`](Self::attempt) goes up.
-    pub fn receive_count(&self) -> u32 {
-        self.delivery.receive_count
+    /// What SQS says of the message beyond what any broker's message has: its group,
+    /// deduplication id, sequence number and receive count.
+    ///
+    /// ```
+    /// # use rust_stream::prelude::*;
+    /// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
+    /// if ctx.sqs().receive_count() > 3 {
+    ///     tracing::warn!(group = ctx.sqs().group_id(), "received more than three times");
+    /// }
+    /// # HandlerOutcome::ack()
+    /// # }
+    /// ```
+    pub fn sqs(&self) -> SqsMessage<'_> {
+        SqsMessage {
+            delivery: &self.delivery,
+        }
     }
 
     /// Which attempt at the message this is, 1 for the first: the number the subscription's
@@ -373,8 +411,8 @@ impl Message {
 /// carries a deduplication id made of the input's message id and its position, so a retried
 /// handler does not publish twice.
 ///
-/// What it shows of the message (ids, group, headers, attempt, ..) is its [`Message`]'s, each
-/// accessor a "see [`Message`]" of the same name.
+/// What it shows of the message (id, headers, attempt, ordering key, [`sqs`](Self::sqs), ..) is
+/// its [`Message`]'s, each accessor a "see [`Message`]" of the same name.
 ///
 /// The engine lends each handler call a context over the delivery it holds. A unit test builds
 /// one that owns its message instead, with `rust_stream::testing::TestContext` (feature
@@ -494,24 +532,16 @@ impl<'a> Context<'a> {
         self.message.queue()
     }
 
-    /// The message group: see [`Message::group_id`].
-    pub fn group_id(&self) -> Option<&str> {
-        self.message.group_id()
+    /// What keeps messages in order (a FIFO queue's message group here): see
+    /// [`Message::ordering_key`].
+    pub fn ordering_key(&self) -> Option<&str> {
+        self.message.ordering_key()
     }
 
-    /// The deduplication id: see [`Message::dedup_id`].
-    pub fn dedup_id(&self) -> Option<&str> {
-        self.message.dedup_id()
-    }
-
-    /// The sequence number: see [`Message::sequence_number`].
-    pub fn sequence_number(&self) -> Option<&str> {
-        self.message.sequence_number()
-    }
-
-    /// How many times the message has been received: see [`Message::receive_count`].
-    pub fn receive_count(&self) -> u32 {
-        self.message.receive_count()
+    /// What SQS says of the message (group, deduplication id, sequence number, receive count):
+    /// see [`Message::sqs`].
+    pub fn sqs(&self) -> SqsMessage<'_> {
+        self.message.sqs()
     }
 
     /// Which attempt at the message this is, 1 for the first: see [`Message::attempt`].

@@ -71,7 +71,6 @@ use std::time::Duration;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::context::Context;
-use crate::handler::{OneAtATime, SubscriberBuilder};
 use crate::middleware::{Call, Layers, Message, Middleware, Next, Outcomes};
 use crate::model::SqsQueue;
 use crate::outcome::HandlerOutcome;
@@ -79,6 +78,7 @@ use crate::publish::recorded;
 use crate::publish::Publisher;
 use crate::store::sweeper::Sweeper;
 use crate::store::{Claim, ClaimSettings, InboxKey, InboxStore};
+use crate::subscriber::{OneAtATime, SubscriberBuilder};
 
 /// The header whose value a message's [`Key::Delivered`] key is, when it has one: what a
 /// producer sets to make copies of one message (its retries, a relay's resends) one key. Defined
@@ -148,6 +148,7 @@ impl Key {
                 .to_owned()),
             Self::MessageId => Ok(message.message_id().to_owned()),
             Self::DeduplicationId => Ok(message
+                .sqs()
                 .dedup_id()
                 .unwrap_or(message.message_id())
                 .to_owned()),

@@ -139,6 +139,7 @@ pub mod routing;
 pub mod sqs;
 pub mod state;
 pub mod store;
+pub mod subscriber;
 pub(crate) mod task;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -152,8 +153,8 @@ pub use app::{
 };
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
-pub use context::{Context, SnsNotification};
-pub use handler::{subscriber, Handle, Subscriber, SubscriberBuilder};
+pub use context::{Context, SnsNotification, SqsMessage};
+pub use handler::Handle;
 pub use model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
     PARTITION_KEY_HEADER, SOURCE_QUEUE_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, TYPE_HEADER,
@@ -170,6 +171,7 @@ pub use rust_stream_macros::subscriber;
 pub use sqs::ConnectError;
 pub use sqs::{ConfigError, ConfigErrors, SqsBroker, SqsQueue, RECEIVE_VISIBILITY_TIMEOUT};
 pub use state::{State, States};
+pub use subscriber::{subscriber, Subscriber, SubscriberBuilder};
 pub use transport::meter::ApiCalls;
 
 // Every Rust block of the README and of the guides in `docs/` is a doc test, so what a reader

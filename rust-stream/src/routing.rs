@@ -57,12 +57,13 @@ use std::sync::Arc;
 
 use crate::context::{Context, Message};
 use crate::describe::short_name;
-use crate::handler::{ErasedHandler, Filter, Handled, Handler, Subscriber};
+use crate::handler::{ErasedHandler, Handled, Handler};
 use crate::middleware::Layers;
 use crate::model::ConfigError;
 use crate::outcome::HandlerOutcome;
 use crate::state::States;
-use crate::transport::BoxFuture;
+use crate::subscriber::{Filter, Subscriber};
+use crate::task::BoxFuture;
 
 /// The subscribers of an app grouped by queue name, in the order their queues were first
 /// included; each group in the order its subscribers were.

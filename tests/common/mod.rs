@@ -359,7 +359,7 @@ pub mod engine {
         ) -> Result<(), HandlerOutcome> {
             self.log.lock().unwrap().push(Seen {
                 job: job.clone(),
-                receive_count: ctx.receive_count(),
+                receive_count: ctx.sqs().receive_count(),
                 message_id: ctx.message_id().to_owned(),
             });
             (self.script)(job, ctx)

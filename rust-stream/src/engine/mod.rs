@@ -92,6 +92,7 @@ mod plan;
 pub(crate) mod poll;
 pub(crate) mod settle;
 pub(crate) mod shared;
+pub(crate) mod start;
 mod topics;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -100,7 +101,6 @@ use std::time::Duration;
 use crate::app::{AppContext, RunError};
 use crate::client::lease::Leases;
 use crate::client::Client;
-use crate::handler::Subscriber;
 use crate::health::{Inspect, QueueLoad, SubscriptionProbe};
 use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConfigErrors;
@@ -108,6 +108,7 @@ use crate::model::rules::{self, QueueAttribute};
 use crate::model::SqsQueue;
 use crate::retry::Retries;
 use crate::state::States;
+use crate::subscriber::Subscriber;
 use crate::task::BoxFuture;
 use dispatch::Dispatcher;
 use extend::Heartbeat;
@@ -115,6 +116,7 @@ use lanes::Lanes;
 use poll::Intake;
 use settle::Settler;
 use shared::{CallLatency, Shared, Tasks};
+use start::StartError;
 
 /// Runs every subscription until shutdown, then stops them gracefully.
 pub(crate) async fn run(
@@ -129,14 +131,14 @@ pub(crate) async fn run(
     }
     // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
     // queues first, so no declaration depends on the order of `include`.
-    for queue in client.declared_queues(crate::handler::declarations(&subscribers)) {
+    for queue in client.declared_queues(crate::subscriber::declarations(&subscribers)) {
         client
             .resolve(&queue)
             .await
-            .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
+            .map_err(|error| StartError::from_transport(queue.name.clone(), error))?;
     }
     // Then the topics the app declares, and its queues' subscriptions to them.
-    topics::wire(&client, crate::handler::declarations(&subscribers)).await?;
+    topics::wire(&client, crate::subscriber::declarations(&subscribers)).await?;
     // Several subscribers of one queue become one consumer that routes by type.
     let subscribers = crate::routing::merge(subscribers, type_header);
     let shutdown = app.shutdown();
@@ -277,7 +279,7 @@ impl Consumer {
         let queue = subscriber.queue;
         let failed = |queue: &SqsQueue| {
             let name = queue.name.clone();
-            move |error| RunError::from_transport(name, error)
+            move |error| StartError::from_transport(name, error)
         };
         let url = client.resolve(&queue).await.map_err(failed(&queue))?;
         let attributes = client

@@ -8,13 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::start::StartError;
 use crate::app::{AppContext, RunError};
 use crate::client::Client;
-use crate::handler::Subscriber;
 use crate::model::queue::ConfigError;
 use crate::model::rules::{self, RedrivePolicy};
 use crate::model::SqsQueue;
 use crate::publish::Publisher;
+use crate::subscriber::Subscriber;
 
 /// The problems of the subscriptions' declarations, as the app's run reports them at once:
 /// each subscription's own and its queue's, a long poll past the transport's attempt timeout,
@@ -85,7 +86,7 @@ pub(super) fn problems(
             max: crate::model::queue::MAX_BATCH_LINGER,
         });
     }
-    problems.extend(client.conflicting_declarations(crate::handler::declarations(subscribers)));
+    problems.extend(client.conflicting_declarations(crate::subscriber::declarations(subscribers)));
     problems
 }
 
@@ -127,12 +128,13 @@ pub(super) fn compare_with_declaration(
     let actual = |name: &str| attributes.get(name).map(String::as_str).unwrap_or("");
     if queue.content_based_dedup && actual("ContentBasedDeduplication") != "true" {
         // Publishers of this declaration send no deduplication id; SQS would refuse every one.
-        return Err(RunError::QueueAttribute {
+        return Err(StartError::QueueAttribute {
             queue: queue.name.clone(),
             attribute: "ContentBasedDeduplication",
             declared: "true".to_owned(),
             actual: actual("ContentBasedDeduplication").to_owned(),
-        });
+        }
+        .into());
     }
     if let Some(timeout) = queue.consumer.visibility_timeout {
         let seconds = timeout.as_secs().to_string();
@@ -210,11 +212,12 @@ pub(super) async fn dead_letter_decision(
                 Some(policy.max_receive_count),
             ))
         }
-        Err(error) if queue.is_fifo() => Err(RunError::DeadLetterUnreachable {
+        Err(error) if queue.is_fifo() => Err(StartError::DeadLetterUnreachable {
             queue: queue.name.clone(),
             dead_letter: policy.target_name().to_owned(),
             error,
-        }),
+        }
+        .into()),
         Err(error) => {
             tracing::warn!(
                 messaging.destination.name = %queue.name,
@@ -238,18 +241,19 @@ async fn check_dead_letter_size(
     let dead_letter = client
         .resolved(target)
         .await
-        .map_err(|error| RunError::from_transport(target.name.clone(), error))?;
+        .map_err(|error| StartError::from_transport(target.name.clone(), error))?;
     let source = client
         .resolved(queue)
         .await
-        .map_err(|error| RunError::from_transport(queue.name.clone(), error))?;
+        .map_err(|error| StartError::from_transport(queue.name.clone(), error))?;
     if dead_letter.maximum_message_size < source.maximum_message_size {
-        return Err(RunError::DeadLetterTooSmall {
+        return Err(StartError::DeadLetterTooSmall {
             queue: queue.name.clone(),
             dead_letter: target.name.clone(),
             queue_maximum: source.maximum_message_size,
             dead_letter_maximum: dead_letter.maximum_message_size,
-        });
+        }
+        .into());
     }
     Ok(())
 }

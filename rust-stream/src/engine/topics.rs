@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::start::StartError;
 use crate::app::RunError;
 use crate::client::topic::ResolvedTopic;
 use crate::client::Client;
@@ -50,13 +51,13 @@ pub(super) async fn wire(client: &Arc<Client>, app: declare::Declarations) -> Re
 }
 
 /// How a failed topic call at start is told.
-fn topic_error(topic: &str, error: TransportError) -> RunError {
+fn topic_error(topic: &str, error: TransportError) -> StartError {
     if error.kind() == Some(ErrorKind::NotFound) {
-        RunError::TopicMissing {
+        StartError::TopicMissing {
             topic: topic.to_owned(),
         }
     } else {
-        RunError::Topic {
+        StartError::Topic {
             topic: topic.to_owned(),
             error,
         }
@@ -65,7 +66,7 @@ fn topic_error(topic: &str, error: TransportError) -> RunError {
 
 /// Finds or makes one queue's subscriptions.
 async fn subscribe_queue(client: &Arc<Client>, queue: &SqsQueue) -> Result<(), RunError> {
-    let failed = |error| RunError::from_transport(queue.name.clone(), error);
+    let failed = |error| StartError::from_transport(queue.name.clone(), error);
     let url = client.resolve(queue).await.map_err(failed)?;
     let queue_arn = client.queue_arn(&url).await.map_err(failed)?;
     let mut topics = Vec::new();
@@ -94,10 +95,11 @@ async fn subscribe_queue(client: &Arc<Client>, queue: &SqsQueue) -> Result<(), R
             }
             None if queue.create_if_missing => missing.push((subscription, topic.clone())),
             None => {
-                return Err(RunError::SubscriptionMissing {
+                return Err(StartError::SubscriptionMissing {
                     queue: queue.name.clone(),
                     topic: topic.name.clone(),
-                })
+                }
+                .into())
             }
         }
         topics.push(topic);

@@ -672,7 +672,7 @@ mod tests {
             Take,
         )
         .build()];
-        let checked = registry.checked(crate::handler::declarations(&app));
+        let checked = registry.checked(crate::subscriber::declarations(&app));
         let names: Vec<String> = checked
             .topics()
             .into_iter()
@@ -697,11 +697,11 @@ mod tests {
             "{:?}",
             checked.conflicts()
         );
-        let documented = registry.documented(crate::handler::declarations(&app));
+        let documented = registry.documented(crate::subscriber::declarations(&app));
         assert_eq!(documented.topics().len(), 2);
         let app = [crate::subscriber("jobs", Take).build()];
         assert!(registry
-            .checked(crate::handler::declarations(&app))
+            .checked(crate::subscriber::declarations(&app))
             .conflicts()
             .is_empty());
     }
@@ -718,7 +718,7 @@ mod tests {
             Take,
         )
         .build()];
-        let registered = Registry::register(&registry, crate::handler::declarations(&app));
+        let registered = Registry::register(&registry, crate::subscriber::declarations(&app));
         let published = SnsTopic::new("posted.fifo");
         let resolved = registry.lock().unwrap().for_topic_publisher(&published);
         assert!(resolved.create_if_missing && resolved.deduplicates_by_content());
@@ -746,13 +746,13 @@ mod tests {
         let registry = Arc::new(Mutex::new(Registry::default()));
         let other_app =
             [crate::subscriber(SqsQueue::new("jobs").dead_letter("c", 3), Take).build()];
-        let _other = Registry::register(&registry, crate::handler::declarations(&other_app));
+        let _other = Registry::register(&registry, crate::subscriber::declarations(&other_app));
         let mut locked = registry.lock().unwrap();
         locked.publisher(&SqsQueue::new("jobs").dead_letter("a", 3));
         locked.publisher(&SqsQueue::new("elsewhere").dead_letter("x", 3));
         locked.publisher(&SqsQueue::new("elsewhere").dead_letter("y", 3));
         let app = [crate::subscriber("jobs", Take).build()];
-        let checked = locked.checked(crate::handler::declarations(&app));
+        let checked = locked.checked(crate::subscriber::declarations(&app));
         let names: Vec<String> = checked
             .in_creation_order()
             .into_iter()
@@ -773,7 +773,7 @@ mod tests {
             "the publisher's declaration joins the app's; the other app's does not"
         );
         assert!(checked.conflicts().is_empty(), "{:?}", checked.conflicts());
-        let documented = locked.documented(crate::handler::declarations(&app));
+        let documented = locked.documented(crate::subscriber::declarations(&app));
         let names: Vec<String> = documented
             .in_creation_order()
             .into_iter()
@@ -792,7 +792,7 @@ mod tests {
             Take,
         )
         .build()];
-        let registered = Registry::register(&registry, crate::handler::declarations(&app));
+        let registered = Registry::register(&registry, crate::subscriber::declarations(&app));
         let published = SqsQueue::new("orders").create_if_missing();
         let created = registry.lock().unwrap().for_publisher(&published);
         assert!(created.create_if_missing);
@@ -823,7 +823,7 @@ mod tests {
         let app = [crate::subscriber("jobs", Take).build()];
         assert_eq!(
             registry
-                .checked(crate::handler::declarations(&app))
+                .checked(crate::subscriber::declarations(&app))
                 .conflicts()
                 .len(),
             1

@@ -16,6 +16,7 @@ use std::time::Duration;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub use crate::aws::ConnectError;
+pub use crate::engine::start::StartError;
 pub use crate::model::queue::{
     ConfigError, ConfigErrors, SqsQueue, MAX_BATCH_LINGER, RECEIVE_VISIBILITY_TIMEOUT,
 };
@@ -24,9 +25,9 @@ use crate::account::Account;
 use crate::app::{AppContext, AppInfo, RunError};
 use crate::broker::Broker;
 use crate::client::Client;
-use crate::handler::Subscriber;
 use crate::model::{declare, SnsTopic};
 use crate::publish::Publisher;
+use crate::subscriber::Subscriber;
 use crate::transport::layer::Hooked;
 use crate::transport::meter::{ApiCalls, Meter};
 use crate::transport::Transport;
@@ -414,7 +415,7 @@ impl Broker for SqsBroker {
         }
         let registered = self
             .core
-            .register(crate::handler::declarations(subscribers));
+            .register(crate::subscriber::declarations(subscribers));
         // Declaring again replaces (and so takes back) what this broker value declared before.
         *self.app.lock().unwrap_or_else(PoisonError::into_inner) = Some(registered);
     }
@@ -423,7 +424,7 @@ impl Broker for SqsBroker {
         let (declarations, published, published_topics) = {
             let registry = self.core.declarations();
             (
-                registry.documented(crate::handler::declarations(subscribers)),
+                registry.documented(crate::subscriber::declarations(subscribers)),
                 registry.published(),
                 registry.published_topics(),
             )

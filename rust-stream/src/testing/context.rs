@@ -39,7 +39,7 @@ use crate::transport::{
 ///     receipts: &Output<Receipt>,
 ///     ctx: &mut Context<'_>,
 /// ) -> HandlerOutcome {
-///     if ctx.receive_count() > 3 {
+///     if ctx.sqs().receive_count() > 3 {
 ///         return HandlerOutcome::dead_letter("billed too often");
 ///     }
 ///     let customer = ctx.header("customer").unwrap_or("anonymous").to_owned();
@@ -428,11 +428,11 @@ mod tests {
             .build();
         assert_eq!(ctx.message_id(), "m-1");
         assert_eq!(ctx.queue(), "orders.fifo");
-        assert_eq!(ctx.group_id(), Some("customer-7"));
+        assert_eq!(ctx.sqs().group_id(), Some("customer-7"));
         assert_eq!(ctx.header(PARTITION_KEY_HEADER), Some("customer-7"));
-        assert_eq!(ctx.dedup_id(), Some("d-1"));
-        assert_eq!(ctx.sequence_number(), Some("18"));
-        assert_eq!(ctx.receive_count(), 3);
+        assert_eq!(ctx.sqs().dedup_id(), Some("d-1"));
+        assert_eq!(ctx.sqs().sequence_number(), Some("18"));
+        assert_eq!(ctx.sqs().receive_count(), 3);
         assert_eq!(ctx.attempt(), 3, "each receive was an attempt");
         assert_eq!(ctx.sent_at(), Some(sent_at));
         assert_eq!(ctx.header("trace"), Some("t-1"));
@@ -446,9 +446,9 @@ mod tests {
         let ctx = TestContext::new().build();
         assert_eq!(ctx.message_id(), "test-message");
         assert_eq!(ctx.queue(), "test-queue");
-        assert_eq!(ctx.receive_count(), 1);
+        assert_eq!(ctx.sqs().receive_count(), 1);
         assert_eq!(ctx.attempt(), 1);
-        assert_eq!(ctx.group_id(), None);
+        assert_eq!(ctx.sqs().group_id(), None);
         assert!(ctx.headers().is_empty());
         assert_eq!(ctx.sent_at(), None);
         assert!(ctx.state::<u64>().is_none());
@@ -466,7 +466,7 @@ mod tests {
         let ctx = batch.build();
         let ids: Vec<&str> = ctx.iter().map(Context::message_id).collect();
         assert_eq!(ids, ["m-1", "m-2"]);
-        assert_eq!(ctx[1].group_id(), Some("g"));
+        assert_eq!(ctx[1].sqs().group_id(), Some("g"));
         assert_eq!(ctx.state::<u64>().map(|state| state.0), Some(7));
         assert_eq!(ctx[0].state::<u64>().map(|state| state.0), Some(7));
         assert!(ctx.is_stopping() && ctx[1].is_stopping());
@@ -476,6 +476,6 @@ mod tests {
     #[test]
     fn the_attempt_is_set_apart_from_the_receive_count() {
         let ctx = TestContext::new().group_id("g").attempt(3).build();
-        assert_eq!((ctx.receive_count(), ctx.attempt()), (1, 3));
+        assert_eq!((ctx.sqs().receive_count(), ctx.attempt()), (1, 3));
     }
 }

@@ -29,7 +29,7 @@ mod handlers {
     #[subscriber("audit")]
     #[tracing::instrument(skip_all)]
     pub(crate) async fn audit(order: &super::Order, ctx: &Context<'_>) -> Result<(), String> {
-        if ctx.receive_count() > 1 {
+        if ctx.sqs().receive_count() > 1 {
             return Err(format!("order {} audited before", order.id));
         }
         Ok(())
