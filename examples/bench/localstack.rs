@@ -20,7 +20,9 @@ use rust_stream::ApiCalls;
 use crate::deletes::{CountingDeletes, Deleted};
 use crate::options::Options;
 use crate::orders::{service, Order, Workload, PROBE};
-use crate::report::{thousands, CallsPerMessage, ConsumeRow, LocalStackReport, PublishRow};
+use crate::report::{
+    thousands, CallsPerMessage, ConsumeRow, LocalStackReport, PacedRow, PublishRow,
+};
 use crate::Fallible;
 
 const WORKLOADS: [Workload; 2] = [Workload::Standard, Workload::Fifo { groups: 50 }];
@@ -164,11 +166,131 @@ pub async fn run(endpoint: &str, options: &Options) -> Fallible<LocalStackReport
         publish.push(row);
     }
 
+    let paced = vec![paced_row(&client, &transport, &mut queues, PACED).await?];
+
     Ok(LocalStackReport {
         endpoint: endpoint.to_owned(),
         consume,
         publish,
+        paced,
     })
+}
+
+/// The paced row's queue: FIFO over 50 groups.
+pub const PACED: Workload = Workload::Fifo { groups: 50 };
+
+/// Sends of the paced row, and their pace: a service publishing at a light, steady load.
+const PACED_SENDS: u64 = 2_000;
+const PACED_PER_SEC: u64 = 100;
+
+/// Single sends at [`PACED_PER_SEC`], each from its own task as a request's would be, timed from
+/// the call to its answer: through the publisher, and as a plain `SendMessage` each (the limit),
+/// each side on a fresh queue.
+pub async fn paced_row(
+    client: &aws_sdk_sqs::Client,
+    transport: &AwsTransport,
+    queues: &mut Queues,
+    workload: Workload,
+) -> Fallible<PacedRow> {
+    let (_, url) = queues.empty(workload).await?;
+    let limit = {
+        let (client, url) = (client.clone(), url.clone());
+        paced(move |order: Order| {
+            let request = client
+                .send_message()
+                .queue_url(&url)
+                .message_body(order.body());
+            let request = if workload.is_fifo() {
+                request
+                    .message_group_id(&order.customer)
+                    .message_deduplication_id(order.id.to_string())
+            } else {
+                request
+            };
+            async move {
+                request.send().await?;
+                Fallible::Ok(())
+            }
+        })
+        .await?
+    };
+    queues.delete(&url).await?;
+
+    let (name, url) = queues.empty(workload).await?;
+    let broker = SqsBroker::with_transport(transport.clone());
+    let publisher = broker.publisher(SqsQueue::new(&name));
+    let engine = paced(move |order: Order| {
+        let sent = workload.outgoing(&publisher, &order).send();
+        async move {
+            sent.await?;
+            Fallible::Ok(())
+        }
+    })
+    .await?;
+    let calls = CallsPerMessage::of(broker.api_calls(), PACED_SENDS);
+    queues.delete(&url).await?;
+
+    let row = PacedRow {
+        workload: workload.label(),
+        sends: PACED_SENDS,
+        per_sec: PACED_PER_SEC,
+        p50_ms: engine.at(0.5),
+        p99_ms: engine.at(0.99),
+        max_ms: engine.at(1.0),
+        limit_p50_ms: limit.at(0.5),
+        limit_p99_ms: limit.at(0.99),
+        limit_max_ms: limit.at(1.0),
+        calls_per_message: calls,
+    };
+    eprintln!(
+        "localstack paced {}, {} sends at {}/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; limit p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.3} calls a message",
+        row.workload,
+        row.sends,
+        row.per_sec,
+        row.p50_ms,
+        row.p99_ms,
+        row.max_ms,
+        row.limit_p50_ms,
+        row.limit_p99_ms,
+        row.limit_max_ms,
+        row.calls_per_message.total
+    );
+    Ok(row)
+}
+
+/// Each send's time from call to answer, sorted.
+struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    /// The `quantile`'s latency in milliseconds.
+    fn at(&self, quantile: f64) -> f64 {
+        let at = ((self.0.len() - 1) as f64 * quantile).round() as usize;
+        self.0[at].as_secs_f64() * 1_000.0
+    }
+}
+
+/// Starts [`PACED_SENDS`] sends of the [`PACED`] orders, one every `1 / PACED_PER_SEC` s, each
+/// in its own task and timed on its own, whatever the ones before are doing.
+async fn paced<F>(send: impl Fn(Order) -> F) -> Fallible<Latencies>
+where
+    F: Future<Output = Fallible<()>> + Send + 'static,
+{
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / PACED_PER_SEC as u32);
+    let mut sends = tokio::task::JoinSet::new();
+    for id in 0..PACED_SENDS {
+        tick.tick().await;
+        let sent = send(Order::new(id, PACED.customers(), 0));
+        sends.spawn(async move {
+            let started = Instant::now();
+            sent.await.map(|()| started.elapsed())
+        });
+    }
+    let mut latencies = Vec::with_capacity(PACED_SENDS as usize);
+    while let Some(took) = sends.join_next().await {
+        latencies.push(took??);
+    }
+    latencies.sort();
+    Ok(Latencies(latencies))
 }
 
 /// An SDK client as a plain program makes one for a local stack: its endpoint, a region, dummy

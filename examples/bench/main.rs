@@ -48,7 +48,9 @@
 //!   with one `send_batch`; msgs/s and API calls per message by action (the broker's
 //!   `api_calls()`). Limit: a plain aws-sdk-sqs loop in the same run (ReceiveMessage of 10 +
 //!   DeleteMessageBatch, as many loops as pollers; SendMessageBatch of 10 from 4 loops at once).
-//!   Each row is the median of 3 runs, alternating with its limit's.
+//!   Each row is the median of 3 runs, alternating with its limit's. Then 2,000 FIFO single
+//!   sends at 100 a second over 50 groups, each timed from call to answer (p50, p99, max),
+//!   beside a plain SendMessage each at the same pace.
 //! - **At real network latency** (`--only real-latency`, not in the default set: it runs in real
 //!   time, a minute or two): every SQS call of the in-process account delayed by a set round trip
 //!   (`--round-trip-ms`, default 20); consume standard, FIFO over 50 groups and FIFO over one

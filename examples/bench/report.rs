@@ -137,6 +137,8 @@ pub struct LocalStackReport {
     pub endpoint: String,
     pub consume: Vec<ConsumeRow>,
     pub publish: Vec<PublishRow>,
+    /// Single sends at a steady pace, each timed from call to answer.
+    pub paced: Vec<PacedRow>,
 }
 
 #[derive(Debug, Serialize)]
@@ -154,6 +156,22 @@ pub struct ConsumeRow {
     /// Every run's speed, in the order run; the row shows the median.
     pub runs_msgs_per_sec: Vec<f64>,
     pub limit_runs_msgs_per_sec: Vec<f64>,
+}
+
+/// A paced sender's latency: one `send()` at a time at a steady rate, each timed from call to
+/// answer, beside a plain `SendMessage` each at the same pace.
+#[derive(Debug, Serialize)]
+pub struct PacedRow {
+    pub workload: String,
+    pub sends: u64,
+    pub per_sec: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub limit_p50_ms: f64,
+    pub limit_p99_ms: f64,
+    pub limit_max_ms: f64,
+    pub calls_per_message: CallsPerMessage,
 }
 
 #[derive(Debug, Serialize)]
@@ -475,6 +493,38 @@ impl Report {
                         "ratio",
                         "calls/msg",
                         "limit calls/msg",
+                    ],
+                    rows,
+                );
+            }
+            if let Some(first) = live.paced.first() {
+                let _ = writeln!(
+                    out,
+                    "\nLocalStack: {} single sends at {} a second, each from its own task and timed from the call to its answer. Limit: a plain SendMessage each at the same pace.\n",
+                    thousands(first.sends),
+                    first.per_sec
+                );
+                let rows = live
+                    .paced
+                    .iter()
+                    .map(|row| {
+                        vec![
+                            row.workload.clone(),
+                            format!("{:.1} / {:.1} / {:.1}", row.p50_ms, row.p99_ms, row.max_ms),
+                            format!(
+                                "{:.1} / {:.1} / {:.1}",
+                                row.limit_p50_ms, row.limit_p99_ms, row.limit_max_ms
+                            ),
+                            row.calls_per_message.summary(),
+                        ]
+                    })
+                    .collect();
+                out += &table(
+                    &[
+                        "workload",
+                        "rust-stream p50 / p99 / max ms",
+                        "limit p50 / p99 / max ms",
+                        "calls/msg",
                     ],
                     rows,
                 );

@@ -144,8 +144,11 @@ struct Lines<A: Grouped> {
     joined_total: usize,
     /// The last first try's round trip.
     round_trip: Duration,
-    /// Whether a wake-up is set for messages waiting to fill a call.
-    wake_set: bool,
+    /// Whether a wake-up is set for messages waiting to fill a call: one for once the tasks
+    /// woken meanwhile have run, one for after [`FILL_PATIENCE`]. Each is set on its own, so one
+    /// waiting out the patience never keeps the other from being set.
+    wake_soon_set: bool,
+    wake_patient_set: bool,
 }
 
 /// One group's messages not yet in a call.
@@ -257,16 +260,23 @@ impl<A: Grouped> Lines<A> {
         }
     }
 
-    /// Wakes the lines to send what waits in a call that is not full, unless a wake-up is set
+    /// Wakes the lines to send what waits in a call that is not full, unless that wake-up is set
     /// already: once the tasks woken meanwhile have run, when no call is on its first try (the
     /// answers that came just now are about to be sent again, by those they woke), or after
-    /// [`FILL_PATIENCE`] otherwise (a call on its way answers before).
+    /// [`FILL_PATIENCE`] otherwise (a call on its way answers before). A patience set while
+    /// calls were out does not hold what waits once they are answered: nothing else is on its
+    /// way to join it then, and the wake-up soon is set beside it.
     fn wait_for_company(&mut self, this: &Arc<Mutex<Self>>) {
-        if self.wake_set {
+        let soon = self.first_tries == 0;
+        let set = if soon {
+            &mut self.wake_soon_set
+        } else {
+            &mut self.wake_patient_set
+        };
+        if *set {
             return;
         }
-        self.wake_set = true;
-        let soon = self.first_tries == 0;
+        *set = true;
         let this = Arc::clone(this);
         tokio::spawn(async move {
             if soon {
@@ -275,8 +285,16 @@ impl<A: Grouped> Lines<A> {
                 tokio::time::sleep(FILL_PATIENCE).await;
             }
             let mut lines = lock(&this);
-            lines.wake_set = false;
-            lines.pump(&this, true);
+            if soon {
+                lines.wake_soon_set = false;
+            } else {
+                lines.wake_patient_set = false;
+            }
+            // Woken soon, what waits goes as it is only while still nothing is on its way: the
+            // tasks the answers woke may have filled calls meanwhile, and the rest then waits
+            // for those.
+            let wait_over = !soon || lines.first_tries == 0;
+            lines.pump(&this, wait_over);
         });
     }
 
@@ -424,7 +442,8 @@ impl<A: Grouped> Sender<A> {
             joined: VecDeque::new(),
             joined_total: 0,
             round_trip: Duration::ZERO,
-            wake_set: false,
+            wake_soon_set: false,
+            wake_patient_set: false,
         };
         Self {
             route: Route::Fifo(Arc::new(Mutex::new(lines))),
@@ -769,6 +788,43 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Fifteen sends at once over fifteen groups at a light load: ten go alone, and the five that
+    /// wait for company go once those ten are answered, as nothing else is on its way to join
+    /// them, rather than when the [`FILL_PATIENCE`] set while calls were out runs out.
+    #[tokio::test(start_paused = true)]
+    async fn sends_waiting_for_company_go_once_no_call_is_on_its_first_try() {
+        let round_trip = Duration::from_millis(20);
+        let mut transport = Recorder::default();
+        transport.round_trip = round_trip;
+        let sender = fifo_sender(&transport).await;
+        let sends: Vec<_> = (0..15)
+            .map(|id| {
+                let sender = sender.clone();
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let answer = sender
+                        .submit(vec![message(format!("m{id}"), format!("g{id}"))])
+                        .await;
+                    assert!(answer[0].is_ok());
+                    started.elapsed()
+                })
+            })
+            .collect();
+        let mut took = Vec::new();
+        for sent in sends {
+            took.push(sent.await.unwrap());
+        }
+        assert!(
+            took.iter().all(|took| *took <= round_trip * 2),
+            "each answered within two round trips: {took:?}"
+        );
+        assert_eq!(
+            transport.calls().len(),
+            11,
+            "ten alone, then the five together"
+        );
     }
 
     /// Every message started at once over 50 groups (a burst): the groups' calls go out side by
