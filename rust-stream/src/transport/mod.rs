@@ -13,8 +13,8 @@
 //! # The actions, written once
 //!
 //! Each action is one row of the table `transport_actions!` below: its name, its arguments and
-//! answer, the argument that names its queue or topic, the check of the whole request that both
-//! backends make before sending anything, and a default body if a transport may lack it. The table
+//! answer, the argument that names its queue or topic, and a default body if a transport may lack
+//! it. The table
 //! expands, through one small `macro_rules!` a part, to the [`Transport`] method, its erased
 //! mirror, the typed hook and the forwarder of [`layer::Hooked`], the [`layer::Action`] variant with
 //! its name, and the field of [`meter::ApiCalls`]. A new action is therefore a row and its two
@@ -24,9 +24,16 @@
 //! Why macros here and plain generic code elsewhere: the parts are signatures (a trait method, a
 //! hook with a default body, an enum variant, a struct field), one per action, and Rust has no
 //! generic way to write "a method per row"; what treats every action alike is generic code over
-//! [`layer::Action`] instead: the meter counts with one hook ([`layer::Hooks::before`]) into an
-//! array indexed by the action, and times with another ([`layer::Hooks::around`]). The typed
-//! methods and their futures stay as they were, so the hot path pays for no table.
+//! [`layer::Action`] instead: the meter is one hook ([`layer::Hooks::around`]) that counts into an
+//! array indexed by the action and times each call. The typed methods and their futures stay as
+//! they were, so the hot path pays for no table.
+//!
+//! The rules a backend checks of a whole request before sending anything (a queue name SQS would
+//! refuse, a batch of 11) are the backend's, run once a call as its first step: the in-process
+//! account answers as SQS would, the aws-sdk transport refuses before the network. Its error then
+//! [says it was unsent](TransportError::is_unsent) (a backend marks it with
+//! [`TransportError::unsent`]), which is how the meter leaves such a call uncounted: no layer
+//! checks a request again.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -73,8 +80,8 @@ macro_rules! transport_actions {
                     std::future::ready(Err(TransportError::service(
                         ErrorKind::UnsupportedOperation,
                         "this transport does not implement `SetQueueAttributes`, which subscribing \
-                 a queue to a topic needs (the queue's policy); implement it, or use a \
-                 transport that has it",
+         a queue to a topic needs (the queue's policy); implement it, or use a \
+         transport that has it",
                     )))
                 };
 
