@@ -77,11 +77,9 @@ macro_rules! transport_actions {
                 target { queue_url },
                 default {
                     let _ = (queue_url, attributes);
-                    std::future::ready(Err(TransportError::service(
-                        ErrorKind::UnsupportedOperation,
-                        "this transport does not implement `SetQueueAttributes`, which subscribing \
-         a queue to a topic needs (the queue's policy); implement it, or use a \
-         transport that has it",
+                    std::future::ready(Err(without_operation(
+                        "SetQueueAttributes",
+                        "subscribing a queue to a topic (the queue's policy)",
                     )))
                 };
 
