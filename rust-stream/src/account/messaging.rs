@@ -45,7 +45,7 @@ impl Account {
         queue_url: &str,
         entries: Vec<SendBatchEntry>,
     ) -> Result<BatchResult<SentMessage>, TransportError> {
-        rules::check_send_batch(&entries)?;
+        rules::check_send_batch(&entries).map_err(TransportError::unsent)?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
         let mut queue = slot.lock_at(now.moment);
@@ -78,8 +78,10 @@ impl Account {
             request.wait_time_seconds,
             request.visibility_timeout,
             request.receive_request_attempt_id.as_deref(),
-        )?;
-        rules::check_system_attribute_names(&request.system_attribute_names)?;
+        )
+        .map_err(TransportError::unsent)?;
+        rules::check_system_attribute_names(&request.system_attribute_names)
+            .map_err(TransportError::unsent)?;
         let wanted = Wanted::new(&request);
         let mut deadline = None;
         loop {
@@ -229,7 +231,8 @@ impl Account {
         queue_url: &str,
         entries: Vec<DeleteEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
+        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))
+            .map_err(TransportError::unsent)?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
         let mut result = BatchResult {
@@ -281,7 +284,8 @@ impl Account {
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))?;
+        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))
+            .map_err(TransportError::unsent)?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
         let mut queue = slot.lock_at(now.moment);

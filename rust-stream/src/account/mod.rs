@@ -258,7 +258,7 @@ impl Account {
         name: &str,
         attributes: QueueAttributes,
     ) -> Result<String, TransportError> {
-        rules::check_queue_name(name)?;
+        rules::check_queue_name(name).map_err(TransportError::unsent)?;
         let fifo = attributes.get("FifoQueue").is_some_and(|v| v == "true");
         if rules::is_fifo_name(name) != fifo {
             return fail(
@@ -272,7 +272,9 @@ impl Account {
         }
         let mut config = Config::new(fifo);
         for (attribute, value) in &attributes {
-            config.apply(attribute, rules::parse_queue_attribute(attribute, value)?)?;
+            let value =
+                rules::parse_queue_attribute(attribute, value).map_err(TransportError::unsent)?;
+            config.apply(attribute, value)?;
         }
         config.check()?;
         let now = self.now();
@@ -346,7 +348,7 @@ impl Account {
     ///
     /// `QueueDoesNotExist`.
     pub async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-        rules::check_queue_name(name)?;
+        rules::check_queue_name(name).map_err(TransportError::unsent)?;
         match self.state().queues.get(name) {
             Some(slot) => Ok(slot.url.clone()),
             None => fail(
@@ -459,7 +461,9 @@ impl Account {
                     "FifoQueue is fixed when a queue is created; it cannot be set",
                 );
             }
-            config.apply(attribute, rules::parse_queue_attribute(attribute, value)?)?;
+            let value =
+                rules::parse_queue_attribute(attribute, value).map_err(TransportError::unsent)?;
+            config.apply(attribute, value)?;
         }
         config.check()?;
         // Only a new policy is checked: a dead-letter queue deleted since must not block

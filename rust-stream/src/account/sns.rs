@@ -67,7 +67,7 @@ impl Account {
         name: &str,
         attributes: TopicAttributes,
     ) -> Result<String, TransportError> {
-        let settings = check_topic_attributes(name, &attributes)?;
+        let settings = check_topic_attributes(name, &attributes).map_err(TransportError::unsent)?;
         let arn = TopicArn::new(REGION, ACCOUNT_ID, name)?;
         self.topics().create(arn, settings, attributes)
     }
@@ -114,7 +114,7 @@ impl Account {
     /// with other attributes); `NotFound`; `UnsupportedOperation` for a protocol other than `sqs`,
     /// which the account cannot deliver to.
     pub async fn subscribe(&self, request: Subscribe) -> Result<String, TransportError> {
-        let (_, settings) = check_subscribe(&request)?;
+        let (_, settings) = check_subscribe(&request).map_err(TransportError::unsent)?;
         if request.protocol != SQS_PROTOCOL {
             return fail(
                 ErrorKind::UnsupportedOperation,
@@ -146,7 +146,8 @@ impl Account {
                     "Invalid parameter: SubscriptionArn: `{subscription_arn}` is not a \
                      subscription ARN (a topic's ARN, `:` and an id)"
                 ),
-            );
+            )
+            .map_err(TransportError::unsent);
         };
         let topics = self.topics();
         let topic = topics.get(topic_arn)?;
@@ -215,12 +216,12 @@ impl Account {
         entries: Vec<PublishBatchEntry>,
         batch: bool,
     ) -> Result<PublishBatchResult, TransportError> {
-        TopicArn::parse(topic_arn)?;
+        TopicArn::parse(topic_arn).map_err(TransportError::unsent)?;
         let now = self.now();
         let mut topics = self.topics();
         let topic = topics.get_mut(topic_arn)?;
         if batch {
-            check_publish_batch(&entries, topic.target())?;
+            check_publish_batch(&entries, topic.target()).map_err(TransportError::unsent)?;
         }
         let mut result = BatchResult::default();
         let mut deliveries = Vec::with_capacity(entries.len());

@@ -87,7 +87,10 @@ impl Topics {
 
     /// The topic whose ARN is `arn`.
     pub(super) fn get(&self, arn: &str) -> Result<&Topic, TransportError> {
-        let name = TopicArn::parse(arn)?.name().to_owned();
+        let name = TopicArn::parse(arn)
+            .map_err(TransportError::unsent)?
+            .name()
+            .to_owned();
         match self.by_name.get(&name) {
             Some(topic) if topic.arn_text == arn => Ok(topic),
             _ => not_found(arn),
@@ -96,7 +99,10 @@ impl Topics {
 
     /// The topic whose ARN is `arn`, to change.
     pub(super) fn get_mut(&mut self, arn: &str) -> Result<&mut Topic, TransportError> {
-        let name = TopicArn::parse(arn)?.name().to_owned();
+        let name = TopicArn::parse(arn)
+            .map_err(TransportError::unsent)?
+            .name()
+            .to_owned();
         match self.by_name.get_mut(&name) {
             Some(topic) if topic.arn_text == arn => Ok(topic),
             _ => not_found(arn),

@@ -23,7 +23,7 @@ pub(super) fn error<E: ProvideErrorMetadata + std::error::Error + 'static, R: st
             let code = error.code().unwrap_or("Unknown").to_owned();
             let message = error.message().unwrap_or("").to_owned();
             match error_kind(&code) {
-                Some(kind) => TransportError::Service { kind, message },
+                Some(kind) => TransportError::service(kind, message),
                 None => TransportError::Other { code, message },
             }
         }

@@ -45,7 +45,7 @@ impl AwsTransport {
         name: &str,
         attributes: TopicAttributes,
     ) -> Result<String, TransportError> {
-        check_topic_attributes(name, &attributes)?;
+        check_topic_attributes(name, &attributes).map_err(TransportError::unsent)?;
         let output = self
             .sns()?
             .create_topic()
@@ -65,7 +65,7 @@ impl AwsTransport {
         &self,
         topic_arn: &str,
     ) -> Result<TopicAttributes, TransportError> {
-        TopicArn::parse(topic_arn)?;
+        TopicArn::parse(topic_arn).map_err(TransportError::unsent)?;
         let output = self
             .sns()?
             .get_topic_attributes()
@@ -85,7 +85,7 @@ impl AwsTransport {
     /// (an SQS subscription is confirmed at once; without the flag SNS would answer
     /// `pending confirmation` for protocols that confirm).
     pub(super) async fn sns_subscribe(&self, request: Subscribe) -> Result<String, TransportError> {
-        check_subscribe(&request)?;
+        check_subscribe(&request).map_err(TransportError::unsent)?;
         let attributes: HashMap<String, String> = request.attributes.into_iter().collect();
         let output = self
             .sns()?
@@ -109,7 +109,7 @@ impl AwsTransport {
         &self,
         subscription_arn: &str,
     ) -> Result<SubscriptionAttributes, TransportError> {
-        check_subscription_arn(subscription_arn)?;
+        check_subscription_arn(subscription_arn).map_err(TransportError::unsent)?;
         let output = self
             .sns()?
             .get_subscription_attributes()
@@ -131,7 +131,7 @@ impl AwsTransport {
         &self,
         topic_arn: &str,
     ) -> Result<Vec<Subscription>, TransportError> {
-        TopicArn::parse(topic_arn)?;
+        TopicArn::parse(topic_arn).map_err(TransportError::unsent)?;
         let mut subscriptions = Vec::new();
         let mut next_token: Option<String> = None;
         loop {
@@ -159,10 +159,10 @@ impl AwsTransport {
         topic_arn: &str,
         entries: Vec<PublishBatchEntry>,
     ) -> Result<PublishBatchResult, TransportError> {
-        let topic = TopicArn::parse(topic_arn)?;
+        let topic = TopicArn::parse(topic_arn).map_err(TransportError::unsent)?;
         // Whether the topic deduplicates by content is the service's to say.
         let target = PublishTarget::new(topic.name()).content_based_dedup(topic.is_fifo());
-        check_publish_batch(&entries, target)?;
+        check_publish_batch(&entries, target).map_err(TransportError::unsent)?;
         let (request, mut result) = split_checked(
             entries,
             |entry| &entry.id,

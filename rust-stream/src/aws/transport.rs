@@ -29,7 +29,7 @@ impl Transport for AwsTransport {
     }
 
     async fn get_queue_url(&self, name: &str) -> Result<String, TransportError> {
-        rules::check_queue_name(name)?;
+        rules::check_queue_name(name).map_err(TransportError::unsent)?;
         let output = self
             .client
             .get_queue_url()
@@ -60,9 +60,9 @@ impl Transport for AwsTransport {
         name: &str,
         attributes: QueueAttributes,
     ) -> Result<String, TransportError> {
-        rules::check_queue_name(name)?;
+        rules::check_queue_name(name).map_err(TransportError::unsent)?;
         for (attribute, value) in &attributes {
-            rules::parse_queue_attribute(attribute, value)?;
+            rules::parse_queue_attribute(attribute, value).map_err(TransportError::unsent)?;
         }
         let attributes: HashMap<QueueAttributeName, String> = attributes
             .into_iter()
@@ -122,7 +122,7 @@ impl Transport for AwsTransport {
                     "FifoQueue is fixed when a queue is created; it cannot be set",
                 ));
             }
-            rules::parse_queue_attribute(attribute, value)?;
+            rules::parse_queue_attribute(attribute, value).map_err(TransportError::unsent)?;
         }
         let attributes: HashMap<QueueAttributeName, String> = attributes
             .into_iter()
@@ -143,7 +143,7 @@ impl Transport for AwsTransport {
         queue_url: &str,
         entries: Vec<SendBatchEntry>,
     ) -> Result<BatchResult<SentMessage>, TransportError> {
-        rules::check_send_batch(&entries)?;
+        rules::check_send_batch(&entries).map_err(TransportError::unsent)?;
         let target = rules::SendTarget {
             queue: queue_url.rsplit('/').next().unwrap_or(queue_url),
             fifo: is_fifo_url(queue_url),
@@ -246,8 +246,10 @@ impl Transport for AwsTransport {
             request.wait_time_seconds,
             request.visibility_timeout,
             request.receive_request_attempt_id.as_deref(),
-        )?;
-        rules::check_system_attribute_names(&request.system_attribute_names)?;
+        )
+        .map_err(TransportError::unsent)?;
+        rules::check_system_attribute_names(&request.system_attribute_names)
+            .map_err(TransportError::unsent)?;
         let output = self
             .client
             .receive_message()
@@ -304,7 +306,8 @@ impl Transport for AwsTransport {
         queue_url: &str,
         entries: Vec<DeleteEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
+            .map_err(TransportError::unsent)?;
         let request = entries
             .into_iter()
             .map(|entry| {
@@ -338,7 +341,8 @@ impl Transport for AwsTransport {
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
+            .map_err(TransportError::unsent)?;
         let (request, mut result) = split_checked(
             entries,
             |entry| &entry.id,

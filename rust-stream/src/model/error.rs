@@ -160,6 +160,10 @@ pub enum TransportError {
         kind: ErrorKind,
         /// What was wrong and how to fix it.
         message: String,
+        /// Whether the backend refused the request by the rules it checks of a whole request
+        /// before sending anything (a queue name SQS would refuse, a batch of 11), so that no
+        /// service saw it and SQS billed nothing: see [`TransportError::is_unsent`].
+        unsent: bool,
     },
     /// The service answered with an error code this crate does not know (credentials, access).
     #[error("{code}: {message}")]
@@ -193,7 +197,28 @@ impl TransportError {
         Self::Service {
             kind,
             message: message.into(),
+            unsent: false,
         }
+    }
+
+    /// This error, marked as refused before anything was sent: what a backend answers when a
+    /// request breaks the rules it checks of a whole request first (an SQS error stays the same
+    /// error; the others are never a rule's). The broker's meter counts such a call as not made.
+    pub fn unsent(self) -> Self {
+        match self {
+            Self::Service { kind, message, .. } => Self::Service {
+                kind,
+                message,
+                unsent: true,
+            },
+            other => other,
+        }
+    }
+
+    /// Whether the backend refused the request by its rules before sending anything (see
+    /// [`unsent`](Self::unsent)): no service saw it.
+    pub fn is_unsent(&self) -> bool {
+        matches!(self, Self::Service { unsent: true, .. })
     }
 
     /// Whether the same request may succeed if tried again (throttling, a service-side failure).
@@ -216,7 +241,7 @@ impl TransportError {
     /// This error as a failed batch entry.
     pub(crate) fn into_batch_failure(self, id: String) -> BatchFailure {
         match self {
-            Self::Service { kind, message } => BatchFailure {
+            Self::Service { kind, message, .. } => BatchFailure {
                 id,
                 kind,
                 sender_fault: kind.sender_fault(),

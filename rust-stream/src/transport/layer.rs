@@ -41,13 +41,13 @@
 //! # }
 //! ```
 //!
-//! # Three kinds of hook
+//! # Two kinds of hook
 //!
-//! - [`Hooks::before`]: runs as each call is made, given the [`Action`] and, for hooks that ask
-//!   for it ([`Hooks::CHECKS_REQUESTS`]), whether the request breaks the rules a backend checks
-//!   before sending anything: for what counts calls (the broker's meter).
-//! - [`Hooks::around`]: one generic hook around every call, given the [`Action`], the queue and
-//!   the call's future: for what treats all calls alike (the broker's meter, deadlines, tracing).
+//! - [`Hooks::around`]: one generic hook around every call, run as the call is made, given the
+//!   [`Action`], the queue and the call's future: for what treats all calls alike (the broker's
+//!   meter, deadlines, tracing). A call the backend refuses by its rules before sending anything
+//!   answers an error that [says so](TransportError::is_unsent), so a hook that counts calls
+//!   sent reads it there: no layer checks a request again.
 //! - One typed hook per action, named after it ([`Hooks::receive_message`], ...), given the inner
 //!   transport and the request. Its code before the inner call is a before-hook: it may record
 //!   the request, wait, change the request, or answer without calling the inner transport at
@@ -55,8 +55,8 @@
 //!   learned before the call (the entries it failed on purpose, a position in a log) is a local
 //!   variable after it.
 //!
-//! Every hook's default passes the call through. A call runs `before`, `around`, then the typed
-//! hook, then the inner transport; a [`Hooked`] may be the inner transport of another.
+//! Every hook's default passes the call through. A call runs `around`, then the typed hook, then
+//! the inner transport; a [`Hooked`] may be the inner transport of another.
 //!
 //! Why one typed hook per action rather than a before and an after hook: most wrappers carry
 //! something from before the call to after it, which separate hooks could only hand over through
@@ -92,8 +92,7 @@ macro_rules! action_enum {
         $(#[$doc:meta])*
         $action:ident $method:ident $service:ident
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
-            $target_kind:ident { $target:expr },
-            check { $check:expr }
+            $target_kind:ident { $target:expr }
             $(, default $default:block)?;
     )*) => {
         /// The SQS or SNS action a [`Transport`] call performs, as [`Hooks::around`] sees it.
@@ -144,8 +143,7 @@ macro_rules! hooks_trait {
         $(#[$doc:meta])*
         $action:ident $method:ident $service:ident
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
-            $target_kind:ident { $target:expr },
-            check { $check:expr }
+            $target_kind:ident { $target:expr }
             $(, default $default:block)?;
     )*) => {
         /// What a [`Hooked`] transport does around and instead of its inner transport's calls.
@@ -157,26 +155,13 @@ macro_rules! hooks_trait {
         /// must see the answer), so the future allocated per call holds no second copy of the
         /// arguments.
         pub trait Hooks: Send + Sync + 'static {
-            /// Whether [`before`](Self::before) is told if a request breaks the rules a backend
-            /// checks of a whole request before sending anything (a queue name SQS would refuse, a
-            /// batch of 11). Checking costs a look at the request, so only hooks that need the
-            /// answer ask for it.
-            const CHECKS_REQUESTS: bool = false;
-
-            /// Runs as each call is made, before [`around`](Self::around): `action`, and whether
-            /// its request is `refused` by the rules each backend checks before sending anything,
-            /// so that no service sees it (always `false` unless
-            /// [`CHECKS_REQUESTS`](Self::CHECKS_REQUESTS)). The backend still answers such a call,
-            /// with the rule's error.
-            fn before(&self, action: Action, refused: bool) {
-                let _ = (action, refused);
-            }
-
             /// Runs around every call: `action` on `queue` (its URL, or its name for
             /// `GetQueueUrl` and `CreateQueue`; for an SNS call, the topic's ARN, its name for
             /// `CreateTopic`, or the subscription's ARN for `GetSubscriptionAttributes`), whose
             /// future is `call` (the typed hook's, over the inner transport's).
-            /// Runs when the call is made; what it hands back is what the caller awaits.
+            /// Runs when the call is made; what it hands back is what the caller awaits. A call
+            /// the backend refused by its rules before sending anything ends in an error that
+            /// [`is_unsent`](TransportError::is_unsent).
             fn around<R: Send>(
                 &self,
                 action: Action,
@@ -251,32 +236,20 @@ impl<T, H> Hooked<T, H> {
     }
 }
 
-impl<T, H: Hooks> Hooked<T, H> {
-    /// Tells the hooks a call of `action` is made, and whether `check` refuses its request if they
-    /// ask: the one place a layer checks a request, once a call.
-    fn made(&self, action: Action, check: impl FnOnce() -> Result<(), TransportError>) {
-        let refused = H::CHECKS_REQUESTS && check().is_err();
-        self.hooks.before(action, refused);
-    }
-}
-
-/// Writes [`Hooked`]'s [`Transport`]: each action's call made, then its typed hook's future
-/// handed to `around`.
+/// Writes [`Hooked`]'s [`Transport`]: each action's typed hook's future handed to `around`.
 macro_rules! hooked_transport {
     ($(
         $(#[$doc:meta])*
         $action:ident $method:ident $service:ident
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
-            $target_kind:ident { $target:expr },
-            check { $check:expr }
+            $target_kind:ident { $target:expr }
             $(, default $default:block)?;
     )*) => {
         impl<T: Transport, H: Hooks> Transport for Hooked<T, H> {
             $(
                 hooked_call! {
                     $action $method ($($arg: &$arg_ty),* $(; $owned: $owned_ty)?) -> $answer,
-                    $target_kind { $target },
-                    check { $check }
+                    $target_kind { $target }
                 }
             )*
 
@@ -302,15 +275,13 @@ macro_rules! hooked_call {
     (
         $action:ident $method:ident ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?)
             -> $answer:ty,
-        target { $target:expr },
-        check { $check:expr }
+        target { $target:expr }
     ) => {
         fn $method(
             &self,
             $($arg: &$arg_ty,)*
             $($owned: $owned_ty)?
         ) -> impl Future<Output = Result<$answer, TransportError>> + Send {
-            self.made(Action::$action, || ($check).map(drop));
             let call = self.hooks.$method(&self.inner, $($arg,)* $($owned)?);
             self.hooks.around(Action::$action, $target, call)
         }
@@ -320,15 +291,13 @@ macro_rules! hooked_call {
     (
         $action:ident $method:ident ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?)
             -> $answer:ty,
-        target_owned { $target:expr },
-        check { $check:expr }
+        target_owned { $target:expr }
     ) => {
         async fn $method(
             &self,
             $($arg: &$arg_ty,)*
             $($owned: $owned_ty)?
         ) -> Result<$answer, TransportError> {
-            self.made(Action::$action, || ($check).map(drop));
             let target = ($target).clone();
             let call = self.hooks.$method(&self.inner, $($arg,)* $($owned)?);
             self.hooks.around(Action::$action, &target, call).await
@@ -446,51 +415,52 @@ mod tests {
         assert!(Action::PublishBatch.is_sns() && !Action::SendMessageBatch.is_sns());
     }
 
-    /// Records what `before` was told, asking for the requests' checks if `CHECKS`.
+    /// Records, for each call `around` saw end, whether the backend refused it before sending.
     #[derive(Default)]
-    struct Before<const CHECKS: bool>(Mutex<Vec<(Action, bool)>>);
+    struct Unsent(Mutex<Vec<(Action, bool)>>);
 
-    impl<const CHECKS: bool> Hooks for Before<CHECKS> {
-        const CHECKS_REQUESTS: bool = CHECKS;
-
-        fn before(&self, action: Action, refused: bool) {
-            self.0.lock().unwrap().push((action, refused));
+    impl Hooks for Unsent {
+        async fn around<R: Send>(
+            &self,
+            action: Action,
+            _queue: &str,
+            call: impl Future<Output = Result<R, TransportError>> + Send,
+        ) -> Result<R, TransportError> {
+            let result = call.await;
+            let unsent = result.as_ref().is_err_and(TransportError::is_unsent);
+            self.0.lock().unwrap().push((action, unsent));
+            result
         }
     }
 
     #[tokio::test]
-    async fn before_is_told_which_requests_the_rules_refuse_when_it_asks() {
-        async fn calls<H: Hooks>(hooked: &Hooked<Account, H>) {
-            hooked.get_queue_url("orders!").await.unwrap_err();
-            let url = hooked
-                .create_queue("jobs", QueueAttributes::default())
-                .await
-                .unwrap();
-            hooked
-                .receive_message(&url, ReceiveMessage::new(11))
-                .await
-                .unwrap_err();
-            hooked
-                .receive_message(&url, ReceiveMessage::new(10))
-                .await
-                .unwrap();
-        }
-        let checking = Hooked::new(Account::new(), Before::<true>::default());
-        calls(&checking).await;
+    async fn around_is_told_by_the_error_which_requests_the_backend_refused_before_sending() {
+        let hooked = Hooked::new(Account::new(), Unsent::default());
+        hooked.get_queue_url("orders!").await.unwrap_err();
+        let url = hooked
+            .create_queue("jobs", QueueAttributes::default())
+            .await
+            .unwrap();
+        hooked
+            .receive_message(&url, ReceiveMessage::new(11))
+            .await
+            .unwrap_err();
+        hooked
+            .receive_message(&url, ReceiveMessage::new(10))
+            .await
+            .unwrap();
+        // Sent, and refused by the service.
+        hooked.get_queue_url("missing").await.unwrap_err();
         assert_eq!(
-            *checking.hooks().0.lock().unwrap(),
+            *hooked.hooks().0.lock().unwrap(),
             [
                 (Action::GetQueueUrl, true),
                 (Action::CreateQueue, false),
                 (Action::ReceiveMessage, true),
                 (Action::ReceiveMessage, false),
+                (Action::GetQueueUrl, false),
             ]
         );
-        let not_asking = Hooked::new(Account::new(), Before::<false>::default());
-        calls(&not_asking).await;
-        let told = not_asking.hooks().0.lock().unwrap().clone();
-        assert_eq!(told.len(), 4);
-        assert!(told.iter().all(|(_, refused)| !refused), "{told:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,16 +1,21 @@
 //! Counts of SQS and SNS API calls by action, kept by every broker over whatever transport it has, so
 //! tests and benchmarks can see what a workload costs (SQS bills per request); each call is also
-//! recorded as a metric (see [`crate::metrics`]). The meter is two generic hooks over the broker's
-//! transport: [`Hooks::before`] counts each call as it is made, unless its request fails the checks
-//! both backends make of a whole request before anything is sent (a queue name SQS would refuse, a
-//! batch of 11): such a call is refused without reaching SQS, so SQS neither sees nor bills it, and
-//! it is not counted; [`Hooks::around`] times every call. Which check an action has is its row in
-//! the transport's table of actions, so the meter names no action.
+//! recorded as a metric (see [`crate::metrics`]). The meter is one generic hook over the broker's
+//! transport, [`Hooks::around`]: it counts each call as it is made and times it. A call whose
+//! request breaks the rules a backend checks of a whole request before sending anything (a queue
+//! name SQS would refuse, a batch of 11) reaches no service, so SQS neither sees nor bills it: the
+//! backend's error [says so](TransportError::is_unsent), and the meter takes the call back. The
+//! backend is the one place the rules run, once a call, and the meter names no action.
 
 use std::future::Future;
 use std::ops::Sub;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::layer::{Action, Hooks};
 use super::TransportError;
@@ -22,8 +27,7 @@ macro_rules! api_calls {
         $(#[$doc:meta])*
         $action:ident $method:ident $service:ident
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
-            $target_kind:ident { $target:expr },
-            check { $check:expr }
+            $target_kind:ident { $target:expr }
             $(, default $default:block)?;
     )*) => {
         /// SQS and SNS API calls by action: those sent, not those a backend refused before sending
@@ -90,35 +94,90 @@ impl ApiCalls {
     }
 }
 
-/// The live counters behind [`ApiCalls`], one an action.
-#[derive(Debug, Default)]
-pub(crate) struct CallCounter([AtomicU64; Action::ALL.len()]);
+/// The live counters behind [`ApiCalls`], one an action, and the moment they were made, from which
+/// a call in flight keeps its start.
+#[derive(Debug)]
+pub(crate) struct CallCounter {
+    counts: [AtomicU64; Action::ALL.len()],
+    since: Instant,
+}
+
+impl Default for CallCounter {
+    fn default() -> Self {
+        Self {
+            counts: Default::default(),
+            since: Instant::now(),
+        }
+    }
+}
 
 impl CallCounter {
     /// The counter of `action`'s calls.
     fn of(&self, action: Action) -> &AtomicU64 {
-        &self.0[action as usize]
+        &self.counts[action as usize]
+    }
+
+    /// Nanoseconds since the counters were made, on tokio's clock: a call's start kept in 8 bytes
+    /// rather than an `Instant`'s 16, so that the reference to the counters a call now holds (to
+    /// take it back if it was never sent) leaves its future no bigger. 584 years fit.
+    fn now(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
-/// Runs one call of `action` on `queue` (a URL, or a name before there is one; for an SNS action a
-/// topic's or subscription's ARN, or a topic's name), and records its duration and failure as the
-/// `messaging.client.operation.duration` metric.
-async fn timed<T>(
+pin_project_lite::pin_project! {
+    /// One call of `action` on `queue` (a URL, or a name before there is one; for an SNS action a
+    /// topic's or subscription's ARN, or a topic's name), counted in `calls` as it was made, which
+    /// records its duration and failure as the `messaging.client.operation.duration` metric when
+    /// it ends, and takes it back from `calls` if the backend refused it before sending anything.
+    ///
+    /// A future of its own rather than an `async fn`: its fields are laid out as tight as they go
+    /// (no state of its own, the start in 8 bytes), so the reference to the counters leaves every
+    /// metered call's future, allocated for every receive and batch, the size it had.
+    struct Timed<'q, 'c, F> {
+        #[pin]
+        call: F,
+        queue: &'q str,
+        calls: &'c CallCounter,
+        started: u64,
+        action: Action,
+    }
+}
+
+/// `call`, timed from now.
+fn timed<'q, 'c, F>(
     action: Action,
-    queue: &str,
-    call: impl Future<Output = Result<T, TransportError>>,
-) -> Result<T, TransportError> {
-    let started = tokio::time::Instant::now();
-    let result = call.await;
-    crate::metrics::call(
-        action.name(),
-        action.is_sns(),
+    queue: &'q str,
+    calls: &'c CallCounter,
+    call: F,
+) -> Timed<'q, 'c, F> {
+    Timed {
+        call,
         queue,
-        started.elapsed(),
-        &result,
-    );
-    result
+        calls,
+        started: calls.now(),
+        action,
+    }
+}
+
+impl<T, F: Future<Output = Result<T, TransportError>>> Future for Timed<'_, '_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let result = ready!(this.call.poll(cx));
+        if result.as_ref().is_err_and(TransportError::is_unsent) {
+            this.calls.of(*this.action).fetch_sub(1, Ordering::Relaxed);
+        }
+        crate::metrics::call(
+            this.action.name(),
+            this.action.is_sns(),
+            this.queue,
+            Duration::from_nanos(this.calls.now().saturating_sub(*this.started)),
+            &result,
+        );
+        Poll::Ready(result)
+    }
 }
 
 /// The hooks that count and time every call of a broker's transport, as
@@ -128,26 +187,20 @@ pub(crate) struct Meter {
     pub(crate) calls: Arc<CallCounter>,
 }
 
-// Counted when the call is made, timed while it runs: the call's own future wrapped once, no
-// `async fn` layer that would keep a second copy of the arguments. Whether a request is refused
-// before it is sent is the table's check, the one each backend makes first (the in-process account
-// as SQS would answer, the aws-sdk transport to refuse before the network).
+// Counted when the call is made (a call dropped unawaited was made all the same, as a receive cut
+// short at shutdown), timed while it runs: the call's own future wrapped once, no `async fn` layer
+// that would keep a second copy of the arguments. Whether a request was refused before it was sent
+// is the backend's to say, on its error: it checks first (the in-process account as SQS would
+// answer, the aws-sdk transport to refuse before the network), and nothing checks again.
 impl Hooks for Meter {
-    const CHECKS_REQUESTS: bool = true;
-
-    fn before(&self, action: Action, refused: bool) {
-        if !refused {
-            self.calls.of(action).fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     fn around<R: Send>(
         &self,
         action: Action,
         queue: &str,
         call: impl Future<Output = Result<R, TransportError>> + Send,
     ) -> impl Future<Output = Result<R, TransportError>> + Send {
-        timed(action, queue, call)
+        self.calls.of(action).fetch_add(1, Ordering::Relaxed);
+        timed(action, queue, &self.calls, call)
     }
 }
 
@@ -166,12 +219,18 @@ mod tests {
     fn a_metered_call_is_the_inner_call_timed_and_no_bigger() {
         let account = Account::new();
         let metered = Hooked::new(account.clone(), Meter::default());
+        let counter = CallCounter::default();
         let url = "https://sqs.local/000000000000/jobs";
         macro_rules! same_size {
             ($action:ident, $call:ident($argument:expr)) => {
                 assert_eq!(
                     size_of_val(&metered.$call(url, $argument)),
-                    size_of_val(&timed(Action::$action, url, account.$call(url, $argument))),
+                    size_of_val(&timed(
+                        Action::$action,
+                        url,
+                        &counter,
+                        account.$call(url, $argument)
+                    )),
                     stringify!($action),
                 )
             };
@@ -183,6 +242,35 @@ mod tests {
             change_message_visibility_batch(Vec::new())
         );
         same_size!(SendMessageBatch, send_message_batch(Vec::new()));
+    }
+
+    // The backend checks a request's rules and says on its error whether it refused the request
+    // before sending it; the meter does not check it again.
+    #[tokio::test]
+    async fn a_metered_call_runs_its_requests_rules_once() {
+        use crate::model::rules::QUEUE_NAME_CHECKS;
+
+        let metered = Hooked::new(Account::new(), Meter::default());
+        let runs = || QUEUE_NAME_CHECKS.with(|runs| runs.get());
+        let before = runs();
+        metered.get_queue_url("orders!").await.unwrap_err();
+        assert_eq!(runs() - before, 1, "a refused call");
+        let before = runs();
+        metered
+            .create_queue("jobs", QueueAttributes::default())
+            .await
+            .unwrap();
+        metered.get_queue_url("jobs").await.unwrap();
+        assert_eq!(runs() - before, 2, "two calls sent");
+        let calls = metered.hooks().calls.snapshot();
+        assert_eq!(
+            calls,
+            ApiCalls {
+                create_queue: 1,
+                get_queue_url: 1,
+                ..ApiCalls::default()
+            }
+        );
     }
 
     #[tokio::test]

@@ -13,8 +13,8 @@
 //! # The actions, written once
 //!
 //! Each action is one row of the table `transport_actions!` below: its name, its arguments and
-//! answer, the argument that names its queue or topic, the check of the whole request that both
-//! backends make before sending anything, and a default body if a transport may lack it. The table
+//! answer, the argument that names its queue or topic, and a default body if a transport may lack
+//! it. The table
 //! expands, through one small `macro_rules!` a part, to the [`Transport`] method, its erased
 //! mirror, the typed hook and the forwarder of [`layer::Hooked`], the [`layer::Action`] variant with
 //! its name, and the field of [`meter::ApiCalls`]. A new action is therefore a row and its two
@@ -24,9 +24,16 @@
 //! Why macros here and plain generic code elsewhere: the parts are signatures (a trait method, a
 //! hook with a default body, an enum variant, a struct field), one per action, and Rust has no
 //! generic way to write "a method per row"; what treats every action alike is generic code over
-//! [`layer::Action`] instead: the meter counts with one hook ([`layer::Hooks::before`]) into an
-//! array indexed by the action, and times with another ([`layer::Hooks::around`]). The typed
-//! methods and their futures stay as they were, so the hot path pays for no table.
+//! [`layer::Action`] instead: the meter is one hook ([`layer::Hooks::around`]) that counts into an
+//! array indexed by the action and times each call. The typed methods and their futures stay as
+//! they were, so the hot path pays for no table.
+//!
+//! The rules a backend checks of a whole request before sending anything (a queue name SQS would
+//! refuse, a batch of 11) are the backend's, run once a call as its first step: the in-process
+//! account answers as SQS would, the aws-sdk transport refuses before the network. Its error then
+//! [says it was unsent](TransportError::is_unsent) (a backend marks it with
+//! [`TransportError::unsent`]), which is how the meter leaves such a call uncounted: no layer
+//! checks a request again.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -46,98 +53,60 @@ pub use crate::model::wire::*;
 /// A row: the trait method's docs; the action's variant (its name in the API), the method and the
 /// service (`sqs` or `sns`); the borrowed arguments, then after `;` the owned one; the answer; the
 /// argument `around` sees as the call's target (`target_owned` when it is moved into the call);
-/// the whole-request check, the one both backends make before sending anything; and, for an action
-/// a transport need not implement, the default body.
+/// and, for an action a transport need not implement, the default body.
 macro_rules! transport_actions {
     ($callback:ident) => {
         $callback! {
             /// `GetQueueUrl`.
             GetQueueUrl get_queue_url sqs (name: &str) -> String,
-                target { name },
-                check { $crate::model::rules::check_queue_name(name) };
+                target { name };
 
             /// `CreateQueue`: creates the queue or returns the URL of an identical one.
             CreateQueue create_queue sqs (name: &str; attributes: QueueAttributes) -> String,
-                target { name },
-                check {
-                    $crate::model::rules::check_queue_name(name).and_then(|()| {
-                        attributes.iter().try_for_each(|(attribute, value)| {
-                            $crate::model::rules::parse_queue_attribute(attribute, value).map(drop)
-                        })
-                    })
-                };
+                target { name };
 
             /// `GetQueueAttributes`.
             GetQueueAttributes get_queue_attributes sqs
                 (queue_url: &str, names: &[&str]) -> QueueAttributes,
-                target { queue_url },
-                check { Ok(()) };
+                target { queue_url };
 
             /// `SetQueueAttributes`: all or nothing. The broker sets a queue's `Policy` with it, to
             /// let the topics the queue is subscribed to send to it.
             SetQueueAttributes set_queue_attributes sqs
                 (queue_url: &str; attributes: QueueAttributes) -> (),
                 target { queue_url },
-                check {
-                    attributes.iter().try_for_each(|(attribute, value)| {
-                        $crate::model::rules::parse_queue_attribute(attribute, value).map(drop)
-                    })
-                },
                 default {
                     let _ = (queue_url, attributes);
-                    std::future::ready(Err(TransportError::service(
-                        ErrorKind::UnsupportedOperation,
-                        "this transport does not implement `SetQueueAttributes`, which subscribing \
-                         a queue to a topic needs (the queue's policy); implement it, or use a \
-                         transport that has it",
+                    std::future::ready(Err(without_operation(
+                        "SetQueueAttributes",
+                        "subscribing a queue to a topic (the queue's policy)",
                     )))
                 };
 
             /// `SendMessageBatch`.
             SendMessageBatch send_message_batch sqs
                 (queue_url: &str; entries: Vec<SendBatchEntry>) -> BatchResult<SentMessage>,
-                target { queue_url },
-                check { $crate::model::rules::check_send_batch(&entries) };
+                target { queue_url };
 
             /// `ReceiveMessage`.
             ReceiveMessage receive_message sqs
                 (queue_url: &str; request: ReceiveMessage) -> Vec<ReceivedMessage>,
-                target { queue_url },
-                check {
-                    $crate::model::rules::check_receive(
-                        request.max_number_of_messages,
-                        request.wait_time_seconds,
-                        request.visibility_timeout,
-                        request.receive_request_attempt_id.as_deref(),
-                    )
-                    .and_then(|_| {
-                        $crate::model::rules::check_system_attribute_names(
-                            &request.system_attribute_names,
-                        )
-                    })
-                };
+                target { queue_url };
 
             /// `DeleteMessageBatch`.
             DeleteMessageBatch delete_message_batch sqs
                 (queue_url: &str; entries: Vec<DeleteEntry>) -> BatchResult<()>,
-                target { queue_url },
-                check {
-                    $crate::model::rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
-                };
+                target { queue_url };
 
             /// `ChangeMessageVisibilityBatch`.
             ChangeMessageVisibilityBatch change_message_visibility_batch sqs
                 (queue_url: &str; entries: Vec<ChangeVisibilityEntry>) -> BatchResult<()>,
-                target { queue_url },
-                check {
-                    $crate::model::rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
-                };
+                target { queue_url };
 
             /// `ListQueues`: the URLs of the queues whose names start with `prefix` (every page, in
             /// one list, sorted).
             ListQueues list_queues sqs (prefix: &str) -> Vec<String>,
                 target { prefix },
-                check { Ok(()) },
                 default {
                     let _ = prefix;
                     std::future::ready(Err(without_operation("ListQueues", "listing queues")))
@@ -147,7 +116,6 @@ macro_rules! transport_actions {
             /// purge a minute).
             PurgeQueue purge_queue sqs (queue_url: &str) -> (),
                 target { queue_url },
-                check { Ok(()) },
                 default {
                     let _ = queue_url;
                     std::future::ready(Err(without_operation("PurgeQueue", "purging a queue")))
@@ -160,7 +128,6 @@ macro_rules! transport_actions {
             PeekMessages peek_messages sqs
                 (queue_url: &str; request: PeekMessages) -> Vec<PeekedMessage>,
                 target { queue_url },
-                check { Ok(()) },
                 default {
                     let _ = (queue_url, request);
                     std::future::ready(Err(without_operation(
@@ -173,7 +140,6 @@ macro_rules! transport_actions {
             /// ARN, or the ARN of the topic of this name if its attributes are the ones given.
             CreateTopic create_topic sns (name: &str; attributes: TopicAttributes) -> String,
                 target { name },
-                check { $crate::model::subscription::check_topic_attributes(name, &attributes).map(drop) },
                 default {
                     let _ = (name, attributes);
                     std::future::ready(Err(without_sns("CreateTopic")))
@@ -182,7 +148,6 @@ macro_rules! transport_actions {
             /// SNS `GetTopicAttributes`.
             GetTopicAttributes get_topic_attributes sns (topic_arn: &str) -> TopicAttributes,
                 target { topic_arn },
-                check { $crate::model::topic::TopicArn::parse(topic_arn).map(drop) },
                 default {
                     let _ = topic_arn;
                     std::future::ready(Err(without_sns("GetTopicAttributes")))
@@ -192,7 +157,6 @@ macro_rules! transport_actions {
             /// existing one's when the endpoint is subscribed already with the attributes given.
             Subscribe subscribe sns (; request: Subscribe) -> String,
                 target_owned { request.topic_arn },
-                check { $crate::model::subscription::check_subscribe(&request).map(drop) },
                 default {
                     let _ = request;
                     std::future::ready(Err(without_sns("Subscribe")))
@@ -202,7 +166,6 @@ macro_rules! transport_actions {
             GetSubscriptionAttributes get_subscription_attributes sns
                 (subscription_arn: &str) -> SubscriptionAttributes,
                 target { subscription_arn },
-                check { Ok(()) },
                 default {
                     let _ = subscription_arn;
                     std::future::ready(Err(without_sns("GetSubscriptionAttributes")))
@@ -212,7 +175,6 @@ macro_rules! transport_actions {
             ListSubscriptionsByTopic list_subscriptions_by_topic sns
                 (topic_arn: &str) -> Vec<Subscription>,
                 target { topic_arn },
-                check { $crate::model::topic::TopicArn::parse(topic_arn).map(drop) },
                 default {
                     let _ = topic_arn;
                     std::future::ready(Err(without_sns("ListSubscriptionsByTopic")))
@@ -223,16 +185,6 @@ macro_rules! transport_actions {
             PublishBatch publish_batch sns
                 (topic_arn: &str; entries: Vec<PublishBatchEntry>) -> PublishBatchResult,
                 target { topic_arn },
-                // The whole-batch rules at the default size limit, which every topic has (no topic
-                // attribute sets another).
-                check {
-                    $crate::model::topic::TopicArn::parse(topic_arn).and_then(|arn| {
-                        $crate::model::topic::check_publish_batch(
-                            &entries,
-                            $crate::model::topic::PublishTarget::new(arn.name()),
-                        )
-                    })
-                },
                 default {
                     let _ = (topic_arn, entries);
                     std::future::ready(Err(without_sns("PublishBatch")))
@@ -250,8 +202,7 @@ macro_rules! transport_trait {
         $(#[$doc:meta])*
         $action:ident $method:ident $service:ident
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
-            $target_kind:ident { $target:expr },
-            check { $check:expr }
+            $target_kind:ident { $target:expr }
             $(, default $default:block)?;
     )*) => {
         /// What the engine needs from a queue service. The in-process
@@ -355,8 +306,7 @@ macro_rules! dyn_transport {
         $(#[$doc:meta])*
         $action:ident $method:ident $service:ident
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
-            $target_kind:ident { $target:expr },
-            check { $check:expr }
+            $target_kind:ident { $target:expr }
             $(, default $default:block)?;
     )*) => {
         /// [`Transport`] behind a pointer, so a broker holds either backend as one type; every

@@ -46,8 +46,16 @@ pub(crate) fn fail<T>(kind: ErrorKind, message: impl Into<String>) -> Result<T, 
     Err(TransportError::service(kind, message))
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times [`check_queue_name`] ran on this thread: a test counts a rule's runs a call.
+    pub(crate) static QUEUE_NAME_CHECKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Checks a queue name: 1–80 characters of `[A-Za-z0-9_-]`, plus the `.fifo` suffix for a FIFO queue.
 pub(crate) fn check_queue_name(name: &str) -> Result<(), TransportError> {
+    #[cfg(test)]
+    QUEUE_NAME_CHECKS.with(|runs| runs.set(runs.get() + 1));
     let stem = name.strip_suffix(".fifo").unwrap_or(name);
     let chars_ok = !stem.is_empty()
         && stem
