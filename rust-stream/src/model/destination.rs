@@ -131,7 +131,7 @@ impl From<SnsTopic> for Destination {
 }
 
 /// The publish a message for a topic becomes: its body, attributes, group and deduplication id (a
-/// topic has no delay, which [`Destination::check_message`] refuses).
+/// topic has no delay, which `Destination::check_message` refuses).
 impl From<SendMessage> for Publish {
     fn from(message: SendMessage) -> Self {
         Self {

@@ -163,8 +163,8 @@ impl Outgoing {
     /// Adds a `Number` message attribute: an integer or a float (`3`, `-0.75`), or text holding
     /// one (`"12.50"`), written as its decimal text. SQS takes at most 38 digits; a value it
     /// would refuse (`"12abc"`, `f64::NAN`, `f64::MAX`) fails the send before the network with
-    /// [`ErrorKind::InvalidParameterValue`]. A handler reads it as text through
-    /// [`Context::header`](crate::Context::header).
+    /// [`ErrorKind::InvalidParameterValue`](crate::transport::ErrorKind::InvalidParameterValue).
+    /// A handler reads it as text through [`Context::header`](crate::Context::header).
     ///
     /// ```
     /// # let orders = rust_stream::Publisher::new("orders");
