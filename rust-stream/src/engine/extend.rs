@@ -57,7 +57,6 @@ impl Heartbeat {
         let beat = Arc::new(Beat {
             queue: shared.queue.clone(),
             visibility: shared.visibility,
-            tick: shared.latency.tick(),
             latency: shared.latency.clone(),
             leases: shared.leases.clone(),
             visibility_batcher,
@@ -81,10 +80,9 @@ struct Beat {
     queue: Arc<str>,
     /// The subscription's visibility timeout: what an extension asks for.
     visibility: Duration,
-    /// How often to look: a quarter of the receive's visibility.
-    tick: Duration,
     /// How slowly extensions have lately been answered: an extension is sent at least its
-    /// reserve ahead of the end, and each round's answer time is noted in it.
+    /// reserve ahead of the end, and each round's answer time is noted in it. Its tick is how
+    /// often the heartbeat looks (a quarter of the receive's visibility on a quick line).
     latency: Arc<CallLatency>,
     leases: Arc<Leases>,
     visibility_batcher: Batcher<VisibilityBatch>,
@@ -99,7 +97,7 @@ impl Beat {
     /// delays only the leases it carries (locked meanwhile, so later rounds pass them by), never
     /// the next round, and a round that panics is logged and followed by the next.
     async fn run(self: Arc<Self>) {
-        let tick = self.tick;
+        let tick = self.latency.tick();
         let rounds = tokio_util::task::TaskTracker::new();
         loop {
             tokio::select! {
@@ -149,7 +147,7 @@ impl Beat {
             {
                 continue;
             }
-            if lease.is_deleting() && !delete_is_slow(self.tick, lease, now) {
+            if lease.is_deleting() && !delete_is_slow(self.latency.tick(), lease, now) {
                 // Its delete is on its way and will most likely be answered before the next
                 // round: an extension now would cost a call, and fail once the delete is in.
                 continue;
