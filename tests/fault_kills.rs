@@ -887,6 +887,10 @@ async fn kill_run(
         ("FAULT_CONCURRENCY", groups.to_string()),
         // Short long polls, so the last stop does not wait on one.
         ("FAULT_WAIT_SECONDS", "1".to_owned()),
+        // Handlers that take a little time, so a process always has messages in hand: with
+        // instant handlers a kill could land between a batch's delete and the next receive in
+        // most of its 50 ms, and kill nothing the evidence below can see.
+        ("FAULT_HANDLER_DELAY_MS", "10".to_owned()),
     ];
 
     // Kill points: numbers of messages done, drawn at random across the run.
@@ -905,13 +909,17 @@ async fn kill_run(
         // Each process does some work of its own before it is killed, so no kill lands on a
         // process that has not started consuming.
         let lines_before = journal.read().len();
+        // Killed as soon as it has a handler running once the point is passed: a kill at a
+        // random moment could land between a batch's delete and the next receive, holding nothing
+        // started, and show nothing of what a kill cuts.
         wait_for(&mut consumer, &format!("{point} messages done"), || {
             let records = journal.read();
-            (records.len() > lines_before && done_ids(&records).len() >= *point).then_some(())
+            (records.len() > lines_before
+                && done_ids(&records).len() >= *point
+                && !running(&records[lines_before..]).is_empty())
+            .then_some(())
         })
         .await;
-        // A little more, at random, so the kill does not always follow a done line.
-        tokio::time::sleep(Duration::from_millis(random.next() % 50)).await;
         consumer.kill();
         let ended = journal.read().len();
         spans.push((began, ended));
