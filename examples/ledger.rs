@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
 use rust_stream::Subscriber;

@@ -345,14 +345,14 @@ mod configuration {
     /// A batch handler that acks.
     struct AckAll;
 
-    impl rust_stream::batch::HandleBatch<Job> for AckAll {
+    impl rust_stream::handler::batch::HandleBatch<Job> for AckAll {
         async fn handle(
             &self,
             _: &[Job],
             _: &(),
-            _: &mut rust_stream::batch::BatchContext<'_>,
-        ) -> rust_stream::batch::BatchOutcome {
-            rust_stream::batch::BatchOutcome::ack()
+            _: &mut rust_stream::handler::batch::BatchContext<'_>,
+        ) -> rust_stream::handler::batch::BatchOutcome {
+            rust_stream::handler::batch::BatchOutcome::ack()
         }
     }
 

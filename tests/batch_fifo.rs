@@ -32,7 +32,7 @@ use common::engine::Job;
 use common::property::{cases, run_case};
 use proptest::prelude::*;
 use rust_stream::account::Account;
-use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::prelude::*;
 use rust_stream::testing::{Recorder, Settled, TestApp};
 use rust_stream::{ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER};

@@ -18,7 +18,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::prelude::*;
 use rust_stream::publish::{Outgoing, Publisher};
 use rust_stream::testing::{eventually, on_each_backend, Backend, BackendKind, Settled, TestApp};

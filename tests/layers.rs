@@ -806,10 +806,10 @@ fn the_check_sees_an_upward_import_a_later_one_of_its_row_and_a_circle() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// The modules a handler is written against (its outcome, the message in hand, middleware, batch
-/// handlers, the `Handle` trait): they stand on no queue service, so the same handler can be
-/// driven by something other than the SQS poller.
-const HANDLER_VOCABULARY: [&str; 5] = ["outcome", "context", "middleware", "batch", "handler"];
+/// The modules a handler is written against (its outcome; `handler/`: the `Handle` trait, the
+/// message in hand, middleware, batch handlers, what it sends): they stand on no queue service, so
+/// the same handler can be driven by something other than the SQS poller.
+const HANDLER_VOCABULARY: [&str; 2] = ["outcome", "handler"];
 
 /// What the handler's vocabulary may not import: the client, the transport seam, its two backends
 /// (in the crate), and the AWS SDK (outside it).
@@ -872,6 +872,34 @@ fn the_handler_vocabulary_imports_no_client_transport_account_or_aws() {
         found.is_empty(),
         "the handler's vocabulary stands on a queue service:\n{}",
         found.join("\n")
+    );
+}
+
+/// The handler's vocabulary stands in rows beneath the client, the transport and its backends:
+/// with the rows checked, nothing it imports, directly or through another module, is any of them.
+#[test]
+fn the_handler_vocabulary_stands_beneath_the_client_and_the_transport() {
+    let layers = layers();
+    let row = |name: &str| {
+        layers
+            .get(name)
+            .unwrap_or_else(|| panic!("`{name}` is not in the layer table"))
+            .row
+    };
+    let lowest_beneath = BENEATH_THE_VOCABULARY
+        .iter()
+        .map(|name| row(name))
+        .min()
+        .unwrap();
+    let above: Vec<String> = HANDLER_VOCABULARY
+        .iter()
+        .filter(|name| row(name) >= lowest_beneath)
+        .map(|name| format!("`{name}` in row {}", row(name)))
+        .collect();
+    assert!(
+        above.is_empty(),
+        "the handler's vocabulary must stand below row {lowest_beneath} (the transport): {}",
+        above.join(", ")
     );
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rust_stream::batch::{BatchContext, BatchOutcome};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome};
 use rust_stream::prelude::*;
 use rust_stream::testing::{Settled, TestApp};
 use rust_stream::{ConfigError, Output, RunError, State};

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
-use rust_stream::middleware::{from_fn, Call, Middleware, Next, Outcomes};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
+use rust_stream::handler::middleware::{from_fn, Call, Middleware, Next, Outcomes};
 use rust_stream::prelude::*;
 use rust_stream::testing::{Settled, TestApp};
 use rust_stream::{Include, Output, Subscriber};

@@ -60,7 +60,7 @@ use std::time::Duration;
 use common::fifo_sends::stored;
 use common::kills::SplitMix;
 use rust_stream::account::Account;
-use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
 use rust_stream::inbox::Inbox;
 use rust_stream::operations::Redrive;
 use rust_stream::outbox::Outbox;

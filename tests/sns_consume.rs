@@ -23,7 +23,7 @@ use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use rust_stream::account::Account;
-use rust_stream::context::SnsNotification;
+use rust_stream::handler::context::SnsNotification;
 use rust_stream::model::subscription::{Subscribe, TopicAttributes};
 use rust_stream::model::topic::{Publish, PublishBatchEntry};
 use rust_stream::prelude::*;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
+use rust_stream::handler::middleware::{from_fn, Call, Next, Outcomes};
 use rust_stream::prelude::*;
 use rust_stream::{Outgoing, Publisher};
 use serde::{Deserialize, Serialize};

@@ -10,9 +10,9 @@ use crate::parse::{
     int_literal, show, string_literal, Attribute, Errors, Handler, Kind, WindowValue,
 };
 
-/// The most messages a batch handler call takes: `rust_stream::batch::MAX_BATCH_MESSAGES`.
+/// The most messages a batch handler call takes: `rust_stream::handler::batch::MAX_BATCH_MESSAGES`.
 const MAX_BATCH_MESSAGES: u128 = 1_000;
-/// The longest batch window, in nanoseconds: `rust_stream::batch::MAX_BATCH_WINDOW`, 5 minutes.
+/// The longest batch window, in nanoseconds: `rust_stream::handler::batch::MAX_BATCH_WINDOW`, 5 minutes.
 const MAX_BATCH_WINDOW_NANOS: u128 = 300 * 1_000_000_000;
 
 /// The most outputs a subscriber has: `Outputs` is implemented for tuples up to six.

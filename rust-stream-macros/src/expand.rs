@@ -499,11 +499,11 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
     // A body whose future is not `Send` is reported on the function's name.
     let handle_impl = if handler.batched {
         let returns = quote_spanned! {item.sig.ident.span()=>
-            -> ::rust_stream::batch::BatchOutcome
+            -> ::rust_stream::handler::batch::BatchOutcome
         };
         quote! {
             #(#cfgs)*
-            impl ::rust_stream::batch::HandleBatch<#msg_ty, #outs_ty> for #name
+            impl ::rust_stream::handler::batch::HandleBatch<#msg_ty, #outs_ty> for #name
             where
                 #(#state_bounds,)*
             {
@@ -511,7 +511,7 @@ fn expand(attribute: &Attribute, handler: &Handler) -> TokenStream {
                     &self,
                     __rust_stream_msg: &[#msg_ty],
                     __rust_stream_outs: &#outs_ty,
-                    __rust_stream_ctx: &mut ::rust_stream::batch::BatchContext<'_>,
+                    __rust_stream_ctx: &mut ::rust_stream::handler::batch::BatchContext<'_>,
                 ) #returns {
                     let #outs_pattern = __rust_stream_outs;
                     #(#read_states)*

@@ -129,16 +129,16 @@ mod parse;
 /// checked when the app starts (`ConfigError::BatchMax`, `ConfigError::BatchWindow`).
 ///
 /// The parameters after the messages are those of a single handler, except that the context
-/// is `ctx: &mut BatchContext<'_>` (or `&BatchContext<'_>`, from `rust_stream::batch`): a
+/// is `ctx: &mut BatchContext<'_>` (or `&BatchContext<'_>`, from `rust_stream::handler::batch`): a
 /// `Context` per message, `ctx[i]`, to read its ids and attempt and to publish for it. What is
 /// published for a message is sent only if its outcome acks it. The function returns
 /// `BatchOutcome` (an outcome per message, acks by default), `()` (acks every message),
 /// `Result<(), E: Display>` (`Err` fails every message) or `Result<BatchOutcome, E: Display>`.
 /// How the engine settles each message, and keeps FIFO groups in order, is told in
-/// `rust_stream::batch`.
+/// `rust_stream::handler::batch`.
 ///
 /// ```
-/// use rust_stream::batch::{BatchContext, BatchOutcome};
+/// use rust_stream::handler::batch::{BatchContext, BatchOutcome};
 /// use rust_stream::prelude::*;
 /// use rust_stream::Output;
 /// # #[derive(serde::Deserialize)] struct Posting { account: String, cents: i64 }

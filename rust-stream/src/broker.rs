@@ -60,7 +60,7 @@ pub trait Broker: Send + 'static {
 
 /// The subscribers of one broker, gathered by [`RustStream::with_broker`](crate::RustStream::with_broker),
 /// and the app's middleware around them (`b.layer(..)`, see
-/// [`middleware`](crate::middleware)).
+/// [`middleware`](crate::handler::middleware)).
 pub struct Include<B: Broker> {
     subscribers: Vec<B::Subscriber>,
     /// What the app puts around every subscriber (its middleware layers), in the order added.

@@ -70,8 +70,8 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use crate::context::Context;
-use crate::middleware::{Call, Layers, Message, Middleware, Next, Outcomes};
+use crate::handler::context::Context;
+use crate::handler::middleware::{Call, Layers, Message, Middleware, Next, Outcomes};
 use crate::model::SqsQueue;
 use crate::outcome::HandlerOutcome;
 use crate::publish::recorded;

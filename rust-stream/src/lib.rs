@@ -50,8 +50,8 @@
 //! [`Output`]s, and it settles the message with a [`HandlerOutcome`]: ack, retry, retry after a
 //! delay, dead-letter. On a FIFO queue a failure is retried in place and holds its group.
 //!
-//! Beyond one message a call: [`batch`] handlers take a slice and settle each message on its
-//! own; [`middleware`] runs around handlers at the app's or a subscription's scope; [`routing`]
+//! Beyond one message a call: [`batch`](handler::batch) handlers take a slice and settle each message on its
+//! own; [`middleware`](handler::middleware) runs around handlers at the app's or a subscription's scope; [`routing`]
 //! hands each message type of a queue to its own handler; the [`inbox`] handles each message
 //! effectively once in your database's transaction ([`store`] holds its keys).
 //!
@@ -110,11 +110,9 @@ pub mod asyncapi;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub mod aws;
-pub mod batch;
 pub mod broker;
 pub(crate) mod client;
 pub mod codec;
-pub mod context;
 pub mod describe;
 pub mod engine;
 pub mod handler;
@@ -124,7 +122,6 @@ pub mod health;
 pub mod http;
 pub mod inbox;
 pub mod metrics;
-pub mod middleware;
 pub mod model;
 pub mod operations;
 pub mod outbox;
@@ -153,7 +150,7 @@ pub use app::{
 };
 pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
-pub use context::{Context, SnsNotification, SqsMessage};
+pub use handler::context::{Context, SnsNotification, SqsMessage};
 pub use handler::Handle;
 pub use model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,

@@ -3,7 +3,7 @@
 pub use std::future::{ready, Future};
 
 pub use crate::app::{App, AppInfo, RustStream};
-pub use crate::context::Context;
+pub use crate::handler::context::Context;
 pub use crate::handler::Handle;
 pub use crate::model::{SnsTopic, TopicSubscription};
 pub use crate::outcome::HandlerOutcome;

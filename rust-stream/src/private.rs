@@ -6,10 +6,10 @@ pub use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crate::batch::{BatchContext, BatchOutcome, IntoBatchOutcome};
 use crate::describe::Payload;
+use crate::handler::batch::{BatchContext, BatchOutcome, IntoBatchOutcome};
 
-use crate::context::Context;
+use crate::handler::context::Context;
 use crate::outcome::{HandlerOutcome, IntoOutcome};
 use crate::state::State;
 

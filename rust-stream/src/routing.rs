@@ -55,10 +55,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::context::{Context, Message};
 use crate::describe::short_name;
+use crate::handler::context::{Context, Message};
+use crate::handler::middleware::Layers;
 use crate::handler::{ErasedHandler, Handled, Handler};
-use crate::middleware::Layers;
 use crate::model::ConfigError;
 use crate::outcome::HandlerOutcome;
 use crate::state::States;

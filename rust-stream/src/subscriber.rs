@@ -21,13 +21,13 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::batch::{BatchLimits, HandleBatch, TypedBatch};
 use crate::broker::{Broker, Include};
 use crate::codec::{Codec, Json};
-use crate::context::Context;
 use crate::describe::Payload;
+use crate::handler::batch::{BatchLimits, HandleBatch, TypedBatch};
+use crate::handler::context::Context;
+use crate::handler::middleware::{Layers, Middleware};
 use crate::handler::{Handle, Handler, Typed};
-use crate::middleware::{Layers, Middleware};
 use crate::model::SqsQueue;
 use crate::publish::{Outputs, Publisher};
 use crate::state::Requirement;
@@ -134,7 +134,7 @@ impl<H, O, C> SubscriberBuilder<H, O, C> {
     /// Hands the handler batches of up to `max` messages (1–1,000) instead of one at a time,
     /// gathered for at most `window` (up to 5 minutes) from the first: the handler is then a
     /// [`HandleBatch`], and each message settled by its own outcome
-    /// (see [`batch`](crate::batch)). `concurrency` then counts the batch calls that run at once.
+    /// (see [`batch`](crate::handler::batch)). `concurrency` then counts the batch calls that run at once.
     pub fn batch(self, max: usize, window: Duration) -> SubscriberBuilder<H, O, C, Batched> {
         SubscriberBuilder {
             queue: self.queue,
@@ -161,11 +161,11 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
     }
 
     /// Puts `layer` around the handler: after the app's layers and this subscription's earlier
-    /// ones, so the first added runs first (see [`middleware`](crate::middleware)).
+    /// ones, so the first added runs first (see [`middleware`](crate::handler::middleware)).
     ///
     /// ```
     /// use rust_stream::prelude::*;
-    /// use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
+    /// use rust_stream::handler::middleware::{from_fn, Call, Next, Outcomes};
     /// # #[derive(serde::Deserialize)] struct Order;
     /// # struct Fulfil;
     /// # impl Handle<Order> for Fulfil {
@@ -472,11 +472,11 @@ impl Subscriber {
 impl<B: Broker<Subscriber = Subscriber>> Include<B> {
     /// Puts `layer` around the handler of every subscriber this app includes, whether included
     /// before this call or after: outside the subscribers' own layers, and inside the app's
-    /// earlier ones, so the first added runs first (see [`middleware`](crate::middleware)).
+    /// earlier ones, so the first added runs first (see [`middleware`](crate::handler::middleware)).
     ///
     /// ```
     /// use rust_stream::prelude::*;
-    /// use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
+    /// use rust_stream::handler::middleware::{from_fn, Call, Next, Outcomes};
     /// # #[subscriber("orders")]
     /// # async fn fulfil(_order: &serde_json::Value) {}
     ///

@@ -456,7 +456,7 @@ fn param(
                 &typed.ty,
                 format!(
                     "a batch subscriber's context is `{and}BatchContext<'_>` (from \
-                     `rust_stream::batch`), with a `Context` per message, `{pat}[i]`: take \
+                     `rust_stream::handler::batch`), with a `Context` per message, `{pat}[i]`: take \
                      `{pat}: {and}BatchContext<'_>`"
                 ),
             );

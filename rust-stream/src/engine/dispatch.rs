@@ -26,7 +26,7 @@ use super::settle::{Next, Settler, Verdict};
 use super::shared::{Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
-use crate::context::Message;
+use crate::handler::context::Message;
 use crate::handler::{ErasedHandler, Handled, Handler};
 use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConsumerSettings;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::client::lease::Lease;
-use crate::context::Delivery;
+use crate::handler::context::Delivery;
 
 /// A message this consumer holds.
 ///

@@ -309,7 +309,7 @@ impl Dispatcher {
     /// Runs the lane's message `held` (its attempt number `attempt` in this receive) and the
     /// group's next messages behind it, up to the batch's `max`, in a batch call, and settles
     /// them in order until one does not go forward: the later ones go back into the lane,
-    /// uncounted, to run again after it (see [`batch`](crate::batch)).
+    /// uncounted, to run again after it (see [`batch`](crate::handler::batch)).
     async fn attempt_run_in_lane(
         &self,
         batches: &Arc<Batches>,

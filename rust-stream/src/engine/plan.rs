@@ -48,17 +48,17 @@ pub(super) fn problems(
             });
         }
         if let Some(limits) = subscriber.handler.batch_limits() {
-            if !(1..=crate::batch::MAX_BATCH_MESSAGES).contains(&limits.max) {
+            if !(1..=crate::handler::batch::MAX_BATCH_MESSAGES).contains(&limits.max) {
                 problems.push(ConfigError::BatchMax {
                     queue: subscriber.queue.name.clone(),
                     got: limits.max,
                 });
             }
-            if limits.window > crate::batch::MAX_BATCH_WINDOW {
+            if limits.window > crate::handler::batch::MAX_BATCH_WINDOW {
                 problems.push(ConfigError::BatchWindow {
                     queue: subscriber.queue.name.clone(),
                     got: limits.window,
-                    max: crate::batch::MAX_BATCH_WINDOW,
+                    max: crate::handler::batch::MAX_BATCH_WINDOW,
                 });
             }
         }

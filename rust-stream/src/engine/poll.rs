@@ -51,7 +51,7 @@ use super::settle::Settler;
 use super::shared::{CallLatency, Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
-use crate::context::Delivery;
+use crate::handler::context::Delivery;
 use crate::health::SubscriptionProbe;
 use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConsumerSettings;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::PublishError;
-use super::history::{Held, History, Once, Refused};
-use super::outgoing::Outgoing;
+use super::history::{Held, History, Refused};
 use super::publisher::Publisher;
+use crate::handler::outgoing::Once;
+use crate::handler::outgoing::Outgoing;
 use crate::store::history::{HistoryKey, Ticket};
 use crate::transport::{SendMessage, SentMessage, TransportError};
 

@@ -268,10 +268,3 @@ pub(crate) enum Held {
     /// Skip: this is what the send of the key was answered, marked a duplicate.
     Sent(SentMessage),
 }
-
-/// The `once` step of a message: its key and how long it is kept once sent.
-#[derive(Debug, Clone)]
-pub(crate) struct Once {
-    pub(crate) key: String,
-    pub(crate) duration: Duration,
-}

@@ -30,9 +30,10 @@
 //! `PublishBatch` calls of up to 10, each FIFO group in order. SNS has no delay: a `delay` step is
 //! refused.
 //!
-//! Its parts: [`Publisher`] (its own module, `publisher`), the message on its way
-//! ([`Outgoing`], `outgoing`), many at once (`batch`), [`PublishError`] (`error`), a subscriber's
-//! typed [`Output`]s (`output`), and the command history ([`history`]).
+//! Its parts: [`Publisher`] (its own module, `publisher`), a message's send (`send`; the message
+//! itself, [`Outgoing`], stands beneath the client in [`handler`](crate::handler), where a
+//! handler stages it), many at once (`batch`), [`PublishError`] (`error`), a subscriber's typed
+//! [`Output`]s (`output`), and the command history ([`history`]).
 //!
 //! [`PARTITION_KEY_HEADER`]: crate::PARTITION_KEY_HEADER
 //! [`PublishError::NoGroup`]: crate::PublishError::NoGroup
@@ -40,14 +41,14 @@
 mod batch;
 mod error;
 pub mod history;
-mod outgoing;
 mod output;
 mod publisher;
 pub(crate) mod recorded;
+mod send;
 
+pub use crate::handler::outgoing::{Outgoing, PublishedMessage};
 pub use error::PublishError;
 pub use history::History;
-pub use outgoing::{Outgoing, PublishedMessage};
 pub use output::{Output, OutputTarget, Outputs};
 pub use publisher::Publisher;
 

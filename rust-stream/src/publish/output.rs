@@ -5,9 +5,9 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 
-use super::outgoing::Outgoing;
 use super::publisher::Publisher;
 use crate::describe::Payload;
+use crate::handler::outgoing::Outgoing;
 use crate::model::{SnsTopic, SqsQueue};
 
 /// A subscriber's output: a queue it publishes `U` values to, sent before its input is

@@ -10,12 +10,10 @@ use std::sync::{Arc, OnceLock};
 use super::history::History;
 use crate::client::Client;
 use crate::describe::Payload;
+use crate::handler::outgoing::Sink;
 use crate::model::headers::TYPE_HEADER;
 use crate::model::{ConfigError, Destination, SnsTopic, SqsQueue};
 use crate::store::history::HistoryKey;
-
-/// The group of a FIFO message that names none, unless strict groups refuse it.
-pub(super) const DEFAULT_GROUP: &str = "default";
 
 /// Publishes to one queue, or to one SNS topic. Cheap to clone.
 #[derive(Clone)]
@@ -48,9 +46,15 @@ pub(super) struct Binding {
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for PublisherInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher")
-            .field("destination", &self.destination())
-            .field("bound", &self.inner.binding.get().is_some())
+            .field("destination", &Sink::destination(self))
+            .field("bound", &self.binding.get().is_some())
             .finish()
     }
 }
@@ -198,16 +202,6 @@ impl Publisher {
         self
     }
 
-    /// Whether a FIFO message naming no group is refused: by this publisher, or by its broker.
-    pub(super) fn refuses_default_group(&self) -> bool {
-        self.inner.strict_groups
-            || self
-                .inner
-                .binding
-                .get()
-                .is_some_and(|binding| binding.core.strict_groups())
-    }
-
     /// A publisher for `queue` as the broker already names it (a subscription's dead-letter
     /// queue, a queue a RedrivePolicy names), bound to it: its name is not named again.
     pub(crate) fn bound(queue: SqsQueue, core: Arc<Client>) -> Self {
@@ -242,7 +236,7 @@ impl Publisher {
     /// Why the broker this publisher is bound to cannot name its queue or topic (its prefix or
     /// suffix makes a name SQS or SNS refuses), if it cannot.
     pub(crate) fn naming_problem(&self) -> Option<&ConfigError> {
-        self.inner.binding.get()?.named.as_ref().err()
+        self.inner.naming_problem()
     }
 
     /// The queue or topic this publisher sends to: once bound to a broker, as the broker names
@@ -258,31 +252,13 @@ impl Publisher {
     /// assert!(matches!(payments.destination(), Destination::Queue(_)));
     /// ```
     pub fn destination(&self) -> &Destination {
-        match self.inner.binding.get().map(|binding| &binding.named) {
-            Some(Ok(named)) => named,
-            _ => &self.inner.destination,
-        }
+        self.inner.destination()
     }
 
     /// The queue or topic as declared, before the broker's naming: what tells two publishers of
     /// one destination apart from those of another, bound or not.
     pub(super) fn declared(&self) -> &Destination {
-        &self.inner.destination
-    }
-
-    /// The name of the type header this publisher's typed messages carry, when they carry it:
-    /// when it says so ([`with_type_header`](Self::with_type_header)) or its broker routes its
-    /// queue by type.
-    pub(super) fn type_header(&self) -> Option<Arc<str>> {
-        let core = self.inner.binding.get().map(|binding| &binding.core);
-        let routed = || {
-            let queue = self.destination().queue();
-            queue.is_some_and(|queue| core.is_some_and(|core| core.routes_by_type(&queue.name)))
-        };
-        if !self.inner.type_header && !routed() {
-            return None;
-        }
-        Some(core.map_or_else(|| Arc::from(TYPE_HEADER), |core| core.type_header()))
+        self.inner.declared()
     }
 
     /// Keeps a command history in `history`'s store: a message given
@@ -308,5 +284,59 @@ impl Publisher {
     /// the broker names it, a topic's prefixed (`:` is in no queue's name, so the two never meet).
     pub(super) fn history_key(&self, key: &str) -> HistoryKey {
         HistoryKey::new(self.destination().unique_name(), key)
+    }
+
+    /// This publisher as the sink of the messages it makes.
+    pub(super) fn sink(&self) -> Arc<dyn Sink> {
+        self.inner.clone()
+    }
+
+    /// The publisher that made a message, from its sink: every sink is a publisher's.
+    pub(super) fn from_sink(sink: Arc<dyn Sink>) -> Self {
+        let any: Arc<dyn std::any::Any + Send + Sync> = sink;
+        Self {
+            inner: any
+                .downcast()
+                .expect("only a publisher makes an outgoing message"),
+        }
+    }
+}
+
+impl Sink for PublisherInner {
+    fn destination(&self) -> &Destination {
+        match self.binding.get().map(|binding| &binding.named) {
+            Some(Ok(named)) => named,
+            _ => &self.destination,
+        }
+    }
+
+    fn declared(&self) -> &Destination {
+        &self.destination
+    }
+
+    /// Carried when the publisher says so ([`with_type_header`](Publisher::with_type_header)) or
+    /// its broker routes its queue by type.
+    fn type_header(&self) -> Option<Arc<str>> {
+        let core = self.binding.get().map(|binding| &binding.core);
+        let routed = || {
+            let queue = self.destination().queue();
+            queue.is_some_and(|queue| core.is_some_and(|core| core.routes_by_type(&queue.name)))
+        };
+        if !self.type_header && !routed() {
+            return None;
+        }
+        Some(core.map_or_else(|| Arc::from(TYPE_HEADER), |core| core.type_header()))
+    }
+
+    fn naming_problem(&self) -> Option<&ConfigError> {
+        self.binding.get()?.named.as_ref().err()
+    }
+
+    fn refuses_default_group(&self) -> bool {
+        self.strict_groups
+            || self
+                .binding
+                .get()
+                .is_some_and(|binding| binding.core.strict_groups())
     }
 }

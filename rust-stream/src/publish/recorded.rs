@@ -58,7 +58,7 @@ pub(crate) fn record(outputs: &[Outgoing]) -> Option<String> {
         .iter()
         .filter_map(|outgoing| {
             let body = outgoing.body.as_ref().ok()?;
-            let declared = outgoing.publisher.declared();
+            let declared = outgoing.sink.declared();
             Some(RecordedOutgoing {
                 to: declared.name().to_owned(),
                 topic: declared.topic().is_some(),
@@ -118,7 +118,7 @@ pub(crate) fn replay_with(
         .map(|output| {
             let publisher = publisher_for(&output.to, output.topic)
                 .ok_or_else(|| ReplayError::NoPublisher(output.to.clone()))?;
-            let mut outgoing = Outgoing::new(publisher, Ok(output.body));
+            let mut outgoing = Outgoing::new(publisher.sink(), Ok(output.body));
             outgoing.group_id = output.group_id;
             outgoing.dedup_id = output.dedup_id;
             outgoing.delay = output.delay_ms.map(Duration::from_millis);

@@ -3,8 +3,8 @@
 
 use std::time::SystemTime;
 
-use crate::batch::BatchContext;
-use crate::context::{Context, Delivery, Extensions};
+use crate::handler::batch::BatchContext;
+use crate::handler::context::{Context, Delivery, Extensions};
 use crate::inbox::InboxTransaction;
 use crate::model::envelope::Envelope;
 use crate::state::States;
@@ -211,8 +211,8 @@ impl TestContext {
         self
     }
 
-    /// A value of type `T` as a [middleware](crate::middleware) layer puts it in for the handler
-    /// ([`Call::insert`](crate::middleware::Call::insert)), read with
+    /// A value of type `T` as a [middleware](crate::handler::middleware) layer puts it in for the handler
+    /// ([`Call::insert`](crate::handler::middleware::Call::insert)), read with
     /// [`Context::extension`](crate::Context::extension).
     pub fn extension<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
@@ -324,7 +324,7 @@ pub fn take_transaction<S: InboxStore>(ctx: &Context<'_>) -> Option<S::Transacti
 /// then read what the handler published for each message with `ctx[i].published()`.
 ///
 /// ```
-/// use rust_stream::batch::{BatchContext, BatchOutcome};
+/// use rust_stream::handler::batch::{BatchContext, BatchOutcome};
 /// use rust_stream::prelude::*;
 /// use rust_stream::testing::{TestBatch, TestContext};
 /// use rust_stream::Output;

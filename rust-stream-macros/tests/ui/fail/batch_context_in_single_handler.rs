@@ -1,4 +1,4 @@
-use rust_stream::batch::BatchContext;
+use rust_stream::handler::batch::BatchContext;
 use rust_stream::prelude::*;
 
 #[derive(serde::Deserialize)]

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use rust_stream::batch::{BatchContext, BatchOutcome};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome};
 use rust_stream::prelude::*;
 use rust_stream::testing::{TestBatch, TestContext};
 use rust_stream::{Output, RetryPolicy, State};

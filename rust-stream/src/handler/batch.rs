@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use rust_stream::prelude::*;
-//! use rust_stream::batch::BatchOutcome;
+//! use rust_stream::handler::batch::BatchOutcome;
 //! # #[derive(serde::Deserialize)] struct Posting { account: String, cents: i64 }
 //!
 //! /// Up to 50 postings a call, gathered for at most 100 ms; an empty account is refused alone.
@@ -32,7 +32,7 @@
 //! ```
 //! use std::time::Duration;
 //! use rust_stream::prelude::*;
-//! use rust_stream::batch::{BatchContext, BatchOutcome, HandleBatch};
+//! use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
 //! # #[derive(serde::Deserialize)] struct Posting { account: String, cents: i64 }
 //!
 //! struct Post;
@@ -83,7 +83,7 @@
 //! ```
 //! # use std::collections::HashSet;
 //! # use rust_stream::prelude::*;
-//! # use rust_stream::batch::{BatchContext, BatchOutcome};
+//! # use rust_stream::handler::batch::{BatchContext, BatchOutcome};
 //! # #[derive(serde::Deserialize)] struct Posting { cents: i64 }
 //! # fn post(_posting: &Posting) -> Result<(), String> { Ok(()) }
 //! async fn post_all(postings: &[Posting], ctx: &mut BatchContext<'_>) -> BatchOutcome {
@@ -114,11 +114,11 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+use super::context::{Context, Extensions, Message};
+use super::middleware::{Call, Endpoint, Layers, Next, Outcomes};
+use super::outgoing::Outgoing;
 use crate::codec::{Codec, DecodeError};
-use crate::context::{Context, Extensions, Message};
-use crate::middleware::{Call, Endpoint, Layers, Next, Outcomes};
 use crate::outcome::HandlerOutcome;
-use crate::publish::{Outgoing, Outputs};
 use crate::state::{State, States};
 use crate::task::BoxFuture;
 
@@ -162,7 +162,7 @@ impl<T, O, H: HandleBatch<T, O>> HandleBatch<T, O> for Arc<H> {
 /// outcome [`set`](Self::set)s another for it.
 ///
 /// ```
-/// use rust_stream::batch::BatchOutcome;
+/// use rust_stream::handler::batch::BatchOutcome;
 /// use rust_stream::HandlerOutcome;
 ///
 /// // The third message waits a minute; the others are handled.
@@ -386,7 +386,7 @@ impl<'a> BatchContext<'a> {
         self.messages.first()?.state::<T>()
     }
 
-    /// The value of type `T` that a [middleware](crate::middleware) layer put in for this call
+    /// The value of type `T` that a [middleware](crate::handler::middleware) layer put in for this call
     /// (see [`Context::extension`]; each message's context reads the same).
     pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.extensions?.get::<T>()
@@ -536,7 +536,7 @@ impl<H, T, O, C> ErasedBatchHandler for TypedBatch<H, T, O, C>
 where
     H: HandleBatch<T, O>,
     T: DeserializeOwned + Send + Sync + 'static,
-    O: Outputs,
+    O: Send + Sync + 'static,
     C: Codec,
 {
     fn call(
@@ -576,7 +576,7 @@ impl<H, T, O, C> ErasedBatchHandler for LayeredBatch<H, T, O, C>
 where
     H: HandleBatch<T, O>,
     T: DeserializeOwned + Send + Sync + 'static,
-    O: Outputs,
+    O: Send + Sync + 'static,
     C: Codec,
 {
     fn call(

@@ -1,11 +1,11 @@
 //! [`Context`]: what a handler knows of the message in hand (what any broker's message has: id,
 //! queue, body, headers, attempt, sent time, ordering key; what SQS says of it, [`SqsMessage`];
 //! the SNS notification it came in, if any; and the values the subscription's
-//! [middleware](crate::middleware) put in for it) and how it publishes as part of handling it.
+//! [middleware](crate::handler::middleware) put in for it) and how it publishes as part of handling it.
 //!
 //! What a message shows of itself is read in one place, [`Message`]: a delivery at its attempt
 //! number. A handler's context is over one (its accessors say "see [`Message`]"), and so is each
-//! message of a middleware [`Call`](crate::middleware::Call), as `middleware::Message`.
+//! message of a middleware [`Call`](crate::handler::middleware::Call), as `middleware::Message`.
 //!
 //! The engine holds each received message as a `Delivery`, made once per receive. A queue
 //! subscribed to an SNS topic with raw message delivery off receives SNS's JSON notification
@@ -25,13 +25,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
+use super::outgoing::{Outgoing, PublishedMessage};
 use crate::codec::{Codec, DecodeError};
 use crate::model::envelope::{Envelope, EnvelopeError};
 use crate::model::headers::PARTITION_KEY_HEADER;
 use crate::model::rules;
 use crate::model::topic::TopicArn;
 use crate::model::wire::{MessageAttributes, ReceivedMessage, SystemAttribute};
-use crate::publish::{Outgoing, PublishedMessage};
 use crate::state::{State, States};
 
 /// One received message as the engine holds it.
@@ -254,7 +254,7 @@ impl<'a> SqsMessage<'a> {
 }
 
 /// One received message at its attempt number, as a handler's [`Context`] and a
-/// [middleware](crate::middleware) [`Call`](crate::middleware::Call) show it: what any broker's
+/// [middleware](crate::handler::middleware) [`Call`](crate::handler::middleware::Call) show it: what any broker's
 /// message has (id, queue, body, headers, ordering key, which attempt this is), what SQS says of
 /// it ([`sqs`](Self::sqs)) and the SNS notification it came in ([`sns`](Self::sns)).
 #[derive(Clone)]
@@ -501,8 +501,8 @@ impl<'a> Context<'a> {
         self.states.get::<T>()
     }
 
-    /// The value of type `T` that a [middleware](crate::middleware) layer put in for this call
-    /// ([`Call::insert`](crate::middleware::Call::insert)): the tenant it read from a header,
+    /// The value of type `T` that a [middleware](crate::handler::middleware) layer put in for this call
+    /// ([`Call::insert`](crate::handler::middleware::Call::insert)): the tenant it read from a header,
     /// the user it authenticated. `None` when no layer did.
     ///
     /// ```

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use rust_stream::prelude::*;
-//! use rust_stream::middleware::{from_fn, Call, Next, Outcomes};
+//! use rust_stream::handler::middleware::{from_fn, Call, Next, Outcomes};
 //!
 //! /// Who sent the message, read once by the layer and handed to the handler.
 //! struct Tenant(String);
@@ -36,12 +36,12 @@
 //! The engine decodes each message first: one whose body does not decode never reaches
 //! middleware, and follows the undecodable rules. The rest make a [`Call`] (one message for a
 //! [`Handle`](crate::Handle) handler, the decoded messages of a batch for a
-//! [`HandleBatch`](crate::batch::HandleBatch) one), which the first layer gets with a [`Next`];
+//! [`HandleBatch`](crate::handler::batch::HandleBatch) one), which the first layer gets with a [`Next`];
 //! `next.run(call)` runs the next layer, and the last one's runs the handler. What comes back is
 //! [`Outcomes`], one [`HandlerOutcome`] per message of the call, which a layer reads, changes, or
 //! makes itself without calling `next` (a short-circuit). Values a layer puts in the call with
 //! [`Call::insert`] are the handler's through [`Context::extension`](crate::Context::extension)
-//! (and [`BatchContext::extension`](crate::batch::BatchContext::extension)).
+//! (and [`BatchContext::extension`](crate::handler::batch::BatchContext::extension)).
 //!
 //! Layers are installed at two scopes: the app's, with `b.layer(..)` beside `b.include(..)`
 //! (every subscriber the app includes, whether included before or after), and a subscription's,
@@ -65,15 +65,15 @@ use std::task::{Context as TaskContext, Poll};
 use futures_util::future::Either;
 use smallvec::SmallVec;
 
-use crate::context::Extensions;
+use super::context::Extensions;
+use super::outgoing::Outgoing;
 use crate::outcome::HandlerOutcome;
-use crate::publish::Outgoing;
 use crate::task::BoxFuture;
 
 /// One message of a [`Call`]: what a handler's [`Context`](crate::Context) shows of it (the
 /// context's accessors read it).
 #[doc(inline)]
-pub use crate::context::Message;
+pub use crate::handler::context::Message;
 
 /// A layer around handlers: sees a [`Call`], runs the rest with [`Next::run`] or answers without
 /// it, and returns the call's [`Outcomes`].
@@ -85,7 +85,7 @@ pub use crate::context::Message;
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::sync::Arc;
 /// use rust_stream::HandlerOutcome;
-/// use rust_stream::middleware::{Call, Middleware, Next, Outcomes};
+/// use rust_stream::handler::middleware::{Call, Middleware, Next, Outcomes};
 ///
 /// /// Counts the messages handlers acked.
 /// #[derive(Clone, Default)]
@@ -103,7 +103,7 @@ pub use crate::context::Message;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not middleware",
     label = "not a layer",
-    note = "a layer is an `async fn(Call, Next) -> Outcomes` wrapped in `rust_stream::middleware::from_fn(..)`, or a type that implements `Middleware`"
+    note = "a layer is an `async fn(Call, Next) -> Outcomes` wrapped in `rust_stream::handler::middleware::from_fn(..)`, or a type that implements `Middleware`"
 )]
 pub trait Middleware: Send + Sync + 'static {
     /// Handles `call`: usually does something, runs `next.run(call).await`, and returns (perhaps
@@ -192,7 +192,7 @@ impl Call {
 
     /// The call's messages, in the order the handler gets them: one for a
     /// [`Handle`](crate::Handle) handler, those of the batch that decoded for a
-    /// [`HandleBatch`](crate::batch::HandleBatch) one.
+    /// [`HandleBatch`](crate::handler::batch::HandleBatch) one.
     pub fn messages(&self) -> &[Message] {
         &self.messages
     }
@@ -242,7 +242,7 @@ impl Call {
 ///
 /// ```
 /// use rust_stream::HandlerOutcome;
-/// use rust_stream::middleware::Outcomes;
+/// use rust_stream::handler::middleware::Outcomes;
 ///
 /// // The second message of the call waits; every other one is dead-lettered.
 /// let outcomes = Outcomes::all(HandlerOutcome::dead_letter("paused")).with(1, HandlerOutcome::retry());

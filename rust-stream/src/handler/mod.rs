@@ -1,5 +1,13 @@
-//! Handlers: the [`Handle`] trait a handler is written against, and its call with the message
-//! type, outputs and codec erased, which the engine makes.
+//! What a handler is written against: the [`Handle`] trait and its call with the message type,
+//! outputs and codec erased (here), the message in hand ([`context`]: [`Context`]), layers around
+//! handlers ([`middleware`]), handlers of a batch ([`batch`]: [`HandleBatch`](batch::HandleBatch)),
+//! and what a handler sends ([`Outgoing`], staged by
+//! [`Context::publish`] for its publisher to send once the handler returns).
+//!
+//! None of it knows SQS's client or transport: a handler is driven by the engine's poller here,
+//! and could be by anything else that hands it messages. SQS's own facts come through
+//! [`Context::sqs`], SNS's through [`Context::sns`]; a subscription's assembly on an SQS queue is
+//! [`subscriber`](mod@crate::subscriber), above it.
 //!
 //! ```
 //! use std::future::{ready, Future};
@@ -27,14 +35,19 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::batch::{BatchLimits, ErasedBatchHandler};
+pub mod batch;
+pub mod context;
+pub mod middleware;
+pub(crate) mod outgoing;
+
 use crate::codec::{Codec, DecodeError};
-use crate::context::{Context, Message};
-use crate::middleware::{Call, Endpoint, Layers, Next, Outcomes};
 use crate::outcome::{HandlerOutcome, IntoOutcome};
-use crate::publish::{Outgoing, Outputs};
 use crate::state::States;
 use crate::task::BoxFuture;
+use batch::{BatchLimits, ErasedBatchHandler};
+use context::{Context, Message};
+use middleware::{Call, Endpoint, Layers, Next, Outcomes};
+use outgoing::Outgoing;
 
 /// Handles messages of type `T`, publishing to outputs `O` (`()` when it declares none).
 ///
@@ -163,7 +176,7 @@ impl<H, T, O, C> ErasedHandler for Typed<H, T, O, C>
 where
     H: Handle<T, O>,
     T: DeserializeOwned + Send + Sync + 'static,
-    O: Outputs,
+    O: Send + Sync + 'static,
     C: Codec,
 {
     fn call(
@@ -202,7 +215,7 @@ impl<H, T, O, C> ErasedHandler for LayeredOne<H, T, O, C>
 where
     H: Handle<T, O>,
     T: DeserializeOwned + Send + Sync + 'static,
-    O: Outputs,
+    O: Send + Sync + 'static,
     C: Codec,
 {
     fn call(
