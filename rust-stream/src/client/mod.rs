@@ -21,18 +21,19 @@ pub(crate) mod batch;
 pub(crate) mod lease;
 pub(crate) mod publish;
 mod resolver;
+mod routed;
 pub(crate) mod send;
 pub(crate) mod topic;
 mod topic_lookup;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use batch::{BatchSettings, Batcher};
 pub(crate) use resolver::Resolved;
 use resolver::Resolver;
+use routed::RoutedQueues;
 
 use crate::model::declare;
 use crate::model::naming::QueueNaming;
@@ -43,7 +44,9 @@ use crate::transport::{Publish, SendMessage, SentMessage, SharedTransport, Trans
 
 /// What a broker shares among its subscriptions and publishers.
 pub(crate) struct Client {
-    pub(crate) transport: SharedTransport,
+    /// The queue service: its callers outside the client reach it through
+    /// [`transport`](Self::transport).
+    transport: SharedTransport,
     /// The meter's counts of the transport's calls.
     calls: Arc<CallCounter>,
     /// Fixed once the client is shared: a broker configured after that gets a client of its own
@@ -56,12 +59,8 @@ pub(crate) struct Client {
     batchers: Mutex<Batchers>,
     /// Told what the engine does, when a test asked for a recorder.
     recorder: std::sync::OnceLock<Arc<dyn crate::record::Record>>,
-    /// Queues that an app on this broker routes by type (as the broker names them): typed
-    /// messages sent to them carry the type header.
-    routed: Mutex<std::collections::HashSet<String>>,
-    /// Whether `routed` holds any queue: a typed send to a broker that routes nothing (most) takes
-    /// no lock to learn it.
-    routes_any: std::sync::atomic::AtomicBool,
+    /// Queues that an app on this broker routes by type (as the broker names them).
+    routed: RoutedQueues,
 }
 
 /// A broker's settings: what its builder methods set, read by the client and everything built on
@@ -137,8 +136,7 @@ impl Client {
             declarations,
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
-            routed: Mutex::default(),
-            routes_any: std::sync::atomic::AtomicBool::new(false),
+            routed: RoutedQueues::default(),
         }
     }
 
@@ -168,6 +166,12 @@ impl Client {
         Arc::new(own)
     }
 
+    /// The queue service this client calls: for a call no batcher or resolver makes (a
+    /// subscription's receives, an operator's peek or redrive, the setup of topics).
+    pub(crate) fn transport(&self) -> &SharedTransport {
+        &self.transport
+    }
+
     /// Whether every publisher and output of the broker refuses a FIFO message without a group.
     pub(crate) fn strict_groups(&self) -> bool {
         self.settings.strict_groups
@@ -181,22 +185,12 @@ impl Client {
     /// Notes that an app on this broker routes `queue` by type, so that typed messages sent to it
     /// carry the type header.
     pub(crate) fn route_by_type(&self, queue: &str) {
-        self.routed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(queue.to_owned());
-        self.routes_any.store(true, Ordering::Release);
+        self.routed.add(queue);
     }
 
     /// Whether an app on this broker routes `queue` by type.
     pub(crate) fn routes_by_type(&self, queue: &str) -> bool {
-        if !self.routes_any.load(Ordering::Acquire) {
-            return false;
-        }
-        self.routed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(queue)
+        self.routed.contains(queue)
     }
 
     pub(crate) fn linger(&self) -> Duration {

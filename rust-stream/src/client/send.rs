@@ -773,7 +773,7 @@ mod tests {
         calls.len() as f64 / total as f64
     }
 
-    /// Issue 43: many tasks each sending one message and awaiting it filled calls of two or three
+    /// Many tasks each sending one message and awaiting it once filled calls of two or three
     /// when groups were placed on the least busy of 16 shards (0.40 calls a message on
     /// LocalStack). Calls are formed from what waits, so they fill at a fast network's latency
     /// and at a slow one's, over one hot group, 50 and 1,000 groups.

@@ -283,7 +283,7 @@ impl Consumer {
         };
         let url = client.resolve(&queue).await.map_err(failed(&queue))?;
         let attributes = client
-            .transport
+            .transport()
             .get_queue_attributes(
                 &url,
                 &[
@@ -417,7 +417,7 @@ impl Consumer {
         self.probe.stopped();
         self.tasks.close();
         let receiving = self.intake.receiving();
-        let over_network = !self.client.transport.abandoned_receive_takes_nothing();
+        let over_network = !self.client.transport().abandoned_receive_takes_nothing();
         // Gives the receives up once nothing is held: a long poll then has nothing to take back.
         let give_up_when_idle = over_network.then(|| {
             let (tasks, leases) = (self.tasks.clone(), self.leases.clone());
@@ -517,7 +517,7 @@ impl Inspect for AppQueues {
             for (name, url) in self.client.resolved_queues() {
                 let attributes = self
                     .client
-                    .transport
+                    .transport()
                     .get_queue_attributes(&url, &COUNTS)
                     .await
                     .map_err(|error| format!("queue `{name}`: {error}"))?;

@@ -28,7 +28,7 @@ pub(super) fn problems(
     type_header: &Arc<str>,
 ) -> Vec<ConfigError> {
     let mut problems = Vec::new();
-    let attempt_timeout = client.transport.attempt_timeout();
+    let attempt_timeout = client.transport().attempt_timeout();
     for subscriber in subscribers {
         problems.extend(subscriber.problems.iter().cloned());
         let before = problems.len();

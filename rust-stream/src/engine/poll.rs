@@ -431,7 +431,7 @@ impl Intake {
         let receive = async {
             tokio::time::timeout(
                 deadline,
-                CatchUnwind::new(self.client.transport.receive_message(&self.url, request)),
+                CatchUnwind::new(self.client.transport().receive_message(&self.url, request)),
             )
             .await
             .unwrap_or_else(|_| Ok(Err(crate::client::batch::unanswered_within(deadline))))
@@ -443,7 +443,7 @@ impl Intake {
             })
         };
         let _receiving = Receiving::new(self);
-        let given_up = if self.client.transport.abandoned_receive_takes_nothing() {
+        let given_up = if self.client.transport().abandoned_receive_takes_nothing() {
             self.tasks.stopping()
         } else {
             // Over a network the stop waits for it a moment, and while it holds messages to

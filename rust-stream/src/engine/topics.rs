@@ -78,7 +78,7 @@ async fn subscribe_queue(client: &Arc<Client>, queue: &SqsQueue) -> Result<(), R
             .map_err(|error| topic_error(&subscription.topic.name, error))?;
         let topic_failed = |error| topic_error(&topic.name, error);
         let found = client
-            .transport
+            .transport()
             .list_subscriptions_by_topic(&topic.arn)
             .await
             .map_err(topic_failed)?
@@ -87,7 +87,7 @@ async fn subscribe_queue(client: &Arc<Client>, queue: &SqsQueue) -> Result<(), R
         match found {
             Some(existing) => {
                 let attributes = client
-                    .transport
+                    .transport()
                     .get_subscription_attributes(&existing.subscription_arn)
                     .await
                     .map_err(topic_failed)?;
@@ -117,7 +117,7 @@ async fn subscribe_queue(client: &Arc<Client>, queue: &SqsQueue) -> Result<(), R
             request = request.filter_policy(policy);
         }
         let arn = client
-            .transport
+            .transport()
             .subscribe(request)
             .await
             .map_err(|error| topic_error(&topic.name, error))?;
@@ -141,7 +141,7 @@ async fn allow_topics(
     topics: &[ResolvedTopic],
 ) -> Result<(), TransportError> {
     let current = client
-        .transport
+        .transport()
         .get_queue_attributes(url, &["Policy"])
         .await?;
     let policy = with_our_statement(
@@ -150,7 +150,7 @@ async fn allow_topics(
         topics.iter().map(|topic| topic.arn.as_str()),
     )?;
     client
-        .transport
+        .transport()
         .set_queue_attributes(url, QueueAttributes::from([("Policy".to_owned(), policy)]))
         .await?;
     tracing::info!(

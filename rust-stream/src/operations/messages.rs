@@ -42,7 +42,7 @@ impl Operations {
             .wait_time_seconds(wait)
             .visibility_timeout(seconds(visibility));
         self.client
-            .transport
+            .transport()
             .receive_message(&url, request)
             .await
             .map_err(|source| at(&name, source))
@@ -73,7 +73,7 @@ impl Operations {
                 .collect();
             let result = self
                 .client
-                .transport
+                .transport()
                 .delete_message_batch(&url, entries)
                 .await
                 .map_err(|source| at(&name, source))?;
@@ -109,7 +109,7 @@ impl Operations {
                 .collect();
             let result = self
                 .client
-                .transport
+                .transport()
                 .change_message_visibility_batch(&url, entries)
                 .await
                 .map_err(|source| at(&name, source))?;

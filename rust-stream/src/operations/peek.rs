@@ -447,7 +447,7 @@ impl Operations {
     pub async fn peek(&self, queue: &str, peek: &Peek) -> Result<Vec<Message>, OperationError> {
         let name = self.named(queue)?;
         let url = self.url_of(&name).await?;
-        if self.client.transport.peeks() {
+        if self.client.transport().peeks() {
             return self.peek_in_place(&name, &url, peek).await;
         }
         if !peek.force {
@@ -510,7 +510,7 @@ impl Operations {
         while found.len() < peek.amount {
             let page = self
                 .client
-                .transport
+                .transport()
                 .peek_messages(
                     url,
                     PeekMessages {
@@ -547,7 +547,7 @@ impl Operations {
         }
         let attributes = self
             .client
-            .transport
+            .transport()
             .get_queue_attributes(url, &["RedrivePolicy"])
             .await
             .map_err(|source| at(name, source))?;
@@ -577,7 +577,7 @@ impl Operations {
             let request = ReceiveMessage::new(10)
                 .wait_time_seconds(1)
                 .visibility_timeout(HOLD_SECONDS);
-            let received = match self.client.transport.receive_message(url, request).await {
+            let received = match self.client.transport().receive_message(url, request).await {
                 Ok(received) => received,
                 Err(source) => {
                     outcome = Err(at(name, source));
@@ -625,7 +625,7 @@ impl Operations {
                 .collect();
             match self
                 .client
-                .transport
+                .transport()
                 .change_message_visibility_batch(url, entries)
                 .await
             {

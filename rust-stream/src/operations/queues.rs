@@ -331,7 +331,7 @@ impl Operations {
         let prefix = format!("{}{prefix}", self.client.naming().prefix);
         let urls = self
             .client
-            .transport
+            .transport()
             .list_queues(&prefix)
             .await
             .map_err(|source| OperationError::Listing {
@@ -384,7 +384,7 @@ impl Operations {
         let name = name_of(&url).to_owned();
         let attributes = self
             .client
-            .transport
+            .transport()
             .get_queue_attributes(&url, &["All"])
             .await
             .map_err(|source| at(&name, source))?;
@@ -428,13 +428,13 @@ impl Operations {
             let dead_letter = self.named(dead_letter)?;
             let url = self
                 .client
-                .transport
+                .transport()
                 .get_queue_url(&dead_letter)
                 .await
                 .map_err(|source| at(&dead_letter, source))?;
             let arn = self
                 .client
-                .transport
+                .transport()
                 .get_queue_attributes(&url, &["QueueArn"])
                 .await
                 .map_err(|source| at(&dead_letter, source))?
@@ -449,7 +449,7 @@ impl Operations {
         }
         let url = self
             .client
-            .transport
+            .transport()
             .create_queue(&name, attributes)
             .await
             .map_err(|source| at(&name, source))?;
@@ -475,7 +475,7 @@ impl Operations {
         let name = self.named(queue)?;
         let url = self.url_of(&name).await?;
         self.client
-            .transport
+            .transport()
             .purge_queue(&url)
             .await
             .map_err(|source| at(&name, source))?;

@@ -144,7 +144,7 @@ impl Operations {
             paced: 0,
         };
         run.report.at_start = visible + in_flight + delayed;
-        let outcome = if redrive.dry_run && self.client.transport.peeks() {
+        let outcome = if redrive.dry_run && self.client.transport().peeks() {
             self.dry_run_in_place(&mut run).await
         } else {
             self.receive_and_move(&mut run).await
@@ -173,7 +173,7 @@ impl Operations {
     async fn counts(&self, name: &str, url: &str) -> Result<(u64, u64, u64), OperationError> {
         let attributes = self
             .client
-            .transport
+            .transport()
             .get_queue_attributes(
                 url,
                 &[
@@ -200,7 +200,7 @@ impl Operations {
         loop {
             let page = self
                 .client
-                .transport
+                .transport()
                 .peek_messages(
                     &run.url,
                     PeekMessages {
@@ -258,7 +258,7 @@ impl Operations {
                 .visibility_timeout(hold_seconds);
             let received = self
                 .client
-                .transport
+                .transport()
                 .receive_message(&run.url, request)
                 .await
                 .map_err(|source| at(&run.from, source))?;
@@ -374,7 +374,7 @@ impl Operations {
                 .collect();
             let failed: HashSet<usize> = match self
                 .client
-                .transport
+                .transport()
                 .delete_message_batch(&run.url, entries)
                 .await
             {
@@ -476,7 +476,7 @@ impl Operations {
                 .collect();
             match self
                 .client
-                .transport
+                .transport()
                 .delete_message_batch(&run.url, entries)
                 .await
             {
