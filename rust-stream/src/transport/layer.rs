@@ -90,7 +90,7 @@ macro_rules! is_sns {
 macro_rules! action_enum {
     ($(
         $(#[$doc:meta])*
-        $action:ident $method:ident $service:ident
+        $action:ident $method:ident $service:ident [$($class:ident),*]
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
             $target_kind:ident { $target:expr }
             $(, default $default:block)?;
@@ -141,7 +141,7 @@ impl fmt::Display for Action {
 macro_rules! hooks_trait {
     ($(
         $(#[$doc:meta])*
-        $action:ident $method:ident $service:ident
+        $action:ident $method:ident $service:ident [$($class:ident),*]
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
             $target_kind:ident { $target:expr }
             $(, default $default:block)?;
@@ -240,7 +240,7 @@ impl<T, H> Hooked<T, H> {
 macro_rules! hooked_transport {
     ($(
         $(#[$doc:meta])*
-        $action:ident $method:ident $service:ident
+        $action:ident $method:ident $service:ident [$($class:ident),*]
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
             $target_kind:ident { $target:expr }
             $(, default $default:block)?;

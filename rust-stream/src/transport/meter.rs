@@ -25,7 +25,7 @@ use super::TransportError;
 macro_rules! api_calls {
     ($(
         $(#[$doc:meta])*
-        $action:ident $method:ident $service:ident
+        $action:ident $method:ident $service:ident [$($class:ident),*]
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
             $target_kind:ident { $target:expr }
             $(, default $default:block)?;
@@ -54,6 +54,28 @@ macro_rules! api_calls {
             }
         }
 
+        // A class the table names is one the meter sums: a misspelt one fails the build.
+        const _: () = {
+            macro_rules! known_class {
+                (messaging) => {};
+                (changing) => {};
+            }
+            $($(known_class!($class);)*)*
+        };
+
+        impl ApiCalls {
+            /// The counts of the actions whose row in the table names `class`.
+            fn sum_of_class(&self, class: &str) -> u64 {
+                let mut sum = 0;
+                $(
+                    if [$(stringify!($class)),*].contains(&class) {
+                        sum += self.$method;
+                    }
+                )*
+                sum
+            }
+        }
+
         impl CallCounter {
             /// The counts so far.
             pub(crate) fn snapshot(&self) -> ApiCalls {
@@ -69,28 +91,18 @@ transport_actions!(api_calls);
 
 impl ApiCalls {
     /// The calls that move messages (send, receive, delete, change visibility, and SNS's
-    /// publish): what a workload costs, without the startup calls.
+    /// publish): what a workload costs, without the startup calls. The actions of the class
+    /// `messaging` in the transport's table.
     pub fn messaging(&self) -> u64 {
-        self.send_message_batch
-            + self.receive_message
-            + self.delete_message_batch
-            + self.change_message_visibility_batch
-            + self.publish_batch
+        self.sum_of_class("messaging")
     }
 
     /// The calls that change what a queue holds or how it is set: sends, deletes, purges,
     /// creations, attribute changes and SNS publishes. Receives, visibility changes, peeks and
     /// lookups are not among them: they leave every message stored where it was. A dry run of a
-    /// redrive makes none of these.
+    /// redrive makes none of these. The actions of the class `changing` in the transport's table.
     pub fn changing(&self) -> u64 {
-        self.send_message_batch
-            + self.delete_message_batch
-            + self.purge_queue
-            + self.create_queue
-            + self.set_queue_attributes
-            + self.create_topic
-            + self.subscribe
-            + self.publish_batch
+        self.sum_of_class("changing")
     }
 }
 
@@ -212,6 +224,51 @@ mod tests {
     use crate::account::Account;
     use crate::transport::layer::Hooked;
     use crate::transport::{QueueAttributes, ReceiveMessage, Transport};
+
+    // The classes come from the table's rows: each action's count weighs a bit of its own, so a
+    // sum tells exactly which actions it took.
+    #[test]
+    fn the_classes_sum_the_actions_their_rows_name() {
+        let calls = ApiCalls {
+            get_queue_url: 1,
+            create_queue: 1 << 1,
+            get_queue_attributes: 1 << 2,
+            set_queue_attributes: 1 << 3,
+            send_message_batch: 1 << 4,
+            receive_message: 1 << 5,
+            delete_message_batch: 1 << 6,
+            change_message_visibility_batch: 1 << 7,
+            list_queues: 1 << 8,
+            purge_queue: 1 << 9,
+            peek_messages: 1 << 10,
+            create_topic: 1 << 11,
+            get_topic_attributes: 1 << 12,
+            subscribe: 1 << 13,
+            get_subscription_attributes: 1 << 14,
+            list_subscriptions_by_topic: 1 << 15,
+            publish_batch: 1 << 16,
+            ..ApiCalls::default()
+        };
+        assert_eq!(
+            calls.messaging(),
+            calls.send_message_batch
+                + calls.receive_message
+                + calls.delete_message_batch
+                + calls.change_message_visibility_batch
+                + calls.publish_batch
+        );
+        assert_eq!(
+            calls.changing(),
+            calls.send_message_batch
+                + calls.delete_message_batch
+                + calls.purge_queue
+                + calls.create_queue
+                + calls.set_queue_attributes
+                + calls.create_topic
+                + calls.subscribe
+                + calls.publish_batch
+        );
+    }
 
     // Every receive and batch call allocates its future (a broker holds the transport erased):
     // the meter's hooks must make it no bigger than the inner call timed by hand.

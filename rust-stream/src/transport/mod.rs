@@ -17,7 +17,8 @@
 //! it. The table
 //! expands, through one small `macro_rules!` a part, to the [`Transport`] method, its erased
 //! mirror, the typed hook and the forwarder of [`layer::Hooked`], the [`layer::Action`] variant with
-//! its name, and the field of [`meter::ApiCalls`]. A new action is therefore a row and its two
+//! its name, and the field of [`meter::ApiCalls`] with the sums it counts in
+//! ([`messaging`](meter::ApiCalls::messaging), [`changing`](meter::ApiCalls::changing)). A new action is therefore a row and its two
 //! backend implementations (the in-process account's and the aws-sdk transport's), and nothing
 //! else.
 //!
@@ -50,29 +51,31 @@ pub use crate::model::wire::*;
 /// `callback!`, which writes its part: [`Transport`] and its erased form here, the typed hooks and
 /// the forwarders of [`layer::Hooked`], [`layer::Action`], and the meter's [`meter::ApiCalls`].
 ///
-/// A row: the trait method's docs; the action's variant (its name in the API), the method and the
-/// service (`sqs` or `sns`); the borrowed arguments, then after `;` the owned one; the answer; the
+/// A row: the trait method's docs; the action's variant (its name in the API), the method, the
+/// service (`sqs` or `sns`) and the classes the meter sums it in (`messaging`: the calls a message
+/// costs, for [`ApiCalls::messaging`](meter::ApiCalls::messaging); `changing`: the calls that
+/// change what is stored, for [`ApiCalls::changing`](meter::ApiCalls::changing)); the borrowed arguments, then after `;` the owned one; the answer; the
 /// argument `around` sees as the call's target (`target_owned` when it is moved into the call);
 /// and, for an action a transport need not implement, the default body.
 macro_rules! transport_actions {
     ($callback:ident) => {
         $callback! {
             /// `GetQueueUrl`.
-            GetQueueUrl get_queue_url sqs (name: &str) -> String,
+            GetQueueUrl get_queue_url sqs [] (name: &str) -> String,
                 target { name };
 
             /// `CreateQueue`: creates the queue or returns the URL of an identical one.
-            CreateQueue create_queue sqs (name: &str; attributes: QueueAttributes) -> String,
+            CreateQueue create_queue sqs [changing] (name: &str; attributes: QueueAttributes) -> String,
                 target { name };
 
             /// `GetQueueAttributes`.
-            GetQueueAttributes get_queue_attributes sqs
+            GetQueueAttributes get_queue_attributes sqs []
                 (queue_url: &str, names: &[&str]) -> QueueAttributes,
                 target { queue_url };
 
             /// `SetQueueAttributes`: all or nothing. The broker sets a queue's `Policy` with it, to
             /// let the topics the queue is subscribed to send to it.
-            SetQueueAttributes set_queue_attributes sqs
+            SetQueueAttributes set_queue_attributes sqs [changing]
                 (queue_url: &str; attributes: QueueAttributes) -> (),
                 target { queue_url },
                 default {
@@ -84,28 +87,28 @@ macro_rules! transport_actions {
                 };
 
             /// `SendMessageBatch`.
-            SendMessageBatch send_message_batch sqs
+            SendMessageBatch send_message_batch sqs [messaging, changing]
                 (queue_url: &str; entries: Vec<SendBatchEntry>) -> BatchResult<SentMessage>,
                 target { queue_url };
 
             /// `ReceiveMessage`.
-            ReceiveMessage receive_message sqs
+            ReceiveMessage receive_message sqs [messaging]
                 (queue_url: &str; request: ReceiveMessage) -> Vec<ReceivedMessage>,
                 target { queue_url };
 
             /// `DeleteMessageBatch`.
-            DeleteMessageBatch delete_message_batch sqs
+            DeleteMessageBatch delete_message_batch sqs [messaging, changing]
                 (queue_url: &str; entries: Vec<DeleteEntry>) -> BatchResult<()>,
                 target { queue_url };
 
             /// `ChangeMessageVisibilityBatch`.
-            ChangeMessageVisibilityBatch change_message_visibility_batch sqs
+            ChangeMessageVisibilityBatch change_message_visibility_batch sqs [messaging]
                 (queue_url: &str; entries: Vec<ChangeVisibilityEntry>) -> BatchResult<()>,
                 target { queue_url };
 
             /// `ListQueues`: the URLs of the queues whose names start with `prefix` (every page, in
             /// one list, sorted).
-            ListQueues list_queues sqs (prefix: &str) -> Vec<String>,
+            ListQueues list_queues sqs [] (prefix: &str) -> Vec<String>,
                 target { prefix },
                 default {
                     let _ = prefix;
@@ -114,7 +117,7 @@ macro_rules! transport_actions {
 
             /// `PurgeQueue`: deletes every message of the queue, in flight or not (SQS allows one
             /// purge a minute).
-            PurgeQueue purge_queue sqs (queue_url: &str) -> (),
+            PurgeQueue purge_queue sqs [changing] (queue_url: &str) -> (),
                 target { queue_url },
                 default {
                     let _ = queue_url;
@@ -125,7 +128,7 @@ macro_rules! transport_actions {
             /// skipping `request.offset`, that changes nothing: no receive counted, no visibility
             /// changed. Only a transport that [`peeks`](Self::peeks) implements it; SQS has no such
             /// call.
-            PeekMessages peek_messages sqs
+            PeekMessages peek_messages sqs []
                 (queue_url: &str; request: PeekMessages) -> Vec<PeekedMessage>,
                 target { queue_url },
                 default {
@@ -138,7 +141,7 @@ macro_rules! transport_actions {
 
             /// SNS `CreateTopic`: creates the topic (FIFO with `FifoTopic=true`) and returns its
             /// ARN, or the ARN of the topic of this name if its attributes are the ones given.
-            CreateTopic create_topic sns (name: &str; attributes: TopicAttributes) -> String,
+            CreateTopic create_topic sns [changing] (name: &str; attributes: TopicAttributes) -> String,
                 target { name },
                 default {
                     let _ = (name, attributes);
@@ -146,7 +149,7 @@ macro_rules! transport_actions {
                 };
 
             /// SNS `GetTopicAttributes`.
-            GetTopicAttributes get_topic_attributes sns (topic_arn: &str) -> TopicAttributes,
+            GetTopicAttributes get_topic_attributes sns [] (topic_arn: &str) -> TopicAttributes,
                 target { topic_arn },
                 default {
                     let _ = topic_arn;
@@ -155,7 +158,7 @@ macro_rules! transport_actions {
 
             /// SNS `Subscribe`: returns the subscription's ARN (SNS's `ReturnSubscriptionArn`), the
             /// existing one's when the endpoint is subscribed already with the attributes given.
-            Subscribe subscribe sns (; request: Subscribe) -> String,
+            Subscribe subscribe sns [changing] (; request: Subscribe) -> String,
                 target_owned { request.topic_arn },
                 default {
                     let _ = request;
@@ -163,7 +166,7 @@ macro_rules! transport_actions {
                 };
 
             /// SNS `GetSubscriptionAttributes`.
-            GetSubscriptionAttributes get_subscription_attributes sns
+            GetSubscriptionAttributes get_subscription_attributes sns []
                 (subscription_arn: &str) -> SubscriptionAttributes,
                 target { subscription_arn },
                 default {
@@ -172,7 +175,7 @@ macro_rules! transport_actions {
                 };
 
             /// SNS `ListSubscriptionsByTopic`: every page, in one list.
-            ListSubscriptionsByTopic list_subscriptions_by_topic sns
+            ListSubscriptionsByTopic list_subscriptions_by_topic sns []
                 (topic_arn: &str) -> Vec<Subscription>,
                 target { topic_arn },
                 default {
@@ -182,7 +185,7 @@ macro_rules! transport_actions {
 
             /// SNS `PublishBatch` (a single publish is a batch of one): each entry succeeds or
             /// fails alone, as in `SendMessageBatch`.
-            PublishBatch publish_batch sns
+            PublishBatch publish_batch sns [messaging, changing]
                 (topic_arn: &str; entries: Vec<PublishBatchEntry>) -> PublishBatchResult,
                 target { topic_arn },
                 default {
@@ -200,7 +203,7 @@ pub mod meter;
 macro_rules! transport_trait {
     ($(
         $(#[$doc:meta])*
-        $action:ident $method:ident $service:ident
+        $action:ident $method:ident $service:ident [$($class:ident),*]
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
             $target_kind:ident { $target:expr }
             $(, default $default:block)?;
@@ -304,7 +307,7 @@ pub use crate::task::BoxFuture;
 macro_rules! dyn_transport {
     ($(
         $(#[$doc:meta])*
-        $action:ident $method:ident $service:ident
+        $action:ident $method:ident $service:ident [$($class:ident),*]
             ($($arg:ident: &$arg_ty:ty),* $(; $owned:ident: $owned_ty:ty)?) -> $answer:ty,
             $target_kind:ident { $target:expr }
             $(, default $default:block)?;
