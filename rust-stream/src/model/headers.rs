@@ -13,6 +13,9 @@
 //! | [`SOURCE_QUEUE_HEADER`] `rust_stream.source_queue` | the engine's dead-letter copy | a redrive to the source |
 //! | [`ATTEMPTS_HEADER`] `rust_stream.attempts` | the engine's dead-letter copy | operators |
 //! | [`TRACEPARENT_HEADER`], [`TRACESTATE_HEADER`] | every publish (feature `opentelemetry`) | each message's `process` span |
+//! | [`EXTENDED_PAYLOAD_SIZE`] `ExtendedPayloadSize` | a send whose body went to S3 (and every AWS extended client) | [large payloads](crate::model::large_payload): marks a pointer |
+//! | [`LEGACY_PAYLOAD_SIZE`] `SQSLargePayloadSize` | older Java extended clients | the same, read only |
+//! | [`PAYLOAD_SHA256_HEADER`] `rust_stream.payload_sha256` | a send whose body went to S3 | the check of the payload fetched |
 //!
 //! A sender's own attribute of one of these names is never overwritten.
 
@@ -49,3 +52,15 @@ pub const TRACEPARENT_HEADER: &str = "traceparent";
 /// The message attribute carrying the W3C `tracestate` (vendor-specific trace data) of the span a
 /// message was published in; sent only when it is not empty.
 pub const TRACESTATE_HEADER: &str = "tracestate";
+
+/// The message attribute that marks a body as a pointer to an S3 object and carries the payload's
+/// size in bytes (a `Number`): what every AWS extended client writes and reads
+/// ([`large_payload`](crate::model::large_payload)).
+pub const EXTENDED_PAYLOAD_SIZE: &str = "ExtendedPayloadSize";
+
+/// The same attribute as older Java extended clients named it: read, never written.
+pub const LEGACY_PAYLOAD_SIZE: &str = "SQSLargePayloadSize";
+
+/// The message attribute carrying the SHA-256 of a payload kept in S3, in lowercase hex: written
+/// beside the pointer, checked against the object before a handler sees it.
+pub const PAYLOAD_SHA256_HEADER: &str = "rust_stream.payload_sha256";

@@ -34,6 +34,7 @@ pub mod envelope;
 pub mod error;
 pub mod filter_policy;
 pub mod headers;
+pub mod large_payload;
 pub(crate) mod naming;
 pub mod queue;
 pub mod rules;

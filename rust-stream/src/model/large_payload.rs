@@ -1,0 +1,268 @@
+//! Large payloads through S3, as the message says it: the pointer a message carries in place of a
+//! body kept in an S3 object, in the form every AWS extended client reads.
+//!
+//! AWS's extended clients (Java's `amazon-sqs-java-extended-client-lib` and its SNS sibling,
+//! Python's `amazon-sqs-extended-client`) put a body over their threshold in S3 and send, in its
+//! place, a JSON array naming the pointer's class and the object:
+//!
+//! ```text
+//! ["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"payments","s3Key":"7f0c…"}]
+//! ```
+//!
+//! with the message attribute `ExtendedPayloadSize` (a `Number`: the payload's size in bytes).
+//! Older Java clients wrote the attribute `SQSLargePayloadSize` and a plain object
+//! (`{"s3BucketName":..,"s3Key":..}`) instead of the array; both are still read, so a dead letter
+//! of an older producer redrives and decodes. rust-stream writes the array and
+//! `ExtendedPayloadSize`, which all of them read, and adds [`PAYLOAD_SHA256_HEADER`]: the payload's
+//! SHA-256, which a consumer checks before the handler sees the payload (the Java client has no
+//! integrity check of its own).
+//!
+//! ```
+//! use rust_stream::model::large_payload::PayloadPointer;
+//! use rust_stream::EXTENDED_PAYLOAD_SIZE;
+//! use rust_stream::model::wire::{MessageAttributeValue, MessageAttributes};
+//!
+//! let pointer = PayloadPointer::new("payments", "7f0c");
+//! let body = pointer.to_body();
+//! let mut attributes = MessageAttributes::new();
+//! attributes.insert(EXTENDED_PAYLOAD_SIZE.into(), MessageAttributeValue::number("300000"));
+//!
+//! let read = PayloadPointer::read(&body, &attributes).unwrap().unwrap();
+//! assert_eq!(read.pointer, pointer);
+//! assert_eq!(read.size, 300_000);
+//! // A body without the size attribute is a body, whatever it looks like.
+//! assert!(PayloadPointer::read(&body, &MessageAttributes::new()).unwrap().is_none());
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use super::headers::{EXTENDED_PAYLOAD_SIZE, LEGACY_PAYLOAD_SIZE, PAYLOAD_SHA256_HEADER};
+use super::wire::{MessageAttributeValue, MessageAttributes};
+
+/// The class name the Java extended client gives its pointer, the array's first element.
+const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
+
+/// Where an offloaded payload is: its S3 bucket and key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PayloadPointer {
+    /// The bucket.
+    #[serde(rename = "s3BucketName")]
+    pub bucket: String,
+    /// The object's key.
+    #[serde(rename = "s3Key")]
+    pub key: String,
+}
+
+/// A pointer read from a message, with what its attributes say of the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadPointer {
+    /// Where the payload is.
+    pub pointer: PayloadPointer,
+    /// Its size in bytes, as the sender wrote it.
+    pub size: u64,
+    /// Its SHA-256 in lowercase hex, when the sender wrote one ([`PAYLOAD_SHA256_HEADER`]).
+    pub sha256: Option<String>,
+}
+
+/// Why a message marked as a pointer is not one that can be followed: the message is then not a
+/// message a handler can be given (a decode failure, dead-lettered with this reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PointerError {
+    /// The size attribute is there but its value is no size in bytes.
+    #[error("the `{attribute}` attribute says `{value}`, which is no size in bytes")]
+    BadSize {
+        /// The attribute's name.
+        attribute: &'static str,
+        /// What it held.
+        value: String,
+    },
+    /// The body of a message marked as a pointer is no pointer the extended clients write.
+    #[error(
+        "the message has a `{attribute}` attribute, so its body should point at an S3 object, but \
+         the body is neither `[\"{POINTER_CLASS}\",{{\"s3BucketName\":..,\"s3Key\":..}}]` nor \
+         `{{\"s3BucketName\":..,\"s3Key\":..}}`: {reason}"
+    )]
+    NotAPointer {
+        /// The attribute that marked it.
+        attribute: &'static str,
+        /// What did not parse.
+        reason: String,
+    },
+}
+
+impl PayloadPointer {
+    /// A pointer to `key` in `bucket`.
+    pub fn new(bucket: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            bucket: bucket.into(),
+            key: key.into(),
+        }
+    }
+
+    /// The body that carries this pointer, in the Java extended client's form, which every
+    /// extended client reads.
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(&(POINTER_CLASS, self)).expect("a pointer serializes")
+    }
+
+    /// The attributes a message carrying this pointer adds: [`EXTENDED_PAYLOAD_SIZE`] with
+    /// `size`, and [`PAYLOAD_SHA256_HEADER`] with `sha256` (lowercase hex).
+    pub fn attributes(size: u64, sha256: &str) -> [(&'static str, MessageAttributeValue); 2] {
+        [
+            (
+                EXTENDED_PAYLOAD_SIZE,
+                MessageAttributeValue::number(size.to_string()),
+            ),
+            (PAYLOAD_SHA256_HEADER, MessageAttributeValue::string(sha256)),
+        ]
+    }
+
+    /// The pointer a received message carries, if it carries one: a message is a pointer when it
+    /// has the [`EXTENDED_PAYLOAD_SIZE`] or [`LEGACY_PAYLOAD_SIZE`] attribute, as every extended
+    /// client decides; `body` is then the array or the plain object. `Ok(None)` for any other
+    /// message, whatever its body looks like.
+    ///
+    /// # Errors
+    ///
+    /// [`PointerError`] when the attribute is there but the size or the body is not what the
+    /// extended clients write.
+    pub fn read(
+        body: &str,
+        attributes: &MessageAttributes,
+    ) -> Result<Option<ReadPointer>, PointerError> {
+        let marked = [EXTENDED_PAYLOAD_SIZE, LEGACY_PAYLOAD_SIZE]
+            .into_iter()
+            .find_map(|name| Some((name, attributes.get(name)?)));
+        let Some((attribute, value)) = marked else {
+            return Ok(None);
+        };
+        let text = value.string_value.as_deref().unwrap_or_default();
+        let size = text
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| PointerError::BadSize {
+                attribute,
+                value: text.to_owned(),
+            })?;
+        let pointer = Self::parse_body(body)
+            .map_err(|reason| PointerError::NotAPointer { attribute, reason })?;
+        let sha256 = attributes
+            .get(PAYLOAD_SHA256_HEADER)
+            .and_then(|value| value.string_value.clone());
+        Ok(Some(ReadPointer {
+            pointer,
+            size,
+            sha256,
+        }))
+    }
+
+    /// The pointer in a body: the array `[class, {..}]` or, from older clients, the plain object.
+    fn parse_body(body: &str) -> Result<Self, String> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Array(String, PayloadPointer),
+            Plain(PayloadPointer),
+        }
+        match serde_json::from_str::<Form>(body.trim()) {
+            Ok(Form::Array(class, pointer)) if class == POINTER_CLASS => Ok(pointer),
+            Ok(Form::Array(class, _)) => Err(format!("the pointer's class is `{class}`")),
+            Ok(Form::Plain(pointer)) => Ok(pointer),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marked(name: &str, size: &str) -> MessageAttributes {
+        let mut attributes = MessageAttributes::new();
+        attributes.insert(name.into(), MessageAttributeValue::number(size));
+        attributes
+    }
+
+    // The bodies as the Java client (`PayloadS3Pointer.toJson`, Jackson with default typing) and
+    // Python's `amazon-sqs-extended-client` write them, spaces and all.
+    const JAVA_BODY: &str = r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"bucket-1","s3Key":"9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61"}]"#;
+    const PYTHON_BODY: &str = r#"["software.amazon.payloadoffloading.PayloadS3Pointer", {"s3BucketName": "bucket-1", "s3Key": "9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61"}]"#;
+    const LEGACY_BODY: &str =
+        r#"{"s3BucketName":"bucket-1","s3Key":"9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61"}"#;
+
+    #[test]
+    fn the_pointers_of_every_extended_client_read_alike() {
+        let expected = PayloadPointer::new("bucket-1", "9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61");
+        for (body, attribute) in [
+            (JAVA_BODY, EXTENDED_PAYLOAD_SIZE),
+            (PYTHON_BODY, EXTENDED_PAYLOAD_SIZE),
+            (LEGACY_BODY, LEGACY_PAYLOAD_SIZE),
+            (JAVA_BODY, LEGACY_PAYLOAD_SIZE),
+        ] {
+            let read = PayloadPointer::read(body, &marked(attribute, "262145"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("{body} under {attribute} is a pointer"));
+            assert_eq!(read.pointer, expected, "{body}");
+            assert_eq!(read.size, 262_145);
+            assert_eq!(read.sha256, None);
+        }
+    }
+
+    #[test]
+    fn ours_is_the_java_form_and_reads_back_with_its_digest() {
+        let pointer = PayloadPointer::new("bucket-1", "9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61");
+        assert_eq!(pointer.to_body(), JAVA_BODY);
+        let mut attributes = MessageAttributes::new();
+        for (name, value) in PayloadPointer::attributes(300_000, "ab12") {
+            attributes.insert(name.into(), value);
+        }
+        let read = PayloadPointer::read(&pointer.to_body(), &attributes)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            read,
+            ReadPointer {
+                pointer,
+                size: 300_000,
+                sha256: Some("ab12".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn a_body_without_the_size_attribute_is_a_body() {
+        for body in [JAVA_BODY, LEGACY_BODY, "{}", "plain"] {
+            assert_eq!(
+                PayloadPointer::read(body, &MessageAttributes::new()),
+                Ok(None)
+            );
+        }
+    }
+
+    #[test]
+    fn a_marked_message_that_points_nowhere_says_why() {
+        let not_json = PayloadPointer::read("plain", &marked(EXTENDED_PAYLOAD_SIZE, "10"));
+        assert!(
+            matches!(&not_json, Err(PointerError::NotAPointer { attribute, .. }) if *attribute == EXTENDED_PAYLOAD_SIZE),
+            "{not_json:?}"
+        );
+        let other_class = PayloadPointer::read(
+            r#"["com.example.Other",{"s3BucketName":"b","s3Key":"k"}]"#,
+            &marked(EXTENDED_PAYLOAD_SIZE, "10"),
+        )
+        .unwrap_err();
+        assert!(
+            other_class.to_string().contains("`com.example.Other`"),
+            "{other_class}"
+        );
+        let bad_size =
+            PayloadPointer::read(JAVA_BODY, &marked(LEGACY_PAYLOAD_SIZE, "-3")).unwrap_err();
+        assert_eq!(
+            bad_size,
+            PointerError::BadSize {
+                attribute: LEGACY_PAYLOAD_SIZE,
+                value: "-3".into()
+            }
+        );
+    }
+}
