@@ -43,6 +43,9 @@
 //!   subscriptions of the account's queues with raw delivery and filter policies, SNS's publish
 //!   rules, a FIFO topic's 5-minute deduplication and sequence numbers, and each publish
 //!   delivered to every matching subscription in one step through the queues' own send path.
+//! - S3 buckets, enough for large payloads: `create_bucket`, `put_object`, `get_object`,
+//!   `head_object`, `delete_object`, with S3's bucket-name rule and its `NoSuchBucket` and
+//!   `NoSuchKey` answers ([`Account::object_keys`] lists what a bucket holds, for tests).
 //!
 //! # What it does not model
 //!
@@ -59,6 +62,7 @@ mod fifo;
 mod ids;
 mod message;
 mod messaging;
+mod objects;
 mod queue;
 mod received;
 mod settle;
@@ -114,6 +118,8 @@ struct Inner {
     state: Mutex<State>,
     /// The SNS topics; a publish holds this lock while it delivers (see `sns.rs`).
     topics: Mutex<Topics>,
+    /// The account's S3 buckets, for large payloads.
+    objects: Mutex<objects::Buckets>,
     /// Maps tokio's clock to wall-clock time, so timestamps advance with a paused clock.
     epoch_ms_at_start: u64,
     started: Instant,
@@ -128,6 +134,7 @@ impl Default for Inner {
         Self {
             state: Mutex::default(),
             topics: Mutex::default(),
+            objects: Mutex::default(),
             epoch_ms_at_start: epoch_ms,
             started: Instant::now(),
         }
@@ -208,6 +215,14 @@ impl Account {
     /// A new, empty account.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    fn objects(&self) -> MutexGuard<'_, objects::Buckets> {
+        // Each call changes the buckets in one step: they are consistent whenever unlocked.
+        self.inner
+            .objects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -140,4 +140,29 @@ impl Transport for Account {
     fn abandoned_receive_takes_nothing(&self) -> bool {
         true
     }
+
+    async fn create_bucket(&self, bucket: &str) -> Result<(), TransportError> {
+        Account::create_bucket(self, bucket).await
+    }
+
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        Account::put_object(self, bucket, key, body).await
+    }
+
+    async fn get_object(&self, bucket: &str, key: &str) -> Result<Vec<u8>, TransportError> {
+        Account::get_object(self, bucket, key).await
+    }
+
+    async fn head_object(&self, bucket: &str, key: &str) -> Result<u64, TransportError> {
+        Account::head_object(self, bucket, key).await
+    }
+
+    async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
+        Account::delete_object(self, bucket, key).await
+    }
 }

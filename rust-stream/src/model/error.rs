@@ -1,10 +1,10 @@
-//! What a queue or topic service answers when it refuses: the SQS and SNS error kinds, a failed
+//! What a queue, topic or object service answers when it refuses: the SQS, SNS and S3 error kinds, a failed
 //! request ([`TransportError`]) and a failed batch entry ([`BatchFailure`]). Every backend answers
 //! in these words, so a caller matches on one enum whatever is underneath.
 
 use std::fmt;
 
-/// The SQS and SNS error kinds, named as the services name them.
+/// The SQS, SNS and S3 error kinds, named as the services name them.
 ///
 /// Both the in-process account and the network transport report these, so a caller matches on
 /// one enum whatever the backend. The kinds SNS shares with SQS (`InvalidParameterValue`, the batch
@@ -58,6 +58,12 @@ pub enum ErrorKind {
     InvalidParameter,
     /// SNS: the topic or subscription named does not exist.
     NotFound,
+    /// S3: the bucket named does not exist.
+    NoSuchBucket,
+    /// S3: the bucket has no object of the key named.
+    NoSuchKey,
+    /// S3 (and SQS, SNS): the caller's credentials do not allow the call.
+    AccessDenied,
 }
 
 impl ErrorKind {
@@ -85,6 +91,9 @@ impl ErrorKind {
             Self::InternalError => "InternalError",
             Self::InvalidParameter => "InvalidParameter",
             Self::NotFound => "NotFound",
+            Self::NoSuchBucket => "NoSuchBucket",
+            Self::NoSuchKey => "NoSuchKey",
+            Self::AccessDenied => "AccessDenied",
         }
     }
 
@@ -120,6 +129,9 @@ impl ErrorKind {
             "InternalError" | "InternalFailure" | "ServiceUnavailable" => Self::InternalError,
             "InvalidParameter" | "InvalidParameterException" => Self::InvalidParameter,
             "NotFound" | "NotFoundException" => Self::NotFound,
+            "NoSuchBucket" => Self::NoSuchBucket,
+            "NoSuchKey" => Self::NoSuchKey,
+            "AccessDenied" | "AccessDeniedException" | "AuthorizationError" => Self::AccessDenied,
             _ => return None,
         })
     }

@@ -84,6 +84,9 @@ macro_rules! is_sns {
     (sqs) => {
         false
     };
+    (s3) => {
+        false
+    };
 }
 
 /// Writes [`Action`], with its name and service.

@@ -354,6 +354,36 @@ mod tests {
         assert_eq!(calls.messaging(), 1);
     }
 
+    // S3's calls are rows of the same table: the meter counts them as it counts SQS's, and a
+    // bucket name S3 would refuse is no call.
+    #[tokio::test]
+    async fn s3_calls_are_counted_under_their_actions() {
+        let metered = Hooked::new(Account::new(), Meter::default());
+        metered.create_bucket("payloads").await.unwrap();
+        metered
+            .put_object("payloads", "k", b"body".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(metered.get_object("payloads", "k").await.unwrap(), b"body");
+        assert_eq!(metered.head_object("payloads", "k").await.unwrap(), 4);
+        metered.delete_object("payloads", "k").await.unwrap();
+        metered.create_bucket("Bad_Name").await.unwrap_err();
+        let calls = metered.hooks().calls.snapshot();
+        assert_eq!(
+            calls,
+            ApiCalls {
+                create_bucket: 1,
+                put_object: 1,
+                get_object: 1,
+                head_object: 1,
+                delete_object: 1,
+                ..ApiCalls::default()
+            }
+        );
+        assert_eq!(calls.changing(), 3, "the bucket, the put and the delete");
+        assert_eq!(calls.messaging(), 0);
+    }
+
     #[tokio::test]
     async fn a_publish_batch_of_ten_is_one_call_and_a_batch_of_eleven_none() {
         use crate::transport::{Publish, PublishBatchEntry, TopicAttributes};

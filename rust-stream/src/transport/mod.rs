@@ -192,6 +192,47 @@ macro_rules! transport_actions {
                     let _ = (topic_arn, entries);
                     std::future::ready(Err(without_sns("PublishBatch")))
                 };
+
+            /// S3 `CreateBucket`: creates the bucket, or succeeds when this account owns it
+            /// already (S3's `BucketAlreadyOwnedByYou`).
+            CreateBucket create_bucket s3 [changing] (bucket: &str) -> (),
+                target { bucket },
+                default {
+                    let _ = bucket;
+                    std::future::ready(Err(without_s3("CreateBucket")))
+                };
+
+            /// S3 `PutObject`: stores `body` under `key`, replacing what was there.
+            PutObject put_object s3 [changing] (bucket: &str, key: &str; body: Vec<u8>) -> (),
+                target { bucket },
+                default {
+                    let _ = (bucket, key, body);
+                    std::future::ready(Err(without_s3("PutObject")))
+                };
+
+            /// S3 `GetObject`: the object's bytes.
+            GetObject get_object s3 [] (bucket: &str, key: &str) -> Vec<u8>,
+                target { bucket },
+                default {
+                    let _ = (bucket, key);
+                    std::future::ready(Err(without_s3("GetObject")))
+                };
+
+            /// S3 `HeadObject`: the object's size in bytes, without its bytes.
+            HeadObject head_object s3 [] (bucket: &str, key: &str) -> u64,
+                target { bucket },
+                default {
+                    let _ = (bucket, key);
+                    std::future::ready(Err(without_s3("HeadObject")))
+                };
+
+            /// S3 `DeleteObject`: succeeds whether or not the object was there, as S3 does.
+            DeleteObject delete_object s3 [changing] (bucket: &str, key: &str) -> (),
+                target { bucket },
+                default {
+                    let _ = (bucket, key);
+                    std::future::ready(Err(without_s3("DeleteObject")))
+                };
         }
     };
 }
@@ -286,6 +327,18 @@ fn without_sns(action: &str) -> TransportError {
         format!(
             "this transport has no SNS: it does not implement `{action}`; implement the SNS \
              methods of `Transport`, or use a transport that has them (the in-process account)"
+        ),
+    )
+}
+
+/// What an S3 call answers on a transport without S3.
+fn without_s3(action: &str) -> TransportError {
+    TransportError::service(
+        ErrorKind::UnsupportedOperation,
+        format!(
+            "this transport has no S3: it does not implement `{action}`, which large payloads \
+             need; implement the S3 methods of `Transport`, or use a transport that has them (the \
+             in-process account)"
         ),
     )
 }
