@@ -231,6 +231,9 @@ mod guides {
     #[doc = include_str!("../../docs/benchmarks.md")]
     mod benchmarks {}
 
+    #[doc = include_str!("../../docs/large-payloads.md")]
+    mod large_payloads {}
+
     #[doc = include_str!("../../docs/README.md")]
     mod index {}
 }

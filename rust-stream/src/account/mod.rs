@@ -65,6 +65,7 @@ mod messaging;
 mod objects;
 mod queue;
 mod received;
+mod s3;
 mod settle;
 mod sns;
 mod store;

@@ -1,22 +1,23 @@
-//! The account's S3: buckets of objects, enough of S3 for large payloads (create a bucket, put,
-//! get, head and delete an object) with S3's answers to a missing bucket or key. Objects live in
-//! memory; S3's own limits beyond the bucket name's are not modelled (a single PUT takes up to
-//! 5 GiB there, so no body a queue service carries reaches it).
+//! The account's S3 buckets, as data: objects by key in buckets by name, in memory, with S3's
+//! answer to a bucket that does not exist. The account's S3 calls (`s3.rs`) work on them.
 
 use std::collections::HashMap;
 
-use super::Account;
-use crate::model::rules::{self, fail, ErrorKind};
+use crate::model::rules::{fail, ErrorKind};
 use crate::transport::TransportError;
 
 /// The account's buckets, by name.
 #[derive(Debug, Default)]
 pub(super) struct Buckets {
-    buckets: HashMap<String, HashMap<String, Vec<u8>>>,
+    pub(super) buckets: HashMap<String, HashMap<String, Vec<u8>>>,
 }
 
 impl Buckets {
-    fn bucket(&mut self, bucket: &str) -> Result<&mut HashMap<String, Vec<u8>>, TransportError> {
+    /// The objects of `bucket`, or S3's answer when it does not exist.
+    pub(super) fn bucket(
+        &mut self,
+        bucket: &str,
+    ) -> Result<&mut HashMap<String, Vec<u8>>, TransportError> {
         match self.buckets.get_mut(bucket) {
             Some(objects) => Ok(objects),
             None => fail(
@@ -30,137 +31,9 @@ impl Buckets {
     }
 }
 
-impl Account {
-    /// S3 `CreateBucket`: creates an empty bucket, or leaves the bucket of this name as it is.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidParameterValue`] for a name S3 refuses.
-    pub async fn create_bucket(&self, bucket: &str) -> Result<(), TransportError> {
-        rules::check_bucket_name(bucket).map_err(TransportError::unsent)?;
-        self.objects().buckets.entry(bucket.to_owned()).or_default();
-        Ok(())
-    }
-
-    /// S3 `PutObject`: stores `body` under `key` in `bucket`, replacing what was there.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NoSuchBucket`] when the bucket does not exist.
-    pub async fn put_object(
-        &self,
-        bucket: &str,
-        key: &str,
-        body: Vec<u8>,
-    ) -> Result<(), TransportError> {
-        self.objects().bucket(bucket)?.insert(key.to_owned(), body);
-        Ok(())
-    }
-
-    /// S3 `GetObject`: the bytes stored under `key` in `bucket`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NoSuchBucket`], or [`ErrorKind::NoSuchKey`] when the bucket has no such
-    /// object.
-    pub async fn get_object(&self, bucket: &str, key: &str) -> Result<Vec<u8>, TransportError> {
-        let mut objects = self.objects();
-        match objects.bucket(bucket)?.get(key) {
-            Some(body) => Ok(body.clone()),
-            None => no_such_key(bucket, key),
-        }
-    }
-
-    /// S3 `HeadObject`: the size in bytes of the object under `key` in `bucket`.
-    ///
-    /// # Errors
-    ///
-    /// As [`get_object`](Self::get_object).
-    pub async fn head_object(&self, bucket: &str, key: &str) -> Result<u64, TransportError> {
-        let mut objects = self.objects();
-        match objects.bucket(bucket)?.get(key) {
-            Some(body) => Ok(body.len() as u64),
-            None => no_such_key(bucket, key),
-        }
-    }
-
-    /// S3 `DeleteObject`: removes the object under `key` from `bucket`; a key with no object is
-    /// no error, as in S3.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NoSuchBucket`] when the bucket does not exist.
-    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
-        self.objects().bucket(bucket)?.remove(key);
-        Ok(())
-    }
-
-    /// The keys of the objects in `bucket`, sorted; empty when it does not exist. For tests: a
-    /// look at what a bucket holds, as S3's `ListObjectsV2` would give it.
-    pub fn object_keys(&self, bucket: &str) -> Vec<String> {
-        let objects = self.objects();
-        let mut keys: Vec<String> = objects
-            .buckets
-            .get(bucket)
-            .map(|objects| objects.keys().cloned().collect())
-            .unwrap_or_default();
-        keys.sort();
-        keys
-    }
-}
-
-fn no_such_key<T>(bucket: &str, key: &str) -> Result<T, TransportError> {
+pub(super) fn no_such_key<T>(bucket: &str, key: &str) -> Result<T, TransportError> {
     fail(
         ErrorKind::NoSuchKey,
         format!("the bucket `{bucket}` has no object `{key}`"),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn an_object_is_put_read_and_deleted_as_in_s3() {
-        let account = Account::new();
-        account.create_bucket("payloads").await.unwrap();
-        account.create_bucket("payloads").await.unwrap();
-        account
-            .put_object("payloads", "k1", b"large body".to_vec())
-            .await
-            .unwrap();
-        assert_eq!(
-            account.get_object("payloads", "k1").await.unwrap(),
-            b"large body"
-        );
-        assert_eq!(account.head_object("payloads", "k1").await.unwrap(), 10);
-        assert_eq!(account.object_keys("payloads"), ["k1"]);
-        account.delete_object("payloads", "k1").await.unwrap();
-        account.delete_object("payloads", "k1").await.unwrap();
-        let missing = account.get_object("payloads", "k1").await.unwrap_err();
-        assert_eq!(missing.kind(), Some(ErrorKind::NoSuchKey), "{missing}");
-        assert!(account.object_keys("payloads").is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_missing_bucket_and_a_bad_name_are_refused() {
-        let account = Account::new();
-        let missing = account
-            .put_object("nowhere", "k", vec![1])
-            .await
-            .unwrap_err();
-        assert_eq!(missing.kind(), Some(ErrorKind::NoSuchBucket), "{missing}");
-        assert!(
-            missing.to_string().contains("create_if_missing"),
-            "{missing}"
-        );
-        for bad in ["ab", "Payloads", "-payloads", "payloads_1"] {
-            let refused = account.create_bucket(bad).await.unwrap_err();
-            assert_eq!(
-                refused.kind(),
-                Some(ErrorKind::InvalidParameterValue),
-                "{bad}"
-            );
-        }
-    }
 }

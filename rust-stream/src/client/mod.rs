@@ -18,6 +18,7 @@
 //!   stands on the client sends to a [`Destination`] without asking which it is.
 
 pub(crate) mod batch;
+mod large;
 pub(crate) mod lease;
 pub(crate) mod publish;
 mod resolver;
@@ -36,6 +37,7 @@ use resolver::Resolver;
 use routed::RoutedQueues;
 
 use crate::model::declare;
+use crate::model::large_payload::LargePayloads;
 use crate::model::naming::QueueNaming;
 use crate::model::{ConfigError, Destination, SqsQueue};
 use crate::propagation::TraceHeaders;
@@ -61,6 +63,8 @@ pub(crate) struct Client {
     recorder: std::sync::OnceLock<Arc<dyn crate::record::Record>>,
     /// Queues that an app on this broker routes by type (as the broker names them).
     routed: RoutedQueues,
+    /// Set once the large payloads' bucket is known to exist (created, when it is declared so).
+    payload_bucket: tokio::sync::OnceCell<()>,
 }
 
 /// A broker's settings: what its builder methods set, read by the client and everything built on
@@ -78,6 +82,8 @@ pub(crate) struct Settings {
     /// ([`TYPE_HEADER`](crate::model::headers::TYPE_HEADER) unless the broker names it otherwise),
     /// for publishers and routed subscriptions alike.
     pub(crate) type_header: Arc<str>,
+    /// Where and over what size message bodies go to S3, when they do.
+    pub(crate) large_payloads: Option<LargePayloads>,
 }
 
 impl Default for Settings {
@@ -87,6 +93,7 @@ impl Default for Settings {
             strict_groups: false,
             naming: QueueNaming::default(),
             type_header: Arc::from(crate::model::headers::TYPE_HEADER),
+            large_payloads: None,
         }
     }
 }
@@ -137,6 +144,7 @@ impl Client {
             recorder: std::sync::OnceLock::new(),
             batchers: Mutex::new(Batchers::default()),
             routed: RoutedQueues::default(),
+            payload_bucket: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -351,6 +359,24 @@ impl Client {
     /// `messages` is an iterator so that one message (`iter::once`) or a `Vec` becomes the list a
     /// queue's sender or a topic's publisher takes with one allocation at most.
     pub(crate) async fn send_to(
+        &self,
+        destination: &Destination,
+        messages: impl IntoIterator<Item = SendMessage>,
+    ) -> Vec<Result<SentMessage, TransportError>> {
+        let Some(large) = &self.settings.large_payloads else {
+            return self.send_as_they_are(destination, messages).await;
+        };
+        self.send_through_s3(large, destination, messages.into_iter().collect())
+            .await
+    }
+
+    /// Where and over what size message bodies go to S3, when the broker sends them there.
+    pub(crate) fn large_payloads(&self) -> Option<&LargePayloads> {
+        self.settings.large_payloads.as_ref()
+    }
+
+    /// Sends `messages` to `destination` with their bodies as they are.
+    pub(super) async fn send_as_they_are(
         &self,
         destination: &Destination,
         messages: impl IntoIterator<Item = SendMessage>,

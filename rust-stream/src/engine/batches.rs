@@ -23,6 +23,7 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 use tracing::Instrument;
 
 use super::attempt::{self, Dropped, InFlight};
+use super::payload;
 use super::settle::Verdict;
 use super::shared::{Shared, Tasks};
 use crate::client::Client;
@@ -244,8 +245,43 @@ impl Batches {
         }
     }
 
-    /// Makes one call over `items`: a verdict for each, in order.
+    /// Makes one call over `items`: a verdict for each, in order. The payloads in S3 are fetched
+    /// first ([`payload`](super::payload)); a message whose fetch failed has that verdict, and the
+    /// call is made over the others.
     async fn call(&self, items: &[&Item]) -> Vec<Verdict> {
+        if items.iter().any(|item| item.delivery.large.is_some()) {
+            let mut fetched = Vec::with_capacity(items.len());
+            for item in items {
+                let verdict = payload::fetch(&self.client, &item.delivery, &self.metrics)
+                    .instrument(item.span.clone())
+                    .await;
+                fetched.push(verdict);
+            }
+            if fetched.iter().any(Option::is_some) {
+                let ready: Vec<&Item> = items
+                    .iter()
+                    .zip(&fetched)
+                    .filter(|(_, failed)| failed.is_none())
+                    .map(|(item, _)| *item)
+                    .collect();
+                let mut called = if ready.is_empty() {
+                    Vec::new()
+                } else {
+                    // Boxed: a call over the fetched ones, which fetches nothing again.
+                    Box::pin(self.call(&ready)).await
+                }
+                .into_iter();
+                return fetched
+                    .into_iter()
+                    .map(|failed| failed.unwrap_or_else(|| called.next().expect("a verdict each")))
+                    .collect();
+            }
+        }
+        self.call_fetched(items).await
+    }
+
+    /// [`call`](Self::call) over messages whose payloads are all at hand.
+    async fn call_fetched(&self, items: &[&Item]) -> Vec<Verdict> {
         let span = tracing::info_span!(
             "process",
             messaging.system = "aws_sqs",

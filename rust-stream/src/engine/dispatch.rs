@@ -22,6 +22,7 @@ use super::attempt::{self, InFlight};
 use super::batches::{Batches, Item};
 use super::held::Held;
 use super::lanes::Lanes;
+use super::payload;
 use super::settle::{Next, Settler, Verdict};
 use super::shared::{Shared, Tasks};
 use crate::client::lease::Leases;
@@ -348,6 +349,14 @@ impl Dispatcher {
     async fn attempt(&self, held: &Held, attempts: u32) -> Verdict {
         let delivery = &held.delivery;
         let span = &held.span;
+        if delivery.large.is_some() {
+            let fetched = payload::fetch(&self.settler.client, delivery, &self.metrics)
+                .instrument(span.clone())
+                .await;
+            if let Some(verdict) = fetched {
+                return verdict;
+            }
+        }
         let Calls::One(handler) = &self.calls else {
             unreachable!("a batch subscription's messages run in batch calls, not one by one");
         };

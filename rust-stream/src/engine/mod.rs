@@ -88,6 +88,7 @@ pub(crate) mod extend;
 pub(crate) mod held;
 mod lane;
 pub(crate) mod lanes;
+mod payload;
 mod plan;
 pub(crate) mod poll;
 pub(crate) mod settle;

@@ -29,6 +29,7 @@ use super::outgoing::{Outgoing, PublishedMessage};
 use crate::codec::{Codec, DecodeError};
 use crate::model::envelope::{Envelope, EnvelopeError};
 use crate::model::headers::PARTITION_KEY_HEADER;
+use crate::model::large_payload::Large;
 use crate::model::rules;
 use crate::model::topic::TopicArn;
 use crate::model::wire::{MessageAttributes, ReceivedMessage, SystemAttribute};
@@ -54,6 +55,8 @@ pub(crate) struct Delivery {
     pub(crate) attributes: MessageAttributes,
     /// The SNS envelope the body is, when the subscription reads envelopes.
     pub(crate) sns: Sns,
+    /// The payload kept in S3, when the message is a pointer to one: boxed, as few messages are.
+    pub(crate) large: Option<Box<Large>>,
 }
 
 /// What SNS wrapped a delivery's body in.
@@ -91,6 +94,11 @@ impl Delivery {
             Sns::Notification(notification) => &notification.0.message_attributes,
             Sns::Unwrapped | Sns::Broken(_) => &message.message_attributes,
         };
+        let read_body = match &sns {
+            Sns::Notification(notification) => &notification.0.message,
+            Sns::Unwrapped | Sns::Broken(_) => &message.body,
+        };
+        let large = Large::of(read_body, read_attributes);
         let mut headers: BTreeMap<String, String> = read_attributes
             .iter()
             .filter_map(|(name, value)| Some((name.clone(), value.string_value.clone()?)))
@@ -117,12 +125,16 @@ impl Delivery {
             queue: queue.clone(),
             attributes: message.message_attributes,
             sns,
+            large,
         }
     }
 
     /// The message the handler reads, for its codec: an SNS notification's `Message`, else the
     /// body; the envelope's error when the body is a notification that cannot be read.
     pub(crate) fn payload(&self) -> Result<&str, &EnvelopeError> {
+        if let Some(fetched) = self.large.as_ref().and_then(|large| large.fetched.get()) {
+            return Ok(fetched);
+        }
         match &self.sns {
             Sns::Unwrapped => Ok(&self.body),
             Sns::Notification(notification) => Ok(&notification.0.message),
@@ -136,6 +148,14 @@ impl Delivery {
         &self,
         codec: &C,
     ) -> Result<T, DecodeError> {
+        if let Some(unread) = self.large.as_ref().and_then(|large| large.unread()) {
+            // The engine fetches a payload before the handler runs, so this one points nowhere.
+            let type_name = std::any::type_name::<T>();
+            return Err(DecodeError {
+                type_name,
+                reason: unread,
+            });
+        }
         match self.payload() {
             Ok(payload) => codec.decode(payload),
             Err(broken) => Err(DecodeError {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::codec::EncodeError;
 use crate::model::headers::{IDEMPOTENCY_KEY_HEADER, PARTITION_KEY_HEADER};
+use crate::model::large_payload::LargePayloads;
 use crate::model::rules;
 use crate::model::wire::{MessageAttributeValue, MessageAttributes};
 use crate::model::{ConfigError, Destination};
@@ -42,6 +43,10 @@ pub(crate) trait Sink: Any + Send + Sync + fmt::Debug {
     /// Whether a FIFO message naming no group is refused rather than sent to
     /// [`DEFAULT_GROUP`].
     fn refuses_default_group(&self) -> bool;
+
+    /// Where and over what size bodies go to S3, when the broker sends them there: a message is
+    /// checked as it will be sent.
+    fn large_payloads(&self) -> Option<&LargePayloads>;
 }
 
 /// The `once` step of a message: its key and how long it is kept once sent.

@@ -62,8 +62,6 @@ pub enum ErrorKind {
     NoSuchBucket,
     /// S3: the bucket has no object of the key named.
     NoSuchKey,
-    /// S3 (and SQS, SNS): the caller's credentials do not allow the call.
-    AccessDenied,
 }
 
 impl ErrorKind {
@@ -93,7 +91,6 @@ impl ErrorKind {
             Self::NotFound => "NotFound",
             Self::NoSuchBucket => "NoSuchBucket",
             Self::NoSuchKey => "NoSuchKey",
-            Self::AccessDenied => "AccessDenied",
         }
     }
 
@@ -131,7 +128,6 @@ impl ErrorKind {
             "NotFound" | "NotFoundException" => Self::NotFound,
             "NoSuchBucket" => Self::NoSuchBucket,
             "NoSuchKey" => Self::NoSuchKey,
-            "AccessDenied" | "AccessDeniedException" | "AuthorizationError" => Self::AccessDenied,
             _ => return None,
         })
     }

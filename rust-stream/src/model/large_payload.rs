@@ -35,9 +35,11 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use sha2::Digest;
 
 use super::headers::{EXTENDED_PAYLOAD_SIZE, LEGACY_PAYLOAD_SIZE, PAYLOAD_SHA256_HEADER};
-use super::wire::{MessageAttributeValue, MessageAttributes};
+use super::rules;
+use super::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
 
 /// The class name the Java extended client gives its pointer, the array's first element.
 const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
@@ -171,6 +173,175 @@ impl PayloadPointer {
             Err(error) => Err(error.to_string()),
         }
     }
+}
+
+/// The size over which a message's body goes to S3 by default: 256 KiB, the extended clients'
+/// threshold (SQS's own limit was 256 KiB until 2025).
+pub const DEFAULT_THRESHOLD: usize = 262_144;
+
+/// Large payloads through S3, as a broker sends them: the bucket, and the size of a message (body
+/// and attributes, as SQS counts it) over which its body goes there.
+///
+/// ```
+/// use rust_stream::model::large_payload::LargePayloads;
+/// use rust_stream::SqsBroker;
+///
+/// let broker = SqsBroker::in_process()
+///     .large_payloads(LargePayloads::new("payment-files").create_if_missing().threshold(128 * 1024));
+/// # drop(broker);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LargePayloads {
+    pub(crate) bucket: String,
+    pub(crate) threshold: usize,
+    pub(crate) create_if_missing: bool,
+}
+
+impl LargePayloads {
+    /// Large payloads in `bucket`, over [`DEFAULT_THRESHOLD`].
+    pub fn new(bucket: impl Into<String>) -> Self {
+        Self {
+            bucket: bucket.into(),
+            threshold: DEFAULT_THRESHOLD,
+            create_if_missing: false,
+        }
+    }
+
+    /// Sends to S3 the body of every message larger than `bytes` (body and attributes), up to
+    /// SQS's limit of 1 MiB: a message over it could not be sent otherwise.
+    pub fn threshold(mut self, bytes: usize) -> Self {
+        self.threshold = bytes.min(rules::MAX_MESSAGE_SIZE);
+        self
+    }
+
+    /// Sends every body to S3, whatever its size.
+    pub fn always(self) -> Self {
+        self.threshold(0)
+    }
+
+    /// Creates the bucket when the app starts, if it does not exist.
+    pub fn create_if_missing(mut self) -> Self {
+        self.create_if_missing = true;
+        self
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// Whether `message` goes through S3: it is larger than the threshold and not a pointer
+    /// already (a dead-letter copy or a redrive of one sends the pointer it has).
+    pub(crate) fn offloads(&self, message: &SendMessage) -> bool {
+        rules::message_size(message) > self.threshold
+            && !message
+                .message_attributes
+                .contains_key(EXTENDED_PAYLOAD_SIZE)
+            && !message.message_attributes.contains_key(LEGACY_PAYLOAD_SIZE)
+    }
+
+    /// Makes `message` the pointer to an object of key `key` in the bucket, and gives back the
+    /// payload to put there. The pointer's attributes are added unless the sender set them.
+    pub(crate) fn offload(&self, message: &mut SendMessage, key: String) -> Vec<u8> {
+        let payload = std::mem::take(&mut message.body).into_bytes();
+        let sha256 = hex(&sha2::Sha256::digest(&payload));
+        message.body = PayloadPointer::new(&self.bucket, key).to_body();
+        for (name, value) in PayloadPointer::attributes(payload.len() as u64, &sha256) {
+            message
+                .message_attributes
+                .entry(name.to_owned())
+                .or_insert(value);
+        }
+        payload
+    }
+
+    /// `message` as it would be sent, when it goes through S3: what the rules are checked
+    /// against before any call (a key of a fresh UUID's length stands for the key).
+    pub(crate) fn as_sent(&self, message: &SendMessage) -> Option<SendMessage> {
+        if !self.offloads(message) {
+            return None;
+        }
+        let mut pointer = message.clone();
+        self.offload(&mut pointer, uuid::Uuid::nil().to_string());
+        Some(pointer)
+    }
+}
+
+/// A received message that points at its payload in S3, as a consumer holds it.
+#[derive(Debug)]
+pub(crate) struct Large {
+    /// The pointer, or why the message marked as one is not one.
+    pub(crate) pointer: Result<ReadPointer, PointerError>,
+    /// The payload, once fetched and checked: what the handler reads.
+    pub(crate) fetched: std::sync::OnceLock<String>,
+}
+
+impl Large {
+    /// What a received message with `body` and `attributes` (an SNS notification's `Message`
+    /// and `MessageAttributes` when it came in one) points at, if it is a pointer: boxed, as few
+    /// messages are.
+    pub(crate) fn of(body: &str, attributes: &MessageAttributes) -> Option<Box<Self>> {
+        let pointer = PayloadPointer::read(body, attributes).transpose()?;
+        Some(Box::new(Self {
+            pointer,
+            fetched: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// Why the payload is not at hand, while it is not.
+    pub(crate) fn unread(&self) -> Option<String> {
+        if self.fetched.get().is_some() {
+            return None;
+        }
+        Some(match &self.pointer {
+            Err(error) => error.to_string(),
+            Ok(_) => "its payload in S3 was not fetched".to_owned(),
+        })
+    }
+}
+
+/// A payload fetched for a pointer, checked against what the pointer's attributes say of it.
+///
+/// # Errors
+///
+/// Why the payload is not the one the message was sent with, or is no text.
+pub(crate) fn checked_payload(read: &ReadPointer, payload: Vec<u8>) -> Result<String, String> {
+    let pointer = &read.pointer;
+    if payload.len() as u64 != read.size {
+        return Err(format!(
+            "the S3 object `{}` in `{}` holds {} bytes, but the message says its payload has {}",
+            pointer.key,
+            pointer.bucket,
+            payload.len(),
+            read.size
+        ));
+    }
+    if let Some(expected) = &read.sha256 {
+        let actual = hex(&sha2::Sha256::digest(&payload));
+        if !actual.eq_ignore_ascii_case(expected) {
+            return Err(format!(
+                "the S3 object `{}` in `{}` is not the payload the message was sent with: its \
+                 SHA-256 is {actual}, the message's {PAYLOAD_SHA256_HEADER} says {expected}",
+                pointer.key, pointer.bucket
+            ));
+        }
+    }
+    String::from_utf8(payload).map_err(|_| {
+        format!(
+            "the S3 object `{}` in `{}` is not UTF-8 text, so it is no message body",
+            pointer.key, pointer.bucket
+        )
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut text, byte| {
+            let _ = write!(text, "{byte:02x}");
+            text
+        })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::client::Client;
 use crate::describe::Payload;
 use crate::handler::outgoing::Sink;
 use crate::model::headers::TYPE_HEADER;
+use crate::model::large_payload::LargePayloads;
 use crate::model::{ConfigError, Destination, SnsTopic, SqsQueue};
 use crate::store::history::HistoryKey;
 
@@ -330,6 +331,10 @@ impl Sink for PublisherInner {
 
     fn naming_problem(&self) -> Option<&ConfigError> {
         self.binding.get()?.named.as_ref().err()
+    }
+
+    fn large_payloads(&self) -> Option<&LargePayloads> {
+        self.binding.get()?.core.large_payloads()
     }
 
     fn refuses_default_group(&self) -> bool {

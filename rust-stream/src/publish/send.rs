@@ -122,8 +122,13 @@ impl Outgoing {
             }
             dedup => dedup,
         };
+        // A body that goes to S3 is checked as the pointer it is sent as.
+        let as_sent = self
+            .sink
+            .large_payloads()
+            .and_then(|large| large.as_sent(&message));
         destination
-            .check_message(&message)
+            .check_message(as_sent.as_ref().unwrap_or(&message))
             .map_err(PublishError::rejected(destination.name()))?;
         Ok((Publisher::from_sink(self.sink), message))
     }

@@ -239,6 +239,17 @@ impl SqsBroker {
         self.configured(|settings| settings.linger = linger)
     }
 
+    /// Sends the body of every message over `large`'s threshold (256 KiB unless set) through S3,
+    /// as AWS's extended clients do: the body is put in `large`'s bucket and the message carries
+    /// a pointer to it, which every extended client (Java, Python) reads, with the payload's
+    /// SHA-256 beside it. It applies to every publisher, topic and handler output of the broker.
+    /// A message over SQS's 1 MiB is then sent too. See
+    /// [`large_payload`](crate::model::large_payload).
+    #[must_use]
+    pub fn large_payloads(self, large: crate::model::large_payload::LargePayloads) -> Self {
+        self.configured(|settings| settings.large_payloads = Some(large))
+    }
+
     /// Makes every publisher and subscription output of this broker refuse a message for a FIFO
     /// queue that names no group, as [`Publisher::strict_groups`] does for one: with
     /// [`PublishError::NoGroup`](crate::PublishError::NoGroup), before any call, instead of

@@ -1,0 +1,331 @@
+//! Large payloads through S3 on the in-process account (its S3 buckets beside its queues): a body
+//! over the threshold is put in the bucket and sent as the Java extended client's pointer; a
+//! consumer gives its handler the payload, never the pointer, whoever wrote it; a pointer that
+//! leads to no payload it was sent with is dead-lettered with the reason; small messages cost no
+//! S3 call.
+
+use std::sync::{Arc, Mutex};
+
+use rust_stream::account::Account;
+use rust_stream::model::large_payload::{LargePayloads, PayloadPointer, DEFAULT_THRESHOLD};
+use rust_stream::prelude::*;
+use rust_stream::testing::{eventually, TestApp};
+use rust_stream::transport::{MessageAttributeValue, ReceiveMessage, SendMessage};
+use rust_stream::{DEAD_LETTER_REASON_HEADER, EXTENDED_PAYLOAD_SIZE, LEGACY_PAYLOAD_SIZE};
+use serde::{Deserialize, Serialize};
+
+const BUCKET: &str = "payment-files";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PaymentFile {
+    id: u32,
+    rows: String,
+}
+
+/// A file whose JSON body is about `bytes` long.
+fn file(id: u32, bytes: usize) -> PaymentFile {
+    PaymentFile {
+        id,
+        rows: "r".repeat(bytes.saturating_sub(24)),
+    }
+}
+
+/// Keeps every file it is given.
+#[derive(Clone, Default)]
+struct Keep(Arc<Mutex<Vec<PaymentFile>>>);
+
+impl Handle<PaymentFile> for Keep {
+    async fn handle(
+        &self,
+        file: &PaymentFile,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.0.lock().unwrap().push(file.clone());
+        Ok(())
+    }
+}
+
+impl Keep {
+    fn ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.0.lock().unwrap().iter().map(|file| file.id).collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+fn offloading(account: &Account) -> SqsBroker {
+    SqsBroker::with_account(account).large_payloads(LargePayloads::new(BUCKET).create_if_missing())
+}
+
+fn app(broker: &SqsBroker, queue: SqsQueue, keep: &Keep) -> impl App {
+    let keep = keep.clone();
+    RustStream::new(AppInfo::new("files", "0")).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(queue, keep).build());
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn bodies_below_and_above_the_threshold_round_trip_and_only_the_large_go_through_s3() {
+    for name in ["files", "files.fifo"] {
+        let account = Account::new();
+        let broker = offloading(&account);
+        let queue = SqsQueue::new(name).create_if_missing();
+        let publisher = broker.publisher(queue.clone());
+        let sent = [
+            file(1, 1_000),
+            file(2, DEFAULT_THRESHOLD - 1_000),
+            file(3, 300_000),
+            file(4, 2 * 1_048_576),
+        ];
+        for file in &sent {
+            let mut message = publisher.message(file);
+            if name.ends_with(".fifo") {
+                message = message.group_id("files");
+            }
+            message
+                .send()
+                .await
+                .expect("sent, the large ones through S3");
+        }
+        let put = broker.api_calls();
+        assert_eq!(put.put_object, 2, "{name}: the two over 256 KiB: {put:?}");
+        assert_eq!(put.get_object, 0);
+
+        let keep = Keep::default();
+        let running = TestApp::spawn(app(&broker, queue, &keep)).await.unwrap();
+        eventually("the four files handled", async || {
+            keep.ids() == [1, 2, 3, 4]
+        })
+        .await;
+        running.stop().await.unwrap();
+        let mut got = keep.0.lock().unwrap().clone();
+        got.sort_by_key(|file| file.id);
+        assert_eq!(
+            got, sent,
+            "{name}: the handler reads the payloads, not pointers"
+        );
+        let calls = broker.api_calls() - put;
+        assert_eq!(
+            calls.get_object, 2,
+            "{name}: one fetch a large message: {calls:?}"
+        );
+        assert_eq!(
+            account.object_keys(BUCKET).len(),
+            2,
+            "{name}: the objects stay for the bucket's lifecycle rule"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_body_is_sent_as_the_java_clients_pointer_with_its_digest() {
+    let account = Account::new();
+    let broker = offloading(&account);
+    let queue = SqsQueue::new("files").create_if_missing();
+    let big = file(7, 400_000);
+    broker.publisher(queue).message(&big).send().await.unwrap();
+
+    let url = account.get_queue_url("files").await.unwrap();
+    let got = account
+        .receive_message(&url, ReceiveMessage::new(1))
+        .await
+        .unwrap();
+    let read = PayloadPointer::read(&got[0].body, &got[0].message_attributes)
+        .unwrap()
+        .expect("the body is a pointer");
+    assert!(got[0].body.starts_with(
+        r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"payment-files","#
+    ));
+    assert_eq!(read.pointer.bucket, BUCKET);
+    let payload = account.get_object(BUCKET, &read.pointer.key).await.unwrap();
+    assert_eq!(read.size, payload.len() as u64);
+    assert_eq!(
+        serde_json::from_slice::<PaymentFile>(&payload).unwrap(),
+        big
+    );
+    assert_eq!(read.sha256.as_deref().map(str::len), Some(64));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pointer_to_a_changed_or_missing_payload_is_dead_lettered_with_the_reason() {
+    for (case, spoil) in [("changed", true), ("missing", false)] {
+        let account = Account::new();
+        let broker = offloading(&account);
+        let queue = SqsQueue::new("files")
+            .create_if_missing()
+            .dead_letter("files-dlq", 5);
+        broker
+            .publisher(SqsQueue::new("files").create_if_missing())
+            .message(&file(1, 300_000))
+            .send()
+            .await
+            .unwrap();
+        let key = account.object_keys(BUCKET).pop().unwrap();
+        if spoil {
+            let mut tampered = account.get_object(BUCKET, &key).await.unwrap();
+            tampered[10] ^= 1;
+            account.put_object(BUCKET, &key, tampered).await.unwrap();
+        } else {
+            account.delete_object(BUCKET, &key).await.unwrap();
+        }
+
+        let keep = Keep::default();
+        let running = TestApp::spawn(app(&broker, queue, &keep)).await.unwrap();
+        let dlq = account.get_queue_url("files-dlq").await.unwrap();
+        let got = account
+            .receive_message(&dlq, ReceiveMessage::new(1).wait_time_seconds(20))
+            .await
+            .unwrap();
+        running.stop().await.unwrap();
+        assert!(keep.ids().is_empty(), "{case}: no handler saw it");
+        assert_eq!(got.len(), 1, "{case}: dead-lettered at its first attempt");
+        let reason = got[0].message_attributes[DEAD_LETTER_REASON_HEADER]
+            .string_value
+            .clone()
+            .unwrap();
+        let expected = if spoil { "SHA-256" } else { "is gone" };
+        assert!(reason.contains(expected), "{case}: {reason}");
+        assert!(
+            PayloadPointer::read(&got[0].body, &got[0].message_attributes)
+                .unwrap()
+                .is_some(),
+            "{case}: the dead letter carries the pointer as it came"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pointers_written_by_other_extended_clients_are_read_without_any_setting() {
+    let account = Account::new();
+    account.create_bucket("java-files").await.unwrap();
+    let url = account
+        .create_queue("files", Default::default())
+        .await
+        .unwrap();
+    let payloads = [file(1, 300_000), file(2, 500_000)];
+    for (n, payload) in payloads.iter().enumerate() {
+        let key = format!("object-{n}");
+        let bytes = serde_json::to_vec(payload).unwrap();
+        let size = bytes.len().to_string();
+        account.put_object("java-files", &key, bytes).await.unwrap();
+        // The Java client's array with `ExtendedPayloadSize`, and an older Java client's plain
+        // object with `SQSLargePayloadSize`; neither writes a digest.
+        let (body, attribute) = if n == 0 {
+            (
+                format!(
+                    r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{{"s3BucketName":"java-files","s3Key":"{key}"}}]"#
+                ),
+                EXTENDED_PAYLOAD_SIZE,
+            )
+        } else {
+            (
+                format!(r#"{{"s3BucketName":"java-files","s3Key":"{key}"}}"#),
+                LEGACY_PAYLOAD_SIZE,
+            )
+        };
+        account
+            .send_message(
+                &url,
+                SendMessage::new(body).attribute(attribute, MessageAttributeValue::number(size)),
+            )
+            .await
+            .unwrap();
+    }
+
+    let broker = SqsBroker::with_account(&account);
+    let keep = Keep::default();
+    let running = TestApp::spawn(app(&broker, SqsQueue::new("files"), &keep))
+        .await
+        .unwrap();
+    eventually("both files handled", async || keep.ids() == [1, 2]).await;
+    running.stop().await.unwrap();
+    let mut got = keep.0.lock().unwrap().clone();
+    got.sort_by_key(|file| file.id);
+    assert_eq!(got, payloads);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mixed_batch_puts_only_its_large_bodies_and_is_one_send_call() {
+    let account = Account::new();
+    let broker = offloading(&account);
+    let publisher = broker.publisher(SqsQueue::new("files").create_if_missing());
+    // Warm: the queue resolved and the bucket made, so the batch's own calls are counted.
+    publisher.message(&file(0, 300_000)).send().await.unwrap();
+    let before = broker.api_calls();
+    let batch = (1..=10).map(|id| {
+        let bytes = if id % 4 == 0 { 300_000 } else { 2_000 };
+        publisher.message(&file(id, bytes))
+    });
+    let sent = publisher.send_batch(batch).await;
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let calls = broker.api_calls() - before;
+    assert_eq!(
+        (
+            calls.put_object,
+            calls.send_message_batch,
+            calls.create_bucket
+        ),
+        (2, 1, 0),
+        "ids 4 and 8 put, all ten in one call: {calls:?}"
+    );
+}
+
+/// Fails the `put_object` of the payload whose body holds `marker`, as S3 would at a throttle.
+#[derive(Clone)]
+struct FailingPut {
+    marker: &'static str,
+}
+
+impl rust_stream::transport::layer::Hooks for FailingPut {
+    async fn put_object(
+        &self,
+        inner: &impl rust_stream::transport::Transport,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+    ) -> Result<(), rust_stream::transport::TransportError> {
+        if String::from_utf8_lossy(&body).contains(self.marker) {
+            return Err(rust_stream::transport::TransportError::service(
+                rust_stream::model::rules::ErrorKind::RequestThrottled,
+                "slow down",
+            ));
+        }
+        inner.put_object(bucket, key, body).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_payload_that_cannot_be_put_is_not_sent_nor_is_what_follows_it_in_its_group() {
+    let account = Account::new();
+    let failing = rust_stream::transport::layer::Hooked::new(
+        account.clone(),
+        FailingPut {
+            marker: "\"id\":2,",
+        },
+    );
+    let broker = SqsBroker::with_transport(failing)
+        .large_payloads(LargePayloads::new(BUCKET).create_if_missing());
+    let publisher = broker.publisher(SqsQueue::new("files.fifo").create_if_missing());
+    let batch = [
+        (1, 300_000, "a"),
+        (2, 300_000, "a"),
+        (3, 1_000, "a"),
+        (4, 1_000, "b"),
+    ]
+    .map(|(id, bytes, group)| publisher.message(&file(id, bytes)).group_id(group));
+    let sent = publisher.send_batch(batch).await;
+    let ok: Vec<bool> = sent.iter().map(Result::is_ok).collect();
+    assert_eq!(
+        ok,
+        [true, false, false, true],
+        "2's put failed, and 3 of its group stays behind it: {sent:?}"
+    );
+
+    let url = account.get_queue_url("files.fifo").await.unwrap();
+    let got = account
+        .receive_message(&url, ReceiveMessage::new(10))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2, "1 and 4 were stored");
+}
