@@ -329,3 +329,76 @@ async fn a_payload_that_cannot_be_put_is_not_sent_nor_is_what_follows_it_in_its_
         .unwrap();
     assert_eq!(got.len(), 2, "1 and 4 were stored");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_large_publish_to_a_topic_reaches_enveloped_and_raw_subscribers_as_its_payload() {
+    use rust_stream::{SnsTopic, TopicSubscription};
+
+    let account = Account::new();
+    let broker = offloading(&account);
+    let enveloped = SqsQueue::new("files-enveloped")
+        .create_if_missing()
+        .subscribed_to(SnsTopic::new("files").create_if_missing());
+    let raw = SqsQueue::new("files-raw")
+        .create_if_missing()
+        .subscribed_to(TopicSubscription::new("files").raw_message_delivery(true));
+    let keep = Keep::default();
+    let (from_enveloped, from_raw) = (keep.clone(), keep.clone());
+    let running = TestApp::spawn(RustStream::new(AppInfo::new("files", "0")).with_broker(
+        broker.clone(),
+        move |b| {
+            b.include(subscriber(enveloped, from_enveloped).build());
+            b.include(subscriber(raw, from_raw).build());
+        },
+    ))
+    .await
+    .unwrap();
+    let big = file(9, 600_000);
+    broker
+        .topic(SnsTopic::new("files"))
+        .message(&big)
+        .send()
+        .await
+        .expect("published through S3");
+    eventually("both subscriptions handled it", async || {
+        keep.ids() == [9, 9]
+    })
+    .await;
+    running.stop().await.unwrap();
+    assert!(keep.0.lock().unwrap().iter().all(|got| *got == big));
+    let calls = broker.api_calls();
+    assert_eq!(
+        (calls.put_object, calls.get_object),
+        (1, 2),
+        "one object, fetched by each subscription: {calls:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_bucket_fails_the_large_send_and_says_to_create_it() {
+    let account = Account::new();
+    let broker =
+        SqsBroker::with_account(&account).large_payloads(LargePayloads::new("no-such-bucket"));
+    let publisher = broker.publisher(SqsQueue::new("files").create_if_missing());
+    let refused = publisher
+        .message(&file(1, 300_000))
+        .send()
+        .await
+        .unwrap_err();
+    let said = refused.to_string();
+    assert!(
+        said.contains("`no-such-bucket` does not exist") && said.contains("create_if_missing"),
+        "{said}"
+    );
+    publisher
+        .message(&file(2, 1_000))
+        .send()
+        .await
+        .expect("a small message needs no bucket");
+    let url = account.get_queue_url("files").await.unwrap();
+    let got = account
+        .receive_message(&url, ReceiveMessage::new(10))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "only the small one was stored");
+}
