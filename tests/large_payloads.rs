@@ -1,4 +1,5 @@
-//! Large payloads through S3 on the in-process account (its S3 buckets beside its queues): a body
+//! Large payloads through S3, on the in-process account (its S3 buckets beside its queues) and,
+//! for the round trip, on LocalStack's S3 as well: a body
 //! over the threshold is put in the bucket and sent as the Java extended client's pointer; a
 //! consumer gives its handler the payload, never the pointer, whoever wrote it; a pointer that
 //! leads to no payload it was sent with is dead-lettered with the reason; small messages cost no
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use rust_stream::account::Account;
 use rust_stream::model::large_payload::{LargePayloads, PayloadPointer, DEFAULT_THRESHOLD};
 use rust_stream::prelude::*;
-use rust_stream::testing::{eventually, TestApp};
+use rust_stream::testing::{eventually, on_each_backend, TestApp};
 use rust_stream::transport::{MessageAttributeValue, ReceiveMessage, SendMessage};
 use rust_stream::{DEAD_LETTER_REASON_HEADER, EXTENDED_PAYLOAD_SIZE, LEGACY_PAYLOAD_SIZE};
 use serde::{Deserialize, Serialize};
@@ -401,4 +402,46 @@ async fn a_missing_bucket_fails_the_large_send_and_says_to_create_it() {
         .await
         .unwrap();
     assert_eq!(got.len(), 1, "only the small one was stored");
+}
+
+#[test]
+fn large_bodies_round_trip_through_s3_on_each_backend() {
+    on_each_backend(async |backend| {
+        let bucket = backend.queue_name("payloads");
+        let broker = backend
+            .broker()
+            .clone()
+            .large_payloads(LargePayloads::new(&bucket).create_if_missing());
+        for base in ["large-files", "large-files.fifo"] {
+            let name = backend.queue_name(base);
+            let queue = SqsQueue::new(&name).create_if_missing();
+            let publisher = broker.publisher(queue.clone());
+            let sent = [file(1, 1_000), file(2, 300_000), file(3, 2 * 1_048_576)];
+            let before = broker.api_calls();
+            for file in &sent {
+                let mut message = publisher.message(file);
+                if name.ends_with(".fifo") {
+                    message = message.group_id("files");
+                }
+                message
+                    .send()
+                    .await
+                    .expect("sent, the large ones through S3");
+            }
+            let keep = Keep::default();
+            let running = TestApp::spawn(app(&broker, queue, &keep)).await.unwrap();
+            eventually("the three files handled", async || keep.ids() == [1, 2, 3]).await;
+            running.stop().await.unwrap();
+            let mut got = keep.0.lock().unwrap().clone();
+            got.sort_by_key(|file| file.id);
+            assert_eq!(got, sent, "{name} on {:?}", backend.kind());
+            let calls = broker.api_calls() - before;
+            assert_eq!(
+                (calls.put_object, calls.get_object),
+                (2, 2),
+                "{name} on {:?}: {calls:?}",
+                backend.kind()
+            );
+        }
+    });
 }

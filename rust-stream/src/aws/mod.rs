@@ -22,6 +22,8 @@ use std::time::Duration;
 use aws_sdk_sqs::config::ProvideCredentials;
 
 mod convert;
+#[cfg(feature = "s3")]
+mod s3;
 mod sns;
 #[cfg(test)]
 mod tests;
@@ -174,6 +176,10 @@ pub struct AwsTransport {
     /// region; `None` for a transport over an SQS client alone
     /// ([`from_client`](Self::from_client)), whose SNS calls then say so.
     sns: Option<aws_sdk_sns::Client>,
+    /// The S3 client for large payloads (feature `s3`), made from the same configuration; `None`
+    /// for a transport over clients given by hand, unless [`with_s3`](Self::with_s3) gave one.
+    #[cfg(feature = "s3")]
+    s3: Option<aws_sdk_s3::Client>,
     /// The configured endpoint, onto which queue URLs are rebased.
     endpoint: Option<String>,
 }
@@ -241,9 +247,19 @@ impl AwsTransport {
             sqs.endpoint = %endpoint.as_deref().map_or("default".to_owned(), shown_endpoint),
             "AWS configuration loaded"
         );
+        #[cfg(feature = "s3")]
+        let s3 = {
+            // A custom endpoint (a local stack) has no bucket host names: path style there.
+            let s3 = aws_sdk_s3::config::Builder::from(&config)
+                .force_path_style(endpoint.is_some())
+                .build();
+            Some(aws_sdk_s3::Client::from_conf(s3))
+        };
         Ok(Self {
             client: aws_sdk_sqs::Client::new(&config),
             sns: Some(aws_sdk_sns::Client::new(&config)),
+            #[cfg(feature = "s3")]
+            s3,
             endpoint,
         })
     }
@@ -267,16 +283,31 @@ impl AwsTransport {
         let sns = aws_sdk_sns::Config::builder()
             .behavior_version(aws_sdk_sns::config::BehaviorVersion::latest())
             .endpoint_url(&endpoint)
-            .region(aws_sdk_sns::config::Region::new(region))
+            .region(aws_sdk_sns::config::Region::new(region.clone()))
             .credentials_provider(test_credentials())
             .timeout_config(timeouts(None))
             .retry_config(retries())
             .build();
-        Self::from_clients(
+        let transport = Self::from_clients(
             aws_sdk_sqs::Client::from_conf(config),
             aws_sdk_sns::Client::from_conf(sns),
-            Some(endpoint),
-        )
+            Some(endpoint.clone()),
+        );
+        #[cfg(feature = "s3")]
+        let transport = transport.with_s3(aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::Config::builder()
+                .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+                .endpoint_url(&endpoint)
+                .region(aws_sdk_s3::config::Region::new(region))
+                .credentials_provider(test_credentials())
+                .timeout_config(timeouts(None))
+                .retry_config(retries())
+                .force_path_style(true)
+                .build(),
+        ));
+        #[cfg(not(feature = "s3"))]
+        let _ = region;
+        transport
     }
 
     /// A transport over an SDK client you configured yourself; `endpoint` is the one it was given,
@@ -288,6 +319,8 @@ impl AwsTransport {
         Self {
             client,
             sns: None,
+            #[cfg(feature = "s3")]
+            s3: None,
             endpoint,
         }
     }
@@ -313,8 +346,19 @@ impl AwsTransport {
         Self {
             client,
             sns: Some(sns),
+            #[cfg(feature = "s3")]
+            s3: None,
             endpoint,
         }
+    }
+
+    /// This transport with an S3 client you configured yourself, for large payloads (feature
+    /// `s3`). A transport made by `SqsBroker::aws()` or [`local`](Self::local) has one already.
+    #[cfg(feature = "s3")]
+    #[must_use]
+    pub fn with_s3(mut self, s3: aws_sdk_s3::Client) -> Self {
+        self.s3 = Some(s3);
+        self
     }
 
     /// An SDK error as a [`TransportError`](crate::transport::TransportError); one that never

@@ -430,4 +430,34 @@ impl Transport for AwsTransport {
     ) -> Result<PublishBatchResult, TransportError> {
         self.sns_publish_batch(topic_arn, entries).await
     }
+
+    #[cfg(feature = "s3")]
+    async fn create_bucket(&self, bucket: &str) -> Result<(), TransportError> {
+        self.s3_create_bucket(bucket).await
+    }
+
+    #[cfg(feature = "s3")]
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        self.s3_put_object(bucket, key, body).await
+    }
+
+    #[cfg(feature = "s3")]
+    async fn get_object(&self, bucket: &str, key: &str) -> Result<Vec<u8>, TransportError> {
+        self.s3_get_object(bucket, key).await
+    }
+
+    #[cfg(feature = "s3")]
+    async fn head_object(&self, bucket: &str, key: &str) -> Result<u64, TransportError> {
+        self.s3_head_object(bucket, key).await
+    }
+
+    #[cfg(feature = "s3")]
+    async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
+        self.s3_delete_object(bucket, key).await
+    }
 }

@@ -10,7 +10,7 @@
 #   localstack.sh start     install if needed, start, wait until SQS and SNS are up,
 #                           print the endpoint URL on stdout
 #   localstack.sh stop      stop the server this script started on the port (idempotent)
-#   localstack.sh status    exit 0 iff SQS and SNS on the port are both healthy
+#   localstack.sh status    exit 0 iff SQS, SNS and S3 on the port are all healthy
 #   localstack.sh serve     `start`, then hold the server until standard input closes (or a
 #                           signal comes), then `stop` it: a test process keeps the pipe to this
 #                           script open while it lives, so the server ends with it, however it ends
@@ -122,15 +122,15 @@ do_install() {
 
 # --- health ----------------------------------------------------------------
 
-# True when /_localstack/health on the port reports both sqs and sns in one of
+# True when /_localstack/health on the port reports sqs, sns and s3 in one of
 # the given states (an extended regex; default: "available" = enabled but loaded
-# lazily on first request, or "running" = loaded). Both are required: a server
-# started by an older copy of this script (SQS only) on the same port is not
-# taken for a healthy one.
+# lazily on first request, or "running" = loaded). All are required: a server
+# started by an older copy of this script (SQS alone, or SQS and SNS) on the
+# same port is not taken for a healthy one.
 healthy() {
   local states="${1:-available|running}" body service
   body="$(curl -fsS --max-time 2 "$ENDPOINT/_localstack/health" 2>/dev/null)" || return 1
-  for service in sqs sns; do
+  for service in sqs sns s3; do
     grep -Eq "\"$service\": *\"($states)\"" <<<"$body" || return 1
   done
 }
@@ -198,7 +198,7 @@ do_start() {
     #                          GATEWAY_LISTEN and binds 0.0.0.0; hypercorn honours it
     #   LOCALSTACK_HOST        host:port put into returned QueueUrls; the default
     #                          localhost.localstack.cloud needs public DNS (none here)
-    #   SERVICES / EAGER_...   only SQS and SNS (topics that deliver to SQS queues),
+    #   SERVICES / EAGER_...   only SQS, SNS (topics that deliver to SQS queues) and S3 (large payloads),
     #                          loaded at startup (health says "running" for both),
     #                          not on the first request (health would say
     #                          "available" and the first test would pay the load)
@@ -220,7 +220,7 @@ do_start() {
       GATEWAY_LISTEN="$HOST:$PORT" \
       GATEWAY_SERVER=hypercorn \
       LOCALSTACK_HOST="$HOST:$PORT" \
-      SERVICES=sqs,sns \
+      SERVICES=sqs,sns,s3 \
       EAGER_SERVICE_LOADING=1 \
       PERSISTENCE=0 \
       SQS_ENDPOINT_STRATEGY=path \
