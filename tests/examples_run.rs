@@ -358,3 +358,40 @@ fn with_database_url_the_payments_any_store_example_posts_each_payment_once_on_p
         assert_payments_any_store(Some(&url));
     }
 }
+
+/// Runs the payment-files example against `endpoint` (or in process): its 5 MiB file goes through
+/// S3 and all three files are booked in order, with one put and one get (it exits 0 only then).
+fn assert_payment_files(endpoint: Option<&str>) {
+    let output = cargo_run_example("payment_files", endpoint);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "payment_files failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    let booked: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.contains("payment file booked"))
+        .filter_map(|line| line.split("file.number=").nth(1)?.split(' ').next())
+        .collect();
+    assert_eq!(booked, ["1", "2", "3"], "{stdout}");
+    assert!(
+        stdout.contains("put_object=1 get_object=1"),
+        "one put and one get:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_payment_files_example_sends_a_5_mib_file_through_s3_in_order() {
+    assert_payment_files(None);
+}
+
+#[test]
+fn with_aws_endpoint_url_the_payment_files_example_runs_on_localstack() {
+    let Some(endpoint) = rust_stream::testing::live_endpoint("the live payment-files example")
+    else {
+        return;
+    };
+    assert_payment_files(Some(&endpoint));
+}
