@@ -6,6 +6,7 @@
 //! S3 call.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rust_stream::account::Account;
 use rust_stream::model::large_payload::{LargePayloads, PayloadPointer, DEFAULT_THRESHOLD};
@@ -442,6 +443,126 @@ fn large_bodies_round_trip_through_s3_on_each_backend() {
                 "{name} on {:?}: {calls:?}",
                 backend.kind()
             );
+        }
+    });
+}
+
+/// Dead-letters every file it is given.
+#[derive(Clone)]
+struct Refuse;
+
+impl Handle<PaymentFile> for Refuse {
+    async fn handle(
+        &self,
+        _: &PaymentFile,
+        _: &(),
+        _: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        Err(HandlerOutcome::dead_letter("refused"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_copy_and_a_redrive_write_the_object_again_so_its_age_starts_anew() {
+    use rust_stream::operations::Redrive;
+
+    let account = Account::new();
+    let broker = offloading(&account);
+    let queue = SqsQueue::new("files")
+        .create_if_missing()
+        .dead_letter("files-dlq", 5);
+    broker
+        .publisher(SqsQueue::new("files").create_if_missing())
+        .message(&file(1, 300_000))
+        .send()
+        .await
+        .unwrap();
+    let key = account.object_keys(BUCKET).pop().unwrap();
+    let put_at = account.object_written_at(BUCKET, &key).unwrap();
+
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    let refusing = RustStream::new(AppInfo::new("files", "0")).with_broker(broker.clone(), |b| {
+        b.include(subscriber(queue.clone(), Refuse).build());
+    });
+    let running = TestApp::spawn(refusing).await.unwrap();
+    let dlq = account.get_queue_url("files-dlq").await.unwrap();
+    eventually("the file dead-lettered", async || {
+        account
+            .counts(&dlq)
+            .await
+            .map(|counts| counts.visible)
+            .unwrap_or(0)
+            == 1
+    })
+    .await;
+    running.stop().await.unwrap();
+    let dead_lettered_at = account.object_written_at(BUCKET, &key).unwrap();
+    assert!(
+        dead_lettered_at >= put_at + Duration::from_secs(3_600),
+        "the dead-letter copy wrote the object again"
+    );
+
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    let report = broker
+        .operations()
+        .redrive(&Redrive::from("files-dlq").to("files"))
+        .await
+        .unwrap();
+    assert_eq!(report.moved.len(), 1, "{report:?}");
+    let redriven_at = account.object_written_at(BUCKET, &key).unwrap();
+    assert!(
+        redriven_at >= dead_lettered_at + Duration::from_secs(3_600),
+        "the redrive wrote it again"
+    );
+    assert_eq!(broker.api_calls().copy_object, 2);
+
+    let keep = Keep::default();
+    let running = TestApp::spawn(app(&broker, queue, &keep)).await.unwrap();
+    eventually("the redriven file handled", async || keep.ids() == [1]).await;
+    running.stop().await.unwrap();
+}
+
+/// S3's calls answer alike on both backends: the account's buckets and LocalStack's S3.
+async fn s3_answers_as_s3_does(s3: &impl rust_stream::transport::Transport, bucket: &str) {
+    use rust_stream::model::rules::ErrorKind;
+
+    s3.create_bucket(bucket).await.unwrap();
+    s3.create_bucket(bucket)
+        .await
+        .expect("a bucket owned already");
+    s3.put_object(bucket, "k", b"large body".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(s3.get_object(bucket, "k").await.unwrap(), b"large body");
+    assert_eq!(s3.head_object(bucket, "k").await.unwrap(), 10);
+    s3.copy_object(bucket, "k")
+        .await
+        .expect("copied onto itself");
+    assert_eq!(s3.get_object(bucket, "k").await.unwrap(), b"large body");
+    s3.delete_object(bucket, "k").await.unwrap();
+    s3.delete_object(bucket, "k")
+        .await
+        .expect("no object is no error");
+    let gone = s3.get_object(bucket, "k").await.unwrap_err();
+    assert_eq!(gone.kind(), Some(ErrorKind::NoSuchKey), "{gone}");
+    let no_head = s3.head_object(bucket, "k").await.unwrap_err();
+    assert_eq!(no_head.kind(), Some(ErrorKind::NoSuchKey), "{no_head}");
+    let nowhere = format!("{bucket}-none");
+    let missing = s3.put_object(&nowhere, "k", vec![1]).await.unwrap_err();
+    assert_eq!(missing.kind(), Some(ErrorKind::NoSuchBucket), "{missing}");
+}
+
+#[test]
+fn the_s3_calls_answer_alike_on_each_backend() {
+    on_each_backend(async |backend| {
+        let bucket = backend.queue_name("s3-calls");
+        match (backend.account(), backend.endpoint()) {
+            (Some(account), _) => s3_answers_as_s3_does(account, &bucket).await,
+            (None, Some(endpoint)) => {
+                let aws = rust_stream::aws::AwsTransport::local(endpoint, "us-east-1");
+                s3_answers_as_s3_does(&aws, &bucket).await;
+            }
+            (None, None) => unreachable!("a leg has an account or an endpoint"),
         }
     });
 }

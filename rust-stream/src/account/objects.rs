@@ -9,7 +9,14 @@ use crate::transport::TransportError;
 /// The account's buckets, by name.
 #[derive(Debug, Default)]
 pub(super) struct Buckets {
-    pub(super) buckets: HashMap<String, HashMap<String, Vec<u8>>>,
+    pub(super) buckets: HashMap<String, HashMap<String, Object>>,
+}
+
+/// An object: its bytes, and when they were last written (its age for a lifecycle rule).
+#[derive(Debug)]
+pub(super) struct Object {
+    pub(super) body: Vec<u8>,
+    pub(super) written: tokio::time::Instant,
 }
 
 impl Buckets {
@@ -17,7 +24,7 @@ impl Buckets {
     pub(super) fn bucket(
         &mut self,
         bucket: &str,
-    ) -> Result<&mut HashMap<String, Vec<u8>>, TransportError> {
+    ) -> Result<&mut HashMap<String, Object>, TransportError> {
         match self.buckets.get_mut(bucket) {
             Some(objects) => Ok(objects),
             None => fail(

@@ -3,7 +3,7 @@
 //! buckets of `objects.rs`. S3's own limits beyond the bucket name's are not modelled (a single
 //! PUT takes up to 5 GiB there, so no body a queue service carries reaches it).
 
-use super::objects::no_such_key;
+use super::objects::{no_such_key, Object};
 use super::Account;
 use crate::model::rules;
 use crate::transport::TransportError;
@@ -31,7 +31,11 @@ impl Account {
         key: &str,
         body: Vec<u8>,
     ) -> Result<(), TransportError> {
-        self.objects().bucket(bucket)?.insert(key.to_owned(), body);
+        let written = tokio::time::Instant::now();
+        let object = Object { body, written };
+        self.objects()
+            .bucket(bucket)?
+            .insert(key.to_owned(), object);
         Ok(())
     }
 
@@ -44,7 +48,7 @@ impl Account {
     pub async fn get_object(&self, bucket: &str, key: &str) -> Result<Vec<u8>, TransportError> {
         let mut objects = self.objects();
         match objects.bucket(bucket)?.get(key) {
-            Some(body) => Ok(body.clone()),
+            Some(object) => Ok(object.body.clone()),
             None => no_such_key(bucket, key),
         }
     }
@@ -57,9 +61,34 @@ impl Account {
     pub async fn head_object(&self, bucket: &str, key: &str) -> Result<u64, TransportError> {
         let mut objects = self.objects();
         match objects.bucket(bucket)?.get(key) {
-            Some(body) => Ok(body.len() as u64),
+            Some(object) => Ok(object.body.len() as u64),
             None => no_such_key(bucket, key),
         }
+    }
+
+    /// S3 `CopyObject` of the object under `key` onto itself: written again as it is, so its age
+    /// starts now ([`object_written_at`](Self::object_written_at) says when).
+    ///
+    /// # Errors
+    ///
+    /// As [`get_object`](Self::get_object).
+    pub async fn copy_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
+        let mut objects = self.objects();
+        match objects.bucket(bucket)?.get_mut(key) {
+            Some(object) => {
+                object.written = tokio::time::Instant::now();
+                Ok(())
+            }
+            None => no_such_key(bucket, key),
+        }
+    }
+
+    /// When the object under `key` in `bucket` was last written (put, or copied onto itself), on
+    /// tokio's clock; `None` when there is no such object. For tests: the age a bucket's lifecycle
+    /// rule would read.
+    pub fn object_written_at(&self, bucket: &str, key: &str) -> Option<tokio::time::Instant> {
+        let objects = self.objects();
+        Some(objects.buckets.get(bucket)?.get(key)?.written)
     }
 
     /// S3 `DeleteObject`: removes the object under `key` from `bucket`; a key with no object is

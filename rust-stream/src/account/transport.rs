@@ -165,4 +165,8 @@ impl Transport for Account {
     async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
         Account::delete_object(self, bucket, key).await
     }
+
+    async fn copy_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
+        Account::copy_object(self, bucket, key).await
+    }
 }

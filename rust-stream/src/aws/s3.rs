@@ -132,6 +132,25 @@ impl AwsTransport {
             .unwrap_or(0))
     }
 
+    /// S3 `CopyObject` of an object onto itself: S3 takes such a copy only when the metadata is
+    /// replaced, so it is, with none (large payloads' objects carry none).
+    pub(super) async fn s3_copy_object(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(), TransportError> {
+        self.s3()?
+            .copy_object()
+            .bucket(bucket)
+            .key(key)
+            .copy_source(format!("{bucket}/{key}"))
+            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+            .send()
+            .await
+            .map_err(convert::error)?;
+        Ok(())
+    }
+
     /// S3 `DeleteObject`: a key with no object is no error, as in S3.
     pub(super) async fn s3_delete_object(
         &self,

@@ -460,4 +460,9 @@ impl Transport for AwsTransport {
     async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
         self.s3_delete_object(bucket, key).await
     }
+
+    #[cfg(feature = "s3")]
+    async fn copy_object(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
+        self.s3_copy_object(bucket, key).await
+    }
 }

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 
 use super::Client;
-use crate::model::large_payload::LargePayloads;
-use crate::model::Destination;
+use crate::model::large_payload::{pointer_in, LargePayloads};
+use crate::model::{Destination, SqsQueue};
 use crate::transport::{SendMessage, SentMessage, TransportError};
 
 impl Client {
@@ -88,5 +88,38 @@ impl Client {
             .transport
             .put_object(&large.bucket, key, payload)
             .await
+    }
+}
+
+impl Client {
+    /// Sends copies of stored messages to `queue` (a dead-letter copy, a redrive): the object a
+    /// copy points at in S3 is written again first ([`copy_object`](crate::transport::Transport::copy_object)
+    /// onto itself), so a bucket's lifecycle rule counts its age from this copy, as
+    /// `docs/large-payloads.md` plans. A refresh that fails is logged and the copy still goes: a
+    /// message is never held back, or lost, for its object's age.
+    pub(crate) async fn send_copies(
+        &self,
+        queue: &SqsQueue,
+        messages: Vec<SendMessage>,
+    ) -> Vec<Result<SentMessage, TransportError>> {
+        for message in &messages {
+            let Some(pointer) = pointer_in(&message.body, &message.message_attributes) else {
+                continue;
+            };
+            if let Err(error) = self
+                .transport
+                .copy_object(&pointer.bucket, &pointer.key)
+                .await
+            {
+                tracing::warn!(
+                    error = %error,
+                    bucket = %pointer.bucket,
+                    key = %pointer.key,
+                    "a copied message's payload could not be refreshed in S3; the copy is sent, \
+                     and the object's age counts from its last write"
+                );
+            }
+        }
+        self.send_many(queue, messages).await
     }
 }

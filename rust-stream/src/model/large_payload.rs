@@ -267,6 +267,17 @@ impl LargePayloads {
     }
 }
 
+/// The object a stored message points at, in its body or, for an SNS notification, in its
+/// `Message`: what a copy of the message (a dead-letter copy, a redrive) points at too.
+pub(crate) fn pointer_in(body: &str, attributes: &MessageAttributes) -> Option<PayloadPointer> {
+    if let Ok(Some(read)) = PayloadPointer::read(body, attributes) {
+        return Some(read.pointer);
+    }
+    let notification = super::envelope::Envelope::parse(body).ok()?;
+    let read = PayloadPointer::read(&notification.message, &notification.message_attributes);
+    Some(read.ok()??.pointer)
+}
+
 /// A received message that points at its payload in S3, as a consumer holds it.
 #[derive(Debug)]
 pub(crate) struct Large {

@@ -438,7 +438,7 @@ impl Operations {
             let messages = part.iter().map(|planned| planned.send.clone()).collect();
             let answers = self
                 .client
-                .send_many(&SqsQueue::new(&target), messages)
+                .send_copies(&SqsQueue::new(&target), messages)
                 .await;
             for (planned, answer) in part.into_iter().zip(answers) {
                 match answer {

@@ -226,6 +226,15 @@ macro_rules! transport_actions {
                     std::future::ready(Err(without_s3("HeadObject")))
                 };
 
+            /// S3 `CopyObject` of an object onto itself, its metadata replaced: the object is written
+            /// again as it is, so its age (what a bucket's lifecycle rule reads) starts now.
+            CopyObject copy_object s3 [changing] (bucket: &str, key: &str) -> (),
+                target { bucket },
+                default {
+                    let _ = (bucket, key);
+                    std::future::ready(Err(without_s3("CopyObject")))
+                };
+
             /// S3 `DeleteObject`: succeeds whether or not the object was there, as S3 does.
             DeleteObject delete_object s3 [changing] (bucket: &str, key: &str) -> (),
                 target { bucket },

@@ -139,8 +139,10 @@ impl Settler {
             message.dedup_id = Some(delivery.message_id.clone());
         }
         self.client
-            .send(dead_letter, message)
+            .send_copies(dead_letter, vec![message])
             .await
+            .pop()
+            .expect("one answer per message")
             .map_err(PublishError::rejected(&dead_letter.name))
     }
 }
