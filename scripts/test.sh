@@ -6,7 +6,8 @@
 #
 # It must pass on a fresh machine with nothing installed by hand, so everything the tests need is
 # installed and started from here (the AsyncAPI test installs its parser, Node's @asyncapi/parser,
-# itself with scripts/asyncapi-parser.sh). Extra arguments go to `cargo test`.
+# itself with scripts/asyncapi-parser.sh; the large payloads' interop test installs AWS's Python
+# extended client with scripts/extended-client.sh). Extra arguments go to `cargo test`.
 #
 #   LOCALSTACK_PORT=4566     reuse (or start) the LocalStack on this port instead of a fresh one
 #                            on a free port

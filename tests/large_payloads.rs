@@ -566,3 +566,97 @@ fn the_s3_calls_answer_alike_on_each_backend() {
         }
     });
 }
+
+/// Runs `scripts/extended-client.sh` (AWS's Python extended client in a virtualenv it installs)
+/// with `args` and `input` on standard input: its standard output, or a panic with its error.
+fn python_client(args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/extended-client.sh");
+    let mut child = Command::new(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("scripts/extended-client.sh runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "extended-client.sh {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// AWS's Python extended client and rust-stream read each other's large messages on LocalStack:
+/// the Python client resolves what rust-stream sent to the payload, and a rust-stream consumer
+/// hands its handler the payloads the Python client sent, in its current form and in its legacy
+/// one (`SQSLargePayloadSize`, Java 1.x's pointer class).
+#[test]
+fn the_python_extended_client_and_rust_stream_read_each_others_large_messages() {
+    let Some(endpoint) = rust_stream::testing::live_endpoint("the extended-client interop") else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use rust_stream::aws::AwsTransport;
+        use rust_stream::testing::QueueNames;
+        use rust_stream::transport::Transport;
+
+        let names = QueueNames::new();
+        let bucket = names.queue_name("interop");
+        let aws = AwsTransport::local(&endpoint, "us-east-1");
+        let broker = SqsBroker::with_transport(aws.clone())
+            .large_payloads(LargePayloads::new(&bucket).create_if_missing());
+
+        // Ours, read by the Python client.
+        let to_python = names.queue_name("to-python");
+        let ours = file(1, 300_000);
+        broker
+            .publisher(SqsQueue::new(&to_python).create_if_missing())
+            .message(&ours)
+            .send()
+            .await
+            .unwrap();
+        let url = aws.get_queue_url(&to_python).await.unwrap();
+        let read = python_client(&["receive", &endpoint, &url], "");
+        assert_eq!(
+            serde_json::from_str::<PaymentFile>(&read).unwrap(),
+            ours,
+            "the Python client resolved our pointer to the payload"
+        );
+
+        // Theirs, read by a rust-stream consumer.
+        let from_python = names.queue_name("from-python");
+        let url = aws
+            .create_queue(&from_python, Default::default())
+            .await
+            .unwrap();
+        let theirs = [file(2, 300_000), file(3, 200_000)];
+        python_client(
+            &["send", &endpoint, &url, &bucket],
+            &serde_json::to_string(&theirs[0]).unwrap(),
+        );
+        python_client(
+            &["send", &endpoint, &url, &bucket, "legacy"],
+            &serde_json::to_string(&theirs[1]).unwrap(),
+        );
+        let keep = Keep::default();
+        let running = TestApp::spawn(app(&broker, SqsQueue::new(&from_python), &keep))
+            .await
+            .unwrap();
+        eventually("both Python files handled", async || keep.ids() == [2, 3]).await;
+        running.stop().await.unwrap();
+        let mut got = keep.0.lock().unwrap().clone();
+        got.sort_by_key(|file| file.id);
+        assert_eq!(got, theirs);
+    });
+}

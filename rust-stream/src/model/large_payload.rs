@@ -44,6 +44,10 @@ use super::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
 /// The class name the Java extended client gives its pointer, the array's first element.
 const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
 
+/// The class name older Java extended clients (1.x) gave it, which Python's client still writes
+/// with its legacy attribute: read, never written.
+const LEGACY_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.MessageS3Pointer";
+
 /// Where an offloaded payload is: its S3 bucket and key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PayloadPointer {
@@ -167,7 +171,11 @@ impl PayloadPointer {
             Plain(PayloadPointer),
         }
         match serde_json::from_str::<Form>(body.trim()) {
-            Ok(Form::Array(class, pointer)) if class == POINTER_CLASS => Ok(pointer),
+            Ok(Form::Array(class, pointer))
+                if class == POINTER_CLASS || class == LEGACY_POINTER_CLASS =>
+            {
+                Ok(pointer)
+            }
             Ok(Form::Array(class, _)) => Err(format!("the pointer's class is `{class}`")),
             Ok(Form::Plain(pointer)) => Ok(pointer),
             Err(error) => Err(error.to_string()),
@@ -371,6 +379,8 @@ mod tests {
     const PYTHON_BODY: &str = r#"["software.amazon.payloadoffloading.PayloadS3Pointer", {"s3BucketName": "bucket-1", "s3Key": "9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61"}]"#;
     const LEGACY_BODY: &str =
         r#"{"s3BucketName":"bucket-1","s3Key":"9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61"}"#;
+    // Java 1.x's class, which Python's client writes with `use_legacy_attribute`.
+    const LEGACY_CLASS_BODY: &str = r#"["com.amazon.sqs.javamessaging.MessageS3Pointer", {"s3BucketName": "bucket-1", "s3Key": "9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61"}]"#;
 
     #[test]
     fn the_pointers_of_every_extended_client_read_alike() {
@@ -380,6 +390,7 @@ mod tests {
             (PYTHON_BODY, EXTENDED_PAYLOAD_SIZE),
             (LEGACY_BODY, LEGACY_PAYLOAD_SIZE),
             (JAVA_BODY, LEGACY_PAYLOAD_SIZE),
+            (LEGACY_CLASS_BODY, LEGACY_PAYLOAD_SIZE),
         ] {
             let read = PayloadPointer::read(body, &marked(attribute, "262145"))
                 .unwrap()
