@@ -660,3 +660,75 @@ fn the_python_extended_client_and_rust_stream_read_each_others_large_messages() 
         assert_eq!(got, theirs);
     });
 }
+
+/// Forwards each file it is given to its output, doubled in size.
+struct Forward;
+
+impl Handle<PaymentFile, rust_stream::Output<PaymentFile>> for Forward {
+    async fn handle(
+        &self,
+        small: &PaymentFile,
+        out: &rust_stream::Output<PaymentFile>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        ctx.publish(out.message(&file(small.id, 300_000)));
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_large_output_and_an_outbox_rows_large_message_go_through_s3() {
+    use rust_stream::outbox::Outbox;
+    use rust_stream::store::memory::MemoryStore;
+
+    let account = Account::new();
+    let broker = offloading(&account);
+    let store = MemoryStore::new();
+    let outbox = Outbox::new(
+        store.clone(),
+        broker.publisher(SqsQueue::new("files-out").create_if_missing()),
+    );
+    let keep = Keep::default();
+    let kept = keep.clone();
+    let relay = broker.relay(store.clone());
+    let app = RustStream::new(AppInfo::new("files", "0")).with_broker(broker.clone(), move |b| {
+        b.include(
+            subscriber(SqsQueue::new("files-in").create_if_missing(), Forward)
+                .outputs(rust_stream::Output::<PaymentFile>::new(
+                    SqsQueue::new("files-out").create_if_missing(),
+                ))
+                .build(),
+        );
+        b.include(subscriber(SqsQueue::new("files-out").create_if_missing(), kept).build());
+        b.worker(relay);
+    });
+    let running = TestApp::spawn(app).await.unwrap();
+    broker
+        .publisher(SqsQueue::new("files-in").create_if_missing())
+        .message(&file(1, 1_000))
+        .send()
+        .await
+        .unwrap();
+    let mut transaction = store.begin();
+    outbox
+        .message(&file(2, 2 * 1_048_576))
+        .send(&mut transaction)
+        .await
+        .expect("a row over 1 MiB is taken: it is sent through S3");
+    store.commit(transaction);
+    eventually("the output and the outbox's row handled", async || {
+        keep.ids() == [1, 2]
+    })
+    .await;
+    running.stop().await.unwrap();
+    let got = keep.0.lock().unwrap().clone();
+    assert!(
+        got.iter().all(|got| got.rows.len() > 290_000),
+        "the payloads, not pointers"
+    );
+    assert_eq!(
+        broker.api_calls().put_object,
+        2,
+        "the output's and the row's"
+    );
+}
