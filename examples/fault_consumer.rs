@@ -29,6 +29,7 @@
 //! | `FAULT_FAIL_FIRST_CALLS` | how many of each job's first handler calls in this process fail (after the `start` line, with no `done` line) | 0 |
 //! | `FAULT_INBOX_POSTGRES_URL` | when set, the handler posts each job to a ledger table in PostgreSQL inside an inbox ([`rust_stream::inbox`]) keyed by the job's `id`: copies of a job post once | unset |
 //! | `FAULT_INBOX_SQLITE_PATH` | the same inbox mode on the SQLite file at this path (the embedded store: one process at a time) | unset |
+//! | `FAULT_PAYLOAD_BUCKET` | when set, the broker's [large payloads](rust_stream::model::large_payload) bucket: bodies over 256 KiB it sends go there, and pointers it receives are read from S3 | unset |
 //! | `FAULT_LEDGER_TABLE` | the ledger table of the inbox mode (it must exist: `job text, grp text, seq int, amount bigint`, and a `posted` column numbering the postings in commit order: `bigserial` on PostgreSQL, `INTEGER PRIMARY KEY` on SQLite) | `fault_ledger` |
 //!
 //! and SQS as `SqsBroker::from_env` reads it (`AWS_ENDPOINT_URL`, `AWS_REGION`,
@@ -56,6 +57,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rust_stream::inbox::{Inbox, Key};
+use rust_stream::model::large_payload::LargePayloads;
 use rust_stream::prelude::*;
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::store::sqlite::SqliteStore;
@@ -381,6 +383,10 @@ async fn main() -> ExitCode {
     let broker = match SqsBroker::from_env().await {
         Ok(broker) => broker,
         Err(error) => exit_with(&error.to_string()),
+    };
+    let broker = match optional::<String>("FAULT_PAYLOAD_BUCKET") {
+        Some(bucket) => broker.large_payloads(LargePayloads::new(bucket)),
+        None => broker,
     };
     let inbox = match (
         optional::<String>("FAULT_INBOX_POSTGRES_URL"),

@@ -58,7 +58,8 @@ use common::backend::Backend;
 use common::kills::{self, InboxFigures, OutboxFigures, SplitMix};
 use common::process::{example_binary, sqs_at};
 use rust_stream::aws::AwsTransport;
-use rust_stream::sqs::SqsQueue;
+use rust_stream::model::large_payload::LargePayloads;
+use rust_stream::sqs::{SqsBroker, SqsQueue};
 
 /// The consumer process under test.
 const EXAMPLE: &str = "fault_consumer";
@@ -90,6 +91,20 @@ async fn a_standard_queue_consumer_killed_five_times_loses_nothing() {
     let figures = kill_run(&backend, "kills", 20, 100).await;
     figures.print("standard");
     assert_eq!(figures.lost, 0, "messages lost");
+}
+
+/// One job in ten carries a body of 300 KB, which goes through LocalStack's S3: a killed consumer
+/// loses none of them (a pointer it could not resolve would not decode, and never be done) and
+/// keeps each group's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_consumer_of_large_payloads_killed_five_times_loses_nothing_and_keeps_order() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let figures = kill_run_with(&backend, "large-kills.fifo", 20, 50, true).await;
+    figures.print("FIFO, one job in ten through S3");
+    assert_eq!(figures.lost, 0, "messages lost");
+    assert_eq!(figures.order_violations, Some(0), "order violations");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -860,6 +875,18 @@ async fn kill_run(
     groups: u32,
     per_group: u32,
 ) -> Figures {
+    kill_run_with(backend, base, groups, per_group, false).await
+}
+
+/// [`kill_run`], with one job in ten sent through S3 when `large`: the sender and the consumer
+/// share a bucket of large payloads.
+async fn kill_run_with(
+    backend: &Backend<AwsTransport>,
+    base: &str,
+    groups: u32,
+    per_group: u32,
+    large: bool,
+) -> Figures {
     const KILLS: usize = 5;
     let started = Instant::now();
     let endpoint = rust_stream::testing::live_endpoint("process kills").expect("checked by live()");
@@ -877,10 +904,25 @@ async fn kill_run(
     // a live one extends at half of it, which a loaded machine still makes in time.
     let input = backend.queue(base, &[("VisibilityTimeout", "5")]).await;
     let output = backend.queue(&output_base, &[]).await;
-    let sent = send_jobs(backend, &backend.name(base), groups, per_group).await;
+    let bucket = backend.name("kill-payloads");
+    let sender = if large {
+        let large = LargePayloads::new(&bucket).create_if_missing();
+        backend.broker.clone().large_payloads(large)
+    } else {
+        backend.broker.clone()
+    };
+    let sent = send_jobs_with(&sender, &backend.name(base), groups, per_group, large).await;
+    let offloaded = sender.api_calls().put_object;
+    if large {
+        assert_eq!(
+            offloaded,
+            u64::from(groups * per_group / 10),
+            "one job in ten"
+        );
+    }
     let total = sent.len();
     let journal = Journal(dir.path.join("journal"));
-    let settings = [
+    let mut settings = vec![
         ("FAULT_QUEUE", backend.name(base)),
         ("FAULT_OUTPUT_QUEUE", backend.name(&output_base)),
         ("FAULT_JOURNAL", journal.0.display().to_string()),
@@ -892,6 +934,9 @@ async fn kill_run(
         // most of its 50 ms, and kill nothing the evidence below can see.
         ("FAULT_HANDLER_DELAY_MS", "10".to_owned()),
     ];
+    if large {
+        settings.push(("FAULT_PAYLOAD_BUCKET", bucket.clone()));
+    }
 
     // Kill points: numbers of messages done, drawn at random across the run.
     let mut points: Vec<usize> = (0..KILLS)
@@ -1504,13 +1549,31 @@ async fn send_jobs(
     groups: u32,
     per_group: u32,
 ) -> Vec<(String, (String, u32))> {
-    let publisher = backend.broker.publisher(SqsQueue::new(queue));
+    send_jobs_with(&backend.broker, queue, groups, per_group, false).await
+}
+
+/// [`send_jobs`] through `broker`; with `large`, every tenth job carries 300 KB of padding, so
+/// that a broker with large payloads sends it through S3.
+async fn send_jobs_with(
+    broker: &SqsBroker,
+    queue: &str,
+    groups: u32,
+    per_group: u32,
+    large: bool,
+) -> Vec<(String, (String, u32))> {
+    let publisher = broker.publisher(SqsQueue::new(queue));
     let fifo = queue.ends_with(".fifo");
     let jobs: Vec<(String, u32)> = (0..per_group)
         .flat_map(|seq| (0..groups).map(move |group| (format!("g{group:02}"), seq)))
         .collect();
-    let messages = jobs.iter().map(|(group, seq)| {
-        let message = publisher.message(&serde_json::json!({ "group": group, "seq": seq }));
+    let messages = jobs.iter().enumerate().map(|(n, (group, seq))| {
+        let pad = if large && n % 10 == 9 {
+            "p".repeat(300_000)
+        } else {
+            String::new()
+        };
+        let job = serde_json::json!({ "group": group, "seq": seq, "pad": pad });
+        let message = publisher.message(&job);
         if fifo {
             message
                 .group_id(group.clone())
