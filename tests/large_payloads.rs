@@ -149,52 +149,105 @@ async fn a_large_body_is_sent_as_the_java_clients_pointer_with_its_digest() {
     assert_eq!(read.sha256.as_deref().map(str::len), Some(64));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_pointer_to_a_changed_or_missing_payload_is_dead_lettered_with_the_reason() {
-    for (case, spoil) in [("changed", true), ("missing", false)] {
-        let account = Account::new();
-        let broker = offloading(&account);
-        let queue = SqsQueue::new("files")
-            .create_if_missing()
-            .dead_letter("files-dlq", 5);
-        broker
-            .publisher(SqsQueue::new("files").create_if_missing())
-            .message(&file(1, 300_000))
-            .send()
-            .await
-            .unwrap();
-        let key = account.object_keys(BUCKET).pop().unwrap();
-        if spoil {
-            let mut tampered = account.get_object(BUCKET, &key).await.unwrap();
-            tampered[10] ^= 1;
-            account.put_object(BUCKET, &key, tampered).await.unwrap();
-        } else {
-            account.delete_object(BUCKET, &key).await.unwrap();
-        }
-
-        let keep = Keep::default();
-        let running = TestApp::spawn(app(&broker, queue, &keep)).await.unwrap();
-        let dlq = account.get_queue_url("files-dlq").await.unwrap();
-        let got = account
-            .receive_message(&dlq, ReceiveMessage::new(1).wait_time_seconds(20))
-            .await
-            .unwrap();
-        running.stop().await.unwrap();
-        assert!(keep.ids().is_empty(), "{case}: no handler saw it");
-        assert_eq!(got.len(), 1, "{case}: dead-lettered at its first attempt");
-        let reason = got[0].message_attributes[DEAD_LETTER_REASON_HEADER]
-            .string_value
-            .clone()
-            .unwrap();
-        let expected = if spoil { "SHA-256" } else { "is gone" };
-        assert!(reason.contains(expected), "{case}: {reason}");
-        assert!(
-            PayloadPointer::read(&got[0].body, &got[0].message_attributes)
-                .unwrap()
-                .is_some(),
-            "{case}: the dead letter carries the pointer as it came"
-        );
+/// Changes (`tamper`) or deletes the object the one message of `queue_url` points at, through
+/// `s3`, after reading the pointer without taking the message (a receive with no visibility).
+async fn spoil_the_payload(
+    s3: &impl rust_stream::transport::Transport,
+    queue_url: &str,
+    tamper: bool,
+) {
+    let peeked = s3
+        .receive_message(
+            queue_url,
+            ReceiveMessage::new(1)
+                .wait_time_seconds(20)
+                .visibility_timeout(0)
+                .message_attribute_names(["All"]),
+        )
+        .await
+        .unwrap();
+    let read = PayloadPointer::read(&peeked[0].body, &peeked[0].message_attributes)
+        .unwrap()
+        .expect("a pointer");
+    let (bucket, key) = (&read.pointer.bucket, &read.pointer.key);
+    if tamper {
+        let mut tampered = s3.get_object(bucket, key).await.unwrap();
+        tampered[10] ^= 1;
+        s3.put_object(bucket, key, tampered).await.unwrap();
+    } else {
+        s3.delete_object(bucket, key).await.unwrap();
     }
+}
+
+#[test]
+fn a_pointer_to_a_changed_or_missing_payload_is_dead_lettered_with_the_reason() {
+    on_each_backend(async |backend| {
+        let bucket = backend.queue_name("spoiled");
+        let broker = backend
+            .broker()
+            .clone()
+            .large_payloads(LargePayloads::new(&bucket).create_if_missing());
+        let live = backend
+            .endpoint()
+            .map(|endpoint| rust_stream::aws::AwsTransport::local(endpoint, "us-east-1"));
+        for (case, tamper) in [("changed", true), ("missing", false)] {
+            let name = backend.queue_name(&format!("spoiled-{case}"));
+            let dead_letters = backend.queue_name(&format!("spoiled-{case}-dlq"));
+            let queue = SqsQueue::new(&name)
+                .create_if_missing()
+                .dead_letter(&dead_letters, 5);
+            broker
+                .publisher(SqsQueue::new(&name).create_if_missing())
+                .message(&file(1, 300_000))
+                .send()
+                .await
+                .unwrap();
+            let receive_dead_letter = ReceiveMessage::new(1)
+                .wait_time_seconds(20)
+                .message_attribute_names(["All"]);
+            let keep = Keep::default();
+            let got = match (backend.account(), &live) {
+                (Some(account), _) => {
+                    let url = account.get_queue_url(&name).await.unwrap();
+                    spoil_the_payload(account, &url, tamper).await;
+                    let running = TestApp::spawn(app(&broker, queue, &keep)).await.unwrap();
+                    let dlq = account.get_queue_url(&dead_letters).await.unwrap();
+                    let got = account.receive_message(&dlq, receive_dead_letter).await;
+                    running.stop().await.unwrap();
+                    got.unwrap()
+                }
+                (None, Some(aws)) => {
+                    use rust_stream::transport::Transport;
+                    let url = aws.get_queue_url(&name).await.unwrap();
+                    spoil_the_payload(aws, &url, tamper).await;
+                    let running = TestApp::spawn(app(&broker, queue, &keep)).await.unwrap();
+                    let dlq = aws.get_queue_url(&dead_letters).await.unwrap();
+                    let got = aws.receive_message(&dlq, receive_dead_letter).await;
+                    running.stop().await.unwrap();
+                    got.unwrap()
+                }
+                (None, None) => unreachable!("a leg has an account or an endpoint"),
+            };
+            let kind = backend.kind();
+            assert!(
+                keep.ids().is_empty(),
+                "{case} on {kind:?}: no handler saw it"
+            );
+            assert_eq!(got.len(), 1, "{case} on {kind:?}: dead-lettered");
+            let reason = got[0].message_attributes[DEAD_LETTER_REASON_HEADER]
+                .string_value
+                .clone()
+                .unwrap();
+            let expected = if tamper { "SHA-256" } else { "is gone" };
+            assert!(reason.contains(expected), "{case} on {kind:?}: {reason}");
+            assert!(
+                PayloadPointer::read(&got[0].body, &got[0].message_attributes)
+                    .unwrap()
+                    .is_some(),
+                "{case} on {kind:?}: the dead letter carries the pointer as it came"
+            );
+        }
+    });
 }
 
 #[tokio::test(start_paused = true)]
