@@ -54,6 +54,35 @@ fn bodies_must_be_non_empty_and_in_the_allowed_characters() {
     );
 }
 
+#[test]
+fn the_bytewise_check_of_the_allowed_characters_agrees_with_the_characters_one_by_one() {
+    // Every code point alone, and at each place of a body longer than the check's chunks, after
+    // ASCII and after a wide character (the one refused wide characters are three bytes).
+    for code in 0..=0x10FFFF_u32 {
+        let Some(c) = char::from_u32(code) else {
+            continue;
+        };
+        assert_eq!(
+            all_allowed(c.encode_utf8(&mut [0; 4])),
+            is_allowed_char(c),
+            "{c:?}"
+        );
+    }
+    for bad in ['\u{0}', '\u{1F}', '\u{FFFE}', '\u{FFFF}'] {
+        for prefix in ["", "é"] {
+            for at in 0..140 {
+                let body = format!("{prefix}{}{bad}{}", "x".repeat(at), "y".repeat(140 - at));
+                assert!(!all_allowed(&body), "{bad:?} at {at} after {prefix:?}");
+                assert_eq!(kind(check_body(&body)), ErrorKind::InvalidMessageContents);
+            }
+        }
+    }
+    assert!(all_allowed(
+        &"\t\n\r ~\u{7F}\u{80}\u{D7FF}\u{E000}\u{FFFD}\u{10000}😀".repeat(20)
+    ));
+    assert!(all_allowed(""));
+}
+
 fn string(value: &str) -> MessageAttributeValue {
     MessageAttributeValue::string(value)
 }
