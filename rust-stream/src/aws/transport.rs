@@ -275,27 +275,21 @@ impl Transport for AwsTransport {
             .send()
             .await
             .map_err(|e| self.error(e))?;
+        // Taken apart, not copied: every message's id, receipt handle, body and attributes move
+        // out of the SDK's answer as they are (its strings are dropped with it otherwise).
         output
-            .messages()
-            .iter()
+            .messages
+            .unwrap_or_default()
+            .into_iter()
             .map(|message| {
                 Ok(ReceivedMessage {
-                    message_id: message
-                        .message_id()
-                        .ok_or_else(|| missing("a message id"))?
-                        .to_owned(),
+                    message_id: message.message_id.ok_or_else(|| missing("a message id"))?,
                     receipt_handle: message
-                        .receipt_handle()
-                        .ok_or_else(|| missing("a receipt handle"))?
-                        .to_owned(),
-                    body: message.body().unwrap_or_default().to_owned(),
-                    attributes: message
-                        .attributes()
-                        .into_iter()
-                        .flatten()
-                        .map(|(name, value)| (name.as_str(), value.as_str()))
-                        .collect(),
-                    message_attributes: from_sdk_attributes(message.message_attributes()),
+                        .receipt_handle
+                        .ok_or_else(|| missing("a receipt handle"))?,
+                    body: message.body.unwrap_or_default(),
+                    attributes: message.attributes.into_iter().flatten().collect(),
+                    message_attributes: from_sdk_attributes(message.message_attributes),
                 })
             })
             .collect()
