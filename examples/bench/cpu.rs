@@ -24,7 +24,8 @@
 //! With `--cpu-instructions` the LocalStack rows are also run under callgrind (valgrind), each
 //! side at `--cpu-instructions-messages` and at twice that, and the difference over the extra
 //! messages is the instructions a message costs that side's process, its start-up and client
-//! left out.
+//! left out. The profiles stay in the temporary directory (their paths are printed), for
+//! `callgrind_annotate`.
 
 use std::future::Future;
 use std::process::{Command, Stdio};
@@ -422,7 +423,15 @@ fn child(job: &Job) -> Fallible<Measured> {
 /// Runs `job` in a child under callgrind; the instructions of the whole process come back as
 /// `user_us` (the other fields are 0).
 fn callgrind(job: &Job) -> Fallible<Measured> {
-    let out = std::env::temp_dir().join(format!("bench-cpu-callgrind-{}.out", std::process::id()));
+    // Kept, named for the run, for `callgrind_annotate`: where the instructions go.
+    let out = std::env::temp_dir().join(format!(
+        "bench-cpu-{}-{:?}-{:?}-{}-{}.callgrind",
+        std::process::id(),
+        job.direction,
+        job.side,
+        job.workload,
+        job.messages
+    ));
     let output = Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))
@@ -435,7 +444,7 @@ fn callgrind(job: &Job) -> Fallible<Measured> {
         return Err(format!("the callgrind run {job:?} failed ({})", output.status).into());
     }
     let profile = std::fs::read_to_string(&out)?;
-    let _ = std::fs::remove_file(&out);
+    eprintln!("callgrind profile: {}", out.display());
     let total = profile
         .lines()
         .find_map(|line| {
