@@ -41,6 +41,21 @@ fn tokens_take_alphanumerics_and_punctuation_up_to_128() {
 }
 
 #[test]
+fn a_token_takes_exactly_the_letters_digits_and_punctuation_of_ascii() {
+    for byte in 0..=0x7F_u8 {
+        let token = format!("a{}z", byte as char);
+        assert_eq!(
+            check_token("MessageGroupId", &token).is_ok(),
+            byte.is_ascii_alphanumeric() || byte.is_ascii_punctuation(),
+            "{byte:#04x}"
+        );
+    }
+    for wide in ['é', '\u{80}', '\u{FFFD}', '😀'] {
+        assert!(check_token("MessageDeduplicationId", &format!("a{wide}")).is_err());
+    }
+}
+
+#[test]
 fn bodies_must_be_non_empty_and_in_the_allowed_characters() {
     assert!(check_body("hello\t\n\r 😀").is_ok());
     assert_eq!(kind(check_body("")), ErrorKind::MissingParameter);
