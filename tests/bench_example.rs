@@ -343,6 +343,65 @@ fn on_localstack_and_postgres_a_small_inbox_run_counts_the_round_trips_of_each_s
     );
 }
 
+/// The cpu section: each side of each row counted in a process of its own, beside the plain loop,
+/// on the delayed account and (with an endpoint) on LocalStack, every run kept.
+#[test]
+fn a_small_cpu_run_reports_each_sides_cpu_a_message_beside_the_plain_loops() {
+    let endpoint = rust_stream::testing::live_endpoint("the benchmark's CPU rows on LocalStack");
+    let mut args = vec![
+        "--in-process",
+        "--only",
+        "cpu",
+        "--round-trip-messages",
+        "300",
+        "--localstack-messages",
+        "100",
+        "--localstack-repeats",
+        "2",
+    ];
+    if let Some(endpoint) = &endpoint {
+        args.extend(["--localstack", endpoint.as_str()]);
+    }
+    let (output, json) = run_bench("cpu", &args);
+    let (stdout, report) = report(&output, &json);
+    assert!(stdout.contains("CPU a message"), "{stdout}");
+    let rows = rows(&report, "/cpu/rows");
+    let backends: Vec<&str> = rows
+        .iter()
+        .map(|row| row["backend"].as_str().unwrap())
+        .collect();
+    let on_localstack = backends.iter().filter(|&&b| b == "local_stack").count();
+    assert_eq!(
+        on_localstack,
+        if endpoint.is_some() { 4 } else { 0 },
+        "{backends:?}"
+    );
+    assert_eq!(rows.len() - on_localstack, 4, "{backends:?}");
+    for row in rows {
+        assert_beside_limit(row, "cpu_us_per_message", "plain_cpu_us_per_message");
+        for (figure, all) in [
+            ("cpu_us_per_message", "runs_cpu_us"),
+            ("plain_cpu_us_per_message", "plain_runs_cpu_us"),
+        ] {
+            let all: Vec<f64> = row[all]
+                .as_array()
+                .unwrap_or_else(|| panic!("no {all} in {row}"))
+                .iter()
+                .map(|run| run.as_f64().unwrap())
+                .collect();
+            assert_eq!(all.len(), 2, "{row}");
+            assert!(all.contains(&number(row, figure)), "{row}");
+        }
+        let messages = if row["backend"] == "local_stack" {
+            100.0
+        } else {
+            300.0
+        };
+        assert_eq!(number(row, "messages"), messages, "{row}");
+        assert!(!row["load_at_start"].as_str().unwrap().is_empty(), "{row}");
+    }
+}
+
 #[test]
 fn an_unknown_option_is_refused_with_the_usage() {
     let (output, _) = run_bench("refused", &["--fast"]);

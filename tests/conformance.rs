@@ -40,6 +40,7 @@ both_backends!(
     invalid_requests_fail_with_the_same_error_kinds,
     receipt_handles_are_checked,
     an_expired_fifo_receipt_handle_deletes_nothing,
+    a_received_message_carries_what_was_sent,
 );
 
 async fn send<T: Transport>(
@@ -281,6 +282,40 @@ async fn explicit_deduplication_answers_the_original<T: Transport>(backend: Back
     }
     let got = receive_all(&backend, &url, 1, 1).await;
     assert_eq!(bodies(&got), ["deposit"], "stored once");
+}
+
+/// What a receive hands back is what was sent: the id the send answered, the body, each message
+/// attribute (string, number, binary) and the system attributes asked for, and a receipt handle
+/// that deletes it.
+async fn a_received_message_carries_what_was_sent<T: Transport>(backend: Backend<T>) {
+    let url = backend.queue("carried.fifo", &[]).await;
+    let message = SendMessage::new("{\"order\":7,\"note\":\"é ✓\"}")
+        .group_id("acct-7")
+        .dedup_id("order-7")
+        .attribute("kind", MessageAttributeValue::string("order"))
+        .attribute("retry", MessageAttributeValue::number("2"))
+        .attribute("blob", MessageAttributeValue::binary(vec![0, 1, 254, 255]));
+    let sent = send(&backend, &url, vec![message.clone()]).await;
+    let request = ReceiveMessage::new(1)
+        .wait_time_seconds(1)
+        .system_attribute_names(["ApproximateReceiveCount", "SentTimestamp", "MessageGroupId"])
+        .message_attribute_names(["All"]);
+    let got = backend
+        .transport
+        .receive_message(&url, request)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    let received = &got[0];
+    assert_eq!(received.message_id, sent[0].message_id);
+    assert_eq!(received.body, message.body);
+    assert_eq!(received.message_attributes, message.message_attributes);
+    assert_eq!(received.receive_count(), Some(1));
+    assert_eq!(received.attributes.get("MessageGroupId"), Some("acct-7"));
+    assert!(received.attributes.get("SentTimestamp").is_some());
+    assert!(!received.receipt_handle.is_empty());
+    delete(&backend, &url, &got).await;
+    assert!(receive(&backend, &url, 1, 1).await.is_empty(), "deleted");
 }
 
 async fn content_based_deduplication_ignores_attributes<T: Transport>(backend: Backend<T>) {

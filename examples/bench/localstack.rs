@@ -333,7 +333,7 @@ impl Queues {
     }
 
     /// A fresh empty queue of this kind: its name and URL.
-    async fn empty(&mut self, workload: Workload) -> Fallible<(String, String)> {
+    pub async fn empty(&mut self, workload: Workload) -> Fallible<(String, String)> {
         self.made += 1;
         let suffix = if workload.is_fifo() { ".fifo" } else { "" };
         let name = format!("{}-{}{suffix}", self.prefix, self.made);

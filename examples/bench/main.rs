@@ -18,6 +18,8 @@
 //!     --backlogs 100_000,1_000_000 --worker-threads 1,2 --workloads standard,fifo-100
 //! # Every SQS call taking 20 ms, default settings beside the best plain loop.
 //! cargo run --release --example bench -- --in-process --only real-latency
+//! # CPU a message, each side in its own process, beside the plain loop.
+//! cargo run --release --example bench -- --only cpu --localstack http://127.0.0.1:4566
 //! # The inbox's cost: LocalStack and PostgreSQL (`scripts/postgres.sh start` prints a URL).
 //! cargo run --release --example bench -- --only inbox --localstack http://127.0.0.1:4566 \
 //!     --postgres postgres://postgres@127.0.0.1:5433/postgres
@@ -69,11 +71,19 @@
 //!   outbox, relayed to a FIFO queue on LocalStack and received by plain loops: commit → visible
 //!   p50 and p99, and the relay's calls an event (`outbox.rs`).
 //!
+//! - **CPU a message** (`--only cpu`, not in the default set): process CPU time (user + sys) a
+//!   message of the consuming and of the publishing side, standard and FIFO over 50 groups, on
+//!   LocalStack (with `--localstack URL`) and on the in-process account with every call taking
+//!   `--round-trip-ms`, each side in a process of its own beside a plain aws-sdk-sqs loop
+//!   (`cpu.rs` says what is counted); with `--cpu-instructions` also instructions a message under
+//!   callgrind.
+//!
 //! It prints markdown tables (with the date, the machine and its load at the start and the end)
 //! and writes the same as JSON (`--json PATH`, default `target/bench.json`). `--help` lists the
 //! options. docs/performance.md says what each row compares.
 
 mod allocations;
+mod cpu;
 mod deletes;
 mod in_process;
 mod inbox;
@@ -115,6 +125,9 @@ async fn main() -> ExitCode {
     };
     let outcome = match options.memory_probe {
         Some(case) => memory::probe(case, options.memory_messages).await,
+        None if options.cpu_child.is_some() => {
+            cpu::child_here(options.cpu_child.as_deref().unwrap_or_default()).await
+        }
         None if options.throughput_child => in_process::throughput_here(&options).await,
         None => run(&options, &args).await,
     };
@@ -147,6 +160,7 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
         real_latency: None,
         inbox: None,
         outbox: None,
+        cpu: None,
     };
     if options.runs(Section::Throughput) {
         report.throughput = in_process::throughput(options)?;
@@ -176,6 +190,9 @@ async fn run(options: &Options, args: &[String]) -> Fallible<()> {
         &options.postgres,
     ) {
         report.outbox = Some(outbox::run(endpoint, postgres, options).await?);
+    }
+    if options.runs(Section::Cpu) {
+        report.cpu = Some(cpu::run(options).await?);
     }
     report.machine.load_at_end = load_average();
     println!("{}", report.tables());

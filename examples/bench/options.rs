@@ -17,7 +17,8 @@ What it runs:
   --only LIST                only these sections, comma-separated: throughput, latency, memory,
                              localstack, real-latency (every SQS call delayed; only when named),
                              inbox (LocalStack and PostgreSQL, with and without the inbox; only
-                             when named)
+                             when named), cpu (CPU time a message, on LocalStack when it has
+                             an endpoint and on the account at --round-trip-ms; only when named)
   --postgres URL             the PostgreSQL of the inbox section (RUST_STREAM_POSTGRES_URL)
   --quick                    smaller counts, for a first look or a test (the options below win)
   --messages N               orders a throughput row consumes (400,000; quick 20,000)
@@ -40,6 +41,11 @@ What it runs:
                              quick 1,000; one hot FIFO group a tenth)
   --localstack-repeats N     runs of each LocalStack row and of its limit, alternating; the row
                              shows the medians (3; quick 1); the inbox section's too
+  --cpu-instructions         the cpu section's LocalStack rows also under callgrind (valgrind):
+                             instructions a message
+  --cpu-instructions-messages N
+                             messages of the smaller callgrind run; the other runs twice as many
+                             (500)
   --inbox-messages N         messages each run of the inbox section consumes (3,000; quick 300)
   --outbox-rate N            events a second the outbox section commits (1,000)
   --outbox-seconds S         how long it commits them (10; quick 2)
@@ -65,6 +71,8 @@ pub enum Section {
     /// The outbox's commit → visible latency and calls, on LocalStack and PostgreSQL; run only
     /// when named in `--only`.
     Outbox,
+    /// CPU time a message, each side in a process of its own; run only when named in `--only`.
+    Cpu,
 }
 
 impl Section {
@@ -77,6 +85,7 @@ impl Section {
             "real-latency" => Some(Self::RealLatency),
             "inbox" => Some(Self::Inbox),
             "outbox" => Some(Self::Outbox),
+            "cpu" => Some(Self::Cpu),
             _ => None,
         }
     }
@@ -116,6 +125,11 @@ pub struct Options {
     pub memory_probe: Option<MemoryCase>,
     /// Set in the child processes that run throughput rows: they run here and print them.
     pub throughput_child: bool,
+    /// Set in the child processes of the cpu section: the job, as JSON.
+    pub cpu_child: Option<String>,
+    /// Whether the cpu section also counts instructions under callgrind, and its smaller count.
+    pub cpu_instructions: bool,
+    pub cpu_instructions_messages: u64,
 }
 
 /// What the command line asked for, or why it cannot be run.
@@ -148,6 +162,8 @@ impl Options {
         let mut memory_probe = None;
         let (mut throughput_repeats, mut throughput_child) = (None, false);
         let (mut worker_threads, mut workloads, mut settings) = (None, None, None);
+        let (mut cpu_child, mut cpu_instructions, mut cpu_instructions_messages) =
+            (None, false, None);
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
             match arg.as_str() {
@@ -214,6 +230,11 @@ impl Options {
                 "--outbox-receive-during" => outbox_receive_during = true,
                 "--throughput-repeats" => throughput_repeats = Some(count(&arg, &value()?)?),
                 "--throughput-child" => throughput_child = true,
+                "--cpu-child" => cpu_child = Some(value()?),
+                "--cpu-instructions" => cpu_instructions = true,
+                "--cpu-instructions-messages" => {
+                    cpu_instructions_messages = Some(count(&arg, &value()?)?)
+                }
                 "--round-trip-ms" => round_trip_ms = Some(count(&arg, &value()?)?),
                 "--round-trip-messages" => round_trip_messages = Some(count(&arg, &value()?)?),
                 "--json" => json = PathBuf::from(value()?),
@@ -243,6 +264,10 @@ impl Options {
             // Named only: it runs in real time, a minute or two.
             if only.contains(&Section::RealLatency) {
                 sections.push(Section::RealLatency);
+            }
+            // Named only: each row runs its sides in child processes, a few minutes.
+            if only.contains(&Section::Cpu) {
+                sections.push(Section::Cpu);
             }
             // Named only: they need a PostgreSQL beside LocalStack.
             for (section, name) in [(Section::Inbox, "inbox"), (Section::Outbox, "outbox")] {
@@ -295,6 +320,9 @@ impl Options {
             json,
             memory_probe,
             throughput_child,
+            cpu_child,
+            cpu_instructions,
+            cpu_instructions_messages: cpu_instructions_messages.unwrap_or(500),
         })))
     }
 

@@ -29,6 +29,8 @@ pub struct Report {
     pub inbox: Option<crate::inbox::InboxReport>,
     /// The outbox's latency and calls on LocalStack and PostgreSQL: `--only outbox`.
     pub outbox: Option<crate::outbox::OutboxReport>,
+    /// CPU time a message beside the plain loop's: `--only cpu`.
+    pub cpu: Option<crate::cpu::CpuReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -578,6 +580,9 @@ impl Report {
         if let Some(outbox) = &self.outbox {
             out += &outbox.table();
         }
+        if let Some(cpu) = &self.cpu {
+            out += &cpu.tables();
+        }
         out
     }
 }
@@ -643,7 +648,7 @@ impl RealLatencyReport {
 }
 
 /// A markdown table, its columns padded to line up.
-fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -677,7 +682,7 @@ fn ratio_with_runs(ratio: f64, runs: &[f64]) -> String {
     }
 }
 
-fn rate(per_sec: f64) -> String {
+pub fn rate(per_sec: f64) -> String {
     thousands(per_sec.round() as u64)
 }
 

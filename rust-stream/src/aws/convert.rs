@@ -88,18 +88,18 @@ pub(super) fn to_sdk_attribute(
 }
 
 pub(super) fn from_sdk_attributes(
-    attributes: Option<&HashMap<String, SdkAttribute>>,
+    attributes: Option<HashMap<String, SdkAttribute>>,
 ) -> MessageAttributes {
     attributes
         .into_iter()
         .flatten()
         .map(|(name, value)| {
             let value = MessageAttributeValue {
-                data_type: value.data_type().to_owned(),
-                string_value: value.string_value().map(str::to_owned),
-                binary_value: value.binary_value().map(|blob| blob.as_ref().to_vec()),
+                data_type: value.data_type,
+                string_value: value.string_value,
+                binary_value: value.binary_value.map(Blob::into_inner),
             };
-            (name.clone(), value)
+            (name, value)
         })
         .collect()
 }

@@ -41,6 +41,21 @@ fn tokens_take_alphanumerics_and_punctuation_up_to_128() {
 }
 
 #[test]
+fn a_token_takes_exactly_the_letters_digits_and_punctuation_of_ascii() {
+    for byte in 0..=0x7F_u8 {
+        let token = format!("a{}z", byte as char);
+        assert_eq!(
+            check_token("MessageGroupId", &token).is_ok(),
+            byte.is_ascii_alphanumeric() || byte.is_ascii_punctuation(),
+            "{byte:#04x}"
+        );
+    }
+    for wide in ['é', '\u{80}', '\u{FFFD}', '😀'] {
+        assert!(check_token("MessageDeduplicationId", &format!("a{wide}")).is_err());
+    }
+}
+
+#[test]
 fn bodies_must_be_non_empty_and_in_the_allowed_characters() {
     assert!(check_body("hello\t\n\r 😀").is_ok());
     assert_eq!(kind(check_body("")), ErrorKind::MissingParameter);
@@ -52,6 +67,35 @@ fn bodies_must_be_non_empty_and_in_the_allowed_characters() {
         kind(check_body("\u{FFFE}")),
         ErrorKind::InvalidMessageContents
     );
+}
+
+#[test]
+fn the_bytewise_check_of_the_allowed_characters_agrees_with_the_characters_one_by_one() {
+    // Every code point alone, and at each place of a body longer than the check's chunks, after
+    // ASCII and after a wide character (the one refused wide characters are three bytes).
+    for code in 0..=0x10FFFF_u32 {
+        let Some(c) = char::from_u32(code) else {
+            continue;
+        };
+        assert_eq!(
+            all_allowed(c.encode_utf8(&mut [0; 4])),
+            is_allowed_char(c),
+            "{c:?}"
+        );
+    }
+    for bad in ['\u{0}', '\u{1F}', '\u{FFFE}', '\u{FFFF}'] {
+        for prefix in ["", "é"] {
+            for at in 0..140 {
+                let body = format!("{prefix}{}{bad}{}", "x".repeat(at), "y".repeat(140 - at));
+                assert!(!all_allowed(&body), "{bad:?} at {at} after {prefix:?}");
+                assert_eq!(kind(check_body(&body)), ErrorKind::InvalidMessageContents);
+            }
+        }
+    }
+    assert!(all_allowed(
+        &"\t\n\r ~\u{7F}\u{80}\u{D7FF}\u{E000}\u{FFFD}\u{10000}😀".repeat(20)
+    ));
+    assert!(all_allowed(""));
 }
 
 fn string(value: &str) -> MessageAttributeValue {
