@@ -5,7 +5,7 @@
 
 use super::objects::{no_such_key, Object};
 use super::Account;
-use crate::model::rules;
+use crate::model::large_payload::check_bucket_name;
 use crate::transport::TransportError;
 
 impl Account {
@@ -15,7 +15,7 @@ impl Account {
     ///
     /// [`ErrorKind::InvalidParameterValue`](crate::model::ErrorKind::InvalidParameterValue) for a name S3 refuses.
     pub async fn create_bucket(&self, bucket: &str) -> Result<(), TransportError> {
-        rules::check_bucket_name(bucket).map_err(TransportError::unsent)?;
+        check_bucket_name(bucket).map_err(TransportError::unsent)?;
         self.objects().buckets.entry(bucket.to_owned()).or_default();
         Ok(())
     }

@@ -8,7 +8,8 @@
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
 
-use crate::model::rules::{self, ErrorKind};
+use crate::model::large_payload::check_bucket_name;
+use crate::model::rules::ErrorKind;
 use crate::transport::TransportError;
 
 use super::convert;
@@ -29,7 +30,7 @@ impl AwsTransport {
 
     /// S3 `CreateBucket` in the client's region; a bucket this account owns already is no error.
     pub(super) async fn s3_create_bucket(&self, bucket: &str) -> Result<(), TransportError> {
-        rules::check_bucket_name(bucket).map_err(TransportError::unsent)?;
+        check_bucket_name(bucket).map_err(TransportError::unsent)?;
         let client = self.s3()?;
         // us-east-1 takes no location constraint; every other region needs its own.
         let region = client

@@ -319,6 +319,27 @@ impl Large {
     }
 }
 
+/// Checks an S3 bucket name: 3 to 63 characters, lowercase letters,
+/// digits, dots and hyphens, beginning and ending with a letter or digit.
+pub(crate) fn check_bucket_name(bucket: &str) -> Result<(), super::error::TransportError> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-';
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if (3..=63).contains(&bucket.len())
+        && bucket.chars().all(allowed)
+        && edge(bucket.chars().next())
+        && edge(bucket.chars().last())
+    {
+        return Ok(());
+    }
+    rules::fail(
+        rules::ErrorKind::InvalidParameterValue,
+        format!(
+            "`{bucket}` is no S3 bucket name: 3 to 63 lowercase letters, digits, dots and \
+             hyphens, beginning and ending with a letter or digit"
+        ),
+    )
+}
+
 /// A payload fetched for a pointer, checked against what the pointer's attributes say of it.
 ///
 /// # Errors

@@ -52,27 +52,6 @@ thread_local! {
     pub(crate) static QUEUE_NAME_CHECKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Checks an S3 bucket name: 3 to 63 characters, lowercase letters,
-/// digits, dots and hyphens, beginning and ending with a letter or digit.
-pub(crate) fn check_bucket_name(bucket: &str) -> Result<(), TransportError> {
-    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-';
-    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if (3..=63).contains(&bucket.len())
-        && bucket.chars().all(allowed)
-        && edge(bucket.chars().next())
-        && edge(bucket.chars().last())
-    {
-        return Ok(());
-    }
-    fail(
-        ErrorKind::InvalidParameterValue,
-        format!(
-            "`{bucket}` is no S3 bucket name: 3 to 63 lowercase letters, digits, dots and \
-             hyphens, beginning and ending with a letter or digit"
-        ),
-    )
-}
-
 /// Checks a queue name: 1–80 characters of `[A-Za-z0-9_-]`, plus the `.fifo` suffix for a FIFO queue.
 pub(crate) fn check_queue_name(name: &str) -> Result<(), TransportError> {
     #[cfg(test)]
