@@ -61,7 +61,7 @@ use rust_stream::model::large_payload::LargePayloads;
 use rust_stream::prelude::*;
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::store::sqlite::SqliteStore;
-use rust_stream::{Output, State};
+use rust_stream::{Output, State, IDEMPOTENCY_KEY_HEADER};
 use serde::{Deserialize, Serialize};
 
 /// A unit of work: the `seq`-th job of its `group` (on FIFO, its message group). `id` names the
@@ -74,6 +74,11 @@ struct Job {
     id: String,
     #[serde(default)]
     amount: i64,
+    /// A job whose handler fails until it comes back as a redriven dead letter (a redrive's copy
+    /// carries [`IDEMPOTENCY_KEY_HEADER`], which the jobs sent do not): with
+    /// `FAULT_DEAD_LETTER_QUEUE`, dead-lettered for a redrive to bring back.
+    #[serde(default)]
+    poison: bool,
 }
 
 /// The output of a handled job: which input it came from.
@@ -161,6 +166,11 @@ async fn work(
     journal.append(record("start"), false).await?;
     if !delay.0.is_zero() {
         tokio::time::sleep(delay.0).await;
+    }
+    if job.poison && ctx.header(IDEMPOTENCY_KEY_HEADER).is_none() {
+        return Err(std::io::Error::other(
+            "a poison job fails until it is redriven from the dead-letter queue",
+        ));
     }
     if fail_first.fails(ctx.message_id()) {
         return Err(std::io::Error::other(

@@ -52,6 +52,8 @@ mod common;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::backend::Backend;
@@ -59,6 +61,7 @@ use common::kills::{self, InboxFigures, OutboxFigures, SplitMix};
 use common::process::{example_binary, sqs_at};
 use rust_stream::aws::AwsTransport;
 use rust_stream::model::large_payload::LargePayloads;
+use rust_stream::operations::Redrive;
 use rust_stream::sqs::{SqsBroker, SqsQueue};
 
 /// The consumer process under test.
@@ -101,10 +104,24 @@ async fn a_fifo_consumer_of_large_payloads_killed_five_times_loses_nothing_and_k
     let Some(backend) = Backend::live().await else {
         return;
     };
-    let figures = kill_run_with(&backend, "large-kills.fifo", 20, 50, true).await;
+    let figures = kill_run_with(&backend, "large-kills.fifo", 20, 50, true, false).await;
     figures.print("FIFO, one job in ten through S3");
     assert_eq!(figures.lost, 0, "messages lost");
     assert_eq!(figures.order_violations, Some(0), "order violations");
+}
+
+/// One job in ten through S3 as above, on a standard queue, and one in twenty of those large a
+/// poison job, which fails until it comes back as a redriven dead letter: dead-lettered (its
+/// object written again), redriven while the kills go on (again), and handled at last. Nothing is
+/// lost, the poison jobs included, counted by job rather than by message id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_of_large_payloads_killed_five_times_with_a_redrive_mid_run_loses_nothing() {
+    let Some(backend) = Backend::live().await else {
+        return;
+    };
+    let figures = kill_run_with(&backend, "large-redrive-kills", 20, 50, true, true).await;
+    figures.print("standard, one job in ten through S3, redriven mid-run");
+    assert_eq!(figures.lost, 0, "jobs lost");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -875,17 +892,20 @@ async fn kill_run(
     groups: u32,
     per_group: u32,
 ) -> Figures {
-    kill_run_with(backend, base, groups, per_group, false).await
+    kill_run_with(backend, base, groups, per_group, false, false).await
 }
 
 /// [`kill_run`], with one job in ten sent through S3 when `large`: the sender and the consumer
-/// share a bucket of large payloads.
+/// share a bucket of large payloads. With `redrive`, one in twenty jobs (all large) is poison:
+/// the consumer dead-letters it, the dead-letter queue is redriven after the third kill and until
+/// every job is done, and jobs are counted lost by their group and number.
 async fn kill_run_with(
     backend: &Backend<AwsTransport>,
     base: &str,
     groups: u32,
     per_group: u32,
     large: bool,
+    redrive: bool,
 ) -> Figures {
     const KILLS: usize = 5;
     let started = Instant::now();
@@ -911,7 +931,37 @@ async fn kill_run_with(
     } else {
         backend.broker.clone()
     };
-    let sent = send_jobs_with(&sender, &backend.name(base), groups, per_group, large).await;
+    let sent = send_jobs_with(
+        &sender,
+        &backend.name(base),
+        groups,
+        per_group,
+        large,
+        redrive,
+    )
+    .await;
+    let dead_letters = format!("{base}-dlq");
+    if redrive {
+        backend.queue(&dead_letters, &[]).await;
+    }
+    // An operator redriving the dead-letter queue every second while the run goes on: what the
+    // poison jobs (and any job the kills pushed past its attempts) come back by.
+    let redriven = Arc::new(AtomicUsize::new(0));
+    let operator = redrive.then(|| {
+        let plan = Redrive::from(backend.name(&dead_letters)).to(backend.name(base));
+        let (sender, redriven) = (sender.clone(), redriven.clone());
+        tokio::spawn(async move {
+            loop {
+                let report = sender
+                    .operations()
+                    .redrive(&plan)
+                    .await
+                    .expect("the redrive runs");
+                redriven.fetch_add(report.moved.len(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    });
     let offloaded = sender.api_calls().put_object;
     if large {
         assert_eq!(
@@ -937,10 +987,16 @@ async fn kill_run_with(
     if large {
         settings.push(("FAULT_PAYLOAD_BUCKET", bucket.clone()));
     }
+    if redrive {
+        settings.push(("FAULT_DEAD_LETTER_QUEUE", backend.name(&dead_letters)));
+        settings.push(("FAULT_ATTEMPTS", "3".to_owned()));
+    }
 
-    // Kill points: numbers of messages done, drawn at random across the run.
+    // Kill points: numbers of messages done, drawn at random across the run; with poison jobs,
+    // across what is done before any of them is redriven (the poison jobs are one in twenty).
+    let reachable = if redrive { total - total / 20 } else { total };
     let mut points: Vec<usize> = (0..KILLS)
-        .map(|_| 50 + (random.next() % (total as u64 - 100)) as usize)
+        .map(|_| 50 + (random.next() % (reachable as u64 - 100)) as usize)
         .collect();
     points.sort_unstable();
     common::report(format_args!(
@@ -972,9 +1028,26 @@ async fn kill_run_with(
         consumer = Consumer::start(&example, &endpoint, &settings, &dir, kill + 1);
     }
     wait_for(&mut consumer, "every message done", || {
-        (done_ids(&journal.read()).len() == total).then_some(())
+        // A redriven job is done under its copy's id (or two copies' ids, if a move was repeated):
+        // counted by job.
+        let records = journal.read();
+        let done = if redrive {
+            done_jobs(&records).len()
+        } else {
+            done_ids(&records).len()
+        };
+        (done == total).then_some(())
     })
     .await;
+    if let Some(operator) = operator {
+        operator.abort();
+        let moved = redriven.load(Ordering::Relaxed);
+        common::report(format_args!(
+            "process kills ({base}): {moved} dead letters redriven during the run"
+        ));
+        // Counted when a redrive answers: one cut short by the end of the run is not in it.
+        assert!(moved > 0, "nothing was redriven during the run");
+    }
     wait_until_empty(backend, &input).await;
     let status = consumer.terminate().await;
     assert!(status.success(), "{status}:\n{}", consumer.log());
@@ -985,7 +1058,13 @@ async fn kill_run_with(
         .filter(|record| record.event == Event::Done)
         .collect();
     let distinct = done_ids(&records);
-    let lost = sent.iter().filter(|(id, _)| !distinct.contains(id)).count();
+    let lost = if redrive {
+        // A redriven job is done under its copy's id: jobs are counted by group and number.
+        let done = done_jobs(&records);
+        sent.iter().filter(|(_, job)| !done.contains(job)).count()
+    } else {
+        sent.iter().filter(|(id, _)| !distinct.contains(id)).count()
+    };
     let redelivered: HashSet<&str> = records
         .iter()
         .filter(|record| record.event == Event::Start && record.receive_count > 1)
@@ -1518,6 +1597,16 @@ fn done_ids(records: &[Record]) -> HashSet<String> {
         .collect()
 }
 
+/// The jobs done, by group and number, whatever message carried them (a redriven copy has an id
+/// of its own).
+fn done_jobs(records: &[Record]) -> HashSet<(String, u32)> {
+    records
+        .iter()
+        .filter(|record| record.event == Event::Done)
+        .map(|record| (record.group.clone(), record.seq))
+        .collect()
+}
+
 /// The messages whose last attempt started and has not finished.
 fn running(records: &[Record]) -> Vec<String> {
     let mut open: HashMap<&str, usize> = HashMap::new();
@@ -1549,17 +1638,19 @@ async fn send_jobs(
     groups: u32,
     per_group: u32,
 ) -> Vec<(String, (String, u32))> {
-    send_jobs_with(&backend.broker, queue, groups, per_group, false).await
+    send_jobs_with(&backend.broker, queue, groups, per_group, false, false).await
 }
 
 /// [`send_jobs`] through `broker`; with `large`, every tenth job carries 300 KB of padding, so
-/// that a broker with large payloads sends it through S3.
+/// that a broker with large payloads sends it through S3; with `poison`, every second of those is
+/// a poison job (see `examples/fault_consumer.rs`).
 async fn send_jobs_with(
     broker: &SqsBroker,
     queue: &str,
     groups: u32,
     per_group: u32,
     large: bool,
+    poison: bool,
 ) -> Vec<(String, (String, u32))> {
     let publisher = broker.publisher(SqsQueue::new(queue));
     let fifo = queue.ends_with(".fifo");
@@ -1572,7 +1663,9 @@ async fn send_jobs_with(
         } else {
             String::new()
         };
-        let job = serde_json::json!({ "group": group, "seq": seq, "pad": pad });
+        let is_poison = poison && n % 20 == 19;
+        let job =
+            serde_json::json!({ "group": group, "seq": seq, "pad": pad, "poison": is_poison });
         let message = publisher.message(&job);
         if fifo {
             message
