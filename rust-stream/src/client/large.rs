@@ -23,9 +23,8 @@ impl Client {
         destination: &Destination,
         messages: Vec<SendMessage>,
     ) -> Vec<Result<SentMessage, TransportError>> {
-        let client = self;
         if !messages.iter().any(|message| large.offloads(message)) {
-            return client.send_as_they_are(destination, messages).await;
+            return self.send_as_they_are(destination, messages).await;
         }
         let mut answers: Vec<Option<Result<SentMessage, TransportError>>> =
             std::iter::repeat_with(|| None)
@@ -46,7 +45,7 @@ impl Client {
             if large.offloads(&message) {
                 let key = uuid::Uuid::new_v4().to_string();
                 let payload = large.offload(&mut message, key.clone());
-                if let Err(error) = client.put_payload(large, &key, payload).await {
+                if let Err(error) = self.put_payload(large, &key, payload).await {
                     if let Some(group) = message.group_id.take() {
                         let why = format!("its payload could not be put in S3: {error}");
                         failed_groups.insert(group, why);
@@ -58,7 +57,7 @@ impl Client {
             sending.push(message);
             places.push(place);
         }
-        let sent = client.send_as_they_are(destination, sending).await;
+        let sent = self.send_as_they_are(destination, sending).await;
         for (place, answer) in places.into_iter().zip(sent) {
             answers[place] = Some(answer);
         }
@@ -77,17 +76,12 @@ impl Client {
         key: &str,
         payload: Vec<u8>,
     ) -> Result<(), TransportError> {
-        let client = self;
         if large.create_if_missing {
-            client
-                .payload_bucket
-                .get_or_try_init(|| client.transport.create_bucket(&large.bucket))
+            self.payload_bucket
+                .get_or_try_init(|| self.transport.create_bucket(&large.bucket))
                 .await?;
         }
-        client
-            .transport
-            .put_object(&large.bucket, key, payload)
-            .await
+        self.transport.put_object(&large.bucket, key, payload).await
     }
 }
 

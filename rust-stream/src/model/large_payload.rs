@@ -264,13 +264,26 @@ impl LargePayloads {
     }
 
     /// `message` as it would be sent, when it goes through S3: what the rules are checked
-    /// against before any call (a key of a fresh UUID's length stands for the key).
+    /// against before any call. A key of a fresh UUID's length and a digest of SHA-256's length
+    /// stand for the real ones, so the body is neither copied nor hashed here: the send does that
+    /// once ([`offload`](Self::offload)).
     pub(crate) fn as_sent(&self, message: &SendMessage) -> Option<SendMessage> {
         if !self.offloads(message) {
             return None;
         }
-        let mut pointer = message.clone();
-        self.offload(&mut pointer, uuid::Uuid::nil().to_string());
+        let key = uuid::Uuid::nil().to_string();
+        let mut pointer = SendMessage::new(PayloadPointer::new(&self.bucket, key).to_body());
+        pointer.delay_seconds = message.delay_seconds;
+        pointer.group_id = message.group_id.clone();
+        pointer.dedup_id = message.dedup_id.clone();
+        pointer.message_attributes = message.message_attributes.clone();
+        let size = message.body.len() as u64;
+        for (name, value) in PayloadPointer::attributes(size, &"0".repeat(64)) {
+            pointer
+                .message_attributes
+                .entry(name.to_owned())
+                .or_insert(value);
+        }
         Some(pointer)
     }
 }
@@ -441,6 +454,27 @@ mod tests {
                 sha256: Some("ab12".into()),
             }
         );
+    }
+
+    // The rules are checked against `as_sent` before the send offloads: it must be exactly as
+    // large as the message the send makes, or a message near a limit would pass one and fail the
+    // other.
+    #[test]
+    fn the_message_checked_is_as_large_as_the_message_sent() {
+        let large = LargePayloads::new("payment-files");
+        let mut message = SendMessage::new("x".repeat(300_000));
+        message.group_id = Some("g".into());
+        message
+            .message_attributes
+            .insert("k".into(), MessageAttributeValue::string("v"));
+        let checked = large.as_sent(&message).unwrap();
+        large.offload(&mut message, uuid::Uuid::new_v4().to_string());
+        assert_eq!(rules::message_size(&checked), rules::message_size(&message));
+        assert_eq!(
+            checked.message_attributes.len(),
+            message.message_attributes.len()
+        );
+        assert_eq!(checked.group_id, message.group_id);
     }
 
     #[test]
