@@ -14,6 +14,7 @@ use axum::http::Request;
 use axum::Router;
 use rust_stream::account::Account;
 use rust_stream::http::queue::{Limits, QueueApi};
+use rust_stream::model::rules::ErrorKind;
 use rust_stream::publish::History;
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::transport::layer::{Action, Hooked, Hooks};
@@ -69,10 +70,12 @@ impl Hooks for Counted {
             .is_ok();
         if fail {
             tokio::time::sleep(Duration::from_secs(2)).await;
-            return Err(TransportError::Other {
-                code: "KMS.AccessDeniedException".into(),
-                message: "the test refuses this send".into(),
-            });
+            // What the SDK answers for a queue whose KMS key the service may not use: the
+            // service's misconfiguration, never the API caller's bad request.
+            return Err(TransportError::service(
+                ErrorKind::AccessDenied,
+                "the test refuses this send",
+            ));
         }
         inner.send_message_batch(queue_url, entries).await
     }

@@ -8,7 +8,10 @@ use common::attributes;
 use rust_stream::account::Account;
 use rust_stream::model::rules::ErrorKind;
 use rust_stream::prelude::*;
-use rust_stream::transport::{SendBatchEntry, SendMessage};
+use rust_stream::transport::layer::{Hooked, Hooks};
+use rust_stream::transport::{
+    QueueAttributes, SendBatchEntry, SendMessage, Transport, TransportError,
+};
 use rust_stream::PublishError;
 
 const KIB: usize = 1024;
@@ -84,4 +87,51 @@ async fn a_message_over_the_queues_maximum_message_size_is_refused_before_the_ne
         (1, 1),
         "the queue is looked up once: {calls:?}"
     );
+}
+
+/// An IAM policy that lets a service send to its queue but not read the queue's attributes: SQS
+/// answers `GetQueueAttributes` with `AccessDenied`.
+struct SendOnly;
+
+impl Hooks for SendOnly {
+    async fn get_queue_attributes(
+        &self,
+        _inner: &impl Transport,
+        _queue_url: &str,
+        _names: &[&str],
+    ) -> Result<QueueAttributes, TransportError> {
+        Err(TransportError::service(
+            ErrorKind::AccessDenied,
+            "User: arn:aws:iam::123456789012:assumed-role/payments/task is not authorized to \
+             perform: sqs:getqueueattributes",
+        ))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publisher_not_allowed_to_read_its_queues_attributes_sends_checked_against_one_mebibyte()
+{
+    let account = Account::new();
+    let url = account
+        .create_queue("payments", attributes(&[]))
+        .await
+        .unwrap();
+    let broker = SqsBroker::with_transport(Hooked::new(account.clone(), SendOnly));
+    let payments = broker.publisher("payments");
+    payments
+        .raw("a payment")
+        .send()
+        .await
+        .expect("sent without the queue's attributes");
+    let error = payments
+        .raw("x".repeat(1024 * KIB + 1))
+        .send()
+        .await
+        .unwrap_err();
+    let PublishError::Rejected { error, .. } = &error else {
+        panic!("expected a rejection, got {error}")
+    };
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    assert_eq!(account.counts(&url).await.unwrap().visible, 1);
+    assert_eq!(broker.api_calls().send_message_batch, 1);
 }

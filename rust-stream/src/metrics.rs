@@ -46,7 +46,7 @@
 //! | `rust_stream.outbox.failed` | counter | rows whose send failed in a round (they stay, and are sent again) |
 //!
 //! `error.type` is the [`ErrorKind`](crate::model::rules::ErrorKind) SQS answered (its `Debug`
-//! name, e.g. `Throttled`), the code of an error it does not know (e.g. `AccessDenied`), or
+//! name, e.g. `Throttled`), the code of an error it does not know (e.g. `InvalidClientTokenId`), or
 //! `unavailable` when no answer came.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -40,7 +40,7 @@ pub(super) fn error<E: ProvideErrorMetadata + std::error::Error + 'static, R: st
 /// The kind an SQS or SNS error code names: [`ErrorKind::from_code`], and the codes SNS alone
 /// uses for kinds SQS names otherwise (`ParameterValueInvalid` is SNS's
 /// `InvalidParameterValueException`, `Throttled` its `ThrottledException`). SNS's codes without a
-/// kind of their own (`AuthorizationError`, `TopicLimitExceeded`, `SubscriptionLimitExceeded`,
+/// kind of their own (`TopicLimitExceeded`, `SubscriptionLimitExceeded`,
 /// `FilterPolicyLimitExceeded`, the KMS ones...) are none: they reach the caller as
 /// [`TransportError::Other`] with their code.
 /// (SNS's errors: <https://docs.aws.amazon.com/sns/latest/api/CommonErrors.html> and each action's

@@ -57,7 +57,11 @@ impl AwsTransport {
             {
                 Ok(())
             }
-            Err(error) => Err(convert::error(error)),
+            Err(error) => Err(refused(
+                error,
+                "s3:CreateBucket",
+                &format!("arn:aws:s3:::{bucket}"),
+            )),
         }
     }
 
@@ -75,7 +79,7 @@ impl AwsTransport {
             .body(ByteStream::from(body))
             .send()
             .await
-            .map_err(convert::error)?;
+            .map_err(|error| refused(error, "s3:PutObject", &format!("arn:aws:s3:::{bucket}/*")))?;
         Ok(())
     }
 
@@ -92,7 +96,7 @@ impl AwsTransport {
             .key(key)
             .send()
             .await
-            .map_err(convert::error)?;
+            .map_err(|error| refused(error, "s3:GetObject", &format!("arn:aws:s3:::{bucket}/*")))?;
         let body = output
             .body
             .collect()
@@ -124,7 +128,7 @@ impl AwsTransport {
                         format!("the bucket `{bucket}` has no object `{key}`"),
                     )
                 } else {
-                    convert::error(error)
+                    refused(error, "s3:GetObject", &format!("arn:aws:s3:::{bucket}/*"))
                 }
             })?;
         Ok(output
@@ -148,7 +152,13 @@ impl AwsTransport {
             .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
             .send()
             .await
-            .map_err(convert::error)?;
+            .map_err(|error| {
+                refused(
+                    error,
+                    "s3:GetObject and s3:PutObject",
+                    &format!("arn:aws:s3:::{bucket}/*"),
+                )
+            })?;
         Ok(())
     }
 
@@ -164,7 +174,40 @@ impl AwsTransport {
             .key(key)
             .send()
             .await
-            .map_err(convert::error)?;
+            .map_err(|error| {
+                refused(
+                    error,
+                    "s3:DeleteObject",
+                    &format!("arn:aws:s3:::{bucket}/*"),
+                )
+            })?;
         Ok(())
+    }
+}
+
+/// An S3 SDK error as a [`TransportError`]; an `AccessDenied` says which permission on which
+/// resource the service's credentials lack, as S3's own message ("Access Denied") does not.
+pub(super) fn refused<E, R>(
+    error: aws_sdk_s3::error::SdkError<E, R>,
+    permission: &str,
+    resource: &str,
+) -> TransportError
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match convert::error(error) {
+        TransportError::Service {
+            kind: ErrorKind::AccessDenied,
+            message,
+            ..
+        } => TransportError::service(
+            ErrorKind::AccessDenied,
+            format!(
+                "{message}: this service's credentials need `{permission}` on `{resource}` \
+                 (large payloads: see the IAM table in docs/aws.md)"
+            ),
+        ),
+        other => other,
     }
 }

@@ -80,7 +80,59 @@ fn both_generations_of_error_codes_name_the_same_kind() {
         ErrorKind::from_code("AWS.SimpleQueueService.TooManyEntriesInBatchRequest"),
         Some(ErrorKind::TooManyEntriesInBatchRequest)
     );
-    assert_eq!(ErrorKind::from_code("AccessDenied"), None);
+    for code in [
+        "AccessDenied",
+        "AccessDeniedException",
+        "KmsAccessDenied",
+        "KMS.AccessDeniedException",
+    ] {
+        assert_eq!(
+            ErrorKind::from_code(code),
+            Some(ErrorKind::AccessDenied),
+            "{code}"
+        );
+    }
+    assert_eq!(ErrorKind::from_code("InvalidClientTokenId"), None);
+}
+
+#[cfg(feature = "s3")]
+#[test]
+fn an_s3_access_denied_is_typed_and_names_the_permission_and_the_resource() {
+    use aws_sdk_s3::error::{ErrorMetadata, SdkError};
+    use aws_sdk_s3::operation::put_object::PutObjectError;
+    let answer = |code: &str, message: &str| {
+        SdkError::<PutObjectError, ()>::service_error(
+            PutObjectError::generic(ErrorMetadata::builder().code(code).message(message).build()),
+            (),
+        )
+    };
+    let denied = s3::refused(
+        answer("AccessDenied", "Access Denied"),
+        "s3:PutObject",
+        "arn:aws:s3:::payment-files/*",
+    );
+    assert_eq!(denied.kind(), Some(ErrorKind::AccessDenied));
+    assert!(!denied.is_retryable(), "granting helps, retrying does not");
+    let text = denied.to_string();
+    for named in [
+        "AccessDenied",
+        "Access Denied",
+        "`s3:PutObject`",
+        "`arn:aws:s3:::payment-files/*`",
+        "docs/aws.md",
+    ] {
+        assert!(text.contains(named), "{named} missing from: {text}");
+    }
+    let missing = s3::refused(
+        answer("NoSuchBucket", "The specified bucket does not exist"),
+        "s3:PutObject",
+        "arn:aws:s3:::payment-files/*",
+    );
+    assert_eq!(missing.kind(), Some(ErrorKind::NoSuchBucket));
+    assert!(
+        !missing.to_string().contains("s3:PutObject"),
+        "only a refusal names a permission: {missing}"
+    );
 }
 
 #[test]
@@ -99,8 +151,8 @@ fn sns_codes_name_the_models_kinds() {
             Some(ErrorKind::TooManyEntriesInBatchRequest),
         ),
         ("BatchRequestTooLong", Some(ErrorKind::BatchRequestTooLong)),
+        ("AuthorizationError", Some(ErrorKind::AccessDenied)),
         // No kind of its own: reaches the caller with its code.
-        ("AuthorizationError", None),
         ("TopicLimitExceeded", None),
     ] {
         assert_eq!(error_kind(code), kind, "{code}");

@@ -184,8 +184,12 @@ impl Resolver {
                     .unwrap_or(crate::model::rules::MAX_MESSAGE_SIZE)
             }
             // A publisher may be allowed to send but not to read attributes (an IAM policy without
-            // sqs:GetQueueAttributes); SQS still enforces the queue's limit on each send.
-            Err(error @ TransportError::Other { .. }) => {
+            // sqs:GetQueueAttributes); SQS still enforces the queue's limit on each send. An error
+            // code this crate does not know is taken alike: it is as likely a credential's.
+            Err(error)
+                if matches!(error, TransportError::Other { .. })
+                    || error.kind() == Some(ErrorKind::AccessDenied) =>
+            {
                 tracing::warn!(
                     messaging.destination.name = %queue.name,
                     error = %error,

@@ -62,6 +62,12 @@ pub enum ErrorKind {
     NoSuchBucket,
     /// S3: the bucket has no object of the key named.
     NoSuchKey,
+    /// The caller's credentials are not allowed the action on the resource: by its IAM policy, a
+    /// queue, topic or bucket policy, or the policy of the KMS key that encrypts a queue. SQS's
+    /// `AccessDenied` (its JSON protocol's `AccessDeniedException`, its KMS `KmsAccessDenied`),
+    /// SNS's `AuthorizationError`, S3's `AccessDenied`. Retrying does not help; granting does
+    /// (`docs/aws.md` lists what each feature needs).
+    AccessDenied,
 }
 
 impl ErrorKind {
@@ -91,6 +97,7 @@ impl ErrorKind {
             Self::NotFound => "NotFound",
             Self::NoSuchBucket => "NoSuchBucket",
             Self::NoSuchKey => "NoSuchKey",
+            Self::AccessDenied => "AccessDenied",
         }
     }
 
@@ -128,6 +135,11 @@ impl ErrorKind {
             "NotFound" | "NotFoundException" => Self::NotFound,
             "NoSuchBucket" => Self::NoSuchBucket,
             "NoSuchKey" => Self::NoSuchKey,
+            "AccessDenied"
+            | "AccessDeniedException"
+            | "AuthorizationError"
+            | "KmsAccessDenied"
+            | "KMS.AccessDeniedException" => Self::AccessDenied,
             _ => return None,
         })
     }

@@ -267,10 +267,18 @@ impl LargePayloads {
     /// against before any call. A key of a fresh UUID's length and a digest of SHA-256's length
     /// stand for the real ones, so the body is neither copied nor hashed here: the send does that
     /// once ([`offload`](Self::offload)).
-    pub(crate) fn as_sent(&self, message: &SendMessage) -> Option<SendMessage> {
+    ///
+    /// # Errors
+    ///
+    /// A body larger than S3 takes in one `PUT` ([`MAX_OBJECT_SIZE`]).
+    pub(crate) fn as_sent(
+        &self,
+        message: &SendMessage,
+    ) -> Result<Option<SendMessage>, super::error::TransportError> {
         if !self.offloads(message) {
-            return None;
+            return Ok(None);
         }
+        check_object_size(message.body.len() as u64)?;
         let key = uuid::Uuid::nil().to_string();
         let mut pointer = SendMessage::new(PayloadPointer::new(&self.bucket, key).to_body());
         pointer.delay_seconds = message.delay_seconds;
@@ -284,8 +292,26 @@ impl LargePayloads {
                 .entry(name.to_owned())
                 .or_insert(value);
         }
-        Some(pointer)
+        Ok(Some(pointer))
     }
+}
+
+/// The largest object S3 stores from one `PUT`, 5 GiB: the send of a large payload is one `PUT`
+/// (no multipart upload), as every extended client's is.
+pub const MAX_OBJECT_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+
+/// Refuses, before any call, a payload S3 would refuse as `EntityTooLarge` after it was uploaded.
+fn check_object_size(bytes: u64) -> Result<(), super::error::TransportError> {
+    if bytes <= MAX_OBJECT_SIZE {
+        return Ok(());
+    }
+    rules::fail(
+        rules::ErrorKind::InvalidParameterValue,
+        format!(
+            "the body is {bytes} bytes, more than the 5 GiB ({MAX_OBJECT_SIZE} bytes) S3 takes in \
+             one PUT: upload it yourself (a multipart upload) and send its key in a small message"
+        ),
+    )
 }
 
 /// The object a stored message points at, in its body or, for an SNS notification, in its
@@ -467,7 +493,7 @@ mod tests {
         message
             .message_attributes
             .insert("k".into(), MessageAttributeValue::string("v"));
-        let checked = large.as_sent(&message).unwrap();
+        let checked = large.as_sent(&message).unwrap().unwrap();
         large.offload(&mut message, uuid::Uuid::new_v4().to_string());
         assert_eq!(rules::message_size(&checked), rules::message_size(&message));
         assert_eq!(
@@ -475,6 +501,21 @@ mod tests {
             message.message_attributes.len()
         );
         assert_eq!(checked.group_id, message.group_id);
+    }
+
+    // A 5 GiB body is not made in a test: the rule is checked on sizes, and `as_sent` calls it.
+    #[test]
+    fn a_payload_over_what_s3_takes_in_one_put_is_refused_before_any_call() {
+        assert!(check_object_size(MAX_OBJECT_SIZE).is_ok(), "5 GiB is taken");
+        let refused = check_object_size(MAX_OBJECT_SIZE + 1).unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            Some(rules::ErrorKind::InvalidParameterValue)
+        );
+        let text = refused.to_string();
+        for named in ["5368709121 bytes", "5 GiB", "one PUT", "multipart upload"] {
+            assert!(text.contains(named), "{named} missing from: {text}");
+        }
     }
 
     #[test]

@@ -123,10 +123,12 @@ impl Outgoing {
             dedup => dedup,
         };
         // A body that goes to S3 is checked as the pointer it is sent as.
-        let as_sent = self
-            .sink
-            .large_payloads()
-            .and_then(|large| large.as_sent(&message));
+        let as_sent = match self.sink.large_payloads() {
+            Some(large) => large
+                .as_sent(&message)
+                .map_err(PublishError::rejected(destination.name()))?,
+            None => None,
+        };
         destination
             .check_message(as_sent.as_ref().unwrap_or(&message))
             .map_err(PublishError::rejected(destination.name()))?;

@@ -72,8 +72,12 @@ impl From<OperationError> for ApiError {
     }
 }
 
+/// Whether the API's caller sent what SQS refused. A refusal of the service's own credentials
+/// (`AccessDenied`) is SQS's sender fault but not the caller's: the service is misconfigured.
 fn is_sender(error: &crate::transport::TransportError) -> bool {
-    error.kind().is_some_and(ErrorKind::sender_fault)
+    error
+        .kind()
+        .is_some_and(|kind| kind.sender_fault() && kind != ErrorKind::AccessDenied)
 }
 
 /// A refusal's answer: `status` with `{"error": reason}` and, when a bound refused it,
