@@ -785,3 +785,29 @@ async fn a_handlers_large_output_and_an_outbox_rows_large_message_go_through_s3(
         "the output's and the row's"
     );
 }
+
+/// The body the Java extended client sends, captured from its pointer library
+/// (`tests/fixtures/extended-client/README.md` says how).
+const JAVA_CAPTURED_POINTER: &str =
+    include_str!("fixtures/extended-client/java-payload-offloading-2.2.0-pointer.json");
+
+#[test]
+fn the_java_libraries_own_pointer_reads_here_and_ours_is_byte_for_byte_what_it_writes() {
+    let captured = JAVA_CAPTURED_POINTER.trim_end();
+    let pointer = PayloadPointer::new("payment-files", "9c5e4a2e-1b6d-4a8f-9e59-2f3c1d0b7a61");
+    let mut attributes = rust_stream::transport::MessageAttributes::new();
+    attributes.insert(
+        EXTENDED_PAYLOAD_SIZE.to_owned(),
+        MessageAttributeValue::number("5242880"),
+    );
+    let read = PayloadPointer::read(captured, &attributes)
+        .unwrap()
+        .expect("the Java body is a pointer");
+    assert_eq!(read.pointer, pointer);
+    assert_eq!((read.size, read.sha256), (5_242_880, None));
+    assert_eq!(
+        pointer.to_body(),
+        captured,
+        "what the Java library writes, and so reads"
+    );
+}
