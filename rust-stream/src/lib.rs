@@ -121,6 +121,9 @@ pub mod health;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod inbox;
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda;
 pub mod metrics;
 pub mod model;
 pub mod operations;

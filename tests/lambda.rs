@@ -1,0 +1,524 @@
+//! The same service on the server path and on the Lambda path (issue 38), on both backends: the
+//! in-process account on a paused clock, then LocalStack. The Lambda path runs the app's
+//! [`LambdaHost`] under the simulated event source mapping (`rust_stream::testing::lambda`),
+//! which reads the queue in batches, invokes the host with each SQS event and deletes what its
+//! answer does not name in `batchItemFailures`, as AWS's mapping does.
+//!
+//! - the named FIFO case: 10 messages over 3 groups, the 4th message of group B fails: A and C
+//!   are deleted, B is released from its 4th message, and runs again from it;
+//! - a standard queue: a failed message is released alone, the rest deleted, outputs sent only
+//!   for the acked attempts;
+//! - a panic fails its message (and on FIFO its group's later ones) and loses nothing;
+//! - a body that does not decode and a `dead_letter` outcome are copied to the dead-letter queue
+//!   and reported a success;
+//! - `retry_after` hides the message for its delay (a visibility change) and reports a failure;
+//! - the mapping's deletes and visibility changes are what AWS's mapping would make: one delete
+//!   a message, none of its own visibility changes; the function's own visibility changes are one
+//!   call a failed group.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
+use rust_stream::lambda::LambdaHost;
+use rust_stream::prelude::*;
+use rust_stream::testing::lambda::{EventSourceMapping, MappingCounts, MappingSettings};
+use rust_stream::testing::{on_each_backend, Backend, BackendKind, Settled, TestApp};
+use rust_stream::transport::ReceivedMessage;
+use rust_stream::{Output, RetryPolicy, Subscriber, DEAD_LETTER_REASON_HEADER};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Posting {
+    group: String,
+    n: u32,
+}
+
+fn posting(group: &str, n: u32) -> Posting {
+    Posting {
+        group: group.to_owned(),
+        n,
+    }
+}
+
+/// Where the service runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// `App::run`'s pollers (`TestApp`).
+    Server,
+    /// The Lambda host under the simulated event source mapping.
+    Lambda,
+}
+
+const PATHS: [Path; 2] = [Path::Server, Path::Lambda];
+
+/// What the handler saw of one attempt: group, n, attempt, when.
+type Seen = (String, u32, u32, Instant);
+
+/// How the script settles an attempt.
+#[derive(Debug, Clone)]
+enum Step {
+    Settle(HandlerOutcome),
+    Panic,
+}
+
+/// A handler that records each attempt, settles it as `script` says, and publishes the posting
+/// to its output when it acks.
+struct Teller<F> {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    script: F,
+}
+
+impl<F> Handle<Posting, Output<Posting>> for Teller<F>
+where
+    F: Fn(&Posting, u32) -> Step + Send + Sync + 'static,
+{
+    async fn handle(
+        &self,
+        posting: &Posting,
+        booked: &Output<Posting>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let attempt = ctx.attempt();
+        self.seen
+            .lock()
+            .unwrap()
+            .push((posting.group.clone(), posting.n, attempt, Instant::now()));
+        match (self.script)(posting, attempt) {
+            Step::Panic => panic!("scripted panic at {}{}", posting.group, posting.n),
+            Step::Settle(HandlerOutcome::Ack) => {
+                let message = booked.message(posting);
+                let message = match ctx.sqs().group_id() {
+                    Some(group) => message.group_id(group),
+                    None => message,
+                };
+                ctx.publish(message);
+                Ok(())
+            }
+            Step::Settle(outcome) => Err(outcome),
+        }
+    }
+}
+
+/// A batch handler that records each call and settles each message as `script` says.
+struct Ledger<F> {
+    calls: Arc<Mutex<Vec<Vec<(String, u32, u32)>>>>,
+    script: F,
+}
+
+impl<F> HandleBatch<Posting> for Ledger<F>
+where
+    F: Fn(&Posting, u32) -> HandlerOutcome + Send + Sync + 'static,
+{
+    async fn handle(
+        &self,
+        postings: &[Posting],
+        _outs: &(),
+        ctx: &mut BatchContext<'_>,
+    ) -> BatchOutcome {
+        let seen: Vec<_> = postings
+            .iter()
+            .enumerate()
+            .map(|(index, p)| (p.group.clone(), p.n, ctx[index].attempt()))
+            .collect();
+        self.calls.lock().unwrap().push(seen.clone());
+        let mut outcome = BatchOutcome::ack();
+        for (index, posting) in postings.iter().enumerate() {
+            outcome.set(index, (self.script)(posting, seen[index].2));
+        }
+        outcome
+    }
+}
+
+/// Runs `subscriber` on `path` until `expected` messages of `queue` are settled for good: on the
+/// server until its queues drain, on Lambda until the mapping deleted that many. The mapping
+/// and the function's own `ChangeMessageVisibilityBatch` calls, on Lambda.
+async fn serve(
+    backend: &Backend,
+    path: Path,
+    subscriber: Subscriber,
+    queue: &str,
+    expected: u64,
+) -> Option<(EventSourceMapping, u64)> {
+    let app = RustStream::new(AppInfo::new("lambda-paths", "0")).with_broker(
+        backend.broker().clone(),
+        |b| {
+            b.include(subscriber);
+        },
+    );
+    match path {
+        Path::Server => {
+            let running = TestApp::spawn(app).await.expect("the app starts");
+            running.drain().await;
+            running.stop().await.unwrap();
+            None
+        }
+        Path::Lambda => {
+            let host = LambdaHost::new(app).await.expect("the host starts");
+            let mapping = EventSourceMapping::new(
+                backend.broker(),
+                queue,
+                MappingSettings {
+                    batch_size: 10,
+                    window: Duration::from_millis(500),
+                    max_concurrency: 2,
+                },
+            )
+            .await
+            .expect("the queue exists");
+            let before = backend.broker().api_calls().change_message_visibility_batch;
+            let done = mapping
+                .run_until(&host, Duration::from_secs(120), |counts| {
+                    counts.deleted >= expected
+                })
+                .await;
+            assert!(done, "not all deleted in time: {:?}", mapping.counts());
+            let changes = backend.broker().api_calls().change_message_visibility_batch - before;
+            Some((mapping, changes))
+        }
+    }
+}
+
+/// `postings` sent in order, each in its group on a FIFO queue; their message ids.
+async fn send(backend: &Backend, queue: &SqsQueue, postings: &[Posting]) -> Vec<String> {
+    let publisher = backend.broker().publisher(queue.clone());
+    let mut ids = Vec::new();
+    for posting in postings {
+        let message = publisher.message(posting);
+        let message = if queue.is_fifo() {
+            message.group_id(&posting.group)
+        } else {
+            message
+        };
+        ids.push(message.send().await.expect("send").message_id);
+    }
+    ids
+}
+
+fn teller<F>(script: F) -> (Teller<F>, Arc<Mutex<Vec<Seen>>>)
+where
+    F: Fn(&Posting, u32) -> Step + Send + Sync + 'static,
+{
+    let seen = Arc::default();
+    (
+        Teller {
+            seen: Arc::clone(&seen),
+            script,
+        },
+        seen,
+    )
+}
+
+/// A queue of this leg, with a dead-letter queue after 5 receives, and its output queue.
+fn queues(backend: &Backend, path: Path, base: &str) -> (SqsQueue, String, SqsQueue) {
+    let fifo = if base.ends_with(".fifo") { ".fifo" } else { "" };
+    let stem = base.trim_end_matches(".fifo");
+    let name = |what: &str| backend.queue_name(&format!("{stem}-{what}-{path:?}{fifo}"));
+    let dead_letters = name("dlq");
+    let queue = SqsQueue::new(name("in"))
+        .create_if_missing()
+        .visibility_timeout(Duration::from_secs(30))
+        .dead_letter(dead_letters.clone(), 5)
+        .retry(RetryPolicy::exponential(
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        ));
+    let booked = SqsQueue::new(name("booked")).create_if_missing();
+    (queue, dead_letters, booked)
+}
+
+/// The named case: 10 messages over 3 groups, the 4th message of group B fails once.
+#[test]
+fn the_4th_message_of_group_b_fails_a_and_c_are_deleted_and_b_is_released_from_it() {
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, _, _) = queues(&backend, path, "postings.fifo");
+            let sent = [
+                posting("A", 1),
+                posting("B", 1),
+                posting("C", 1),
+                posting("A", 2),
+                posting("B", 2),
+                posting("C", 2),
+                posting("A", 3),
+                posting("B", 3),
+                posting("B", 4),
+                posting("B", 5),
+            ];
+            let calls = Arc::default();
+            let handler = Ledger {
+                calls: Arc::clone(&calls),
+                script: |posting: &Posting, attempt| {
+                    if posting.group == "B" && posting.n == 4 && attempt == 1 {
+                        HandlerOutcome::failed("the ledger refused B4")
+                    } else {
+                        HandlerOutcome::ack()
+                    }
+                },
+            };
+            let ids = send(&backend, &queue, &sent).await;
+            let subscriber = subscriber(queue.clone(), handler)
+                .batch(10, Duration::from_millis(500))
+                .build();
+            let lambda = serve(&backend, path, subscriber, queue.name(), 10).await;
+
+            let calls = calls.lock().unwrap().clone();
+            let flat: Vec<_> = calls.iter().flatten().cloned().collect();
+            // Each message acked once; B4 tried twice, B5 never before B4's success.
+            let b4 = |attempt: u32| flat.iter().position(|s| *s == ("B".to_owned(), 4, attempt));
+            let b4_ok = b4(2).unwrap_or_else(|| panic!("{path:?}: B4 again: {calls:?}"));
+            assert!(b4(1).unwrap() < b4_ok, "{path:?}");
+            let last_b5 = flat
+                .iter()
+                .rposition(|s| s.0 == "B" && s.1 == 5)
+                .expect("B5 handled");
+            assert!(last_b5 > b4_ok, "{path:?}: B5 settled before B4: {calls:?}");
+            for p in sent.iter().filter(|p| p.group != "B") {
+                let handled = flat.iter().filter(|s| s.0 == p.group && s.1 == p.n).count();
+                assert_eq!(handled, 1, "{path:?}: {p:?} handled once: {calls:?}");
+            }
+            let Some((mapping, changes)) = lambda else {
+                continue;
+            };
+            // The first event had all 10: A and C deleted, B released from its 4th message.
+            let invocations = mapping.invocations();
+            assert_eq!(invocations[0].message_ids.len(), 10, "{invocations:?}");
+            let mut failed = invocations[0].failed.clone();
+            failed.sort();
+            let mut b45 = vec![ids[8].clone(), ids[9].clone()];
+            b45.sort();
+            assert_eq!(failed, b45, "{invocations:?}");
+            // What AWS's mapping would call: a delete for each message, each batch's deletes
+            // in one call, no visibility change; the function hid B4 and B5 in one call.
+            let counts = mapping.counts();
+            assert_eq!(
+                counts,
+                MappingCounts {
+                    invocations: 2,
+                    records: 12,
+                    deleted: 10,
+                    failed: 2,
+                    delete_calls: 2,
+                    visibility_changes: 0,
+                },
+                "{invocations:?}"
+            );
+            assert_eq!(changes, 1, "the function's visibility changes");
+        }
+    });
+}
+
+/// A standard queue: the failed message is released alone, the rest deleted; outputs go out for
+/// the acked attempts only.
+#[test]
+fn a_standard_batch_deletes_the_rest_and_releases_the_failed_message_alone() {
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, _, booked) = queues(&backend, path, "payments");
+            let sent: Vec<_> = (1..=5).map(|n| posting("S", n)).collect();
+            let (handler, seen) = teller(|posting, attempt| {
+                Step::Settle(if posting.n == 3 && attempt == 1 {
+                    HandlerOutcome::failed("the bank is down")
+                } else {
+                    HandlerOutcome::ack()
+                })
+            });
+            let ids = send(&backend, &queue, &sent).await;
+            let subscriber = subscriber(queue.clone(), handler)
+                .outputs(Output::<Posting>::new(booked.clone()))
+                .build();
+            let lambda = serve(&backend, path, subscriber, queue.name(), 5).await;
+
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 6, "{path:?}: {seen:?}");
+            assert_eq!(
+                seen.iter()
+                    .filter(|s| s.1 == 3)
+                    .map(|s| s.2)
+                    .collect::<Vec<_>>(),
+                [1, 2],
+                "{path:?}"
+            );
+            let outputs = common::held_by(&backend, booked.name()).await;
+            let mut booked_n: Vec<u32> = outputs
+                .iter()
+                .map(|m| serde_json::from_str::<Posting>(&m.body).unwrap().n)
+                .collect();
+            booked_n.sort_unstable();
+            assert_eq!(booked_n, [1, 2, 3, 4, 5], "{path:?}: one output an ack");
+            let Some((mapping, changes)) = lambda else {
+                continue;
+            };
+            let invocations = mapping.invocations();
+            let first_failed: Vec<_> = invocations.iter().flat_map(|i| i.failed.clone()).collect();
+            assert_eq!(first_failed, [ids[2].clone()], "{invocations:?}");
+            let counts = mapping.counts();
+            assert_eq!(counts.deleted, 5);
+            assert_eq!(counts.failed, 1);
+            assert_eq!(counts.records, 6);
+            assert_eq!(counts.visibility_changes, 0);
+            assert_eq!(
+                changes, 1,
+                "the function hid the failed message for its retry"
+            );
+        }
+    });
+}
+
+/// A panic fails its message, and on FIFO the later ones of its group in the event; nothing is
+/// lost and each message is acked once.
+#[test]
+fn a_panic_fails_its_message_and_the_rest_of_its_group_and_loses_nothing() {
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, _, booked) = queues(&backend, path, "panics.fifo");
+            let sent = [
+                posting("P", 1),
+                posting("Q", 1),
+                posting("P", 2),
+                posting("P", 3),
+                posting("Q", 2),
+            ];
+            let (handler, seen) = teller(|posting, attempt| {
+                if posting.group == "P" && posting.n == 2 && attempt == 1 {
+                    Step::Panic
+                } else {
+                    Step::Settle(HandlerOutcome::ack())
+                }
+            });
+            let ids = send(&backend, &queue, &sent).await;
+            let subscriber = subscriber(queue.clone(), handler)
+                .outputs(Output::<Posting>::new(booked.clone()))
+                .build();
+            let lambda = serve(&backend, path, subscriber, queue.name(), 5).await;
+
+            let seen = seen.lock().unwrap().clone();
+            let at = |group: &str, n: u32, attempt: u32| {
+                seen.iter()
+                    .position(|s| s.0 == group && s.1 == n && s.2 == attempt)
+                    .unwrap_or_else(|| panic!("{path:?}: {group}{n} #{attempt}: {seen:?}"))
+            };
+            assert!(at("P", 2, 1) < at("P", 2, 2));
+            assert!(
+                at("P", 2, 2) < at("P", 3, 1),
+                "{path:?}: P3 after P2: {seen:?}"
+            );
+            assert_eq!(seen.len(), 6, "{path:?}: {seen:?}");
+            let Some((mapping, _)) = lambda else {
+                continue;
+            };
+            let invocations = mapping.invocations();
+            let mut failed = invocations[0].failed.clone();
+            failed.sort();
+            let mut p23 = vec![ids[2].clone(), ids[3].clone()];
+            p23.sort();
+            assert_eq!(failed, p23, "{invocations:?}");
+            assert_eq!(mapping.counts().deleted, 5);
+        }
+    });
+}
+
+/// A body that does not decode and a `dead_letter` outcome: copied to the dead-letter queue with
+/// the reason, and reported a success (the mapping deletes them).
+#[test]
+fn undecodable_and_dead_lettered_messages_are_copied_then_reported_a_success() {
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, dead_letters, booked) = queues(&backend, path, "poison");
+            let (handler, seen) = teller(|posting, _| {
+                Step::Settle(if posting.n == 2 {
+                    HandlerOutcome::dead_letter("no such account")
+                } else {
+                    HandlerOutcome::ack()
+                })
+            });
+            let publisher = backend.broker().publisher(queue.clone());
+            let bad = publisher
+                .raw("not a posting")
+                .send()
+                .await
+                .unwrap()
+                .message_id;
+            send(&backend, &queue, &[posting("D", 1), posting("D", 2)]).await;
+            let recorder = backend.broker().recorder();
+            let subscriber = subscriber(queue.clone(), handler)
+                .outputs(Output::<Posting>::new(booked.clone()))
+                .build();
+            let lambda = serve(&backend, path, subscriber, queue.name(), 3).await;
+
+            assert_eq!(seen.lock().unwrap().len(), 2, "{path:?}");
+            let copies = common::held_by(&backend, &dead_letters).await;
+            let reason = |message: &ReceivedMessage| {
+                message.message_attributes[DEAD_LETTER_REASON_HEADER]
+                    .string_value
+                    .clone()
+                    .unwrap()
+            };
+            let mut reasons: Vec<String> = copies.iter().map(reason).collect();
+            reasons.sort();
+            assert_eq!(reasons.len(), 2, "{path:?}: {reasons:?}");
+            assert!(reasons[0].contains("Posting"), "{reasons:?}");
+            assert_eq!(reasons[1], "no such account");
+            assert!(copies.iter().any(|m| m.body == "not a posting"));
+            let dead = recorder.dead_lettered(queue.name());
+            assert!(dead.iter().any(|d| d.message_id == bad), "{path:?}");
+            let handled = recorder.handled(queue.name());
+            assert_eq!(
+                handled
+                    .iter()
+                    .filter(|h| h.settled == Settled::DeadLettered)
+                    .count(),
+                2,
+                "{path:?}"
+            );
+            let Some((mapping, changes)) = lambda else {
+                continue;
+            };
+            let counts = mapping.counts();
+            assert_eq!((counts.deleted, counts.failed), (3, 0), "{counts:?}");
+            assert_eq!(changes, 0);
+        }
+    });
+}
+
+/// `retry_after`: hidden for its delay (on Lambda by the function's visibility change), then
+/// handled again no sooner.
+#[test]
+fn retry_after_hides_the_message_for_its_delay_and_reports_a_failure() {
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, _, booked) = queues(&backend, path, "later");
+            let (handler, seen) = teller(|_, attempt| {
+                Step::Settle(if attempt == 1 {
+                    HandlerOutcome::retry_after(Duration::from_secs(4))
+                } else {
+                    HandlerOutcome::ack()
+                })
+            });
+            let ids = send(&backend, &queue, &[posting("R", 1)]).await;
+            let subscriber = subscriber(queue.clone(), handler)
+                .outputs(Output::<Posting>::new(booked.clone()))
+                .build();
+            let lambda = serve(&backend, path, subscriber, queue.name(), 1).await;
+
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 2, "{path:?}: {seen:?}");
+            let waited = seen[1].3 - seen[0].3;
+            assert!(
+                waited >= Duration::from_secs(4) && waited < Duration::from_secs(10),
+                "{path:?}: {waited:?}"
+            );
+            let Some((mapping, changes)) = lambda else {
+                continue;
+            };
+            assert_eq!(mapping.invocations()[0].failed, [ids[0].clone()]);
+            assert_eq!(changes, 1);
+            if backend.kind() == BackendKind::InProcess {
+                assert_eq!(mapping.counts().invocations, 2);
+            }
+        }
+    });
+}
