@@ -522,3 +522,194 @@ fn retry_after_hides_the_message_for_its_delay_and_reports_a_failure() {
         }
     });
 }
+
+/// The compiled example, built by `cargo test` beside this test's binary.
+fn example_binary(name: &str) -> std::path::PathBuf {
+    let test = std::env::current_exe().expect("the test's path");
+    let profile = test
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps");
+    profile.join("examples").join(name)
+}
+
+#[derive(Debug, Serialize)]
+struct Payment {
+    id: u64,
+    account: String,
+    amount_cents: i64,
+    flaky: bool,
+}
+
+/// The compiled function (`examples/lambda_payments.rs`), started as Lambda starts it with
+/// `AWS_LAMBDA_RUNTIME_API` naming the simulator's Runtime API, serves the mapping over LocalStack:
+/// the named FIFO case through real processes and HTTP. Its cold start and each invocation's
+/// round trip are printed (docs/lambda.md has them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compiled_function_serves_the_mapping_through_the_runtime_api() {
+    use rust_stream::testing::lambda::RuntimeApi;
+    use rust_stream::testing::{live_broker, live_endpoint, QueueNames};
+
+    let Some(endpoint) = live_endpoint("the Lambda Runtime API leg") else {
+        return;
+    };
+    let names = QueueNames::new();
+    let (payments, booked) = (
+        names.queue_name("payments.fifo"),
+        names.queue_name("payments-booked.fifo"),
+    );
+    let broker = live_broker(&endpoint).await;
+    let queue = SqsQueue::new(&payments).create_if_missing().dead_letter(
+        format!("{}-dlq.fifo", payments.trim_end_matches(".fifo")),
+        5,
+    );
+    let publisher = broker.publisher(queue.clone());
+    let mut ids = Vec::new();
+    for (account, n) in [
+        ("A", 1),
+        ("B", 1),
+        ("C", 1),
+        ("A", 2),
+        ("B", 2),
+        ("C", 2),
+        ("A", 3),
+        ("B", 3),
+        ("B", 4),
+        ("B", 5),
+    ] {
+        let n: u64 = n;
+        let payment = Payment {
+            id: n + 100 * u64::from(account.as_bytes()[0]),
+            account: account.to_owned(),
+            amount_cents: 100,
+            flaky: account == "B" && n == 4,
+        };
+        let sent = publisher.message(&payment).group_id(account).send().await;
+        ids.push(sent.expect("send").message_id);
+    }
+    let api = RuntimeApi::start().await.expect("the Runtime API serves");
+    let program = example_binary("lambda_payments");
+    assert!(
+        program.exists(),
+        "{} is built by cargo test",
+        program.display()
+    );
+    api.start_instance(
+        &program,
+        [
+            ("AWS_ENDPOINT_URL", endpoint.as_str()),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("PAYMENTS_QUEUE", payments.as_str()),
+            ("BOOKED_QUEUE", booked.as_str()),
+        ],
+    )
+    .expect("the function starts");
+    let mapping = EventSourceMapping::new(
+        &broker,
+        &payments,
+        MappingSettings {
+            batch_size: 10,
+            window: Duration::from_millis(500),
+            max_concurrency: 1,
+        },
+    )
+    .await
+    .expect("the queue exists");
+    let done = mapping
+        .run_until(&api, Duration::from_secs(120), |counts| {
+            counts.deleted >= 10
+        })
+        .await;
+    assert!(
+        done,
+        "{:?}; init errors: {:?}",
+        mapping.counts(),
+        api.init_errors()
+    );
+    let invocations = mapping.invocations();
+    assert_eq!(invocations[0].message_ids.len(), 10, "{invocations:?}");
+    let mut failed = invocations[0].failed.clone();
+    failed.sort();
+    let mut b45 = vec![ids[8].clone(), ids[9].clone()];
+    b45.sort();
+    assert_eq!(failed, b45, "A and C deleted, B released from its 4th");
+    let counts = mapping.counts();
+    assert_eq!(
+        (counts.deleted, counts.failed, counts.visibility_changes),
+        (10, 2, 0)
+    );
+    let live = rust_stream::aws::AwsTransport::local(&endpoint, "us-east-1");
+    let outputs = common::receive_all_of(&live, &booked, true).await;
+    assert_eq!(outputs.len(), 10, "one booking a payment");
+    let cold = api.cold_start().expect("the first event was answered");
+    eprintln!("cold start: {cold:?}");
+
+    // Each invocation's round trip, one message an event, as the mapping sees it.
+    let rounds = 50;
+    for n in 0..rounds {
+        let payment = Payment {
+            id: 10_000 + n,
+            account: format!("R{}", n % 5),
+            amount_cents: 1,
+            flaky: false,
+        };
+        publisher
+            .message(&payment)
+            .group_id(&payment.account)
+            .send()
+            .await
+            .expect("send");
+    }
+    let single = EventSourceMapping::new(
+        &broker,
+        &payments,
+        MappingSettings {
+            batch_size: 1,
+            window: Duration::ZERO,
+            max_concurrency: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let mut invoked = Duration::ZERO;
+    for _ in 0..rounds {
+        let timed = Timed {
+            inner: &api,
+            spent: Mutex::new(Duration::ZERO),
+        };
+        single.poll_once(&timed).await;
+        invoked += *timed.spent.lock().unwrap();
+    }
+    let counts = single.counts();
+    assert_eq!(counts.deleted, rounds, "{counts:?}");
+    eprintln!(
+        "per event (1 message): invocation round trip {:?} on average; {:?} an event with the mapping's receive and delete",
+        invoked / rounds as u32,
+        started.elapsed() / rounds as u32
+    );
+}
+
+/// A function timed: how long its invocations took, the Runtime API's round trip included.
+struct Timed<'a> {
+    inner: &'a dyn rust_stream::testing::lambda::Function,
+    spent: Mutex<Duration>,
+}
+
+impl rust_stream::testing::lambda::Function for Timed<'_> {
+    fn invoke(
+        &self,
+        event: serde_json::Value,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<serde_json::Value, String>> + Send + '_>,
+    > {
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            let answer = self.inner.invoke(event).await;
+            *self.spent.lock().unwrap() += started.elapsed();
+            answer
+        })
+    }
+}

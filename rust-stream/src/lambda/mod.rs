@@ -29,12 +29,13 @@
 //! # }
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), rust_stream::lambda::LambdaError> {
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let app = RustStream::new(AppInfo::new("fulfillment", "0.1.0"))
-//!         .with_broker(SqsBroker::aws().await, |b| {
+//!         .with_broker(SqsBroker::from_env().await?, |b| {
 //!             b.include(subscriber(SqsQueue::new("orders.fifo"), Fulfil).build());
 //!         });
-//!     rust_stream::lambda::serve(app).await
+//!     rust_stream::lambda::serve(app).await?;
+//!     Ok(())
 //! }
 //! ```
 

@@ -30,6 +30,12 @@ use crate::task::BoxFuture;
 use crate::transport::TransportError;
 use crate::SqsBroker;
 
+#[cfg(feature = "http")]
+mod runtime_api;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use runtime_api::{ColdStart, RuntimeApi};
+
 /// A Lambda function, as the mapping invokes it: an event in, its answer (or its error) out.
 pub trait Function: Send + Sync {
     /// Invokes the function with `event`: its answer, or the error it reported.
