@@ -103,9 +103,12 @@ where
     }
 }
 
+/// Every call a batch handler got: group, n and attempt of each message.
+type Calls = Arc<Mutex<Vec<Vec<(String, u32, u32)>>>>;
+
 /// A batch handler that records each call and settles each message as `script` says.
 struct Ledger<F> {
-    calls: Arc<Mutex<Vec<Vec<(String, u32, u32)>>>>,
+    calls: Calls,
     script: F,
 }
 
@@ -248,7 +251,7 @@ fn the_4th_message_of_group_b_fails_a_and_c_are_deleted_and_b_is_released_from_i
                 posting("B", 4),
                 posting("B", 5),
             ];
-            let calls = Arc::default();
+            let calls: Calls = Arc::default();
             let handler = Ledger {
                 calls: Arc::clone(&calls),
                 script: |posting: &Posting, attempt| {
@@ -712,4 +715,70 @@ impl rust_stream::testing::lambda::Function for Timed<'_> {
             answer
         })
     }
+}
+
+/// The server path's numbers beside the Lambda ones above, on LocalStack with a handler that
+/// publishes one output as the example's does: from the app's start (queues resolved or created,
+/// as the function's init does) to its first message handled, then publish → handled a message,
+/// one at a time. Printed for docs/lambda.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_path_start_and_per_message_latency_for_comparison() {
+    use rust_stream::testing::{live_broker, live_endpoint, QueueNames};
+
+    let Some(endpoint) = live_endpoint("the server path's numbers") else {
+        return;
+    };
+    let names = QueueNames::new();
+    let broker = live_broker(&endpoint).await;
+    let queue = SqsQueue::new(names.queue_name("server-payments.fifo"))
+        .create_if_missing()
+        .dead_letter(names.queue_name("server-payments-dlq.fifo"), 5);
+    let booked = SqsQueue::new(names.queue_name("server-booked.fifo")).create_if_missing();
+    let (handler, seen) = teller(|_, _| Step::Settle(HandlerOutcome::ack()));
+    let publisher = broker.publisher(queue.clone());
+    publisher
+        .message(&posting("S", 0))
+        .group_id("S")
+        .send()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let app = RustStream::new(AppInfo::new("server-path", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(queue.clone(), handler)
+                .outputs(Output::<Posting>::new(booked.clone()))
+                .build(),
+        );
+    });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    let handled = |count: usize| {
+        let seen = seen.clone();
+        async move {
+            while seen.lock().unwrap().len() < count {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), handled(1))
+        .await
+        .expect("the first message is handled");
+    let first = started.elapsed();
+    let rounds: u32 = 50;
+    let started = std::time::Instant::now();
+    for n in 1..=rounds {
+        publisher
+            .message(&posting(&format!("S{}", n % 5), n))
+            .group_id(format!("S{}", n % 5))
+            .send()
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(30), handled(1 + n as usize))
+            .await
+            .expect("handled");
+    }
+    eprintln!(
+        "server: start to first message handled {first:?}; publish → handled {:?} a message, one at a time",
+        started.elapsed() / rounds
+    );
+    running.stop().await.unwrap();
 }

@@ -116,7 +116,7 @@ impl EventConsumer {
         }
         // FIFO: each group in the event's order, one message (or one batch call) at a time;
         // groups side by side, as lanes run.
-        let mut groups: Vec<(Option<String>, Vec<(usize, Held)>)> = Vec::new();
+        let mut groups: Vec<(Option<String>, Members)> = Vec::new();
         for (index, held) in held.into_iter().enumerate() {
             let group = held.delivery.group_id.clone();
             match groups.iter_mut().find(|(id, _)| *id == group) {
@@ -350,6 +350,9 @@ impl EventConsumer {
         }
     }
 }
+
+/// A FIFO group's messages of an event, each with its place in the event.
+type Members = Vec<(usize, Held)>;
 
 /// `held` in runs of at most `max`, in order.
 fn chunks(held: Vec<Held>, max: usize) -> Vec<Vec<Held>> {

@@ -84,6 +84,7 @@
 mod attempt;
 mod batches;
 pub(crate) mod dispatch;
+#[cfg(feature = "lambda")]
 pub(crate) mod event;
 pub(crate) mod extend;
 pub(crate) mod held;
