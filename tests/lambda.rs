@@ -782,3 +782,113 @@ async fn the_server_path_start_and_per_message_latency_for_comparison() {
     );
     running.stop().await.unwrap();
 }
+
+/// The inbox on both paths: three copies of one posting (the same key, three sends) are handled
+/// once and all three deleted; each copy sends the outputs recorded with the key again, as they
+/// were (on a FIFO output, deduplicated), on both paths alike.
+#[test]
+fn the_inbox_handles_copies_of_one_message_once_on_both_paths() {
+    use rust_stream::inbox::{Inbox, Key};
+    use rust_stream::store::memory::MemoryStore;
+
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, _, booked) = queues(&backend, path, "copies");
+            let (handler, seen) = teller(|_, _| Step::Settle(HandlerOutcome::ack()));
+            send(
+                &backend,
+                &queue,
+                &[posting("I", 7), posting("I", 7), posting("I", 7)],
+            )
+            .await;
+            let subscriber = subscriber(queue.clone(), handler)
+                .outputs(Output::<Posting>::new(booked.clone()))
+                .idempotent(Inbox::new(MemoryStore::new()).key(Key::json_pointer("/n")))
+                .build();
+            let lambda = serve(&backend, path, subscriber, queue.name(), 3).await;
+
+            assert_eq!(seen.lock().unwrap().len(), 1, "{path:?}: handled once");
+            let outputs = common::held_by(&backend, booked.name()).await;
+            assert_eq!(
+                outputs.len(),
+                3,
+                "{path:?}: the recorded output, sent for each copy"
+            );
+            assert!(
+                outputs.iter().all(|m| m.body == outputs[0].body),
+                "{path:?}: {outputs:?}"
+            );
+            if let Some((mapping, _)) = lambda {
+                let counts = mapping.counts();
+                assert_eq!((counts.deleted, counts.failed), (3, 0), "{counts:?}");
+            }
+        }
+    });
+}
+
+/// An SNS-to-Lambda event: each notification runs the subscription whose queue is subscribed to
+/// its topic, read as that queue reads an envelope (the message, its attributes as headers); a
+/// failure fails the invocation, which Lambda then retries.
+#[tokio::test(start_paused = true)]
+async fn an_sns_event_runs_the_subscriptions_of_queues_subscribed_to_its_topic() {
+    use rust_stream::lambda::SnsEvent;
+
+    let broker = SqsBroker::in_process();
+    let queue = SqsQueue::new("notified")
+        .create_if_missing()
+        .subscribed_to(SnsTopic::new("postings").create_if_missing());
+    let booked = SqsQueue::new("notified-booked").create_if_missing();
+    let (handler, seen) = teller({
+        move |posting: &Posting, _| {
+            if posting.n == 2 {
+                Step::Settle(HandlerOutcome::failed("refused"))
+            } else {
+                Step::Settle(HandlerOutcome::ack())
+            }
+        }
+    });
+    let app = RustStream::new(AppInfo::new("sns-lambda", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(queue.clone(), handler)
+                .outputs(Output::<Posting>::new(booked.clone()))
+                .build(),
+        );
+    });
+    let host = LambdaHost::new(app).await.expect("the host starts");
+    let event = |n: u32| -> SnsEvent {
+        serde_json::from_value(serde_json::json!({
+            "Records": [{
+                "EventSource": "aws:sns",
+                "EventVersion": "1.0",
+                "EventSubscriptionArn": "arn:aws:sns:us-east-1:000000000000:postings:1",
+                "Sns": {
+                    "Type": "Notification",
+                    "MessageId": format!("sns-{n}"),
+                    "TopicArn": "arn:aws:sns:us-east-1:000000000000:postings",
+                    "Subject": null,
+                    "Message": serde_json::to_string(&posting("N", n)).unwrap(),
+                    "Timestamp": "2026-12-06T16:00:00.000Z",
+                    "SignatureVersion": "1",
+                    "Signature": "",
+                    "SigningCertUrl": "",
+                    "UnsubscribeUrl": "",
+                    "MessageAttributes": {
+                        "tenant": { "Type": "String", "Value": "acme" }
+                    }
+                }
+            }]
+        }))
+        .expect("an SNS event")
+    };
+    host.handle_sns(event(1))
+        .await
+        .expect("a handled notification");
+    let failed = host.handle_sns(event(2)).await;
+    assert!(
+        failed.is_err(),
+        "a failed notification fails the invocation"
+    );
+    // The handler read the published message inside each envelope.
+    let seen: Vec<u32> = seen.lock().unwrap().iter().map(|s| s.1).collect();
+    assert_eq!(seen, [1, 2]);
+}
