@@ -62,6 +62,10 @@
 //! dispatcher parked and every message held but not settled (visibility 0), and returns once no
 //! task of the consumer is left, within the budget.
 //!
+//! The settler and the dispatcher over it are built by `parts.rs`, alike for the Lambda host
+//! (`crate::lambda`, feature `lambda`), which hands them each event's records (`event.rs`)
+//! where the server has its intake and heartbeat.
+//!
 //! On the path of step 1, a receive asks for the subscription's visibility timeout, at most
 //! [`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT); the heartbeat (step 4)
 //! extends what is still held after half of that to the subscription's.

@@ -1,6 +1,6 @@
 //! The parts of one subscription's consumer that handle and settle its messages, built alike for
 //! every host of an app: the server's consumer (`mod.rs`) puts its intake and heartbeat around
-//! them, the Lambda host ([`crate::lambda`]) hands them the records of each event instead.
+//! them, the Lambda host (`crate::lambda`) hands them the records of each event instead.
 
 use std::sync::Arc;
 use std::time::Duration;

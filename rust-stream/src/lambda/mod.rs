@@ -50,7 +50,7 @@ pub use lambda_runtime::Context as InvocationContext;
 
 use crate::app::{RunError, Service};
 use crate::engine::event::{EventConsumer, Settled, Source};
-use crate::SqsBroker;
+use crate::sqs::SqsBroker;
 
 /// Why the Lambda host could not serve.
 #[derive(Debug, thiserror::Error)]

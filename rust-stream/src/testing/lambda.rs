@@ -24,35 +24,18 @@ use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 
 use crate::client::Client;
-use crate::lambda::{InvocationContext, LambdaHost};
 use crate::model::wire::{DeleteEntry, ReceiveMessage, ReceivedMessage};
-use crate::task::BoxFuture;
 use crate::transport::TransportError;
 use crate::SqsBroker;
 
+mod function;
 #[cfg(feature = "http")]
 mod runtime_api;
+
+pub use function::Function;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use runtime_api::{ColdStart, RuntimeApi};
-
-/// A Lambda function, as the mapping invokes it: an event in, its answer (or its error) out.
-pub trait Function: Send + Sync {
-    /// Invokes the function with `event`: its answer, or the error it reported.
-    fn invoke(&self, event: serde_json::Value) -> BoxFuture<'_, Result<serde_json::Value, String>>;
-}
-
-impl Function for LambdaHost {
-    fn invoke(&self, event: serde_json::Value) -> BoxFuture<'_, Result<serde_json::Value, String>> {
-        Box::pin(async move {
-            let mut context = InvocationContext::default();
-            context.request_id = uuid::Uuid::new_v4().to_string();
-            LambdaHost::invoke(self, event, &context)
-                .await
-                .map_err(|error| error.to_string())
-        })
-    }
-}
 
 /// How the mapping reads its queue: AWS's `BatchSize`, `MaximumBatchingWindowInSeconds` and
 /// `ScalingConfig.MaximumConcurrency`.

@@ -18,7 +18,7 @@ use axum::Router;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::Function;
+use super::function::Function;
 use crate::task::BoxFuture;
 
 /// How long an invocation may take before the mapping gives it up as failed.
