@@ -11,7 +11,7 @@
 //! are left alone (no visibility change: they come back when their visibility ends, or sooner if
 //! the function changed it). What it counts ([`MappingCounts`]) is what AWS's mapping would call.
 //!
-//! A function is invoked in process ([`LambdaHost`] is a [`Function`]) or through the Lambda
+//! A function is invoked in process ([`LambdaHost`](crate::lambda::LambdaHost) is a [`Function`]) or through the Lambda
 //! Runtime API, as AWS invokes it: [`RuntimeApi`] (feature `http` too) serves the API on
 //! loopback and starts the compiled function as a child process with `AWS_LAMBDA_RUNTIME_API`
 //! pointing at it.
