@@ -7,14 +7,19 @@
 //! - the named FIFO case: 10 messages over 3 groups, the 4th message of group B fails: A and C
 //!   are deleted, B is released from its 4th message, and runs again from it;
 //! - a standard queue: a failed message is released alone, the rest deleted, outputs sent only
-//!   for the acked attempts;
+//!   for the acked attempts; the same with a batch handler, in calls of up to its `max`;
 //! - a panic fails its message (and on FIFO its group's later ones) and loses nothing;
 //! - a body that does not decode and a `dead_letter` outcome are copied to the dead-letter queue
 //!   and reported a success;
 //! - `retry_after` hides the message for its delay (a visibility change) and reports a failure;
+//! - the inbox: copies of one message are handled once;
 //! - the mapping's deletes and visibility changes are what AWS's mapping would make: one delete
 //!   a message, none of its own visibility changes; the function's own visibility changes are one
-//!   call a failed group.
+//!   call a failed group;
+//! - an SNS-to-Lambda event, in process;
+//! - on LocalStack, the compiled `examples/lambda_payments.rs` started as Lambda starts it,
+//!   against the simulated Runtime API, with its cold start and per-event round trip printed
+//!   beside the server path's.
 
 mod common;
 
@@ -891,4 +896,58 @@ async fn an_sns_event_runs_the_subscriptions_of_queues_subscribed_to_its_topic()
     // The handler read the published message inside each envelope.
     let seen: Vec<u32> = seen.lock().unwrap().iter().map(|s| s.1).collect();
     assert_eq!(seen, [1, 2]);
+}
+
+/// A batch handler on a standard queue: an event's messages in calls of up to the batch's `max`;
+/// the failed message is released alone, the rest deleted, on both paths.
+#[test]
+fn a_batch_handler_on_a_standard_queue_fails_only_its_failed_message() {
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, _, _) = queues(&backend, path, "standard-batches");
+            let sent: Vec<_> = (1..=7).map(|n| posting("S", n)).collect();
+            let calls: Calls = Arc::default();
+            let handler = Ledger {
+                calls: Arc::clone(&calls),
+                script: |posting: &Posting, attempt| {
+                    if posting.n == 5 && attempt == 1 {
+                        HandlerOutcome::failed("refused")
+                    } else {
+                        HandlerOutcome::ack()
+                    }
+                },
+            };
+            let ids = send(&backend, &queue, &sent).await;
+            let subscriber = subscriber(queue.clone(), handler)
+                .batch(4, Duration::from_millis(200))
+                .build();
+            let lambda = serve(&backend, path, subscriber, queue.name(), 7).await;
+
+            let calls = calls.lock().unwrap().clone();
+            assert!(
+                calls.iter().all(|call| call.len() <= 4),
+                "{path:?}: {calls:?}"
+            );
+            let flat: Vec<_> = calls.iter().flatten().collect();
+            assert_eq!(flat.len(), 8, "{path:?}: {calls:?}");
+            for n in 1..=7 {
+                let acked = flat
+                    .iter()
+                    .filter(|s| s.1 == n && !(n == 5 && s.2 == 1))
+                    .count();
+                assert_eq!(acked, 1, "{path:?}: S{n} acked once: {calls:?}");
+            }
+            let Some((mapping, changes)) = lambda else {
+                continue;
+            };
+            let failed: Vec<_> = mapping
+                .invocations()
+                .iter()
+                .flat_map(|i| i.failed.clone())
+                .collect();
+            assert_eq!(failed, [ids[4].clone()]);
+            assert_eq!(mapping.counts().deleted, 7);
+            assert_eq!(changes, 1);
+        }
+    });
 }
