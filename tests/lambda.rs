@@ -12,7 +12,8 @@
 //! - a body that does not decode and a `dead_letter` outcome are copied to the dead-letter queue
 //!   and reported a success;
 //! - `retry_after` hides the message for its delay (a visibility change) and reports a failure;
-//! - the inbox: copies of one message are handled once;
+//! - the inbox: copies of one message are handled once; an outbox write in the inbox's
+//!   transaction commits with the attempt and rolls back with a failed one;
 //! - the mapping's deletes and visibility changes are what AWS's mapping would make: one delete
 //!   a message, none of its own visibility changes; the function's own visibility changes are one
 //!   call a failed group;
@@ -948,6 +949,83 @@ fn a_batch_handler_on_a_standard_queue_fails_only_its_failed_message() {
             assert_eq!(failed, [ids[4].clone()]);
             assert_eq!(mapping.counts().deleted, 7);
             assert_eq!(changes, 1);
+        }
+    });
+}
+
+/// A handler that posts in the inbox's transaction and writes its event to the outbox there.
+#[derive(Clone)]
+struct PostAndAnnounce {
+    outbox: rust_stream::outbox::Outbox<rust_stream::store::memory::MemoryStore>,
+}
+
+impl Handle<Posting> for PostAndAnnounce {
+    async fn handle(
+        &self,
+        incoming: &Posting,
+        _: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let mut transaction = ctx
+            .transaction::<rust_stream::store::memory::MemoryStore>()
+            .await
+            .map_err(|error| HandlerOutcome::dead_letter(error.to_string()))?;
+        self.outbox
+            .message(&posting("posted", incoming.n))
+            .send(&mut transaction)
+            .await
+            .map_err(|error| HandlerOutcome::failed(error.to_string()))?;
+        if ctx.attempt() == 1 && incoming.n == 2 {
+            // The bank timed out after the write: the transaction rolls back, the outbox row too.
+            return Err(HandlerOutcome::failed("the bank timed out"));
+        }
+        Ok(())
+    }
+}
+
+/// The outbox on both paths: a handler's outbox write commits with the inbox's transaction, and
+/// a failed attempt's write rolls back with it (the relay, a worker, does not run on Lambda: the
+/// rows wait in the store for it).
+#[test]
+fn an_outbox_write_commits_with_the_attempt_and_rolls_back_with_a_failed_one() {
+    use rust_stream::inbox::{Inbox, Key};
+    use rust_stream::outbox::Outbox;
+    use rust_stream::store::memory::MemoryStore;
+
+    on_each_backend(async |backend| {
+        for path in PATHS {
+            let (queue, _, booked) = queues(&backend, path, "announce");
+            let store = MemoryStore::new();
+            let handler = PostAndAnnounce {
+                outbox: Outbox::new(store.clone(), backend.broker().publisher(booked.clone())),
+            };
+            send(
+                &backend,
+                &queue,
+                &[posting("O", 1), posting("O", 2), posting("O", 3)],
+            )
+            .await;
+            let subscriber = subscriber(queue.clone(), handler)
+                .idempotent(Inbox::new(store.clone()).key(Key::json_pointer("/n")))
+                .build();
+            serve(&backend, path, subscriber, queue.name(), 3).await;
+
+            // A row holds the messages of one transaction.
+            let mut written: Vec<u32> = store
+                .outbox_rows()
+                .iter()
+                .flat_map(|row| {
+                    let messages: Vec<serde_json::Value> =
+                        serde_json::from_str(&row.message).unwrap();
+                    messages
+                })
+                .map(|message| {
+                    let body = message["body"].as_str().expect("a body").to_owned();
+                    serde_json::from_str::<Posting>(&body).unwrap().n
+                })
+                .collect();
+            written.sort_unstable();
+            assert_eq!(written, [1, 2, 3], "{path:?}: one row an acked posting");
         }
     });
 }
