@@ -178,6 +178,17 @@ pub struct Service<B: Broker> {
     probes: Probes,
 }
 
+impl<B: Broker> Service<B> {
+    /// The app's context, broker and subscribers, for a host other than [`App::run`]: the
+    /// Lambda host, which serves events instead of running the broker.
+    #[cfg(feature = "lambda")]
+    pub(crate) fn into_hosted(self) -> (AppContext, B, Vec<B::Subscriber>) {
+        let shutdown = Shutdown::new(self.shutdown.sender.subscribe(), self.shutdown_timeout);
+        let app = AppContext::new(self.info, self.states, shutdown, self.stage, self.probes);
+        (app, self.broker, self.subscribers)
+    }
+}
+
 impl<B: Broker> App for Service<B> {
     fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()

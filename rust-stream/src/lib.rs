@@ -91,6 +91,7 @@
 //! | `aws` | `SqsBroker::from_env`, `SqsBroker::from_env_or_in_process` and `SqsBroker::aws`: Amazon SQS and SNS over aws-sdk-sqs and aws-sdk-sns | yes |
 //! | `macros` | [`#[subscriber]`](macro@subscriber): handlers as plain `async fn`s | yes |
 //! | `testing` | the `testing` module: run a service in a test and wait for what it does, or call a handler with a `TestContext`; run the same test on a LocalStack it installs and starts itself (no Docker) | no |
+//! | `lambda` | the `lambda` module: the same app served as an AWS Lambda function (SQS and SNS events, `batchItemFailures`), over lambda_runtime and aws_lambda_events; with `testing`, `testing::lambda`, a simulator of the SQS event source mapping (and, with `http`, of the Lambda Runtime API); see `docs/lambda.md` | no |
 //! | `http` | the `http` module: `/healthz`, `/readyz` and `/metrics` probes, the HTTP queue API | no |
 //! | `sqlite` | the inbox, outbox and command history on SQLite (`store::sqlite`) | no |
 //! | `postgres` | the same on PostgreSQL (`store::postgres`) | no |
@@ -121,6 +122,9 @@ pub mod health;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod inbox;
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda;
 pub mod metrics;
 pub mod model;
 pub mod operations;

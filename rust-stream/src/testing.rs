@@ -53,6 +53,9 @@ pub use crate::record::{Batch, DeadLettered, Handled, Recorder, Settled};
 
 mod backend;
 mod context;
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda;
 mod localstack;
 
 pub use backend::{

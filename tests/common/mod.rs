@@ -1309,7 +1309,7 @@ async fn messages_of(
 
 /// Receives until a receive comes back empty (when deleting, two in a row: a live server may
 /// answer one receive empty while messages are still there), deleting what came if asked.
-async fn receive_all_of<T: rust_stream::transport::Transport>(
+pub async fn receive_all_of<T: rust_stream::transport::Transport>(
     transport: &T,
     queue: &str,
     delete: bool,

@@ -62,6 +62,10 @@
 //! dispatcher parked and every message held but not settled (visibility 0), and returns once no
 //! task of the consumer is left, within the budget.
 //!
+//! The settler and the dispatcher over it are built by `parts.rs`, alike for the Lambda host
+//! (`crate::lambda`, feature `lambda`), which hands them each event's records (`event.rs`)
+//! where the server has its intake and heartbeat.
+//!
 //! On the path of step 1, a receive asks for the subscription's visibility timeout, at most
 //! [`RECEIVE_VISIBILITY_TIMEOUT`](crate::RECEIVE_VISIBILITY_TIMEOUT); the heartbeat (step 4)
 //! extends what is still held after half of that to the subscription's.
@@ -84,10 +88,13 @@
 mod attempt;
 mod batches;
 pub(crate) mod dispatch;
+#[cfg(feature = "lambda")]
+pub(crate) mod event;
 pub(crate) mod extend;
 pub(crate) mod held;
 mod lane;
 pub(crate) mod lanes;
+mod parts;
 mod payload;
 mod plan;
 pub(crate) mod poll;
@@ -103,20 +110,18 @@ use crate::app::{AppContext, RunError};
 use crate::client::lease::Leases;
 use crate::client::Client;
 use crate::health::{Inspect, QueueLoad, SubscriptionProbe};
-use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConfigErrors;
-use crate::model::rules::{self, QueueAttribute};
 use crate::model::SqsQueue;
-use crate::retry::Retries;
 use crate::state::States;
 use crate::subscriber::Subscriber;
 use crate::task::BoxFuture;
 use dispatch::Dispatcher;
 use extend::Heartbeat;
-use lanes::Lanes;
+use parts::Parts;
 use poll::Intake;
+use settle::Deletes;
 use settle::Settler;
-use shared::{CallLatency, Shared, Tasks};
+use shared::Tasks;
 use start::StartError;
 
 /// Runs every subscription until shutdown, then stops them gracefully.
@@ -125,23 +130,7 @@ pub(crate) async fn run(
     subscribers: Vec<Subscriber>,
     app: AppContext,
 ) -> Result<(), RunError> {
-    let type_header = client.type_header();
-    let problems = plan::problems(&subscribers, &client, &app, &type_header);
-    if !problems.is_empty() {
-        return Err(RunError::Config(ConfigErrors(problems)));
-    }
-    // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
-    // queues first, so no declaration depends on the order of `include`.
-    for queue in client.declared_queues(crate::subscriber::declarations(&subscribers)) {
-        client
-            .resolve(&queue)
-            .await
-            .map_err(|error| StartError::from_transport(queue.name.clone(), error))?;
-    }
-    // Then the topics the app declares, and its queues' subscriptions to them.
-    topics::wire(&client, crate::subscriber::declarations(&subscribers)).await?;
-    // Several subscribers of one queue become one consumer that routes by type.
-    let subscribers = crate::routing::merge(subscribers, type_header);
+    let subscribers = prepare(&client, subscribers, &app).await?;
     let shutdown = app.shutdown();
     plan::warn_about_settings(&subscribers);
     // Whatever ends this future, its consumers stop: a future dropped before its end (a timeout
@@ -175,6 +164,33 @@ pub(crate) async fn run(
     app.draining();
     stop_all(running.take(), shutdown.timeout()).await;
     Ok(())
+}
+
+/// What every host of an app does before its first message, the server's run and the Lambda host
+/// alike: checks the subscriptions, resolves (or creates) every queue the app names, wires its
+/// topics, and makes the subscribers of each routed queue one, which routes by type.
+pub(crate) async fn prepare(
+    client: &Arc<Client>,
+    subscribers: Vec<Subscriber>,
+    app: &AppContext,
+) -> Result<Vec<Subscriber>, RunError> {
+    let type_header = client.type_header();
+    let problems = plan::problems(&subscribers, client, app, &type_header);
+    if !problems.is_empty() {
+        return Err(RunError::Config(ConfigErrors(problems)));
+    }
+    // Every queue the app names is resolved (or created) before any consumer starts, dead-letter
+    // queues first, so no declaration depends on the order of `include`.
+    for queue in client.declared_queues(crate::subscriber::declarations(&subscribers)) {
+        client
+            .resolve(&queue)
+            .await
+            .map_err(|error| StartError::from_transport(queue.name.clone(), error))?;
+    }
+    // Then the topics the app declares, and its queues' subscriptions to them.
+    topics::wire(client, crate::subscriber::declarations(&subscribers)).await?;
+    // Several subscribers of one queue become one consumer that routes by type.
+    Ok(crate::routing::merge(subscribers, type_header))
 }
 
 /// The consumers of a run, stopped in the background if the run's future is dropped first.
@@ -277,94 +293,17 @@ impl Consumer {
         states: Arc<States>,
         probe: Arc<SubscriptionProbe>,
     ) -> Result<Arc<Self>, RunError> {
-        let queue = subscriber.queue;
-        let failed = |queue: &SqsQueue| {
-            let name = queue.name.clone();
-            move |error| StartError::from_transport(name, error)
-        };
-        let url = client.resolve(&queue).await.map_err(failed(&queue))?;
-        let attributes = client
-            .transport()
-            .get_queue_attributes(
-                &url,
-                &[
-                    "VisibilityTimeout",
-                    "RedrivePolicy",
-                    "ContentBasedDeduplication",
-                ],
-            )
-            .await
-            .map_err(failed(&queue))?;
-        plan::compare_with_declaration(&queue, &attributes)?;
-        let visibility = queue.consumer.visibility_timeout.unwrap_or_else(|| {
-            let seconds = attributes
-                .get("VisibilityTimeout")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(30);
-            Duration::from_secs(seconds).max(Duration::from_secs(1))
-        });
-        let redrive = attributes.get("RedrivePolicy").and_then(|value| {
-            match rules::parse_queue_attribute("RedrivePolicy", value) {
-                Ok(QueueAttribute::RedrivePolicy(policy)) => policy,
-                _ => None,
-            }
-        });
-        let (dead_letter, max_attempts) =
-            plan::dead_letter_decision(client, &queue, redrive.as_ref()).await?;
-        for output in &subscriber.outputs {
-            output.bind(client);
-            // A topic is resolved with the app's other topics, before any subscription started.
-            if let Some(queue) = output.destination().queue() {
-                client.resolve(queue).await.map_err(failed(queue))?;
-            }
-        }
-        let settings = &queue.consumer;
-        let fifo = queue.is_fifo();
-        let retries = Retries {
-            policy: settings.retry.clone(),
+        let Parts {
+            queue,
+            url,
+            shared,
+            settler,
+            dispatcher,
+            visibility_batcher,
             max_attempts,
-            can_dead_letter: dead_letter.is_some(),
-        };
-        let metrics = Arc::new(SubscriptionMetrics::new(&queue.name));
-        let shared = Shared {
-            queue: Arc::from(queue.name.as_str()),
-            fifo,
-            visibility,
-            leases: Arc::new(Leases::counted_by(metrics.held.clone())),
-            metrics,
-            tasks: Tasks::default(),
-            latency: Arc::new(CallLatency::for_visibility(visibility)),
-        };
-        // A FIFO subscription's deletes wait for each other by its lanes: those running, and
-        // not resting, may each have a delete coming.
-        let lanes = Lanes::default();
-        let deleter = if fifo {
-            let counts = lanes.counts().clone();
-            let left = counts.left().clone();
-            client.confirmed_deleter(&url, Arc::new(move || counts.active()), left)
-        } else {
-            client.deleter(&url)
-        };
-        let visibility_batcher = client.visibility_batcher(&url);
-        let settler = Arc::new(Settler::new(
-            &shared,
-            client.clone(),
-            dead_letter,
-            retries,
-            deleter,
-            visibility_batcher.clone(),
-        ));
-        let dispatcher = Arc::new(Dispatcher::new(
-            &shared,
-            settings,
-            (subscriber.handler, client.clone()),
-            subscriber
-                .handler_name
-                .unwrap_or_else(|| crate::describe::short_name(subscriber.handler_type)),
-            states,
-            lanes,
-            settler.clone(),
-        ));
+        } = Parts::build(client, subscriber, states, Deletes::Own).await?;
+        let settings = &queue.consumer;
+        let (fifo, visibility) = (shared.fifo, shared.visibility);
         let intake = Arc::new(Intake::new(
             &shared,
             client.clone(),

@@ -315,6 +315,12 @@ impl SqsBroker {
         self.configured(|settings| settings.type_header = name)
     }
 
+    /// The client the broker's subscriptions and publishers share.
+    #[cfg(feature = "lambda")]
+    pub(crate) fn client(&self) -> &Arc<Client> {
+        &self.core
+    }
+
     /// A recorder of what this broker's subscriptions do with each message: what they handled,
     /// published and dead-lettered. The first call starts it; later calls share it.
     #[cfg(feature = "testing")]
