@@ -90,6 +90,9 @@ impl Settler {
         let delivery = &held.delivery;
         let mut message = SendMessage::new(delivery.body.clone());
         message.message_attributes = delivery.attributes.clone();
+        // The copy keeps the original's trace (its traceparent among its attributes, and its
+        // X-Ray header), so a redrive can link the next attempt to the trace it failed in.
+        message.aws_trace_header = delivery.aws_trace_header.clone();
         let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
         let ours = [
             (

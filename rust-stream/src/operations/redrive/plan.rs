@@ -1,17 +1,18 @@
 //! What a dead-letter copy becomes when it is redriven: the queue it goes to (named, its
 //! `SOURCE_QUEUE_HEADER`, or SQS's `DeadLetterQueueSourceArn`), the send (its attributes without
 //! the engine's dead-letter ones, a FIFO target's group and deduplication ids, an idempotency
-//! key), and its audit record; or why it cannot go.
+//! key, the trace it failed in as a link), and its audit record; or why it cannot go.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::model::headers::{
-    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
-    SOURCE_QUEUE_HEADER,
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, IDEMPOTENCY_KEY_HEADER, LINKED_TRACEPARENT_HEADER,
+    ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER,
 };
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::operations::peek::DeadLetterOrigin;
 use crate::operations::report::AuditRecord;
+use crate::propagation::{self, AWS_TRACE_HEADER};
 use crate::transport::{MessageAttributeValue, ReceivedMessage, SendMessage};
 
 /// A message on its way: where it goes, as what.
@@ -54,20 +55,39 @@ pub(super) fn plan(
         .original_message_id
         .unwrap_or_else(|| message.message_id.clone());
     let mut send = SendMessage::new(message.body.clone());
+    // The trace the message failed in (its traceparent, else its X-Ray header) becomes a link:
+    // the redriven attempt is not part of that trace (it may come days later, at an operator's
+    // word), its `process` span starts a trace of its own (the redrive's, when the redrive runs
+    // in a traced span) and links back to where it failed.
+    let failed_in = propagation::incoming(
+        &message.message_attributes,
+        message.attributes.get(AWS_TRACE_HEADER),
+    )
+    .map(|traceparent| traceparent.into_owned());
     send.message_attributes = message
         .message_attributes
         .iter()
         .filter(|(name, _)| {
-            ![
+            let dead_letter = [
                 SOURCE_QUEUE_HEADER,
                 ORIGINAL_MESSAGE_ID_HEADER,
                 ATTEMPTS_HEADER,
                 DEAD_LETTER_REASON_HEADER,
-            ]
-            .contains(&name.as_str())
+            ];
+            let trace = [TRACEPARENT_HEADER, TRACESTATE_HEADER];
+            let linked = failed_in.is_some() && name.as_str() == LINKED_TRACEPARENT_HEADER;
+            !dead_letter.contains(&name.as_str()) && !trace.contains(&name.as_str()) && !linked
         })
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
+    if let Some(traceparent) = failed_in {
+        if send.message_attributes.len() < MAX_MESSAGE_ATTRIBUTES {
+            send.message_attributes.insert(
+                LINKED_TRACEPARENT_HEADER.to_owned(),
+                MessageAttributeValue::string(traceparent),
+            );
+        }
+    }
     let fifo = rules::is_fifo_name(&target);
     if fifo {
         send.group_id = Some(message.group_id().unwrap_or("default").to_owned());
