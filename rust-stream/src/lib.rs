@@ -94,7 +94,7 @@
 //! | `http` | the `http` module: `/healthz`, `/readyz` and `/metrics` probes, the HTTP queue API | no |
 //! | `sqlite` | the inbox, outbox and command history on SQLite (`store::sqlite`) | no |
 //! | `postgres` | the same on PostgreSQL (`store::postgres`) | no |
-//! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes, and `process` spans continue it, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
+//! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes (and X-Ray's `AWSTraceHeader` with `SqsBroker::aws_trace_header`), `process` spans continue either, batch calls and redriven messages link to theirs, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
 //! | `schemars` | JSON Schemas of message payloads in the [`asyncapi`] document, for types that implement `schemars::JsonSchema` | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]

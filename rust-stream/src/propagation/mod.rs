@@ -16,7 +16,23 @@
 //!   injected when that span has no valid OpenTelemetry context (no `tracing-opentelemetry` layer,
 //!   or no span).
 //! - **Consuming**: each `process` span is made a child of the context a message carries
-//!   (`OpenTelemetrySpanExt::set_parent`); a message without one starts a new trace.
+//!   (`OpenTelemetrySpanExt::set_parent`): its `traceparent`, else its X-Ray
+//!   [`AWS_TRACE_HEADER`] system attribute; a message without either starts a new trace.
+//! - **Batches**: a batch handler's call span continues none of its messages' traces and has a
+//!   span link to each (`messaging.message.id` on the link).
+//! - **Dead letters and redrives**: a dead-letter copy keeps the original's trace (its
+//!   `traceparent`, `tracestate` and `AWSTraceHeader`). A redrive moves that trace to
+//!   [`LINKED_TRACEPARENT_HEADER`](crate::LINKED_TRACEPARENT_HEADER) and sends the copy with the
+//!   redrive's own context: the redriven attempt's `process` span is in the redrive's trace (or a
+//!   new one) and links to the trace it failed in (`rust_stream.link = "redriven_from"`).
+//!
+//! X-Ray's header (`Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`)
+//! and W3C's `traceparent` name the same ids ([`traceparent_from_xray`],
+//! [`xray_from_traceparent`]). With [`SqsBroker::aws_trace_header`](crate::SqsBroker::aws_trace_header)
+//! every send carries both: the X-Ray header rides the `AWSTraceHeader` system attribute, which
+//! is not one of the 10 message attributes, so a message whose own attributes take all 10 still
+//! carries it. [`xray_parent`] makes a parent context of an X-Ray header (a Lambda function's
+//! `_X_AMZN_TRACE_ID`).
 //!
 //! A send never fails, and is never held back, for its trace context. SQS takes at most 10
 //! attributes a message, so the context is left out (a `debug` event says so) when the message's
