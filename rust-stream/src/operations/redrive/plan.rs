@@ -127,3 +127,95 @@ pub(super) fn plan(
         record,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::SystemAttributes;
+
+    fn dead_letter_copy(
+        attributes: &[(&str, &str)],
+        aws_trace_header: Option<&str>,
+    ) -> ReceivedMessage {
+        let mut system = SystemAttributes::new();
+        if let Some(header) = aws_trace_header {
+            system.insert(AWS_TRACE_HEADER, header);
+        }
+        ReceivedMessage {
+            message_id: "m-1".to_owned(),
+            receipt_handle: "r-1".to_owned(),
+            body: "{}".to_owned(),
+            attributes: system,
+            message_attributes: attributes
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), MessageAttributeValue::string(*value)))
+                .collect(),
+        }
+    }
+
+    fn linked(planned: &Planned) -> Option<&str> {
+        planned
+            .send
+            .message_attributes
+            .get(LINKED_TRACEPARENT_HEADER)?
+            .string_value
+            .as_deref()
+    }
+
+    const FAILED_IN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn the_trace_a_message_failed_in_becomes_its_link_and_its_own_trace_is_dropped() {
+        let copy = dead_letter_copy(
+            &[
+                (TRACEPARENT_HEADER, FAILED_IN),
+                (TRACESTATE_HEADER, "vendor=1"),
+                (
+                    LINKED_TRACEPARENT_HEADER,
+                    "00-11111111111111111111111111111111-2222222222222222-01",
+                ),
+                (SOURCE_QUEUE_HEADER, "payments"),
+            ],
+            Some("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"),
+        );
+        let planned = plan("payments-dlq", &copy, None).unwrap();
+        assert_eq!(
+            linked(&planned),
+            Some(FAILED_IN),
+            "the newest failure, W3C first"
+        );
+        for gone in [TRACEPARENT_HEADER, TRACESTATE_HEADER] {
+            assert!(
+                !planned.send.message_attributes.contains_key(gone),
+                "{gone}"
+            );
+        }
+        assert_eq!(
+            planned.send.aws_trace_header, None,
+            "the redrive's own, if any, is sent"
+        );
+    }
+
+    #[test]
+    fn an_xray_only_message_links_to_its_xray_trace_and_one_without_a_trace_keeps_its_link() {
+        let copy = dead_letter_copy(
+            &[(SOURCE_QUEUE_HEADER, "payments")],
+            Some("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"),
+        );
+        let planned = plan("payments-dlq", &copy, None).unwrap();
+        assert_eq!(
+            linked(&planned),
+            Some("00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01")
+        );
+        let earlier = "00-11111111111111111111111111111111-2222222222222222-01";
+        let copy = dead_letter_copy(
+            &[
+                (SOURCE_QUEUE_HEADER, "payments"),
+                (LINKED_TRACEPARENT_HEADER, earlier),
+            ],
+            None,
+        );
+        let planned = plan("payments-dlq", &copy, None).unwrap();
+        assert_eq!(linked(&planned), Some(earlier));
+    }
+}
