@@ -122,7 +122,7 @@ impl Delivery {
             dedup_id: message.attributes.remove("MessageDeduplicationId"),
             aws_trace_header: message
                 .attributes
-                .remove(crate::propagation::AWS_TRACE_HEADER),
+                .remove(SystemAttribute::AwsTraceHeader.name()),
             group_id,
             headers,
             message_id: message.message_id,

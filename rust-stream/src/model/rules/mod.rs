@@ -337,7 +337,7 @@ pub(crate) fn check_send(
         check_token("MessageGroupId", group)?;
     }
     if let Some(header) = &message.aws_trace_header {
-        if !crate::propagation::is_xray_header(header) {
+        if !crate::model::xray::is_xray_header(header) {
             return fail(
                 ErrorKind::InvalidParameterValue,
                 format!(

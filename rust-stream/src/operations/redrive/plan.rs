@@ -10,9 +10,10 @@ use crate::model::headers::{
     ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER,
 };
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
+use crate::model::xray::AWS_TRACE_HEADER;
 use crate::operations::peek::DeadLetterOrigin;
 use crate::operations::report::AuditRecord;
-use crate::propagation::{self, AWS_TRACE_HEADER};
+use crate::propagation;
 use crate::transport::{MessageAttributeValue, ReceivedMessage, SendMessage};
 
 /// A message on its way: where it goes, as what.

@@ -31,8 +31,8 @@
 //! [`xray_from_traceparent`]). With [`SqsBroker::aws_trace_header`](crate::SqsBroker::aws_trace_header)
 //! every send carries both: the X-Ray header rides the `AWSTraceHeader` system attribute, which
 //! is not one of the 10 message attributes, so a message whose own attributes take all 10 still
-//! carries it. [`xray_parent`] makes a parent context of an X-Ray header (a Lambda function's
-//! `_X_AMZN_TRACE_ID`).
+//! carries it. `xray_parent` (with the feature) makes a parent context of an X-Ray header (a
+//! Lambda function's `_X_AMZN_TRACE_ID`).
 //!
 //! A send never fails, and is never held back, for its trace context. SQS takes at most 10
 //! attributes a message, so the context is left out (a `debug` event says so) when the message's
@@ -52,10 +52,7 @@
 //! The service then installs a `tracing-opentelemetry` layer whose tracer comes from its
 //! OpenTelemetry SDK provider (and exporter); rust-stream needs no global propagator of its own.
 
-mod xray;
-
-pub(crate) use xray::is_xray_header;
-pub use xray::{traceparent_from_xray, xray_from_traceparent, AWS_TRACE_HEADER};
+pub use crate::model::xray::{traceparent_from_xray, xray_from_traceparent, AWS_TRACE_HEADER};
 
 use crate::model::headers::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
