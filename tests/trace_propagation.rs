@@ -16,8 +16,8 @@
 //!   send both sends the X-Ray header as the system attribute, so a message whose own attributes
 //!   take all 10 still carries it (a single send and a batch);
 //! - links: a batch handler's call span links to each message's trace; a dead-letter copy keeps
-//!   the trace it failed in, and once redriven its `process` span starts the redrive's trace and
-//!   links to that one.
+//!   the original's trace and names the attempt it failed in, and once redriven its `process`
+//!   span is in the redrive's trace with a link to that attempt.
 //!
 //! Spans are exported to OpenTelemetry's in-memory exporter through one process-wide subscriber
 //! (the live runs spread over worker threads), which also writes every log line to a buffer; each
@@ -41,7 +41,7 @@ use rust_stream::transport::{
     MessageAttributeValue, ReceiveMessage, SendBatchEntry, SendMessage, Transport,
 };
 use rust_stream::{Output, RetryPolicy};
-use rust_stream::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
+use rust_stream::{LINKED_TRACEPARENT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
@@ -840,6 +840,14 @@ async fn a_redriven_message_links_to_the_trace_it_failed_in<T: Transport>(backen
         Some(format!("00-{trace}-{checkout_id}-01").as_str()),
         "the dead-letter copy keeps the original's traceparent"
     );
+    let failed_id = failed.span_context.span_id();
+    assert_eq!(
+        copies[0].message_attributes[LINKED_TRACEPARENT_HEADER]
+            .string_value
+            .as_deref(),
+        Some(format!("00-{trace}-{failed_id}-01").as_str()),
+        "and names the attempt it failed in"
+    );
 
     let operator = tracing::info_span!("redrive");
     let report = backend
@@ -874,7 +882,11 @@ async fn a_redriven_message_links_to_the_trace_it_failed_in<T: Transport>(backen
         trace,
         "linked to the trace it failed in"
     );
-    assert_eq!(links[0].span_context.span_id(), checkout_id);
+    assert_eq!(
+        links[0].span_context.span_id(),
+        failed_id,
+        "at the attempt that failed"
+    );
     assert!(
         links[0]
             .attributes

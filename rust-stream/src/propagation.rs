@@ -21,10 +21,12 @@
 //! - **Batches**: a batch handler's call span continues none of its messages' traces and has a
 //!   span link to each (`messaging.message.id` on the link).
 //! - **Dead letters and redrives**: a dead-letter copy keeps the original's trace (its
-//!   `traceparent`, `tracestate` and `AWSTraceHeader`). A redrive moves that trace to
-//!   [`LINKED_TRACEPARENT_HEADER`](crate::LINKED_TRACEPARENT_HEADER) and sends the copy with the
-//!   redrive's own context: the redriven attempt's `process` span is in the redrive's trace (or a
-//!   new one) and links to the trace it failed in (`rust_stream.link = "redriven_from"`).
+//!   `traceparent`, `tracestate` and `AWSTraceHeader`) and names the attempt it failed in (that
+//!   `process` span) in [`LINKED_TRACEPARENT_HEADER`](crate::LINKED_TRACEPARENT_HEADER). A
+//!   redrive keeps that link (or makes it of the message's own trace), drops the message's
+//!   `traceparent` and `tracestate`, and sends it with the redrive's own context: the redriven
+//!   attempt's `process` span is in the redrive's trace (or a new one) and links to the attempt
+//!   it failed in (`rust_stream.link = "redriven_from"`).
 //!
 //! X-Ray's header (`Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`)
 //! and W3C's `traceparent` name the same ids ([`traceparent_from_xray`],
@@ -75,14 +77,25 @@ impl TraceHeaders {
     /// The current span's trace context: `None` without the `opentelemetry` feature, or when the
     /// current span has no valid OpenTelemetry context.
     pub(crate) fn current() -> Option<Self> {
+        Self::of(&tracing::Span::current())
+    }
+
+    /// `span`'s trace context, as [`current`](Self::current) reads the current span's.
+    pub(crate) fn of(span: &tracing::Span) -> Option<Self> {
         #[cfg(feature = "opentelemetry")]
         {
-            otel::current()
+            otel::of(span)
         }
         #[cfg(not(feature = "opentelemetry"))]
         {
+            let _ = span;
             None
         }
+    }
+
+    /// The W3C `traceparent`.
+    pub(crate) fn traceparent(&self) -> &str {
+        &self.traceparent
     }
 
     /// Adds the context to `message` where it fits (see the module docs): never over the
@@ -256,8 +269,8 @@ mod otel {
     use crate::model::headers::{LINKED_TRACEPARENT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
     use crate::model::wire::MessageAttributes;
 
-    pub(super) fn current() -> Option<TraceHeaders> {
-        let context = tracing::Span::current().context();
+    pub(super) fn of(span: &tracing::Span) -> Option<TraceHeaders> {
+        let context = span.context();
         if !context.span().span_context().is_valid() {
             return None;
         }

@@ -56,15 +56,24 @@ pub(super) fn plan(
         .original_message_id
         .unwrap_or_else(|| message.message_id.clone());
     let mut send = SendMessage::new(message.body.clone());
-    // The trace the message failed in (its traceparent, else its X-Ray header) becomes a link:
-    // the redriven attempt is not part of that trace (it may come days later, at an operator's
-    // word), its `process` span starts a trace of its own (the redrive's, when the redrive runs
-    // in a traced span) and links back to where it failed.
-    let failed_in = propagation::incoming(
-        &message.message_attributes,
-        message.attributes.get(AWS_TRACE_HEADER),
-    )
-    .map(|traceparent| traceparent.into_owned());
+    // Where the message failed becomes a link: the redriven attempt is not part of that trace
+    // (it may come days later, at an operator's word), its `process` span starts a trace of its
+    // own (the redrive's, when the redrive runs in a traced span) and links back. The engine's
+    // copy names the failed attempt's span (beside its original message id); a message SQS
+    // moved, or a copy with no room for it, names its trace (traceparent, else X-Ray header).
+    let copied_link = message
+        .message_attributes
+        .contains_key(ORIGINAL_MESSAGE_ID_HEADER)
+        .then(|| message.message_attributes.get(LINKED_TRACEPARENT_HEADER))
+        .flatten()
+        .and_then(|value| value.string_value.clone());
+    let failed_in = copied_link.or_else(|| {
+        propagation::incoming(
+            &message.message_attributes,
+            message.attributes.get(AWS_TRACE_HEADER),
+        )
+        .map(|traceparent| traceparent.into_owned())
+    });
     send.message_attributes = message
         .message_attributes
         .iter()
@@ -218,5 +227,25 @@ mod tests {
         );
         let planned = plan("payments-dlq", &copy, None).unwrap();
         assert_eq!(linked(&planned), Some(earlier));
+    }
+
+    #[test]
+    fn the_engines_copy_names_the_attempt_it_failed_in_and_that_is_the_link() {
+        let attempt = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+        let copy = dead_letter_copy(
+            &[
+                (TRACEPARENT_HEADER, FAILED_IN),
+                (ORIGINAL_MESSAGE_ID_HEADER, "m-0"),
+                (SOURCE_QUEUE_HEADER, "payments"),
+                (LINKED_TRACEPARENT_HEADER, attempt),
+            ],
+            None,
+        );
+        let planned = plan("payments-dlq", &copy, None).unwrap();
+        assert_eq!(linked(&planned), Some(attempt));
+        assert!(!planned
+            .send
+            .message_attributes
+            .contains_key(TRACEPARENT_HEADER));
     }
 }
