@@ -56,6 +56,8 @@
 
 pub use crate::model::xray::{traceparent_from_xray, xray_from_traceparent, AWS_TRACE_HEADER};
 
+use std::borrow::Cow;
+
 use crate::model::headers::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
 use crate::model::topic::Publish;
@@ -205,12 +207,12 @@ fn fits(
 pub(crate) fn incoming<'a>(
     attributes: &'a MessageAttributes,
     aws_trace_header: Option<&str>,
-) -> Option<std::borrow::Cow<'a, str>> {
+) -> Option<Cow<'a, str>> {
     match traceparent(attributes) {
-        Some(traceparent) => Some(std::borrow::Cow::Borrowed(traceparent)),
+        Some(traceparent) => Some(Cow::Borrowed(traceparent)),
         None => aws_trace_header
             .and_then(traceparent_from_xray)
-            .map(std::borrow::Cow::Owned),
+            .map(Cow::Owned),
     }
 }
 
