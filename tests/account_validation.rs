@@ -2188,3 +2188,50 @@ async fn message_attributes_that_pass_validation_are_delivered_unchanged() {
         BTreeMap::from([("trace.id".to_owned(), MessageAttributeValue::string("abc"))]);
     assert_eq!(received[0].message_attributes, expected);
 }
+
+#[tokio::test]
+async fn the_aws_trace_header_is_kept_outside_the_ten_attributes_and_must_be_an_xray_header() {
+    let account = Account::new();
+    let url = standard(&account, "traced").await;
+    let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    let full = (0..10).fold(SendMessage::new("full"), |message, n| {
+        message.attribute(format!("a{n}"), MessageAttributeValue::string("x"))
+    });
+    account
+        .send_message(&url, full.aws_trace_header(header))
+        .await
+        .expect("the system attribute is not an 11th attribute");
+    assert_error(
+        account
+            .send_message(&url, SendMessage::new("m").aws_trace_header("not-a-trace"))
+            .await,
+        ErrorKind::InvalidParameterValue,
+        "is not an X-Ray trace header",
+    );
+    let received = |names: &'static [&'static str]| {
+        let account = account.clone();
+        let url = url.clone();
+        async move {
+            let request = ReceiveMessage::new(10)
+                .visibility_timeout(0)
+                .system_attribute_names(names.iter().copied());
+            account.receive_message(&url, request).await.unwrap()
+        }
+    };
+    for names in [&["AWSTraceHeader"][..], &["All"][..]] {
+        let messages = received(names).await;
+        assert_eq!(messages.len(), 1);
+        assert_eq!(
+            messages[0].attributes.get("AWSTraceHeader"),
+            Some(header),
+            "{names:?}"
+        );
+        assert_eq!(messages[0].message_attributes.len(), 10);
+    }
+    let messages = received(&["SentTimestamp"]).await;
+    assert_eq!(
+        messages[0].attributes.get("AWSTraceHeader"),
+        None,
+        "not asked for"
+    );
+}

@@ -11,6 +11,14 @@
 //!   logged when the batcher answers after the attempt (in process only: the delete fails
 //!   through a faulty transport).
 //!
+//! - X-Ray: a message that carries only an `AWSTraceHeader` system attribute is continued from
+//!   it, one with only `traceparent` from that, one with both from `traceparent`; a broker set to
+//!   send both sends the X-Ray header as the system attribute, so a message whose own attributes
+//!   take all 10 still carries it (a single send and a batch);
+//! - links: a batch handler's call span links to each message's trace; a dead-letter copy keeps
+//!   the original's trace and names the attempt it failed in, and once redriven its `process`
+//!   span is in the redrive's trace with a link to that attempt.
+//!
 //! Spans are exported to OpenTelemetry's in-memory exporter through one process-wide subscriber
 //! (the live runs spread over worker threads), which also writes every log line to a buffer; each
 //! test picks its own spans and lines out by its queue names and message ids.
@@ -25,11 +33,15 @@ use common::backend::Backend;
 use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TracerProvider as _};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use rust_stream::handler::batch::{BatchContext, BatchOutcome, HandleBatch};
+use rust_stream::operations::Redrive;
 use rust_stream::prelude::*;
 use rust_stream::testing::{eventually, TestApp};
-use rust_stream::transport::{ReceiveMessage, Transport};
+use rust_stream::transport::{
+    MessageAttributeValue, ReceiveMessage, SendBatchEntry, SendMessage, Transport,
+};
 use rust_stream::{Output, RetryPolicy};
-use rust_stream::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
+use rust_stream::{LINKED_TRACEPARENT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
@@ -38,6 +50,10 @@ both_backends!(
     a_payment_and_its_ledger_entry_are_one_trace,
     a_message_with_ten_attributes_is_sent_unchanged_and_a_senders_traceparent_is_kept,
     retry_and_dead_letter_lines_are_inside_the_process_span,
+    w3c_only_xray_only_and_both_each_continue_their_trace,
+    a_publisher_sends_both_headers_and_ten_attributes_keep_the_xray_one,
+    a_batch_call_links_to_each_messages_trace,
+    a_redriven_message_links_to_the_trace_it_failed_in,
 );
 
 /// What the process-wide subscriber exports and writes.
@@ -467,4 +483,422 @@ async fn a_failed_delete_is_logged_inside_the_process_span() {
     ] {
         assert!(logged.contains(&field), "`{field}` missing from: {logged}");
     }
+}
+
+/// An X-Ray trace header, and the W3C `traceparent` of another trace.
+const XRAY: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+const W3C: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// The ended `process` span of the message `id` in `queue`.
+fn process_span_of(queue: &str, id: &str) -> SpanData {
+    process_spans(queue)
+        .into_iter()
+        .find(|span| attribute(span, "messaging.message.id").as_deref() == Some(id))
+        .unwrap_or_else(|| panic!("a process span for {id}"))
+}
+
+/// Sends `messages` to `url` by the transport itself, as another service (or AWS) would, and
+/// returns their message ids in order.
+async fn send_raw<T: Transport>(
+    backend: &Backend<T>,
+    url: &str,
+    messages: Vec<SendMessage>,
+) -> Vec<String> {
+    let entries = messages
+        .into_iter()
+        .enumerate()
+        .map(|(index, message)| SendBatchEntry::new(index.to_string(), message))
+        .collect();
+    let mut sent = backend
+        .transport
+        .send_message_batch(url, entries)
+        .await
+        .expect("sent");
+    assert!(sent.failed.is_empty(), "{:?}", sent.failed);
+    sent.successful
+        .sort_by_key(|(id, _)| id.parse::<usize>().unwrap());
+    sent.successful
+        .into_iter()
+        .map(|(_, sent)| sent.message_id)
+        .collect()
+}
+
+fn ledger_body(payment: u32) -> String {
+    serde_json::to_string(&LedgerEntry { payment }).unwrap()
+}
+
+async fn w3c_only_xray_only_and_both_each_continue_their_trace<T: Transport>(backend: Backend<T>) {
+    telemetry();
+    let name = backend.name("continued");
+    let url = backend.queue("continued", &[]).await;
+    let w3c = || MessageAttributeValue::string(W3C);
+    let ids = send_raw(
+        &backend,
+        &url,
+        vec![
+            SendMessage::new(ledger_body(1)).attribute(TRACEPARENT_HEADER, w3c()),
+            SendMessage::new(ledger_body(2)).aws_trace_header(XRAY),
+            SendMessage::new(ledger_body(3))
+                .attribute(TRACEPARENT_HEADER, w3c())
+                .aws_trace_header(XRAY),
+        ],
+    )
+    .await;
+    let written = WriteLedger::default();
+    let app = TestApp::spawn(RustStream::new(AppInfo::new("ledger", "0")).with_broker(
+        backend.broker.clone(),
+        |b| {
+            b.include(subscriber(queue(&name), written.clone()).build());
+        },
+    ))
+    .await
+    .expect("the app starts");
+    eventually("the three process spans ended", async || {
+        process_spans(&name).len() == 3
+    })
+    .await;
+    app.stop().await.unwrap();
+
+    let continued = |id: &str| {
+        let span = process_span_of(&name, id);
+        assert!(span.parent_span_is_remote, "{id}: its parent came over SQS");
+        (
+            span.span_context.trace_id().to_string(),
+            span.parent_span_id.to_string(),
+            attribute(&span, TRACEPARENT_HEADER),
+        )
+    };
+    let (trace, parent, field) = continued(&ids[0]);
+    assert_eq!(
+        (trace.as_str(), parent.as_str()),
+        ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"),
+        "W3C only"
+    );
+    assert_eq!(field.as_deref(), Some(W3C));
+    let (trace, parent, field) = continued(&ids[1]);
+    assert_eq!(
+        (trace.as_str(), parent.as_str()),
+        ("5759e988bd862e3fe1be46a994272793", "53995c3f42cd8ad8"),
+        "X-Ray only: Root and Parent"
+    );
+    assert_eq!(
+        field.as_deref(),
+        Some("00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"),
+        "the X-Ray header, as a traceparent, is the span's field"
+    );
+    let (trace, parent, _) = continued(&ids[2]);
+    assert_eq!(
+        (trace.as_str(), parent.as_str()),
+        ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"),
+        "both: the traceparent wins"
+    );
+}
+
+async fn a_publisher_sends_both_headers_and_ten_attributes_keep_the_xray_one<T: Transport>(
+    backend: Backend<T>,
+) {
+    telemetry();
+    let url = backend.queue("both-sent", &[]).await;
+    let broker = backend.broker.clone().aws_trace_header();
+    let publisher = broker.publisher(SqsQueue::new(backend.name("both-sent")));
+    let full = (0..10).fold(publisher.raw("full"), |message, n| {
+        message.header(format!("h{n}"), "x")
+    });
+    let checkout = tracing::info_span!("checkout");
+    async {
+        full.send()
+            .await
+            .expect("a message with 10 attributes is sent");
+        let batch = publisher
+            .send_batch([publisher.raw("one"), publisher.raw("two")])
+            .await;
+        assert!(batch.iter().all(Result::is_ok), "{batch:?}");
+    }
+    .instrument(checkout.clone())
+    .await;
+    let (trace, span_id) = ids(&checkout);
+    drop(checkout);
+    let trace = trace.to_string();
+    let xray = format!(
+        "Root=1-{}-{};Parent={span_id};Sampled=1",
+        &trace[..8],
+        &trace[8..]
+    );
+
+    let mut received = Vec::new();
+    eventually("the three messages are received", async || {
+        let request = ReceiveMessage::new(10).visibility_timeout(60);
+        received.extend(
+            backend
+                .transport
+                .receive_message(&url, request)
+                .await
+                .unwrap(),
+        );
+        received.len() >= 3
+    })
+    .await;
+    for message in &received {
+        assert_eq!(
+            message.attributes.get("AWSTraceHeader"),
+            Some(xray.as_str()),
+            "`{}` carries the X-Ray header of the publisher's span",
+            message.body
+        );
+        let traceparent = message.message_attributes.get(TRACEPARENT_HEADER);
+        if message.body == "full" {
+            assert_eq!(message.message_attributes.len(), 10);
+            assert!(traceparent.is_none(), "no room for the W3C one");
+        } else {
+            assert_eq!(
+                traceparent.and_then(|value| value.string_value.as_deref()),
+                Some(format!("00-{trace}-{span_id}-01").as_str()),
+                "`{}` carries both, of the same span",
+                message.body
+            );
+        }
+    }
+}
+
+/// Takes every batch.
+struct TakeBatch;
+
+impl HandleBatch<LedgerEntry> for TakeBatch {
+    async fn handle(
+        &self,
+        _entries: &[LedgerEntry],
+        _outputs: &(),
+        _ctx: &mut BatchContext<'_>,
+    ) -> BatchOutcome {
+        BatchOutcome::ack()
+    }
+}
+
+async fn a_batch_call_links_to_each_messages_trace<T: Transport>(backend: Backend<T>) {
+    telemetry();
+    let name = backend.name("batched");
+    let url = backend.queue("batched", &[]).await;
+    // Two published in spans of their own, one with an X-Ray header only; all waiting before the
+    // app starts, so that a call takes them together.
+    let publisher = backend.broker.publisher(SqsQueue::new(&name));
+    let mut expected = Vec::new();
+    for payment in [1, 2] {
+        let checkout = tracing::info_span!("checkout");
+        let sent = publisher
+            .message(&LedgerEntry { payment })
+            .send()
+            .instrument(checkout.clone())
+            .await
+            .expect("sent");
+        let (trace, span_id) = ids(&checkout);
+        expected.push((sent.message_id, trace.to_string(), span_id.to_string()));
+    }
+    let xray_only = send_raw(
+        &backend,
+        &url,
+        vec![SendMessage::new(ledger_body(3)).aws_trace_header(XRAY)],
+    )
+    .await;
+    expected.push((
+        xray_only[0].clone(),
+        "5759e988bd862e3fe1be46a994272793".to_owned(),
+        "53995c3f42cd8ad8".to_owned(),
+    ));
+    let app = TestApp::spawn(RustStream::new(AppInfo::new("ledger", "0")).with_broker(
+        backend.broker.clone(),
+        |b| {
+            b.include(
+                subscriber(queue(&name), TakeBatch)
+                    .batch(10, Duration::from_millis(500))
+                    .build(),
+            );
+        },
+    ))
+    .await
+    .expect("the app starts");
+    let calls = || {
+        process_spans(&name)
+            .into_iter()
+            .filter(|span| attribute(span, "messaging.batch.message_count").is_some())
+            .collect::<Vec<_>>()
+    };
+    let counted = || {
+        calls()
+            .iter()
+            .map(|call| {
+                attribute(call, "messaging.batch.message_count")
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap()
+            })
+            .sum::<usize>()
+    };
+    eventually("the calls took the three messages", async || counted() == 3).await;
+    app.stop().await.unwrap();
+
+    for (message_id, trace, span_id) in &expected {
+        let linked = calls().into_iter().any(|call| {
+            call.links.links.iter().any(|link| {
+                link.span_context.trace_id().to_string() == *trace
+                    && link.span_context.span_id().to_string() == *span_id
+                    && link.attributes.iter().any(|pair| {
+                        pair.key.as_str() == "messaging.message.id"
+                            && pair.value.to_string() == *message_id
+                    })
+            })
+        });
+        assert!(
+            linked,
+            "a call links to {message_id}'s trace {trace}: {:?}",
+            calls().iter().map(|call| &call.links).collect::<Vec<_>>()
+        );
+    }
+    for call in calls() {
+        assert!(
+            expected
+                .iter()
+                .all(|(_, trace, _)| call.span_context.trace_id().to_string() != *trace),
+            "the call continues none of its messages' traces"
+        );
+    }
+}
+
+/// Declines the first payment it sees, takes every one after (the redriven copy).
+#[derive(Clone, Default)]
+struct DeclinesFirst(Arc<Mutex<u32>>);
+
+impl Handle<Payment> for DeclinesFirst {
+    async fn handle(
+        &self,
+        _payment: &Payment,
+        _outputs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let mut calls = self.0.lock().unwrap();
+        *calls += 1;
+        if *calls == 1 {
+            return Err(HandlerOutcome::failed("card declined"));
+        }
+        Ok(())
+    }
+}
+
+async fn a_redriven_message_links_to_the_trace_it_failed_in<T: Transport>(backend: Backend<T>) {
+    telemetry();
+    let refunds = backend.name("refunds");
+    let dead = backend.name("refunds-dlq");
+    let handler = DeclinesFirst::default();
+    let app = TestApp::spawn(RustStream::new(AppInfo::new("refunds", "0")).with_broker(
+        backend.broker.clone(),
+        |b| {
+            b.include(subscriber(queue(&refunds).dead_letter(&dead, 1), handler.clone()).build());
+        },
+    ))
+    .await
+    .expect("the app starts");
+    let checkout = tracing::info_span!("checkout");
+    let sent = backend
+        .broker
+        .publisher(SqsQueue::new(&refunds))
+        .message(&Payment { id: 11 })
+        .send()
+        .instrument(checkout.clone())
+        .await
+        .expect("sent");
+    let (trace, checkout_id) = ids(&checkout);
+    drop(checkout);
+
+    // The dead-letter copy keeps the trace it failed in.
+    let mut copies = Vec::new();
+    eventually("the payment is dead-lettered", async || {
+        let Ok(url) = backend.transport.get_queue_url(&dead).await else {
+            return false;
+        };
+        let request = ReceiveMessage::new(1).visibility_timeout(0);
+        copies = backend
+            .transport
+            .receive_message(&url, request)
+            .await
+            .unwrap();
+        !copies.is_empty()
+    })
+    .await;
+    eventually("the failed attempt's span ended", async || {
+        process_spans(&refunds).len() == 1
+    })
+    .await;
+    let failed = process_span_of(&refunds, &sent.message_id);
+    assert_eq!(
+        failed.span_context.trace_id(),
+        trace,
+        "it failed in the publisher's trace"
+    );
+    assert_eq!(
+        copies[0].message_attributes[TRACEPARENT_HEADER]
+            .string_value
+            .as_deref(),
+        Some(format!("00-{trace}-{checkout_id}-01").as_str()),
+        "the dead-letter copy keeps the original's traceparent"
+    );
+    let failed_id = failed.span_context.span_id();
+    assert_eq!(
+        copies[0].message_attributes[LINKED_TRACEPARENT_HEADER]
+            .string_value
+            .as_deref(),
+        Some(format!("00-{trace}-{failed_id}-01").as_str()),
+        "and names the attempt it failed in"
+    );
+
+    let operator = tracing::info_span!("redrive");
+    let report = backend
+        .broker
+        .operations()
+        .redrive(&Redrive::from(&dead))
+        .instrument(operator.clone())
+        .await
+        .expect("redriven");
+    assert_eq!(report.moved.len(), 1, "{report:?}");
+    let (operator_trace, _) = ids(&operator);
+    drop(operator);
+    eventually("the redriven payment is taken", async || {
+        *handler.0.lock().unwrap() == 2 && process_spans(&refunds).len() == 2
+    })
+    .await;
+    app.stop().await.unwrap();
+
+    let redriven = process_spans(&refunds)
+        .into_iter()
+        .find(|span| span.span_context.span_id() != failed.span_context.span_id())
+        .expect("the redriven attempt's span");
+    assert_eq!(
+        redriven.span_context.trace_id(),
+        operator_trace,
+        "the redriven attempt continues the redrive's trace, not the one it failed in"
+    );
+    let links: Vec<_> = redriven.links.links.iter().collect();
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(
+        links[0].span_context.trace_id(),
+        trace,
+        "linked to the trace it failed in"
+    );
+    assert_eq!(
+        links[0].span_context.span_id(),
+        failed_id,
+        "at the attempt that failed"
+    );
+    assert!(
+        links[0]
+            .attributes
+            .iter()
+            .any(|pair| pair.key.as_str() == "rust_stream.link"
+                && pair.value.to_string() == "redriven_from"),
+        "{:?}",
+        links[0].attributes
+    );
+    assert!(
+        attribute(&redriven, TRACEPARENT_HEADER)
+            .is_some_and(|field| field.contains(&operator_trace.to_string())),
+        "the redriven copy carries the redrive's traceparent"
+    );
 }

@@ -95,7 +95,7 @@
 //! | `http` | the `http` module: `/healthz`, `/readyz` and `/metrics` probes, the HTTP queue API | no |
 //! | `sqlite` | the inbox, outbox and command history on SQLite (`store::sqlite`) | no |
 //! | `postgres` | the same on PostgreSQL (`store::postgres`) | no |
-//! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes, and `process` spans continue it, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
+//! | `opentelemetry` | trace context across services: publishes inject the current span's OpenTelemetry context as `traceparent`/`tracestate` attributes (and X-Ray's `AWSTraceHeader` with `SqsBroker::aws_trace_header`), `process` spans continue either, batch calls and redriven messages link to theirs, through `tracing-opentelemetry` 0.34 (opentelemetry 0.33); see [`propagation`] | no |
 //! | `schemars` | JSON Schemas of message payloads in the [`asyncapi`] document, for types that implement `schemars::JsonSchema` | no |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
@@ -158,8 +158,9 @@ pub use handler::context::{Context, SnsNotification, SqsMessage};
 pub use handler::Handle;
 pub use model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, EXTENDED_PAYLOAD_SIZE, IDEMPOTENCY_KEY_HEADER,
-    LEGACY_PAYLOAD_SIZE, ORIGINAL_MESSAGE_ID_HEADER, PARTITION_KEY_HEADER, PAYLOAD_SHA256_HEADER,
-    SOURCE_QUEUE_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, TYPE_HEADER,
+    LEGACY_PAYLOAD_SIZE, LINKED_TRACEPARENT_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
+    PARTITION_KEY_HEADER, PAYLOAD_SHA256_HEADER, SOURCE_QUEUE_HEADER, TRACEPARENT_HEADER,
+    TRACESTATE_HEADER, TYPE_HEADER,
 };
 pub use model::{SnsTopic, TopicSubscription};
 pub use outcome::{HandlerOutcome, IntoOutcome};

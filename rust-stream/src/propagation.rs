@@ -16,7 +16,25 @@
 //!   injected when that span has no valid OpenTelemetry context (no `tracing-opentelemetry` layer,
 //!   or no span).
 //! - **Consuming**: each `process` span is made a child of the context a message carries
-//!   (`OpenTelemetrySpanExt::set_parent`); a message without one starts a new trace.
+//!   (`OpenTelemetrySpanExt::set_parent`): its `traceparent`, else its X-Ray
+//!   [`AWS_TRACE_HEADER`] system attribute; a message without either starts a new trace.
+//! - **Batches**: a batch handler's call span continues none of its messages' traces and has a
+//!   span link to each (`messaging.message.id` on the link).
+//! - **Dead letters and redrives**: a dead-letter copy keeps the original's trace (its
+//!   `traceparent`, `tracestate` and `AWSTraceHeader`) and names the attempt it failed in (that
+//!   `process` span) in [`LINKED_TRACEPARENT_HEADER`](crate::LINKED_TRACEPARENT_HEADER). A
+//!   redrive keeps that link (or makes it of the message's own trace), drops the message's
+//!   `traceparent` and `tracestate`, and sends it with the redrive's own context: the redriven
+//!   attempt's `process` span is in the redrive's trace (or a new one) and links to the attempt
+//!   it failed in (`rust_stream.link = "redriven_from"`).
+//!
+//! X-Ray's header (`Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`)
+//! and W3C's `traceparent` name the same ids ([`traceparent_from_xray`],
+//! [`xray_from_traceparent`]). With [`SqsBroker::aws_trace_header`](crate::SqsBroker::aws_trace_header)
+//! every send carries both: the X-Ray header rides the `AWSTraceHeader` system attribute, which
+//! is not one of the 10 message attributes, so a message whose own attributes take all 10 still
+//! carries it. `xray_parent` (with the feature) makes a parent context of an X-Ray header (a
+//! Lambda function's `_X_AMZN_TRACE_ID`).
 //!
 //! A send never fails, and is never held back, for its trace context. SQS takes at most 10
 //! attributes a message, so the context is left out (a `debug` event says so) when the message's
@@ -35,6 +53,10 @@
 //!
 //! The service then installs a `tracing-opentelemetry` layer whose tracer comes from its
 //! OpenTelemetry SDK provider (and exporter); rust-stream needs no global propagator of its own.
+
+pub use crate::model::xray::{traceparent_from_xray, xray_from_traceparent, AWS_TRACE_HEADER};
+
+use std::borrow::Cow;
 
 use crate::model::headers::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES};
@@ -57,19 +79,42 @@ impl TraceHeaders {
     /// The current span's trace context: `None` without the `opentelemetry` feature, or when the
     /// current span has no valid OpenTelemetry context.
     pub(crate) fn current() -> Option<Self> {
+        Self::of(&tracing::Span::current())
+    }
+
+    /// `span`'s trace context, as [`current`](Self::current) reads the current span's.
+    pub(crate) fn of(span: &tracing::Span) -> Option<Self> {
         #[cfg(feature = "opentelemetry")]
         {
-            otel::current()
+            otel::of(span)
         }
         #[cfg(not(feature = "opentelemetry"))]
         {
+            let _ = span;
             None
         }
     }
 
+    /// The W3C `traceparent`.
+    pub(crate) fn traceparent(&self) -> &str {
+        &self.traceparent
+    }
+
     /// Adds the context to `message` where it fits (see the module docs): never over the
-    /// attribute count or `maximum_message_size`, never over the sender's own attributes.
-    pub(crate) fn inject(&self, message: &mut SendMessage, maximum_message_size: usize) {
+    /// attribute count or `maximum_message_size`, never over the sender's own attributes. With
+    /// `xray`, the message also carries it as its `AWSTraceHeader` system attribute, unless the
+    /// sender set one: the trace of the message's own `traceparent` when it has one (a
+    /// dead-letter copy's), else this one.
+    pub(crate) fn inject(
+        &self,
+        message: &mut SendMessage,
+        maximum_message_size: usize,
+        xray: bool,
+    ) {
+        if xray && message.aws_trace_header.is_none() {
+            let traceparent = traceparent(&message.message_attributes).unwrap_or(&self.traceparent);
+            message.aws_trace_header = xray_from_traceparent(traceparent);
+        }
         self.inject_into(
             message.body.len(),
             &mut message.message_attributes,
@@ -157,25 +202,77 @@ fn fits(
     body + rules::attributes_size(attributes) + added <= maximum
 }
 
-/// Continues in `span` the trace a received message carries, when it carries a valid one.
+/// The trace a received message carries, as a W3C `traceparent`: its `traceparent` attribute,
+/// else its `AWSTraceHeader` system attribute in W3C form.
+pub(crate) fn incoming<'a>(
+    attributes: &'a MessageAttributes,
+    aws_trace_header: Option<&str>,
+) -> Option<Cow<'a, str>> {
+    match traceparent(attributes) {
+        Some(traceparent) => Some(Cow::Borrowed(traceparent)),
+        None => aws_trace_header
+            .and_then(traceparent_from_xray)
+            .map(Cow::Owned),
+    }
+}
+
+/// Continues in `span` the trace a received message carries, when it carries a valid one (its
+/// `traceparent`, else its `AWSTraceHeader`), and links `span` to the trace of its
+/// [`LINKED_TRACEPARENT_HEADER`](crate::LINKED_TRACEPARENT_HEADER).
 #[cfg(feature = "opentelemetry")]
-pub(crate) fn continue_trace(span: &tracing::Span, attributes: &MessageAttributes) {
-    otel::continue_trace(span, attributes);
+pub(crate) fn continue_trace(
+    span: &tracing::Span,
+    attributes: &MessageAttributes,
+    aws_trace_header: Option<&str>,
+) {
+    otel::continue_trace(span, attributes, aws_trace_header);
+}
+
+/// Links a batch handler's call `span` to the trace each of its messages carries, a message
+/// being its attributes and its `AWSTraceHeader`, named by its message id on the link.
+#[cfg(feature = "opentelemetry")]
+pub(crate) fn link_messages<'a>(
+    span: &tracing::Span,
+    messages: impl Iterator<Item = (&'a str, &'a MessageAttributes, Option<&'a str>)>,
+) {
+    otel::link_messages(span, messages);
+}
+
+/// The OpenTelemetry context of an X-Ray trace header (the `_X_AMZN_TRACE_ID` a Lambda function
+/// is started with, or an `AWSTraceHeader`), to make the parent of a span:
+/// `span.set_parent(context)` through `tracing_opentelemetry::OpenTelemetrySpanExt`. `None` when
+/// the header names no trace and parent span ([`traceparent_from_xray`]).
+///
+/// ```
+/// use opentelemetry::trace::TraceContextExt;
+///
+/// let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+/// let parent = rust_stream::propagation::xray_parent(header).expect("a trace and a parent");
+/// let span = parent.span();
+/// let context = span.span_context();
+/// assert_eq!(context.trace_id().to_string(), "5759e988bd862e3fe1be46a994272793");
+/// assert_eq!(context.span_id().to_string(), "53995c3f42cd8ad8");
+/// assert!(context.is_sampled() && context.is_remote());
+/// ```
+#[cfg(feature = "opentelemetry")]
+pub fn xray_parent(header: &str) -> Option<opentelemetry::Context> {
+    otel::remote(&traceparent_from_xray(header)?, None)
 }
 
 #[cfg(feature = "opentelemetry")]
 mod otel {
     use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-    use opentelemetry::trace::TraceContextExt;
+    use opentelemetry::trace::{SpanContext, TraceContextExt};
+    use opentelemetry::{Context, KeyValue};
     use opentelemetry_sdk::propagation::TraceContextPropagator;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
     use super::TraceHeaders;
-    use crate::model::headers::{TRACEPARENT_HEADER, TRACESTATE_HEADER};
+    use crate::model::headers::{LINKED_TRACEPARENT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
     use crate::model::wire::MessageAttributes;
 
-    pub(super) fn current() -> Option<TraceHeaders> {
-        let context = tracing::Span::current().context();
+    pub(super) fn of(span: &tracing::Span) -> Option<TraceHeaders> {
+        let context = span.context();
         if !context.span().span_context().is_valid() {
             return None;
         }
@@ -187,22 +284,81 @@ mod otel {
         })
     }
 
-    pub(super) fn continue_trace(span: &tracing::Span, attributes: &MessageAttributes) {
-        if super::traceparent(attributes).is_none() {
-            return;
+    /// The remote context of a `traceparent` (and `tracestate`), when it is a valid one.
+    pub(super) fn remote(traceparent: &str, tracestate: Option<&str>) -> Option<Context> {
+        let fields = Fields {
+            traceparent: Some(traceparent.to_owned()),
+            tracestate: tracestate.map(str::to_owned),
+        };
+        let context = TraceContextPropagator::new().extract(&fields);
+        context.span().span_context().is_valid().then_some(context)
+    }
+
+    /// The trace a message carries: its W3C attributes, else its X-Ray header.
+    fn carried(attributes: &MessageAttributes, aws_trace_header: Option<&str>) -> Option<Context> {
+        if super::traceparent(attributes).is_some() {
+            let context = TraceContextPropagator::new().extract(&Attributes(attributes));
+            return context.span().span_context().is_valid().then_some(context);
         }
-        let context = TraceContextPropagator::new().extract(&Attributes(attributes));
-        if context.span().span_context().is_valid() {
+        remote(&super::traceparent_from_xray(aws_trace_header?)?, None)
+    }
+
+    pub(super) fn continue_trace(
+        span: &tracing::Span,
+        attributes: &MessageAttributes,
+        aws_trace_header: Option<&str>,
+    ) {
+        if let Some(linked) = attributes
+            .get(LINKED_TRACEPARENT_HEADER)
+            .and_then(|value| value.string_value.as_deref())
+            .and_then(|traceparent| remote(traceparent, None))
+        {
+            span.add_link_with_attributes(
+                linked.span().span_context().clone(),
+                vec![KeyValue::new("rust_stream.link", "redriven_from")],
+            );
+        }
+        if let Some(context) = carried(attributes, aws_trace_header) {
             // Fails only when no tracing-opentelemetry layer is installed: nothing to continue.
             let _ = span.set_parent(context);
         }
     }
 
-    /// What the W3C propagator writes.
+    pub(super) fn link_messages<'a>(
+        span: &tracing::Span,
+        messages: impl Iterator<Item = (&'a str, &'a MessageAttributes, Option<&'a str>)>,
+    ) {
+        for (message_id, attributes, aws_trace_header) in messages {
+            let Some(context) = carried(attributes, aws_trace_header) else {
+                continue;
+            };
+            let linked: SpanContext = context.span().span_context().clone();
+            span.add_link_with_attributes(
+                linked,
+                vec![KeyValue::new("messaging.message.id", message_id.to_owned())],
+            );
+        }
+    }
+
+    /// What the W3C propagator writes, or reads from one `traceparent`.
     #[derive(Default)]
     struct Fields {
         traceparent: Option<String>,
         tracestate: Option<String>,
+    }
+
+    impl Extractor for Fields {
+        fn get(&self, key: &str) -> Option<&str> {
+            match key {
+                TRACEPARENT_HEADER => self.traceparent.as_deref(),
+                TRACESTATE_HEADER => self.tracestate.as_deref(),
+                _ => None,
+            }
+        }
+
+        fn keys(&self) -> Vec<&str> {
+            vec![TRACEPARENT_HEADER, TRACESTATE_HEADER]
+        }
     }
 
     impl Injector for Fields {
@@ -253,7 +409,7 @@ mod tests {
     #[test]
     fn both_headers_go_where_two_attributes_are_free() {
         let mut message = with_attributes(8);
-        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE);
+        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE, false);
         assert_eq!(message.message_attributes.len(), 10);
         assert_eq!(
             traceparent(&message.message_attributes),
@@ -268,13 +424,13 @@ mod tests {
     #[test]
     fn one_free_attribute_takes_the_traceparent_alone_and_none_takes_nothing() {
         let mut message = with_attributes(9);
-        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE);
+        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE, false);
         assert!(traceparent(&message.message_attributes).is_some());
         assert!(!message.message_attributes.contains_key(TRACESTATE_HEADER));
 
         let full = with_attributes(10);
         let mut message = full.clone();
-        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE);
+        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE, false);
         assert_eq!(message, full);
     }
 
@@ -286,7 +442,7 @@ mod tests {
             MessageAttributeValue::string("mine"),
         );
         let before = message.clone();
-        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE);
+        headers(Some("vendor=1")).inject(&mut message, rules::MAX_MESSAGE_SIZE, false);
         assert_eq!(message, before);
     }
 
@@ -294,7 +450,51 @@ mod tests {
     fn the_context_is_left_out_rather_than_pass_the_queues_maximum_size() {
         let mut message = with_attributes(0);
         let maximum = rules::message_size(&message) + 20;
-        headers(None).inject(&mut message, maximum);
+        headers(None).inject(&mut message, maximum, false);
         assert!(message.message_attributes.is_empty());
+    }
+
+    const XRAY: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    const W3C: &str = "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01";
+
+    #[test]
+    fn the_xray_header_rides_the_system_attribute_of_a_message_with_ten_attributes() {
+        let headers = TraceHeaders {
+            traceparent: W3C.to_owned(),
+            tracestate: None,
+        };
+        let mut message = SendMessage::new("{}");
+        for index in 0..MAX_MESSAGE_ATTRIBUTES {
+            message
+                .message_attributes
+                .insert(format!("a{index}"), MessageAttributeValue::string("x"));
+        }
+        headers.inject(&mut message, rules::MAX_MESSAGE_SIZE, true);
+        assert_eq!(message.aws_trace_header.as_deref(), Some(XRAY));
+        assert!(!message.message_attributes.contains_key(TRACEPARENT_HEADER));
+
+        // Off by default; a sender's own header is kept; a message's own traceparent (a
+        // dead-letter copy's) is the trace its header names.
+        let mut plain = SendMessage::new("{}");
+        headers.inject(&mut plain, rules::MAX_MESSAGE_SIZE, false);
+        assert_eq!(plain.aws_trace_header, None);
+        let mut own =
+            SendMessage::new("{}").aws_trace_header("Root=1-00000001-000000000000000000000001");
+        headers.inject(&mut own, rules::MAX_MESSAGE_SIZE, true);
+        assert_eq!(
+            own.aws_trace_header.as_deref(),
+            Some("Root=1-00000001-000000000000000000000001")
+        );
+        let mut copy = SendMessage::new("{}").attribute(
+            TRACEPARENT_HEADER,
+            MessageAttributeValue::string(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+        );
+        headers.inject(&mut copy, rules::MAX_MESSAGE_SIZE, true);
+        assert_eq!(
+            copy.aws_trace_header.as_deref(),
+            Some("Root=1-0af76519-16cd43dd8448eb211c80319c;Parent=b7ad6b7169203331;Sampled=1")
+        );
     }
 }

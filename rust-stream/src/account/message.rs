@@ -124,6 +124,8 @@ pub(super) struct Extra {
     /// The original send of a message moved to a FIFO dead-letter queue (where `stored_at` is
     /// the move).
     pub(super) sent: Option<Milliseconds>,
+    /// The `AWSTraceHeader` system attribute the sender set.
+    pub(super) aws_trace_header: Option<Box<str>>,
 }
 
 pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -21,7 +21,9 @@ use super::message::{sequence_number, Extra, State, Stored, HEX};
 use super::received::{Copied, Received, Wanted};
 use super::store::Messages;
 use crate::model::rules::{self, fail, DedupScope, ErrorKind};
-use crate::transport::{MessageAttributes, MessageState, SendMessage, SentMessage, TransportError};
+use crate::transport::{
+    MessageAttributes, MessageState, SendMessage, SentMessage, SystemAttribute, TransportError,
+};
 
 /// Where a queue's visible messages are found.
 #[derive(Debug)]
@@ -291,10 +293,14 @@ impl Queue {
         let Order::Fifo(fifo) = &mut self.order else {
             // A standard queue keeps a sender's group only to return it.
             let group_id = request.group_id.as_deref().map(GroupName::from);
-            let extra = (!request.message_attributes.is_empty() || group_id.is_some()).then(|| {
+            let extra = (!request.message_attributes.is_empty()
+                || group_id.is_some()
+                || request.aws_trace_header.is_some())
+            .then(|| {
                 Box::new(Extra {
                     message_attributes: request.message_attributes,
                     group_id,
+                    aws_trace_header: request.aws_trace_header.map(String::into_boxed_str),
                     ..Extra::default()
                 })
             });
@@ -310,12 +316,14 @@ impl Queue {
                 duplicate: false,
             });
         };
-        let extra = (!request.message_attributes.is_empty()).then(|| {
-            Box::new(Extra {
-                message_attributes: request.message_attributes,
-                ..Extra::default()
-            })
-        });
+        let extra = (!request.message_attributes.is_empty() || request.aws_trace_header.is_some())
+            .then(|| {
+                Box::new(Extra {
+                    message_attributes: request.message_attributes,
+                    aws_trace_header: request.aws_trace_header.map(String::into_boxed_str),
+                    ..Extra::default()
+                })
+            });
         let group = request
             .group_id
             .as_deref()
@@ -437,18 +445,24 @@ impl Queue {
             .iter()
             .map(|&key| {
                 let message = self.stored(key);
-                let (message_attributes, dead_letter_source_arn) = match &message.extra {
-                    None => (MessageAttributes::new(), None),
-                    Some(extra) => (
-                        extra
-                            .message_attributes
-                            .iter()
-                            .filter(|(name, _)| wanted.message_attribute(name))
-                            .map(|(name, value)| (name.clone(), value.clone()))
-                            .collect(),
-                        extra.dead_letter_source_arn.clone(),
-                    ),
-                };
+                let (message_attributes, dead_letter_source_arn, aws_trace_header) =
+                    match &message.extra {
+                        None => (MessageAttributes::new(), None, None),
+                        Some(extra) => (
+                            extra
+                                .message_attributes
+                                .iter()
+                                .filter(|(name, _)| wanted.message_attribute(name))
+                                .map(|(name, value)| (name.clone(), value.clone()))
+                                .collect(),
+                            extra.dead_letter_source_arn.clone(),
+                            extra
+                                .aws_trace_header
+                                .as_deref()
+                                .filter(|_| wanted.system(SystemAttribute::AwsTraceHeader))
+                                .map(str::to_owned),
+                        ),
+                    };
                 Copied {
                     key,
                     message_id: message.message_id(self.ids, key),
@@ -460,6 +474,7 @@ impl Queue {
                     dedup: message.fifo.clone(),
                     dead_letter_source_arn,
                     message_attributes,
+                    aws_trace_header,
                 }
             })
             .collect();

@@ -37,7 +37,7 @@ impl<'a> Wanted<'a> {
         Self { request, system }
     }
 
-    fn system(&self, attribute: SystemAttribute) -> bool {
+    pub(super) fn system(&self, attribute: SystemAttribute) -> bool {
         self.system & bit(attribute) != 0
     }
 
@@ -76,6 +76,8 @@ pub(super) struct Copied {
     pub(super) dead_letter_source_arn: Option<Arc<str>>,
     /// Already filtered to the requested ones.
     pub(super) message_attributes: MessageAttributes,
+    /// The sender's `AWSTraceHeader`, when it was requested.
+    pub(super) aws_trace_header: Option<String>,
 }
 
 impl Received {
@@ -155,6 +157,9 @@ impl Received {
                     message.dead_letter_source_arn.as_deref(),
                 ) {
                     attributes.insert(SystemAttribute::DeadLetterQueueSourceArn.name(), arn);
+                }
+                if let Some(header) = message.aws_trace_header {
+                    attributes.insert(SystemAttribute::AwsTraceHeader.name(), header);
                 }
                 ReceivedMessage {
                     message_id: message.message_id.text(),

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
-    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
+    MessageSystemAttributeName, MessageSystemAttributeNameForSends, MessageSystemAttributeValue,
+    QueueAttributeName, SendMessageBatchRequestEntry,
 };
 
 use crate::model::rules::{self, ErrorKind};
@@ -162,6 +163,17 @@ impl Transport for AwsTransport {
                     .iter()
                     .map(|(name, value)| Ok((name.clone(), to_sdk_attribute(value)?)))
                     .collect::<Result<HashMap<_, _>, TransportError>>()?;
+                let trace_header = match &entry.message.aws_trace_header {
+                    Some(header) => Some(HashMap::from([(
+                        MessageSystemAttributeNameForSends::AwsTraceHeader,
+                        MessageSystemAttributeValue::builder()
+                            .data_type("String")
+                            .string_value(header)
+                            .build()
+                            .map_err(unbuildable)?,
+                    )])),
+                    None => None,
+                };
                 SendMessageBatchRequestEntry::builder()
                     .id(&entry.id)
                     .message_body(&entry.message.body)
@@ -169,6 +181,7 @@ impl Transport for AwsTransport {
                     .set_message_group_id(entry.message.group_id.clone())
                     .set_message_deduplication_id(entry.message.dedup_id.clone())
                     .set_message_attributes((!attributes.is_empty()).then_some(attributes))
+                    .set_message_system_attributes(trace_header)
                     .build()
                     .map_err(unbuildable)
             },

@@ -84,6 +84,8 @@ pub(crate) struct Settings {
     pub(crate) type_header: Arc<str>,
     /// Where and over what size message bodies go to S3, when they do.
     pub(crate) large_payloads: Option<LargePayloads>,
+    /// Messages carry their trace as the `AWSTraceHeader` system attribute too (X-Ray's form).
+    pub(crate) aws_trace_header: bool,
 }
 
 impl Default for Settings {
@@ -94,6 +96,7 @@ impl Default for Settings {
             naming: QueueNaming::default(),
             type_header: Arc::from(crate::model::headers::TYPE_HEADER),
             large_payloads: None,
+            aws_trace_header: false,
         }
     }
 }
@@ -321,7 +324,11 @@ impl Client {
         };
         if let Some(trace) = &trace {
             for message in &mut messages {
-                trace.inject(message, resolved.maximum_message_size);
+                trace.inject(
+                    message,
+                    resolved.maximum_message_size,
+                    self.settings.aws_trace_header,
+                );
             }
         }
         // SQS refuses a message over the queue's own MaximumMessageSize (which may be as low as

@@ -290,6 +290,22 @@ impl Batches {
             messaging.batch.message_count = items.len(),
             rust_stream.handler = %self.handler_name,
         );
+        // The call is its messages' consumer at once: it continues none of their traces, and
+        // links to each (OpenTelemetry's messaging conventions for a batch).
+        #[cfg(feature = "opentelemetry")]
+        if !span.is_disabled() {
+            crate::propagation::link_messages(
+                &span,
+                items.iter().map(|item| {
+                    let delivery = &item.delivery;
+                    (
+                        delivery.message_id.as_str(),
+                        delivery.message_attributes(),
+                        delivery.aws_trace_header.as_deref(),
+                    )
+                }),
+            );
+        }
         if let [alone] = items {
             // Its own call: whatever it comes to, it no longer endangers others.
             self.suspects.forget(&alone.delivery.message_id);

@@ -309,6 +309,10 @@ impl Dispatcher {
     /// message carries. Its fields cost nothing when the span is disabled.
     pub(super) fn open_process_span(&self, held: &mut Held, attempts: u32) {
         let delivery = &held.delivery;
+        let incoming = propagation::incoming(
+            delivery.message_attributes(),
+            delivery.aws_trace_header.as_deref(),
+        );
         let span = tracing::info_span!(
             "process",
             messaging.system = "aws_sqs",
@@ -320,11 +324,15 @@ impl Dispatcher {
             rust_stream.handler = %self.handler_name,
             rust_stream.attempt = attempts,
             rust_stream.outcome = tracing::field::Empty,
-            traceparent = propagation::traceparent(delivery.message_attributes()),
+            traceparent = incoming.as_deref(),
         );
         #[cfg(feature = "opentelemetry")]
         if !span.is_disabled() {
-            propagation::continue_trace(&span, delivery.message_attributes());
+            propagation::continue_trace(
+                &span,
+                delivery.message_attributes(),
+                delivery.aws_trace_header.as_deref(),
+            );
         }
         held.span = span;
     }

@@ -62,7 +62,8 @@ use crate::transport::{ReceiveMessage, ReceivedMessage, TransportError};
 
 /// The system attributes a delivery reads (`Delivery::new`, the message-age metric); asking for
 /// `All` would have each message carry the rest too, built and copied for nobody.
-const READ_ATTRIBUTES: [&str; 5] = [
+const READ_ATTRIBUTES: [&str; 6] = [
+    "AWSTraceHeader",
     "ApproximateReceiveCount",
     "SentTimestamp",
     "MessageGroupId",

@@ -57,6 +57,8 @@ pub(crate) struct Delivery {
     pub(crate) sns: Sns,
     /// The payload kept in S3, when the message is a pointer to one: boxed, as few messages are.
     pub(crate) large: Option<Box<Large>>,
+    /// The `AWSTraceHeader` system attribute: an X-Ray trace header, when the sender set one.
+    pub(crate) aws_trace_header: Option<String>,
 }
 
 /// What SNS wrapped a delivery's body in.
@@ -118,6 +120,9 @@ impl Delivery {
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
             sequence_number: message.attributes.remove("SequenceNumber"),
             dedup_id: message.attributes.remove("MessageDeduplicationId"),
+            aws_trace_header: message
+                .attributes
+                .remove(SystemAttribute::AwsTraceHeader.name()),
             group_id,
             headers,
             message_id: message.message_id,

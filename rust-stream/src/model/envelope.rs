@@ -462,6 +462,7 @@ impl QueueDelivery<'_> {
             message_attributes,
             group_id: publish.group_id.clone().filter(|_| passes_group),
             dedup_id: self.dedup_id.filter(|_| self.queue_fifo).map(str::to_owned),
+            aws_trace_header: None,
         })
     }
 }

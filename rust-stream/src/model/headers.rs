@@ -53,6 +53,11 @@ pub const TRACEPARENT_HEADER: &str = "traceparent";
 /// message was published in; sent only when it is not empty.
 pub const TRACESTATE_HEADER: &str = "tracestate";
 
+/// The message attribute carrying a W3C `traceparent` that the message's `process` span links to
+/// (an OpenTelemetry span link) rather than continues: a redrive moves the trace a dead-lettered
+/// message failed in here, so its next attempt starts its own trace and still points at that one.
+pub const LINKED_TRACEPARENT_HEADER: &str = "rust_stream.linked_traceparent";
+
 /// The message attribute that marks a body as a pointer to an S3 object and carries the payload's
 /// size in bytes (a `Number`): what every AWS extended client writes and reads
 /// ([`large_payload`](crate::model::large_payload)).

@@ -42,6 +42,7 @@ pub mod sns_topic;
 pub mod subscription;
 pub mod topic;
 pub mod wire;
+pub(crate) mod xray;
 
 pub use destination::Destination;
 pub use error::{BatchFailure, ErrorKind, TransportError};

@@ -93,6 +93,11 @@ pub struct SendMessage {
     pub group_id: Option<String>,
     /// `MessageDeduplicationId`: required on FIFO queues without content-based deduplication.
     pub dedup_id: Option<String>,
+    /// The `AWSTraceHeader` message system attribute: an X-Ray trace header
+    /// (`Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`), the one
+    /// system attribute a sender may set. It is not one of the 10 message attributes and does
+    /// not count toward the message's size.
+    pub aws_trace_header: Option<String>,
 }
 
 impl SendMessage {
@@ -104,6 +109,7 @@ impl SendMessage {
             message_attributes: MessageAttributes::new(),
             group_id: None,
             dedup_id: None,
+            aws_trace_header: None,
         }
     }
 
@@ -122,6 +128,12 @@ impl SendMessage {
     /// Sets the per-message `DelaySeconds`.
     pub fn delay_seconds(mut self, seconds: i32) -> Self {
         self.delay_seconds = Some(seconds);
+        self
+    }
+
+    /// Sets the `AWSTraceHeader` system attribute (an X-Ray trace header).
+    pub fn aws_trace_header(mut self, header: impl Into<String>) -> Self {
+        self.aws_trace_header = Some(header.into());
         self
     }
 
@@ -284,6 +296,8 @@ impl ReceivedMessage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SystemAttribute {
+    /// `AWSTraceHeader`: the X-Ray trace header the sender set, if it set one.
+    AwsTraceHeader,
     /// `ApproximateFirstReceiveTimestamp`: milliseconds since the epoch.
     ApproximateFirstReceiveTimestamp,
     /// `ApproximateReceiveCount`.
@@ -304,7 +318,8 @@ pub enum SystemAttribute {
 
 impl SystemAttribute {
     /// Every one, in the order of their names.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
+        Self::AwsTraceHeader,
         Self::ApproximateFirstReceiveTimestamp,
         Self::ApproximateReceiveCount,
         Self::DeadLetterQueueSourceArn,
@@ -318,6 +333,7 @@ impl SystemAttribute {
     /// The SQS name.
     pub fn name(self) -> &'static str {
         match self {
+            Self::AwsTraceHeader => "AWSTraceHeader",
             Self::ApproximateFirstReceiveTimestamp => "ApproximateFirstReceiveTimestamp",
             Self::ApproximateReceiveCount => "ApproximateReceiveCount",
             Self::DeadLetterQueueSourceArn => "DeadLetterQueueSourceArn",

@@ -250,6 +250,19 @@ impl SqsBroker {
         self.configured(|settings| settings.large_payloads = Some(large))
     }
 
+    /// Sends the trace context of every message this broker sends (publishers, batches, handler
+    /// outputs, dead-letter copies, redrives) as X-Ray's `AWSTraceHeader` system attribute too,
+    /// beside the W3C `traceparent` message attribute, so that consumers which read only X-Ray's
+    /// header (a Lambda function, the X-Ray SDKs) continue the same trace. The system attribute
+    /// is not one of a message's 10 attributes, so a message whose own attributes take all 10
+    /// still carries it. Needs the `opentelemetry` feature (without it no message has a trace
+    /// context to send); an `AWSTraceHeader` the sender set is kept. Off by default. See
+    /// [`propagation`](crate::propagation).
+    #[must_use]
+    pub fn aws_trace_header(self) -> Self {
+        self.configured(|settings| settings.aws_trace_header = true)
+    }
+
     /// Makes every publisher and subscription output of this broker refuse a message for a FIFO
     /// queue that names no group, as [`Publisher::strict_groups`] does for one: with
     /// [`PublishError::NoGroup`](crate::PublishError::NoGroup), before any call, instead of

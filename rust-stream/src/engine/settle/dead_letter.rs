@@ -5,10 +5,12 @@
 use super::{Next, Outcome, Settler};
 use crate::engine::held::Held;
 use crate::model::headers::{
-    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
+    ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, LINKED_TRACEPARENT_HEADER,
+    ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules::{self, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_SIZE};
 use crate::model::Destination;
+use crate::propagation::TraceHeaders;
 use crate::publish::{PublishError, Publisher};
 use crate::record::Event;
 use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
@@ -90,6 +92,13 @@ impl Settler {
         let delivery = &held.delivery;
         let mut message = SendMessage::new(delivery.body.clone());
         message.message_attributes = delivery.attributes.clone();
+        // The copy keeps the original's trace (its traceparent among its attributes, and its
+        // X-Ray header), and names the attempt it failed in (its `process` span) as the link a
+        // redrive gives the next attempt: a link an earlier redrive left is this failure's now.
+        message.aws_trace_header = delivery.aws_trace_header.clone();
+        message.message_attributes.remove(LINKED_TRACEPARENT_HEADER);
+        let failed_in = TraceHeaders::of(&held.span)
+            .map(|trace| MessageAttributeValue::string(trace.traceparent()));
         let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
         let ours = [
             (
@@ -116,6 +125,9 @@ impl Settler {
             .resolved(dead_letter)
             .await
             .map_or(MAX_MESSAGE_SIZE, |resolved| resolved.maximum_message_size);
+        let ours = ours
+            .into_iter()
+            .chain(failed_in.map(|value| (LINKED_TRACEPARENT_HEADER, value)));
         for (name, value) in ours {
             // The user's attributes are never overwritten, and the copy stays within SQS's limits
             // (count and size); the log line of the move carries the ids whatever fits.

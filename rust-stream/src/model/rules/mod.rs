@@ -336,6 +336,17 @@ pub(crate) fn check_send(
     if let Some(group) = &message.group_id {
         check_token("MessageGroupId", group)?;
     }
+    if let Some(header) = &message.aws_trace_header {
+        if !crate::model::xray::is_xray_header(header) {
+            return fail(
+                ErrorKind::InvalidParameterValue,
+                format!(
+                    "the AWSTraceHeader system attribute `{header}` is not an X-Ray trace header \
+                     (`Root=1-<8 hex>-<24 hex>;Parent=<16 hex>;Sampled=<0 or 1>`)"
+                ),
+            );
+        }
+    }
     if let Some(dedup) = &message.dedup_id {
         check_token("MessageDeduplicationId", dedup)?;
     }
