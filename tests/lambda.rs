@@ -532,16 +532,6 @@ fn retry_after_hides_the_message_for_its_delay_and_reports_a_failure() {
     });
 }
 
-/// The compiled example, built by `cargo test` beside this test's binary.
-fn example_binary(name: &str) -> std::path::PathBuf {
-    let test = std::env::current_exe().expect("the test's path");
-    let profile = test
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("target/<profile>/deps");
-    profile.join("examples").join(name)
-}
-
 #[derive(Debug, Serialize)]
 struct Payment {
     id: u64,
@@ -597,12 +587,7 @@ async fn the_compiled_function_serves_the_mapping_through_the_runtime_api() {
         ids.push(sent.expect("send").message_id);
     }
     let api = RuntimeApi::start().await.expect("the Runtime API serves");
-    let program = example_binary("lambda_payments");
-    assert!(
-        program.exists(),
-        "{} is built by cargo test",
-        program.display()
-    );
+    let program = common::process::example_binary("lambda_payments");
     api.start_instance(
         &program,
         [

@@ -902,3 +902,69 @@ async fn a_redriven_message_links_to_the_trace_it_failed_in<T: Transport>(backen
         "the redriven copy carries the redrive's traceparent"
     );
 }
+
+/// On Lambda the invocation's X-Ray trace (the runtime's `Lambda-Runtime-Trace-Id`, the
+/// function's `_X_AMZN_TRACE_ID`) is the parent of a message that carries no trace of its own;
+/// a message's own trace still wins.
+#[tokio::test]
+async fn on_lambda_the_invocations_trace_is_the_parent_of_a_message_without_its_own() {
+    use rust_stream::lambda::{InvocationContext, LambdaHost};
+    const INVOCATION: &str =
+        "Root=1-6752f3a1-0123456789abcdef01234567;Parent=89abcdef01234567;Sampled=1";
+    telemetry();
+    let account = rust_stream::account::Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let name = "lambda-invocation-traced";
+    let written = WriteLedger::default();
+    let app = RustStream::new(AppInfo::new("ledger", "0")).with_broker(broker, |b| {
+        b.include(subscriber(queue(name), written.clone()).build());
+    });
+    let host = LambdaHost::new(app).await.expect("the host starts");
+    let record = |id: &str, payment: u32, attributes: serde_json::Value| {
+        serde_json::json!({
+            "messageId": id,
+            "receiptHandle": format!("handle-{id}"),
+            "body": ledger_body(payment),
+            "attributes": { "ApproximateReceiveCount": "1", "SentTimestamp": "1733480000000" },
+            "messageAttributes": attributes,
+            "eventSource": "aws:sqs",
+            "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{name}"),
+            "awsRegion": "us-east-1",
+        })
+    };
+    let event = serde_json::json!({ "Records": [
+        record("own-trace", 1, serde_json::json!({
+            "traceparent": { "stringValue": W3C, "dataType": "String" }
+        })),
+        record("no-trace", 2, serde_json::json!({})),
+    ]});
+    let mut invocation = InvocationContext::default();
+    invocation.xray_trace_id = Some(INVOCATION.to_owned());
+    let answer = host.invoke(event, &invocation).await.expect("an SQS event");
+    assert_eq!(answer["batchItemFailures"], serde_json::json!([]));
+    assert_eq!(*written.0.lock().unwrap(), [1, 2]);
+
+    let trace_and_parent = |id: &str| {
+        let span = process_span_of(name, id);
+        (
+            span.span_context.trace_id().to_string(),
+            span.parent_span_id.to_string(),
+        )
+    };
+    assert_eq!(
+        trace_and_parent("own-trace"),
+        (
+            "0af7651916cd43dd8448eb211c80319c".to_owned(),
+            "b7ad6b7169203331".to_owned()
+        ),
+        "the message's own trace wins"
+    );
+    assert_eq!(
+        trace_and_parent("no-trace"),
+        (
+            "6752f3a10123456789abcdef01234567".to_owned(),
+            "89abcdef01234567".to_owned()
+        ),
+        "the invocation's trace is the parent"
+    );
+}

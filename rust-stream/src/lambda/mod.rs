@@ -50,6 +50,7 @@ pub use lambda_runtime::Context as InvocationContext;
 
 use crate::app::{RunError, Service};
 use crate::engine::event::{EventConsumer, Settled, Source};
+use crate::model::headers::TRACEPARENT_HEADER;
 use crate::sqs::SqsBroker;
 
 /// Why the Lambda host could not serve.
@@ -121,11 +122,23 @@ impl LambdaHost {
     /// queue the app does not subscribe to fails (it comes back, and reaches the queue's
     /// dead-letter queue after its receives).
     pub async fn handle_sqs(&self, event: SqsEvent) -> SqsBatchResponse {
+        self.handle_sqs_in(event, None).await
+    }
+
+    /// [`handle_sqs`](Self::handle_sqs) within the invocation's X-Ray trace, the parent of each
+    /// message that carries no trace of its own.
+    async fn handle_sqs_in(
+        &self,
+        event: SqsEvent,
+        invocation_trace: Option<&str>,
+    ) -> SqsBatchResponse {
         let mut by_consumer: Vec<(usize, Vec<_>)> = Vec::new();
         let mut failures = Vec::new();
         for record in event.records {
             let queue = records::queue_name(&record);
-            let message = records::received(record);
+            let mut message = records::received(record);
+            let traced = message.message_attributes.contains_key(TRACEPARENT_HEADER);
+            records::within_invocation(&mut message, traced, invocation_trace);
             let Some(&consumer) = queue.as_deref().and_then(|queue| self.by_queue.get(queue))
             else {
                 tracing::error!(
@@ -175,6 +188,16 @@ impl LambdaHost {
     /// to its topic, read as that queue reads an SNS envelope. Any failure fails the invocation,
     /// which Lambda retries (a notification has no receipt handle to give back alone).
     pub async fn handle_sns(&self, event: SnsEvent) -> Result<(), InvocationError> {
+        self.handle_sns_in(event, None).await
+    }
+
+    /// [`handle_sns`](Self::handle_sns) within the invocation's X-Ray trace, the parent of each
+    /// notification that carries no trace of its own.
+    async fn handle_sns_in(
+        &self,
+        event: SnsEvent,
+        invocation_trace: Option<&str>,
+    ) -> Result<(), InvocationError> {
         let total = event.records.len();
         let mut failed = 0;
         for record in event.records {
@@ -195,7 +218,12 @@ impl LambdaHost {
                 failed += 1;
                 continue;
             }
-            let message = records::notification(&record);
+            let mut message = records::notification(&record);
+            let traced = record
+                .sns
+                .message_attributes
+                .contains_key(TRACEPARENT_HEADER);
+            records::within_invocation(&mut message, traced, invocation_trace);
             let mut ok = true;
             for reader in readers {
                 let settled = reader.handle(vec![message.clone()], Source::Topic).await;
@@ -216,10 +244,9 @@ impl LambdaHost {
         event: serde_json::Value,
         context: &InvocationContext,
     ) -> Result<serde_json::Value, InvocationError> {
-        // TRACE (trace38): the invocation's X-Ray trace id (`context.xray_trace_id`, which the
-        // runtime also sets as `_X_AMZN_TRACE_ID`) becomes the parent of each message's
-        // `process` span here, where a message carries no `traceparent` of its own.
-        let _ = &context.xray_trace_id;
+        // The invocation's X-Ray trace (the runtime's `Lambda-Runtime-Trace-Id`, which it also
+        // sets as `_X_AMZN_TRACE_ID`).
+        let trace = context.xray_trace_id.as_deref();
         let source = event
             .pointer("/Records/0/eventSource")
             .or_else(|| event.pointer("/Records/0/EventSource"))
@@ -230,13 +257,13 @@ impl LambdaHost {
             "aws:sqs" => {
                 let event: SqsEvent = serde_json::from_value(event)
                     .map_err(|error| InvocationError::UnknownEvent(error.to_string()))?;
-                let response = self.handle_sqs(event).await;
+                let response = self.handle_sqs_in(event, trace).await;
                 Ok(serde_json::to_value(response).expect("a batch response serializes"))
             }
             "aws:sns" => {
                 let event: SnsEvent = serde_json::from_value(event)
                     .map_err(|error| InvocationError::UnknownEvent(error.to_string()))?;
-                self.handle_sns(event).await?;
+                self.handle_sns_in(event, trace).await?;
                 Ok(serde_json::Value::Null)
             }
             other => Err(InvocationError::UnknownEvent(format!(

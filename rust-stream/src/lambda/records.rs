@@ -6,6 +6,7 @@ use aws_lambda_events::event::sns::SnsRecord;
 use aws_lambda_events::event::sqs::SqsMessage;
 
 use crate::model::wire::{MessageAttributeValue, ReceivedMessage, SystemAttributes};
+use crate::model::xray::AWS_TRACE_HEADER;
 
 /// The name of the queue a record came from: the last part of its `eventSourceARN`.
 pub(super) fn queue_name(record: &SqsMessage) -> Option<String> {
@@ -85,4 +86,22 @@ pub(super) fn notification(record: &SnsRecord) -> ReceivedMessage {
         attributes,
         message_attributes: Default::default(),
     }
+}
+
+/// Makes the invocation's X-Ray trace the parent of a message that carries no trace of its own
+/// (no `traceparent`, as `traced` says, and no `AWSTraceHeader`): its `process` span continues
+/// the function's trace then, as it continues a message's own. A message's own trace wins: it
+/// ties the handling to the service that published it.
+pub(super) fn within_invocation(
+    message: &mut ReceivedMessage,
+    traced: bool,
+    invocation_trace: Option<&str>,
+) {
+    let Some(trace) = invocation_trace else {
+        return;
+    };
+    if traced || message.attributes.get(AWS_TRACE_HEADER).is_some() {
+        return;
+    }
+    message.attributes.insert(AWS_TRACE_HEADER, trace);
 }

@@ -239,8 +239,25 @@ async fn next_invocation(State(shared): State<Arc<Shared>>) -> Response {
         "lambda-runtime-invoked-function-arn",
         "arn:aws:lambda:us-east-1:000000000000:function:rust-stream-function".to_owned(),
     );
-    // TRACE (trace38): the invocation's X-Ray trace header would be set here as
-    // `Lambda-Runtime-Trace-Id`, from the batch's first message's `AWSTraceHeader`.
+    // Each invocation in a trace of its own, as Lambda starts one for an event source
+    // mapping's invocation: `Root=1-{epoch seconds}-{96 random bits};Parent=..;Sampled=1`.
+    let epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let (root, parent) = (
+        uuid::Uuid::new_v4().as_u128(),
+        uuid::Uuid::new_v4().as_u128(),
+    );
+    set(
+        "lambda-runtime-trace-id",
+        format!(
+            "Root=1-{:08x}-{:024x};Parent={:016x};Sampled=1",
+            epoch as u32,
+            root >> 32,
+            parent as u64
+        ),
+    );
     set("content-type", "application/json".to_owned());
     (StatusCode::OK, headers, pending.event.to_string()).into_response()
 }
