@@ -7,7 +7,10 @@
 //! - a cancel committed before the relay's round: never sent; after: answered as sent;
 //! - a reschedule (cancel and write again under the key, in one transaction);
 //! - a FIFO group's unscheduled messages written after a scheduled one go at once;
-//! - bad inputs: a due time in the past, too far ahead, a key in use.
+//! - bad inputs: a due time in the past, too far ahead, a key in use;
+//! - the schedule's metrics: scheduled, waiting, cancelled, lateness.
+
+mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -520,4 +523,67 @@ async fn bad_schedules_are_typed_errors_and_write_nothing() {
         .await
         .unwrap();
     store.commit(transaction);
+}
+
+/// The line of `name` (dotted) whose labels hold `label`, from the binary's recorder.
+fn metric(name: &str, label: &str) -> Option<f64> {
+    let text = common::gauges::prometheus().render();
+    let metric = name.replace('.', "_");
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(label))
+        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_schedule_is_measured_scheduled_waiting_cancelled_and_lateness() {
+    use rust_stream::metrics::{OUTBOX_CANCELLED, OUTBOX_SCHEDULED, OUTBOX_SCHEDULED_WAITING};
+    common::gauges::prometheus();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let store = MemoryStore::new();
+    let outbox = Outbox::new(
+        store.clone(),
+        broker.publisher(SqsQueue::new("metered.fifo").create_if_missing()),
+    );
+    for n in 0..3 {
+        let mut transaction = store.begin();
+        outbox
+            .message(&reminder(n, HOUR, "g"))
+            .group_id("g")
+            .delay(HOUR)
+            .schedule_key(format!("r-{n}"))
+            .send(&mut transaction)
+            .await
+            .unwrap();
+        store.commit(transaction);
+    }
+    let mut transaction = store.begin();
+    let _ = outbox.cancel(&mut transaction, "r-0").await.unwrap();
+    store.commit(transaction);
+    let app = RustStream::new(AppInfo::new("scheduling", "0")).with_broker(broker.clone(), |b| {
+        b.worker(broker.relay(store.clone()).name("metered"));
+    });
+    let running = TestApp::spawn(app).await.unwrap();
+    tokio::time::sleep(HOUR / 2).await;
+    let destination = "\"metered.fifo\"";
+    assert_eq!(metric(OUTBOX_SCHEDULED, destination), Some(3.0));
+    assert_eq!(metric(OUTBOX_CANCELLED, destination), Some(1.0));
+    assert_eq!(
+        metric(OUTBOX_SCHEDULED_WAITING, "\"metered\""),
+        Some(2.0),
+        "two waiting for their due time"
+    );
+    tokio::time::sleep(HOUR).await;
+    running.stop().await.unwrap();
+    assert_eq!(metric(OUTBOX_SCHEDULED_WAITING, "\"metered\""), Some(0.0));
+    assert_eq!(
+        metric("rust_stream.outbox.lateness_count", "\"metered\""),
+        Some(2.0),
+        "each scheduled message sent measured once"
+    );
+    let late = metric("rust_stream.outbox.lateness_sum", "\"metered\"").unwrap();
+    assert!(
+        (0.0..=2.0).contains(&late),
+        "two sends, each within a second: {late}"
+    );
 }

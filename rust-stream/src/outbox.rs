@@ -715,7 +715,9 @@ impl<S: OutboxStore> Worker for Relay<S> {
                     if read as u32 >= self.batch_size && failed == 0 {
                         Duration::ZERO
                     } else {
-                        if failed == 0 {
+                        // Nothing was ready: nothing is left behind either (rows of a held
+                        // group, a failed send), so the relay may sleep until a commit.
+                        if read == 0 {
                             idle_until_next = Some(backlog.next_in);
                         }
                         self.poll_interval.saturating_sub(started.elapsed())
