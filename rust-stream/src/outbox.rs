@@ -70,6 +70,15 @@
 //! later message of one `SendMessageBatch` call and refuse an earlier one for good (a message
 //! past a queue's own size limit), that later message has already gone ahead of it.
 //!
+//! # Scheduled messages
+//!
+//! A message may be due later, at any time: [`OutboxMessage::delay`] or
+//! [`OutboxMessage::deliver_at`], with a [`schedule_key`](OutboxMessage::schedule_key) a later
+//! transaction [cancels](Outbox::cancel) it by. The relay reads a row once it is due (on a
+//! standard queue up to 900 s before, sent with `DelaySeconds` for the rest), and each group's
+//! rows in due order, ties in commit order: a row written without a due time is due at its
+//! commit. `docs/scheduling.md` states the guarantees and the cost.
+//!
 //! # Metrics and health
 //!
 //! Each round sets the gauges [`BACKLOG`](crate::metrics::OUTBOX_BACKLOG) (rows waiting) and
