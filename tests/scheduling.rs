@@ -587,3 +587,42 @@ async fn the_schedule_is_measured_scheduled_waiting_cancelled_and_lateness() {
         "two sends, each within a second: {late}"
     );
 }
+
+#[tokio::test]
+async fn a_sqlite_store_refuses_a_scheduled_message_rather_than_send_it_early() {
+    use rust_stream::store::sqlite::SqliteStore;
+    use rust_stream::store::StoreError;
+    let path = std::env::temp_dir().join(format!(
+        "rust-stream-scheduling-{}-{:08x}.db",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let store = SqliteStore::open(&path).await.unwrap();
+    let outbox = Outbox::new(store.clone(), Publisher::new("reminders"));
+    let mut transaction = store.pool().begin().await.unwrap();
+    for message in [
+        outbox.raw("later").delay(HOUR),
+        outbox.raw("keyed").schedule_key("k"),
+    ] {
+        let refused = message.send(&mut *transaction).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                OutboxError::Store(StoreError::SchedulingUnsupported)
+            ),
+            "{refused}"
+        );
+    }
+    // An unscheduled message is written as before.
+    outbox.raw("now").send(&mut *transaction).await.unwrap();
+    transaction.commit().await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "only the unscheduled message");
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
