@@ -832,7 +832,7 @@ mod publishing {
         per_message_delay_on_a_fifo_queue: "orders.fifo", |p| p.raw("x").group_id("g").delay(Duration::from_secs(5))
             => InvalidParameterValue, ["FIFO", "(5)", "the queue's DelaySeconds"];
         delay_of_15_minutes_and_1_second: "events", |p| p.raw("x").delay(Duration::from_secs(901))
-            => InvalidParameterValue, ["DelaySeconds 901", "at most 15 minutes"];
+            => InvalidParameterValue, ["DelaySeconds 901", "at most 15 minutes", "outbox", "`.deliver_at(..)`"];
         delay_of_duration_max: "events", |p| p.raw("x").delay(Duration::MAX)
             => InvalidParameterValue, ["DelaySeconds 2147483647", "at most 15 minutes"];
         group_id_of_129_characters: "orders.fifo", |p| p.raw("x").group_id("g".repeat(129))

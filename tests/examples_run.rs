@@ -395,3 +395,31 @@ fn with_aws_endpoint_url_the_payment_files_example_runs_on_localstack() {
     };
     assert_payment_files(Some(&endpoint));
 }
+
+#[test]
+fn the_reminders_example_delivers_one_reminder_three_days_ahead_and_never_the_cancelled_one() {
+    let started = std::time::Instant::now();
+    let output = cargo_run_example("reminders", None);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let delivered: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.contains("reminder delivered:"))
+        .collect();
+    assert_eq!(delivered.len(), 1, "{stdout}");
+    assert!(
+        delivered[0].contains("invoice=inv-1001") && delivered[0].contains("day=\"3.000\""),
+        "inv-1001's reminder, three days after: {stdout}"
+    );
+    assert!(stdout.contains("paid: reminder cancelled"), "{stdout}");
+    assert!(stdout.contains("one reminder delivered three days ahead, one cancelled: done"));
+    assert!(
+        !stdout.lines().any(|line| line.contains(" WARN ")),
+        "{stdout}"
+    );
+    println!("the reminders example ran in {:?}", started.elapsed());
+}

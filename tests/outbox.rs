@@ -28,7 +28,7 @@ use rust_stream::prelude::*;
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::store::postgres::PostgresStore;
 use rust_stream::store::sqlite::SqliteStore;
-use rust_stream::store::{Leased, NewOutboxRow, OutboxStore, StoreError};
+use rust_stream::store::{Cancellation, Leased, NewOutboxRow, OutboxStore, StoreError};
 use rust_stream::testing::{
     eventually, eventually_within, on_each_backend, on_each_backend_in_real_time, Backend, TestApp,
 };
@@ -421,6 +421,19 @@ impl OutboxStore for FirstFinishFails {
             });
         }
         self.inner.finish(lease, sent).await
+    }
+
+    async fn cancel(
+        &self,
+        connection: &mut Self::Connection,
+        destination: &str,
+        key: &str,
+    ) -> Result<Cancellation, StoreError> {
+        self.inner.cancel(connection, destination, key).await
+    }
+
+    fn commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.commits()
     }
 }
 

@@ -239,6 +239,9 @@ mod guides {
     #[doc = include_str!("../../docs/large-payloads.md")]
     mod large_payloads {}
 
+    #[doc = include_str!("../../docs/scheduling.md")]
+    mod scheduling {}
+
     #[doc = include_str!("../../docs/README.md")]
     mod index {}
 }

@@ -44,6 +44,15 @@
 //! | `rust_stream.outbox.oldest_age` | gauge | seconds the oldest of them has waited (0 when none) |
 //! | `rust_stream.outbox.relayed` | counter | rows sent and deleted |
 //! | `rust_stream.outbox.failed` | counter | rows whose send failed in a round (they stay, and are sent again) |
+//! | `rust_stream.outbox.scheduled_waiting` | gauge | rows scheduled for later, not yet due, at the start of each round |
+//! | `rust_stream.outbox.lateness` | histogram | seconds from a scheduled row's due time to its send (a row sent early with `DelaySeconds`: to when SQS makes it visible) |
+//!
+//! The outbox itself counts, labelled `messaging.destination.name` (the destination as declared):
+//!
+//! | Metric | Kind | What |
+//! | --- | --- | --- |
+//! | `rust_stream.outbox.scheduled` | counter | messages written with a due time (counted at the write; a rolled-back one too) |
+//! | `rust_stream.outbox.cancelled` | counter | scheduled messages a cancel found waiting (counted at the cancel; a rolled-back one too) |
 //!
 //! `error.type` is the [`ErrorKind`](crate::model::rules::ErrorKind) SQS answered (its `Debug`
 //! name, e.g. `Throttled`), the code of an error it does not know (e.g. `InvalidClientTokenId`), or
@@ -123,6 +132,12 @@ pub const AGE_BUCKETS: &[f64] = &[
 /// Bucket bounds for [`RECEIVE_BATCH_SIZE`]: one a size, as a receive brings 0 to 10 messages.
 pub const BATCH_SIZE_BUCKETS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
 
+/// Bucket bounds for [`OUTBOX_LATENESS`], in seconds: from the sub-second a scheduled message
+/// is late by as a rule to the minutes and hours of a relay that was down.
+pub const LATENESS_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3_600.0, 14_400.0,
+];
+
 /// Every histogram rust-stream records, with its bucket bounds: for an exporter that renders
 /// histograms with buckets (Prometheus's does with
 /// `rust_stream::http::prometheus_builder`, feature `http`), so that they
@@ -132,6 +147,7 @@ pub const HISTOGRAMS: &[(&str, &[f64])] = &[
     (OPERATION_DURATION, DURATION_BUCKETS),
     (MESSAGE_AGE, AGE_BUCKETS),
     (RECEIVE_BATCH_SIZE, BATCH_SIZE_BUCKETS),
+    (OUTBOX_LATENESS, LATENESS_BUCKETS),
 ];
 
 /// Gives the installed recorder each metric's unit and description (Prometheus renders them as
@@ -224,6 +240,26 @@ pub fn describe() {
         "Seconds the oldest waiting outbox row has waited (0 when none)."
     );
     describe_counter!(OUTBOX_RELAYED, Unit::Count, "Outbox rows sent and deleted.");
+    describe_gauge!(
+        OUTBOX_SCHEDULED_WAITING,
+        Unit::Count,
+        "Outbox rows scheduled for later, not yet due, at the start of each relay round."
+    );
+    describe_histogram!(
+        OUTBOX_LATENESS,
+        Unit::Seconds,
+        "Seconds from a scheduled outbox row's due time to its send."
+    );
+    describe_counter!(
+        OUTBOX_SCHEDULED,
+        Unit::Count,
+        "Messages written to an outbox with a due time."
+    );
+    describe_counter!(
+        OUTBOX_CANCELLED,
+        Unit::Count,
+        "Scheduled outbox messages a cancel found waiting."
+    );
     describe_counter!(
         OUTBOX_FAILED,
         Unit::Count,
@@ -442,6 +478,39 @@ pub(crate) fn outbox_relayed(outbox: &str, relayed: usize, failed: usize) {
     if failed > 0 {
         ::metrics::counter!(OUTBOX_FAILED, labels.iter()).increment(failed as u64);
     }
+}
+
+/// Rows of an outbox scheduled for later, not yet due (gauge; label `rust_stream.outbox`).
+pub const OUTBOX_SCHEDULED_WAITING: &str = "rust_stream.outbox.scheduled_waiting";
+/// Seconds from a scheduled row's due time to its send (histogram; label `rust_stream.outbox`).
+pub const OUTBOX_LATENESS: &str = "rust_stream.outbox.lateness";
+/// Messages written to an outbox with a due time (counter; label `messaging.destination.name`).
+pub const OUTBOX_SCHEDULED: &str = "rust_stream.outbox.scheduled";
+/// Scheduled messages a cancel found waiting (counter; label `messaging.destination.name`).
+pub const OUTBOX_CANCELLED: &str = "rust_stream.outbox.cancelled";
+
+/// Records the scheduled rows an outbox's relay found not yet due at the start of a round.
+pub(crate) fn outbox_waiting_scheduled(outbox: &str, rows: u64) {
+    let labels = [Label::new(OUTBOX, outbox.to_owned())];
+    ::metrics::gauge!(OUTBOX_SCHEDULED_WAITING, labels.iter()).set(rows as f64);
+}
+
+/// Records how late a scheduled row of an outbox was sent.
+pub(crate) fn outbox_lateness(outbox: &str, lateness: Duration) {
+    let labels = [Label::new(OUTBOX, outbox.to_owned())];
+    ::metrics::histogram!(OUTBOX_LATENESS, labels.iter()).record(lateness.as_secs_f64());
+}
+
+/// Records a message written to an outbox for `destination` with a due time.
+pub(crate) fn outbox_scheduled(destination: &str) {
+    let labels = [Label::new(DESTINATION, destination.to_owned())];
+    ::metrics::counter!(OUTBOX_SCHEDULED, labels.iter()).increment(1);
+}
+
+/// Records a scheduled message for `destination` a cancel found waiting.
+pub(crate) fn outbox_cancelled(destination: &str) {
+    let labels = [Label::new(DESTINATION, destination.to_owned())];
+    ::metrics::counter!(OUTBOX_CANCELLED, labels.iter()).increment(1);
 }
 
 /// Sends skipped by a command history.

@@ -70,6 +70,15 @@
 //! later message of one `SendMessageBatch` call and refuse an earlier one for good (a message
 //! past a queue's own size limit), that later message has already gone ahead of it.
 //!
+//! # Scheduled messages
+//!
+//! A message may be due later, at any time: [`OutboxMessage::delay`] or
+//! [`OutboxMessage::deliver_at`], with a [`schedule_key`](OutboxMessage::schedule_key) a later
+//! transaction [cancels](Outbox::cancel) it by. The relay reads a row once it is due (on a
+//! standard queue up to 900 s before, sent with `DelaySeconds` for the rest), and each group's
+//! rows in due order, ties in commit order: a row written without a due time is due at its
+//! commit. `docs/scheduling.md` states the guarantees and the cost.
+//!
 //! # Metrics and health
 //!
 //! Each round sets the gauges [`BACKLOG`](crate::metrics::OUTBOX_BACKLOG) (rows waiting) and
@@ -80,7 +89,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -88,7 +97,7 @@ use crate::client::Client;
 use crate::model::headers::IDEMPOTENCY_KEY_HEADER;
 use crate::model::{SnsTopic, SqsQueue};
 use crate::publish::{recorded, Outgoing, PublishError, PublishedMessage, Publisher};
-use crate::store::{Backlog, NewOutboxRow, OutboxRow, OutboxStore, StoreError};
+use crate::store::{Backlog, Cancellation, Due, NewOutboxRow, OutboxRow, OutboxStore, StoreError};
 use crate::worker::{Worker, WorkerContext};
 
 /// How many rows a relay reads in one round unless [`Relay::batch_size`] says otherwise.
@@ -113,6 +122,18 @@ pub const DEFAULT_UNREADY_AFTER: Duration = Duration::from_secs(60);
 /// How long a relay waits before its next round after its store failed.
 const STORE_RETRY: Duration = Duration::from_secs(1);
 
+/// The furthest ahead a message may be scheduled: 366 days.
+pub const MAX_SCHEDULE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// How far in the past a [`deliver_at`](OutboxMessage::deliver_at) time may be and still be
+/// sent at once (a time computed as "now" a moment before the write): 60 s. Further back is
+/// [`OutboxError::DueInThePast`].
+pub const PAST_DUE_TOLERANCE: Duration = Duration::from_secs(60);
+
+/// How long before its due time a message for a standard queue may be sent, riding SQS's
+/// per-message `DelaySeconds` for the rest: its 900 s.
+const SEND_EARLY: Duration = Duration::from_secs(crate::model::rules::MAX_DELAY_SECONDS as u64);
+
 /// Messages to one queue or topic, written in the caller's transaction: see the
 /// [module docs](self). Cheap to clone.
 #[derive(Clone, Debug)]
@@ -136,6 +157,8 @@ impl<S: OutboxStore> Outbox<S> {
         OutboxMessage {
             outbox: self,
             outgoing: self.publisher.message(value),
+            due: None,
+            schedule_key: None,
         }
     }
 
@@ -144,6 +167,8 @@ impl<S: OutboxStore> Outbox<S> {
         OutboxMessage {
             outbox: self,
             outgoing: self.publisher.raw(body),
+            due: None,
+            schedule_key: None,
         }
     }
 
@@ -151,6 +176,38 @@ impl<S: OutboxStore> Outbox<S> {
     pub fn store(&self) -> &S {
         &self.store
     }
+
+    /// Cancels the message this outbox scheduled under `key`
+    /// ([`schedule_key`](OutboxMessage::schedule_key)), through `connection`, in its
+    /// transaction: once the transaction commits the message is never sent (rolled back, it
+    /// stays scheduled). The answer says what the cancel found: a message sent already, or
+    /// being sent by the relay's round under way, is [`Cancellation::AlreadySent`].
+    ///
+    /// To reschedule, cancel and write the message again under the same key, in one
+    /// transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`OutboxError::Store`] when the store could not be reached.
+    pub async fn cancel(
+        &self,
+        connection: &mut S::Connection,
+        key: &str,
+    ) -> Result<Cancellation, OutboxError> {
+        let destination = self.publisher.declared().name().to_owned();
+        let answer = self.store.cancel(connection, &destination, key).await?;
+        if answer == Cancellation::Cancelled {
+            crate::metrics::outbox_cancelled(&destination);
+        }
+        Ok(answer)
+    }
+}
+
+/// When a message is due, as its writer said.
+#[derive(Clone, Copy, Debug)]
+enum DueAt {
+    In(Duration),
+    At(SystemTime),
 }
 
 /// A message on its way into an outbox: the [`Outgoing`] steps, then
@@ -160,6 +217,8 @@ impl<S: OutboxStore> Outbox<S> {
 pub struct OutboxMessage<'a, S> {
     outbox: &'a Outbox<S>,
     outgoing: Outgoing,
+    due: Option<DueAt>,
+    schedule_key: Option<String>,
 }
 
 impl<S: OutboxStore> OutboxMessage<'_, S> {
@@ -177,9 +236,29 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
         self
     }
 
-    /// Delays delivery (standard queues), as [`Outgoing::delay`], from when the relay sends it.
+    /// Schedules the message `delay` after it is written, any delay up to [`MAX_SCHEDULE`],
+    /// on any queue or topic (FIFO too): the relay sends it when it is due, never before it is
+    /// visible. On a standard queue it goes up to 900 s early with SQS's `DelaySeconds` for the
+    /// rest, so it is visible within the second after it is due; elsewhere it is sent once due.
+    /// A group's messages go in due order, see `docs/scheduling.md`.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.outgoing = self.outgoing.delay(delay);
+        self.due = Some(DueAt::In(delay));
+        self
+    }
+
+    /// Schedules the message for `time`, as [`delay`](Self::delay) does for the time from the
+    /// write until then (by this process's clock). A time at most [`PAST_DUE_TOLERANCE`] ago
+    /// is sent at once; further back, the write is refused.
+    pub fn deliver_at(mut self, time: SystemTime) -> Self {
+        self.due = Some(DueAt::At(time));
+        self
+    }
+
+    /// A key to cancel the message by ([`Outbox::cancel`]), unique among this destination's
+    /// messages waiting to be sent: a second message under a key whose first still waits is
+    /// refused ([`OutboxError::ScheduleKeyInUse`]).
+    pub fn schedule_key(mut self, key: impl Into<String>) -> Self {
+        self.schedule_key = Some(key.into());
         self
     }
 
@@ -204,9 +283,27 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
     ///
     /// [`OutboxError::Publish`] when the message breaks a rule of its destination (checked here,
     /// before anything is written, as a send checks it: its body encodes, its size, its headers,
-    /// its group); [`OutboxError::Store`] when the row could not be written (the transaction is
-    /// then best rolled back).
+    /// its group); [`OutboxError::DueInThePast`] or [`OutboxError::DueTooFar`] for a schedule
+    /// out of range; [`OutboxError::ScheduleKeyInUse`] for a key another waiting message holds;
+    /// [`OutboxError::Store`] when the row could not be written (the transaction is then best
+    /// rolled back).
     pub async fn send(self, connection: &mut S::Connection) -> Result<(), OutboxError> {
+        let due_in = match self.due {
+            None => Duration::ZERO,
+            Some(DueAt::In(delay)) => delay,
+            Some(DueAt::At(time)) => match time.duration_since(SystemTime::now()) {
+                Ok(ahead) => ahead,
+                Err(past) if past.duration() <= PAST_DUE_TOLERANCE => Duration::ZERO,
+                Err(past) => {
+                    return Err(OutboxError::DueInThePast {
+                        by: past.duration(),
+                    })
+                }
+            },
+        };
+        if due_in > MAX_SCHEDULE {
+            return Err(OutboxError::DueTooFar { due_in });
+        }
         let key = uuid::Uuid::new_v4().to_string();
         let mut outgoing = self.outgoing;
         let (fifo, has_dedup, has_key) = {
@@ -233,6 +330,8 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
         });
         let message = recorded::record(std::slice::from_ref(&outgoing));
         let destination = outgoing.declared_name().to_owned();
+        // SQS delays a message on a standard queue only; SNS delays none.
+        let delayable = !fifo && outgoing.destination().queue().is_some();
         // Every rule a send would check, checked now: a row the relay could never send would
         // hold its group for good.
         let _checked = outgoing.into_request()?;
@@ -245,9 +344,25 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
                     destination: &destination,
                     group_id: group_id.as_deref(),
                     message: &message,
+                    due_in,
+                    send_early: if delayable {
+                        SEND_EARLY
+                    } else {
+                        Duration::ZERO
+                    },
+                    schedule_key: self.schedule_key.as_deref(),
                 },
             )
-            .await?;
+            .await
+            .map_err(|error| match error {
+                StoreError::ScheduleKeyInUse { destination, key } => {
+                    OutboxError::ScheduleKeyInUse { destination, key }
+                }
+                error => OutboxError::Store(error),
+            })?;
+        if !due_in.is_zero() {
+            crate::metrics::outbox_scheduled(&destination);
+        }
         Ok(())
     }
 }
@@ -262,6 +377,38 @@ pub enum OutboxError {
     /// The store could not write the row.
     #[error("the outbox could not write the message: {0}")]
     Store(#[from] StoreError),
+    /// [`deliver_at`](OutboxMessage::deliver_at) named a time further in the past than
+    /// [`PAST_DUE_TOLERANCE`]: nothing was written.
+    #[error(
+        "the message is due {by:?} in the past, more than the {tolerance:?} a time computed as \
+         \"now\" may lag: check the time's clock and zone, or send it without a due time",
+        tolerance = PAST_DUE_TOLERANCE
+    )]
+    DueInThePast {
+        /// How far in the past.
+        by: Duration,
+    },
+    /// The message is due further ahead than [`MAX_SCHEDULE`]: nothing was written.
+    #[error(
+        "the message is due in {due_in:?}, beyond the {max:?} an outbox schedules ahead",
+        max = MAX_SCHEDULE
+    )]
+    DueTooFar {
+        /// How far ahead it was asked for.
+        due_in: Duration,
+    },
+    /// Another message of the destination waiting to be sent holds the schedule key: nothing
+    /// was written. Cancel it first (in the same transaction, to reschedule).
+    #[error(
+        "the schedule key `{key}` of `{destination}` is taken by a message waiting to be sent: \
+         cancel it first (in the same transaction, to reschedule it) or choose another key"
+    )]
+    ScheduleKeyInUse {
+        /// The destination, as declared.
+        destination: String,
+        /// The key.
+        key: String,
+    },
 }
 
 /// Sends what an outbox's committed transactions wrote, in order, and deletes it once sent: a
@@ -385,9 +532,17 @@ impl<S: OutboxStore> Relay<S> {
         else {
             return Ok(Round::Standby);
         };
+        let read_at = tokio::time::Instant::now();
         let read = leased.rows.len();
         let backlog = leased.backlog;
         crate::metrics::outbox_backlog(&self.name, backlog.rows, backlog.oldest_age);
+        crate::metrics::outbox_waiting_scheduled(&self.name, backlog.scheduled);
+        let scheduled: HashMap<i64, Due> = leased
+            .rows
+            .iter()
+            .filter(|row| row.due.scheduled)
+            .map(|row| (row.id, row.due))
+            .collect();
         let (sendable, mut failed) = self.sendable(state, leased.rows);
         let mut sent = Vec::new();
         let mut sends = Vec::new();
@@ -406,6 +561,12 @@ impl<S: OutboxStore> Relay<S> {
             for ((id, destination, group), answer) in rows.into_iter().zip(answers) {
                 match answer {
                     Ok(_) => {
+                        if let Some(due) = scheduled.get(&id) {
+                            crate::metrics::outbox_lateness(
+                                &self.name,
+                                lateness(*due, read_at.elapsed()),
+                            );
+                        }
                         sent.push(id);
                         if let Some(group) = group {
                             let key = (destination, group);
@@ -486,6 +647,13 @@ impl<S: OutboxStore> Relay<S> {
                     continue;
                 }
             };
+            // Read before it is due (a standard queue's row within SQS's 900 s): SQS keeps it
+            // invisible for the rest, rounded up to the second so that it is never early.
+            let outgoing = if row.due.until.is_zero() {
+                outgoing
+            } else {
+                outgoing.delay(row.due.until)
+            };
             let destination = (row.destination.clone(), topic_of_row);
             let entry = (row.id, row.destination, row.group_id);
             match by_destination
@@ -500,6 +668,19 @@ impl<S: OutboxStore> Relay<S> {
     }
 }
 
+/// How late a scheduled row became visible: its lateness when read (or, read early, the part of
+/// a second its `DelaySeconds` was rounded up by), and the time from the read to its send.
+fn lateness(due: Due, since_read: Duration) -> Duration {
+    let at_read = if due.until.is_zero() {
+        due.past
+    } else {
+        let whole =
+            Duration::from_secs(due.until.as_secs() + u64::from(due.until.subsec_nanos() > 0));
+        whole - due.until
+    };
+    at_read + since_read
+}
+
 impl<S: OutboxStore> Worker for Relay<S> {
     fn name(&self) -> String {
         self.name.clone()
@@ -507,8 +688,14 @@ impl<S: OutboxStore> Worker for Relay<S> {
 
     async fn run(self, context: WorkerContext) {
         let mut state = RelayState::default();
+        let mut commits = self.store.commits();
         loop {
             let started = tokio::time::Instant::now();
+            // Seen before the round reads: a commit during it wakes the wait after it.
+            if let Some(commits) = &mut commits {
+                commits.borrow_and_update();
+            }
+            let mut idle_until_next = None;
             let wait = match self.round(&mut state).await {
                 Ok(Round::Standby) => {
                     context
@@ -537,6 +724,11 @@ impl<S: OutboxStore> Worker for Relay<S> {
                     if read as u32 >= self.batch_size && failed == 0 {
                         Duration::ZERO
                     } else {
+                        // Nothing was ready: nothing is left behind either (rows of a held
+                        // group, a failed send), so the relay may sleep until a commit.
+                        if read == 0 {
+                            idle_until_next = Some(backlog.next_in);
+                        }
                         self.poll_interval.saturating_sub(started.elapsed())
                     }
                 }
@@ -551,6 +743,24 @@ impl<S: OutboxStore> Worker for Relay<S> {
             tokio::select! {
                 () = context.shutdown().requested() => break,
                 () = tokio::time::sleep(wait) => {}
+            }
+            // A store that signals its commits (the in-process one) needs no polling while
+            // nothing is due: the relay sleeps until a commit or its next scheduled row, so a
+            // paused clock passes days of schedule in as many rounds as there are due times.
+            if let (Some(commits), Some(next_in)) = (&mut commits, idle_until_next) {
+                let next = async {
+                    match next_in {
+                        Some(next_in) => {
+                            tokio::time::sleep(next_in.saturating_sub(started.elapsed())).await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = context.shutdown().requested() => break,
+                    _ = commits.changed() => {}
+                    () = next => {}
+                }
             }
         }
     }

@@ -258,7 +258,7 @@ impl Publisher {
 
     /// The queue or topic as declared, before the broker's naming: what tells two publishers of
     /// one destination apart from those of another, bound or not.
-    pub(super) fn declared(&self) -> &Destination {
+    pub(crate) fn declared(&self) -> &Destination {
         self.inner.declared()
     }
 

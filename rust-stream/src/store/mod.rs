@@ -226,6 +226,27 @@ pub struct OutboxRow {
     pub group_id: Option<String>,
     /// The message itself, as the outbox encoded it: body, group, deduplication id, headers.
     pub message: String,
+    /// When it is due, by the store's clock, as the store read it: see [`Due`].
+    pub due: Due,
+    /// The key it was scheduled under ([`NewOutboxRow::schedule_key`]), which a transaction
+    /// cancels it by.
+    pub schedule_key: Option<String>,
+}
+
+/// When an outbox row is due, as a store read it: how far ahead or behind its store's clock.
+///
+/// A row written without a due time is due when it is written; the relay reads a row once it is
+/// due, or, where its message may ride SQS's `DelaySeconds` (a standard queue), up to
+/// [`NewOutboxRow::send_early`] before, and sends it with the delay left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Due {
+    /// Whether the row was written with a due time of its own (`deliver_at`, `delay`), not
+    /// due at once: only these count in the schedule's metrics.
+    pub scheduled: bool,
+    /// How long until it is due, when it was read (zero once due).
+    pub until: Duration,
+    /// How long it had been due, when it was read (zero when not yet due).
+    pub past: Duration,
 }
 
 /// What [`OutboxStore::write`] is given: a row without its id, which the store assigns.
@@ -237,7 +258,39 @@ pub struct NewOutboxRow<'a> {
     pub group_id: Option<&'a str>,
     /// See [`OutboxRow::message`].
     pub message: &'a str,
+    /// How long after the write the row is due: zero (due at once, in commit order), or the
+    /// delay of a scheduled message.
+    pub due_in: Duration,
+    /// How long before it is due the relay may send it, with SQS's `DelaySeconds` for the rest:
+    /// up to 900 s on a standard queue, zero where a message cannot be delayed (a FIFO queue, a
+    /// topic).
+    pub send_early: Duration,
+    /// A key to cancel the row by ([`OutboxStore::cancel`]), unique among the destination's
+    /// rows waiting to be sent.
+    pub schedule_key: Option<&'a str>,
 }
+
+/// What [`OutboxStore::cancel`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a cancel may find its message already sent"]
+pub enum Cancellation {
+    /// The row was waiting: once the transaction commits it is never sent (a rollback keeps it).
+    Cancelled,
+    /// The row was sent, or is being sent by the relay's round under way: it may well be
+    /// delivered.
+    AlreadySent,
+    /// The row was cancelled before.
+    AlreadyCancelled,
+    /// No row of the destination has that key: never scheduled (or not committed yet), or sent
+    /// or cancelled longer ago than the store remembers keys
+    /// ([`SCHEDULE_KEY_RETENTION`]).
+    NotFound,
+}
+
+/// How long a store remembers the key of a scheduled row once it was sent or cancelled, so that
+/// [`OutboxStore::cancel`] can answer [`Cancellation::AlreadySent`] or
+/// [`Cancellation::AlreadyCancelled`]: seven days.
+pub const SCHEDULE_KEY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How much waits in an outbox: what the relay reports as metrics and readiness.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -245,7 +298,13 @@ pub struct Backlog {
     /// Committed rows not yet relayed.
     pub rows: u64,
     /// How long the oldest of them has waited, by the store's clock; `None` when there is none.
+    /// A scheduled row waits from when the relay may send it, not from its write.
     pub oldest_age: Option<Duration>,
+    /// Rows scheduled for later, not yet for the relay to send.
+    pub scheduled: u64,
+    /// How long until the next scheduled row is for the relay to send, when the store can tell
+    /// (the in-process store, whose relay sleeps until then instead of polling).
+    pub next_in: Option<Duration>,
 }
 
 /// The rows a relay took under its lease: [`OutboxStore::finish`] deletes those it sent and
@@ -254,7 +313,9 @@ pub struct Backlog {
 pub struct Leased<L> {
     /// The lease itself: while it is held no other relay of the same outbox reads rows.
     pub lease: L,
-    /// The oldest committed rows, oldest first, at most the number asked for.
+    /// The committed rows due (or, where they may go early, due within their
+    /// [`send_early`](NewOutboxRow::send_early)), earliest due first, ties in commit order, at
+    /// most the number asked for.
     pub rows: Vec<OutboxRow>,
     /// The whole outbox's backlog when the rows were read.
     pub backlog: Backlog,
@@ -306,6 +367,23 @@ pub trait OutboxStore: Clone + Send + Sync + 'static {
         lease: Self::Lease,
         sent: &[i64],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Cancels the row of `destination` scheduled under `key`, through `connection`, in its
+    /// transaction: once it commits the row is never sent. A row the relay has read in a round
+    /// under way is [`Cancellation::AlreadySent`], as is one sent since.
+    fn cancel(
+        &self,
+        connection: &mut Self::Connection,
+        destination: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Cancellation, StoreError>> + Send;
+
+    /// A signal that changes whenever a transaction commits rows to this outbox, for a store that
+    /// can give one (the in-process store): its relay then sleeps until a commit or the next
+    /// scheduled row instead of polling. `None` (the default): the relay polls.
+    fn commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// What went wrong in a store.
@@ -316,6 +394,22 @@ pub enum StoreError {
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     #[error("the store's database failed: {0}")]
     Database(#[from] sqlx::Error),
+    /// A scheduled row's key is taken: another row of the same destination waits under it (or
+    /// is being written under it by a transaction not yet committed). Cancel that one first, in
+    /// the same transaction, to reschedule.
+    #[error(
+        "the schedule key `{key}` of `{destination}` is taken by a message waiting to be sent: \
+         cancel it first (in the same transaction, to reschedule it) or choose another key"
+    )]
+    ScheduleKeyInUse {
+        /// The destination.
+        destination: String,
+        /// The key.
+        key: String,
+    },
+    /// The store does not keep scheduled rows (due later, or with a key).
+    #[error("this outbox store cannot keep scheduled messages yet: use the in-process store")]
+    SchedulingUnsupported,
     /// The database's tables were written by a newer rust-stream than this one.
     #[error(
         "the database's rust-stream tables are at schema version {found}, newer than this \
@@ -364,6 +458,7 @@ fn leased<L>(lease: L, read: Vec<(OutboxRow, i64, f64)>) -> Leased<L> {
         Some((_, rows, oldest_ms)) => Backlog {
             rows: u64::try_from(*rows).unwrap_or(0),
             oldest_age: Some(Duration::from_secs_f64(oldest_ms.max(0.0) / 1000.0)),
+            ..Backlog::default()
         },
         None => Backlog::default(),
     };

@@ -88,8 +88,8 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
-    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
-    Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
+    leased, pending, retention_millis, timeout_millis, Cancellation, Claim, ClaimSettings, Due,
+    InboxKey, InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]).
@@ -483,6 +483,9 @@ impl OutboxStore for PostgresStore {
         connection: &mut sqlx::PgConnection,
         row: NewOutboxRow<'_>,
     ) -> Result<(), StoreError> {
+        if !row.due_in.is_zero() || row.schedule_key.is_some() {
+            return Err(StoreError::SchedulingUnsupported);
+        }
         super::held(async move {
             match row.group_id {
                 Some(group_id) => {
@@ -544,6 +547,8 @@ impl OutboxStore for PostgresStore {
                         destination: row.try_get("destination")?,
                         group_id: row.try_get("group_id")?,
                         message: row.try_get("message")?,
+                        due: Due::default(),
+                        schedule_key: None,
                     },
                     row.try_get::<i64, _>("backlog")?,
                     row.try_get::<f64, _>("oldest_ms")?,
@@ -566,6 +571,16 @@ impl OutboxStore for PostgresStore {
             Ok(())
         })
         .await
+    }
+
+    async fn cancel(
+        &self,
+        _connection: &mut sqlx::PgConnection,
+        _destination: &str,
+        _key: &str,
+    ) -> Result<Cancellation, StoreError> {
+        // No row here is written with a key.
+        Ok(Cancellation::NotFound)
     }
 }
 

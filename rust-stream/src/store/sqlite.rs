@@ -66,8 +66,8 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
-    leased, pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
-    Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
+    leased, pending, retention_millis, timeout_millis, Cancellation, Claim, ClaimSettings, Due,
+    InboxKey, InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
 };
 
 /// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
@@ -457,6 +457,9 @@ impl OutboxStore for SqliteStore {
         connection: &mut sqlx::SqliteConnection,
         row: NewOutboxRow<'_>,
     ) -> Result<(), StoreError> {
+        if !row.due_in.is_zero() || row.schedule_key.is_some() {
+            return Err(StoreError::SchedulingUnsupported);
+        }
         super::held(async move {
             sqlx::query(WRITE)
                 .bind(row.destination)
@@ -491,6 +494,8 @@ impl OutboxStore for SqliteStore {
                         destination: row.try_get("destination")?,
                         group_id: row.try_get("group_id")?,
                         message: row.try_get("message")?,
+                        due: Due::default(),
+                        schedule_key: None,
                     },
                     row.try_get::<i64, _>("backlog")?,
                     row.try_get::<f64, _>("oldest_ms")?,
@@ -516,6 +521,16 @@ impl OutboxStore for SqliteStore {
             Ok(())
         })
         .await
+    }
+
+    async fn cancel(
+        &self,
+        _connection: &mut sqlx::SqliteConnection,
+        _destination: &str,
+        _key: &str,
+    ) -> Result<Cancellation, StoreError> {
+        // No row here is written with a key.
+        Ok(Cancellation::NotFound)
     }
 }
 

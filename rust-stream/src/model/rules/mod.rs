@@ -355,7 +355,7 @@ pub(crate) fn check_send(
             return fail(
                 ErrorKind::InvalidParameterValue,
                 format!(
-                    "DelaySeconds {seconds} is outside 0..={MAX_DELAY_SECONDS}: delay a message by at most 15 minutes"
+                    "DelaySeconds {seconds} is outside 0..={MAX_DELAY_SECONDS}: delay a message by at most 15 minutes, or write it to an outbox with `.delay(..)` or `.deliver_at(..)`, which schedules it for any time (docs/scheduling.md)"
                 ),
             )
         }

@@ -14,19 +14,21 @@
 //! bounded by count as well as by time ([`MemoryStore::history_capacity`]), so a server
 //! deduplicating its clients' keys holds a known amount of memory however many keys they send.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
-use super::{
-    Backlog, Claim, ClaimSettings, InboxKey, InboxStore, Leased, NewOutboxRow, OutboxRow,
-    OutboxStore, StoreError,
-};
+use super::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError};
+
+mod outbox;
+
+pub use outbox::MemoryLease;
+use outbox::{CommitSignal, Rows};
 
 /// An in-process [`InboxStore`]: see the [module docs](self). Clones share the store.
 ///
@@ -64,8 +66,12 @@ struct Shared {
     keys: Mutex<Keys>,
     /// Woken whenever a held key is completed or released.
     changed: Notify,
-    /// The outbox's committed rows.
+    /// The outbox's committed rows and the keys of its scheduled ones.
     outbox: Mutex<Rows>,
+    /// Changed at each commit that changes the outbox, for its relay to wake on.
+    commits: CommitSignal,
+    /// The number the next transaction gets, which tells a transaction's own writes apart.
+    next_transaction: std::sync::atomic::AtomicU64,
     /// The relay's lease: one relay at a time reads rows.
     relay: Arc<tokio::sync::Mutex<()>>,
     /// The command history: its own lock, as no operation spans both.
@@ -169,14 +175,6 @@ impl HistoryKeys {
     }
 }
 
-/// The outbox's committed rows, by id, each with when it committed.
-#[derive(Default)]
-struct Rows {
-    by_id: BTreeMap<i64, (OutboxRow, Instant)>,
-    /// The id the next committed row gets: ids follow commits.
-    next_id: i64,
-}
-
 /// A key of the command history: pending under a ticket until `expires_at` (its lease), or sent
 /// and kept until `expires_at` (its duration); `number` is its reservation's, in
 /// [`HistoryKeys::order`].
@@ -246,6 +244,8 @@ impl MemoryStore {
             store: self.clone(),
             claimed: None,
             on_commit: Vec::new(),
+            on_rollback: Vec::new(),
+            serial: self.next_serial(),
             settled: false,
         }
     }
@@ -259,23 +259,6 @@ impl MemoryStore {
         for write in std::mem::take(&mut transaction.on_commit) {
             write();
         }
-    }
-
-    /// The outbox's committed rows not yet relayed, oldest first.
-    pub fn outbox_rows(&self) -> Vec<OutboxRow> {
-        self.rows()
-            .by_id
-            .values()
-            .map(|(row, _)| row.clone())
-            .collect()
-    }
-
-    fn rows(&self) -> MutexGuard<'_, Rows> {
-        // Each change is one insert or remove: a poisoned lock still holds whole rows.
-        self.shared
-            .outbox
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// How many keys are completed and not yet swept.
@@ -328,6 +311,12 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn next_serial(&self) -> u64 {
+        self.shared
+            .next_transaction
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Frees `key` if `claim` still holds it.
     fn release_claim(&self, key: &InboxKey, claim: u64) {
         let mut keys = self.keys();
@@ -346,6 +335,11 @@ pub struct MemoryTransaction {
     /// The claimed key and the claim's number; `None` for a transaction of the service's own.
     claimed: Option<(InboxKey, u64)>,
     on_commit: Vec<Box<dyn FnOnce() + Send>>,
+    /// Undoes what the transaction marked in the store before its commit (a schedule key taken,
+    /// a row being cancelled), newest first, when it rolls back.
+    on_rollback: Vec<Box<dyn FnOnce() + Send>>,
+    /// Its number: what tells its own marks apart from another transaction's.
+    serial: u64,
     settled: bool,
 }
 
@@ -374,6 +368,11 @@ impl MemoryTransaction {
 
 impl Drop for MemoryTransaction {
     fn drop(&mut self) {
+        if !self.settled {
+            for undo in std::mem::take(&mut self.on_rollback).into_iter().rev() {
+                undo();
+            }
+        }
         if let (false, Some((key, claim))) = (self.settled, &self.claimed) {
             self.store.release_claim(key, *claim);
         }
@@ -419,6 +418,8 @@ impl InboxStore for MemoryStore {
                             store: self.clone(),
                             claimed: Some((key.clone(), claim)),
                             on_commit: Vec::new(),
+                            on_rollback: Vec::new(),
+                            serial: self.next_serial(),
                             settled: false,
                         }));
                     }
@@ -488,91 +489,6 @@ impl InboxStore for MemoryStore {
             keys.by_key.remove(key);
         }
         Ok(expired.len() as u64)
-    }
-}
-
-/// The in-process relay's lease: the store's relay lock, held until the relay finishes.
-#[derive(Debug)]
-pub struct MemoryLease {
-    _held: OwnedMutexGuard<()>,
-}
-
-impl OutboxStore for MemoryStore {
-    type Connection = MemoryTransaction;
-    type Lease = MemoryLease;
-
-    async fn write(
-        &self,
-        connection: &mut MemoryTransaction,
-        row: NewOutboxRow<'_>,
-    ) -> Result<(), StoreError> {
-        let shared = self.shared.clone();
-        let (destination, group_id, message) = (
-            row.destination.to_owned(),
-            row.group_id.map(str::to_owned),
-            row.message.to_owned(),
-        );
-        // The row gets its id when it commits, so ids follow commits. The outbox's lock is not
-        // the keys' lock the commit holds.
-        connection.on_commit(move || {
-            let mut rows = shared
-                .outbox
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            rows.next_id += 1;
-            let id = rows.next_id;
-            let row = OutboxRow {
-                id,
-                destination,
-                group_id,
-                message,
-            };
-            rows.by_id.insert(id, (row, Instant::now()));
-        });
-        Ok(())
-    }
-
-    async fn lease(
-        &self,
-        limit: u32,
-        _lease_timeout: Duration,
-    ) -> Result<Option<Leased<MemoryLease>>, StoreError> {
-        // In one process a relay that hangs is dropped by its app's shutdown, which frees the
-        // lock: there is nothing to time out.
-        let Ok(lease) = self.shared.relay.clone().try_lock_owned() else {
-            return Ok(None);
-        };
-        let rows = self.rows();
-        let now = Instant::now();
-        let backlog = Backlog {
-            rows: rows.by_id.len() as u64,
-            oldest_age: rows
-                .by_id
-                .values()
-                .next()
-                .map(|(_, committed)| now.duration_since(*committed)),
-        };
-        let taken = rows
-            .by_id
-            .values()
-            .take(limit as usize)
-            .map(|(row, _)| row.clone())
-            .collect();
-        Ok(Some(Leased {
-            lease: MemoryLease { _held: lease },
-            rows: taken,
-            backlog,
-        }))
-    }
-
-    async fn finish(&self, lease: MemoryLease, sent: &[i64]) -> Result<(), StoreError> {
-        let mut rows = self.rows();
-        for id in sent {
-            rows.by_id.remove(id);
-        }
-        drop(rows);
-        drop(lease);
-        Ok(())
     }
 }
 

@@ -1,0 +1,628 @@
+//! Messages due at any time through the outbox (issue 39), on the in-process account and store,
+//! on a paused clock: days of schedule pass in seconds.
+//!
+//! - 10,000 messages scheduled over three days, on a standard and a FIFO queue, some cancelled
+//!   and some rolled back: none lost, none visible before it is due, none cancelled or rolled
+//!   back delivered, each FIFO group in due order;
+//! - a cancel committed before the relay's round: never sent; after: answered as sent;
+//! - a reschedule (cancel and write again under the key, in one transaction);
+//! - a FIFO group's unscheduled messages written after a scheduled one go at once;
+//! - bad inputs: a due time in the past, too far ahead, a key in use;
+//! - the schedule's metrics: scheduled, waiting, cancelled, lateness.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rust_stream::account::Account;
+use rust_stream::outbox::{Outbox, OutboxError, MAX_SCHEDULE};
+use rust_stream::prelude::*;
+use rust_stream::store::memory::MemoryStore;
+use rust_stream::store::Cancellation;
+use rust_stream::testing::TestApp;
+use rust_stream::transport::{DeleteEntry, ReceiveMessage};
+use rust_stream::Publisher;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Reminder {
+    n: u32,
+    /// Milliseconds after the test's start it is due.
+    due_ms: u64,
+    group: String,
+}
+
+/// What a consumer saw: each message's body and when it was received, after the test's start.
+type Seen = Arc<Mutex<Vec<(Duration, Reminder)>>>;
+
+/// Receives `queue` for good (long polls, deletes what it received), noting when each message
+/// came.
+fn consume(account: &Account, queue: &str, start: Instant) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen: Seen = Arc::default();
+    let (account, queue, log) = (account.clone(), queue.to_owned(), seen.clone());
+    let task = tokio::spawn(async move {
+        let url = loop {
+            match account.get_queue_url(&queue).await {
+                Ok(url) => break url,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        loop {
+            let received = account
+                .receive_message(&url, ReceiveMessage::new(10).wait_time_seconds(20))
+                .await
+                .expect("receive");
+            let now = start.elapsed();
+            let mut entries = Vec::new();
+            for (n, message) in received.into_iter().enumerate() {
+                let reminder: Reminder = serde_json::from_str(&message.body).expect("a reminder");
+                log.lock().unwrap().push((now, reminder));
+                entries.push(DeleteEntry {
+                    id: n.to_string(),
+                    receipt_handle: message.receipt_handle,
+                });
+            }
+            if !entries.is_empty() {
+                account
+                    .delete_message_batch(&url, entries)
+                    .await
+                    .expect("delete");
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// An app that runs only the relay of `store`.
+async fn relaying(broker: &SqsBroker, store: &MemoryStore) -> TestApp {
+    let app = RustStream::new(AppInfo::new("scheduling", "0")).with_broker(broker.clone(), |b| {
+        b.worker(broker.relay(store.clone()));
+    });
+    TestApp::spawn(app).await.expect("the app starts")
+}
+
+fn reminder(n: u32, due: Duration, group: &str) -> Reminder {
+    Reminder {
+        n,
+        due_ms: due.as_millis() as u64,
+        group: group.to_owned(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_messages_over_three_days_none_lost_none_early_none_cancelled_fifo_in_due_order(
+) {
+    let wall = std::time::Instant::now();
+    let start = Instant::now();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let store = MemoryStore::new();
+    let standard = Outbox::new(
+        store.clone(),
+        broker.publisher(SqsQueue::new("reminders").create_if_missing()),
+    );
+    let fifo = Outbox::new(
+        store.clone(),
+        broker.publisher(SqsQueue::new("dunning.fifo").create_if_missing()),
+    );
+    let mut random = fastrand::Rng::with_seed(39);
+    let mut expected: HashMap<u32, Reminder> = HashMap::new();
+    let mut cancelled = HashSet::new();
+    let mut rolled_back = HashSet::new();
+    for n in 0..10_000u32 {
+        let on_fifo = n % 2 == 1;
+        // One FIFO message in eight is due at once, among the group's scheduled ones.
+        let due = if on_fifo && n % 16 == 1 {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(random.u64(0..3 * DAY.as_millis() as u64))
+        };
+        let group = format!("account-{}", n % 40);
+        let body = reminder(n, due, &group);
+        let outbox = if on_fifo { &fifo } else { &standard };
+        let mut transaction = store.begin();
+        let mut message = outbox
+            .message(&body)
+            .delay(due)
+            .schedule_key(format!("r-{n}"));
+        if on_fifo {
+            message = message.group_id(&group);
+        }
+        message.send(&mut transaction).await.unwrap();
+        if n % 17 == 3 {
+            rolled_back.insert(n);
+            drop(transaction);
+            continue;
+        }
+        store.commit(transaction);
+        expected.insert(n, body);
+    }
+    // One in eleven cancelled, each in a transaction of its own, before the relay starts.
+    let to_cancel: Vec<u32> = (0..10_000u32)
+        .filter(|n| n % 11 == 7 && expected.contains_key(n))
+        .collect();
+    for n in to_cancel {
+        let outbox = if n % 2 == 1 { &fifo } else { &standard };
+        let mut transaction = store.begin();
+        assert_eq!(
+            outbox
+                .cancel(&mut transaction, &format!("r-{n}"))
+                .await
+                .unwrap(),
+            Cancellation::Cancelled
+        );
+        store.commit(transaction);
+        expected.remove(&n);
+        cancelled.insert(n);
+    }
+    let (seen_standard, standard_consumer) = consume(&account, "reminders", start);
+    let (seen_fifo, fifo_consumer) = consume(&account, "dunning.fifo", start);
+    let running = relaying(&broker, &store).await;
+    tokio::time::sleep(3 * DAY + HOUR).await;
+    running.stop().await.unwrap();
+    standard_consumer.abort();
+    fifo_consumer.abort();
+
+    let mut seen: Vec<(Duration, Reminder)> = seen_standard.lock().unwrap().clone();
+    seen.extend(seen_fifo.lock().unwrap().iter().cloned());
+    let mut delivered: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut lateness = Vec::new();
+    for (at, reminder) in &seen {
+        *delivered.entry(reminder.n).or_default() += 1;
+        let due = Duration::from_millis(reminder.due_ms);
+        assert!(
+            *at >= due,
+            "message {} was visible {:?} before it was due",
+            reminder.n,
+            due - *at
+        );
+        lateness.push(*at - due);
+    }
+    let lost: Vec<u32> = expected
+        .keys()
+        .filter(|n| !delivered.contains_key(n))
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "{} lost: {lost:?}", lost.len());
+    let wrongly: Vec<&u32> = delivered
+        .keys()
+        .filter(|n| cancelled.contains(n) || rolled_back.contains(n))
+        .collect();
+    assert!(
+        wrongly.is_empty(),
+        "cancelled or rolled back, yet delivered: {wrongly:?}"
+    );
+    assert!(
+        delivered.values().all(|copies| *copies == 1),
+        "each delivered once"
+    );
+    assert_eq!(delivered.len(), expected.len());
+    // Each FIFO group in due order, ties in commit order (the writes' order, `n`).
+    let mut groups: HashMap<String, Vec<(u64, u32)>> = HashMap::new();
+    for (_, reminder) in seen_fifo.lock().unwrap().iter() {
+        groups
+            .entry(reminder.group.clone())
+            .or_default()
+            .push((reminder.due_ms, reminder.n));
+    }
+    assert_eq!(groups.len(), 20, "the FIFO queue's 20 groups");
+    for (group, order) in &groups {
+        assert!(
+            order.windows(2).all(|pair| pair[0] <= pair[1]),
+            "group {group} in due order: {order:?}"
+        );
+    }
+    lateness.sort();
+    let p99 = lateness[lateness.len() * 99 / 100];
+    let max = *lateness.last().unwrap();
+    println!(
+        "{} delivered over 3 days of paused clock in {:?}: lateness p50 {:?}, p99 {p99:?}, max {max:?}",
+        seen.len(),
+        wall.elapsed(),
+        lateness[lateness.len() / 2]
+    );
+    assert!(
+        max <= Duration::from_secs(1),
+        "visible within a second of due: p99 {p99:?}, max {max:?}"
+    );
+}
+
+/// A FIFO outbox on an in-process account with its relay and a consumer running.
+struct Fixture {
+    store: MemoryStore,
+    outbox: Outbox<MemoryStore>,
+    seen: Seen,
+    start: Instant,
+    running: TestApp,
+    consumer: tokio::task::JoinHandle<()>,
+}
+
+impl Fixture {
+    async fn new(queue: &str) -> Self {
+        let start = Instant::now();
+        let account = Account::new();
+        let broker = SqsBroker::with_account(&account);
+        let store = MemoryStore::new();
+        let outbox = Outbox::new(
+            store.clone(),
+            broker.publisher(SqsQueue::new(queue).create_if_missing()),
+        );
+        let running = relaying(&broker, &store).await;
+        let (seen, consumer) = consume(&account, queue, start);
+        Self {
+            store,
+            outbox,
+            seen,
+            start,
+            running,
+            consumer,
+        }
+    }
+
+    /// Writes `n` due in `delay` under key `r-n`, in a transaction of its own.
+    async fn schedule(&self, n: u32, delay: Duration) {
+        let mut transaction = self.store.begin();
+        self.outbox
+            .message(&reminder(n, self.start.elapsed() + delay, "g"))
+            .group_id("g")
+            .delay(delay)
+            .schedule_key(format!("r-{n}"))
+            .send(&mut transaction)
+            .await
+            .unwrap();
+        self.store.commit(transaction);
+    }
+
+    async fn cancel(&self, n: u32) -> Cancellation {
+        let mut transaction = self.store.begin();
+        let answer = self
+            .outbox
+            .cancel(&mut transaction, &format!("r-{n}"))
+            .await
+            .unwrap();
+        self.store.commit(transaction);
+        answer
+    }
+
+    fn delivered(&self) -> Vec<u32> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, reminder)| reminder.n)
+            .collect()
+    }
+
+    async fn stop(self) {
+        self.running.stop().await.unwrap();
+        self.consumer.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_committed_before_the_relays_round_is_never_sent_and_one_after_is_reported_sent() {
+    let fixture = Fixture::new("dunning.fifo").await;
+    fixture.schedule(1, HOUR).await;
+    fixture.schedule(2, HOUR).await;
+    tokio::time::sleep(HOUR - Duration::from_millis(1)).await;
+    assert_eq!(fixture.cancel(1).await, Cancellation::Cancelled);
+    tokio::time::sleep(HOUR).await;
+    assert_eq!(fixture.delivered(), [2], "the cancelled one never sent");
+    assert_eq!(fixture.cancel(2).await, Cancellation::AlreadySent);
+    assert_eq!(fixture.cancel(1).await, Cancellation::AlreadyCancelled);
+    assert_eq!(fixture.cancel(3).await, Cancellation::NotFound);
+    assert!(fixture.store.outbox_rows().is_empty());
+    fixture.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_schedule_or_a_cancel_rolled_back_changes_nothing() {
+    let fixture = Fixture::new("dunning.fifo").await;
+    // A schedule rolled back: never sent.
+    let mut transaction = fixture.store.begin();
+    fixture
+        .outbox
+        .message(&reminder(1, HOUR, "g"))
+        .group_id("g")
+        .delay(HOUR)
+        .schedule_key("r-1")
+        .send(&mut transaction)
+        .await
+        .unwrap();
+    drop(transaction);
+    // A cancel rolled back: the message stays scheduled, and its key taken.
+    fixture.schedule(2, HOUR).await;
+    let mut transaction = fixture.store.begin();
+    assert_eq!(
+        fixture
+            .outbox
+            .cancel(&mut transaction, "r-2")
+            .await
+            .unwrap(),
+        Cancellation::Cancelled
+    );
+    drop(transaction);
+    let mut transaction = fixture.store.begin();
+    let taken = fixture
+        .outbox
+        .message(&reminder(3, HOUR, "g"))
+        .group_id("g")
+        .schedule_key("r-2")
+        .send(&mut transaction)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&taken, OutboxError::ScheduleKeyInUse { key, .. } if key == "r-2"),
+        "{taken}"
+    );
+    drop(transaction);
+    tokio::time::sleep(2 * HOUR).await;
+    assert_eq!(fixture.delivered(), [2]);
+    assert_eq!(fixture.cancel(1).await, Cancellation::NotFound);
+    fixture.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reschedule_is_a_cancel_and_a_write_of_the_key_in_one_transaction() {
+    let fixture = Fixture::new("dunning.fifo").await;
+    fixture.schedule(1, HOUR).await;
+    let mut transaction = fixture.store.begin();
+    assert_eq!(
+        fixture
+            .outbox
+            .cancel(&mut transaction, "r-1")
+            .await
+            .unwrap(),
+        Cancellation::Cancelled
+    );
+    fixture
+        .outbox
+        .message(&reminder(1, 3 * HOUR, "g"))
+        .group_id("g")
+        .delay(3 * HOUR)
+        .schedule_key("r-1")
+        .send(&mut transaction)
+        .await
+        .unwrap();
+    // Until it commits, the relay sends neither the old due time's message nor the new.
+    tokio::time::sleep(2 * HOUR).await;
+    assert!(fixture.delivered().is_empty(), "moved, not sent at 1 h");
+    fixture.store.commit(transaction);
+    tokio::time::sleep(HOUR - Duration::from_millis(1)).await;
+    assert!(fixture.delivered().is_empty(), "not before 3 h");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(fixture.delivered(), [1], "once, at 3 h");
+    assert!(fixture.store.outbox_rows().is_empty());
+    fixture.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_groups_messages_go_in_due_order_and_its_unscheduled_ones_at_once() {
+    let fixture = Fixture::new("dunning.fifo").await;
+    fixture.schedule(1, 2 * HOUR).await;
+    // Written after, due before: goes first.
+    fixture.schedule(2, HOUR).await;
+    // Unscheduled, written after both: due at its commit, so it goes at once.
+    fixture.schedule(3, Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fixture.delivered(), [3]);
+    tokio::time::sleep(3 * HOUR).await;
+    assert_eq!(fixture.delivered(), [3, 2, 1]);
+    let seen = fixture.seen.lock().unwrap().clone();
+    for (at, reminder) in &seen {
+        assert!(
+            *at >= Duration::from_millis(reminder.due_ms),
+            "{reminder:?} at {at:?}"
+        );
+    }
+    fixture.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_standard_queue_a_message_is_sent_early_and_visible_within_the_second_after_due() {
+    let fixture = Fixture::new("reminders").await;
+    let delay = Duration::from_millis(10 * 60 * 1000 + 250);
+    let mut transaction = fixture.store.begin();
+    fixture
+        .outbox
+        .message(&reminder(1, delay, "g"))
+        .delay(delay)
+        .send(&mut transaction)
+        .await
+        .unwrap();
+    fixture.store.commit(transaction);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        fixture.store.outbox_rows().is_empty(),
+        "due within 15 minutes: sent at once, with DelaySeconds"
+    );
+    assert!(fixture.delivered().is_empty());
+    tokio::time::sleep(delay).await;
+    let seen = fixture.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].0 >= delay && seen[0].0 <= delay + Duration::from_secs(1),
+        "visible at {:?}, due at {delay:?}",
+        seen[0].0
+    );
+    fixture.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_schedules_are_typed_errors_and_write_nothing() {
+    let store = MemoryStore::new();
+    let outbox = Outbox::new(store.clone(), Publisher::new("reminders"));
+    let mut transaction = store.begin();
+    let past = outbox
+        .raw("x")
+        .deliver_at(SystemTime::now() - Duration::from_secs(120))
+        .send(&mut transaction)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(past, OutboxError::DueInThePast { by } if by >= Duration::from_secs(120)),
+        "{past}"
+    );
+    assert!(past.to_string().contains("in the past"), "{past}");
+    let far = outbox
+        .raw("x")
+        .delay(MAX_SCHEDULE + Duration::from_secs(1))
+        .send(&mut transaction)
+        .await
+        .unwrap_err();
+    assert!(matches!(far, OutboxError::DueTooFar { .. }), "{far}");
+    assert!(far.to_string().contains("beyond"), "{far}");
+    store.commit(transaction);
+    assert!(store.outbox_rows().is_empty(), "nothing written");
+
+    // A moment ago is now: written, due at once.
+    let mut transaction = store.begin();
+    outbox
+        .raw("now")
+        .deliver_at(SystemTime::now() - Duration::from_secs(10))
+        .send(&mut transaction)
+        .await
+        .unwrap();
+    // A key is one waiting message's, even within the transaction that wrote it.
+    outbox
+        .raw("a")
+        .delay(HOUR)
+        .schedule_key("k")
+        .send(&mut transaction)
+        .await
+        .unwrap();
+    let reused = outbox
+        .raw("b")
+        .delay(HOUR)
+        .schedule_key("k")
+        .send(&mut transaction)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&reused, OutboxError::ScheduleKeyInUse { destination, key } if destination == "reminders" && key == "k"),
+        "{reused}"
+    );
+    store.commit(transaction);
+    let rows = store.outbox_rows();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(!rows[0].due.scheduled, "a moment ago is due at once");
+    // Another outbox's destination keeps keys of its own.
+    let other = Outbox::new(store.clone(), Publisher::new("letters"));
+    let mut transaction = store.begin();
+    other
+        .raw("c")
+        .delay(HOUR)
+        .schedule_key("k")
+        .send(&mut transaction)
+        .await
+        .unwrap();
+    store.commit(transaction);
+}
+
+/// The line of `name` (dotted) whose labels hold `label`, from the binary's recorder.
+fn metric(name: &str, label: &str) -> Option<f64> {
+    let text = common::gauges::prometheus().render();
+    let metric = name.replace('.', "_");
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(label))
+        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_schedule_is_measured_scheduled_waiting_cancelled_and_lateness() {
+    use rust_stream::metrics::{OUTBOX_CANCELLED, OUTBOX_SCHEDULED, OUTBOX_SCHEDULED_WAITING};
+    common::gauges::prometheus();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let store = MemoryStore::new();
+    let outbox = Outbox::new(
+        store.clone(),
+        broker.publisher(SqsQueue::new("metered.fifo").create_if_missing()),
+    );
+    for n in 0..3 {
+        let mut transaction = store.begin();
+        outbox
+            .message(&reminder(n, HOUR, "g"))
+            .group_id("g")
+            .delay(HOUR)
+            .schedule_key(format!("r-{n}"))
+            .send(&mut transaction)
+            .await
+            .unwrap();
+        store.commit(transaction);
+    }
+    let mut transaction = store.begin();
+    let _ = outbox.cancel(&mut transaction, "r-0").await.unwrap();
+    store.commit(transaction);
+    let app = RustStream::new(AppInfo::new("scheduling", "0")).with_broker(broker.clone(), |b| {
+        b.worker(broker.relay(store.clone()).name("metered"));
+    });
+    let running = TestApp::spawn(app).await.unwrap();
+    tokio::time::sleep(HOUR / 2).await;
+    let destination = "\"metered.fifo\"";
+    assert_eq!(metric(OUTBOX_SCHEDULED, destination), Some(3.0));
+    assert_eq!(metric(OUTBOX_CANCELLED, destination), Some(1.0));
+    assert_eq!(
+        metric(OUTBOX_SCHEDULED_WAITING, "\"metered\""),
+        Some(2.0),
+        "two waiting for their due time"
+    );
+    tokio::time::sleep(HOUR).await;
+    running.stop().await.unwrap();
+    assert_eq!(metric(OUTBOX_SCHEDULED_WAITING, "\"metered\""), Some(0.0));
+    assert_eq!(
+        metric("rust_stream.outbox.lateness_count", "\"metered\""),
+        Some(2.0),
+        "each scheduled message sent measured once"
+    );
+    let late = metric("rust_stream.outbox.lateness_sum", "\"metered\"").unwrap();
+    assert!(
+        (0.0..=2.0).contains(&late),
+        "two sends, each within a second: {late}"
+    );
+}
+
+#[tokio::test]
+async fn a_sqlite_store_refuses_a_scheduled_message_rather_than_send_it_early() {
+    use rust_stream::store::sqlite::SqliteStore;
+    use rust_stream::store::StoreError;
+    let path = std::env::temp_dir().join(format!(
+        "rust-stream-scheduling-{}-{:08x}.db",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let store = SqliteStore::open(&path).await.unwrap();
+    let outbox = Outbox::new(store.clone(), Publisher::new("reminders"));
+    let mut transaction = store.pool().begin().await.unwrap();
+    for message in [
+        outbox.raw("later").delay(HOUR),
+        outbox.raw("keyed").schedule_key("k"),
+    ] {
+        let refused = message.send(&mut *transaction).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                OutboxError::Store(StoreError::SchedulingUnsupported)
+            ),
+            "{refused}"
+        );
+    }
+    // An unscheduled message is written as before.
+    outbox.raw("now").send(&mut *transaction).await.unwrap();
+    transaction.commit().await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_outbox")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "only the unscheduled message");
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
