@@ -1,4 +1,4 @@
-//! An [`InboxStore`] and [`OutboxStore`] in the process, on tokio's clock: for tests and
+//! An [`InboxStore`] and [`OutboxStore`](super::OutboxStore) in the process, on tokio's clock: for tests and
 //! examples, where a paused clock lets a test pass a key's retention without waiting.
 //!
 //! It keeps SQL's semantics where the inbox and the outbox rely on them: a held key makes a
@@ -25,10 +25,10 @@ use tokio::time::Instant;
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError};
 
-mod outbox;
+pub mod outbox;
+mod rows;
 
-pub use outbox::MemoryLease;
-use outbox::{CommitSignal, Rows};
+use rows::{CommitSignal, Rows};
 
 /// An in-process [`InboxStore`]: see the [module docs](self). Clones share the store.
 ///

@@ -6,105 +6,17 @@
 //! as a database's row locks are, so a second writer of a key finds it taken and the relay never
 //! reads a row whose cancel is still to commit; a rollback undoes them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::MutexGuard;
 use std::time::Duration;
 
 use tokio::sync::{watch, OwnedMutexGuard};
 use tokio::time::Instant;
 
+use super::rows::{KeyState, Rows, Stored};
 use super::{MemoryStore, MemoryTransaction, Shared};
 use crate::store::{
     Backlog, Cancellation, Due, Leased, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
-    SCHEDULE_KEY_RETENTION,
 };
-
-/// The outbox's committed rows, and what it knows of its schedule keys.
-#[derive(Default)]
-pub(super) struct Rows {
-    by_id: BTreeMap<i64, Stored>,
-    /// Each waiting row by when the relay may read it, then id.
-    by_ready: BTreeSet<(Instant, i64)>,
-    /// The id the last committed row got: ids follow commits.
-    last_id: i64,
-    /// Each schedule key of a destination, (destination, key), and where its row is.
-    keys: HashMap<(String, String), KeyState>,
-    /// Keys sent or cancelled, oldest first: forgotten after [`SCHEDULE_KEY_RETENTION`].
-    finished: VecDeque<(Instant, (String, String))>,
-}
-
-/// A committed row, with its times by tokio's clock.
-struct Stored {
-    row: OutboxRow,
-    due: Instant,
-    ready: Instant,
-}
-
-/// Where the row of a schedule key is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum KeyState {
-    /// Written by transaction `tx`, not yet committed.
-    Writing { tx: u64 },
-    /// Written and then cancelled by transaction `tx`, not yet committed: its commit writes
-    /// nothing.
-    WrittenCancelled { tx: u64 },
-    /// Committed, waiting as row `id`.
-    Pending { id: i64 },
-    /// Row `id`, cancelled by transaction `tx`, not yet committed: the relay does not read it.
-    Cancelling { id: i64, tx: u64 },
-    /// Row `id`, read by the relay's round under way.
-    InFlight { id: i64 },
-    /// Sent at this time.
-    Sent { at: Instant },
-    /// Cancelled at this time.
-    Cancelled { at: Instant },
-}
-
-/// The signal a commit changes: [`OutboxStore::commits`].
-pub(super) struct CommitSignal(watch::Sender<u64>);
-
-impl Default for CommitSignal {
-    fn default() -> Self {
-        Self(watch::channel(0).0)
-    }
-}
-
-impl CommitSignal {
-    fn bump(&self) {
-        self.0
-            .send_modify(|commits| *commits = commits.wrapping_add(1));
-    }
-}
-
-impl Rows {
-    /// Forgets the keys sent or cancelled longer than [`SCHEDULE_KEY_RETENTION`] ago (unless
-    /// written again since).
-    fn forget_old_keys(&mut self, now: Instant) {
-        while let Some((at, _)) = self.finished.front() {
-            if now.duration_since(*at) < SCHEDULE_KEY_RETENTION {
-                break;
-            }
-            let (at, key) = self.finished.pop_front().expect("just seen");
-            if matches!(
-                self.keys.get(&key),
-                Some(KeyState::Sent { at: when } | KeyState::Cancelled { at: when }) if *when == at
-            ) {
-                self.keys.remove(&key);
-            }
-        }
-    }
-
-    fn finish_key(&mut self, key: (String, String), state: KeyState, now: Instant) {
-        self.keys.insert(key.clone(), state);
-        self.finished.push_back((now, key));
-    }
-
-    fn remove(&mut self, id: i64) -> Option<Stored> {
-        let stored = self.by_id.remove(&id)?;
-        self.by_ready.remove(&(stored.ready, id));
-        Some(stored)
-    }
-}
 
 fn lock(shared: &Shared) -> MutexGuard<'_, Rows> {
     // Each change is made whole under the lock: a poisoned lock still holds whole rows.
@@ -406,6 +318,6 @@ impl OutboxStore for MemoryStore {
     }
 
     fn commits(&self) -> Option<watch::Receiver<u64>> {
-        Some(self.shared.commits.0.subscribe())
+        Some(self.shared.commits.subscribe())
     }
 }
