@@ -60,15 +60,26 @@ use crate::retry::backoff;
 use crate::task::CatchUnwind;
 use crate::transport::{ReceiveMessage, ReceivedMessage, TransportError};
 
-/// The system attributes a delivery reads (`Delivery::new`, the message-age metric); asking for
-/// `All` would have each message carry the rest too, built and copied for nobody.
-const READ_ATTRIBUTES: [&str; 6] = [
+/// The system attributes a delivery reads (`Delivery::new`, the message-age metric, the trace's
+/// X-Ray header) from a FIFO queue; asking for `All` would have each message carry the rest too,
+/// built and copied for nobody.
+const FIFO_ATTRIBUTES: [&str; 6] = [
     "AWSTraceHeader",
     "ApproximateReceiveCount",
     "SentTimestamp",
     "MessageGroupId",
     "MessageDeduplicationId",
     "SequenceNumber",
+];
+
+/// The same from a standard queue: SQS gives a standard queue's messages no deduplication id
+/// and no sequence number, so they are not asked for; a group id it gives (a fair queue's
+/// messages carry one).
+const STANDARD_ATTRIBUTES: [&str; 4] = [
+    "AWSTraceHeader",
+    "ApproximateReceiveCount",
+    "SentTimestamp",
+    "MessageGroupId",
 ];
 
 /// How long past its long poll a receive may take before the engine gives it up.
@@ -334,7 +345,15 @@ impl Intake {
             let mut request = ReceiveMessage::new(batch_size as i32)
                 .wait_time_seconds(wait.as_secs() as i32)
                 .visibility_timeout(visibility.as_secs() as i32)
-                .system_attribute_names(READ_ATTRIBUTES);
+                .system_attribute_names(
+                    if self.fifo {
+                        &FIFO_ATTRIBUTES[..]
+                    } else {
+                        &STANDARD_ATTRIBUTES[..]
+                    }
+                    .iter()
+                    .copied(),
+                );
             if self.fifo {
                 // A receive the SDK retries after a lost answer then gets the same messages back,
                 // instead of leaving them (and their groups) invisible for a visibility timeout.

@@ -205,9 +205,16 @@ impl CallLatency {
 }
 
 /// An engine task whose panic is logged; the messages it held are released by the heartbeat.
-pub(crate) async fn guarded(task: impl Future<Output = ()>) {
-    if let Err(panic) = crate::task::CatchUnwind::new(Box::pin(task)).await {
-        tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
+///
+/// `task` is boxed here, before the task is spawned, not at its first poll: the future spawned
+/// is then a pointer and a little state, where it would otherwise hold `task` whole (a message's
+/// task is kilobytes) and be copied whole into the task and again into its stage.
+pub(crate) fn guarded(task: impl Future<Output = ()>) -> impl Future<Output = ()> {
+    let task = crate::task::CatchUnwind::new(Box::pin(task));
+    async move {
+        if let Err(panic) = task.await {
+            tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
+        }
     }
 }
 
