@@ -92,6 +92,7 @@ pub(crate) mod dispatch;
 pub(crate) mod event;
 pub(crate) mod extend;
 pub(crate) mod held;
+mod keys;
 mod lane;
 pub(crate) mod lanes;
 mod parts;
