@@ -124,6 +124,12 @@ fn differing_setting(first: &Subscriber, second: &Subscriber) -> Option<&'static
         "handler timeout"
     } else if x.delete_run != y.delete_run {
         "delete run"
+    } else if x.flow.rate_limit != y.flow.rate_limit {
+        "rate limit"
+    } else if x.flow.backpressure != y.flow.backpressure {
+        "backpressure"
+    } else if x.flow.per_key != y.flow.per_key {
+        "in-flight limit per key"
     } else if a.dead_letter != b.dead_letter {
         "dead-letter queue"
     } else if a.subscriptions != b.subscriptions {

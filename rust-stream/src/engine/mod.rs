@@ -17,8 +17,11 @@
 //!    batch from the dispatcher (the subscription's *capacity*: one batch per poller beyond what
 //!    the handlers work through: a message per handler slot, on FIFO a batch per slot, as a slot
 //!    there works through a group's run), and on FIFO waits until fewer groups run than the concurrency; then it
-//!    long-polls, opens a lease per message, and hands each on as a `held::Held`: its delivery,
-//!    its lease, its room.
+//!    asks the subscription's flow ([`crate::flow`]: none while its backpressure is tripped, no
+//!    more messages than its rate limit has tokens), long-polls for that many, opens a lease per
+//!    message, and hands each on as a `held::Held`: its delivery, its lease, its room. Under a
+//!    per-key in-flight limit (`keys.rs`) a message whose key is full waits for it, held, up to
+//!    a bound, and beyond it is given back at once.
 //! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
 //!    slot in a task of its own; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
 //!    whose task (`lane.rs`) runs one message at a time in sequence order, while lanes of different
@@ -92,6 +95,7 @@ pub(crate) mod dispatch;
 pub(crate) mod event;
 pub(crate) mod extend;
 pub(crate) mod held;
+mod keys;
 mod lane;
 pub(crate) mod lanes;
 mod parts;

@@ -100,6 +100,23 @@ pub enum ConfigError {
         /// The number of pollers given.
         got: usize,
     },
+    /// A rate limit that cannot work: 0 messages, a period of zero, a burst of 0, or more than
+    /// one message a nanosecond.
+    #[error("rate limit `{limit}`: {reason}")]
+    RateLimit {
+        /// The limit's name (a subscription's own is named after its queue).
+        limit: String,
+        /// What is wrong, and what to give instead.
+        reason: String,
+    },
+    /// A per-key in-flight limit that cannot work: 0 messages a key, or on a FIFO queue.
+    #[error("queue `{queue}`: `.max_in_flight_per(..)`: {reason}")]
+    InFlightPerKey {
+        /// The queue.
+        queue: String,
+        /// What is wrong, and what to do.
+        reason: &'static str,
+    },
     /// The retry policy would retry at once or past SQS's limits.
     #[error("queue `{queue}`: retry policy: {reason}; change `.retry(..)`")]
     Retry {

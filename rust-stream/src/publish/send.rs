@@ -12,6 +12,7 @@ use super::history::Held;
 use super::publisher::Publisher;
 use crate::codec::{Codec, Json};
 use crate::handler::outgoing::Outgoing;
+use crate::model::flow::RateLimit;
 use crate::model::rules;
 use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
 
@@ -132,7 +133,11 @@ impl Outgoing {
         destination
             .check_message(as_sent.as_ref().unwrap_or(&message))
             .map_err(PublishError::rejected(destination.name()))?;
-        Ok((Publisher::from_sink(self.sink), message))
+        let publisher = Publisher::from_sink(self.sink);
+        if let Some(problem) = publisher.rate_limit_of().and_then(RateLimit::problem) {
+            return Err(PublishError::Config(problem));
+        }
+        Ok((publisher, message))
     }
 
     /// Sends the message now (batched with other sends to its queue).
@@ -187,6 +192,9 @@ pub(super) async fn send_request(
     let core = publisher.core().ok_or_else(|| PublishError::Unbound {
         queue: destination.name().to_owned(),
     })?;
+    if let Some(limit) = publisher.rate_limit_of() {
+        limit.wait_for(1).await;
+    }
     core.send_to(destination, std::iter::once(message))
         .await
         .pop()
