@@ -58,6 +58,8 @@ impl Parts {
                     "VisibilityTimeout",
                     "RedrivePolicy",
                     "ContentBasedDeduplication",
+                    "DeduplicationScope",
+                    "FifoThroughputLimit",
                 ],
             )
             .await

@@ -147,6 +147,24 @@ pub(super) fn compare_with_declaration(
             );
         }
     }
+    if queue.high_throughput {
+        for (attribute, declared) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+            if actual(attribute) != declared {
+                // The consumer works either way: the queue's throughput quota, or the scope of its
+                // deduplication ids, is not what the declaration asks for.
+                tracing::warn!(
+                    messaging.destination.name = %queue.name,
+                    attribute,
+                    declared,
+                    actual = %actual(attribute),
+                    "the queue is declared `.high_throughput()` but its attribute differs: without both \
+                     DeduplicationScope=messageGroup and FifoThroughputLimit=perMessageGroupId the queue's throughput \
+                     quota is per queue, and with DeduplicationScope=queue a deduplication id counts across groups; \
+                     set both with SetQueueAttributes"
+                );
+            }
+        }
+    }
     if queue.dead_letter.is_some() && actual("RedrivePolicy").is_empty() {
         tracing::warn!(
             messaging.destination.name = %queue.name,

@@ -141,6 +141,12 @@ pub enum ConfigError {
         /// The queue.
         queue: String,
     },
+    /// High-throughput FIFO asked of a standard queue.
+    #[error("queue `{queue}`: high throughput is a FIFO queue's setting (a name ending in `.fifo`); a standard queue's throughput is not limited per queue, remove `.high_throughput()`")]
+    HighThroughput {
+        /// The queue.
+        queue: String,
+    },
     /// A subscriber reads state the app did not register.
     #[error("queue `{queue}`: the subscriber reads state `{type_name}`, which the app does not have; add `.with_state(..)` to the app")]
     MissingState {
