@@ -86,6 +86,12 @@ pub(super) fn problems(
             max: crate::model::queue::MAX_BATCH_LINGER,
         });
     }
+    if let Some(got) = client
+        .backlog_interval()
+        .filter(|interval| *interval < Duration::from_secs(1))
+    {
+        problems.push(ConfigError::BacklogInterval { got });
+    }
     problems.extend(client.conflicting_declarations(crate::subscriber::declarations(subscribers)));
     problems
 }

@@ -141,6 +141,12 @@ pub enum ConfigError {
         /// The queue.
         queue: String,
     },
+    /// A backlog interval under a second (`SqsBroker::backlog_interval`).
+    #[error("backlog interval {got:?} is under a second: each interval costs a GetQueueAttributes call a queue; use at least 1 s, or `.no_backlog_gauges()`")]
+    BacklogInterval {
+        /// The interval given.
+        got: std::time::Duration,
+    },
     /// High-throughput FIFO asked of a standard queue.
     #[error("queue `{queue}`: high throughput is a FIFO queue's setting (a name ending in `.fifo`); a standard queue's throughput is not limited per queue, remove `.high_throughput()`")]
     HighThroughput {
