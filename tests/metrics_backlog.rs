@@ -242,7 +242,10 @@ async fn the_oldest_age_grows_by_the_interval_while_nothing_is_received() {
         sleep(INTERVAL).await;
         let age = gauge(QUEUE_OLDEST_AGE, name).expect("the gauge is set");
         let grown = before + f64::from(round) * INTERVAL.as_secs_f64();
-        assert!((age - grown).abs() < 1e-6, "round {round}: {age} s, not {grown} s");
+        assert!(
+            (age - grown).abs() < 1e-6,
+            "round {round}: {age} s, not {grown} s"
+        );
     }
     assert_eq!(
         gauge(QUEUE_VISIBLE, name),
