@@ -327,7 +327,11 @@ impl Handle<Payment> for Audit {
 
 fn every_declaration() -> Value {
     let broker = SqsBroker::in_process();
-    let _refunds = broker.publisher(SqsQueue::new("refunds.fifo").content_based_dedup());
+    let _refunds = broker.publisher(
+        SqsQueue::new("refunds.fifo")
+            .content_based_dedup()
+            .high_throughput(),
+    );
     // A publisher takes any type; this one says what it sends, once by schema, once by name.
     let _notices = broker
         .publisher("notices")
@@ -390,6 +394,9 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
         channels["refunds.fifo"]["bindings"]["sqs"]["queue"]["x-contentBasedDeduplication"],
         true
     );
+    let refunds = &channels["refunds.fifo"]["bindings"]["sqs"]["queue"];
+    assert_eq!(refunds["deduplicationScope"], "messageGroup");
+    assert_eq!(refunds["fifoThroughputLimit"], "perMessageGroupId");
 
     let operations = &document["operations"];
     let mut ids: Vec<&String> = operations.as_object().expect("operations").keys().collect();

@@ -556,6 +556,16 @@ fn channel_object(channel: &Channel) -> Value {
     if queue.content_based_dedup {
         binding_queue["x-contentBasedDeduplication"] = json!(true);
     }
+    if queue.high_throughput {
+        for (attribute, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+            // The binding's own fields, named as the attributes are but in lower camel case.
+            let field = match attribute {
+                "DeduplicationScope" => "deduplicationScope",
+                _ => "fifoThroughputLimit",
+            };
+            binding_queue[field] = json!(value);
+        }
+    }
     let mut binding = json!({ "bindingVersion": SQS_BINDING_VERSION });
     if let Some(dead_letter) = &queue.dead_letter {
         binding_queue["redrivePolicy"] = json!({

@@ -138,6 +138,8 @@ fn differing_setting(first: &Subscriber, second: &Subscriber) -> Option<&'static
         "create-if-missing"
     } else if a.content_based_dedup != b.content_based_dedup {
         "content-based deduplication"
+    } else if a.high_throughput != b.high_throughput {
+        "high throughput"
     } else {
         "settings"
     })

@@ -158,6 +158,18 @@ pub enum ConfigError {
         /// The queue.
         queue: String,
     },
+    /// A backlog interval under a second (`SqsBroker::backlog_interval`).
+    #[error("backlog interval {got:?} is under a second: each interval costs a GetQueueAttributes call a queue; use at least 1 s, or `.no_backlog_gauges()`")]
+    BacklogInterval {
+        /// The interval given.
+        got: std::time::Duration,
+    },
+    /// High-throughput FIFO asked of a standard queue.
+    #[error("queue `{queue}`: high throughput is a FIFO queue's setting (a name ending in `.fifo`); a standard queue's throughput is not limited per queue, remove `.high_throughput()`")]
+    HighThroughput {
+        /// The queue.
+        queue: String,
+    },
     /// A subscriber reads state the app did not register.
     #[error("queue `{queue}`: the subscriber reads state `{type_name}`, which the app does not have; add `.with_state(..)` to the app")]
     MissingState {

@@ -277,9 +277,11 @@ fn merge(merged: &mut SqsQueue, queue: &SqsQueue) -> Vec<Disagreement> {
         (None, Some(second)) => merged.consumer.visibility_timeout = Some(second),
         _ => {}
     }
-    // Asking for creation or content-based deduplication in one place asks for the queue.
+    // Asking for creation, content-based deduplication or high throughput in one place asks for
+    // the queue.
     merged.create_if_missing |= queue.create_if_missing;
     merged.content_based_dedup |= queue.content_based_dedup;
+    merged.high_throughput |= queue.high_throughput;
     for subscription in &queue.subscriptions {
         let earlier = merged
             .subscriptions

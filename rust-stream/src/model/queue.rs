@@ -30,6 +30,8 @@ pub struct SqsQueue {
     pub(crate) name: String,
     pub(crate) create_if_missing: bool,
     pub(crate) content_based_dedup: bool,
+    /// FIFO high throughput: `DeduplicationScope=messageGroup`, `FifoThroughputLimit=perMessageGroupId`.
+    pub(crate) high_throughput: bool,
     pub(crate) dead_letter: Option<DeadLetter>,
     /// The topics SNS delivers to this queue, in the order declared, one per topic.
     pub(crate) subscriptions: Vec<TopicSubscription>,
@@ -64,6 +66,14 @@ pub(crate) fn receive_visibility(visibility: Duration, reserve: Duration) -> Dur
     let seconds = asked.as_secs() + u64::from(asked.subsec_nanos() > 0);
     Duration::from_secs(seconds.min(visibility.as_secs().max(1)))
 }
+
+/// The attributes of a high-throughput FIFO queue ([`SqsQueue::high_throughput`]), both needed
+/// (SQS takes `perMessageGroupId` only with `messageGroup`): the throughput quota per message
+/// group, deduplication within it.
+pub(crate) const HIGH_THROUGHPUT_FIFO: [(&str, &str); 2] = [
+    ("DeduplicationScope", "messageGroup"),
+    ("FifoThroughputLimit", "perMessageGroupId"),
+];
 
 /// Most handlers one subscription runs at once.
 pub(crate) const MAX_CONCURRENCY: usize = 100_000;
@@ -150,6 +160,7 @@ impl SqsQueue {
             name: name.into(),
             create_if_missing: false,
             content_based_dedup: false,
+            high_throughput: false,
             dead_letter: None,
             subscriptions: Vec::new(),
             consumer: ConsumerSettings::default(),
@@ -178,6 +189,20 @@ impl SqsQueue {
     /// here, and when publishing without a `dedup_id`.
     pub fn content_based_dedup(mut self) -> Self {
         self.content_based_dedup = true;
+        self
+    }
+
+    /// On a FIFO queue: high throughput, SQS's `DeduplicationScope=messageGroup` and
+    /// `FifoThroughputLimit=perMessageGroupId`, set when the queue is created here. The queue's
+    /// throughput quota then applies per message group instead of to the whole queue (see
+    /// `docs/fifo.md`, "Throughput"), and a deduplication id counts within its message group
+    /// only: the same id sent in another group within the five minutes is a new message.
+    ///
+    /// An existing queue without the two attributes is a startup warning naming each (the
+    /// consumer works either way; the throughput and the deduplication differ). A standard queue
+    /// has neither: declared on one, the app does not start (`ConfigError::HighThroughput`).
+    pub fn high_throughput(mut self) -> Self {
+        self.high_throughput = true;
         self
     }
 
@@ -486,6 +511,9 @@ impl SqsQueue {
         }
         if self.content_based_dedup && !self.is_fifo() {
             problems.push(ConfigError::ContentBasedDedup { queue: queue() });
+        }
+        if self.high_throughput && !self.is_fifo() {
+            problems.push(ConfigError::HighThroughput { queue: queue() });
         }
         for (index, subscription) in self.subscriptions.iter().enumerate() {
             let topic = &subscription.topic.name;
