@@ -122,6 +122,10 @@ impl<S: OutboxStore> Outbox<S> {
     /// relay creates it when it is declared `create_if_missing`; an unbound one
     /// ([`Publisher::new`]) serves code that writes rows without a broker at hand.
     pub fn new(store: S, publisher: Publisher) -> Self {
+        // The broker's AsyncAPI document notes that the destination's messages may be scheduled.
+        if let Some(core) = publisher.core() {
+            core.declarations().outbox(publisher.destination());
+        }
         Self { store, publisher }
     }
 
