@@ -12,6 +12,11 @@ pub use super::error::ErrorKind;
 use super::error::TransportError;
 use super::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
 
+mod schedule;
+
+pub(crate) use schedule::{due_in, due_in_the_past, sqs_keeps_delay};
+pub use schedule::{MAX_DELAY_SECONDS, MAX_SCHEDULE, PAST_DUE_TOLERANCE};
+
 /// Largest message: body and message attributes together, in bytes (1 MiB since 2025-08).
 pub const MAX_MESSAGE_SIZE: usize = 1_048_576;
 /// Most entries in one `SendMessageBatch`, `DeleteMessageBatch` or `ChangeMessageVisibilityBatch`.
@@ -25,8 +30,6 @@ pub const MAX_RECEIVE_MESSAGES: i32 = 10;
 pub const MAX_WAIT_TIME_SECONDS: i32 = 20;
 /// Longest visibility timeout, and the cap on a message's total invisibility after a receive.
 pub const MAX_VISIBILITY_TIMEOUT_SECONDS: i32 = 43_200;
-/// Longest delay of a queue or a message, in seconds.
-pub const MAX_DELAY_SECONDS: i32 = 900;
 /// Most message attributes on one message.
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 /// How long a FIFO queue remembers a deduplication id or a receive request attempt id.
@@ -41,46 +44,6 @@ pub const MAX_QUEUE_NAME_LEN: usize = 80;
 pub const MAX_TOKEN_LEN: usize = 128;
 /// Longest batch entry id.
 pub const MAX_BATCH_ENTRY_ID_LEN: usize = 80;
-
-/// The furthest ahead an outbox schedules a message: 366 days.
-pub const MAX_SCHEDULE: Duration = Duration::from_secs(366 * 24 * 3600);
-
-/// How far in the past a due time (`deliver_at`) may be and still mean "now" (a time computed
-/// as "now" a moment before the write): 60 s.
-pub const PAST_DUE_TOLERANCE: Duration = Duration::from_secs(60);
-
-/// How long from `now` until `at`: zero for a time at most [`PAST_DUE_TOLERANCE`] ago, and
-/// `Err(how far in the past)` for one further back.
-pub(crate) fn due_in(
-    at: std::time::SystemTime,
-    now: std::time::SystemTime,
-) -> Result<Duration, Duration> {
-    match at.duration_since(now) {
-        Ok(ahead) => Ok(ahead),
-        Err(past) if past.duration() <= PAST_DUE_TOLERANCE => Ok(Duration::ZERO),
-        Err(past) => Err(past.duration()),
-    }
-}
-
-/// The refusal of a due time `past` in the past, further back than [`PAST_DUE_TOLERANCE`].
-pub(crate) fn due_in_the_past(past: Duration) -> TransportError {
-    TransportError::service(
-        ErrorKind::InvalidParameterValue,
-        format!(
-            "the message is due {past:?} in the past, more than the {PAST_DUE_TOLERANCE:?} a time \
-             computed as \"now\" may lag: check the time's clock and zone, or send it without a \
-             due time"
-        ),
-    )
-}
-
-/// Whether SQS itself keeps a message's delay of `delay`: a per-message `DelaySeconds` exists
-/// on a standard queue only (a FIFO queue refuses one, SNS has none), up to
-/// [`MAX_DELAY_SECONDS`]. A delay it does not keep goes through an outbox, which keeps any up to
-/// [`MAX_SCHEDULE`].
-pub(crate) fn sqs_keeps_delay(delay: Duration, standard_queue: bool) -> bool {
-    delay.is_zero() || (standard_queue && delay <= Duration::from_secs(MAX_DELAY_SECONDS as u64))
-}
 
 pub(crate) fn fail<T>(kind: ErrorKind, message: impl Into<String>) -> Result<T, TransportError> {
     Err(TransportError::service(kind, message))
