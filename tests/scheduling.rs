@@ -8,6 +8,9 @@
 //! - a reschedule (cancel and write again under the key, in one transaction);
 //! - a FIFO group's unscheduled messages written after a scheduled one go at once;
 //! - bad inputs: a due time in the past, too far ahead, a key in use;
+//! - a handler's output due in three days, written to the outbox in its inbox's transaction:
+//!   sent then, never from a failed attempt; refused where nothing keeps it (no outbox, or an
+//!   inbox whose store keeps none);
 //! - the schedule's metrics: scheduled, waiting, cancelled, lateness.
 
 mod common;
@@ -21,9 +24,9 @@ use rust_stream::outbox::{Outbox, OutboxError, MAX_SCHEDULE};
 use rust_stream::prelude::*;
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::store::Cancellation;
-use rust_stream::testing::TestApp;
+use rust_stream::testing::{Settled, TestApp};
 use rust_stream::transport::{DeleteEntry, ReceiveMessage};
-use rust_stream::Publisher;
+use rust_stream::{Output, Publisher};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -621,6 +624,259 @@ async fn a_sqlite_store_refuses_a_scheduled_message_rather_than_send_it_early() 
         .await
         .unwrap();
     assert_eq!(rows, 1, "only the unscheduled message");
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+/// A handler that publishes, at each attempt, a reminder due `due` later (its `n` the attempt),
+/// and fails its first attempt after publishing when `fail_first`.
+#[derive(Clone)]
+struct Remind {
+    due: Duration,
+    fail_first: bool,
+    runs: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Remind {
+    fn new(due: Duration) -> Self {
+        Self {
+            due,
+            fail_first: false,
+            runs: Arc::default(),
+        }
+    }
+
+    fn runs(&self) -> u32 {
+        self.runs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Handle<Reminder, Output<Reminder>> for Remind {
+    async fn handle(
+        &self,
+        order: &Reminder,
+        reminders: &Output<Reminder>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let attempt = ctx.attempt();
+        let output = reminder(attempt, self.due, &order.group);
+        ctx.publish(
+            reminders
+                .message(&output)
+                .group_id(&order.group)
+                .delay(self.due),
+        );
+        if self.fail_first && attempt == 1 {
+            return Err(HandlerOutcome::failed("fails after publishing"));
+        }
+        Ok(())
+    }
+}
+
+/// The `orders` queue: retried a second after a failure.
+fn orders() -> SqsQueue {
+    SqsQueue::new("orders")
+        .create_if_missing()
+        .retry(rust_stream::RetryPolicy::fixed(Duration::from_secs(1)))
+}
+
+/// An app whose `orders` subscription runs `remind` with `to` as its output, behind an inbox
+/// in `store` when there is one, and the store's relay.
+async fn reminding(
+    broker: &SqsBroker,
+    remind: &Remind,
+    to: &str,
+    store: Option<&MemoryStore>,
+) -> TestApp {
+    let output = Output::<Reminder>::new(SqsQueue::new(to).create_if_missing());
+    let app = RustStream::new(AppInfo::new("scheduling", "0")).with_broker(broker.clone(), |b| {
+        let subscription = subscriber(orders(), remind.clone()).outputs(output);
+        match store {
+            Some(store) => {
+                b.include(
+                    subscription
+                        .idempotent(rust_stream::inbox::Inbox::new(store.clone()))
+                        .build(),
+                );
+                b.worker(broker.relay(store.clone()));
+            }
+            None => {
+                b.include(subscription.build());
+            }
+        }
+    });
+    TestApp::spawn(app).await.expect("the app starts")
+}
+
+/// Sends the order, keyed `order-1` for an inbox.
+async fn place_order(broker: &SqsBroker) {
+    broker
+        .publisher(orders())
+        .message(&reminder(0, Duration::ZERO, "acct-7"))
+        .header(rust_stream::IDEMPOTENCY_KEY_HEADER, "order-1")
+        .send()
+        .await
+        .expect("the order is sent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_output_due_in_three_days_arrives_then_and_not_earlier() {
+    for to in ["reminders", "dunning.fifo"] {
+        let start = Instant::now();
+        let account = Account::new();
+        let broker = SqsBroker::with_account(&account);
+        let store = MemoryStore::new();
+        let remind = Remind::new(3 * DAY);
+        let running = reminding(&broker, &remind, to, Some(&store)).await;
+        let (seen, consumer) = consume(&account, to, start);
+        place_order(&broker).await;
+        // A copy of the order, acked by the inbox without running the handler, writes no row.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        place_order(&broker).await;
+
+        tokio::time::sleep(3 * DAY - HOUR).await;
+        assert_eq!(store.completed(), 1, "{to}: the order was handled, once");
+        assert_eq!(
+            store.outbox_rows().len(),
+            1,
+            "{to}: its output waits in the outbox"
+        );
+        // A standard queue's row goes up to 900 s early, delayed by SQS for the rest.
+        tokio::time::sleep(HOUR - Duration::from_secs(60)).await;
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "{to}: nothing before it is due"
+        );
+
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{to}: the output arrived once: {seen:?}");
+        let (at, output) = &seen[0];
+        assert!(
+            *at >= 3 * DAY && *at < 3 * DAY + Duration::from_secs(60),
+            "{to}: due at 3 days, visible at {at:?}"
+        );
+        assert_eq!((output.n, output.group.as_str()), (1, "acct-7"));
+        assert_eq!(remind.runs(), 1);
+        assert!(
+            store.outbox_rows().is_empty(),
+            "{to}: the row is sent and gone"
+        );
+        consumer.abort();
+        running.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempts_scheduled_output_is_rolled_back_and_never_sent() {
+    let start = Instant::now();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let store = MemoryStore::new();
+    let remind = Remind {
+        fail_first: true,
+        ..Remind::new(3 * DAY)
+    };
+    let running = reminding(&broker, &remind, "reminders", Some(&store)).await;
+    let (seen, consumer) = consume(&account, "reminders", start);
+    place_order(&broker).await;
+
+    tokio::time::sleep(4 * DAY).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(remind.runs(), 2, "the failed attempt, then the acked one");
+    let attempts: Vec<u32> = seen.iter().map(|(_, output)| output.n).collect();
+    assert_eq!(attempts, [2], "only the acked attempt's output is sent");
+    assert!(seen[0].0 >= 3 * DAY, "{:?}", seen[0].0);
+    consumer.abort();
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_output_beyond_sqs_delays_is_refused_without_an_outbox_and_nothing_sent() {
+    // A delay beyond 900 s on a standard queue, any delay on a FIFO queue: SQS keeps neither.
+    for (to, due) in [
+        ("reminders", 3 * DAY),
+        ("dunning.fifo", Duration::from_secs(60)),
+    ] {
+        let start = Instant::now();
+        let account = Account::new();
+        let broker = SqsBroker::with_account(&account);
+        let recorder = broker.recorder();
+        let remind = Remind::new(due);
+        let running = reminding(&broker, &remind, to, None).await;
+        let (seen, consumer) = consume(&account, to, start);
+        place_order(&broker).await;
+
+        // The recorder notes every send, delayed or not: none was made.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(
+            remind.runs() >= 2,
+            "{to}: the attempt failed and was retried"
+        );
+        assert!(recorder.published(to).is_empty(), "{to}: no output sent");
+        assert!(seen.lock().unwrap().is_empty(), "{to}: no output sent");
+        let settled: Vec<Settled> = recorder
+            .handled("orders")
+            .iter()
+            .map(|handled| handled.settled)
+            .collect();
+        assert!(
+            !settled.is_empty() && settled.iter().all(|s| *s == Settled::Retried),
+            "{to}: never acked: {settled:?}"
+        );
+        consumer.abort();
+        running.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_inbox_whose_store_keeps_no_outbox_refuses_a_scheduled_output_and_commits_nothing() {
+    use rust_stream::store::sqlite::SqliteStore;
+    let path = std::env::temp_dir().join(format!(
+        "rust-stream-scheduled-output-{}-{:08x}.db",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let store = SqliteStore::open(&path).await.unwrap();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let recorder = broker.recorder();
+    let remind = Remind::new(3 * DAY);
+    let app = RustStream::new(AppInfo::new("scheduling", "0")).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(orders(), remind.clone())
+                .outputs(Output::<Reminder>::new(
+                    SqsQueue::new("reminders").create_if_missing(),
+                ))
+                .idempotent(rust_stream::inbox::Inbox::new(store.clone()))
+                .build(),
+        );
+    });
+    let running = TestApp::spawn(app).await.expect("the app starts");
+    place_order(&broker).await;
+    rust_stream::testing::eventually("the attempt retried", async || remind.runs() >= 2).await;
+    running.stop().await.unwrap();
+
+    assert!(recorder.published("reminders").is_empty());
+    for (table, count) in [
+        (
+            "rust_stream_inbox",
+            "SELECT count(*) FROM rust_stream_inbox",
+        ),
+        (
+            "rust_stream_outbox",
+            "SELECT count(*) FROM rust_stream_outbox",
+        ),
+    ] {
+        let rows: i64 = sqlx::query_scalar(count)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "{table}: the attempt's transaction rolled back");
+    }
     drop(store);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));

@@ -106,10 +106,18 @@ impl Outgoing {
             });
         }
         let group = self.group().map(str::to_owned);
+        let delay = match self.due_in() {
+            Some(Err(past)) => {
+                return Err(PublishError::rejected(destination.name())(
+                    rules::due_in_the_past(past),
+                ))
+            }
+            due => due.map(Result::unwrap_or_default),
+        };
         let body = self.body.map_err(PublishError::Encode)?;
         let mut message = SendMessage::new(body);
         message.message_attributes = self.headers;
-        if let Some(delay) = self.delay {
+        if let Some(delay) = delay {
             // Saturating: `Duration::MAX` must be refused by the delay rule, not overflow here.
             let seconds = delay
                 .as_secs()

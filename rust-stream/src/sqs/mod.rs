@@ -471,16 +471,17 @@ impl Broker for SqsBroker {
     }
 
     fn asyncapi(&self, info: &AppInfo, subscribers: &[Subscriber]) -> serde_json::Value {
-        let (declarations, published, published_topics) = {
+        let (declarations, published, published_topics, outboxes) = {
             let registry = self.core.declarations();
             (
                 registry.documented(crate::subscriber::declarations(subscribers)),
                 registry.published(),
                 registry.published_topics(),
+                registry.outboxes(),
             )
         };
         let merged = |queue: &SqsQueue| declarations.merged(queue);
-        let mut writer = crate::asyncapi::Writer::new(info, &merged);
+        let mut writer = crate::asyncapi::Writer::new(info, &merged).outboxes(outboxes);
         writer.routed(
             crate::routing::routed_queues(subscribers),
             &self.core.type_header(),

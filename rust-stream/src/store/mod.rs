@@ -184,6 +184,25 @@ pub trait InboxStore: Clone + Send + Sync + 'static {
     /// Deletes up to `limit` completed keys whose retention has passed; answers how many it
     /// deleted (fewer than `limit`: none are left for now).
     fn sweep(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Whether the store keeps an outbox that [`write_outbox`](Self::write_outbox) writes in the
+    /// claim's transaction, scheduled rows included: the in-process store does. Not by default.
+    const OUTBOX_IN_TRANSACTION: bool = false;
+
+    /// Writes `row` to the store's outbox through `transaction`, the claim's, as
+    /// [`OutboxStore::write`] does: what the inbox does with a handler's output whose delay SQS
+    /// cannot keep itself (beyond 900 s, or on a FIFO queue or a topic), so that the store's
+    /// relay sends it when due, and only if the handler's transaction commits. By default the
+    /// store keeps no such outbox ([`OUTBOX_IN_TRANSACTION`](Self::OUTBOX_IN_TRANSACTION) is
+    /// false) and this answers [`StoreError::SchedulingUnsupported`].
+    fn write_outbox(
+        &self,
+        transaction: &mut Self::Transaction,
+        row: NewOutboxRow<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (transaction, row);
+        std::future::ready(Err(StoreError::SchedulingUnsupported))
+    }
 }
 
 /// A store on a SQL database, SQLite or PostgreSQL: what a service written once for both names
