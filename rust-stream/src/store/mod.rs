@@ -424,8 +424,9 @@ pub enum StoreError {
 }
 
 /// The schema version this release's database stores migrate to: what `rust_stream_schema`
-/// records last (1: the inbox; 2: the producers' command history; 3: the outbox).
-pub const SCHEMA_VERSION: i64 = 3;
+/// records last (1: the inbox; 2: the producers' command history; 3: the outbox; 4: scheduled
+/// outbox rows).
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// One step of a database store's schema: the statements that take it from the version before to
 /// `version`. Each store keeps its own list, oldest first; a release that adds tables (the outbox)

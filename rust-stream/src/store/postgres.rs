@@ -128,7 +128,37 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         );
     ",
     },
+    Migration {
+        version: 4,
+        statements: SCHEDULE_SCHEMA,
+    },
 ];
+
+/// Scheduled rows (schema version 4), as on SQLite: a row is due at `due_at` and the relay may
+/// read it from `ready_at`; rows written before this version are due when they were written.
+/// `relaying` marks a keyed row a relay's round has read; `rust_stream_outbox_keys` remembers
+/// keys sent or cancelled. This store does not write scheduled rows yet: its rows are due when
+/// written (the columns' defaults).
+const SCHEDULE_SCHEMA: &str = "
+    ALTER TABLE rust_stream_outbox
+        ADD COLUMN due_at timestamptz NOT NULL DEFAULT now(),
+        ADD COLUMN ready_at timestamptz NOT NULL DEFAULT now(),
+        ADD COLUMN scheduled boolean NOT NULL DEFAULT false,
+        ADD COLUMN schedule_key text,
+        ADD COLUMN relaying boolean NOT NULL DEFAULT false;
+    UPDATE rust_stream_outbox SET due_at = created_at, ready_at = created_at;
+    CREATE INDEX rust_stream_outbox_ready ON rust_stream_outbox (ready_at, due_at, id);
+    CREATE UNIQUE INDEX rust_stream_outbox_key ON rust_stream_outbox (destination, schedule_key)
+        WHERE schedule_key IS NOT NULL;
+    CREATE TABLE rust_stream_outbox_keys (
+        destination text NOT NULL,
+        schedule_key text NOT NULL,
+        sent boolean NOT NULL,
+        finished_at timestamptz NOT NULL,
+        PRIMARY KEY (destination, schedule_key)
+    );
+    CREATE INDEX rust_stream_outbox_keys_finished_at ON rust_stream_outbox_keys (finished_at);
+";
 
 /// The first half of the advisory lock that a writer of an outbox row of a FIFO group holds to
 /// its commit (the second is a hash of the destination and the group), so that two transactions

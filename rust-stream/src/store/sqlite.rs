@@ -66,8 +66,9 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
-    leased, pending, retention_millis, timeout_millis, Cancellation, Claim, ClaimSettings, Due,
+    pending, retention_millis, timeout_millis, Backlog, Cancellation, Claim, ClaimSettings, Due,
     InboxKey, InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
+    SCHEDULE_KEY_RETENTION,
 };
 
 /// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
@@ -107,20 +108,104 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         ) STRICT;
     ",
     },
+    Migration {
+        version: 4,
+        statements: SCHEDULE_SCHEMA,
+    },
 ];
 
-const WRITE: &str = "
-    INSERT INTO rust_stream_outbox (destination, group_id, message, created_at)
-    VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000 AS INTEGER))";
+/// Scheduled rows (schema version 4). A row is due at `due_at` and the relay may read it from
+/// `ready_at` (earlier on a queue that takes `DelaySeconds`); rows written before this version
+/// are due when they were written. `relaying` marks a keyed row the relay's round has read, so a
+/// cancel after the read answers it sent. `rust_stream_outbox_keys` remembers the keys sent or
+/// cancelled, for [`SCHEDULE_KEY_RETENTION`](super::SCHEDULE_KEY_RETENTION). The index on
+/// `(ready_at, due_at, id)` keeps a round's read to the rows it may send, however many wait for
+/// later.
+const SCHEDULE_SCHEMA: &str = "
+    ALTER TABLE rust_stream_outbox ADD COLUMN due_at INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rust_stream_outbox ADD COLUMN ready_at INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rust_stream_outbox ADD COLUMN scheduled INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rust_stream_outbox ADD COLUMN schedule_key TEXT;
+    ALTER TABLE rust_stream_outbox ADD COLUMN relaying INTEGER NOT NULL DEFAULT 0;
+    UPDATE rust_stream_outbox SET due_at = created_at, ready_at = created_at;
+    CREATE INDEX rust_stream_outbox_ready ON rust_stream_outbox (ready_at, due_at, id);
+    CREATE UNIQUE INDEX rust_stream_outbox_key ON rust_stream_outbox (destination, schedule_key)
+        WHERE schedule_key IS NOT NULL;
+    CREATE TABLE rust_stream_outbox_keys (
+        destination TEXT NOT NULL,
+        schedule_key TEXT NOT NULL,
+        sent INTEGER NOT NULL,
+        finished_at INTEGER NOT NULL,
+        PRIMARY KEY (destination, schedule_key)
+    ) STRICT;
+    CREATE INDEX rust_stream_outbox_keys_finished_at ON rust_stream_outbox_keys (finished_at);
+";
 
-/// The oldest rows, with the whole backlog's size and the oldest row's age in milliseconds.
+/// Times are the store's clock (`?4`, see [`SqliteStore`]'s `clock`).
+const WRITE: &str = "
+    INSERT INTO rust_stream_outbox
+        (destination, group_id, message, created_at, due_at, ready_at, scheduled, schedule_key)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+/// The rows the relay may send at `?1`, earliest due first, ties in commit order: through the
+/// `(ready_at, due_at, id)` index, which skips the rows waiting for later.
 const LEASE: &str = "
-    SELECT id, destination, group_id, message, count(*) OVER () AS backlog,
-           CAST(CAST(unixepoch('subsec') * 1000 AS INTEGER) - min(created_at) OVER () AS REAL)
-               AS oldest_ms
+    SELECT id, destination, group_id, message, due_at, scheduled, schedule_key
     FROM rust_stream_outbox
-    ORDER BY id
-    LIMIT ?1";
+    WHERE ready_at <= ?1
+    ORDER BY due_at, id
+    LIMIT ?2";
+
+/// The backlog at `?1`, each figure from the `ready_at` index: the rows the relay may send
+/// (counted), the earliest of them, the rows waiting for later (counted), and the next of those.
+const BACKLOG: &str = "
+    SELECT (SELECT count(*) FROM rust_stream_outbox WHERE ready_at <= ?1) AS ready,
+           (SELECT min(ready_at) FROM rust_stream_outbox) AS first_ready,
+           (SELECT count(*) FROM rust_stream_outbox WHERE ready_at > ?1) AS later,
+           (SELECT min(ready_at) FROM rust_stream_outbox WHERE ready_at > ?1) AS next_ready";
+
+/// Marks the keyed rows a round read (ids as a JSON array), answering those still there: a
+/// cancel committed since the read deleted the others, which the round then leaves.
+const MARK_RELAYING: &str = "
+    UPDATE rust_stream_outbox SET relaying = 1
+    WHERE id IN (SELECT value FROM json_each(?1))
+    RETURNING id";
+
+const UNMARK_RELAYING: &str = "
+    UPDATE rust_stream_outbox SET relaying = 0 WHERE id IN (SELECT value FROM json_each(?1))";
+
+/// Remembers the keys of the sent rows (ids as a JSON array) before they are deleted.
+const REMEMBER_SENT: &str = "
+    INSERT INTO rust_stream_outbox_keys (destination, schedule_key, sent, finished_at)
+    SELECT destination, schedule_key, 1, ?2 FROM rust_stream_outbox
+    WHERE id IN (SELECT value FROM json_each(?1)) AND schedule_key IS NOT NULL
+    ON CONFLICT (destination, schedule_key) DO UPDATE
+        SET sent = 1, finished_at = excluded.finished_at";
+
+/// Forgets keys finished at or before `?1`.
+const FORGET_KEYS: &str = "DELETE FROM rust_stream_outbox_keys WHERE finished_at <= ?1";
+
+/// Cancels a waiting keyed row (not one the relay has read).
+const CANCEL: &str = "
+    DELETE FROM rust_stream_outbox
+    WHERE destination = ?1 AND schedule_key = ?2 AND relaying = 0
+    RETURNING id";
+
+const REMEMBER_CANCELLED: &str = "
+    INSERT INTO rust_stream_outbox_keys (destination, schedule_key, sent, finished_at)
+    VALUES (?1, ?2, 0, ?3)
+    ON CONFLICT (destination, schedule_key) DO UPDATE
+        SET sent = 0, finished_at = excluded.finished_at";
+
+/// A keyed row the relay has read, still there.
+const RELAYING: &str = "
+    SELECT EXISTS (SELECT 1 FROM rust_stream_outbox
+                   WHERE destination = ?1 AND schedule_key = ?2 AND relaying = 1)";
+
+/// A key sent (1) or cancelled (0) since `?3`.
+const FINISHED: &str = "
+    SELECT sent FROM rust_stream_outbox_keys
+    WHERE destination = ?1 AND schedule_key = ?2 AND finished_at > ?3";
 
 /// The ids come as one JSON array: one statement whatever their number.
 const DELETE_SENT: &str = "
@@ -258,6 +343,40 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The outbox relay's lease, in the one process that uses the file.
     relay: Arc<tokio::sync::Mutex<()>>,
+    /// The outbox's clock: see [`Clock`].
+    clock: Clock,
+}
+
+/// The outbox's clock, in milliseconds since the Unix epoch: the host's time when the store was
+/// opened, advanced by tokio's clock since. In a service that is the host's time (tokio's clock
+/// is the monotonic one); under a paused clock a schedule of days passes without waiting, as on
+/// the in-process store. The inbox and the command history keep SQLite's own clock.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    opened_ms: i64,
+    opened: tokio::time::Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Self {
+            opened_ms: since_epoch.as_millis() as i64,
+            opened: tokio::time::Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.opened_ms + self.opened.elapsed().as_millis() as i64
+    }
+}
+
+/// `duration` in whole milliseconds, rounded up (a row is never read before it is due).
+fn ceil_millis(duration: Duration) -> i64 {
+    let millis = duration.as_nanos().div_ceil(1_000_000);
+    retention_millis(Duration::from_millis(millis.min(u64::MAX as u128) as u64))
 }
 
 impl SqliteStore {
@@ -286,6 +405,7 @@ impl SqliteStore {
             Ok(Self {
                 pool,
                 relay: Arc::default(),
+                clock: Clock::new(),
             })
         })
         .await
@@ -442,10 +562,18 @@ impl InboxStore for SqliteStore {
     }
 }
 
-/// The SQLite relay's lease: the store's relay lock, held until the relay finishes.
+/// The SQLite relay's lease: the store's relay lock, held until the relay finishes, and the
+/// keyed rows its round marked read.
 #[derive(Debug)]
 pub struct SqliteLease {
     _held: OwnedMutexGuard<()>,
+    marked: Vec<i64>,
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|error| error.is_unique_violation())
 }
 
 impl OutboxStore for SqliteStore {
@@ -457,17 +585,32 @@ impl OutboxStore for SqliteStore {
         connection: &mut sqlx::SqliteConnection,
         row: NewOutboxRow<'_>,
     ) -> Result<(), StoreError> {
-        if !row.due_in.is_zero() || row.schedule_key.is_some() {
-            return Err(StoreError::SchedulingUnsupported);
-        }
         super::held(async move {
-            sqlx::query(WRITE)
+            let now = self.clock.now_ms();
+            let scheduled = !row.due_in.is_zero();
+            let due = now.saturating_add(ceil_millis(row.due_in));
+            let ready = due
+                .saturating_sub(row.send_early.as_millis() as i64)
+                .max(now);
+            let written = sqlx::query(WRITE)
                 .bind(row.destination)
                 .bind(row.group_id)
                 .bind(row.message)
+                .bind(now)
+                .bind(due)
+                .bind(ready)
+                .bind(scheduled)
+                .bind(row.schedule_key)
                 .execute(connection)
-                .await?;
-            Ok(())
+                .await;
+            match written {
+                Err(error) if is_unique_violation(&error) => Err(StoreError::ScheduleKeyInUse {
+                    destination: row.destination.to_owned(),
+                    key: row.schedule_key.unwrap_or_default().to_owned(),
+                }),
+                Err(error) => Err(error.into()),
+                Ok(_) => Ok(()),
+            }
         })
         .await
     }
@@ -482,39 +625,102 @@ impl OutboxStore for SqliteStore {
             let Ok(held) = self.relay.clone().try_lock_owned() else {
                 return Ok(None);
             };
+            let now = self.clock.now_ms();
             let found = sqlx::query(LEASE)
+                .bind(now)
                 .bind(i64::from(limit))
                 .fetch_all(&self.pool)
                 .await?;
-            let mut read = Vec::with_capacity(found.len());
+            let mut rows = Vec::with_capacity(found.len());
             for row in &found {
-                read.push((
-                    OutboxRow {
-                        id: row.try_get("id")?,
-                        destination: row.try_get("destination")?,
-                        group_id: row.try_get("group_id")?,
-                        message: row.try_get("message")?,
-                        due: Due::default(),
-                        schedule_key: None,
+                let due: i64 = row.try_get("due_at")?;
+                rows.push(OutboxRow {
+                    id: row.try_get("id")?,
+                    destination: row.try_get("destination")?,
+                    group_id: row.try_get("group_id")?,
+                    message: row.try_get("message")?,
+                    due: Due {
+                        scheduled: row.try_get("scheduled")?,
+                        until: millis(due - now),
+                        past: millis(now - due),
                     },
-                    row.try_get::<i64, _>("backlog")?,
-                    row.try_get::<f64, _>("oldest_ms")?,
-                ));
+                    schedule_key: row.try_get("schedule_key")?,
+                });
             }
-            Ok(Some(leased(SqliteLease { _held: held }, read)))
+            let keyed: Vec<i64> = rows
+                .iter()
+                .filter(|row| row.schedule_key.is_some())
+                .map(|row| row.id)
+                .collect();
+            let mut marked = Vec::new();
+            if !keyed.is_empty() {
+                // A cancel committed between the read and this mark deleted its row: the round
+                // leaves it, and a cancel after the mark finds it being sent.
+                let ids = serde_json::to_string(&keyed).expect("ids are numbers");
+                let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
+                marked = sqlx::query_scalar(MARK_RELAYING)
+                    .bind(ids)
+                    .fetch_all(&mut *transaction)
+                    .await?;
+                transaction.commit().await?;
+                rows.retain(|row| row.schedule_key.is_none() || marked.contains(&row.id));
+            }
+            let backlog = sqlx::query(BACKLOG).bind(now).fetch_one(&self.pool).await?;
+            let first_ready: Option<i64> = backlog.try_get("first_ready")?;
+            let next_ready: Option<i64> = backlog.try_get("next_ready")?;
+            let backlog = Backlog {
+                rows: backlog.try_get::<i64, _>("ready")? as u64,
+                oldest_age: first_ready
+                    .filter(|ready| *ready <= now)
+                    .map(|ready| millis(now - ready)),
+                scheduled: backlog.try_get::<i64, _>("later")? as u64,
+                next_in: next_ready.map(|ready| millis(ready - now)),
+            };
+            Ok(Some(Leased {
+                lease: SqliteLease {
+                    _held: held,
+                    marked,
+                },
+                rows,
+                backlog,
+            }))
         })
         .await
     }
 
     async fn finish(&self, lease: SqliteLease, sent: &[i64]) -> Result<(), StoreError> {
         super::held(async move {
-            if !sent.is_empty() {
+            let unsent: Vec<i64> = lease
+                .marked
+                .iter()
+                .copied()
+                .filter(|id| !sent.contains(id))
+                .collect();
+            if !sent.is_empty() || !unsent.is_empty() {
+                let now = self.clock.now_ms();
                 let ids = serde_json::to_string(sent).expect("ids are numbers");
                 let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
+                if !lease.marked.is_empty() {
+                    sqlx::query(REMEMBER_SENT)
+                        .bind(&ids)
+                        .bind(now)
+                        .execute(&mut *transaction)
+                        .await?;
+                    sqlx::query(FORGET_KEYS)
+                        .bind(now - retention_millis(SCHEDULE_KEY_RETENTION))
+                        .execute(&mut *transaction)
+                        .await?;
+                }
                 sqlx::query(DELETE_SENT)
                     .bind(ids)
                     .execute(&mut *transaction)
                     .await?;
+                if !unsent.is_empty() {
+                    sqlx::query(UNMARK_RELAYING)
+                        .bind(serde_json::to_string(&unsent).expect("ids are numbers"))
+                        .execute(&mut *transaction)
+                        .await?;
+                }
                 transaction.commit().await?;
             }
             drop(lease);
@@ -525,13 +731,53 @@ impl OutboxStore for SqliteStore {
 
     async fn cancel(
         &self,
-        _connection: &mut sqlx::SqliteConnection,
-        _destination: &str,
-        _key: &str,
+        connection: &mut sqlx::SqliteConnection,
+        destination: &str,
+        key: &str,
     ) -> Result<Cancellation, StoreError> {
-        // No row here is written with a key.
-        Ok(Cancellation::NotFound)
+        super::held(async move {
+            let now = self.clock.now_ms();
+            let cancelled: Option<i64> = sqlx::query_scalar(CANCEL)
+                .bind(destination)
+                .bind(key)
+                .fetch_optional(&mut *connection)
+                .await?;
+            if cancelled.is_some() {
+                sqlx::query(REMEMBER_CANCELLED)
+                    .bind(destination)
+                    .bind(key)
+                    .bind(now)
+                    .execute(&mut *connection)
+                    .await?;
+                return Ok(Cancellation::Cancelled);
+            }
+            let relaying: bool = sqlx::query_scalar(RELAYING)
+                .bind(destination)
+                .bind(key)
+                .fetch_one(&mut *connection)
+                .await?;
+            if relaying {
+                return Ok(Cancellation::AlreadySent);
+            }
+            let finished: Option<bool> = sqlx::query_scalar(FINISHED)
+                .bind(destination)
+                .bind(key)
+                .bind(now - retention_millis(SCHEDULE_KEY_RETENTION))
+                .fetch_optional(&mut *connection)
+                .await?;
+            Ok(match finished {
+                Some(true) => Cancellation::AlreadySent,
+                Some(false) => Cancellation::AlreadyCancelled,
+                None => Cancellation::NotFound,
+            })
+        })
+        .await
     }
+}
+
+/// A signed difference of the store's clock in milliseconds as a duration, zero when negative.
+fn millis(difference: i64) -> Duration {
+    Duration::from_millis(u64::try_from(difference).unwrap_or(0))
 }
 
 impl HistoryStore for SqliteStore {
