@@ -60,15 +60,15 @@ use sqlx::sqlite::{
     Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::{AssertSqlSafe, Connection as _, Row};
 use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
-    pending, retention_millis, timeout_millis, Backlog, Cancellation, Claim, ClaimSettings, Due,
-    InboxKey, InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
-    SCHEDULE_KEY_RETENTION,
+    millis, outbox_now_millis, outbox_times, pending, retention_millis, timeout_millis, Backlog,
+    Cancellation, Claim, ClaimSettings, Due, InboxKey, InboxStore, Leased, Migration, NewOutboxRow,
+    OutboxRow, OutboxStore, StoreError, WaitingCount, SCHEDULE_KEY_RETENTION,
 };
 
 /// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
@@ -141,7 +141,7 @@ const SCHEDULE_SCHEMA: &str = "
     CREATE INDEX rust_stream_outbox_keys_finished_at ON rust_stream_outbox_keys (finished_at);
 ";
 
-/// Times are the store's clock (`?4`, see [`SqliteStore`]'s `clock`).
+/// Times are the outbox's clock (`?4`, see [`outbox_now_millis`]).
 const WRITE: &str = "
     INSERT INTO rust_stream_outbox
         (destination, group_id, message, created_at, due_at, ready_at, scheduled, schedule_key)
@@ -149,20 +149,33 @@ const WRITE: &str = "
 
 /// The rows the relay may send at `?1`, earliest due first, ties in commit order: through the
 /// `(ready_at, due_at, id)` index, which skips the rows waiting for later.
+///
+/// An unscheduled row is due when it was written, and a writer reads the clock before it waits
+/// for the write lock, so a group's row committed later may carry an earlier time: such a row
+/// counts as due no earlier than the group's unscheduled rows before it (`after`), so that they
+/// go in commit order.
 const LEASE: &str = "
-    SELECT id, destination, group_id, message, due_at, scheduled, schedule_key
-    FROM rust_stream_outbox
-    WHERE ready_at <= ?1
-    ORDER BY due_at, id
+    SELECT id, destination, group_id, message, due_at, scheduled, schedule_key FROM (
+        SELECT id, destination, group_id, message, due_at, scheduled, schedule_key,
+               CASE WHEN scheduled THEN due_at
+                    ELSE max(CASE WHEN scheduled THEN NULL ELSE due_at END)
+                         OVER (PARTITION BY destination, group_id ORDER BY id)
+               END AS after
+        FROM rust_stream_outbox
+        WHERE ready_at <= ?1)
+    ORDER BY after, id
     LIMIT ?2";
 
 /// The backlog at `?1`, each figure from the `ready_at` index: the rows the relay may send
-/// (counted), the earliest of them, the rows waiting for later (counted), and the next of those.
+/// (counted), the earliest of them, and the next row waiting for later.
 const BACKLOG: &str = "
     SELECT (SELECT count(*) FROM rust_stream_outbox WHERE ready_at <= ?1) AS ready,
            (SELECT min(ready_at) FROM rust_stream_outbox) AS first_ready,
-           (SELECT count(*) FROM rust_stream_outbox WHERE ready_at > ?1) AS later,
            (SELECT min(ready_at) FROM rust_stream_outbox WHERE ready_at > ?1) AS next_ready";
+
+/// The rows waiting for later at `?1`: a walk of the index's later part, so counted now and
+/// then ([`WaitingCount`]).
+const WAITING: &str = "SELECT count(*) FROM rust_stream_outbox WHERE ready_at > ?1";
 
 /// Marks the keyed rows a round read (ids as a JSON array), answering those still there: a
 /// cancel committed since the read deleted the others, which the round then leaves.
@@ -343,40 +356,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The outbox relay's lease, in the one process that uses the file.
     relay: Arc<tokio::sync::Mutex<()>>,
-    /// The outbox's clock: see [`Clock`].
-    clock: Clock,
-}
-
-/// The outbox's clock, in milliseconds since the Unix epoch: the host's time when the store was
-/// opened, advanced by tokio's clock since. In a service that is the host's time (tokio's clock
-/// is the monotonic one); under a paused clock a schedule of days passes without waiting, as on
-/// the in-process store. The inbox and the command history keep SQLite's own clock.
-#[derive(Clone, Copy, Debug)]
-struct Clock {
-    opened_ms: i64,
-    opened: tokio::time::Instant,
-}
-
-impl Clock {
-    fn new() -> Self {
-        let since_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Self {
-            opened_ms: since_epoch.as_millis() as i64,
-            opened: tokio::time::Instant::now(),
-        }
-    }
-
-    fn now_ms(&self) -> i64 {
-        self.opened_ms + self.opened.elapsed().as_millis() as i64
-    }
-}
-
-/// `duration` in whole milliseconds, rounded up (a row is never read before it is due).
-fn ceil_millis(duration: Duration) -> i64 {
-    let millis = duration.as_nanos().div_ceil(1_000_000);
-    retention_millis(Duration::from_millis(millis.min(u64::MAX as u128) as u64))
+    /// The outbox's rows waiting for later, as last counted.
+    waiting: WaitingCount,
 }
 
 impl SqliteStore {
@@ -405,7 +386,7 @@ impl SqliteStore {
             Ok(Self {
                 pool,
                 relay: Arc::default(),
-                clock: Clock::new(),
+                waiting: WaitingCount::default(),
             })
         })
         .await
@@ -414,6 +395,55 @@ impl SqliteStore {
     /// The pool the store claims in, for the service's own queries outside the inbox.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// The relay's read: up to `limit` rows it may send now, each with its due time, and the
+    /// backlog.
+    async fn read(&self, limit: u32) -> Result<(Vec<(OutboxRow, i64)>, Backlog), StoreError> {
+        let now = outbox_now_millis();
+        let found = sqlx::query(LEASE)
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut read = Vec::with_capacity(found.len());
+        for row in &found {
+            let due: i64 = row.try_get("due_at")?;
+            let row = OutboxRow {
+                id: row.try_get("id")?,
+                destination: row.try_get("destination")?,
+                group_id: row.try_get("group_id")?,
+                message: row.try_get("message")?,
+                due: Due {
+                    scheduled: row.try_get("scheduled")?,
+                    until: millis(due - now),
+                    past: millis(now - due),
+                },
+                schedule_key: row.try_get("schedule_key")?,
+            };
+            read.push((row, due));
+        }
+        let backlog = sqlx::query(BACKLOG).bind(now).fetch_one(&self.pool).await?;
+        let first_ready: Option<i64> = backlog.try_get("first_ready")?;
+        let next_ready: Option<i64> = backlog.try_get("next_ready")?;
+        let backlog = Backlog {
+            rows: backlog.try_get::<i64, _>("ready")? as u64,
+            oldest_age: first_ready
+                .filter(|ready| *ready <= now)
+                .map(|ready| millis(now - ready)),
+            scheduled: match self.waiting.fresh() {
+                Some(waiting) => waiting,
+                None => {
+                    let waiting: i64 = sqlx::query_scalar(WAITING)
+                        .bind(now)
+                        .fetch_one(&self.pool)
+                        .await?;
+                    self.waiting.counted(waiting as u64)
+                }
+            },
+            next_in: next_ready.map(|ready| millis(ready - now)),
+        };
+        Ok((read, backlog))
     }
 }
 
@@ -570,6 +600,21 @@ pub struct SqliteLease {
     marked: Vec<i64>,
 }
 
+/// How long the relay waits for the write lock to mark the rows it read, or delete those it sent.
+const RELAY_WAIT: Duration = Duration::from_secs(5);
+
+/// `BEGIN IMMEDIATE` on `connection` for the relay, waiting up to [`RELAY_WAIT`] for the write
+/// lock with a paused clock let run: not inside [`held`](super::held), as the relay's other
+/// calls are. The lock may be held by a transaction waiting for time to pass (a
+/// test's reschedule held open across hours of paused clock): holding the clock still would have
+/// the two wait for each other until the busy timeout, round after round, where in real time the
+/// hours pass and the transaction ends.
+async fn write_lock(
+    connection: &mut sqlx::SqliteConnection,
+) -> Result<sqlx::Transaction<'_, Sqlite>, StoreError> {
+    Ok(connection.begin_with(begin_immediate(RELAY_WAIT)).await?)
+}
+
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
         .as_database_error()
@@ -586,12 +631,8 @@ impl OutboxStore for SqliteStore {
         row: NewOutboxRow<'_>,
     ) -> Result<(), StoreError> {
         super::held(async move {
-            let now = self.clock.now_ms();
+            let (now, due, ready) = outbox_times(&row);
             let scheduled = !row.due_in.is_zero();
-            let due = now.saturating_add(ceil_millis(row.due_in));
-            let ready = due
-                .saturating_sub(row.send_early.as_millis() as i64)
-                .max(now);
             let written = sqlx::query(WRITE)
                 .bind(row.destination)
                 .bind(row.group_id)
@@ -620,109 +661,88 @@ impl OutboxStore for SqliteStore {
         limit: u32,
         _lease_timeout: Duration,
     ) -> Result<Option<Leased<SqliteLease>>, StoreError> {
-        super::held(async move {
-            // One process: a relay that hangs is dropped by its app's shutdown, which frees the lock.
-            let Ok(held) = self.relay.clone().try_lock_owned() else {
-                return Ok(None);
-            };
-            let now = self.clock.now_ms();
-            let found = sqlx::query(LEASE)
-                .bind(now)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            let mut rows = Vec::with_capacity(found.len());
-            for row in &found {
-                let due: i64 = row.try_get("due_at")?;
-                rows.push(OutboxRow {
-                    id: row.try_get("id")?,
-                    destination: row.try_get("destination")?,
-                    group_id: row.try_get("group_id")?,
-                    message: row.try_get("message")?,
-                    due: Due {
-                        scheduled: row.try_get("scheduled")?,
-                        until: millis(due - now),
-                        past: millis(now - due),
-                    },
-                    schedule_key: row.try_get("schedule_key")?,
-                });
-            }
-            let keyed: Vec<i64> = rows
-                .iter()
-                .filter(|row| row.schedule_key.is_some())
-                .map(|row| row.id)
-                .collect();
-            let mut marked = Vec::new();
-            if !keyed.is_empty() {
-                // A cancel committed between the read and this mark deleted its row: the round
-                // leaves it, and a cancel after the mark finds it being sent.
-                let ids = serde_json::to_string(&keyed).expect("ids are numbers");
-                let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
-                marked = sqlx::query_scalar(MARK_RELAYING)
+        // One process: a relay that hangs is dropped by its app's shutdown, which frees the lock.
+        let Ok(held) = self.relay.clone().try_lock_owned() else {
+            return Ok(None);
+        };
+        let (mut read, backlog) = super::held(self.read(limit)).await?;
+        let keyed: Vec<i64> = read
+            .iter()
+            .filter(|(row, _)| row.schedule_key.is_some())
+            .map(|(row, _)| row.id)
+            .collect();
+        let mut marked = Vec::new();
+        if !keyed.is_empty() {
+            // The mark waits for any transaction that holds the write lock, a cancel among them:
+            // one committed deleted its row, which the round then leaves (and a cancel after the
+            // mark finds the row being sent); one rolled back leaves it to be marked and sent.
+            let ids = serde_json::to_string(&keyed).expect("ids are numbers");
+            let mut connection = super::held(async { Ok(self.pool.acquire().await?) }).await?;
+            let mut transaction = write_lock(&mut connection).await?;
+            marked = super::held(async move {
+                let marked: Vec<i64> = sqlx::query_scalar(MARK_RELAYING)
                     .bind(ids)
                     .fetch_all(&mut *transaction)
                     .await?;
                 transaction.commit().await?;
-                rows.retain(|row| row.schedule_key.is_none() || marked.contains(&row.id));
+                Ok(marked)
+            })
+            .await?;
+            read.retain(|(row, _)| row.schedule_key.is_none() || marked.contains(&row.id));
+            // The wait may have been long: what is due is told from now.
+            let now = outbox_now_millis();
+            for (row, due) in &mut read {
+                row.due.until = millis(*due - now);
+                row.due.past = millis(now - *due);
             }
-            let backlog = sqlx::query(BACKLOG).bind(now).fetch_one(&self.pool).await?;
-            let first_ready: Option<i64> = backlog.try_get("first_ready")?;
-            let next_ready: Option<i64> = backlog.try_get("next_ready")?;
-            let backlog = Backlog {
-                rows: backlog.try_get::<i64, _>("ready")? as u64,
-                oldest_age: first_ready
-                    .filter(|ready| *ready <= now)
-                    .map(|ready| millis(now - ready)),
-                scheduled: backlog.try_get::<i64, _>("later")? as u64,
-                next_in: next_ready.map(|ready| millis(ready - now)),
-            };
-            Ok(Some(Leased {
-                lease: SqliteLease {
-                    _held: held,
-                    marked,
-                },
-                rows,
-                backlog,
-            }))
-        })
-        .await
+        }
+        Ok(Some(Leased {
+            lease: SqliteLease {
+                _held: held,
+                marked,
+            },
+            rows: read.into_iter().map(|(row, _)| row).collect(),
+            backlog,
+        }))
     }
 
     async fn finish(&self, lease: SqliteLease, sent: &[i64]) -> Result<(), StoreError> {
+        let unsent: Vec<i64> = lease
+            .marked
+            .iter()
+            .copied()
+            .filter(|id| !sent.contains(id))
+            .collect();
+        if sent.is_empty() && unsent.is_empty() {
+            return Ok(());
+        }
+        let mut connection = super::held(async { Ok(self.pool.acquire().await?) }).await?;
+        let mut transaction = write_lock(&mut connection).await?;
         super::held(async move {
-            let unsent: Vec<i64> = lease
-                .marked
-                .iter()
-                .copied()
-                .filter(|id| !sent.contains(id))
-                .collect();
-            if !sent.is_empty() || !unsent.is_empty() {
-                let now = self.clock.now_ms();
-                let ids = serde_json::to_string(sent).expect("ids are numbers");
-                let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
-                if !lease.marked.is_empty() {
-                    sqlx::query(REMEMBER_SENT)
-                        .bind(&ids)
-                        .bind(now)
-                        .execute(&mut *transaction)
-                        .await?;
-                    sqlx::query(FORGET_KEYS)
-                        .bind(now - retention_millis(SCHEDULE_KEY_RETENTION))
-                        .execute(&mut *transaction)
-                        .await?;
-                }
-                sqlx::query(DELETE_SENT)
-                    .bind(ids)
+            let now = outbox_now_millis();
+            let ids = serde_json::to_string(sent).expect("ids are numbers");
+            if !lease.marked.is_empty() {
+                sqlx::query(REMEMBER_SENT)
+                    .bind(&ids)
+                    .bind(now)
                     .execute(&mut *transaction)
                     .await?;
-                if !unsent.is_empty() {
-                    sqlx::query(UNMARK_RELAYING)
-                        .bind(serde_json::to_string(&unsent).expect("ids are numbers"))
-                        .execute(&mut *transaction)
-                        .await?;
-                }
-                transaction.commit().await?;
+                sqlx::query(FORGET_KEYS)
+                    .bind(now - retention_millis(SCHEDULE_KEY_RETENTION))
+                    .execute(&mut *transaction)
+                    .await?;
             }
+            sqlx::query(DELETE_SENT)
+                .bind(ids)
+                .execute(&mut *transaction)
+                .await?;
+            if !unsent.is_empty() {
+                sqlx::query(UNMARK_RELAYING)
+                    .bind(serde_json::to_string(&unsent).expect("ids are numbers"))
+                    .execute(&mut *transaction)
+                    .await?;
+            }
+            transaction.commit().await?;
             drop(lease);
             Ok(())
         })
@@ -736,7 +756,7 @@ impl OutboxStore for SqliteStore {
         key: &str,
     ) -> Result<Cancellation, StoreError> {
         super::held(async move {
-            let now = self.clock.now_ms();
+            let now = outbox_now_millis();
             let cancelled: Option<i64> = sqlx::query_scalar(CANCEL)
                 .bind(destination)
                 .bind(key)
@@ -773,11 +793,6 @@ impl OutboxStore for SqliteStore {
         })
         .await
     }
-}
-
-/// A signed difference of the store's clock in milliseconds as a duration, zero when negative.
-fn millis(difference: i64) -> Duration {
-    Duration::from_millis(u64::try_from(difference).unwrap_or(0))
 }
 
 impl HistoryStore for SqliteStore {
