@@ -66,16 +66,20 @@
 //! connection, in its transaction. A row of a FIFO group first takes a transaction-scoped advisory
 //! lock on its destination and group, held to the commit: two transactions that write to one
 //! group commit one after the other, so the later one's row gets the larger id, and the relay,
-//! which reads rows by id, sends a group in commit order. Transactions on different groups do not
-//! wait for each other (unless their hashes collide, which only makes one wait).
+//! which reads a group's rows due at once in id order, sends them in commit order. Transactions
+//! on different groups do not wait for each other (unless their hashes collide, which only makes
+//! one wait). A scheduled row carries its due time and its key (`docs/scheduling.md`); a key a
+//! waiting row holds is refused without an error in the caller's transaction, which stays usable.
 //!
 //! A relay's round is one transaction: a `pg_try_advisory_xact_lock` that only one relay of the
-//! database gets (the others stand by until their next round), the oldest rows read in the same
-//! statement, then, once they are sent, their `DELETE` and the commit. A relay that dies mid-round
+//! database gets (the others stand by until their next round), the rows it may send read in the
+//! same statement through the `(ready_at, due_at, id)` index (rows due in days cost it nothing),
+//! a lock on those rows (`FOR UPDATE SKIP LOCKED`: a row a cancel holds is left with the rest of
+//! its group), then, once they are sent, their `DELETE` and the commit. A relay that dies mid-round
 //! loses the lock with its connection, and one that hangs has its transaction rolled back by the
 //! server after the lease timeout (`idle_in_transaction_session_timeout`); either way the next
-//! round reads the same rows and sends them again, with the same deduplication ids. Each round
-//! also counts the whole backlog (a scan of the table: cheap while the relay keeps up).
+//! round reads the same rows and sends them again, with the same deduplication ids. The outbox's
+//! times are the process's clock, not the database's: `docs/scheduling.md`, "The stores".
 //!
 //! - The tables are found through the connection's `search_path`, as any unqualified name: a
 //!   service that keeps them in a schema of their own sets the search path on the pool's

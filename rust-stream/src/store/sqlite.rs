@@ -49,7 +49,10 @@
 //!   at a time reads them: the lease is a lock of the [`SqliteStore`] (and its clones), so a
 //!   second store opened on the same file, or a second process, would relay the same rows again
 //!   (their deduplication ids make a FIFO queue store them once; a standard queue's consumer needs
-//!   the inbox). A relay's delete of the rows it sent waits for the write lock, as a sweep does.
+//!   the inbox). A relay's delete of the rows it sent waits for the write lock, as a sweep does,
+//!   and so does its mark of the scheduled rows (with a key) it read, which a cancel after the
+//!   mark finds being sent (`docs/scheduling.md`, "The stores"). The outbox's times are the
+//!   process's clock, not SQLite's.
 //! - A claim leaves its `wait` as the busy timeout of the connection it used; a pool shared with
 //!   the service's own writes outside the inbox should set theirs as they need.
 
