@@ -1,5 +1,7 @@
-//! Messages due at any time through the outbox (issue 39), on the in-process account and store,
-//! on a paused clock: days of schedule pass in seconds.
+//! Messages due at any time through the outbox (issue 39), on the in-process account, on a
+//! paused clock: days of schedule pass in seconds. The scenarios run on the in-process store,
+//! SQLite and PostgreSQL (at `RUST_STREAM_POSTGRES_URL`), and each database store opens a store
+//! the release before wrote.
 //!
 //! - 10,000 messages scheduled over three days, on a standard and a FIFO queue, some cancelled
 //!   and some rolled back: none lost, none visible before it is due, none cancelled or rolled
@@ -828,7 +830,7 @@ async fn a_sqlite_outbox_written_before_scheduling_opens_migrated_and_its_rows_a
         store.clone(),
         broker.publisher(SqsQueue::new("dunning.fifo").create_if_missing()),
     );
-    let mut transaction = store.pool().begin().await.unwrap();
+    let mut transaction = Store::begin(&store).await;
     outbox
         .message(&reminder(4, HOUR, "g"))
         .group_id("g")
@@ -837,10 +839,181 @@ async fn a_sqlite_outbox_written_before_scheduling_opens_migrated_and_its_rows_a
         .send(&mut *transaction)
         .await
         .unwrap();
-    transaction.commit().await.unwrap();
+    Store::commit(&store, transaction).await;
     tokio::time::sleep(HOUR + Duration::from_secs(1)).await;
     let delivered: Vec<u32> = seen.lock().unwrap().iter().map(|(_, r)| r.n).collect();
     assert_eq!(delivered, [1, 2, 3, 4]);
+    running.stop().await.unwrap();
+    consumer.abort();
+}
+
+/// The PostgreSQL schema of the release before scheduled messages (versions 1 to 3), as it wrote
+/// it.
+const POSTGRES_SCHEMA_3: &str = "
+    CREATE TABLE rust_stream_schema (
+        version bigint PRIMARY KEY,
+        applied_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE rust_stream_inbox (
+        consumer text NOT NULL,
+        idempotency_key text NOT NULL,
+        recorded text,
+        claimed_at timestamptz NOT NULL,
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (consumer, idempotency_key)
+    );
+    CREATE INDEX rust_stream_inbox_expires_at ON rust_stream_inbox (expires_at);
+    CREATE TABLE rust_stream_history (
+        destination text NOT NULL,
+        history_key text NOT NULL,
+        ticket text,
+        message_id text,
+        sequence_number text,
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (destination, history_key)
+    );
+    CREATE INDEX rust_stream_history_expires_at ON rust_stream_history (expires_at);
+    CREATE TABLE rust_stream_outbox (
+        id bigserial PRIMARY KEY,
+        destination text NOT NULL,
+        group_id text,
+        message text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    INSERT INTO rust_stream_schema (version) VALUES (1), (2), (3);
+";
+
+#[tokio::test(start_paused = true)]
+async fn a_postgres_outbox_written_before_scheduling_opens_migrated_and_its_rows_are_relayed() {
+    let Some((options, schema)) =
+        hold_the_clock(common::stores::postgres_schema("scheduling", "migration")).await
+    else {
+        return;
+    };
+    let start = Instant::now();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    // The rows the previous release's outbox wrote, unrelayed when it stopped: encoded as any
+    // store's outbox encodes them, inserted as that release inserted them.
+    let encoder = MemoryStore::new();
+    let outbox = Outbox::new(
+        encoder.clone(),
+        broker.publisher(SqsQueue::new("dunning.fifo").create_if_missing()),
+    );
+    let mut transaction = encoder.begin();
+    for n in 1..=3 {
+        outbox
+            .message(&reminder(n, Duration::ZERO, "g"))
+            .group_id("g")
+            .send(&mut transaction)
+            .await
+            .unwrap();
+    }
+    encoder.commit(transaction);
+    let pool = hold_the_clock(common::stores::postgres_pool(&options)).await;
+    hold_the_clock(sqlx::raw_sql(POSTGRES_SCHEMA_3).execute(&pool))
+        .await
+        .unwrap();
+    for row in encoder.outbox_rows() {
+        hold_the_clock(
+            sqlx::query(
+                "INSERT INTO rust_stream_outbox (destination, group_id, message) VALUES ($1, $2, $3)",
+            )
+            .bind(&row.destination)
+            .bind(&row.group_id)
+            .bind(&row.message)
+            .execute(&pool),
+        )
+        .await
+        .unwrap();
+    }
+    let store = PostgresStore::new(pool).await.unwrap();
+    let running = relaying(&broker, &store).await;
+    let (seen, consumer) = consume(&account, "dunning.fifo", start);
+    // Their due times are the database's clock at their write, which a paused clock may lag by
+    // the real time the setup took.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let delivered: Vec<u32> = seen.lock().unwrap().iter().map(|(_, r)| r.n).collect();
+    assert_eq!(delivered, [1, 2, 3], "relayed in their order");
+    // And the migrated store schedules.
+    let outbox = Outbox::new(
+        store.clone(),
+        broker.publisher(SqsQueue::new("dunning.fifo").create_if_missing()),
+    );
+    let mut transaction = Store::begin(&store).await;
+    outbox
+        .message(&reminder(4, HOUR, "g"))
+        .group_id("g")
+        .delay(HOUR)
+        .schedule_key("r-4")
+        .send(&mut *transaction)
+        .await
+        .unwrap();
+    Store::commit(&store, transaction).await;
+    tokio::time::sleep(HOUR + Duration::from_secs(1)).await;
+    let delivered: Vec<u32> = seen.lock().unwrap().iter().map(|(_, r)| r.n).collect();
+    assert_eq!(delivered, [1, 2, 3, 4]);
+    running.stop().await.unwrap();
+    consumer.abort();
+    hold_the_clock(schema.drop_it()).await;
+}
+
+/// An unscheduled row is due when it is written, and a writer reads the clock before it waits for
+/// SQLite's write lock: a row committed second may carry the earlier time. The group's rows still
+/// go in commit order. In real time: the second writer must read its clock while the first holds
+/// the lock.
+#[tokio::test]
+async fn a_groups_unscheduled_rows_go_in_commit_order_though_a_later_commit_read_the_clock_first() {
+    let file = common::stores::TempFile::new("scheduling", "commit-order");
+    let store = SqliteStore::open(&file.0).await.unwrap();
+    let account = Account::new();
+    let broker = SqsBroker::with_account(&account);
+    let outbox = Outbox::new(
+        store.clone(),
+        broker.publisher(SqsQueue::new("ledger.fifo").create_if_missing()),
+    );
+    sqlx::query("CREATE TABLE ledger (entry INTEGER)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    // The first transaction takes the write lock with a row of its own.
+    let mut first = store.pool().begin().await.unwrap();
+    sqlx::query("INSERT INTO ledger (entry) VALUES (1)")
+        .execute(&mut *first)
+        .await
+        .unwrap();
+    // The second reads the clock and waits for the lock.
+    let second = tokio::spawn({
+        let (store, outbox) = (store.clone(), outbox.clone());
+        async move {
+            let mut second = store.pool().begin().await.unwrap();
+            outbox
+                .message(&reminder(2, Duration::ZERO, "g"))
+                .group_id("g")
+                .send(&mut *second)
+                .await
+                .unwrap();
+            second.commit().await.unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!second.is_finished(), "the second waits for the write lock");
+    outbox
+        .message(&reminder(1, Duration::ZERO, "g"))
+        .group_id("g")
+        .send(&mut *first)
+        .await
+        .unwrap();
+    first.commit().await.unwrap();
+    second.await.unwrap();
+    let start = Instant::now();
+    let running = relaying(&broker, &store).await;
+    let (seen, consumer) = consume(&account, "ledger.fifo", start);
+    while seen.lock().unwrap().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let delivered: Vec<u32> = seen.lock().unwrap().iter().map(|(_, r)| r.n).collect();
+    assert_eq!(delivered, [1, 2], "in commit order");
     running.stop().await.unwrap();
     consumer.abort();
 }
