@@ -70,6 +70,22 @@ const HOLD_AT_MOST: Duration = Duration::from_secs(10);
 )]
 pub(crate) async fn hold_the_clock<F: Future>(work: F) -> F::Output {
     #[cfg(feature = "testing")]
+    return hold_the_clock_at_most(HOLD_AT_MOST, work).await;
+    #[cfg(not(feature = "testing"))]
+    work.await
+}
+
+/// [`hold_the_clock`], letting the clock go on after `limit` of real time: for a wait that may
+/// well be for something only the clock brings (a lock held by a transaction that sleeps on it).
+#[cfg_attr(
+    not(any(feature = "testing", feature = "postgres", feature = "sqlite")),
+    allow(dead_code)
+)]
+pub(crate) async fn hold_the_clock_at_most<F: Future>(
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))] limit: Duration,
+    work: F,
+) -> F::Output {
+    #[cfg(feature = "testing")]
     {
         use tokio::runtime::{Handle, RuntimeFlavor};
         // Only a current-thread runtime has a clock to pause.
@@ -79,7 +95,7 @@ pub(crate) async fn hold_the_clock<F: Future>(work: F) -> F::Output {
             let (done, finished) = std::sync::mpsc::channel::<()>();
             // Ends when `done` is dropped: when `work` ends, or this future is dropped with it.
             drop(tokio::task::spawn_blocking(move || {
-                let _ = finished.recv_timeout(HOLD_AT_MOST);
+                let _ = finished.recv_timeout(limit);
             }));
             let output = work.await;
             drop(done);

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use sqlx::sqlite::Sqlite;
-use sqlx::{Connection as _, Row};
+use sqlx::sqlite::{Sqlite, SqlitePool};
+use sqlx::Row;
 
 use super::{begin_immediate, SqliteLease, SqliteStore};
 use crate::store::{
@@ -98,16 +98,22 @@ const DELETE_SENT: &str = "
 /// How long the relay waits for the write lock to mark the rows it read, or delete those it sent.
 const RELAY_WAIT: Duration = Duration::from_secs(5);
 
-/// `BEGIN IMMEDIATE` on `connection` for the relay, waiting up to [`RELAY_WAIT`] for the write
-/// lock with a paused clock let run: not inside [`held`](super::held), as the relay's other
-/// calls are. The lock may be held by a transaction waiting for time to pass (a
-/// test's reschedule held open across hours of paused clock): holding the clock still would have
-/// the two wait for each other until the busy timeout, round after round, where in real time the
-/// hours pass and the transaction ends.
-async fn write_lock(
-    connection: &mut sqlx::SqliteConnection,
-) -> Result<sqlx::Transaction<'_, Sqlite>, StoreError> {
-    Ok(connection.begin_with(begin_immediate(RELAY_WAIT)).await?)
+/// How long of real time the relay's wait for the write lock holds a paused clock still.
+const HOLD_FOR_THE_LOCK: Duration = Duration::from_millis(100);
+
+/// A write transaction for the relay (`BEGIN IMMEDIATE`, waiting up to [`RELAY_WAIT`] for the
+/// lock), with a paused clock held still as for every call of the store
+/// ([`hold_the_clock`](store::hold_the_clock)), but only for [`HOLD_FOR_THE_LOCK`]: the
+/// transaction that holds the lock may be waiting for time to pass (a test's reschedule held
+/// open across hours of paused clock), and holding the clock longer would have the two wait for
+/// each other until the busy timeout, round after round, where in real time the hours pass and
+/// the transaction ends.
+async fn write_lock(pool: &SqlitePool) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
+    let begun = store::hold_the_clock_at_most(
+        HOLD_FOR_THE_LOCK,
+        pool.begin_with(begin_immediate(RELAY_WAIT)),
+    );
+    Ok(begun.await?)
 }
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {
@@ -223,8 +229,7 @@ impl OutboxStore for SqliteStore {
             // one committed deleted its row, which the round then leaves (and a cancel after the
             // mark finds the row being sent); one rolled back leaves it to be marked and sent.
             let ids = serde_json::to_string(&keyed).expect("ids are numbers");
-            let mut connection = store::held(async { Ok(self.pool.acquire().await?) }).await?;
-            let mut transaction = write_lock(&mut connection).await?;
+            let mut transaction = write_lock(&self.pool).await?;
             marked = store::held(async move {
                 let marked: Vec<i64> = sqlx::query_scalar(MARK_RELAYING)
                     .bind(ids)
@@ -262,8 +267,7 @@ impl OutboxStore for SqliteStore {
         if sent.is_empty() && unsent.is_empty() {
             return Ok(());
         }
-        let mut connection = store::held(async { Ok(self.pool.acquire().await?) }).await?;
-        let mut transaction = write_lock(&mut connection).await?;
+        let mut transaction = write_lock(&self.pool).await?;
         store::held(async move {
             let now = outbox_now_millis();
             let ids = serde_json::to_string(sent).expect("ids are numbers");
