@@ -62,7 +62,7 @@
 //!   completed, so the handler still ran once.
 //! # The outbox
 //!
-//! [`write`](OutboxStore::write) inserts a row (`rust_stream_outbox`) through the caller's
+//! [`write`](super::OutboxStore::write) inserts a row (`rust_stream_outbox`) through the caller's
 //! connection, in its transaction. A row of a FIFO group first takes a transaction-scoped advisory
 //! lock on its destination and group, held to the commit: two transactions that write to one
 //! group commit one after the other, so the later one's row gets the larger id, and the relay,
