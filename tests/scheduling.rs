@@ -1276,7 +1276,10 @@ async fn an_inbox_on_sqlite_writes_a_scheduled_output_in_its_own_transaction() {
         1,
         "due three days after its write"
     );
-    assert!(recorder.published("reminders").is_empty(), "nothing sent now");
+    assert!(
+        recorder.published("reminders").is_empty(),
+        "nothing sent now"
+    );
     drop(store);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
