@@ -1086,16 +1086,17 @@ pub mod backend {
             got
         }
 
-        /// Receives and deletes what a queue holds, each message with its `SentTimestamp`: until a long poll of 1 s finds nothing once
-        /// `want` messages came, or three find nothing before (the caller then sees fewer).
+        /// Receives and deletes what a queue holds, each message with all its attributes (its
+        /// `SentTimestamp` and `MessageGroupId` among them): until a long poll of 1 s finds
+        /// nothing once `want` messages came, or three find nothing before (the caller then sees
+        /// fewer).
         pub async fn take_all(&self, url: &str, want: usize) -> Vec<ReceivedMessage> {
             let mut got = Vec::new();
             let mut empty_looks = 0;
             while empty_looks < 3 {
                 let request = ReceiveMessage::new(10)
                     .wait_time_seconds(1)
-                    .visibility_timeout(30)
-                    .system_attribute_names(["SentTimestamp"]);
+                    .visibility_timeout(30);
                 let batch = self.transport.receive_message(url, request).await.unwrap();
                 if batch.is_empty() {
                     if got.len() >= want {
