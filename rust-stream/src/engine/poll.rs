@@ -319,6 +319,10 @@ impl Intake {
     /// made (a token for each under a rate limit, none while the backpressure is tripped); `None`
     /// once the stop has begun.
     async fn admit(&self, want: usize) -> Option<usize> {
+        // Most subscriptions have no limit: their receives take no lock and wait for nothing.
+        if self.flow.rate_limit.is_none() && self.flow.backpressure.is_none() {
+            return Some(want);
+        }
         tokio::select! {
             biased;
             () = self.tasks.stopping().cancelled() => None,

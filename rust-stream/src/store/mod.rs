@@ -323,6 +323,19 @@ pub enum Cancellation {
     NotFound,
 }
 
+impl Cancellation {
+    /// What a cancel answers for a key no waiting row holds, from the remembered keys' table:
+    /// `Some(sent)` for a key sent (`true`) or cancelled (`false`) within the retention.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    fn of_finished_key(sent: Option<bool>) -> Self {
+        match sent {
+            Some(true) => Cancellation::AlreadySent,
+            Some(false) => Cancellation::AlreadyCancelled,
+            None => Cancellation::NotFound,
+        }
+    }
+}
+
 /// How long a store remembers the key of a scheduled row once it was sent or cancelled, so that
 /// [`OutboxStore::cancel`] can answer [`Cancellation::AlreadySent`] or
 /// [`Cancellation::AlreadyCancelled`]: seven days.

@@ -327,11 +327,7 @@ impl OutboxStore for PostgresStore {
                 .bind(now - retention_millis(SCHEDULE_KEY_RETENTION))
                 .fetch_optional(&mut *connection)
                 .await?;
-            Ok(match finished {
-                Some(true) => Cancellation::AlreadySent,
-                Some(false) => Cancellation::AlreadyCancelled,
-                None => Cancellation::NotFound,
-            })
+            Ok(Cancellation::of_finished_key(finished))
         })
         .await
     }
