@@ -435,6 +435,11 @@ impl<A: Grouped> Answered<A> {
 
 impl<A: Grouped> Drop for Answered<A> {
     fn drop(&mut self) {
+        // Unrun and unwinding: a panic while the lines were locked, forming the calls this one
+        // was among. Taking the lock again would hang the panic instead of reporting it.
+        if !self.ran && std::thread::panicking() {
+            return;
+        }
         let mut lines = lock(&self.lines);
         if let Some(count) = self.first_try.take() {
             lines.first_tries -= count;
