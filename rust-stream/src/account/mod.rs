@@ -58,6 +58,7 @@
 //! receive returns the oldest visible messages, and never duplicates a message by itself).
 
 mod config;
+mod fair;
 mod fifo;
 mod ids;
 mod message;
