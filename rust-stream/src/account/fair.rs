@@ -167,7 +167,8 @@ impl Fair {
     }
 
     /// How many groups are noisy while the queue has `in_flight` messages in flight.
-    pub(super) fn noisy_groups(&self, in_flight: usize) -> usize {
+    #[cfg(test)]
+    fn noisy_groups(&self, in_flight: usize) -> usize {
         self.noisy(in_flight).count()
     }
 
