@@ -15,7 +15,7 @@ use common::recording::{Call, Recorder};
 use rust_stream::account::Account;
 use rust_stream::flow::{Backpressure, InFlightKey, RateLimit};
 use rust_stream::prelude::*;
-use rust_stream::testing::{eventually, TestApp};
+use rust_stream::testing::{eventually, eventually_within, TestApp};
 use rust_stream::{ConfigError, PublishError, RunError};
 use tokio::sync::Semaphore;
 use tokio::time::{sleep, Instant};
@@ -313,11 +313,11 @@ impl Handle<Job> for Tenants {
     }
 }
 
-/// 99 quiet tenants with 5 messages each and, when `noisy`, one tenant with 90 % of all the
-/// messages, interleaved as they arrive; the quiet tenants' times in queue, sorted.
+/// 99 quiet tenants with 20 messages each and, when `noisy`, one tenant with 90 % of all the
+/// messages (19,800), interleaved as they arrive; the quiet tenants' times in queue, sorted.
 async fn quiet_times_in_queue(noisy: bool, per_key: Option<usize>) -> (Vec<Duration>, Tenants) {
     const QUIET: u32 = 99;
-    const EACH: u32 = 5;
+    const EACH: u32 = 20;
     let account = Account::new();
     let broker = SqsBroker::with_account(&account);
     let queue = SqsQueue::new("tenants").create_if_missing();
@@ -358,9 +358,12 @@ async fn quiet_times_in_queue(noisy: bool, per_key: Option<usize>) -> (Vec<Durat
     });
     let running = TestApp::spawn(app).await.expect("the app starts");
     let quiet_messages = (QUIET * EACH) as usize;
-    eventually("every quiet message is handled", async || {
-        tenants.quiet_waits().len() >= quiet_messages
-    })
+    // Without the limit the quiet ones wait for 19,800 messages at 20 at once (99 s).
+    eventually_within(
+        "every quiet message is handled",
+        Duration::from_secs(300),
+        async || tenants.quiet_waits().len() >= quiet_messages,
+    )
     .await;
     let calls = broker_calls.api_calls();
     running.stop().await.unwrap();
@@ -415,12 +418,14 @@ async fn quiet_dwell_on_the_account(
 
     const QUIET: usize = 99;
     let account = Account::new();
-    let url = account.create_queue("fair", Default::default()).await.unwrap();
+    let url = account
+        .create_queue("fair", Default::default())
+        .await
+        .unwrap();
     let quiet_total = total / 10;
     let tenants = (0..quiet_total).flat_map(|at| {
         let noisy_ones = if noisy { 9 } else { 0 };
-        std::iter::repeat_n("noisy".to_owned(), noisy_ones)
-            .chain([format!("quiet-{}", at % QUIET)])
+        std::iter::repeat_n("noisy".to_owned(), noisy_ones).chain([format!("quiet-{}", at % QUIET)])
     });
     let sent_at = Instant::now();
     let messages: Vec<SendMessage> = tenants

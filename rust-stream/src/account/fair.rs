@@ -219,7 +219,11 @@ mod tests {
         assert_eq!(fair.noisy_groups(299), 1);
         assert_eq!(fair.next(299), Some(2));
         fair.remove(2, Some(&quiet));
-        assert_eq!(fair.next(299), Some(3), "a message without a group is quiet");
+        assert_eq!(
+            fair.next(299),
+            Some(3),
+            "a message without a group is quiet"
+        );
         fair.remove(3, None);
         assert_eq!(fair.next(299), Some(1), "only the noisy group's are left");
         // 29 in flight: under the floor, whatever its share.
