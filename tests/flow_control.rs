@@ -10,7 +10,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::engine::Job;
+use common::engine::{Handled, Job};
 use common::recording::{Call, Recorder};
 use rust_stream::account::Account;
 use rust_stream::flow::{Backpressure, InFlightKey, RateLimit};
@@ -24,33 +24,6 @@ const fn secs(seconds: u64) -> Duration {
     Duration::from_secs(seconds)
 }
 
-/// When each message was handled, and a gate the handler may wait at.
-#[derive(Clone, Default)]
-struct Handled {
-    at: Arc<Mutex<Vec<Instant>>>,
-    /// Closed: every call waits for a permit.
-    gate: Option<Arc<Semaphore>>,
-    /// How long each call takes.
-    takes: Duration,
-}
-
-impl Handled {
-    fn count(&self) -> usize {
-        self.at.lock().unwrap().len()
-    }
-}
-
-impl Handle<Job> for Handled {
-    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        if let Some(gate) = &self.gate {
-            gate.acquire().await.unwrap().forget();
-        }
-        sleep(self.takes).await;
-        self.at.lock().unwrap().push(Instant::now());
-        Ok(())
-    }
-}
-
 async fn fill(account: &Account, queue: &str, jobs: u32) {
     let publisher =
         SqsBroker::with_account(account).publisher(SqsQueue::new(queue).create_if_missing());
@@ -58,24 +31,6 @@ async fn fill(account: &Account, queue: &str, jobs: u32) {
     for sent in publisher.send_batch(batch).await {
         sent.unwrap();
     }
-}
-
-/// Receive calls answered on any queue so far.
-fn receives(recorder: &Recorder) -> usize {
-    recorder
-        .calls()
-        .iter()
-        .filter(|call| matches!(call, Call::Received { .. }))
-        .count()
-}
-
-/// Messages received more than once: each is a lease that ran out (nothing here fails).
-fn received_twice(recorder: &Recorder) -> usize {
-    recorder
-        .receipts()
-        .values()
-        .filter(|handles| handles.len() > 1)
-        .count()
 }
 
 #[tokio::test(start_paused = true)]
@@ -119,7 +74,7 @@ async fn a_rate_limit_of_50_holds_a_backlog_to_50_a_second_with_no_lease_lapsing
     }
     let total: usize = per_second.iter().sum();
     assert!((2_950..=3_050).contains(&total), "{total} in 60 s");
-    assert_eq!(received_twice(&recorder), 0, "a lease ran out");
+    assert_eq!(recorder.received_more_than_once(), 0, "a lease ran out");
     let extended = recorder
         .calls()
         .iter()
@@ -127,7 +82,7 @@ async fn a_rate_limit_of_50_holds_a_backlog_to_50_a_second_with_no_lease_lapsing
         .count();
     assert_eq!(extended, 0, "a message waited with its lease running");
     // Each receive asked for what the limit had: a batch of 10 every 200 ms.
-    let calls = receives(&recorder);
+    let calls = recorder.receive_calls();
     assert!((295..=320).contains(&calls), "{calls} receives");
 }
 
@@ -203,7 +158,7 @@ async fn a_tripped_backpressure_makes_no_receive_until_released_and_nothing_held
     circuit.trip();
     // Any receive out when it tripped has answered by now.
     sleep(secs(25)).await;
-    let before = receives(&recorder);
+    let before = recorder.receive_calls();
     let held = account.counts(&url).await.unwrap().in_flight;
     assert!(held > 0);
     // Held through ten visibility timeouts, then handled: room frees, and still no receive.
@@ -211,17 +166,21 @@ async fn a_tripped_backpressure_makes_no_receive_until_released_and_nothing_held
     gate.add_permits(10_000);
     eventually("what was held is handled", async || handled.count() >= held).await;
     sleep(secs(60)).await;
-    assert_eq!(receives(&recorder), before, "a receive while tripped");
+    assert_eq!(recorder.receive_calls(), before, "a receive while tripped");
     assert_eq!(handled.count(), held, "only what was held ran");
-    assert_eq!(received_twice(&recorder), 0, "a held message lapsed");
+    assert_eq!(
+        recorder.received_more_than_once(),
+        0,
+        "a held message lapsed"
+    );
 
     circuit.release();
     eventually("the rest is handled once released", async || {
         handled.count() == 200
     })
     .await;
-    assert!(receives(&recorder) > before);
-    assert_eq!(received_twice(&recorder), 0);
+    assert!(recorder.receive_calls() > before);
+    assert_eq!(recorder.received_more_than_once(), 0);
     running.stop().await.unwrap();
 }
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::backend::Backend;
-use common::engine::Job;
+use common::engine::{Handled, Job};
 use common::recording::{Call, Recorder, Recording};
 use rust_stream::aws::AwsTransport;
 use rust_stream::flow::{Backpressure, InFlightKey};
@@ -76,24 +76,6 @@ fn app(backend: &Backend<impl Transport>, sub: Subscriber) -> Service<SqsBroker>
         })
 }
 
-/// Receive calls answered so far.
-fn receives(recorder: &Recorder) -> usize {
-    recorder
-        .calls()
-        .iter()
-        .filter(|call| matches!(call, Call::Received { .. }))
-        .count()
-}
-
-/// Messages received more than once: each is a lease that ran out (nothing here fails).
-fn received_twice(recorder: &Recorder) -> usize {
-    recorder
-        .receipts()
-        .values()
-        .filter(|handles| handles.len() > 1)
-        .count()
-}
-
 /// Visibility change entries sent so far.
 fn visibility_changes(recorder: &Recorder) -> usize {
     recorder
@@ -104,33 +86,6 @@ fn visibility_changes(recorder: &Recorder) -> usize {
             _ => 0,
         })
         .sum()
-}
-
-/// When each message was handled, and a gate the handler may wait at.
-#[derive(Clone, Default)]
-struct Handled {
-    at: Arc<Mutex<Vec<Instant>>>,
-    /// Closed: every call waits for a permit.
-    gate: Option<Arc<Semaphore>>,
-    /// How long each call takes.
-    takes: Duration,
-}
-
-impl Handled {
-    fn count(&self) -> usize {
-        self.at.lock().unwrap().len()
-    }
-}
-
-impl Handle<Job> for Handled {
-    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        if let Some(gate) = &self.gate {
-            gate.acquire().await.unwrap().forget();
-        }
-        sleep(self.takes).await;
-        self.at.lock().unwrap().push(Instant::now());
-        Ok(())
-    }
 }
 
 fn untagged(count: u32) -> Vec<(String, u32)> {
@@ -184,8 +139,8 @@ async fn on_localstack_a_rate_limit_of_50_holds_a_backlog_to_50_a_second_with_no
     sleep(secs(RATE_SECONDS as u64) + Duration::from_millis(500)).await;
     // Before the stop, which gives back what is held.
     let (calls, lapsed, extended) = (
-        receives(&recorder),
-        received_twice(&recorder),
+        recorder.receive_calls(),
+        recorder.received_more_than_once(),
         visibility_changes(&recorder),
     );
     let mut asked = stamps.0.lock().unwrap().clone();
@@ -258,7 +213,7 @@ async fn on_localstack_a_tripped_backpressure_makes_no_receive_until_released_an
     circuit.trip();
     // A receive out when it tripped answers within its 1 s long poll.
     sleep(secs(3)).await;
-    let before = receives(&recorder);
+    let before = recorder.receive_calls();
     let held = recorder.receipts().len();
     let extended_before = visibility_changes(&recorder);
     sleep(secs(15)).await;
@@ -270,7 +225,7 @@ async fn on_localstack_a_tripped_backpressure_makes_no_receive_until_released_an
     .await;
     // Room is free now, and still no receive.
     sleep(secs(3)).await;
-    let (tripped_receives, handled_tripped) = (receives(&recorder) - before, handled.count());
+    let (tripped_receives, handled_tripped) = (recorder.receive_calls() - before, handled.count());
     common::report(format_args!(
         "backpressure on LocalStack: {held} held at the trip, {extended} visibility changes while \
          tripped, {tripped_receives} receives while tripped, {handled_tripped} handled"
@@ -278,15 +233,19 @@ async fn on_localstack_a_tripped_backpressure_makes_no_receive_until_released_an
     assert_eq!(tripped_receives, 0, "a receive while tripped");
     assert_eq!(handled_tripped, held, "only what was held ran");
     assert!(extended >= held, "the heartbeat extended what was held");
-    assert_eq!(received_twice(&recorder), 0, "a held message lapsed");
+    assert_eq!(
+        recorder.received_more_than_once(),
+        0,
+        "a held message lapsed"
+    );
 
     circuit.release();
     eventually_within("the rest is handled once released", secs(15), async || {
         handled.count() == 200
     })
     .await;
-    assert!(receives(&recorder) > before);
-    assert_eq!(received_twice(&recorder), 0);
+    assert!(recorder.receive_calls() > before);
+    assert_eq!(recorder.received_more_than_once(), 0);
     running.stop().await.unwrap();
 }
 
