@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use rust_stream::account::Account;
-use rust_stream::outbox::{Outbox, OutboxError, MAX_SCHEDULE};
+use rust_stream::outbox::{Outbox, OutboxError, DEFAULT_POLL_INTERVAL, MAX_SCHEDULE};
 use rust_stream::prelude::*;
 use rust_stream::store::memory::MemoryStore;
 use rust_stream::store::postgres::PostgresStore;
@@ -86,10 +86,15 @@ fn consume(account: &Account, queue: &str, start: Instant) -> (Seen, tokio::task
     (seen, task)
 }
 
-/// An app that runs only the relay of `store`.
-async fn relaying<S: OutboxStore>(broker: &SqsBroker, store: &S) -> TestApp {
+/// An app that runs only the relay of `store`, starting a round every `poll_interval` while
+/// rounds find little.
+async fn relaying<S: OutboxStore>(
+    broker: &SqsBroker,
+    store: &S,
+    poll_interval: Duration,
+) -> TestApp {
     let app = RustStream::new(AppInfo::new("scheduling", "0")).with_broker(broker.clone(), |b| {
-        b.worker(broker.relay(store.clone()));
+        b.worker(broker.relay(store.clone()).poll_interval(poll_interval));
     });
     TestApp::spawn(app).await.expect("the app starts")
 }
@@ -170,7 +175,7 @@ async fn ten_thousand_messages_over_three_days_none_lost_none_early_none_cancell
     }
     let (seen_standard, standard_consumer) = consume(&account, "reminders", start);
     let (seen_fifo, fifo_consumer) = consume(&account, "dunning.fifo", start);
-    let running = relaying(&broker, &store).await;
+    let running = relaying(&broker, &store, DEFAULT_POLL_INTERVAL).await;
     tokio::time::sleep(3 * DAY + HOUR).await;
     running.stop().await.unwrap();
     standard_consumer.abort();
@@ -256,7 +261,16 @@ trait Store: OutboxStore {
     async fn commit(&self, transaction: Self::Tx);
     /// How many rows wait in the outbox.
     async fn waiting(&self) -> usize;
+    /// How often the scenarios' relay starts a round on this store while rounds find little.
+    const POLL_INTERVAL: Duration;
 }
+
+/// The database stores' relay polls, each round a real query while the paused clock stands
+/// still: at the default 100 ms an hour of schedule is 36,000 rounds, 15–30 s of real time, and
+/// the scenarios pass about ten hours on each database. Every wait they assert across, from a
+/// commit or a due time to its send, is a second or more, so a round every 500 ms still falls
+/// within it (at 2 s the one-second ones fail).
+const DATABASE_POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 impl Store for MemoryStore {
     type Tx = rust_stream::store::memory::MemoryTransaction;
@@ -277,6 +291,8 @@ impl Store for MemoryStore {
     async fn waiting(&self) -> usize {
         self.outbox_rows().len()
     }
+    // Its relay sleeps until a commit or a due time: polling costs nothing.
+    const POLL_INTERVAL: Duration = DEFAULT_POLL_INTERVAL;
 }
 
 impl Store for SqliteStore {
@@ -304,6 +320,7 @@ impl Store for SqliteStore {
         .unwrap();
         rows as usize
     }
+    const POLL_INTERVAL: Duration = DATABASE_POLL_INTERVAL;
 }
 
 impl Store for PostgresStore {
@@ -335,6 +352,7 @@ impl Store for PostgresStore {
         .unwrap();
         rows as usize
     }
+    const POLL_INTERVAL: Duration = DATABASE_POLL_INTERVAL;
 }
 
 /// Runs the scenario `$case` (generic over the store) on the in-process store, on SQLite and on
@@ -380,7 +398,7 @@ impl<S: Store> Fixture<S> {
             store.clone(),
             broker.publisher(SqsQueue::new(queue).create_if_missing()),
         );
-        let running = relaying(&broker, &store).await;
+        let running = relaying(&broker, &store, S::POLL_INTERVAL).await;
         let (seen, consumer) = consume(&account, queue, start);
         Some(Self {
             store,
@@ -823,7 +841,7 @@ async fn a_sqlite_outbox_written_before_scheduling_opens_migrated_and_its_rows_a
     .join()
     .unwrap();
     let store = SqliteStore::open(&file.0).await.unwrap();
-    let running = relaying(&broker, &store).await;
+    let running = relaying(&broker, &store, <SqliteStore as Store>::POLL_INTERVAL).await;
     let (seen, consumer) = consume(&account, "dunning.fifo", start);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let delivered: Vec<u32> = seen.lock().unwrap().iter().map(|(_, r)| r.n).collect();
@@ -931,7 +949,7 @@ async fn a_postgres_outbox_written_before_scheduling_opens_migrated_and_its_rows
         .unwrap();
     }
     let store = PostgresStore::new(pool).await.unwrap();
-    let running = relaying(&broker, &store).await;
+    let running = relaying(&broker, &store, <PostgresStore as Store>::POLL_INTERVAL).await;
     let (seen, consumer) = consume(&account, "dunning.fifo", start);
     // Their due times are the database's clock at their write, which a paused clock may lag by
     // the real time the setup took.
@@ -1010,7 +1028,7 @@ async fn a_groups_unscheduled_rows_go_in_commit_order_though_a_later_commit_read
     first.commit().await.unwrap();
     second.await.unwrap();
     let start = Instant::now();
-    let running = relaying(&broker, &store).await;
+    let running = relaying(&broker, &store, DEFAULT_POLL_INTERVAL).await;
     let (seen, consumer) = consume(&account, "ledger.fifo", start);
     while seen.lock().unwrap().len() < 2 {
         tokio::time::sleep(Duration::from_millis(20)).await;
