@@ -20,9 +20,10 @@
 //!    long-polls, opens a lease per message, and hands each on as a `held::Held`: its delivery,
 //!    its lease, its room.
 //! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
-//!    slot in a task of its own; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
+//!    slot in its receive's task, beside the receive's other messages, each attempted and settled
+//!    by itself; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
 //!    whose task (`lane.rs`) runs one message at a time in sequence order, while lanes of different
-//!    groups run in parallel. Decoding and the handler run in the message's task behind a panic
+//!    groups run in parallel. Decoding and the handler run in that task behind a panic
 //!    catch; a handler timeout cancels it, and so does the shutdown timeout (`attempt.rs` holds
 //!    what every call shares). The attempt ends in a `settle::Verdict`. A batch handler's
 //!    subscription hands its messages to `batches::Batches` instead: a standard message alone, a

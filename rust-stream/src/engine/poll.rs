@@ -488,6 +488,7 @@ impl Intake {
     ) {
         let mut extra = Vec::new();
         let mut late = Vec::new();
+        let mut taken = Vec::with_capacity(messages.len());
         // Every lease opens before any message runs: a handler that takes its time in its first
         // poll must not start the later messages' visibility clocks late.
         let leased: Vec<_> = messages
@@ -522,11 +523,12 @@ impl Intake {
             if self.tasks.no_new_attempts().is_cancelled() {
                 late.push(held);
             } else {
-                // In a task of its own: a handler that blocks or computes in its first poll must
-                // not hold up this poller, nor the rest of the receive.
-                self.dispatcher.dispatch(held);
+                taken.push(held);
             }
         }
+        // In a task of their own (on FIFO, their groups' lanes): a handler that blocks or
+        // computes in its first poll must not hold up this poller.
+        self.dispatcher.dispatch(taken);
         if !extra.is_empty() {
             self.settler.release_leases(extra, 0).await;
         }
