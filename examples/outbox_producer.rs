@@ -9,7 +9,10 @@
 //! on purpose. Restarted, it goes on after the last committed event. Its app runs the outbox's
 //! relay, which sends the committed events to `OUTBOX_QUEUE` (a FIFO queue, one group an
 //! account). Once every event is written and the outbox is empty it stops and exits 0. With
-//! `OUTBOX_WRITE=0` it only relays, until SIGTERM: a second replica beside the first.
+//! `OUTBOX_WRITE=0` it only relays, until SIGTERM: a second replica beside the first. With
+//! `OUTBOX_DELAY_MAX_MS` above 0 each event is scheduled: written with `.delay(d)`, `d` from 0 to
+//! that many milliseconds (the same for an event on every run of a seed), and carries its due
+//! time (`due_us`, microseconds since the epoch) in its body.
 //!
 //! Configured by the environment:
 //!
@@ -22,12 +25,14 @@
 //! | `OUTBOX_EVENTS` | how many events to write | 10000 |
 //! | `OUTBOX_ACCOUNTS` | how many accounts they go over | 50 |
 //! | `OUTBOX_WRITE` | `0`: relay only | `1` |
+//! | `OUTBOX_DELAY_MAX_MS` | schedule each event up to this far ahead (`0`: at once) | `0` |
+//! | `OUTBOX_DELAY_SEED` | the seed of the events' delays | `0` |
 //!
 //! and SQS as `SqsBroker::from_env` reads it (`AWS_ENDPOINT_URL`, `AWS_REGION`,
 //! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`).
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rust_stream::outbox::Outbox;
 use rust_stream::prelude::*;
@@ -36,11 +41,39 @@ use rust_stream::store::sqlite::SqliteStore;
 use rust_stream::store::OutboxStore;
 use serde::Serialize;
 
-/// An event: the `id`-th written, for `account` (its FIFO group).
+/// An event: the `id`-th written, for `account` (its FIFO group), due at `due_us`
+/// (microseconds since the epoch) when scheduled.
 #[derive(Debug, Serialize)]
 struct Posted {
     id: i64,
     account: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due_us: Option<u64>,
+}
+
+/// The delay of event `id` on a run of `seed`: up to `max_ms` milliseconds, from a SplitMix64
+/// step, so a restarted producer schedules an event as its killed run would have.
+fn delay_of(seed: u64, id: i64, max_ms: u64) -> Duration {
+    let mut z = (seed ^ id as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    Duration::from_millis((z ^ (z >> 31)) % (max_ms + 1))
+}
+
+/// The host's clock read once and advanced by the monotonic clock since, as the outbox keeps its
+/// own: an event's due time read from it just before the outbox reads its own is the outbox's
+/// (whole milliseconds, each of its two parts rounded down) to within 2 ms and the moment between
+/// the two reads, so the test can check the due order.
+struct Clock {
+    epoch: SystemTime,
+    started: Instant,
+}
+
+impl Clock {
+    fn now(&self) -> Duration {
+        let now = self.epoch + self.started.elapsed();
+        now.duration_since(UNIX_EPOCH).expect("a clock after 1970")
+    }
 }
 
 fn setting(name: &str, default: Option<&str>) -> Result<String, String> {
@@ -85,7 +118,11 @@ enum Database {
 macro_rules! produce {
     ($store:expr, $broker:expr, $publisher:expr, $settings:expr) => {{
         let store = $store;
-        let (ledger, events, accounts, write) = $settings;
+        let (ledger, events, accounts, write, (delay_max_ms, delay_seed)) = $settings;
+        let clock = Clock {
+            epoch: SystemTime::now(),
+            started: Instant::now(),
+        };
         let outbox = Outbox::new(store.clone(), $publisher);
         let (stop, running) = start(&$broker, &store);
         if write {
@@ -97,20 +134,27 @@ macro_rules! produce {
             .map_err(|error| error.to_string())?;
             let insert = format!("INSERT INTO {ledger} (id, account) VALUES ($1, $2)");
             for id in next..events {
-                let event = Posted {
-                    id,
-                    account: format!("account-{:02}", id % accounts),
-                };
+                let account = format!("account-{:02}", id % accounts);
                 let mut transaction = store.pool().begin().await.map_err(|e| e.to_string())?;
                 sqlx::query(sqlx::AssertSqlSafe(insert.as_str()))
-                    .bind(event.id)
-                    .bind(&event.account)
+                    .bind(id)
+                    .bind(&account)
                     .execute(&mut *transaction)
                     .await
                     .map_err(|error| error.to_string())?;
-                outbox
-                    .message(&event)
-                    .group_id(&event.account)
+                // The due time read just before the outbox reads its clock for the row.
+                let delay = (delay_max_ms > 0).then(|| delay_of(delay_seed, id, delay_max_ms));
+                let event = Posted {
+                    id,
+                    account,
+                    due_us: delay.map(|delay| (clock.now() + delay).as_micros() as u64),
+                };
+                let message = outbox.message(&event).group_id(&event.account);
+                let message = match delay {
+                    Some(delay) => message.delay(delay),
+                    None => message,
+                };
+                message
                     .send(&mut *transaction)
                     .await
                     .map_err(|error| error.to_string())?;
@@ -142,6 +186,8 @@ async fn run() -> Result<(), String> {
     let events = number("OUTBOX_EVENTS", "10000")?;
     let accounts = number("OUTBOX_ACCOUNTS", "50")?;
     let write = setting("OUTBOX_WRITE", Some("1"))? != "0";
+    let delay_max_ms = number("OUTBOX_DELAY_MAX_MS", "0")? as u64;
+    let delay_seed = number("OUTBOX_DELAY_SEED", "0")? as u64;
 
     let broker = SqsBroker::from_env()
         .await
@@ -163,7 +209,7 @@ async fn run() -> Result<(), String> {
         _ => return Err("set OUTBOX_POSTGRES_URL or OUTBOX_SQLITE_PATH".into()),
     };
     let publisher = broker.publisher(SqsQueue::new(queue));
-    let settings = (ledger, events, accounts, write);
+    let settings = (ledger, events, accounts, write, (delay_max_ms, delay_seed));
     match database {
         Database::Postgres(store) => produce!(store, broker, publisher, settings),
         Database::Sqlite(store) => produce!(store, broker, publisher, settings),

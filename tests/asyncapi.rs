@@ -327,7 +327,11 @@ impl Handle<Payment> for Audit {
 
 fn every_declaration() -> Value {
     let broker = SqsBroker::in_process();
-    let _refunds = broker.publisher(SqsQueue::new("refunds.fifo").content_based_dedup());
+    let _refunds = broker.publisher(
+        SqsQueue::new("refunds.fifo")
+            .content_based_dedup()
+            .high_throughput(),
+    );
     // A publisher takes any type; this one says what it sends, once by schema, once by name.
     let _notices = broker
         .publisher("notices")
@@ -390,6 +394,9 @@ fn a_document_of_every_declaration_says_what_the_app_does_and_the_parser_accepts
         channels["refunds.fifo"]["bindings"]["sqs"]["queue"]["x-contentBasedDeduplication"],
         true
     );
+    let refunds = &channels["refunds.fifo"]["bindings"]["sqs"]["queue"];
+    assert_eq!(refunds["deduplicationScope"], "messageGroup");
+    assert_eq!(refunds["fifoThroughputLimit"], "perMessageGroupId");
 
     let operations = &document["operations"];
     let mut ids: Vec<&String> = operations.as_object().expect("operations").keys().collect();
@@ -680,6 +687,46 @@ fn a_routed_queue_lists_each_message_with_its_type_header_and_the_parser_accepts
         return;
     };
     parser.assert_clean(&[("routed".to_owned(), document)]);
+}
+
+#[test]
+fn a_queue_or_topic_an_outbox_sends_to_notes_its_messages_may_be_scheduled_and_the_parser_accepts_it(
+) {
+    use rust_stream::outbox::Outbox;
+    use rust_stream::store::memory::MemoryStore;
+    let broker = SqsBroker::in_process();
+    let store = MemoryStore::new();
+    let _reminders = Outbox::new(store.clone(), broker.publisher("reminders"));
+    let _dunning = Outbox::new(store.clone(), broker.topic(SnsTopic::new("dunning")));
+    let _receipts = broker.publisher("receipts");
+    let _announcements = broker.topic(SnsTopic::new("announcements"));
+    let document = RustStream::new(AppInfo::new("billing", "1.0.0"))
+        .with_broker(broker.clone(), |b| {
+            b.worker(broker.relay(store.clone()));
+        })
+        .asyncapi();
+    let operations = &document["operations"];
+    for scheduled in ["publish.reminders", "publish.dunning"] {
+        let operation = &operations[scheduled];
+        assert_eq!(operation["x-rust-stream-scheduled"], true, "{scheduled}");
+        let description = operation["description"].as_str().expect("a description");
+        assert!(description.contains("may be scheduled"), "{description}");
+    }
+    // A broker's publisher no outbox sends through sends at once (or within SQS's delay).
+    for plain in ["publish.receipts", "publish.announcements"] {
+        assert!(
+            operations[plain].get("x-rust-stream-scheduled").is_none(),
+            "{plain}"
+        );
+        let description = operations[plain]["description"]
+            .as_str()
+            .expect("a description");
+        assert!(!description.contains("scheduled"), "{description}");
+    }
+    let Some(parser) = Parser::installed("scheduled") else {
+        return;
+    };
+    parser.assert_clean(&[("scheduled".to_owned(), document)]);
 }
 
 #[test]

@@ -354,9 +354,10 @@ async fn postgres_migrates_a_version_1_database_to_the_history() {
     let pool = postgres_pool(&options).await;
     let store = PostgresStore::new(pool.clone()).await.unwrap();
     // Back to what version 1 left: no history table (nor the tables of later versions: the
-    // outbox's, version 3), one version row.
+    // outbox's, versions 3 and 4), one version row.
     sqlx::raw_sql(
         "DROP TABLE rust_stream_history; DROP TABLE rust_stream_outbox;
+         DROP TABLE rust_stream_outbox_keys;
          DELETE FROM rust_stream_schema WHERE version > 1;
          INSERT INTO rust_stream_inbox (consumer, idempotency_key, claimed_at, expires_at)
          VALUES ('payments', 'p-1', now(), now() + interval '1 day')",
@@ -371,7 +372,7 @@ async fn postgres_migrates_a_version_1_database_to_the_history() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, rust_stream::store::SCHEMA_VERSION]);
+    assert_eq!(versions, [1, 2, 3, rust_stream::store::SCHEMA_VERSION]);
     let inbox: i64 = sqlx::query_scalar("SELECT count(*) FROM rust_stream_inbox")
         .fetch_one(&pool)
         .await

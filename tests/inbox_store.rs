@@ -580,7 +580,7 @@ async fn postgres_records_its_schema_version_and_refuses_a_newer_one() {
         .fetch_all(store.pool())
         .await
         .unwrap();
-    assert_eq!(versions, [1, 2, SCHEMA_VERSION]);
+    assert_eq!(versions, [1, 2, 3, SCHEMA_VERSION]);
     sqlx::query("INSERT INTO rust_stream_schema (version) VALUES (99)")
         .execute(store.pool())
         .await

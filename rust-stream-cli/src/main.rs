@@ -63,6 +63,9 @@ enum Command {
         /// FIFO deduplication by content when a send gives no deduplication id.
         #[arg(long)]
         content_dedup: bool,
+        /// FIFO high throughput: the throughput quota per message group, deduplication within it.
+        #[arg(long)]
+        high_throughput: bool,
         /// Its dead-letter queue (which must exist), for SQS's redrive policy.
         #[arg(long, value_name = "NAME", requires = "max_receive_count")]
         dead_letter: Option<String>,
@@ -388,6 +391,7 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 queue,
                 fifo,
                 content_dedup,
+                high_throughput,
                 dead_letter,
                 max_receive_count,
             } => {
@@ -397,6 +401,9 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 }
                 if content_dedup {
                     spec = spec.content_based_dedup();
+                }
+                if high_throughput {
+                    spec = spec.high_throughput();
                 }
                 if let (Some(dead_letter), Some(count)) = (dead_letter, max_receive_count) {
                     spec = spec.dead_letter(dead_letter, count);

@@ -60,6 +60,13 @@
 //!   publisher made with [`SqsBroker::publisher`](crate::SqsBroker::publisher) sends to
 //!   (`publish.QUEUE`; such a publisher takes any type, so its messages are listed only when it
 //!   declares them with [`Publisher::payload`](crate::Publisher::payload)).
+//! - scheduled messages: the `publish.QUEUE` (or topic) operation of a queue or topic an
+//!   [outbox](crate::outbox) made with a broker's publisher sends to says, in its description
+//!   and as `x-rust-stream-scheduled: true`, that its messages may be scheduled (an outbox
+//!   message may be due at any time). The document knows of the outboxes made on the broker,
+//!   not of what each message asks for. It does not mark a subscription's outputs that its
+//!   handler schedules through its inbox's outbox (`Outgoing::delay` beyond SQS's 900 s): that
+//!   is decided message by message, where the document cannot see.
 //! - messages: named after their Rust type (the full path in `x-rust-type`), with the codec's
 //!   content type. With the `schemars` feature, a payload whose type implements
 //!   `schemars::JsonSchema` is its JSON Schema (draft 7, the types it uses under
@@ -134,9 +141,15 @@ pub(crate) struct Writer<'a> {
     /// The queues the app routes by type, and the header that names a message's type there.
     routed: Vec<String>,
     type_header: String,
+    /// The queues and topics an outbox sends to (a topic's name `topic:` prefixed).
+    outboxes: std::collections::BTreeSet<String>,
     #[cfg(feature = "schemars")]
     generator: schemars::SchemaGenerator,
 }
+
+/// What a send operation of a queue or topic an outbox sends to adds to its description.
+const SCHEDULED: &str = " An outbox sends to it, so its messages may be scheduled: one may \
+                         arrive long after it was written, at the time its writer chose.";
 
 impl<'a> Writer<'a> {
     pub(crate) fn new(info: &'a AppInfo, merged: &'a dyn Fn(&SqsQueue) -> SqsQueue) -> Self {
@@ -148,6 +161,7 @@ impl<'a> Writer<'a> {
             operations: Map::new(),
             routed: Vec::new(),
             type_header: crate::model::headers::TYPE_HEADER.to_owned(),
+            outboxes: std::collections::BTreeSet::new(),
             #[cfg(feature = "schemars")]
             generator: {
                 let mut settings = schemars::generate::SchemaSettings::draft07();
@@ -155,6 +169,24 @@ impl<'a> Writer<'a> {
                 settings.definitions_path = "/components/schemas".into();
                 settings.into_generator()
             },
+        }
+    }
+
+    /// Says which queues and topics an outbox sends to, by their unique names
+    /// (`Destination::unique_name`): the operations of the broker's publishers that send there
+    /// note that messages may be scheduled.
+    pub(crate) fn outboxes(mut self, outboxes: std::collections::BTreeSet<String>) -> Self {
+        self.outboxes = outboxes;
+        self
+    }
+
+    /// Notes on `send`, the operation of a broker's publisher to the queue or topic of unique
+    /// name `name`, that its messages may be scheduled, when an outbox sends there.
+    fn note_schedule(&self, name: &str, send: &mut Value) {
+        if self.outboxes.contains(name) {
+            let description = send["description"].as_str().unwrap_or_default().to_owned();
+            send["description"] = json!(format!("{description}{SCHEDULED}"));
+            send["x-rust-stream-scheduled"] = json!(true);
         }
     }
 
@@ -286,6 +318,7 @@ impl<'a> Writer<'a> {
                  declares."
             );
         }
+        self.note_schedule(&queue.name, &mut send);
         let id = unique(format!("publish.{}", queue.name), |name| {
             self.operations.contains_key(name)
         });
@@ -297,12 +330,13 @@ impl<'a> Writer<'a> {
     pub(crate) fn topic_publisher(&mut self, topic: &SnsTopic) {
         let place = Place::Topic(topic);
         self.messages_of(&place);
-        let send = json!({
+        let mut send = json!({
             "action": "send",
             "channel": { "$ref": place.channel_ref() },
             "description": "Published by a publisher made with `SqsBroker::topic`, which takes \
                             messages of any type.",
         });
+        self.note_schedule(&format!("topic:{}", topic.name), &mut send);
         let id = unique(format!("publish.{}", place.name()), |name| {
             self.operations.contains_key(name)
         });
@@ -555,6 +589,16 @@ fn channel_object(channel: &Channel) -> Value {
     }
     if queue.content_based_dedup {
         binding_queue["x-contentBasedDeduplication"] = json!(true);
+    }
+    if queue.high_throughput {
+        for (attribute, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+            // The binding's own fields, named as the attributes are but in lower camel case.
+            let field = match attribute {
+                "DeduplicationScope" => "deduplicationScope",
+                _ => "fifoThroughputLimit",
+            };
+            binding_queue[field] = json!(value);
+        }
     }
     let mut binding = json!({ "bindingVersion": SQS_BINDING_VERSION });
     if let Some(dead_letter) = &queue.dead_letter {

@@ -73,8 +73,10 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use crate::handler::context::Context;
 use crate::handler::middleware::{Call, Layers, Message, Middleware, Next, Outcomes};
 use crate::model::SqsQueue;
+use crate::outbox::{OutboxError, PreparedRow};
 use crate::outcome::HandlerOutcome;
 use crate::publish::recorded;
+use crate::publish::Outgoing;
 use crate::publish::Publisher;
 use crate::store::sweeper::Sweeper;
 use crate::store::{Claim, ClaimSettings, InboxKey, InboxStore};
@@ -303,10 +305,15 @@ impl<S: InboxStore> Middleware for InboxLayer<S> {
             return Outcomes::all(HandlerOutcome::retry());
         };
         if *outcomes.outcome_of(0) != HandlerOutcome::Ack {
-            if let Err(error) = self.store.release(transaction).await {
-                tracing::warn!(inbox.key = %key.key, error = %error, "the inbox could not roll back the failed attempt's transaction; the database rolls it back when the connection closes");
-            }
+            self.roll_back(transaction, &key).await;
             return outcomes;
+        }
+        let mut transaction = transaction;
+        let mut outcomes = outcomes;
+        if let Err(reason) = self.write_scheduled(&mut transaction, &mut outcomes).await {
+            tracing::warn!(inbox.key = %key.key, error = %reason, "the handler's transaction is rolled back and the message retried");
+            self.roll_back(transaction, &key).await;
+            return Outcomes::all(HandlerOutcome::failed(reason));
         }
         let recorded = recorded::record(outcomes.published(0));
         match self
@@ -324,6 +331,67 @@ impl<S: InboxStore> Middleware for InboxLayer<S> {
 }
 
 impl<S: InboxStore> InboxLayer<S> {
+    /// Rolls back a failed attempt's transaction: its writes are undone, its key free again.
+    async fn roll_back(&self, transaction: S::Transaction, key: &InboxKey) {
+        if let Err(error) = self.store.release(transaction).await {
+            tracing::warn!(inbox.key = %key.key, error = %error, "the inbox could not roll back the failed attempt's transaction; the database rolls it back when the connection closes");
+        }
+    }
+
+    /// Writes the handler's outputs whose schedule SQS cannot keep itself
+    /// ([`Outgoing::needs_outbox`]: a delay beyond 900 s, any on a FIFO queue or a topic) as rows
+    /// of the store's outbox in `transaction`, and takes them out of `outcomes`: they commit with
+    /// the key or not at all, the store's relay sends them when due, and a duplicate of the
+    /// message does not send them again (they are not among the outputs recorded with the key).
+    ///
+    /// # Errors
+    ///
+    /// Why an output could not be written, the message to fail the attempt with: a store that
+    /// keeps no outbox in the inbox's transaction refuses such an output as a send refuses it
+    /// (its delay is out of SQS's range, pointing to the outbox); a schedule out of the outbox's
+    /// range; the store's failure.
+    async fn write_scheduled(
+        &self,
+        transaction: &mut S::Transaction,
+        outcomes: &mut Outcomes,
+    ) -> Result<(), String> {
+        let Some(published) = outcomes.published_mut(0) else {
+            return Ok(());
+        };
+        if !published.iter().any(Outgoing::needs_outbox) {
+            return Ok(());
+        }
+        let (scheduled, now): (Vec<Outgoing>, Vec<Outgoing>) = std::mem::take(published)
+            .into_iter()
+            .partition(Outgoing::needs_outbox);
+        *published = now;
+        for outgoing in scheduled {
+            let name = outgoing.destination().name().to_owned();
+            if !S::OUTBOX_IN_TRANSACTION {
+                // The send's own refusal, before any call: one message, one path.
+                let refusal = match outgoing.into_request() {
+                    Err(error) => error.to_string(),
+                    Ok(_) => format!("queue `{name}`: SQS cannot keep this output's delay"),
+                };
+                return Err(format!(
+                    "an output could not be sent: {refusal} (this inbox's store keeps no outbox in its transaction)"
+                ));
+            }
+            let prepared = PreparedRow::new(outgoing).map_err(|error| {
+                format!("an output to `{name}` could not be scheduled: {error}")
+            })?;
+            self.store
+                .write_outbox(transaction, prepared.row(None))
+                .await
+                .map_err(|error| {
+                    let error = OutboxError::from_write(error);
+                    format!("an output to `{name}` could not be scheduled: {error}")
+                })?;
+            prepared.written();
+        }
+        Ok(())
+    }
+
     /// A copy of a message whose key is completed: acked, with the recorded outputs sent again.
     fn already_handled(&self, key: &InboxKey, recorded: Option<String>) -> Outcomes {
         let outputs = match recorded

@@ -156,6 +156,7 @@ pub use broker::{Broker, Include};
 pub use codec::{Codec, DecodeError, EncodeError, Json};
 pub use handler::context::{Context, SnsNotification, SqsMessage};
 pub use handler::Handle;
+pub use model::flow;
 pub use model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, EXTENDED_PAYLOAD_SIZE, IDEMPOTENCY_KEY_HEADER,
     LEGACY_PAYLOAD_SIZE, LINKED_TRACEPARENT_HEADER, ORIGINAL_MESSAGE_ID_HEADER,
@@ -238,6 +239,9 @@ mod guides {
 
     #[doc = include_str!("../../docs/large-payloads.md")]
     mod large_payloads {}
+
+    #[doc = include_str!("../../docs/flow-control.md")]
+    mod flow_control {}
 
     #[doc = include_str!("../../docs/scheduling.md")]
     mod scheduling {}

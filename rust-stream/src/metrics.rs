@@ -35,6 +35,18 @@
 //! | `rust_stream.http.requests` | counter | `http.route` (the route's template, `unmatched` for none), `http.response.status_code`; no queue label | requests the HTTP queue API (`rust_stream::http::queue`, feature `http`) answered |
 //! | `rust_stream.http.refused` | counter | `rust_stream.reason`: `origin`, `token`, `content_type`, `queue`, `body_size`, `push_items`, `pop_amount`, `busy`, `deadline` | requests the HTTP queue API refused before any SQS call, by the rule that refused them |
 //!
+//! The backlog gauges (`SqsBroker::backlog_interval`, every 60 s unless set): what SQS says a
+//! subscribed queue holds, one `GetQueueAttributes` call a queue an interval, set as each sample
+//! answers:
+//!
+//! | Metric | Kind | Labels besides the two | What |
+//! | --- | --- | --- | --- |
+//! | `rust_stream.queue.visible` | gauge | | `ApproximateNumberOfMessages`: messages waiting to be received |
+//! | `rust_stream.queue.in_flight` | gauge | | `ApproximateNumberOfMessagesNotVisible`: received by any consumer, not yet deleted |
+//! | `rust_stream.queue.delayed` | gauge | | `ApproximateNumberOfMessagesDelayed`: not yet visible |
+//! | `rust_stream.queue.oldest_age` | gauge | | seconds: the oldest message this consumer received in the interval, by its `SentTimestamp`, or, when it received none while messages were visible, the last value plus the interval; 0 when none is visible (SQS has no such attribute: CloudWatch's `ApproximateAgeOfOldestMessage` is the queue's own) |
+//! | `rust_stream.queue.dead_letter` | gauge | `rust_stream.dead_letter_queue` (its name) | messages in the subscription's dead-letter queue (visible, in flight and delayed) |
+//!
 //! An [outbox](crate::outbox)'s relay labels its metrics with `rust_stream.outbox` (the relay's
 //! name) only:
 //!
@@ -58,6 +70,7 @@
 //! name, e.g. `Throttled`), the code of an error it does not know (e.g. `InvalidClientTokenId`), or
 //! `unavailable` when no answer came.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::metrics::{Counter, Gauge, Histogram, Label};
@@ -105,6 +118,25 @@ pub const RECEIVE_BATCH_SIZE: &str = "rust_stream.receive.batch_size";
 pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
 /// Messages published.
 pub const MESSAGES_SENT: &str = "messaging.client.sent.messages";
+
+/// How often a running app samples its queues' backlog gauges unless told otherwise
+/// (`SqsBroker::backlog_interval`): a `GetQueueAttributes` call a queue a minute, CloudWatch's
+/// own period for SQS's metrics.
+pub const DEFAULT_BACKLOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A subscribed queue's messages waiting to be received (`ApproximateNumberOfMessages`).
+pub const QUEUE_VISIBLE: &str = "rust_stream.queue.visible";
+/// A subscribed queue's messages received and not yet deleted
+/// (`ApproximateNumberOfMessagesNotVisible`).
+pub const QUEUE_IN_FLIGHT: &str = "rust_stream.queue.in_flight";
+/// A subscribed queue's delayed messages (`ApproximateNumberOfMessagesDelayed`).
+pub const QUEUE_DELAYED: &str = "rust_stream.queue.delayed";
+/// Seconds the oldest message of a subscribed queue has waited, as its consumer sees it.
+pub const QUEUE_OLDEST_AGE: &str = "rust_stream.queue.oldest_age";
+/// Messages in a subscription's dead-letter queue.
+pub const QUEUE_DEAD_LETTER: &str = "rust_stream.queue.dead_letter";
+/// The label naming the dead-letter queue of [`QUEUE_DEAD_LETTER`].
+pub const DEAD_LETTER_QUEUE: &str = "rust_stream.dead_letter_queue";
 
 /// Bucket bounds for [`PROCESS_DURATION`] and [`OPERATION_DURATION`], in seconds: a handler or an
 /// SQS call from 5 ms to a 20 s long poll and on to a handler's 5 minutes.
@@ -204,6 +236,31 @@ pub fn describe() {
         Unit::Seconds,
         "Each SQS or SNS API call, by messaging.operation.name (its count is the calls)."
     );
+    describe_gauge!(
+        QUEUE_VISIBLE,
+        Unit::Count,
+        "Messages waiting to be received (ApproximateNumberOfMessages), sampled each interval."
+    );
+    describe_gauge!(
+        QUEUE_IN_FLIGHT,
+        Unit::Count,
+        "Messages received and not yet deleted (ApproximateNumberOfMessagesNotVisible), sampled each interval."
+    );
+    describe_gauge!(
+        QUEUE_DELAYED,
+        Unit::Count,
+        "Delayed messages (ApproximateNumberOfMessagesDelayed), sampled each interval."
+    );
+    describe_gauge!(
+        QUEUE_OLDEST_AGE,
+        Unit::Seconds,
+        "Seconds the oldest message has waited, as the consumer saw it in the interval (0 when none is visible)."
+    );
+    describe_gauge!(
+        QUEUE_DEAD_LETTER,
+        Unit::Count,
+        "Messages in the subscription's dead-letter queue (rust_stream.dead_letter_queue), sampled each interval."
+    );
     describe_counter!(
         MESSAGES_SENT,
         Unit::Count,
@@ -291,6 +348,9 @@ pub(crate) struct SubscriptionMetrics {
     pub(crate) receiving: Gauge,
     age: Histogram,
     batch_size: Histogram,
+    /// The age at receive of the oldest message received since the backlog's last sample, in
+    /// milliseconds plus one (0: none received).
+    oldest_received: AtomicU64,
 }
 
 /// How one attempt ended, as `messaging.process.duration` labels it (`error.type`, absent on
@@ -343,6 +403,7 @@ impl SubscriptionMetrics {
             receiving: ::metrics::gauge!(RECEIVES_IN_FLIGHT, &base),
             age: ::metrics::histogram!(MESSAGE_AGE, &base),
             batch_size: ::metrics::histogram!(RECEIVE_BATCH_SIZE, &base),
+            oldest_received: AtomicU64::new(0),
         }
     }
 
@@ -354,11 +415,25 @@ impl SubscriptionMetrics {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis();
+        let mut oldest = 0;
         for message in messages {
             let sent = message.attributes.number(SystemAttribute::SentTimestamp);
             if let Some(sent) = sent.map(u128::from) {
-                self.age.record(now.saturating_sub(sent) as f64 / 1000.0);
+                let age = now.saturating_sub(sent);
+                self.age.record(age as f64 / 1000.0);
+                oldest = oldest.max(age as u64 + 1);
             }
+        }
+        if oldest > 0 {
+            self.oldest_received.fetch_max(oldest, Ordering::Relaxed);
+        }
+    }
+
+    /// The age at receive of the oldest message received since the last call, if any was.
+    pub(crate) fn take_oldest_received(&self) -> Option<Duration> {
+        match self.oldest_received.swap(0, Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms - 1)),
         }
     }
 
@@ -380,6 +455,36 @@ impl SubscriptionMetrics {
             Settled::DeadLettered => 2,
         };
         self.settled[index].increment(1);
+    }
+}
+
+/// The backlog gauges of one subscribed queue, registered once when its sampling starts.
+pub(crate) struct BacklogGauges {
+    pub(crate) visible: Gauge,
+    pub(crate) in_flight: Gauge,
+    pub(crate) delayed: Gauge,
+    pub(crate) oldest_age: Gauge,
+    /// With the dead-letter queue's name, when the subscription has one.
+    pub(crate) dead_letter: Option<Gauge>,
+}
+
+impl BacklogGauges {
+    pub(crate) fn new(queue: &str, dead_letter: Option<&str>) -> Self {
+        let base = [
+            (SYSTEM, AWS_SQS.to_owned()),
+            (DESTINATION, queue.to_owned()),
+        ];
+        Self {
+            visible: ::metrics::gauge!(QUEUE_VISIBLE, &base),
+            in_flight: ::metrics::gauge!(QUEUE_IN_FLIGHT, &base),
+            delayed: ::metrics::gauge!(QUEUE_DELAYED, &base),
+            oldest_age: ::metrics::gauge!(QUEUE_OLDEST_AGE, &base),
+            dead_letter: dead_letter.map(|name| {
+                let mut labels = base.to_vec();
+                labels.push((DEAD_LETTER_QUEUE, name.to_owned()));
+                ::metrics::gauge!(QUEUE_DEAD_LETTER, &labels)
+            }),
+        }
     }
 }
 

@@ -124,6 +124,12 @@ fn differing_setting(first: &Subscriber, second: &Subscriber) -> Option<&'static
         "handler timeout"
     } else if x.delete_run != y.delete_run {
         "delete run"
+    } else if x.flow.rate_limit != y.flow.rate_limit {
+        "rate limit"
+    } else if x.flow.backpressure != y.flow.backpressure {
+        "backpressure"
+    } else if x.flow.per_key != y.flow.per_key {
+        "in-flight limit per key"
     } else if a.dead_letter != b.dead_letter {
         "dead-letter queue"
     } else if a.subscriptions != b.subscriptions {
@@ -132,6 +138,8 @@ fn differing_setting(first: &Subscriber, second: &Subscriber) -> Option<&'static
         "create-if-missing"
     } else if a.content_based_dedup != b.content_based_dedup {
         "content-based deduplication"
+    } else if a.high_throughput != b.high_throughput {
+        "high throughput"
     } else {
         "settings"
     })

@@ -227,6 +227,26 @@ impl<H, O, C, K> SubscriberBuilder<H, O, C, K> {
         self
     }
 
+    /// Receives at most `limit` messages: a number a second, or a shared
+    /// [`RateLimit`](crate::model::flow::RateLimit). See [`SqsQueue::rate_limit`].
+    pub fn rate_limit(mut self, limit: impl Into<crate::model::flow::RateLimit>) -> Self {
+        self.queue = self.queue.rate_limit(limit);
+        self
+    }
+
+    /// Holds at most `most` messages of each key for running at once. See
+    /// [`SqsQueue::max_in_flight_per`].
+    pub fn max_in_flight_per(mut self, key: crate::model::flow::InFlightKey, most: usize) -> Self {
+        self.queue = self.queue.max_in_flight_per(key, most);
+        self
+    }
+
+    /// Makes no receive while `switch` is tripped. See [`SqsQueue::backpressure`].
+    pub fn backpressure(mut self, switch: &crate::model::flow::Backpressure) -> Self {
+        self.queue = self.queue.backpressure(switch);
+        self
+    }
+
     /// How long a failed message waits before its next attempt (default: 1 s doubling to 5 minutes).
     pub fn retry(mut self, policy: crate::retry::RetryPolicy) -> Self {
         self.queue = self.queue.retry(policy);

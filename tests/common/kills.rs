@@ -172,6 +172,73 @@ impl OutboxFigures {
     }
 }
 
+/// An event's due time (microseconds since the epoch) and id.
+pub type DueId = (u64, i64);
+
+/// What a scheduled outbox kill run found: each event's lateness (its `SentTimestamp` less the
+/// due time it carries) and the due order of each account's events.
+#[derive(Debug)]
+#[allow(dead_code)] // the figures are printed whole
+pub struct ScheduleFigures {
+    /// Events stored before their due time (to the millisecond `SentTimestamp` has).
+    pub early: usize,
+    /// Events received after one of their account due more than 3 ms later.
+    pub order_violations: usize,
+    /// The first of them: the account, then `(due, id)` received before and after.
+    pub first_violation: Option<(String, DueId, DueId)>,
+    /// Events received after one of their account due up to 3 ms later: in order or not by the
+    /// outbox's milliseconds (ties go in commit order), which the event's own due time, read just
+    /// before from a clock of its own, may miss by up to 2 ms and the moment between the reads.
+    pub near_ties: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}
+
+impl ScheduleFigures {
+    /// The figures of `delivered` `(id, account, due, sent)` in the order received: `due` in
+    /// microseconds since the epoch, `sent` SQS's `SentTimestamp` in milliseconds. Each account's
+    /// events are one FIFO group, which goes in due order (to the millisecond the outbox keeps),
+    /// ties in commit order (the ids grow in commit order).
+    pub fn count(delivered: &[(i64, String, u64, u64)]) -> Self {
+        let mut last: HashMap<&str, DueId> = HashMap::new();
+        let mut order_violations = 0;
+        let mut lateness: Vec<u64> = Vec::with_capacity(delivered.len());
+        let mut early = 0;
+        let mut first_violation = None;
+        let mut near_ties = 0;
+        for (id, account, due, sent) in delivered {
+            if let Some(before) = last.get(account.as_str()) {
+                if before.0 > due + 3_000 {
+                    order_violations += 1;
+                    first_violation.get_or_insert((account.clone(), *before, (*due, *id)));
+                } else if *before >= (*due, *id) {
+                    near_ties += 1;
+                }
+            }
+            last.insert(account, (*due, *id));
+            if *sent < due / 1_000 {
+                early += 1;
+            }
+            lateness.push((sent * 1_000).saturating_sub(*due));
+        }
+        lateness.sort_unstable();
+        let at = |quantile: f64| {
+            let index = ((lateness.len() as f64 * quantile).ceil() as usize).saturating_sub(1);
+            Duration::from_micros(lateness.get(index).copied().unwrap_or(0))
+        };
+        Self {
+            early,
+            order_violations,
+            first_violation,
+            near_ties,
+            p50: at(0.50),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
 /// What a run with an inbox sent: every payment once, then its extra copies.
 pub struct SentPayments {
     /// Each payment's group and number in its group, in the order sent.

@@ -1086,8 +1086,10 @@ pub mod backend {
             got
         }
 
-        /// Receives and deletes what a queue holds: until a long poll of 1 s finds nothing once
-        /// `want` messages came, or three find nothing before (the caller then sees fewer).
+        /// Receives and deletes what a queue holds, each message with all its attributes (its
+        /// `SentTimestamp` and `MessageGroupId` among them): until a long poll of 1 s finds
+        /// nothing once `want` messages came, or three find nothing before (the caller then sees
+        /// fewer).
         pub async fn take_all(&self, url: &str, want: usize) -> Vec<ReceivedMessage> {
             let mut got = Vec::new();
             let mut empty_looks = 0;

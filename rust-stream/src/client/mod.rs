@@ -86,6 +86,8 @@ pub(crate) struct Settings {
     pub(crate) large_payloads: Option<LargePayloads>,
     /// Messages carry their trace as the `AWSTraceHeader` system attribute too (X-Ray's form).
     pub(crate) aws_trace_header: bool,
+    /// How often a running app samples its queues' backlog gauges; `None`: never.
+    pub(crate) backlog_interval: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -97,6 +99,7 @@ impl Default for Settings {
             type_header: Arc::from(crate::model::headers::TYPE_HEADER),
             large_payloads: None,
             aws_trace_header: false,
+            backlog_interval: Some(crate::metrics::DEFAULT_BACKLOG_INTERVAL),
         }
     }
 }
@@ -206,6 +209,11 @@ impl Client {
 
     pub(crate) fn linger(&self) -> Duration {
         self.settings.linger
+    }
+
+    /// How often a running app samples its queues' backlog gauges, if it does.
+    pub(crate) fn backlog_interval(&self) -> Option<Duration> {
+        self.settings.backlog_interval
     }
 
     /// How the broker names queues.

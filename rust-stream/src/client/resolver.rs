@@ -104,14 +104,19 @@ impl Resolver {
         self.describe(queue, url).await
     }
 
-    /// Creates a queue declared `create_if_missing`, with its type, visibility timeout and
-    /// redrive policy.
+    /// Creates a queue declared `create_if_missing`, with its type, deduplication and throughput
+    /// settings, visibility timeout and redrive policy.
     async fn create(&self, queue: &SqsQueue) -> Result<String, TransportError> {
         let mut attributes = QueueAttributes::new();
         if queue.is_fifo() {
             attributes.insert("FifoQueue".into(), "true".into());
             if queue.content_based_dedup {
                 attributes.insert("ContentBasedDeduplication".into(), "true".into());
+            }
+            if queue.high_throughput {
+                for (name, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+                    attributes.insert(name.into(), value.into());
+                }
             }
         }
         if let Some(timeout) = queue.consumer.visibility_timeout {

@@ -243,30 +243,32 @@ impl<A: Grouped> Lines<A> {
         self.first_tries < MAX_BATCH_ENTRIES && self.joined_total <= MAX_BATCH_ENTRIES
     }
 
-    /// Forms and starts the calls that may go now (see [the module](self)); with `wait_over`,
-    /// those that are not full too.
-    fn pump(&mut self, this: &Arc<Mutex<Self>>, wait_over: bool) {
+    /// Forms the calls that may go now (see [the module](self)); with `wait_over`, those that are
+    /// not full too. What it starts is spawned by the caller once the lock is let go.
+    fn pump(&mut self, this: &Arc<Mutex<Self>>, wait_over: bool) -> Starts<A> {
+        let mut starts = Starts(Vec::new());
         // A call ended as its runtime shut down: no call can start, and what waits is answered
         // as stopped once the lines are dropped.
         if tokio::runtime::Handle::try_current().is_err() {
-            return;
+            return starts;
         }
         while self.calls < self.max_calls && !self.ready.is_empty() {
             if !wait_over && !self.fill_a_call() && !self.light() {
-                self.wait_for_company(this);
-                return;
+                starts.0.extend(self.wait_for_company(this));
+                return starts;
             }
-            self.start_call(this);
+            starts.0.push(self.start_call(this));
         }
+        starts
     }
 
-    /// Wakes the lines to send what waits in a call that is not full, unless that wake-up is set
-    /// already: once the tasks woken meanwhile have run, when no call is on its first try (the
-    /// answers that came just now are about to be sent again, by those they woke), or after
-    /// [`FILL_PATIENCE`] otherwise (a call on its way answers before). A patience set while
-    /// calls were out does not hold what waits once they are answered: nothing else is on its
-    /// way to join it then, and the wake-up soon is set beside it.
-    fn wait_for_company(&mut self, this: &Arc<Mutex<Self>>) {
+    /// A wake-up for the lines to send what waits in a call that is not full, unless that
+    /// wake-up is set already: once the tasks woken meanwhile have run, when no call is on its
+    /// first try (the answers that came just now are about to be sent again, by those they
+    /// woke), or after [`FILL_PATIENCE`] otherwise (a call on its way answers before). A patience
+    /// set while calls were out does not hold what waits once they are answered: nothing else is
+    /// on its way to join it then, and the wake-up soon is set beside it.
+    fn wait_for_company(&mut self, this: &Arc<Mutex<Self>>) -> Option<Start<A>> {
         let soon = self.first_tries == 0;
         let set = if soon {
             &mut self.wake_soon_set
@@ -274,32 +276,17 @@ impl<A: Grouped> Lines<A> {
             &mut self.wake_patient_set
         };
         if *set {
-            return;
+            return None;
         }
         *set = true;
-        let this = Arc::clone(this);
-        tokio::spawn(async move {
-            if soon {
-                tokio::task::yield_now().await;
-            } else {
-                tokio::time::sleep(FILL_PATIENCE).await;
-            }
-            let mut lines = lock(&this);
-            if soon {
-                lines.wake_soon_set = false;
-            } else {
-                lines.wake_patient_set = false;
-            }
-            // Woken soon, what waits goes as it is only while still nothing is on its way: the
-            // tasks the answers woke may have filled calls meanwhile, and the rest then waits
-            // for those.
-            let wait_over = !soon || lines.first_tries == 0;
-            lines.pump(&this, wait_over);
-        });
+        Some(Start::Wake {
+            lines: Arc::clone(this),
+            soon,
+        })
     }
 
-    /// Forms a call from the front of the ready groups' lines and starts it.
-    fn start_call(&mut self, this: &Arc<Mutex<Self>>) {
+    /// Forms a call from the front of the ready groups' lines, to start.
+    fn start_call(&mut self, this: &Arc<Mutex<Self>>) -> Start<A> {
         let mut call = Call::<A>::new();
         let (mut count, mut size) = (0, 0);
         let mut carried = Vec::new();
@@ -332,21 +319,91 @@ impl<A: Grouped> Lines<A> {
         }
         self.calls += 1;
         self.first_tries += count;
-        let answered = Answered {
-            lines: Arc::clone(this),
-            groups: carried,
-            first_try: Some(count),
-            started: Instant::now(),
-        };
-        let (transport, target) = (self.transport.clone(), Arc::clone(&self.target));
-        tokio::spawn(async move {
-            let mut answered = answered;
-            call.run(transport, target, || answered.first_try_over())
-                .await;
-            // Dropped here (or where the task ends, should the call panic): the call's groups
-            // are let go of after its entries were answered and their chains told.
-            drop(answered);
-        });
+        Start::Call {
+            call,
+            answered: Answered {
+                lines: Arc::clone(this),
+                groups: carried,
+                first_try: Some(count),
+                started: Instant::now(),
+                ran: false,
+            },
+            transport: self.transport.clone(),
+            target: Arc::clone(&self.target),
+        }
+    }
+}
+
+/// What [`Lines::pump`] started, to spawn once the lines' lock is let go: a task spawned as its
+/// runtime shuts down is dropped at once on the spawning thread, and a dropped call's end takes
+/// that lock, which the thread would then wait for forever (its runtime never stopping).
+#[must_use = "what the lines started runs only once spawned"]
+struct Starts<A: Grouped>(Vec<Start<A>>);
+
+/// A task the lines start.
+enum Start<A: Grouped> {
+    /// A call, and what lets its groups go once it is over.
+    Call {
+        call: Call<A>,
+        answered: Answered<A>,
+        transport: SharedTransport,
+        target: Arc<str>,
+    },
+    /// A wake-up to send what waits in a call that is not full (see
+    /// [`Lines::wait_for_company`]).
+    Wake {
+        lines: Arc<Mutex<Lines<A>>>,
+        soon: bool,
+    },
+}
+
+impl<A: Grouped> Starts<A> {
+    /// Spawns what was started. Called with the lines' lock let go.
+    fn spawn(self) {
+        for start in self.0 {
+            match start {
+                Start::Call {
+                    call,
+                    answered,
+                    transport,
+                    target,
+                } => {
+                    tokio::spawn(async move {
+                        let mut answered = answered;
+                        answered.ran = true;
+                        call.run(transport, target, || answered.first_try_over())
+                            .await;
+                        // Dropped here (or where the task ends, should the call panic): the
+                        // call's groups are let go of after its entries were answered and their
+                        // chains told.
+                        drop(answered);
+                    });
+                }
+                Start::Wake { lines, soon } => {
+                    tokio::spawn(async move {
+                        if soon {
+                            tokio::task::yield_now().await;
+                        } else {
+                            tokio::time::sleep(FILL_PATIENCE).await;
+                        }
+                        let starts = {
+                            let mut locked = lock(&lines);
+                            if soon {
+                                locked.wake_soon_set = false;
+                            } else {
+                                locked.wake_patient_set = false;
+                            }
+                            // Woken soon, what waits goes as it is only while still nothing is
+                            // on its way: the tasks the answers woke may have filled calls
+                            // meanwhile, and the rest then waits for those.
+                            let wait_over = !soon || locked.first_tries == 0;
+                            locked.pump(&lines, wait_over)
+                        };
+                        starts.spawn();
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -357,22 +414,32 @@ struct Answered<A: Grouped> {
     /// The call's entries while on their first try.
     first_try: Option<usize>,
     started: Instant,
+    /// Whether the call's task ran: one dropped unrun was spawned as its runtime shut down.
+    ran: bool,
 }
 
 impl<A: Grouped> Answered<A> {
     /// The first try is over: its entries no longer count as on their way.
     fn first_try_over(&mut self) {
         if let Some(count) = self.first_try.take() {
-            let mut lines = lock(&self.lines);
-            lines.first_tries -= count;
-            lines.round_trip = self.started.elapsed();
-            lines.pump(&self.lines, false);
+            let starts = {
+                let mut lines = lock(&self.lines);
+                lines.first_tries -= count;
+                lines.round_trip = self.started.elapsed();
+                lines.pump(&self.lines, false)
+            };
+            starts.spawn();
         }
     }
 }
 
 impl<A: Grouped> Drop for Answered<A> {
     fn drop(&mut self) {
+        // Unrun and unwinding: a panic while the lines were locked, forming the calls this one
+        // was among. Taking the lock again would hang the panic instead of reporting it.
+        if !self.ran && std::thread::panicking() {
+            return;
+        }
         let mut lines = lock(&self.lines);
         if let Some(count) = self.first_try.take() {
             lines.first_tries -= count;
@@ -389,7 +456,15 @@ impl<A: Grouped> Drop for Answered<A> {
                 lines.ready.push_back(group);
             }
         }
-        lines.pump(&self.lines, false);
+        // A call dropped unrun was spawned as its runtime shut down: nothing can start now,
+        // and what waits is answered as stopped once the lines are dropped. Starting more here
+        // would only drop them in turn, a drop nested in this one for every call that waits.
+        if !self.ran {
+            return;
+        }
+        let starts = lines.pump(&self.lines, false);
+        drop(lines);
+        starts.spawn();
     }
 }
 
@@ -510,9 +585,10 @@ impl<A: Grouped> Sender<A> {
         let answers = {
             let mut locked = lock(lines);
             let answers = locked.join(messages, &chain);
-            locked.pump(lines, false);
-            answers
+            (answers, locked.pump(lines, false))
         };
+        let (answers, starts) = answers;
+        starts.spawn();
         drop(chain);
         let mut answered = Vec::with_capacity(answers.len());
         for answer in answers {
@@ -631,6 +707,53 @@ mod tests {
             "one call at a time per group, in the order sent"
         );
         assert_eq!(held(&sender), (0, 0), "nothing held once answered");
+    }
+
+    /// A process ending with sends on their way: the runtime drops the calls in flight, each
+    /// call's end lets its groups go and starts the calls that waited for one, and a task spawned
+    /// as the runtime shuts down is dropped at once, on the spawning thread. Once, that thread
+    /// held the lines' lock the dropped call's end takes, and the runtime never stopped (a relay's
+    /// process killed in the outbox kill test hung there, holding the outbox's lease).
+    #[test]
+    fn a_runtime_shut_down_with_calls_out_and_groups_waiting_stops_at_once() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let mut transport = Recorder::default();
+        // Calls that are never answered while the test runs.
+        transport.round_trip = Duration::from_secs(3600);
+        let sender = runtime.block_on(fifo_sender(&transport));
+        // A group a message: calls of 10 groups, more than may be out at once.
+        let messages: Vec<SendMessage> = (0..400)
+            .map(|n| message(format!("m{n}"), format!("g{n}")))
+            .collect();
+        let submitting = runtime.spawn({
+            let sender = sender.clone();
+            async move { sender.submit(messages).await }
+        });
+        runtime.block_on(async {
+            while held(&sender).1 < FIFO_SEND_CALLS {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        let Route::Fifo(lines) = &sender.route else {
+            panic!("a FIFO sender");
+        };
+        assert!(
+            !lock(lines).ready.is_empty(),
+            "groups wait for a call to end"
+        );
+
+        let started = std::time::Instant::now();
+        runtime.shutdown_timeout(Duration::from_secs(10));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the runtime took {:?} to shut down: a worker hung on the sender's lock",
+            started.elapsed()
+        );
+        drop(submitting);
     }
 
     #[tokio::test(start_paused = true)]

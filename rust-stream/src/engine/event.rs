@@ -162,6 +162,7 @@ impl EventConsumer {
                     lease: HeldLease(lease),
                     _room: permits.split(1).expect("a permit a message"),
                     span: tracing::Span::none(),
+                    key: None,
                 }
             })
             .collect()

@@ -24,6 +24,33 @@ pub(crate) struct Held {
     /// The `process` span of its current attempt (none before the first): what the engine logs
     /// about the message until the attempt is settled goes inside it.
     pub(crate) span: tracing::Span,
+    /// Its place among its key's running messages, under a per-key in-flight limit.
+    pub(crate) key: Option<KeyHold>,
+}
+
+/// What keeps count of a key's running messages (`keys::KeyLimits`): told when one is let go.
+pub(crate) trait KeyCount: Send + Sync {
+    /// A message of `key` was let go (settled, given back, or dropped).
+    fn let_go(self: Arc<Self>, key: &Arc<str>);
+}
+
+/// A held message's place among its key's running ones, given back when the message is let go:
+/// the key's next waiting message then runs.
+pub(crate) struct KeyHold {
+    pub(crate) count: Arc<dyn KeyCount>,
+    pub(crate) key: Arc<str>,
+}
+
+impl std::fmt::Debug for KeyHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("KeyHold").field(&self.key).finish()
+    }
+}
+
+impl Drop for KeyHold {
+    fn drop(&mut self) {
+        self.count.clone().let_go(&self.key);
+    }
 }
 
 /// A held message's lease, orphaned if dropped unsettled. The lease rather than the whole

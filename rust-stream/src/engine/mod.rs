@@ -17,8 +17,11 @@
 //!    batch from the dispatcher (the subscription's *capacity*: one batch per poller beyond what
 //!    the handlers work through: a message per handler slot, on FIFO a batch per slot, as a slot
 //!    there works through a group's run), and on FIFO waits until fewer groups run than the concurrency; then it
-//!    long-polls, opens a lease per message, and hands each on as a `held::Held`: its delivery,
-//!    its lease, its room.
+//!    asks the subscription's flow ([`crate::flow`]: none while its backpressure is tripped, no
+//!    more messages than its rate limit has tokens), long-polls for that many, opens a lease per
+//!    message, and hands each on as a `held::Held`: its delivery, its lease, its room. Under a
+//!    per-key in-flight limit (`keys.rs`) a message whose key is full waits for it, held, up to
+//!    a bound, and beyond it is given back at once.
 //! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
 //!    slot in its receive's task, beside the receive's other messages, each attempted and settled
 //!    by itself; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
@@ -63,6 +66,9 @@
 //! dispatcher parked and every message held but not settled (visibility 0), and returns once no
 //! task of the consumer is left, within the budget.
 //!
+//! While the consumers run, `backlog.rs` samples what their queues and dead-letter queues hold,
+//! one `GetQueueAttributes` call a queue an interval, into the backlog gauges.
+//!
 //! The settler and the dispatcher over it are built by `parts.rs`, alike for the Lambda host
 //! (`crate::lambda`, feature `lambda`), which hands them each event's records (`event.rs`)
 //! where the server has its intake and heartbeat.
@@ -87,12 +93,14 @@
 //! `opentelemetry` feature it continues the trace the message carries ([`crate::propagation`]).
 
 mod attempt;
+mod backlog;
 mod batches;
 pub(crate) mod dispatch;
 #[cfg(feature = "lambda")]
 pub(crate) mod event;
 pub(crate) mod extend;
 pub(crate) mod held;
+mod keys;
 mod lane;
 pub(crate) mod lanes;
 mod parts;
@@ -111,6 +119,7 @@ use crate::app::{AppContext, RunError};
 use crate::client::lease::Leases;
 use crate::client::Client;
 use crate::health::{Inspect, QueueLoad, SubscriptionProbe};
+use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConfigErrors;
 use crate::model::SqsQueue;
 use crate::state::States;
@@ -151,6 +160,19 @@ pub(crate) async fn run(
             }
         }
     }
+    let sampler = client.backlog_interval().map(|interval| {
+        let subscribed = running
+            .consumers
+            .iter()
+            .map(|consumer| backlog::Subscribed {
+                queue: consumer.queue.name.clone(),
+                url: consumer.url.clone(),
+                metrics: consumer.metrics.clone(),
+                dead_letter: consumer.dead_letter_queue.clone(),
+            })
+            .collect();
+        backlog::start(client.clone(), interval, subscribed)
+    });
     tracing::info!(subscriptions = running.consumers.len(), "consuming");
     app.consuming(Arc::new(AppQueues {
         client: client.clone(),
@@ -161,6 +183,8 @@ pub(crate) async fn run(
             .collect(),
     }));
     shutdown.requested().await;
+    // A draining app samples no more; its gauges keep their last figures.
+    drop(sampler);
     tracing::info!("shutting down");
     app.draining();
     stop_all(running.take(), shutdown.timeout()).await;
@@ -253,6 +277,10 @@ struct Consumer {
     settler: Arc<Settler>,
     /// What the subscription tells the app's health.
     probe: Arc<SubscriptionProbe>,
+    /// Its metrics, which the backlog's sampler reads the ages of received messages from.
+    metrics: Arc<SubscriptionMetrics>,
+    /// Its dead-letter queue's name, for the backlog's sampler.
+    dead_letter_queue: Option<String>,
     heartbeat: Mutex<Option<Heartbeat>>,
 }
 
@@ -302,6 +330,7 @@ impl Consumer {
             dispatcher,
             visibility_batcher,
             max_attempts,
+            dead_letter_queue,
         } = Parts::build(client, subscriber, states, Deletes::Own).await?;
         let settings = &queue.consumer;
         let (fifo, visibility) = (shared.fifo, shared.visibility);
@@ -326,6 +355,8 @@ impl Consumer {
         );
         Ok(Arc::new(Self {
             client: client.clone(),
+            metrics: shared.metrics,
+            dead_letter_queue,
             url,
             leases: shared.leases,
             tasks: shared.tasks,

@@ -32,6 +32,8 @@ pub(crate) struct Parts {
     pub(crate) visibility_batcher: Batcher<VisibilityBatch>,
     /// How many attempts a message has before it is dead-lettered, when it is.
     pub(crate) max_attempts: Option<u32>,
+    /// The dead-letter queue's name: the declared one, else the queue's `RedrivePolicy`'s.
+    pub(crate) dead_letter_queue: Option<String>,
 }
 
 impl Parts {
@@ -58,6 +60,8 @@ impl Parts {
                     "VisibilityTimeout",
                     "RedrivePolicy",
                     "ContentBasedDeduplication",
+                    "DeduplicationScope",
+                    "FifoThroughputLimit",
                 ],
             )
             .await
@@ -76,6 +80,11 @@ impl Parts {
                 _ => None,
             }
         });
+        let dead_letter_queue = match (&queue.dead_letter, &redrive) {
+            (Some(declared), _) => Some(declared.queue.clone()),
+            (None, Some(policy)) => Some(policy.target_name().to_owned()),
+            (None, None) => None,
+        };
         let (dead_letter, max_attempts) =
             plan::dead_letter_decision(client, &queue, redrive.as_ref()).await?;
         for output in &subscriber.outputs {
@@ -141,6 +150,7 @@ impl Parts {
             dispatcher,
             visibility_batcher,
             max_attempts,
+            dead_letter_queue,
         })
     }
 }

@@ -86,6 +86,12 @@ pub(super) fn problems(
             max: crate::model::queue::MAX_BATCH_LINGER,
         });
     }
+    if let Some(got) = client
+        .backlog_interval()
+        .filter(|interval| *interval < Duration::from_secs(1))
+    {
+        problems.push(ConfigError::BacklogInterval { got });
+    }
     problems.extend(client.conflicting_declarations(crate::subscriber::declarations(subscribers)));
     problems
 }
@@ -145,6 +151,24 @@ pub(super) fn compare_with_declaration(
                 actual = %actual("VisibilityTimeout"),
                 "the queue's VisibilityTimeout differs from the declaration; the consumer asks for the declared one on every receive"
             );
+        }
+    }
+    if queue.high_throughput {
+        for (attribute, declared) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+            if actual(attribute) != declared {
+                // The consumer works either way: the queue's throughput quota, or the scope of its
+                // deduplication ids, is not what the declaration asks for.
+                tracing::warn!(
+                    messaging.destination.name = %queue.name,
+                    attribute,
+                    declared,
+                    actual = %actual(attribute),
+                    "the queue is declared `.high_throughput()` but its attribute differs: without both \
+                     DeduplicationScope=messageGroup and FifoThroughputLimit=perMessageGroupId the queue's throughput \
+                     quota is per queue, and with DeduplicationScope=queue a deduplication id counts across groups; \
+                     set both with SetQueueAttributes"
+                );
+            }
         }
     }
     if queue.dead_letter.is_some() && actual("RedrivePolicy").is_empty() {

@@ -226,6 +226,13 @@ pub(crate) struct Intake {
     dispatcher: Arc<Dispatcher>,
     /// Releases what a receive brought beyond what was asked for.
     settler: Arc<Settler>,
+    /// The rate limit and backpressure switch asked before each receive.
+    flow: crate::model::flow::Flow,
+    /// One poller at a time asks the flow: a rate limit shared with others serves its waiters in
+    /// turn, and the subscription's pollers are one of them, not one each.
+    admitting: tokio::sync::Mutex<()>,
+    /// The per-key in-flight limit, when the subscription has one.
+    keys: Option<Arc<super::keys::KeyLimits>>,
 }
 
 impl Intake {
@@ -240,6 +247,15 @@ impl Intake {
         dispatcher: Arc<Dispatcher>,
         settler: Arc<Settler>,
     ) -> Self {
+        let keys = settings.flow.per_key.as_ref().map(|per_key| {
+            // Those waiting for their keys have room of their own, a handler slot's each.
+            super::keys::KeyLimits::new(
+                per_key,
+                settings.concurrency,
+                dispatcher.clone(),
+                shared.tasks.clone(),
+            )
+        });
         Self {
             client,
             url,
@@ -258,6 +274,9 @@ impl Intake {
             tasks: shared.tasks.clone(),
             dispatcher,
             settler,
+            flow: (*settings.flow).clone(),
+            admitting: tokio::sync::Mutex::new(()),
+            keys,
         }
     }
 
@@ -293,6 +312,24 @@ impl Intake {
             biased;
             () = self.tasks.stopping().cancelled() => None,
             turn = self.turns.permits.acquire() => turn.ok(),
+        }
+    }
+
+    /// How many messages the next receive may ask for, up to `want`, once the flow lets it be
+    /// made (a token for each under a rate limit, none while the backpressure is tripped); `None`
+    /// once the stop has begun.
+    async fn admit(&self, want: usize) -> Option<usize> {
+        // Most subscriptions have no limit: their receives take no lock and wait for nothing.
+        if self.flow.rate_limit.is_none() && self.flow.backpressure.is_none() {
+            return Some(want);
+        }
+        tokio::select! {
+            biased;
+            () = self.tasks.stopping().cancelled() => None,
+            admitted = async {
+                let _turn = self.admitting.lock().await;
+                self.flow.admit(want).await
+            } => Some(admitted),
         }
     }
 
@@ -339,10 +376,15 @@ impl Intake {
             let Some(room) = self.dispatcher.room(batch_size).await else {
                 return;
             };
+            // The limits act here, before the receive: what a receive brings is run at once, so
+            // nothing received waits for them with its lease running.
+            let Some(asked) = self.admit(batch_size).await else {
+                return;
+            };
             // The visibility is always sent, so the held messages' leases match it whatever the
             // queue's default is now; short, so a receive given up hides what it took briefly.
             let visibility = self.visibility();
-            let mut request = ReceiveMessage::new(batch_size as i32)
+            let mut request = ReceiveMessage::new(asked as i32)
                 .wait_time_seconds(wait.as_secs() as i32)
                 .visibility_timeout(visibility.as_secs() as i32)
                 .system_attribute_names(
@@ -370,6 +412,9 @@ impl Intake {
                 return;
             };
             let mut room = room;
+            self.flow.unused(
+                asked.saturating_sub(received.as_ref().map_or(0, |messages| messages.len())),
+            );
             let demand = match &received {
                 Ok(messages) if messages.len() >= batch_size => Demand::More,
                 Ok(messages) if !messages.is_empty() => Demand::Same,
@@ -477,6 +522,26 @@ impl Intake {
         }
     }
 
+    /// Gives back messages whose key is full (see `keys`): no attempt, hidden for a while that
+    /// grows with each receive of theirs.
+    async fn give_back_full(&self, full: Vec<Held>) {
+        self.settler.count_unstarted(&full);
+        let mut by_delay: std::collections::BTreeMap<u64, Vec<Held>> = Default::default();
+        for held in full {
+            let delay = super::keys::key_full_delay(held.delivery.receive_count);
+            by_delay.entry(delay.as_secs()).or_default().push(held);
+        }
+        for (seconds, held) in by_delay {
+            tracing::debug!(
+                messaging.destination.name = %self.queue,
+                messages = held.len(),
+                hidden_s = seconds,
+                "their keys are at their in-flight limit; given back"
+            );
+            self.settler.release(held, seconds as i32).await;
+        }
+    }
+
     /// Opens a lease for each received message and dispatches it; parks what arrived once a stop
     /// no longer starts attempts, and releases at once what did not fit the room taken (a server
     /// answering more than was asked). `visibility` is what the receive asked for.
@@ -489,6 +554,7 @@ impl Intake {
         let mut extra = Vec::new();
         let mut late = Vec::new();
         let mut taken = Vec::with_capacity(messages.len());
+        let mut full = Vec::new();
         // Every lease opens before any message runs: a handler that takes its time in its first
         // poll must not start the later messages' visibility clocks late.
         let leased: Vec<_> = messages
@@ -501,10 +567,11 @@ impl Intake {
                     message.group_id().map(str::to_owned),
                     visibility,
                 );
-                (message, lease)
+                let key = self.keys.as_ref().and_then(|keys| keys.key_of(&message));
+                (message, lease, key)
             })
             .collect();
-        for (message, lease) in leased {
+        for (message, lease, key) in leased {
             let Some(permit) = room.split(1) else {
                 tracing::warn!(
                     messaging.destination.name = %self.queue,
@@ -519,9 +586,12 @@ impl Intake {
                 lease: HeldLease(lease),
                 _room: permit,
                 span: tracing::Span::none(),
+                key: None,
             };
             if self.tasks.no_new_attempts().is_cancelled() {
                 late.push(held);
+            } else if let Some(keys) = &self.keys {
+                full.extend(keys.admit(held, key));
             } else {
                 taken.push(held);
             }
@@ -534,6 +604,9 @@ impl Intake {
         }
         if !late.is_empty() {
             self.dispatcher.park_unstarted(late);
+        }
+        if !full.is_empty() {
+            self.give_back_full(full).await;
         }
     }
 }

@@ -362,6 +362,12 @@ impl Outcomes {
             .map_or(&[], |(_, published)| published.as_slice())
     }
 
+    /// What the handler published for the message at `index`, to change: `None` when it
+    /// published nothing there.
+    pub(crate) fn published_mut(&mut self, index: usize) -> Option<&mut Vec<Outgoing>> {
+        self.each.get_mut(index).map(|(_, published)| published)
+    }
+
     /// Each message's outcome, in the call's order: one per message for what [`Next::run`]
     /// returned (for outcomes a layer made itself, none until they are returned).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &HandlerOutcome> + '_ {

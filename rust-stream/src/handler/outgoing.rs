@@ -11,7 +11,7 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::codec::EncodeError;
 use crate::model::headers::{IDEMPOTENCY_KEY_HEADER, PARTITION_KEY_HEADER};
@@ -68,6 +68,8 @@ pub struct Outgoing {
     pub(crate) group_id: Option<String>,
     pub(crate) dedup_id: Option<String>,
     pub(crate) delay: Option<Duration>,
+    /// When it is due, by its `deliver_at` step (instead of a `delay`).
+    pub(crate) deliver_at: Option<SystemTime>,
     pub(crate) headers: MessageAttributes,
     /// The Rust type of a typed message's value, for its type header.
     pub(crate) type_name: Option<Cow<'static, str>>,
@@ -84,6 +86,7 @@ impl Outgoing {
             group_id: None,
             dedup_id: None,
             delay: None,
+            deliver_at: None,
             headers: MessageAttributes::new(),
             type_name: None,
             once: None,
@@ -124,10 +127,48 @@ impl Outgoing {
         self
     }
 
-    /// Delays delivery (standard queues; up to 15 minutes, rounded up to whole seconds).
+    /// Delays delivery by `delay`, rounded up to whole seconds.
+    ///
+    /// SQS keeps a message's own delay on a standard queue, up to 15 minutes. Longer, or on a
+    /// FIFO queue or a topic (which take no per-message delay), the message must go through an
+    /// [outbox](crate::outbox), which schedules it for any time up to a year: write it there
+    /// ([`OutboxMessage::delay`](crate::outbox::OutboxMessage::delay)), or, for a handler's
+    /// output ([`Context::publish`](crate::Context::publish)), give the subscription an
+    /// [inbox](crate::inbox) whose store keeps an outbox, which then writes the output as an
+    /// outbox row in the inbox's transaction. Anywhere else such a delay is refused before any
+    /// call (`InvalidParameterValue`, pointing to the outbox). See `docs/scheduling.md`.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self.deliver_at = None;
         self
+    }
+
+    /// Delivers the message at `time`: a [`delay`](Self::delay) of the time from now (by this
+    /// process's clock, read when the message is sent or written) until then, with the same
+    /// rules. A time up to a minute in the past is "now"; further back it is refused.
+    pub fn deliver_at(mut self, time: SystemTime) -> Self {
+        self.deliver_at = Some(time);
+        self.delay = None;
+        self
+    }
+
+    /// How long until the message is due by its `delay` or `deliver_at` step, read now: `None`
+    /// for neither, `Err(how far back)` for a time further in the past than
+    /// [`rules::PAST_DUE_TOLERANCE`].
+    pub(crate) fn due_in(&self) -> Option<Result<Duration, Duration>> {
+        match (self.delay, self.deliver_at) {
+            (Some(delay), _) => Some(Ok(delay)),
+            (None, Some(at)) => Some(rules::due_in(at, SystemTime::now())),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether its schedule is one SQS does not keep itself (see [`rules::sqs_keeps_delay`]),
+    /// so that only an outbox can send it when due.
+    pub(crate) fn needs_outbox(&self) -> bool {
+        let standard_queue =
+            self.sink.destination().queue().is_some() && !self.sink.destination().is_fifo();
+        matches!(self.due_in(), Some(Ok(delay)) if !rules::sqs_keeps_delay(delay, standard_queue))
     }
 
     /// Adds a header (a `String` message attribute). For numbers and bytes see
@@ -308,6 +349,11 @@ impl<'a> PublishedMessage<'a> {
     /// Its `delay` step.
     pub fn delay(&self) -> Option<Duration> {
         self.outgoing.delay
+    }
+
+    /// Its `deliver_at` step.
+    pub fn deliver_at(&self) -> Option<SystemTime> {
+        self.outgoing.deliver_at
     }
 
     /// A header given with its `header` step.

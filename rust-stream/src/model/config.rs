@@ -100,6 +100,23 @@ pub enum ConfigError {
         /// The number of pollers given.
         got: usize,
     },
+    /// A rate limit that cannot work: 0 messages, a period of zero, a burst of 0, or more than
+    /// one message a nanosecond.
+    #[error("rate limit `{limit}`: {reason}")]
+    RateLimit {
+        /// The limit's name (a subscription's own is named after its queue).
+        limit: String,
+        /// What is wrong, and what to give instead.
+        reason: String,
+    },
+    /// A per-key in-flight limit that cannot work: 0 messages a key, or on a FIFO queue.
+    #[error("queue `{queue}`: `.max_in_flight_per(..)`: {reason}")]
+    InFlightPerKey {
+        /// The queue.
+        queue: String,
+        /// What is wrong, and what to do.
+        reason: &'static str,
+    },
     /// The retry policy would retry at once or past SQS's limits.
     #[error("queue `{queue}`: retry policy: {reason}; change `.retry(..)`")]
     Retry {
@@ -138,6 +155,18 @@ pub enum ConfigError {
     /// Content-based deduplication asked of a standard queue.
     #[error("queue `{queue}`: content-based deduplication needs a FIFO queue (a name ending in `.fifo`)")]
     ContentBasedDedup {
+        /// The queue.
+        queue: String,
+    },
+    /// A backlog interval under a second (`SqsBroker::backlog_interval`).
+    #[error("backlog interval {got:?} is under a second: each interval costs a GetQueueAttributes call a queue; use at least 1 s, or `.no_backlog_gauges()`")]
+    BacklogInterval {
+        /// The interval given.
+        got: std::time::Duration,
+    },
+    /// High-throughput FIFO asked of a standard queue.
+    #[error("queue `{queue}`: high throughput is a FIFO queue's setting (a name ending in `.fifo`); a standard queue's throughput is not limited per queue, remove `.high_throughput()`")]
+    HighThroughput {
         /// The queue.
         queue: String,
     },

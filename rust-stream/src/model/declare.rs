@@ -277,9 +277,11 @@ fn merge(merged: &mut SqsQueue, queue: &SqsQueue) -> Vec<Disagreement> {
         (None, Some(second)) => merged.consumer.visibility_timeout = Some(second),
         _ => {}
     }
-    // Asking for creation or content-based deduplication in one place asks for the queue.
+    // Asking for creation, content-based deduplication or high throughput in one place asks for
+    // the queue.
     merged.create_if_missing |= queue.create_if_missing;
     merged.content_based_dedup |= queue.content_based_dedup;
+    merged.high_throughput |= queue.high_throughput;
     for subscription in &queue.subscriptions {
         let earlier = merged
             .subscriptions
@@ -344,6 +346,9 @@ pub(crate) struct Registry {
     publisher_payloads: BTreeMap<String, Vec<Payload>>,
     /// The topics of the broker's topic publishers, by name: for the AsyncAPI document.
     topic_publishers: BTreeSet<String>,
+    /// The queues and topics an outbox sends to, by their unique names (a topic's `topic:`
+    /// prefixed): its messages may be scheduled, which the AsyncAPI document notes.
+    outboxes: BTreeSet<String>,
     /// By registration, so the app built first comes first.
     apps: BTreeMap<u64, Declarations>,
     next_app: u64,
@@ -359,6 +364,16 @@ impl Registry {
     pub(crate) fn topic_publisher(&mut self, topic: &SnsTopic) {
         self.publishers.declare_topic(topic, TOPIC_PUBLISHER);
         self.topic_publishers.insert(topic.name.clone());
+    }
+
+    /// Notes that an outbox sends to `destination`: its messages may be scheduled.
+    pub(crate) fn outbox(&mut self, destination: &super::Destination) {
+        self.outboxes.insert(destination.unique_name());
+    }
+
+    /// The queues and topics an outbox sends to, by their unique names.
+    pub(crate) fn outboxes(&self) -> BTreeSet<String> {
+        self.outboxes.clone()
     }
 
     /// The topics of the broker's topic publishers, as every publisher declares them.

@@ -104,7 +104,8 @@ impl Destination {
                         ErrorKind::InvalidParameter,
                         format!(
                             "topic `{}`: SNS delivers at once and takes no delay; remove the \
-                             `delay(..)` step, or give the subscribed queue a DelaySeconds",
+                             `delay(..)` step, give the subscribed queue a DelaySeconds, or write \
+                             the message to an outbox, which schedules it (docs/scheduling.md)",
                             topic.name
                         ),
                     ));

@@ -22,6 +22,8 @@
 //! - [`envelope`]: the JSON notification SNS delivers to a queue without raw message delivery,
 //!   built and parsed, and how a raw delivery carries a publish's attributes.
 //! - [`headers`]: the message attributes rust-stream itself writes and reads.
+//! - [`flow`]: limits that act on receiving (rate limits, per-key in-flight limits,
+//!   backpressure), declared on a queue or a publisher; the engine's intake applies them.
 //! - `base64`: the text form of binary attribute values in an envelope.
 //!
 //! Nothing here calls a service or runs a task.
@@ -33,6 +35,7 @@ pub mod destination;
 pub mod envelope;
 pub mod error;
 pub mod filter_policy;
+pub mod flow;
 pub mod headers;
 pub mod large_payload;
 pub(crate) mod naming;

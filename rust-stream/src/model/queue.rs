@@ -30,6 +30,8 @@ pub struct SqsQueue {
     pub(crate) name: String,
     pub(crate) create_if_missing: bool,
     pub(crate) content_based_dedup: bool,
+    /// FIFO high throughput: `DeduplicationScope=messageGroup`, `FifoThroughputLimit=perMessageGroupId`.
+    pub(crate) high_throughput: bool,
     pub(crate) dead_letter: Option<DeadLetter>,
     /// The topics SNS delivers to this queue, in the order declared, one per topic.
     pub(crate) subscriptions: Vec<TopicSubscription>,
@@ -64,6 +66,14 @@ pub(crate) fn receive_visibility(visibility: Duration, reserve: Duration) -> Dur
     let seconds = asked.as_secs() + u64::from(asked.subsec_nanos() > 0);
     Duration::from_secs(seconds.min(visibility.as_secs().max(1)))
 }
+
+/// The attributes of a high-throughput FIFO queue ([`SqsQueue::high_throughput`]), both needed
+/// (SQS takes `perMessageGroupId` only with `messageGroup`): the throughput quota per message
+/// group, deduplication within it.
+pub(crate) const HIGH_THROUGHPUT_FIFO: [(&str, &str); 2] = [
+    ("DeduplicationScope", "messageGroup"),
+    ("FifoThroughputLimit", "perMessageGroupId"),
+];
 
 /// Most handlers one subscription runs at once.
 pub(crate) const MAX_CONCURRENCY: usize = 100_000;
@@ -100,6 +110,9 @@ pub(crate) struct ConsumerSettings {
     /// may be SNS notification envelopes to unwrap (`context::Delivery`). Kept by
     /// [`SqsQueue::subscribed_to`], so that the consumer reads it with its other settings.
     pub(crate) reads_envelopes: bool,
+    /// What the intake asks before each receive: the rate limit, the backpressure switch, the
+    /// per-key limit. Boxed: most subscriptions have none, and every queue declaration carries it.
+    pub(crate) flow: Box<super::flow::Flow>,
 }
 
 impl Default for ConsumerSettings {
@@ -114,6 +127,7 @@ impl Default for ConsumerSettings {
             handler_timeout: None,
             delete_run: rules::MAX_BATCH_ENTRIES,
             reads_envelopes: false,
+            flow: Box::default(),
         }
     }
 }
@@ -146,6 +160,7 @@ impl SqsQueue {
             name: name.into(),
             create_if_missing: false,
             content_based_dedup: false,
+            high_throughput: false,
             dead_letter: None,
             subscriptions: Vec::new(),
             consumer: ConsumerSettings::default(),
@@ -174,6 +189,20 @@ impl SqsQueue {
     /// here, and when publishing without a `dedup_id`.
     pub fn content_based_dedup(mut self) -> Self {
         self.content_based_dedup = true;
+        self
+    }
+
+    /// On a FIFO queue: high throughput, SQS's `DeduplicationScope=messageGroup` and
+    /// `FifoThroughputLimit=perMessageGroupId`, set when the queue is created here. The queue's
+    /// throughput quota then applies per message group instead of to the whole queue (see
+    /// `docs/fifo.md`, "Throughput"), and a deduplication id counts within its message group
+    /// only: the same id sent in another group within the five minutes is a new message.
+    ///
+    /// An existing queue without the two attributes is a startup warning naming each (the
+    /// consumer works either way; the throughput and the deduplication differ). A standard queue
+    /// has neither: declared on one, the app does not start (`ConfigError::HighThroughput`).
+    pub fn high_throughput(mut self) -> Self {
+        self.high_throughput = true;
         self
     }
 
@@ -304,6 +333,54 @@ impl SqsQueue {
         self
     }
 
+    /// Receives at most `limit` messages (a number: that many a second, or a shared
+    /// [`RateLimit`](crate::model::flow::RateLimit)): each receive asks SQS for no more messages than the
+    /// limit has tokens for, and none is made while it has none, so no message waits for the
+    /// limit with its lease running. A subscription's own limit is named after its queue. See
+    /// [`flow`](crate::flow).
+    ///
+    /// ```
+    /// use rust_stream::SqsQueue;
+    ///
+    /// let charges = SqsQueue::new("charges").rate_limit(50);
+    /// # let _ = charges;
+    /// ```
+    pub fn rate_limit(mut self, limit: impl Into<super::flow::RateLimit>) -> Self {
+        self.consumer.flow.rate_limit = Some(limit.into().named_if_unnamed(&self.name));
+        self
+    }
+
+    /// Holds at most `most` messages of each key for running at once: by message group, a
+    /// header or a function of the message ([`InFlightKey`](crate::model::flow::InFlightKey)), so that
+    /// one tenant with most of the backlog cannot take every handler slot. Standard queues only
+    /// (a FIFO queue already runs each group one message at a time).
+    ///
+    /// SQS cannot filter a receive by key. A received message whose key is at its limit waits
+    /// for it, held (its visibility extended), while its key has fewer than `most` waiting and
+    /// the subscription fewer than `concurrency` in all, in room of their own; beyond that it is
+    /// given back at once, hidden for 1 s doubling with each receive of it up to 60 s. That is no
+    /// attempt (the retry policy does not count it), but SQS counts the receive towards the
+    /// queue's `maxReceiveCount`. See `docs/flow-control.md`.
+    ///
+    /// ```
+    /// use rust_stream::flow::InFlightKey;
+    /// use rust_stream::SqsQueue;
+    ///
+    /// let emails = SqsQueue::new("emails").max_in_flight_per(InFlightKey::header("tenant"), 2);
+    /// # let _ = emails;
+    /// ```
+    pub fn max_in_flight_per(mut self, key: super::flow::InFlightKey, most: usize) -> Self {
+        self.consumer.flow.per_key = Some(super::flow::PerKey { key, most });
+        self
+    }
+
+    /// Makes no receive while `switch` is tripped; messages already held go on, their visibility
+    /// extended. See [`Backpressure`](crate::model::flow::Backpressure).
+    pub fn backpressure(mut self, switch: &super::flow::Backpressure) -> Self {
+        self.consumer.flow.backpressure = Some(switch.clone());
+        self
+    }
+
     /// The queue as it is published to: a dead-letter queue, or a publisher's queue, shares the
     /// creation settings of this one.
     pub(crate) fn dead_letter_queue(&self) -> Option<SqsQueue> {
@@ -384,6 +461,28 @@ impl SqsQueue {
         {
             problems.push(ConfigError::HandlerTimeout { queue: queue() });
         }
+        if let Some(problem) = consumer
+            .flow
+            .rate_limit
+            .as_ref()
+            .and_then(super::flow::RateLimit::problem)
+        {
+            problems.push(problem);
+        }
+        if let Some(per_key) = &consumer.flow.per_key {
+            if per_key.most == 0 || self.is_fifo() {
+                problems.push(ConfigError::InFlightPerKey {
+                    queue: queue(),
+                    reason: if per_key.most == 0 {
+                        "a limit of 0 messages a key would never run one; give at least 1"
+                    } else {
+                        "a FIFO queue already runs each group one message at a time, and a key \
+                         across groups would hold messages out of their group's order; read a \
+                         standard queue"
+                    },
+                });
+            }
+        }
         if let Some(dead_letter) = &self.dead_letter {
             if let Err(error) = rules::check_queue_name(&dead_letter.queue) {
                 problems.push(ConfigError::QueueName {
@@ -412,6 +511,9 @@ impl SqsQueue {
         }
         if self.content_based_dedup && !self.is_fifo() {
             problems.push(ConfigError::ContentBasedDedup { queue: queue() });
+        }
+        if self.high_throughput && !self.is_fifo() {
+            problems.push(ConfigError::HighThroughput { queue: queue() });
         }
         for (index, subscription) in self.subscriptions.iter().enumerate() {
             let topic = &subscription.topic.name;
@@ -489,6 +591,27 @@ mod tests {
             shown.contains("`ledger`") && shown.contains("`posted` twice"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_per_key_limit_of_0_or_on_a_fifo_queue_is_a_problem() {
+        use crate::model::flow::InFlightKey;
+        let problems = |queue: SqsQueue| {
+            let mut problems = Vec::new();
+            queue.problems(&mut problems);
+            ConfigErrors(problems).to_string()
+        };
+        let zero = problems(SqsQueue::new("orders").max_in_flight_per(InFlightKey::group(), 0));
+        assert!(
+            zero.contains("queue `orders`: `.max_in_flight_per(..)`: a limit of 0"),
+            "{zero}"
+        );
+        let fifo = problems(
+            SqsQueue::new("orders.fifo").max_in_flight_per(InFlightKey::header("tenant"), 2),
+        );
+        assert!(fifo.contains("read a standard queue"), "{fifo}");
+        let sound = problems(SqsQueue::new("orders").max_in_flight_per(InFlightKey::group(), 2));
+        assert!(sound.starts_with("0 setting problem(s)"), "{sound}");
     }
 
     #[test]

@@ -220,6 +220,7 @@ pub struct QueueInfo {
 pub struct QueueSpec {
     fifo: bool,
     content_based_dedup: bool,
+    high_throughput: bool,
     dead_letter: Option<(String, u32)>,
     visibility_timeout: Option<std::time::Duration>,
 }
@@ -239,6 +240,14 @@ impl QueueSpec {
     /// FIFO deduplication by the body's SHA-256 when a send gives no deduplication id.
     pub fn content_based_dedup(mut self) -> Self {
         self.content_based_dedup = true;
+        self
+    }
+
+    /// FIFO high throughput: `DeduplicationScope=messageGroup` and
+    /// `FifoThroughputLimit=perMessageGroupId` (the quota per message group, deduplication
+    /// within it).
+    pub fn high_throughput(mut self) -> Self {
+        self.high_throughput = true;
         self
     }
 
@@ -420,6 +429,11 @@ impl Operations {
         }
         if spec.content_based_dedup {
             attributes.insert("ContentBasedDeduplication".into(), "true".into());
+        }
+        if spec.high_throughput {
+            for (name, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+                attributes.insert(name.into(), value.into());
+            }
         }
         if let Some(timeout) = spec.visibility_timeout {
             attributes.insert("VisibilityTimeout".into(), timeout.as_secs().to_string());

@@ -101,13 +101,7 @@ pub use relay::{
     Relay, DEFAULT_BATCH_SIZE, DEFAULT_LEASE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_UNREADY_AFTER,
 };
 
-/// The furthest ahead a message may be scheduled: 366 days.
-pub const MAX_SCHEDULE: Duration = Duration::from_secs(366 * 24 * 3600);
-
-/// How far in the past a [`deliver_at`](OutboxMessage::deliver_at) time may be and still be
-/// sent at once (a time computed as "now" a moment before the write): 60 s. Further back is
-/// [`OutboxError::DueInThePast`].
-pub const PAST_DUE_TOLERANCE: Duration = Duration::from_secs(60);
+pub use crate::model::rules::{MAX_SCHEDULE, PAST_DUE_TOLERANCE};
 
 /// How long before its due time a message for a standard queue may be sent, riding SQS's
 /// per-message `DelaySeconds` for the rest: its 900 s.
@@ -128,6 +122,10 @@ impl<S: OutboxStore> Outbox<S> {
     /// relay creates it when it is declared `create_if_missing`; an unbound one
     /// ([`Publisher::new`]) serves code that writes rows without a broker at hand.
     pub fn new(store: S, publisher: Publisher) -> Self {
+        // The broker's AsyncAPI document notes that the destination's messages may be scheduled.
+        if let Some(core) = publisher.core() {
+            core.declarations().outbox(publisher.destination());
+        }
         Self { store, publisher }
     }
 
@@ -136,7 +134,6 @@ impl<S: OutboxStore> Outbox<S> {
         OutboxMessage {
             outbox: self,
             outgoing: self.publisher.message(value),
-            due: None,
             schedule_key: None,
         }
     }
@@ -146,7 +143,6 @@ impl<S: OutboxStore> Outbox<S> {
         OutboxMessage {
             outbox: self,
             outgoing: self.publisher.raw(body),
-            due: None,
             schedule_key: None,
         }
     }
@@ -182,13 +178,6 @@ impl<S: OutboxStore> Outbox<S> {
     }
 }
 
-/// When a message is due, as its writer said.
-#[derive(Clone, Copy, Debug)]
-enum DueAt {
-    In(Duration),
-    At(SystemTime),
-}
-
 /// A message on its way into an outbox: the [`Outgoing`] steps, then
 /// [`send`](Self::send) in a transaction.
 #[derive(Debug)]
@@ -196,7 +185,6 @@ enum DueAt {
 pub struct OutboxMessage<'a, S> {
     outbox: &'a Outbox<S>,
     outgoing: Outgoing,
-    due: Option<DueAt>,
     schedule_key: Option<String>,
 }
 
@@ -221,7 +209,7 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
     /// rest, so it is visible within the second after it is due; elsewhere it is sent once due.
     /// A group's messages go in due order, see `docs/scheduling.md`.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.due = Some(DueAt::In(delay));
+        self.outgoing = self.outgoing.delay(delay);
         self
     }
 
@@ -229,7 +217,7 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
     /// write until then (by this process's clock). A time at most [`PAST_DUE_TOLERANCE`] ago
     /// is sent at once; further back, the write is refused.
     pub fn deliver_at(mut self, time: SystemTime) -> Self {
-        self.due = Some(DueAt::At(time));
+        self.outgoing = self.outgoing.deliver_at(time);
         self
     }
 
@@ -267,24 +255,49 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
     /// [`OutboxError::Store`] when the row could not be written (the transaction is then best
     /// rolled back).
     pub async fn send(self, connection: &mut S::Connection) -> Result<(), OutboxError> {
-        let due_in = match self.due {
+        let prepared = PreparedRow::new(self.outgoing)?;
+        self.outbox
+            .store
+            .write(connection, prepared.row(self.schedule_key.as_deref()))
+            .await
+            .map_err(OutboxError::from_write)?;
+        prepared.written();
+        Ok(())
+    }
+}
+
+/// A message made into an outbox row, not yet written: checked against every rule of its
+/// destination, with its key and its due time. What [`OutboxMessage::send`] writes, and an
+/// [inbox](crate::inbox) writes for a handler's output SQS cannot delay itself.
+#[derive(Debug)]
+pub(crate) struct PreparedRow {
+    destination: String,
+    group_id: Option<String>,
+    message: String,
+    due_in: Duration,
+    send_early: Duration,
+}
+
+impl PreparedRow {
+    /// `outgoing` as a row, due as its `delay` or `deliver_at` step says (at once without one).
+    ///
+    /// # Errors
+    ///
+    /// [`OutboxError::Publish`] when the message breaks a rule of its destination;
+    /// [`OutboxError::DueInThePast`] or [`OutboxError::DueTooFar`] for a schedule out of range.
+    pub(crate) fn new(mut outgoing: Outgoing) -> Result<Self, OutboxError> {
+        let due_in = match outgoing.due_in() {
             None => Duration::ZERO,
-            Some(DueAt::In(delay)) => delay,
-            Some(DueAt::At(time)) => match time.duration_since(SystemTime::now()) {
-                Ok(ahead) => ahead,
-                Err(past) if past.duration() <= PAST_DUE_TOLERANCE => Duration::ZERO,
-                Err(past) => {
-                    return Err(OutboxError::DueInThePast {
-                        by: past.duration(),
-                    })
-                }
-            },
+            Some(Ok(due_in)) => due_in,
+            Some(Err(by)) => return Err(OutboxError::DueInThePast { by }),
         };
         if due_in > MAX_SCHEDULE {
             return Err(OutboxError::DueTooFar { due_in });
         }
+        // The due time is the row's, kept by the relay: the message itself carries no delay.
+        outgoing.delay = None;
+        outgoing.deliver_at = None;
         let key = uuid::Uuid::new_v4().to_string();
-        let mut outgoing = self.outgoing;
         let (fifo, has_dedup, has_key) = {
             let shown = PublishedMessage::new(&outgoing);
             (
@@ -314,35 +327,36 @@ impl<S: OutboxStore> OutboxMessage<'_, S> {
         // Every rule a send would check, checked now: a row the relay could never send would
         // hold its group for good.
         let _checked = outgoing.into_request()?;
-        let message = message.expect("a message whose body encoded is recorded");
-        self.outbox
-            .store
-            .write(
-                connection,
-                NewOutboxRow {
-                    destination: &destination,
-                    group_id: group_id.as_deref(),
-                    message: &message,
-                    due_in,
-                    send_early: if delayable {
-                        SEND_EARLY
-                    } else {
-                        Duration::ZERO
-                    },
-                    schedule_key: self.schedule_key.as_deref(),
-                },
-            )
-            .await
-            .map_err(|error| match error {
-                StoreError::ScheduleKeyInUse { destination, key } => {
-                    OutboxError::ScheduleKeyInUse { destination, key }
-                }
-                error => OutboxError::Store(error),
-            })?;
-        if !due_in.is_zero() {
-            crate::metrics::outbox_scheduled(&destination);
+        Ok(Self {
+            destination,
+            group_id,
+            message: message.expect("a message whose body encoded is recorded"),
+            due_in,
+            send_early: if delayable {
+                SEND_EARLY
+            } else {
+                Duration::ZERO
+            },
+        })
+    }
+
+    /// The row to write, under `schedule_key` when there is one.
+    pub(crate) fn row<'a>(&'a self, schedule_key: Option<&'a str>) -> NewOutboxRow<'a> {
+        NewOutboxRow {
+            destination: &self.destination,
+            group_id: self.group_id.as_deref(),
+            message: &self.message,
+            due_in: self.due_in,
+            send_early: self.send_early,
+            schedule_key,
         }
-        Ok(())
+    }
+
+    /// Counts the row, once written, among the scheduled when it has a due time.
+    pub(crate) fn written(&self) {
+        if !self.due_in.is_zero() {
+            crate::metrics::outbox_scheduled(&self.destination);
+        }
     }
 }
 
@@ -388,4 +402,16 @@ pub enum OutboxError {
         /// The key.
         key: String,
     },
+}
+
+impl OutboxError {
+    /// Why a row could not be written, from the store's error.
+    pub(crate) fn from_write(error: StoreError) -> Self {
+        match error {
+            StoreError::ScheduleKeyInUse { destination, key } => {
+                Self::ScheduleKeyInUse { destination, key }
+            }
+            error => Self::Store(error),
+        }
+    }
 }

@@ -225,12 +225,16 @@ impl Publisher {
         let destination = self.destination();
         match (requests.is_empty(), self.core()) {
             (true, _) => Vec::new(),
-            (false, Some(core)) => core
-                .send_to(destination, requests)
-                .await
-                .into_iter()
-                .map(|answer| answer.map_err(PublishError::rejected(destination.name())))
-                .collect(),
+            (false, Some(core)) => {
+                if let Some(limit) = self.rate_limit_of() {
+                    limit.wait_for(requests.len()).await;
+                }
+                core.send_to(destination, requests)
+                    .await
+                    .into_iter()
+                    .map(|answer| answer.map_err(PublishError::rejected(destination.name())))
+                    .collect()
+            }
             (false, None) => requests
                 .iter()
                 .map(|_| {

@@ -11,6 +11,7 @@ use super::history::History;
 use crate::client::Client;
 use crate::describe::Payload;
 use crate::handler::outgoing::Sink;
+use crate::model::flow::RateLimit;
 use crate::model::headers::TYPE_HEADER;
 use crate::model::large_payload::LargePayloads;
 use crate::model::{ConfigError, Destination, SnsTopic, SqsQueue};
@@ -34,6 +35,8 @@ pub(super) struct PublisherInner {
     pub(super) type_header: bool,
     /// The command history messages with a `once` step are checked against.
     pub(super) history: Option<History>,
+    /// The rate limit each send waits for.
+    pub(super) rate_limit: Option<RateLimit>,
 }
 
 /// The broker a publisher belongs to, and its destination as that broker names it.
@@ -83,6 +86,7 @@ impl Publisher {
                 strict_groups: false,
                 type_header: false,
                 history: None,
+                rate_limit: None,
             }),
         }
     }
@@ -135,6 +139,46 @@ impl Publisher {
         Self {
             inner: Arc::new(inner),
         }
+    }
+
+    /// Sends at most `limit` messages: a number a second, or a [`RateLimit`] shared with
+    /// subscriptions and other publishers (a downstream's budget, spent by both). Each send, a
+    /// batch's and a handler's output's too, waits for its messages' tokens before the call. A
+    /// limit that cannot work (0 messages) refuses every send with [`PublishError::Config`]
+    /// before any call.
+    ///
+    /// ```
+    /// use rust_stream::flow::RateLimit;
+    /// use rust_stream::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let broker = SqsBroker::in_process();
+    /// let emails = broker
+    ///     .publisher(SqsQueue::new("emails").create_if_missing())
+    ///     .rate_limit(RateLimit::new("ses", 14));
+    /// let started = tokio::time::Instant::now();
+    /// for n in 0..24 {
+    ///     emails.raw(format!("{n}")).send().await.unwrap();
+    /// }
+    /// // 10 at once (the burst), then one every 1/14 s.
+    /// assert!(started.elapsed() >= std::time::Duration::from_millis(14 * 71));
+    /// # }
+    /// ```
+    ///
+    /// [`PublishError::Config`]: crate::PublishError::Config
+    pub fn rate_limit(self, limit: impl Into<RateLimit>) -> Self {
+        let mut inner = PublisherInner::clone(&self.inner);
+        let name = self.destination().name().to_owned();
+        inner.rate_limit = Some(limit.into().named_if_unnamed(&name));
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The rate limit its sends wait for.
+    pub(crate) fn rate_limit_of(&self) -> Option<&RateLimit> {
+        self.inner.rate_limit.as_ref()
     }
 
     /// Makes every typed message of this publisher ([`message`](Self::message),

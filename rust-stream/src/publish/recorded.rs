@@ -65,7 +65,10 @@ pub(crate) fn record(outputs: &[Outgoing]) -> Option<String> {
                 body: body.clone(),
                 group_id: outgoing.group_id.clone(),
                 dedup_id: outgoing.dedup_id.clone(),
-                delay_ms: outgoing.delay.map(|delay| delay.as_millis() as u64),
+                // A `deliver_at` step is kept as the delay it is now: a resend goes at once.
+                delay_ms: outgoing
+                    .due_in()
+                    .map(|due| due.unwrap_or_default().as_millis() as u64),
                 headers: outgoing
                     .headers
                     .iter()

@@ -12,6 +12,7 @@ use super::history::Held;
 use super::publisher::Publisher;
 use crate::codec::{Codec, Json};
 use crate::handler::outgoing::Outgoing;
+use crate::model::flow::RateLimit;
 use crate::model::rules;
 use crate::transport::{MessageAttributeValue, SendMessage, SentMessage};
 
@@ -105,10 +106,18 @@ impl Outgoing {
             });
         }
         let group = self.group().map(str::to_owned);
+        let delay = match self.due_in() {
+            Some(Err(past)) => {
+                return Err(PublishError::rejected(destination.name())(
+                    rules::due_in_the_past(past),
+                ))
+            }
+            due => due.map(Result::unwrap_or_default),
+        };
         let body = self.body.map_err(PublishError::Encode)?;
         let mut message = SendMessage::new(body);
         message.message_attributes = self.headers;
-        if let Some(delay) = self.delay {
+        if let Some(delay) = delay {
             // Saturating: `Duration::MAX` must be refused by the delay rule, not overflow here.
             let seconds = delay
                 .as_secs()
@@ -132,7 +141,11 @@ impl Outgoing {
         destination
             .check_message(as_sent.as_ref().unwrap_or(&message))
             .map_err(PublishError::rejected(destination.name()))?;
-        Ok((Publisher::from_sink(self.sink), message))
+        let publisher = Publisher::from_sink(self.sink);
+        if let Some(problem) = publisher.rate_limit_of().and_then(RateLimit::problem) {
+            return Err(PublishError::Config(problem));
+        }
+        Ok((publisher, message))
     }
 
     /// Sends the message now (batched with other sends to its queue).
@@ -187,6 +200,9 @@ pub(super) async fn send_request(
     let core = publisher.core().ok_or_else(|| PublishError::Unbound {
         queue: destination.name().to_owned(),
     })?;
+    if let Some(limit) = publisher.rate_limit_of() {
+        limit.wait_for(1).await;
+    }
     core.send_to(destination, std::iter::once(message))
         .await
         .pop()

@@ -75,6 +75,57 @@ fn sqs_rules_are_checked_before_the_network() {
 }
 
 #[test]
+fn a_delay_sqs_cannot_keep_is_refused_before_the_network_pointing_to_the_outbox() {
+    let day = Duration::from_secs(24 * 3600);
+    for outgoing in [
+        Publisher::new("events").raw("x").delay(3 * day),
+        Publisher::new("events")
+            .raw("x")
+            .deliver_at(std::time::SystemTime::now() + 3 * day),
+        Publisher::new("orders.fifo")
+            .raw("x")
+            .delay(Duration::from_secs(60)),
+        Publisher::for_topic(SnsTopic::new("payments"))
+            .raw("x")
+            .delay(Duration::from_secs(60)),
+    ] {
+        assert!(outgoing.needs_outbox());
+        let error = outgoing.into_request().unwrap_err().to_string();
+        assert!(
+            error.contains("outbox") && error.contains("docs/scheduling.md"),
+            "{error}"
+        );
+    }
+    assert!(!Publisher::new("events")
+        .raw("x")
+        .delay(Duration::from_secs(900))
+        .needs_outbox());
+}
+
+#[test]
+fn deliver_at_is_a_delay_until_then_and_a_time_long_past_is_refused() {
+    let now = std::time::SystemTime::now();
+    let events = Publisher::new("events");
+    let seconds = request(events.raw("x").deliver_at(now + Duration::from_secs(120))).delay_seconds;
+    assert!(matches!(seconds, Some(119..=120)), "{seconds:?}");
+    // A moment ago is "now"; the last step of `delay` and `deliver_at` wins.
+    let at_once = events.raw("x").deliver_at(now - Duration::from_secs(30));
+    assert_eq!(request(at_once).delay_seconds, Some(0));
+    let last = events
+        .raw("x")
+        .deliver_at(now)
+        .delay(Duration::from_secs(5));
+    assert_eq!(request(last).delay_seconds, Some(5));
+    let error = events
+        .raw("x")
+        .deliver_at(now - Duration::from_secs(120))
+        .into_request()
+        .unwrap_err();
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParameterValue));
+    assert!(error.to_string().contains("in the past"), "{error}");
+}
+
+#[test]
 fn number_and_binary_headers_are_checked_before_the_network() {
     let events = Publisher::new("events");
     let sent = request(

@@ -263,6 +263,26 @@ impl SqsBroker {
         self.configured(|settings| settings.aws_trace_header = true)
     }
 
+    /// How often a running app on this broker samples the backlog of each queue it subscribes
+    /// to (default [`DEFAULT_BACKLOG_INTERVAL`](crate::metrics::DEFAULT_BACKLOG_INTERVAL), 60 s): one
+    /// `GetQueueAttributes` call a queue an interval, and one for each dead-letter queue, which
+    /// set the gauges `rust_stream.queue.visible`, `.in_flight`, `.delayed`, `.oldest_age` and
+    /// `.dead_letter` (see [`metrics`](crate::metrics)); the first sample is taken when the app
+    /// consumes. For autoscaling on the backlog: `docs/observability.md`, "Backlog and
+    /// autoscaling". Less than a second keeps an app from starting
+    /// (`ConfigError::BacklogInterval`).
+    #[must_use]
+    pub fn backlog_interval(self, interval: Duration) -> Self {
+        self.configured(|settings| settings.backlog_interval = Some(interval))
+    }
+
+    /// Samples no backlog: no gauge of what the queues hold, and no call for it (an IAM role
+    /// without `sqs:GetQueueAttributes`, or a service that reads CloudWatch instead).
+    #[must_use]
+    pub fn no_backlog_gauges(self) -> Self {
+        self.configured(|settings| settings.backlog_interval = None)
+    }
+
     /// Makes every publisher and subscription output of this broker refuse a message for a FIFO
     /// queue that names no group, as [`Publisher::strict_groups`] does for one: with
     /// [`PublishError::NoGroup`](crate::PublishError::NoGroup), before any call, instead of
@@ -451,16 +471,17 @@ impl Broker for SqsBroker {
     }
 
     fn asyncapi(&self, info: &AppInfo, subscribers: &[Subscriber]) -> serde_json::Value {
-        let (declarations, published, published_topics) = {
+        let (declarations, published, published_topics, outboxes) = {
             let registry = self.core.declarations();
             (
                 registry.documented(crate::subscriber::declarations(subscribers)),
                 registry.published(),
                 registry.published_topics(),
+                registry.outboxes(),
             )
         };
         let merged = |queue: &SqsQueue| declarations.merged(queue);
-        let mut writer = crate::asyncapi::Writer::new(info, &merged);
+        let mut writer = crate::asyncapi::Writer::new(info, &merged).outboxes(outboxes);
         writer.routed(
             crate::routing::routed_queues(subscribers),
             &self.core.type_header(),

@@ -70,6 +70,22 @@ const HOLD_AT_MOST: Duration = Duration::from_secs(10);
 )]
 pub(crate) async fn hold_the_clock<F: Future>(work: F) -> F::Output {
     #[cfg(feature = "testing")]
+    return hold_the_clock_at_most(HOLD_AT_MOST, work).await;
+    #[cfg(not(feature = "testing"))]
+    work.await
+}
+
+/// [`hold_the_clock`], letting the clock go on after `limit` of real time: for a wait that may
+/// well be for something only the clock brings (a lock held by a transaction that sleeps on it).
+#[cfg_attr(
+    not(any(feature = "testing", feature = "postgres", feature = "sqlite")),
+    allow(dead_code)
+)]
+pub(crate) async fn hold_the_clock_at_most<F: Future>(
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))] limit: Duration,
+    work: F,
+) -> F::Output {
+    #[cfg(feature = "testing")]
     {
         use tokio::runtime::{Handle, RuntimeFlavor};
         // Only a current-thread runtime has a clock to pause.
@@ -79,7 +95,7 @@ pub(crate) async fn hold_the_clock<F: Future>(work: F) -> F::Output {
             let (done, finished) = std::sync::mpsc::channel::<()>();
             // Ends when `done` is dropped: when `work` ends, or this future is dropped with it.
             drop(tokio::task::spawn_blocking(move || {
-                let _ = finished.recv_timeout(HOLD_AT_MOST);
+                let _ = finished.recv_timeout(limit);
             }));
             let output = work.await;
             drop(done);
@@ -184,6 +200,26 @@ pub trait InboxStore: Clone + Send + Sync + 'static {
     /// Deletes up to `limit` completed keys whose retention has passed; answers how many it
     /// deleted (fewer than `limit`: none are left for now).
     fn sweep(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Whether the store keeps an outbox that [`write_outbox`](Self::write_outbox) writes in the
+    /// claim's transaction, scheduled rows included: the in-process, SQLite and PostgreSQL stores
+    /// do. Not by default.
+    const OUTBOX_IN_TRANSACTION: bool = false;
+
+    /// Writes `row` to the store's outbox through `transaction`, the claim's, as
+    /// [`OutboxStore::write`] does: what the inbox does with a handler's output whose delay SQS
+    /// cannot keep itself (beyond 900 s, or on a FIFO queue or a topic), so that the store's
+    /// relay sends it when due, and only if the handler's transaction commits. By default the
+    /// store keeps no such outbox ([`OUTBOX_IN_TRANSACTION`](Self::OUTBOX_IN_TRANSACTION) is
+    /// false) and this answers [`StoreError::NoOutboxInTransaction`].
+    fn write_outbox(
+        &self,
+        transaction: &mut Self::Transaction,
+        row: NewOutboxRow<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (transaction, row);
+        std::future::ready(Err(StoreError::NoOutboxInTransaction))
+    }
 }
 
 /// A store on a SQL database, SQLite or PostgreSQL: what a service written once for both names
@@ -287,6 +323,19 @@ pub enum Cancellation {
     NotFound,
 }
 
+impl Cancellation {
+    /// What a cancel answers for a key no waiting row holds, from the remembered keys' table:
+    /// `Some(sent)` for a key sent (`true`) or cancelled (`false`) within the retention.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    fn of_finished_key(sent: Option<bool>) -> Self {
+        match sent {
+            Some(true) => Cancellation::AlreadySent,
+            Some(false) => Cancellation::AlreadyCancelled,
+            None => Cancellation::NotFound,
+        }
+    }
+}
+
 /// How long a store remembers the key of a scheduled row once it was sent or cancelled, so that
 /// [`OutboxStore::cancel`] can answer [`Cancellation::AlreadySent`] or
 /// [`Cancellation::AlreadyCancelled`]: seven days.
@@ -300,7 +349,8 @@ pub struct Backlog {
     /// How long the oldest of them has waited, by the store's clock; `None` when there is none.
     /// A scheduled row waits from when the relay may send it, not from its write.
     pub oldest_age: Option<Duration>,
-    /// Rows scheduled for later, not yet for the relay to send.
+    /// Rows scheduled for later, not yet for the relay to send (the database stores count them
+    /// at most every 10 s, and answer their last count meanwhile).
     pub scheduled: u64,
     /// How long until the next scheduled row is for the relay to send, when the store can tell
     /// (the in-process store, whose relay sleeps until then instead of polling).
@@ -407,9 +457,13 @@ pub enum StoreError {
         /// The key.
         key: String,
     },
-    /// The store does not keep scheduled rows (due later, or with a key).
-    #[error("this outbox store cannot keep scheduled messages yet: use the in-process store")]
-    SchedulingUnsupported,
+    /// A handler's output was to be written to the outbox in the inbox's transaction of a store
+    /// that keeps no outbox there ([`InboxStore::OUTBOX_IN_TRANSACTION`] is false).
+    #[error(
+        "this inbox's store keeps no outbox in its transaction: a handler's output due later \
+         than SQS can delay it needs a store that does (the in-process, SQLite or PostgreSQL store)"
+    )]
+    NoOutboxInTransaction,
     /// The database's tables were written by a newer rust-stream than this one.
     #[error(
         "the database's rust-stream tables are at schema version {found}, newer than this \
@@ -424,8 +478,9 @@ pub enum StoreError {
 }
 
 /// The schema version this release's database stores migrate to: what `rust_stream_schema`
-/// records last (1: the inbox; 2: the producers' command history; 3: the outbox).
-pub const SCHEMA_VERSION: i64 = 3;
+/// records last (1: the inbox; 2: the producers' command history; 3: the outbox; 4: scheduled
+/// outbox rows).
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// One step of a database store's schema: the statements that take it from the version before to
 /// `version`. Each store keeps its own list, oldest first; a release that adds tables (the outbox)
@@ -450,23 +505,87 @@ fn pending(
     Ok(&migrations[migrations.partition_point(|migration| migration.version <= found)..])
 }
 
-/// A database store's leased rows: each read row (id, destination, group, message) with the
-/// backlog and the oldest row's age in milliseconds that the same statement counted.
+/// The outbox's clock in the database stores: milliseconds since the Unix epoch, the host's
+/// clock as read once in the process and advanced by tokio's clock since, which the in-process
+/// store and the relay keep time by. In a service that is the host's time; under a paused clock
+/// a schedule of days passes without waiting, and every store of the process (one reopened too)
+/// reads the same time. The inbox and the command history keep the database's own clock.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-fn leased<L>(lease: L, read: Vec<(OutboxRow, i64, f64)>) -> Leased<L> {
-    let backlog = match read.first() {
-        Some((_, rows, oldest_ms)) => Backlog {
-            rows: u64::try_from(*rows).unwrap_or(0),
-            oldest_age: Some(Duration::from_secs_f64(oldest_ms.max(0.0) / 1000.0)),
-            ..Backlog::default()
-        },
-        None => Backlog::default(),
-    };
-    Leased {
-        lease,
-        rows: read.into_iter().map(|(row, _, _)| row).collect(),
-        backlog,
+fn outbox_now_millis() -> i64 {
+    static ANCHOR: std::sync::OnceLock<(i64, std::time::Instant)> = std::sync::OnceLock::new();
+    let (epoch_millis, anchor) = *ANCHOR.get_or_init(|| {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        (since_epoch.as_millis() as i64, std::time::Instant::now())
+    });
+    // Each runtime's tokio clock maps to the epoch the same way, a paused one behind or ahead.
+    let now = tokio::time::Instant::now().into_std();
+    match now.checked_duration_since(anchor) {
+        Some(after) => epoch_millis + after.as_millis() as i64,
+        None => epoch_millis - anchor.duration_since(now).as_millis() as i64,
     }
+}
+
+/// How often a database store counts its outbox's rows waiting for later
+/// ([`Backlog::scheduled`]): a walk of its index's later part (33 ms at a million rows on SQLite,
+/// `docs/scheduling.md`), too much for each round of a relay.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+const RECOUNT_WAITING: Duration = Duration::from_secs(10);
+
+/// A database store's last count of the outbox's rows waiting for later, and when it was made,
+/// shared by the store's clones: counted again once older than [`RECOUNT_WAITING`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[derive(Clone, Debug, Default)]
+struct WaitingCount(std::sync::Arc<std::sync::Mutex<Option<(tokio::time::Instant, u64)>>>);
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl WaitingCount {
+    /// The last count, unless it is due again.
+    fn fresh(&self) -> Option<u64> {
+        let last = *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.filter(|(at, _)| at.elapsed() < RECOUNT_WAITING)
+            .map(|(_, waiting)| waiting)
+    }
+
+    /// Keeps `waiting`, counted now, and answers it.
+    fn counted(&self, waiting: u64) -> u64 {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((tokio::time::Instant::now(), waiting));
+        waiting
+    }
+}
+
+/// `duration` in whole milliseconds, rounded up (a row is never read before it is due), at most
+/// a century ([`retention_millis`]).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn ceil_millis(duration: Duration) -> i64 {
+    let millis = duration.as_nanos().div_ceil(1_000_000);
+    retention_millis(Duration::from_millis(millis.min(u64::MAX as u128) as u64))
+}
+
+/// A signed difference of the outbox's clock in milliseconds as a duration, zero when negative.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn millis(difference: i64) -> Duration {
+    Duration::from_millis(u64::try_from(difference).unwrap_or(0))
+}
+
+/// When a database store's new outbox row is due and may be read, by [`outbox_now_millis`]: its
+/// write time, its due time and its ready time.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn outbox_times(row: &NewOutboxRow<'_>) -> (i64, i64, i64) {
+    let now = outbox_now_millis();
+    let due = now.saturating_add(ceil_millis(row.due_in));
+    let ready = due
+        .saturating_sub(row.send_early.as_millis() as i64)
+        .max(now);
+    (now, due, ready)
 }
 
 /// `duration` in whole milliseconds, at least 1 and at most `i32::MAX`: the range of the

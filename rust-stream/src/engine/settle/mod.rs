@@ -94,8 +94,11 @@ impl Deleting {
             lease: _,
             _room,
             span,
+            key,
         } = held;
         drop(delivery);
+        // Its key's next message may run now, not once the delete is answered.
+        drop(key);
         Self {
             lease,
             _room,

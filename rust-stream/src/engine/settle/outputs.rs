@@ -24,6 +24,11 @@ impl Settler {
         let mut by_destination = ByDestination::new();
         for outgoing in staged {
             let (publisher, message) = outgoing.into_request()?;
+            // A downstream's shared budget: the message is held, its visibility extended, while
+            // it waits.
+            if let Some(limit) = publisher.rate_limit_of() {
+                limit.wait_for(1).await;
+            }
             let (client, destination) = match publisher.core() {
                 Some(client) => (client, publisher.destination().clone()),
                 None => {

@@ -12,6 +12,11 @@ pub use super::error::ErrorKind;
 use super::error::TransportError;
 use super::wire::{MessageAttributeValue, MessageAttributes, SendMessage};
 
+mod schedule;
+
+pub(crate) use schedule::{due_in, due_in_the_past, sqs_keeps_delay};
+pub use schedule::{MAX_DELAY_SECONDS, MAX_SCHEDULE, PAST_DUE_TOLERANCE};
+
 /// Largest message: body and message attributes together, in bytes (1 MiB since 2025-08).
 pub const MAX_MESSAGE_SIZE: usize = 1_048_576;
 /// Most entries in one `SendMessageBatch`, `DeleteMessageBatch` or `ChangeMessageVisibilityBatch`.
@@ -25,8 +30,6 @@ pub const MAX_RECEIVE_MESSAGES: i32 = 10;
 pub const MAX_WAIT_TIME_SECONDS: i32 = 20;
 /// Longest visibility timeout, and the cap on a message's total invisibility after a receive.
 pub const MAX_VISIBILITY_TIMEOUT_SECONDS: i32 = 43_200;
-/// Longest delay of a queue or a message, in seconds.
-pub const MAX_DELAY_SECONDS: i32 = 900;
 /// Most message attributes on one message.
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 /// How long a FIFO queue remembers a deduplication id or a receive request attempt id.
@@ -376,7 +379,7 @@ pub(crate) fn check_send(
         return fail(
             ErrorKind::InvalidParameterValue,
             format!(
-                "queue `{queue}` is FIFO and refuses a per-message DelaySeconds ({seconds}); set the queue's DelaySeconds instead"
+                "queue `{queue}` is FIFO and refuses a per-message DelaySeconds ({seconds}); set the queue's DelaySeconds instead, or write the message to an outbox with `.delay(..)` or `.deliver_at(..)`, which schedules it on FIFO queues too (docs/scheduling.md)"
             ),
         );
     }

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
-use super::{Claim, ClaimSettings, InboxKey, InboxStore, StoreError};
+use super::{Claim, ClaimSettings, InboxKey, InboxStore, NewOutboxRow, StoreError};
 
 pub mod outbox;
 mod rows;
@@ -381,6 +381,17 @@ impl Drop for MemoryTransaction {
 
 impl InboxStore for MemoryStore {
     type Transaction = MemoryTransaction;
+
+    const OUTBOX_IN_TRANSACTION: bool = true;
+
+    fn write_outbox(
+        &self,
+        transaction: &mut MemoryTransaction,
+        row: NewOutboxRow<'_>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        // The inbox's transaction is the outbox's connection: one transaction commits both.
+        crate::store::OutboxStore::write(self, transaction, row)
+    }
 
     async fn claim(
         &self,

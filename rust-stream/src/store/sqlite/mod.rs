@@ -49,7 +49,10 @@
 //!   at a time reads them: the lease is a lock of the [`SqliteStore`] (and its clones), so a
 //!   second store opened on the same file, or a second process, would relay the same rows again
 //!   (their deduplication ids make a FIFO queue store them once; a standard queue's consumer needs
-//!   the inbox). A relay's delete of the rows it sent waits for the write lock, as a sweep does.
+//!   the inbox). A relay's delete of the rows it sent waits for the write lock, as a sweep does,
+//!   and so does its mark of the scheduled rows (with a key) it read, which a cancel after the
+//!   mark finds being sent (`docs/scheduling.md`, "The stores"). The outbox's times are the
+//!   process's clock, not SQLite's.
 //! - A claim leaves its `wait` as the busy timeout of the connection it used; a pool shared with
 //!   the service's own writes outside the inbox should set theirs as they need.
 
@@ -66,9 +69,11 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
-    leased, pending, retention_millis, timeout_millis, Cancellation, Claim, ClaimSettings, Due,
-    InboxKey, InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
+    pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Migration, StoreError, WaitingCount,
 };
+
+mod outbox;
 
 /// The schema, step by step (see [`Migration`]). Times are milliseconds since the Unix epoch.
 pub(super) const MIGRATIONS: &[Migration] = &[
@@ -107,24 +112,38 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         ) STRICT;
     ",
     },
+    Migration {
+        version: 4,
+        statements: SCHEDULE_SCHEMA,
+    },
 ];
 
-const WRITE: &str = "
-    INSERT INTO rust_stream_outbox (destination, group_id, message, created_at)
-    VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000 AS INTEGER))";
-
-/// The oldest rows, with the whole backlog's size and the oldest row's age in milliseconds.
-const LEASE: &str = "
-    SELECT id, destination, group_id, message, count(*) OVER () AS backlog,
-           CAST(CAST(unixepoch('subsec') * 1000 AS INTEGER) - min(created_at) OVER () AS REAL)
-               AS oldest_ms
-    FROM rust_stream_outbox
-    ORDER BY id
-    LIMIT ?1";
-
-/// The ids come as one JSON array: one statement whatever their number.
-const DELETE_SENT: &str = "
-    DELETE FROM rust_stream_outbox WHERE id IN (SELECT value FROM json_each(?1))";
+/// Scheduled rows (schema version 4). A row is due at `due_at` and the relay may read it from
+/// `ready_at` (earlier on a queue that takes `DelaySeconds`); rows written before this version
+/// are due when they were written. `relaying` marks a keyed row the relay's round has read, so a
+/// cancel after the read answers it sent. `rust_stream_outbox_keys` remembers the keys sent or
+/// cancelled, for [`SCHEDULE_KEY_RETENTION`](super::SCHEDULE_KEY_RETENTION). The index on
+/// `(ready_at, due_at, id)` keeps a round's read to the rows it may send, however many wait for
+/// later.
+const SCHEDULE_SCHEMA: &str = "
+    ALTER TABLE rust_stream_outbox ADD COLUMN due_at INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rust_stream_outbox ADD COLUMN ready_at INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rust_stream_outbox ADD COLUMN scheduled INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rust_stream_outbox ADD COLUMN schedule_key TEXT;
+    ALTER TABLE rust_stream_outbox ADD COLUMN relaying INTEGER NOT NULL DEFAULT 0;
+    UPDATE rust_stream_outbox SET due_at = created_at, ready_at = created_at;
+    CREATE INDEX rust_stream_outbox_ready ON rust_stream_outbox (ready_at, due_at, id);
+    CREATE UNIQUE INDEX rust_stream_outbox_key ON rust_stream_outbox (destination, schedule_key)
+        WHERE schedule_key IS NOT NULL;
+    CREATE TABLE rust_stream_outbox_keys (
+        destination TEXT NOT NULL,
+        schedule_key TEXT NOT NULL,
+        sent INTEGER NOT NULL,
+        finished_at INTEGER NOT NULL,
+        PRIMARY KEY (destination, schedule_key)
+    ) STRICT;
+    CREATE INDEX rust_stream_outbox_keys_finished_at ON rust_stream_outbox_keys (finished_at);
+";
 
 /// The command history (schema version 2): a key is pending while `ticket` is set (its lease
 /// ends at `expires_at`), sent once `message_id` is (kept until `expires_at`).
@@ -258,6 +277,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The outbox relay's lease, in the one process that uses the file.
     relay: Arc<tokio::sync::Mutex<()>>,
+    /// The outbox's rows waiting for later, as last counted.
+    waiting: WaitingCount,
 }
 
 impl SqliteStore {
@@ -286,6 +307,7 @@ impl SqliteStore {
             Ok(Self {
                 pool,
                 relay: Arc::default(),
+                waiting: WaitingCount::default(),
             })
         })
         .await
@@ -358,6 +380,17 @@ impl super::SqlStore for SqliteStore {
 
 impl InboxStore for SqliteStore {
     type Transaction = sqlx::Transaction<'static, Sqlite>;
+
+    const OUTBOX_IN_TRANSACTION: bool = true;
+
+    fn write_outbox(
+        &self,
+        transaction: &mut Self::Transaction,
+        row: super::NewOutboxRow<'_>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        // The inbox's transaction is the outbox's connection: one commit keeps both.
+        super::OutboxStore::write(self, &mut **transaction, row)
+    }
 
     async fn claim(
         &self,
@@ -442,96 +475,12 @@ impl InboxStore for SqliteStore {
     }
 }
 
-/// The SQLite relay's lease: the store's relay lock, held until the relay finishes.
+/// The SQLite relay's lease: the store's relay lock, held until the relay finishes, and the
+/// keyed rows its round marked read.
 #[derive(Debug)]
 pub struct SqliteLease {
     _held: OwnedMutexGuard<()>,
-}
-
-impl OutboxStore for SqliteStore {
-    type Connection = sqlx::SqliteConnection;
-    type Lease = SqliteLease;
-
-    async fn write(
-        &self,
-        connection: &mut sqlx::SqliteConnection,
-        row: NewOutboxRow<'_>,
-    ) -> Result<(), StoreError> {
-        if !row.due_in.is_zero() || row.schedule_key.is_some() {
-            return Err(StoreError::SchedulingUnsupported);
-        }
-        super::held(async move {
-            sqlx::query(WRITE)
-                .bind(row.destination)
-                .bind(row.group_id)
-                .bind(row.message)
-                .execute(connection)
-                .await?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn lease(
-        &self,
-        limit: u32,
-        _lease_timeout: Duration,
-    ) -> Result<Option<Leased<SqliteLease>>, StoreError> {
-        super::held(async move {
-            // One process: a relay that hangs is dropped by its app's shutdown, which frees the lock.
-            let Ok(held) = self.relay.clone().try_lock_owned() else {
-                return Ok(None);
-            };
-            let found = sqlx::query(LEASE)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            let mut read = Vec::with_capacity(found.len());
-            for row in &found {
-                read.push((
-                    OutboxRow {
-                        id: row.try_get("id")?,
-                        destination: row.try_get("destination")?,
-                        group_id: row.try_get("group_id")?,
-                        message: row.try_get("message")?,
-                        due: Due::default(),
-                        schedule_key: None,
-                    },
-                    row.try_get::<i64, _>("backlog")?,
-                    row.try_get::<f64, _>("oldest_ms")?,
-                ));
-            }
-            Ok(Some(leased(SqliteLease { _held: held }, read)))
-        })
-        .await
-    }
-
-    async fn finish(&self, lease: SqliteLease, sent: &[i64]) -> Result<(), StoreError> {
-        super::held(async move {
-            if !sent.is_empty() {
-                let ids = serde_json::to_string(sent).expect("ids are numbers");
-                let mut transaction = self.pool.begin_with(begin_immediate(SWEEP_WAIT)).await?;
-                sqlx::query(DELETE_SENT)
-                    .bind(ids)
-                    .execute(&mut *transaction)
-                    .await?;
-                transaction.commit().await?;
-            }
-            drop(lease);
-            Ok(())
-        })
-        .await
-    }
-
-    async fn cancel(
-        &self,
-        _connection: &mut sqlx::SqliteConnection,
-        _destination: &str,
-        _key: &str,
-    ) -> Result<Cancellation, StoreError> {
-        // No row here is written with a key.
-        Ok(Cancellation::NotFound)
-    }
+    marked: Vec<i64>,
 }
 
 impl HistoryStore for SqliteStore {

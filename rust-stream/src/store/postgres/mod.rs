@@ -62,20 +62,24 @@
 //!   completed, so the handler still ran once.
 //! # The outbox
 //!
-//! [`write`](OutboxStore::write) inserts a row (`rust_stream_outbox`) through the caller's
+//! [`write`](super::OutboxStore::write) inserts a row (`rust_stream_outbox`) through the caller's
 //! connection, in its transaction. A row of a FIFO group first takes a transaction-scoped advisory
 //! lock on its destination and group, held to the commit: two transactions that write to one
 //! group commit one after the other, so the later one's row gets the larger id, and the relay,
-//! which reads rows by id, sends a group in commit order. Transactions on different groups do not
-//! wait for each other (unless their hashes collide, which only makes one wait).
+//! which reads a group's rows due at once in id order, sends them in commit order. Transactions
+//! on different groups do not wait for each other (unless their hashes collide, which only makes
+//! one wait). A scheduled row carries its due time and its key (`docs/scheduling.md`); a key a
+//! waiting row holds is refused without an error in the caller's transaction, which stays usable.
 //!
 //! A relay's round is one transaction: a `pg_try_advisory_xact_lock` that only one relay of the
-//! database gets (the others stand by until their next round), the oldest rows read in the same
-//! statement, then, once they are sent, their `DELETE` and the commit. A relay that dies mid-round
+//! database gets (the others stand by until their next round), the rows it may send read in the
+//! same statement through the `(ready_at, due_at, id)` index (rows due in days cost it nothing),
+//! a lock on those rows (`FOR UPDATE SKIP LOCKED`: a row a cancel holds is left with the rest of
+//! its group), then, once they are sent, their `DELETE` and the commit. A relay that dies mid-round
 //! loses the lock with its connection, and one that hangs has its transaction rolled back by the
 //! server after the lease timeout (`idle_in_transaction_session_timeout`); either way the next
-//! round reads the same rows and sends them again, with the same deduplication ids. Each round
-//! also counts the whole backlog (a scan of the table: cheap while the relay keeps up).
+//! round reads the same rows and sends them again, with the same deduplication ids. The outbox's
+//! times are the process's clock, not the database's: `docs/scheduling.md`, "The stores".
 //!
 //! - The tables are found through the connection's `search_path`, as any unqualified name: a
 //!   service that keeps them in a schema of their own sets the search path on the pool's
@@ -88,9 +92,11 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::history::{HistoryKey, HistoryStore, Reservation, SentRecord, Ticket};
 use super::{
-    leased, pending, retention_millis, timeout_millis, Cancellation, Claim, ClaimSettings, Due,
-    InboxKey, InboxStore, Leased, Migration, NewOutboxRow, OutboxRow, OutboxStore, StoreError,
+    pending, retention_millis, timeout_millis, Claim, ClaimSettings, InboxKey, InboxStore,
+    Migration, StoreError, WaitingCount,
 };
+
+mod outbox;
 
 /// The schema, step by step (see [`Migration`]).
 pub(super) const MIGRATIONS: &[Migration] = &[
@@ -128,46 +134,38 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         );
     ",
     },
+    Migration {
+        version: 4,
+        statements: SCHEDULE_SCHEMA,
+    },
 ];
 
-/// The first half of the advisory lock that a writer of an outbox row of a FIFO group holds to
-/// its commit (the second is a hash of the destination and the group), so that two transactions
-/// writing to one group commit one after the other and their rows' ids follow their commits.
-const OUTBOX_GROUP_LOCK: i32 = 0x7273_0010;
-
-/// The first half of the advisory lock a relay holds for one round (the second is a hash of
-/// the schema): one relay at a time reads and deletes rows.
-const OUTBOX_RELAY_LOCK: i32 = 0x7273_0011;
-
-/// An outbox row of a FIFO group, written once the group's lock is this transaction's (the CTE
-/// takes it before the row, and with it its id, is made).
-const WRITE_GROUPED: &str = "
-    WITH serialized AS (SELECT pg_advisory_xact_lock($1, hashtext($2 || '/' || $3)))
-    INSERT INTO rust_stream_outbox (destination, group_id, message)
-    SELECT $2, $3, $4 FROM serialized";
-
-const WRITE: &str = "
-    INSERT INTO rust_stream_outbox (destination, group_id, message) VALUES ($1, NULL, $2)";
-
-/// The relay's round: its lock if no other relay holds it, then the oldest rows with the whole
-/// backlog's size and the oldest row's age. One row with `held` false when another relay has the
-/// lock, one with no id when the outbox is empty.
-const LEASE: &str = "
-    WITH lease AS (
-        SELECT pg_try_advisory_xact_lock($1, hashtext(coalesce(current_schema(), ''))) AS held
-    )
-    SELECT lease.held, rows.id, rows.destination, rows.group_id, rows.message, rows.backlog,
-           rows.oldest_ms
-    FROM lease LEFT JOIN LATERAL (
-        SELECT id, destination, group_id, message, count(*) OVER () AS backlog,
-               (extract(epoch FROM now() - min(created_at) OVER ()) * 1000)::float8 AS oldest_ms
-        FROM rust_stream_outbox
-        WHERE lease.held
-        ORDER BY id
-        LIMIT $2
-    ) rows ON true";
-
-const DELETE_SENT: &str = "DELETE FROM rust_stream_outbox WHERE id = ANY($1)";
+/// Scheduled rows (schema version 4), as on SQLite: a row is due at `due_at` and the relay may
+/// read it from `ready_at` (earlier on a queue that takes `DelaySeconds`); rows written before
+/// this version are due when they were written. Both are the outbox's clock
+/// (`outbox_now_millis`), not the database's. `rust_stream_outbox_keys` remembers the keys
+/// sent or cancelled, for [`SCHEDULE_KEY_RETENTION`](super::SCHEDULE_KEY_RETENTION). The index
+/// on `(ready_at, due_at, id)` keeps a round's read to the rows it may send, however many wait
+/// for later.
+const SCHEDULE_SCHEMA: &str = "
+    ALTER TABLE rust_stream_outbox
+        ADD COLUMN due_at timestamptz NOT NULL DEFAULT now(),
+        ADD COLUMN ready_at timestamptz NOT NULL DEFAULT now(),
+        ADD COLUMN scheduled boolean NOT NULL DEFAULT false,
+        ADD COLUMN schedule_key text;
+    UPDATE rust_stream_outbox SET due_at = created_at, ready_at = created_at;
+    CREATE INDEX rust_stream_outbox_ready ON rust_stream_outbox (ready_at, due_at, id);
+    CREATE UNIQUE INDEX rust_stream_outbox_key ON rust_stream_outbox (destination, schedule_key)
+        WHERE schedule_key IS NOT NULL;
+    CREATE TABLE rust_stream_outbox_keys (
+        destination text NOT NULL,
+        schedule_key text NOT NULL,
+        sent boolean NOT NULL,
+        finished_at timestamptz NOT NULL,
+        PRIMARY KEY (destination, schedule_key)
+    );
+    CREATE INDEX rust_stream_outbox_keys_finished_at ON rust_stream_outbox_keys (finished_at);
+";
 
 /// The command history (schema version 2): a key is pending while `ticket` is set (its lease
 /// ends at `expires_at`), sent once `message_id` is (kept until `expires_at`).
@@ -296,6 +294,8 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// The outbox's rows waiting for later, as last counted.
+    waiting: WaitingCount,
 }
 
 impl PostgresStore {
@@ -323,7 +323,10 @@ impl PostgresStore {
     pub async fn new(pool: PgPool) -> Result<Self, StoreError> {
         super::held(async move {
             migrate(&pool).await?;
-            Ok(Self { pool })
+            Ok(Self {
+                pool,
+                waiting: WaitingCount::default(),
+            })
         })
         .await
     }
@@ -383,6 +386,17 @@ impl super::SqlStore for PostgresStore {
 
 impl InboxStore for PostgresStore {
     type Transaction = sqlx::Transaction<'static, Postgres>;
+
+    const OUTBOX_IN_TRANSACTION: bool = true;
+
+    fn write_outbox(
+        &self,
+        transaction: &mut Self::Transaction,
+        row: super::NewOutboxRow<'_>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        // The inbox's transaction is the outbox's connection: one commit keeps both.
+        super::OutboxStore::write(self, &mut **transaction, row)
+    }
 
     async fn claim(
         &self,
@@ -471,116 +485,6 @@ impl InboxStore for PostgresStore {
             Ok(deleted.rows_affected())
         })
         .await
-    }
-}
-
-impl OutboxStore for PostgresStore {
-    type Connection = sqlx::PgConnection;
-    type Lease = sqlx::Transaction<'static, Postgres>;
-
-    async fn write(
-        &self,
-        connection: &mut sqlx::PgConnection,
-        row: NewOutboxRow<'_>,
-    ) -> Result<(), StoreError> {
-        if !row.due_in.is_zero() || row.schedule_key.is_some() {
-            return Err(StoreError::SchedulingUnsupported);
-        }
-        super::held(async move {
-            match row.group_id {
-                Some(group_id) => {
-                    sqlx::query(WRITE_GROUPED)
-                        .bind(OUTBOX_GROUP_LOCK)
-                        .bind(row.destination)
-                        .bind(group_id)
-                        .bind(row.message)
-                        .execute(connection)
-                        .await?
-                }
-                None => {
-                    sqlx::query(WRITE)
-                        .bind(row.destination)
-                        .bind(row.message)
-                        .execute(connection)
-                        .await?
-                }
-            };
-            Ok(())
-        })
-        .await
-    }
-
-    async fn lease(
-        &self,
-        limit: u32,
-        lease_timeout: Duration,
-    ) -> Result<Option<Leased<Self::Lease>>, StoreError> {
-        super::held(async move {
-            // A relay that hangs holding the lock is rolled back by the server, which frees it.
-            let begin = format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; \
-                 SET LOCAL idle_in_transaction_session_timeout = {}",
-                timeout_millis(lease_timeout),
-            );
-            let mut transaction = self.pool.begin_with(AssertSqlSafe(begin)).await?;
-            let found = sqlx::query(LEASE)
-                .bind(OUTBOX_RELAY_LOCK)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *transaction)
-                .await?;
-            let held = match found.first() {
-                Some(first) => first.try_get::<bool, _>("held")?,
-                None => false,
-            };
-            if !held {
-                transaction.rollback().await?;
-                return Ok(None);
-            }
-            let mut read = Vec::with_capacity(found.len());
-            for row in &found {
-                let Some(id) = row.try_get::<Option<i64>, _>("id")? else {
-                    continue;
-                };
-                read.push((
-                    OutboxRow {
-                        id,
-                        destination: row.try_get("destination")?,
-                        group_id: row.try_get("group_id")?,
-                        message: row.try_get("message")?,
-                        due: Due::default(),
-                        schedule_key: None,
-                    },
-                    row.try_get::<i64, _>("backlog")?,
-                    row.try_get::<f64, _>("oldest_ms")?,
-                ));
-            }
-            Ok(Some(leased(transaction, read)))
-        })
-        .await
-    }
-
-    async fn finish(&self, mut lease: Self::Lease, sent: &[i64]) -> Result<(), StoreError> {
-        super::held(async move {
-            if !sent.is_empty() {
-                sqlx::query(DELETE_SENT)
-                    .bind(sent)
-                    .execute(&mut *lease)
-                    .await?;
-            }
-            lease.commit().await?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn cancel(
-        &self,
-        _connection: &mut sqlx::PgConnection,
-        _destination: &str,
-        _key: &str,
-    ) -> Result<Cancellation, StoreError> {
-        // No row here is written with a key.
-        Ok(Cancellation::NotFound)
     }
 }
 
