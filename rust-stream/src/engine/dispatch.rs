@@ -100,6 +100,9 @@ pub(crate) struct Dispatcher {
     pub(super) metrics: Arc<SubscriptionMetrics>,
     pub(super) tasks: Tasks,
     pub(super) settler: Arc<Settler>,
+    /// The worker threads of the runtime the consumer started on: a standard receive's messages
+    /// run in at most this many tasks.
+    worker_threads: usize,
 }
 
 impl Dispatcher {
@@ -148,6 +151,8 @@ impl Dispatcher {
             metrics: shared.metrics.clone(),
             tasks: shared.tasks.clone(),
             settler,
+            worker_threads: tokio::runtime::Handle::try_current()
+                .map_or(1, |runtime| runtime.metrics().num_workers().max(1)),
         }
     }
 
@@ -187,16 +192,16 @@ impl Dispatcher {
         Some(room)
     }
 
-    /// Hands a receive's messages on: on a standard queue to handler slots, in one task for the
-    /// receive; on FIFO each to its group's lane.
+    /// Hands a receive's messages on: on a standard queue to handler slots, in as many tasks as
+    /// the runtime has worker threads (at most); on FIFO each to its group's lane.
     ///
-    /// The standard receive's task runs its messages side by side, each taking a handler slot of
+    /// A standard receive's task runs its messages side by side, each taking a handler slot of
     /// its own, attempted and settled by itself as it finishes: a slow handler holds up neither
     /// its batch-mates' deletes nor their room, a panic in one part is caught there and loses none
     /// of the others, and a stop parks what did not start. A task a message cost a spawn, its
-    /// wake-ups and a hand-over across threads each, most of the engine's own cost a message;
-    /// the messages of one receive now share a thread, and receives in flight at once spread over
-    /// the worker threads.
+    /// wake-ups, a hand-over across threads and an allocation above a kilobyte each (the one size
+    /// at which glibc's allocator consolidates its free lists), most of the engine's own cost a
+    /// message; a task a worker thread keeps a receive's handlers that compute on every core.
     pub(crate) fn dispatch(self: &Arc<Self>, held: Vec<Held>) {
         if self.fifo {
             for held in held {
@@ -208,20 +213,27 @@ impl Dispatcher {
             }
             return;
         }
-        if held.is_empty() {
-            return;
+        let mut held = held.into_iter();
+        let mut left = held.len();
+        // As many tasks as worker threads, at most: a receive's handlers that compute still
+        // spread over the cores.
+        let mut tasks = self.worker_threads.min(left);
+        while tasks > 0 {
+            let part: Vec<Held> = held.by_ref().take(left.div_ceil(tasks)).collect();
+            left -= part.len();
+            tasks -= 1;
+            let dispatcher = self.clone();
+            self.tasks.spawn(async move {
+                let dispatcher = &dispatcher;
+                // Each message pinned side by side in one allocation; every wake polls the ones
+                // not done, at most a receive's ten.
+                futures_util::future::join_all(
+                    part.into_iter()
+                        .map(|held| guarded_part(dispatcher.run_standard(held))),
+                )
+                .await;
+            });
         }
-        let dispatcher = self.clone();
-        self.tasks.spawn(async move {
-            let dispatcher = &dispatcher;
-            // Each part pinned side by side in one allocation; every wake polls the parts not
-            // done, at most a receive's ten.
-            futures_util::future::join_all(
-                held.into_iter()
-                    .map(|held| guarded_part(dispatcher.run_standard(held))),
-            )
-            .await;
-        });
     }
 
     /// One standard message: a handler slot, its attempt, and its settling.
