@@ -464,12 +464,7 @@ fn callgrind(job: &Job) -> Fallible<Measured> {
 /// such as a plain loop's long poll of the emptied queue, is not waited for).
 pub async fn child_here(job: &str) -> Fallible<()> {
     let job: Job = serde_json::from_str(job)?;
-    // A tracing dispatcher that records nothing, so both sides cost what they cost in a service
-    // built with rust-stream's default features (without tracing's `log` feature) or running a
-    // subscriber. This workspace has the feature on (sqlx asks for it, for the benchmark's
-    // Postgres rows), and with it and no dispatcher every disabled span, the SDK's and the
-    // engine's, evaluates its fields and asks `log` on each enter and exit.
-    tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default())?;
+    crate::record_no_spans()?;
     let workload = Workload::parse(&job.workload)
         .or(match job.workload.as_str() {
             "fifo-50" => Some(Workload::Fifo { groups: 50 }),

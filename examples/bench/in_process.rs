@@ -119,6 +119,7 @@ fn child(
 
 /// In a child: the rows asked for, run here, each printed as a line of JSON.
 pub async fn throughput_here(options: &Options) -> Fallible<()> {
+    crate::record_no_spans()?;
     for row in rows_here(options).await? {
         println!("{}", serde_json::to_string(&row)?);
     }

@@ -140,6 +140,16 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Installs a tracing dispatcher that records nothing, so a measured process costs what it costs
+/// in a service built with rust-stream's default features (without tracing's `log` feature) or
+/// running a subscriber. This workspace has the feature on (sqlx asks for it, for the benchmark's
+/// Postgres rows), and with it and no dispatcher every disabled span, the SDK's and the engine's,
+/// evaluates its fields and asks `log` on each enter and exit.
+pub fn record_no_spans() -> Fallible<()> {
+    tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default())?;
+    Ok(())
+}
+
 /// Runs the sections asked for, then prints and writes the report.
 async fn run(options: &Options, args: &[String]) -> Fallible<()> {
     let mut report = Report {

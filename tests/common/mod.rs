@@ -298,6 +298,33 @@ pub mod engine {
     use rust_stream::{Context, Handle, HandlerOutcome};
     use serde::{Deserialize, Serialize};
 
+    /// A handler of [`Job`]s that records when each was handled, taking `takes` each, and waits
+    /// first at `gate` when there is one (closed: every call waits for a permit).
+    #[derive(Clone, Default)]
+    pub struct Handled {
+        pub at: Arc<Mutex<Vec<tokio::time::Instant>>>,
+        pub gate: Option<Arc<tokio::sync::Semaphore>>,
+        pub takes: std::time::Duration,
+    }
+
+    impl Handled {
+        /// How many jobs were handled.
+        pub fn count(&self) -> usize {
+            self.at.lock().unwrap().len()
+        }
+    }
+
+    impl Handle<Job> for Handled {
+        async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+            if let Some(gate) = &self.gate {
+                gate.acquire().await.unwrap().forget();
+            }
+            tokio::time::sleep(self.takes).await;
+            self.at.lock().unwrap().push(tokio::time::Instant::now());
+            Ok(())
+        }
+    }
+
     /// The message of engine tests: a group and a number within it.
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct Job {
@@ -712,6 +739,22 @@ pub mod recording {
                 }
             }
             receipts
+        }
+
+        /// Receive calls answered so far, on any queue.
+        pub fn receive_calls(&self) -> usize {
+            self.calls()
+                .iter()
+                .filter(|call| matches!(call, Call::Received { .. }))
+                .count()
+        }
+
+        /// Messages received more than once: each a lease that ran out, where nothing fails.
+        pub fn received_more_than_once(&self) -> usize {
+            self.receipts()
+                .values()
+                .filter(|handles| handles.len() > 1)
+                .count()
         }
 
         /// How many times `message_id` was received.

@@ -36,6 +36,10 @@
 //! - Redrive: a receive that would pass a message's `maxReceiveCount` moves it to the dead-letter
 //!   queue instead (which must be of the same type), keeping its id; its FIFO group continues.
 //!   Its retention counts from its original send on a standard queue, from the move on a FIFO one.
+//! - Fair queues: on a standard queue, a message group with at least 30 messages in flight and
+//!   more than a tenth of the queue's is noisy, and a receive takes other groups' messages (and
+//!   messages without a group) first while any are visible. A model of SQS's, with what it keeps and
+//!   what it does not in the flow control guide (`docs/flow-control.md`, "Fair queues").
 //! - FIFO: storage order and sequence numbers, groups held while any of their messages is in
 //!   flight, released messages served first once the group is free, deduplication for 5 minutes
 //!   by id or body SHA-256 (per queue or per group), `ReceiveRequestAttemptId`.
@@ -55,9 +59,11 @@
 //! unsubscribing, message signatures (envelopes are marked unsigned),
 //! encryption, tags, `RedriveAllowPolicy` and message move tasks, the eventual consistency of the
 //! `Approximate*` counts (here they are exact), and the sampling of standard queues (here a
-//! receive returns the oldest visible messages, and never duplicates a message by itself).
+//! receive returns the oldest visible messages, but for a fair queue's noisy groups, and never
+//! duplicates a message by itself).
 
 mod config;
+mod fair;
 mod fifo;
 mod ids;
 mod message;

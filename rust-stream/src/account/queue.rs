@@ -3,9 +3,9 @@
 //!
 //! Each message is in one of three states (delayed, visible, in flight). Every timed state sits
 //! in one `timers` index ordered by the instant it ends, so time passing costs O(log n) per message
-//! whose timer ends, and nothing scans the queue. Visible messages of a standard queue sit in an
-//! ordered set by storage order; those of a FIFO queue are found through its ready groups
-//! ([`Fifo`]).
+//! whose timer ends, and nothing scans the queue. Visible messages of a standard queue are found
+//! through its model of SQS fair queues ([`Fair`]: the oldest first, unless a message group is
+//! noisy); those of a FIFO queue through its ready groups ([`Fifo`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::config::Config;
+use super::fair::Fair;
 use super::fifo::{Dedup, DedupId, Fifo, GroupName, Window};
 use super::ids::{Key, MessageId, MessageIds, Moment, Now};
 use super::message::{sequence_number, Extra, State, Stored, HEX};
@@ -28,8 +29,8 @@ use crate::transport::{
 /// Where a queue's visible messages are found.
 #[derive(Debug)]
 enum Order {
-    /// Visible messages by storage order.
-    Standard(BTreeSet<Key>),
+    /// Visible messages, by storage order and by group, and the groups' in-flight counts.
+    Standard(Fair),
     Fifo(Fifo),
 }
 
@@ -96,7 +97,7 @@ impl Queue {
         let order = if config.fifo {
             Order::Fifo(Fifo::default())
         } else {
-            Order::Standard(BTreeSet::new())
+            Order::Standard(Fair::default())
         };
         Self {
             name,
@@ -180,12 +181,12 @@ impl Queue {
         match old {
             State::InFlight { .. } => {
                 self.in_flight -= 1;
-                self.group_in_flight(group, |n| n - 1);
+                self.group_in_flight(group, false);
             }
             State::Delayed { .. } => self.delayed -= 1,
             State::Visible => {
-                if let Order::Standard(visible) = &mut self.order {
-                    visible.remove(&key);
+                if let Order::Standard(fair) = &mut self.order {
+                    fair.remove(key, group);
                 }
             }
         }
@@ -199,22 +200,32 @@ impl Queue {
         match new {
             State::InFlight { .. } => {
                 self.in_flight += 1;
-                self.group_in_flight(group, |n| n + 1);
+                self.group_in_flight(group, true);
             }
             State::Delayed { .. } => self.delayed += 1,
             State::Visible => {
-                if let Order::Standard(visible) = &mut self.order {
-                    visible.insert(key);
+                if let Order::Standard(fair) = &mut self.order {
+                    fair.insert(key, group);
                 }
             }
         }
     }
 
-    fn group_in_flight(&mut self, group: Option<&GroupName>, change: impl FnOnce(usize) -> usize) {
-        if let (Order::Fifo(fifo), Some(group)) = (&mut self.order, group) {
-            if let Some(entry) = fifo.groups.get_mut(group) {
-                entry.in_flight = change(entry.in_flight);
+    /// Counts a message of `group` into (`entered`) or out of the in-flight state: a FIFO group
+    /// is held while it has any; a standard queue's groups are its tenants, and their counts
+    /// decide which are noisy.
+    fn group_in_flight(&mut self, group: Option<&GroupName>, entered: bool) {
+        match &mut self.order {
+            Order::Fifo(fifo) => {
+                if let Some(entry) = group.and_then(|group| fifo.groups.get_mut(group)) {
+                    entry.in_flight = if entered {
+                        entry.in_flight + 1
+                    } else {
+                        entry.in_flight - 1
+                    };
+                }
             }
+            Order::Standard(fair) => fair.in_flight(group, entered),
         }
     }
 
@@ -414,10 +425,12 @@ impl Queue {
             }
         } else {
             while taken.len() < take.max {
-                let Order::Standard(visible) = &self.order else {
+                let Order::Standard(fair) = &self.order else {
                     unreachable!("config.fifo matches the order")
                 };
-                let Some(&key) = visible.first() else { break };
+                let Some(key) = fair.next(self.in_flight) else {
+                    break;
+                };
                 self.take_one(key, take, now, &mut taken, &mut dead);
             }
         }
@@ -626,7 +639,7 @@ impl Queue {
         self.in_flight = 0;
         self.delayed = 0;
         match &mut self.order {
-            Order::Standard(visible) => visible.clear(),
+            Order::Standard(fair) => fair.clear(),
             Order::Fifo(fifo) => fifo.clear_messages(),
         }
         Ok(())

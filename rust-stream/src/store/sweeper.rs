@@ -43,8 +43,11 @@ impl Sweeper {
         if self.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        let sweeper = self.clone();
+        let running = Running(self.clone());
         tokio::spawn(async move {
+            // However the sweep ends (done, failed, panicked, dropped with its runtime), the
+            // next one may start: a flag left set would stop sweeping for good.
+            let _running = running;
             loop {
                 match sweep(SWEEP_BATCH).await {
                     Ok(deleted) if deleted >= u64::from(SWEEP_BATCH) => continue,
@@ -55,7 +58,44 @@ impl Sweeper {
                     }
                 }
             }
-            sweeper.running.store(false, Ordering::Release);
         });
+    }
+}
+
+/// A sweep under way: it lets the next one start when dropped.
+struct Running(Arc<Sweeper>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_that_panicked_does_not_stop_the_next() {
+        let sweeper = Arc::new(Sweeper::default());
+        sweeper.when_due("keys", |_| async {
+            if SWEEP_BATCH > 0 {
+                panic!("a sweep that panics");
+            }
+            Ok(0)
+        });
+        // The panicking task runs and ends.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::advance(SWEEP_INTERVAL).await;
+        let swept = Arc::new(AtomicU32::new(0));
+        let counted = swept.clone();
+        sweeper.when_due("keys", move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok(0) }
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(swept.load(Ordering::SeqCst), 1, "the next sweep ran");
     }
 }
