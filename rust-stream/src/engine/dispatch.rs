@@ -4,7 +4,8 @@
 //! a stop will not start, parked for its final release.
 //!
 //! A message reaches the dispatcher as a [`Held`] from the intake. On a standard queue it waits for
-//! a handler slot in the task of its receive, beside the other messages of that receive. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
+//! a handler slot in one of its receive's tasks (a task a worker thread, at most), beside the other
+//! messages of that receive. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
 //! its held messages in sequence order, run one at a time by a task of the lane's own (`lane.rs`,
 //! where everything that holds a FIFO group back lives), so a group is never handled out of order
 //! or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
@@ -201,7 +202,9 @@ impl Dispatcher {
     /// of the others, and a stop parks what did not start. A task a message cost a spawn, its
     /// wake-ups, a hand-over across threads and an allocation above a kilobyte each (the one size
     /// at which glibc's allocator consolidates its free lists), most of the engine's own cost a
-    /// message; a task a worker thread keeps a receive's handlers that compute on every core.
+    /// message; a task a worker thread keeps a receive's handlers that compute on every core. A
+    /// handler that blocks its thread holds up the others of its task (use `spawn_blocking` for
+    /// blocking work, as anywhere in tokio).
     pub(crate) fn dispatch(self: &Arc<Self>, held: Vec<Held>) {
         if self.fifo {
             for held in held {
