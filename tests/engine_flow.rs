@@ -282,6 +282,66 @@ async fn a_subscription_runs_exactly_its_concurrency_of_handlers_at_once() {
     running.stop().await.unwrap();
 }
 
+/// A handler that blocks its thread (as one that computes does) for `hold`, and records when
+/// each call began and ended.
+struct Blocking {
+    hold: Duration,
+    calls: Arc<Mutex<Vec<(std::time::Instant, std::time::Instant)>>>,
+}
+
+impl Handle<Job> for Blocking {
+    async fn handle(
+        &self,
+        _job: &Job,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let began = std::time::Instant::now();
+        std::thread::sleep(self.hold);
+        self.calls
+            .lock()
+            .unwrap()
+            .push((began, std::time::Instant::now()));
+        Ok(())
+    }
+}
+
+/// A standard receive's messages share their tasks (a task a worker thread, at most), yet
+/// handlers that block their thread still run on every core: the two messages of one receive,
+/// each blocking for half a second, run at once on a runtime of two worker threads. In real time:
+/// the paused clock runs on one thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receives_handlers_that_block_their_thread_run_at_once_on_two_worker_threads() {
+    let account = Account::new();
+    let url = standard_queue(&account, "compute", 2).await;
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let handler = Blocking {
+        hold: Duration::from_millis(500),
+        calls: calls.clone(),
+    };
+    let recorder = Recorder::default();
+    let broker = SqsBroker::with_transport(recorder.over(account.clone()));
+    // One poller: both messages come in one receive.
+    let sub = subscriber("compute", handler).pollers(1).build();
+    let running = TestApp::spawn(service(broker, secs(30), sub))
+        .await
+        .expect("the app starts");
+    until_empty(&account, &url).await;
+    running.stop().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "each message handled once");
+    let (first, second) = (calls[0], calls[1]);
+    assert!(
+        second.0 < first.1 && first.0 < second.1,
+        "the two handlers ran one after the other: {calls:?}"
+    );
+    assert_eq!(
+        recorder.received_more_than_once(),
+        0,
+        "messages received twice"
+    );
+}
+
 // 2. Settlement batching and per-entry failures.
 
 #[tokio::test(start_paused = true)]

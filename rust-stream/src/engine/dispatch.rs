@@ -4,7 +4,8 @@
 //! a stop will not start, parked for its final release.
 //!
 //! A message reaches the dispatcher as a [`Held`] from the intake. On a standard queue it waits for
-//! a handler slot in a task of its own. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
+//! a handler slot in one of its receive's tasks (a task a worker thread, at most), beside the other
+//! messages of that receive. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
 //! its held messages in sequence order, run one at a time by a task of the lane's own (`lane.rs`,
 //! where everything that holds a FIFO group back lives), so a group is never handled out of order
 //! or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
@@ -24,7 +25,7 @@ use super::held::Held;
 use super::lanes::Lanes;
 use super::payload;
 use super::settle::{Next, Settler, Verdict};
-use super::shared::{Shared, Tasks};
+use super::shared::{guarded_part, Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
 use crate::handler::context::Message;
@@ -62,7 +63,7 @@ fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
 
 /// How the subscription's handler is called.
 pub(super) enum Calls {
-    /// A message a call, in the message's task or lane.
+    /// A message a call, in its receive's task or its lane.
     One(Arc<dyn ErasedHandler>),
     /// Runs gathered into batch calls.
     Batch(Arc<Batches>),
@@ -100,6 +101,9 @@ pub(crate) struct Dispatcher {
     pub(super) metrics: Arc<SubscriptionMetrics>,
     pub(super) tasks: Tasks,
     pub(super) settler: Arc<Settler>,
+    /// The worker threads of the runtime the consumer started on: a standard receive's messages
+    /// run in at most this many tasks.
+    worker_threads: usize,
 }
 
 impl Dispatcher {
@@ -148,6 +152,8 @@ impl Dispatcher {
             metrics: shared.metrics.clone(),
             tasks: shared.tasks.clone(),
             settler,
+            worker_threads: tokio::runtime::Handle::try_current()
+                .map_or(1, |runtime| runtime.metrics().num_workers().max(1)),
         }
     }
 
@@ -187,76 +193,100 @@ impl Dispatcher {
         Some(room)
     }
 
-    /// Hands a received message to a handler slot in a task of its own, or to its group's lane
-    /// on FIFO.
-    pub(crate) fn dispatch(self: &Arc<Self>, held: Held) {
-        if !self.fifo {
-            let dispatcher = self.clone();
-            let work = async move {
-                let mut held = held;
-                let (verdict, attempts) = match &dispatcher.calls {
-                    Calls::One(_) => {
-                        // Releases are boxed: they are rare here, and their state would make
-                        // every message's task larger.
-                        let Some(slot) = dispatcher.slot().await else {
-                            dispatcher.settler.count_given_back(&held, 1);
-                            return dispatcher.park(vec![held]);
-                        };
-                        let attempts = dispatcher.settler.attempts(&held, 1);
-                        dispatcher.open_process_span(&mut held, attempts);
-                        let verdict = dispatcher.process(&held, attempts).await;
-                        drop(slot);
-                        (verdict, attempts)
-                    }
-                    Calls::Batch(batches) => {
-                        let attempts = dispatcher.settler.attempts(&held, 1);
-                        dispatcher.open_process_span(&mut held, attempts);
-                        let item = Item {
-                            delivery: held.delivery.clone(),
-                            attempts,
-                            span: held.span.clone(),
-                        };
-                        match Box::pin(batches.attempt(vec![item])).await {
-                            Some(mut verdicts) => {
-                                (verdicts.pop().expect("a verdict a message"), attempts)
-                            }
-                            None => {
-                                dispatcher.settler.count_given_back(&held, 1);
-                                return dispatcher.park(vec![held]);
-                            }
-                        }
-                    }
-                };
-                let span = held.span.clone();
-                // A standard queue retries by a visibility change, never in place.
-                let settled = dispatcher
-                    .settler
-                    .settle(held, verdict, (attempts, 1))
-                    .instrument(span.clone());
-                match settled.await {
-                    Next::GoBack(held, seconds) => {
-                        Box::pin(
-                            dispatcher
-                                .settler
-                                .release(vec![held], seconds)
-                                .instrument(span),
-                        )
-                        .await;
-                    }
-                    Next::Again(held, _) => {
-                        Box::pin(dispatcher.settler.release(vec![held], 0).instrument(span)).await;
-                    }
-                    // A standard queue's deletes never join a run.
-                    Next::Done | Next::Delete(_) => {}
+    /// Hands a receive's messages on: on a standard queue to handler slots, in as many tasks as
+    /// the runtime has worker threads (at most); on FIFO each to its group's lane.
+    ///
+    /// A standard receive's task runs its messages side by side, each taking a handler slot of
+    /// its own, attempted and settled by itself as it finishes: a slow handler holds up neither
+    /// its batch-mates' deletes nor their room, a panic in one part is caught there and loses none
+    /// of the others, and a stop parks what did not start. A task a message cost a spawn, its
+    /// wake-ups, a hand-over across threads and an allocation above a kilobyte each (the one size
+    /// at which glibc's allocator consolidates its free lists), most of the engine's own cost a
+    /// message; a task a worker thread keeps a receive's handlers that compute on every core. A
+    /// handler that blocks its thread holds up the others of its task (use `spawn_blocking` for
+    /// blocking work, as anywhere in tokio).
+    pub(crate) fn dispatch(self: &Arc<Self>, held: Vec<Held>) {
+        if self.fifo {
+            for held in held {
+                if let Some(group) = self.lanes.join(held, &self.leases) {
+                    let dispatcher = self.clone();
+                    self.tasks
+                        .spawn(async move { dispatcher.run_lane(group).await });
                 }
-            };
-            self.tasks.spawn(work);
+            }
             return;
         }
-        if let Some(group) = self.lanes.join(held, &self.leases) {
+        let mut held = held.into_iter();
+        let mut left = held.len();
+        // As many tasks as worker threads, at most: a receive's handlers that compute still
+        // spread over the cores.
+        let mut tasks = self.worker_threads.min(left);
+        while tasks > 0 {
+            let part: Vec<Held> = held.by_ref().take(left.div_ceil(tasks)).collect();
+            left -= part.len();
+            tasks -= 1;
             let dispatcher = self.clone();
-            self.tasks
-                .spawn(async move { dispatcher.run_lane(group).await });
+            self.tasks.spawn(async move {
+                let dispatcher = &dispatcher;
+                // Each message pinned side by side in one allocation; every wake polls the ones
+                // not done, at most a receive's ten.
+                futures_util::future::join_all(
+                    part.into_iter()
+                        .map(|held| guarded_part(dispatcher.run_standard(held))),
+                )
+                .await;
+            });
+        }
+    }
+
+    /// One standard message: a handler slot, its attempt, and its settling.
+    async fn run_standard(&self, mut held: Held) {
+        let (verdict, attempts) = match &self.calls {
+            Calls::One(_) => {
+                // Releases are boxed: they are rare here, and their state would make every
+                // message's part larger.
+                let Some(slot) = self.slot().await else {
+                    self.settler.count_given_back(&held, 1);
+                    return self.park(vec![held]);
+                };
+                let attempts = self.settler.attempts(&held, 1);
+                self.open_process_span(&mut held, attempts);
+                let verdict = self.process(&held, attempts).await;
+                drop(slot);
+                (verdict, attempts)
+            }
+            Calls::Batch(batches) => {
+                let attempts = self.settler.attempts(&held, 1);
+                self.open_process_span(&mut held, attempts);
+                let item = Item {
+                    delivery: held.delivery.clone(),
+                    attempts,
+                    span: held.span.clone(),
+                };
+                match Box::pin(batches.attempt(vec![item])).await {
+                    Some(mut verdicts) => (verdicts.pop().expect("a verdict a message"), attempts),
+                    None => {
+                        self.settler.count_given_back(&held, 1);
+                        return self.park(vec![held]);
+                    }
+                }
+            }
+        };
+        let span = held.span.clone();
+        // A standard queue retries by a visibility change, never in place.
+        let settled = self
+            .settler
+            .settle(held, verdict, (attempts, 1))
+            .instrument(span.clone());
+        match settled.await {
+            Next::GoBack(held, seconds) => {
+                Box::pin(self.settler.release(vec![held], seconds).instrument(span)).await;
+            }
+            Next::Again(held, _) => {
+                Box::pin(self.settler.release(vec![held], 0).instrument(span)).await;
+            }
+            // A standard queue's deletes never join a run.
+            Next::Done | Next::Delete(_) => {}
         }
     }
 

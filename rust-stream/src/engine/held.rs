@@ -1,6 +1,6 @@
 //! A message the consumer holds: its delivery, its lease, its room in the pipeline and the span
 //! of its current attempt. Every part of the engine passes this value on: the intake makes it,
-//! the dispatcher runs it (in a task of its own, or in its group's lane), the settler ends it
+//! the dispatcher runs it (in one of its receive's tasks, or in its group's lane), the settler ends it
 //! (deleted, given back, or let go), and what a stop does not start waits in the dispatcher for
 //! the stop's final release.
 

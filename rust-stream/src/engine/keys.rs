@@ -86,7 +86,7 @@ impl KeyLimits {
     /// when its key is full and cannot keep more waiting.
     pub(crate) fn admit(self: &Arc<Self>, mut held: Held, key: Option<Arc<str>>) -> Option<Held> {
         let Some(key) = key else {
-            self.dispatcher.dispatch(held);
+            self.dispatcher.dispatch(vec![held]);
             return None;
         };
         let mut table = self.table();
@@ -99,7 +99,7 @@ impl KeyLimits {
                 count: self.clone(),
                 key,
             });
-            self.dispatcher.dispatch(held);
+            self.dispatcher.dispatch(vec![held]);
             return None;
         }
         if line.waiting.len() < self.most && waiting < self.waiting_most {
@@ -143,7 +143,7 @@ impl KeyCount for KeyLimits {
         if self.tasks.no_new_attempts().is_cancelled() {
             self.dispatcher.park_unstarted(vec![next]);
         } else {
-            self.dispatcher.dispatch(next);
+            self.dispatcher.dispatch(vec![next]);
         }
     }
 }

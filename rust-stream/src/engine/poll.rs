@@ -553,6 +553,7 @@ impl Intake {
     ) {
         let mut extra = Vec::new();
         let mut late = Vec::new();
+        let mut taken = Vec::with_capacity(messages.len());
         let mut full = Vec::new();
         // Every lease opens before any message runs: a handler that takes its time in its first
         // poll must not start the later messages' visibility clocks late.
@@ -592,11 +593,12 @@ impl Intake {
             } else if let Some(keys) = &self.keys {
                 full.extend(keys.admit(held, key));
             } else {
-                // In a task of its own: a handler that blocks or computes in its first poll must
-                // not hold up this poller, nor the rest of the receive.
-                self.dispatcher.dispatch(held);
+                taken.push(held);
             }
         }
+        // In a task of their own (on FIFO, their groups' lanes): a handler that blocks or
+        // computes in its first poll must not hold up this poller.
+        self.dispatcher.dispatch(taken);
         if !extra.is_empty() {
             self.settler.release_leases(extra, 0).await;
         }

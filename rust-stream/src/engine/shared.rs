@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::client::lease::Leases;
 use crate::metrics::SubscriptionMetrics;
 
-/// A consumer's engine tasks (its pollers, a task per standard message, a task per FIFO lane, and
+/// A consumer's engine tasks (its pollers, a task a worker thread per standard receive, a task per FIFO lane, and
 /// deletes nobody awaits), and the stop's signals to them.
 /// Cheap to clone: every clone is the same tasks and the same signals.
 #[derive(Clone, Default)]
@@ -215,6 +215,17 @@ pub(crate) fn guarded(task: impl Future<Output = ()>) -> impl Future<Output = ()
         if let Err(panic) = task.await {
             tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
         }
+    }
+}
+
+/// One message's part of an engine task that runs a receive's messages together: a panic in it
+/// is logged and ends this part only, so its batch-mates go on; the message it held is released by
+/// the heartbeat, as an engine task's would be ([`guarded`]). Pinned in place, not boxed: the task
+/// holds its parts side by side in one allocation.
+pub(crate) async fn guarded_part(part: impl Future<Output = ()>) {
+    let mut part = std::pin::pin!(part);
+    if let Err(panic) = crate::task::CatchUnwind::new(part.as_mut()).await {
+        tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
     }
 }
 
