@@ -234,6 +234,25 @@ pub(crate) fn guarded_part(part: impl Future<Output = ()>) -> impl Future<Output
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A part that panics ends alone: its batch-mates in the same task, before and after it, run
+    /// to their end, polled in place (not boxed) after the panic as before it.
+    #[tokio::test]
+    async fn a_part_that_panics_ends_alone_and_its_batch_mates_finish() {
+        let finished = Arc::new(AtomicUsize::new(0));
+        let part = |n: usize| {
+            let finished = finished.clone();
+            guarded_part(async move {
+                tokio::task::yield_now().await;
+                assert_ne!(n, 1, "part 1 panics after its first poll");
+                tokio::task::yield_now().await;
+                finished.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        futures_util::future::join_all((0..3).map(part)).await;
+        assert_eq!(finished.load(Ordering::SeqCst), 2, "parts 0 and 2 finished");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_slow_answer_lengthens_receives_and_sends_extensions_ahead_for_two_minutes_at_most() {
