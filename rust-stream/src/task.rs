@@ -12,24 +12,27 @@ use std::time::Duration;
 /// A boxed, sendable future: what a trait object's async method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A future whose panic is caught and answered as `Err(message)`, so an engine task, a handler or
-/// a transport call that panics is logged and recovered from instead of wedging what waits on it.
-/// The future is polled in place (boxed futures are `Unpin`; box others first).
-pub(crate) struct CatchUnwind<F> {
-    inner: F,
+pin_project_lite::pin_project! {
+    /// A future whose panic is caught and answered as `Err(message)`, so an engine task, a handler
+    /// or a transport call that panics is logged and recovered from instead of wedging what waits
+    /// on it. The future is polled in place: pinned where this is, boxed or not.
+    pub(crate) struct CatchUnwind<F> {
+        #[pin]
+        inner: F,
+    }
 }
 
-impl<F: Future + Unpin> CatchUnwind<F> {
+impl<F: Future> CatchUnwind<F> {
     pub(crate) fn new(inner: F) -> Self {
         Self { inner }
     }
 }
 
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
+impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, String>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = Pin::new(&mut self.inner);
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.project().inner;
         match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(poll) => poll.map(Ok),
             Err(panic) => Poll::Ready(Err(panic_message(panic.as_ref()))),
