@@ -200,8 +200,8 @@ impl Dispatcher {
     /// its own, attempted and settled by itself as it finishes: a slow handler holds up neither
     /// its batch-mates' deletes nor their room, a panic in one part is caught there and loses none
     /// of the others, and a stop parks what did not start. A task a message cost a spawn, its
-    /// wake-ups, a hand-over across threads and an allocation above a kilobyte each (the one size
-    /// at which glibc's allocator consolidates its free lists), most of the engine's own cost a
+    /// wake-ups, a hand-over across threads and an allocation above a kilobyte each (above 1,008
+    /// bytes glibc's allocator first consolidates its free lists), most of the engine's own cost a
     /// message; a task a worker thread keeps a receive's handlers that compute on every core. A
     /// handler that blocks its thread holds up the others of its task (use `spawn_blocking` for
     /// blocking work, as anywhere in tokio).
