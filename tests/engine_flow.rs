@@ -33,6 +33,8 @@ enum Hold {
     Gate,
     /// For this long of tokio time.
     For(Duration),
+    /// For this long, blocking its thread (as a handler that computes does).
+    Block(Duration),
 }
 
 /// One handler call as the handler saw it.
@@ -136,6 +138,7 @@ where
         match (self.hold)(job, ctx.sqs().receive_count()) {
             Hold::Gate => probe.gate.acquire().await.expect("never closed").forget(),
             Hold::For(duration) => sleep(duration).await,
+            Hold::Block(duration) => std::thread::sleep(duration),
         }
         probe.running.fetch_sub(1, Ordering::SeqCst);
         probe.finished.fetch_add(1, Ordering::SeqCst);
@@ -282,30 +285,6 @@ async fn a_subscription_runs_exactly_its_concurrency_of_handlers_at_once() {
     running.stop().await.unwrap();
 }
 
-/// A handler that blocks its thread (as one that computes does) for `hold`, and records when
-/// each call began and ended.
-struct Blocking {
-    hold: Duration,
-    calls: Arc<Mutex<Vec<(std::time::Instant, std::time::Instant)>>>,
-}
-
-impl Handle<Job> for Blocking {
-    async fn handle(
-        &self,
-        _job: &Job,
-        _outs: &(),
-        _ctx: &mut Context<'_>,
-    ) -> Result<(), HandlerOutcome> {
-        let began = std::time::Instant::now();
-        std::thread::sleep(self.hold);
-        self.calls
-            .lock()
-            .unwrap()
-            .push((began, std::time::Instant::now()));
-        Ok(())
-    }
-}
-
 /// A standard receive's messages share their tasks (a task a worker thread, at most), yet
 /// handlers that block their thread still run on every core: the two messages of one receive,
 /// each blocking for half a second, run at once on a runtime of two worker threads. In real time:
@@ -314,11 +293,7 @@ impl Handle<Job> for Blocking {
 async fn a_receives_handlers_that_block_their_thread_run_at_once_on_two_worker_threads() {
     let account = Account::new();
     let url = standard_queue(&account, "compute", 2).await;
-    let calls = Arc::new(Mutex::new(Vec::new()));
-    let handler = Blocking {
-        hold: Duration::from_millis(500),
-        calls: calls.clone(),
-    };
+    let (handler, probe) = slow(|_, _| Hold::Block(Duration::from_millis(500)));
     let recorder = Recorder::default();
     let broker = SqsBroker::with_transport(recorder.over(account.clone()));
     // One poller: both messages come in one receive.
@@ -328,12 +303,11 @@ async fn a_receives_handlers_that_block_their_thread_run_at_once_on_two_worker_t
         .expect("the app starts");
     until_empty(&account, &url).await;
     running.stop().await.unwrap();
-    let calls = calls.lock().unwrap().clone();
-    assert_eq!(calls.len(), 2, "each message handled once");
-    let (first, second) = (calls[0], calls[1]);
-    assert!(
-        second.0 < first.1 && first.0 < second.1,
-        "the two handlers ran one after the other: {calls:?}"
+    assert_eq!(probe.numbers(), [0, 1], "each message handled once");
+    assert_eq!(
+        probe.most(),
+        2,
+        "the two handlers ran one after the other, not at once"
     );
     assert_eq!(
         recorder.received_more_than_once(),

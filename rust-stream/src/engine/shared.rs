@@ -21,8 +21,8 @@ use tokio::time::Instant;
 use crate::client::lease::Leases;
 use crate::metrics::SubscriptionMetrics;
 
-/// A consumer's engine tasks (its pollers, a task a worker thread per standard receive, a task per FIFO lane, and
-/// deletes nobody awaits), and the stop's signals to them.
+/// A consumer's engine tasks (its pollers, a task a worker thread per standard receive, a task per
+/// FIFO lane, and deletes nobody awaits), and the stop's signals to them.
 /// Cheap to clone: every clone is the same tasks and the same signals.
 #[derive(Clone, Default)]
 pub(crate) struct Tasks {
@@ -210,12 +210,7 @@ impl CallLatency {
 /// is then a pointer and a little state, where it would otherwise hold `task` whole (a message's
 /// task is kilobytes) and be copied whole into the task and again into its stage.
 pub(crate) fn guarded(task: impl Future<Output = ()>) -> impl Future<Output = ()> {
-    let task = crate::task::CatchUnwind::new(Box::pin(task));
-    async move {
-        if let Err(panic) = task.await {
-            tracing::error!(panic = %panic, "an engine task panicked; the messages it held are released");
-        }
-    }
+    guarded_part(Box::pin(task))
 }
 
 /// One message's part of an engine task that runs a receive's messages together: a panic in it
