@@ -154,10 +154,11 @@ pub(super) enum Reply<A: Action> {
     Wait(oneshot::Sender<Answers<A>>),
     /// To a caller awaiting the answer of its job's one entry.
     WaitOne(oneshot::Sender<Answer<A>>),
-    /// To a callback run by the batcher once the job's one entry is answered, for a caller that
-    /// does not wait (a standard queue's delete); it must be quick, as it runs where the call's
-    /// answer is read.
-    Then(Box<dyn FnOnce(Answer<A>) + Send>),
+    /// To a callback run by the batcher once the job's entries are answered, for a caller that
+    /// does not wait (a standard queue's deletes); it must be quick, as it runs where the call's
+    /// answer is read. It reads one answer an entry, in order; an answer the batcher could not
+    /// give (it stopped first) reads as an error.
+    Then(Box<dyn FnOnce(&mut dyn Iterator<Item = Answer<A>>) + Send>),
 }
 
 impl<A: Action> Reply<A> {
@@ -170,7 +171,7 @@ impl<A: Action> Reply<A> {
             // A caller that stopped waiting has nothing to learn.
             Self::Wait(reply) => drop(reply.send(answers.collect())),
             Self::WaitOne(reply) => drop(reply.send(one(&mut answers))),
-            Self::Then(then) => then(one(&mut answers)),
+            Self::Then(then) => then(&mut answers.chain(std::iter::repeat_with(|| Err(stopped())))),
         }
     }
 }
