@@ -105,7 +105,7 @@ impl Delivery {
             .iter()
             .filter_map(|(name, value)| Some((name.clone(), value.string_value.clone()?)))
             .collect();
-        let group_id = message.attributes.remove("MessageGroupId");
+        let group_id = message.attributes.take(SystemAttribute::MessageGroupId);
         if let Some(group) = &group_id {
             // A delivery carries its group where a publisher may have put it.
             headers
@@ -118,11 +118,9 @@ impl Delivery {
                 .attributes
                 .number(SystemAttribute::SentTimestamp)
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-            sequence_number: message.attributes.remove("SequenceNumber"),
-            dedup_id: message.attributes.remove("MessageDeduplicationId"),
-            aws_trace_header: message
-                .attributes
-                .remove(SystemAttribute::AwsTraceHeader.name()),
+            sequence_number: message.attributes.take(SystemAttribute::SequenceNumber),
+            dedup_id: message.attributes.take(SystemAttribute::MessageDeduplicationId),
+            aws_trace_header: message.attributes.take(SystemAttribute::AwsTraceHeader),
             group_id,
             headers,
             message_id: message.message_id,
