@@ -21,7 +21,7 @@
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
@@ -49,8 +49,12 @@ pub(crate) struct Delivery {
     pub(crate) receive_count: u32,
     pub(crate) sent_at: Option<SystemTime>,
     /// The text attributes (`String`, `Number`, `String.Array`) of the message the handler reads
-    /// (see [`message_attributes`](Self::message_attributes)), and its group.
-    pub(crate) headers: BTreeMap<String, String>,
+    /// (see [`message_attributes`](Self::message_attributes)); its group is a header too, read
+    /// through [`header`](Self::header) and [`headers`](Self::headers).
+    headers: BTreeMap<String, String>,
+    /// `headers` and the group, made the first time all of them are asked for: a message of a
+    /// group would otherwise allocate a map and two strings for a header few handlers read.
+    headers_and_group: OnceLock<BTreeMap<String, String>>,
     /// The SQS message's own attributes as received (an envelope's are in its notification).
     pub(crate) attributes: MessageAttributes,
     /// The SNS envelope the body is, when the subscription reads envelopes.
@@ -101,17 +105,11 @@ impl Delivery {
             Sns::Unwrapped | Sns::Broken(_) => &message.body,
         };
         let large = Large::of(read_body, read_attributes);
-        let mut headers: BTreeMap<String, String> = read_attributes
+        let headers: BTreeMap<String, String> = read_attributes
             .iter()
             .filter_map(|(name, value)| Some((name.clone(), value.string_value.clone()?)))
             .collect();
         let group_id = message.attributes.take(SystemAttribute::MessageGroupId);
-        if let Some(group) = &group_id {
-            // A delivery carries its group where a publisher may have put it.
-            headers
-                .entry(PARTITION_KEY_HEADER.to_owned())
-                .or_insert_with(|| group.clone());
-        }
         Self {
             receive_count: message.receive_count().unwrap_or(1),
             sent_at: message
@@ -123,12 +121,37 @@ impl Delivery {
             aws_trace_header: message.attributes.take(SystemAttribute::AwsTraceHeader),
             group_id,
             headers,
+            headers_and_group: OnceLock::new(),
             message_id: message.message_id,
             body: message.body,
             queue: queue.clone(),
             attributes: message.message_attributes,
             sns,
             large,
+        }
+    }
+
+    /// A header of the message the handler reads; a delivery carries its group where a publisher
+    /// may have put it, in [`PARTITION_KEY_HEADER`] (unless the publisher set that header).
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        match self.headers.get(name) {
+            Some(value) => Some(value),
+            None if name == PARTITION_KEY_HEADER => self.group_id.as_deref(),
+            None => None,
+        }
+    }
+
+    /// Every header, the group in [`PARTITION_KEY_HEADER`] as [`header`](Self::header) reads it.
+    pub(crate) fn headers(&self) -> &BTreeMap<String, String> {
+        match &self.group_id {
+            Some(group) if !self.headers.contains_key(PARTITION_KEY_HEADER) => {
+                self.headers_and_group.get_or_init(|| {
+                    let mut headers = self.headers.clone();
+                    headers.insert(PARTITION_KEY_HEADER.to_owned(), group.clone());
+                    headers
+                })
+            }
+            _ => &self.headers,
         }
     }
 
@@ -385,13 +408,13 @@ impl Message {
     /// [`attributes`](Self::attributes). A message that came from an SNS topic has the publish's
     /// attributes as headers, whether SNS delivered it raw or in its envelope.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.delivery.headers.get(name).map(String::as_str)
+        self.delivery.header(name)
     }
 
     /// All headers (message attributes of type `String`, `Number` or `String.Array`), with the
     /// group in [`PARTITION_KEY_HEADER`] when the message has one.
     pub fn headers(&self) -> &BTreeMap<String, String> {
-        &self.delivery.headers
+        self.delivery.headers()
     }
 
     /// All message attributes as received, binary ones included; for a message SNS delivered in
@@ -727,7 +750,8 @@ mod tests {
             delivery.message_attributes(),
             &envelope().message_attributes
         );
-        let headers: Vec<_> = delivery.headers.iter().collect();
+        assert_eq!(delivery.header(PARTITION_KEY_HEADER), Some("customer-7"));
+        let headers: Vec<_> = delivery.headers().iter().collect();
         assert_eq!(
             headers,
             [
@@ -745,7 +769,7 @@ mod tests {
     fn other_bodies_are_read_as_they_are_and_a_broken_envelope_does_not_decode() {
         let direct = Delivery::new(&Arc::from("q"), received(r#"{"id":7}"#), true);
         assert_eq!(direct.payload(), Ok(r#"{"id":7}"#));
-        assert!(direct.headers.contains_key("sqs-only"));
+        assert!(direct.headers().contains_key("sqs-only"));
 
         let not_reading = Delivery::new(&Arc::from("q"), received(&envelope().to_json()), false);
         assert_eq!(not_reading.payload(), Ok(envelope().to_json().as_str()));
