@@ -190,7 +190,11 @@ pub(super) fn chunks<A: Action>(entries: Vec<A::Entry>) -> Vec<(Vec<A::Entry>, u
                 chunk.push(entry);
                 *total += size;
             }
-            _ => chunks.push((vec![entry], size)),
+            _ => {
+                let mut chunk = Vec::with_capacity(MAX_BATCH_ENTRIES);
+                chunk.push(entry);
+                chunks.push((chunk, size));
+            }
         }
     }
     chunks
