@@ -117,7 +117,9 @@ impl Delivery {
                 .number(SystemAttribute::SentTimestamp)
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
             sequence_number: message.attributes.take(SystemAttribute::SequenceNumber),
-            dedup_id: message.attributes.take(SystemAttribute::MessageDeduplicationId),
+            dedup_id: message
+                .attributes
+                .take(SystemAttribute::MessageDeduplicationId),
             aws_trace_header: message.attributes.take(SystemAttribute::AwsTraceHeader),
             group_id,
             headers,

@@ -288,7 +288,8 @@ impl ReceivedMessage {
 
     /// `MessageDeduplicationId`, when the message has one and it was requested.
     pub fn dedup_id(&self) -> Option<&str> {
-        self.attributes.text(SystemAttribute::MessageDeduplicationId)
+        self.attributes
+            .text(SystemAttribute::MessageDeduplicationId)
     }
 }
 
