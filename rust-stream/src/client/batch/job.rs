@@ -158,8 +158,14 @@ pub(super) enum Reply<A: Action> {
     /// does not wait (a standard queue's deletes); it must be quick, as it runs where the call's
     /// answer is read. It reads one answer an entry, in order; an answer the batcher could not
     /// give (it stopped first) reads as an error.
-    Then(Box<dyn FnOnce(&mut dyn Iterator<Item = Answer<A>>) + Send>),
+    Then(Then<A>),
 }
+
+/// The answers a [`Reply::Then`] callback reads, one an entry.
+pub(crate) type Answered<'a, A> = dyn Iterator<Item = Answer<A>> + 'a;
+
+/// A [`Reply::Then`] callback.
+pub(super) type Then<A> = Box<dyn FnOnce(&mut Answered<'_, A>) + Send>;
 
 impl<A: Action> Reply<A> {
     /// Answers the job with its entries' answers, in order.

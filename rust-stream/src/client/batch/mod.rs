@@ -36,7 +36,7 @@ use crate::transport::{SharedTransport, TransportError};
 pub(crate) use action::{Action, DeleteBatch, PublishBatch, SendBatch, VisibilityBatch};
 use flush::Flush;
 use gather::{gather, gather_with_company};
-use job::{chunks, stopped, Answer, Answers, Entries, Job, Reply};
+use job::{chunks, stopped, Answered, Answers, Entries, Job, Reply};
 pub(crate) use job::{unanswered_within, BatchSettings, Chain, Company};
 
 /// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
@@ -163,7 +163,7 @@ impl<A: Action> Batcher<A> {
     pub(crate) fn submit_then(
         &self,
         entries: Vec<A::Entry>,
-        then: impl FnOnce(&mut dyn Iterator<Item = Answer<A>>) + Send + 'static,
+        then: impl FnOnce(&mut Answered<'_, A>) + Send + 'static,
     ) {
         debug_assert!(entries.len() <= crate::model::rules::MAX_BATCH_ENTRIES);
         let job = Job {
