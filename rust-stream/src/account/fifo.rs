@@ -114,7 +114,12 @@ impl DedupId {
         match self {
             Self::Uuid([high, low]) => {
                 let bits = (u128::from(*high) << 64) | u128::from(*low);
-                uuid::Uuid::from_u128(bits).hyphenated().to_string()
+                let mut buffer = uuid::Uuid::encode_buffer();
+                // Written in place, not through `fmt`: a FIFO receive writes one a message.
+                uuid::Uuid::from_u128(bits)
+                    .hyphenated()
+                    .encode_lower(&mut buffer)
+                    .to_owned()
             }
             Self::Text(text) => text.to_string(),
         }

@@ -147,18 +147,31 @@ pub(super) fn sequence_number(key: Key) -> String {
 /// A receipt handle: the queue's incarnation, the message's key and its receive count, in 40
 /// hexadecimal digits. A new receive (a higher count) makes a new handle.
 pub(super) fn receipt_handle(incarnation: u64, key: Key, receive_count: u32) -> String {
+    let mut bytes = [0u8; 20];
+    bytes[..8].copy_from_slice(&incarnation.to_be_bytes());
+    bytes[8..16].copy_from_slice(&key.to_be_bytes());
+    bytes[16..].copy_from_slice(&receive_count.to_be_bytes());
+    // A byte (two digits) at a time: a handle for every message received.
     let mut text = [0u8; 40];
-    let mut put = |at: usize, width: usize, value: u64| {
-        for i in 0..width {
-            let nibble = (value >> (4 * (width - 1 - i))) & 0xf;
-            text[at + i] = HEX[nibble as usize];
-        }
-    };
-    put(0, 16, incarnation);
-    put(16, 16, key);
-    put(32, 8, receive_count.into());
+    for (digits, byte) in text.chunks_exact_mut(2).zip(bytes) {
+        digits[0] = HEX[usize::from(byte >> 4)];
+        digits[1] = HEX[usize::from(byte & 0xf)];
+    }
     String::from_utf8(text.to_vec()).expect("ASCII digits")
 }
+
+/// Each byte's value as a hexadecimal digit, or [`NOT_HEX`].
+const HEX_VALUE: [u8; 256] = {
+    let mut values = [NOT_HEX; 256];
+    let mut digit = 0;
+    while digit < 16 {
+        values[HEX[digit] as usize] = digit as u8;
+        values[HEX[digit].to_ascii_uppercase() as usize] = digit as u8;
+        digit += 1;
+    }
+    values
+};
+const NOT_HEX: u8 = 0xff;
 
 /// The parts of a receipt handle [`receipt_handle`] wrote; `None` for anything else.
 pub(super) fn parse_receipt_handle(handle: &str) -> Option<(u64, Key, u32)> {
@@ -166,18 +179,22 @@ pub(super) fn parse_receipt_handle(handle: &str) -> Option<(u64, Key, u32)> {
     if bytes.len() != 40 {
         return None;
     }
-    let hex = |range: std::ops::Range<usize>| {
-        bytes[range].iter().try_fold(0u64, |value, &byte| {
-            let nibble = match byte {
-                b'0'..=b'9' => byte - b'0',
-                b'a'..=b'f' => byte - b'a' + 10,
-                b'A'..=b'F' => byte - b'A' + 10,
-                _ => return None,
-            };
-            Some(value << 4 | u64::from(nibble))
-        })
+    // A handle for every message deleted or released: a table, and one test a part.
+    let hex = |digits: &[u8]| {
+        let mut value = 0u64;
+        let mut not_hex = 0u8;
+        for &byte in digits {
+            let digit = HEX_VALUE[usize::from(byte)];
+            not_hex |= digit;
+            value = value << 4 | u64::from(digit & 0xf);
+        }
+        (not_hex & 0xf0 == 0).then_some(value)
     };
-    Some((hex(0..16)?, hex(16..32)?, u32::try_from(hex(32..40)?).ok()?))
+    Some((
+        hex(&bytes[..16])?,
+        hex(&bytes[16..32])?,
+        u32::try_from(hex(&bytes[32..])?).ok()?,
+    ))
 }
 
 #[cfg(test)]

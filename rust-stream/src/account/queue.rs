@@ -407,7 +407,7 @@ impl Queue {
                 return (again, Vec::new());
             }
         }
-        let mut taken = Vec::new();
+        let mut taken = Vec::with_capacity(take.max);
         let mut dead = Vec::new();
         if self.config.fifo {
             while taken.len() < take.max {

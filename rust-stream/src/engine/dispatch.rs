@@ -12,6 +12,7 @@
 //! timeout, cancellation at shutdown, the decode-failure path) and gives a [`Verdict`], which the
 //! [`Settler`] turns into what to do [`Next`].
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -24,7 +25,7 @@ use super::batches::{Batches, Item};
 use super::held::Held;
 use super::lanes::Lanes;
 use super::payload;
-use super::settle::{Next, Settler, Verdict};
+use super::settle::{Deleting, Next, Settler, Verdict};
 use super::shared::{guarded_part, Shared, Tasks};
 use crate::client::lease::Leases;
 use crate::client::Client;
@@ -59,6 +60,23 @@ fn capacity(settings: &ConsumerSettings, fifo: bool, batch_max: Option<usize>) -
 /// lanes, as many as its calls can take messages (each lane gives a call one at least).
 fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
     concurrency.saturating_mul(batch_max.unwrap_or(1))
+}
+
+/// The deletes of a standard receive's task, settled and not yet handed to the deleter.
+#[derive(Default)]
+struct Settled(Mutex<Vec<Deleting>>);
+
+impl Settled {
+    fn push(&self, deleting: Deleting) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(deleting);
+    }
+
+    fn take(&self) -> Vec<Deleting> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 /// How the subscription's handler is called.
@@ -228,19 +246,28 @@ impl Dispatcher {
             let dispatcher = self.clone();
             self.tasks.spawn(async move {
                 let dispatcher = &dispatcher;
+                let settled = Settled::default();
                 // Each message pinned side by side in one allocation; every wake polls the ones
                 // not done, at most a receive's ten.
-                futures_util::future::join_all(
+                let mut parts = std::pin::pin!(futures_util::future::join_all(
                     part.into_iter()
-                        .map(|held| guarded_part(dispatcher.run_standard(held))),
-                )
+                        .map(|held| guarded_part(dispatcher.run_standard(held, &settled))),
+                ));
+                // The deletes of the messages settled in one poll go to the deleter together,
+                // at the end of that poll: nothing waits for another message.
+                std::future::poll_fn(|cx| {
+                    let polled = parts.as_mut().poll(cx);
+                    dispatcher.settler.delete_all(settled.take());
+                    polled
+                })
                 .await;
             });
         }
     }
 
-    /// One standard message: a handler slot, its attempt, and its settling.
-    async fn run_standard(&self, mut held: Held) {
+    /// One standard message: a handler slot, its attempt, and its settling; its delete, if it
+    /// is to be deleted, goes to `deletes`, for its task to hand over.
+    async fn run_standard(&self, mut held: Held, deletes: &Settled) {
         let (verdict, attempts) = match &self.calls {
             Calls::One(_) => {
                 // Releases are boxed: they are rare here, and their state would make every
@@ -285,8 +312,8 @@ impl Dispatcher {
             Next::Again(held, _) => {
                 Box::pin(self.settler.release(vec![held], 0).instrument(span)).await;
             }
-            // A standard queue's deletes never join a run.
-            Next::Done | Next::Delete(_) => {}
+            Next::Delete(deleting) => deletes.push(deleting),
+            Next::Done => {}
         }
     }
 

@@ -311,7 +311,12 @@ impl EventConsumer {
     async fn settle(&self, held: Held, verdict: Verdict, attempts: u32) -> Result<(), (Held, i32)> {
         let settler: &Settler = &self.parts.settler;
         match settler.settle(held, verdict, (attempts, 1)).await {
-            Next::Done | Next::Delete(_) => Ok(()),
+            Next::Done => Ok(()),
+            // Not reached: the event source mapping deletes what the answer does not name.
+            Next::Delete(deleting) => {
+                settler.delete_all(vec![deleting]);
+                Ok(())
+            }
             Next::GoBack(held, seconds) => Err((held, seconds)),
             // A retry in place (FIFO) becomes a visibility change: the event is answered once.
             Next::Again(held, delay) => {

@@ -88,6 +88,10 @@ impl Run {
     /// Adds a settled message's delete ([`Next::Delete`]); its attempt began at `started`.
     pub(crate) fn push(&mut self, deleting: Deleting, started: tokio::time::Instant) {
         self.since.get_or_insert(started);
+        // Room for a whole run at once: growing a run a message at a time moved it each time.
+        if self.deletes.capacity() == 0 {
+            self.deletes.reserve_exact(self.longest);
+        }
         self.deletes.push(deleting);
     }
 }

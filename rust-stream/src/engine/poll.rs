@@ -547,7 +547,7 @@ impl Intake {
     /// answering more than was asked). `visibility` is what the receive asked for.
     async fn take(
         &self,
-        messages: Vec<ReceivedMessage>,
+        mut messages: Vec<ReceivedMessage>,
         visibility: Duration,
         room: &mut tokio::sync::OwnedSemaphorePermit,
     ) {
@@ -557,9 +557,10 @@ impl Intake {
         let mut full = Vec::new();
         // Every lease opens before any message runs: a handler that takes its time in its first
         // poll must not start the later messages' visibility clocks late.
+        // The leases apart from the messages, which are large: they are not moved for this.
         let leased: Vec<_> = messages
-            .into_iter()
-            .map(|mut message| {
+            .iter_mut()
+            .map(|message| {
                 // The delivery has no use for the receipt handle: the lease takes it.
                 let lease = self.leases.open(
                     std::mem::take(&mut message.receipt_handle),
@@ -567,11 +568,11 @@ impl Intake {
                     message.group_id().map(str::to_owned),
                     visibility,
                 );
-                let key = self.keys.as_ref().and_then(|keys| keys.key_of(&message));
-                (message, lease, key)
+                let key = self.keys.as_ref().and_then(|keys| keys.key_of(message));
+                (lease, key)
             })
             .collect();
-        for (message, lease, key) in leased {
+        for (message, (lease, key)) in messages.into_iter().zip(leased) {
             let Some(permit) = room.split(1) else {
                 tracing::warn!(
                     messaging.destination.name = %self.queue,

@@ -7,9 +7,9 @@
 //! number. A handler's context is over one (its accessors say "see [`Message`]"), and so is each
 //! message of a middleware [`Call`](crate::handler::middleware::Call), as `middleware::Message`.
 //!
-//! The engine holds each received message as a `Delivery`, made once per receive. A queue
-//! subscribed to an SNS topic with raw message delivery off receives SNS's JSON notification
-//! envelopes; its delivery unwraps them here, where the message is first read, so that
+//! The engine holds each received message as a `Delivery` (`delivery.rs`), made once per
+//! receive. A queue subscribed to an SNS topic with raw message delivery off receives SNS's JSON
+//! notification envelopes; its delivery unwraps them where the message is first read, so that
 //! everything downstream sees the published message: the codec decodes the envelope's `Message`,
 //! the headers and [`Context::attributes`] are the envelope's `MessageAttributes`, the `process`
 //! span continues the trace they carry, and [`Context::sns`] has the envelope itself. A raw
@@ -22,227 +22,16 @@ use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 use super::outgoing::{Outgoing, PublishedMessage};
-use crate::codec::{Codec, DecodeError};
-use crate::model::envelope::{Envelope, EnvelopeError};
-use crate::model::headers::PARTITION_KEY_HEADER;
-use crate::model::large_payload::Large;
 use crate::model::rules;
-use crate::model::topic::TopicArn;
-use crate::model::wire::{MessageAttributes, ReceivedMessage, SystemAttribute};
+use crate::model::wire::MessageAttributes;
 use crate::state::{State, States};
 
-/// One received message as the engine holds it.
-#[derive(Debug)]
-pub(crate) struct Delivery {
-    pub(crate) message_id: String,
-    /// The SQS message's body as received: an SNS envelope's JSON when it is one (the message
-    /// the handler reads is [`payload`](Self::payload)).
-    pub(crate) body: String,
-    pub(crate) queue: Arc<str>,
-    pub(crate) group_id: Option<String>,
-    pub(crate) dedup_id: Option<String>,
-    pub(crate) sequence_number: Option<String>,
-    pub(crate) receive_count: u32,
-    pub(crate) sent_at: Option<SystemTime>,
-    /// The text attributes (`String`, `Number`, `String.Array`) of the message the handler reads
-    /// (see [`message_attributes`](Self::message_attributes)), and its group.
-    pub(crate) headers: BTreeMap<String, String>,
-    /// The SQS message's own attributes as received (an envelope's are in its notification).
-    pub(crate) attributes: MessageAttributes,
-    /// The SNS envelope the body is, when the subscription reads envelopes.
-    pub(crate) sns: Sns,
-    /// The payload kept in S3, when the message is a pointer to one: boxed, as few messages are.
-    pub(crate) large: Option<Box<Large>>,
-    /// The `AWSTraceHeader` system attribute: an X-Ray trace header, when the sender set one.
-    pub(crate) aws_trace_header: Option<String>,
-}
-
-/// What SNS wrapped a delivery's body in.
-#[derive(Debug)]
-pub(crate) enum Sns {
-    /// Nothing: the body is the message (a raw delivery, a message sent to the queue directly,
-    /// or any body of a queue subscribed to no topic with enveloped delivery).
-    Unwrapped,
-    /// An SNS notification, whose `Message` is the message.
-    Notification(Box<SnsNotification>),
-    /// An SNS notification that cannot be read (its `Message` missing, an attribute SNS would
-    /// not write): the body does not decode.
-    Broken(Box<EnvelopeError>),
-}
-
-impl Delivery {
-    /// The delivery of a received message from `queue`. The system attributes it keeps are moved
-    /// out of the message, not copied. With `reads_envelopes` (the queue has an enveloped topic
-    /// subscription), a body that is an SNS notification envelope is unwrapped.
-    pub(crate) fn new(
-        queue: &Arc<str>,
-        mut message: ReceivedMessage,
-        reads_envelopes: bool,
-    ) -> Self {
-        let sns = if reads_envelopes {
-            match Envelope::parse(&message.body) {
-                Ok(envelope) => Sns::Notification(Box::new(SnsNotification(envelope))),
-                Err(EnvelopeError::NotAnEnvelope) => Sns::Unwrapped,
-                Err(error) => Sns::Broken(Box::new(error)),
-            }
-        } else {
-            Sns::Unwrapped
-        };
-        let read_attributes = match &sns {
-            Sns::Notification(notification) => &notification.0.message_attributes,
-            Sns::Unwrapped | Sns::Broken(_) => &message.message_attributes,
-        };
-        let read_body = match &sns {
-            Sns::Notification(notification) => &notification.0.message,
-            Sns::Unwrapped | Sns::Broken(_) => &message.body,
-        };
-        let large = Large::of(read_body, read_attributes);
-        let mut headers: BTreeMap<String, String> = read_attributes
-            .iter()
-            .filter_map(|(name, value)| Some((name.clone(), value.string_value.clone()?)))
-            .collect();
-        let group_id = message.attributes.remove("MessageGroupId");
-        if let Some(group) = &group_id {
-            // A delivery carries its group where a publisher may have put it.
-            headers
-                .entry(PARTITION_KEY_HEADER.to_owned())
-                .or_insert_with(|| group.clone());
-        }
-        Self {
-            receive_count: message.receive_count().unwrap_or(1),
-            sent_at: message
-                .attributes
-                .number(SystemAttribute::SentTimestamp)
-                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-            sequence_number: message.attributes.remove("SequenceNumber"),
-            dedup_id: message.attributes.remove("MessageDeduplicationId"),
-            aws_trace_header: message
-                .attributes
-                .remove(SystemAttribute::AwsTraceHeader.name()),
-            group_id,
-            headers,
-            message_id: message.message_id,
-            body: message.body,
-            queue: queue.clone(),
-            attributes: message.message_attributes,
-            sns,
-            large,
-        }
-    }
-
-    /// The message the handler reads, for its codec: an SNS notification's `Message`, else the
-    /// body; the envelope's error when the body is a notification that cannot be read.
-    pub(crate) fn payload(&self) -> Result<&str, &EnvelopeError> {
-        if let Some(fetched) = self.large.as_ref().and_then(|large| large.fetched.get()) {
-            return Ok(fetched);
-        }
-        match &self.sns {
-            Sns::Unwrapped => Ok(&self.body),
-            Sns::Notification(notification) => Ok(&notification.0.message),
-            Sns::Broken(error) => Err(error),
-        }
-    }
-
-    /// The handler's message of type `T`, decoded by `codec` from the [`payload`](Self::payload):
-    /// an SNS envelope is already unwrapped, and one that cannot be read does not decode.
-    pub(crate) fn decode<T: serde::de::DeserializeOwned, C: Codec>(
-        &self,
-        codec: &C,
-    ) -> Result<T, DecodeError> {
-        if let Some(unread) = self.large.as_ref().and_then(|large| large.unread()) {
-            // The engine fetches a payload before the handler runs, so this one points nowhere.
-            let type_name = std::any::type_name::<T>();
-            return Err(DecodeError {
-                type_name,
-                reason: unread,
-            });
-        }
-        match self.payload() {
-            Ok(payload) => codec.decode(payload),
-            Err(broken) => Err(DecodeError {
-                type_name: std::any::type_name::<T>(),
-                reason: broken.to_string(),
-            }),
-        }
-    }
-
-    /// The attributes of the message the handler reads: an SNS notification's
-    /// `MessageAttributes`, else the SQS message's. The trace context is read from these.
-    pub(crate) fn message_attributes(&self) -> &MessageAttributes {
-        match &self.sns {
-            Sns::Notification(notification) => &notification.0.message_attributes,
-            Sns::Unwrapped | Sns::Broken(_) => &self.attributes,
-        }
-    }
-}
-
-/// The SNS notification a message came in: what SNS says of the publish when it delivers it to a
-/// queue in its JSON envelope (raw message delivery off). [`Context::sns`] gives it.
-///
-/// The handler's message is the notification's `Message`, and its headers the notification's
-/// `MessageAttributes`, so it reads the same from a raw delivery, which has no notification.
-/// Here are the rest: the topic, SNS's own message id (the same in every subscribed queue's
-/// copy, unlike the SQS message id), the subject and when SNS accepted the publish; the whole
-/// envelope, signature fields included, is [`envelope`](Self::envelope).
-///
-/// ```
-/// # use rust_stream::prelude::*;
-/// # async fn example(ctx: &mut Context<'_>) -> HandlerOutcome {
-/// if let Some(notification) = ctx.sns() {
-///     tracing::info!(
-///         topic = notification.topic_arn().name(),
-///         sns.message_id = notification.message_id(),
-///         subject = notification.subject(),
-///         "published to a topic"
-///     );
-/// }
-/// # HandlerOutcome::ack()
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnsNotification(Envelope);
-
-impl SnsNotification {
-    /// The topic the message was published to (`TopicArn`).
-    pub fn topic_arn(&self) -> &TopicArn {
-        &self.0.topic_arn
-    }
-
-    /// SNS's id of the publish (`MessageId`): the same in every subscription's copy, and not the
-    /// SQS message id of [`Context::message_id`].
-    pub fn message_id(&self) -> &str {
-        &self.0.message_id
-    }
-
-    /// The publish's subject (`Subject`), when it had one.
-    pub fn subject(&self) -> Option<&str> {
-        self.0.subject.as_deref()
-    }
-
-    /// When SNS accepted the publish (`Timestamp`, to the millisecond); `None` when the envelope's
-    /// timestamp is not ISO 8601 in UTC, which SNS always writes ([`envelope`](Self::envelope)
-    /// has the text).
-    pub fn timestamp(&self) -> Option<SystemTime> {
-        self.0
-            .timestamp_millis()
-            .map(|millis| UNIX_EPOCH + Duration::from_millis(millis))
-    }
-
-    /// The number SNS gave the publish on a FIFO topic (`SequenceNumber`).
-    pub fn sequence_number(&self) -> Option<&str> {
-        self.0.sequence_number.as_deref()
-    }
-
-    /// The whole envelope as received: its signature fields, to verify it, and the timestamp as
-    /// written.
-    pub fn envelope(&self) -> &Envelope {
-        &self.0
-    }
-}
+pub use super::delivery::SnsNotification;
+pub(crate) use super::delivery::{Delivery, Sns};
 
 /// What SQS says of a received message beyond what any broker's message has, as
 /// [`Context::sqs`] and [`Message::sqs`] give it (SNS's part is [`Context::sns`]).
@@ -387,13 +176,13 @@ impl Message {
     /// [`attributes`](Self::attributes). A message that came from an SNS topic has the publish's
     /// attributes as headers, whether SNS delivered it raw or in its envelope.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.delivery.headers.get(name).map(String::as_str)
+        self.delivery.header(name)
     }
 
     /// All headers (message attributes of type `String`, `Number` or `String.Array`), with the
-    /// group in [`PARTITION_KEY_HEADER`] when the message has one.
+    /// group in [`PARTITION_KEY_HEADER`](crate::PARTITION_KEY_HEADER) when the message has one.
     pub fn headers(&self) -> &BTreeMap<String, String> {
-        &self.delivery.headers
+        self.delivery.headers()
     }
 
     /// All message attributes as received, binary ones included; for a message SNS delivered in
@@ -604,7 +393,7 @@ impl<'a> Context<'a> {
     /// before this message is acknowledged, and only if the handler acknowledges.
     ///
     /// When this message came from a FIFO queue, an output to a FIFO queue that names no group
-    /// (no `group_id` step, no [`PARTITION_KEY_HEADER`] header) takes this message's group, so
+    /// (no `group_id` step, no [`PARTITION_KEY_HEADER`](crate::PARTITION_KEY_HEADER) header) takes this message's group, so
     /// what a group's messages publish stays in that group's order.
     ///
     /// An output gets the key `<this message's id>-<position>-<digest of its group and body>`:
@@ -690,77 +479,5 @@ impl std::fmt::Debug for Extensions {
                     .map(|(_, name)| name),
             )
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::topic::Publish;
-    use crate::model::wire::{MessageAttributeValue, SystemAttributes};
-
-    fn received(body: &str) -> ReceivedMessage {
-        ReceivedMessage {
-            message_id: "sqs-1".to_owned(),
-            receipt_handle: String::new(),
-            body: body.to_owned(),
-            attributes: SystemAttributes::from_iter([("MessageGroupId", "customer-7")]),
-            message_attributes: MessageAttributes::from([(
-                "sqs-only".to_owned(),
-                MessageAttributeValue::string("kept for the dead letter"),
-            )]),
-        }
-    }
-
-    fn envelope() -> Envelope {
-        let topic = TopicArn::new("us-east-1", "000000000000", "payments").unwrap();
-        let publish = Publish::new(r#"{"id":7}"#)
-            .attribute("kind", MessageAttributeValue::string("card"))
-            .attribute("digest", MessageAttributeValue::binary(vec![1, 2]));
-        Envelope::unsigned(&publish, &topic, "sns-1", 1_000, "sub")
-    }
-
-    #[test]
-    fn an_envelope_is_read_as_its_message_with_its_attributes_and_the_sqs_message_is_kept() {
-        let body = envelope().to_json();
-        let delivery = Delivery::new(&Arc::from("q"), received(&body), true);
-        assert_eq!(delivery.payload(), Ok(r#"{"id":7}"#));
-        assert_eq!(
-            delivery.message_attributes(),
-            &envelope().message_attributes
-        );
-        let headers: Vec<_> = delivery.headers.iter().collect();
-        assert_eq!(
-            headers,
-            [
-                (&"kind".to_owned(), &"card".to_owned()),
-                (&PARTITION_KEY_HEADER.to_owned(), &"customer-7".to_owned()),
-            ],
-            "the envelope's text attributes and the group; the binary one is no header"
-        );
-        assert_eq!(delivery.body, body, "the SQS body as received");
-        assert!(delivery.attributes.contains_key("sqs-only"));
-        assert!(matches!(&delivery.sns, Sns::Notification(n) if n.message_id() == "sns-1"));
-    }
-
-    #[test]
-    fn other_bodies_are_read_as_they_are_and_a_broken_envelope_does_not_decode() {
-        let direct = Delivery::new(&Arc::from("q"), received(r#"{"id":7}"#), true);
-        assert_eq!(direct.payload(), Ok(r#"{"id":7}"#));
-        assert!(direct.headers.contains_key("sqs-only"));
-
-        let not_reading = Delivery::new(&Arc::from("q"), received(&envelope().to_json()), false);
-        assert_eq!(not_reading.payload(), Ok(envelope().to_json().as_str()));
-        assert!(matches!(not_reading.sns, Sns::Unwrapped));
-
-        let broken = r#"{"Type":"Notification","TopicArn":"arn:aws:sns:us-east-1:000000000000:payments","MessageId":"m","Timestamp":"1970-01-01T00:00:01.000Z"}"#;
-        let delivery = Delivery::new(&Arc::from("q"), received(broken), true);
-        let error = delivery.payload().unwrap_err();
-        assert!(error.to_string().contains("`Message`"), "{error}");
-        assert_eq!(
-            delivery.message_attributes(),
-            &delivery.attributes,
-            "a broken envelope's own attributes are not read"
-        );
     }
 }

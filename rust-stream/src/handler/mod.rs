@@ -37,6 +37,7 @@ use serde::de::DeserializeOwned;
 
 pub mod batch;
 pub mod context;
+mod delivery;
 pub mod middleware;
 pub(crate) mod outgoing;
 

@@ -278,17 +278,18 @@ impl ReceivedMessage {
 
     /// `SequenceNumber`, when the queue is FIFO and it was requested.
     pub fn sequence_number(&self) -> Option<&str> {
-        self.attributes.get("SequenceNumber")
+        self.attributes.text(SystemAttribute::SequenceNumber)
     }
 
     /// `MessageGroupId`, when the message has one and it was requested.
     pub fn group_id(&self) -> Option<&str> {
-        self.attributes.get("MessageGroupId")
+        self.attributes.text(SystemAttribute::MessageGroupId)
     }
 
     /// `MessageDeduplicationId`, when the message has one and it was requested.
     pub fn dedup_id(&self) -> Option<&str> {
-        self.attributes.get("MessageDeduplicationId")
+        self.attributes
+            .text(SystemAttribute::MessageDeduplicationId)
     }
 }
 
@@ -390,13 +391,28 @@ struct Digits {
 
 impl Digits {
     fn new(value: u64, width: usize) -> Self {
+        // Two digits a division: a receive writes two or three numbers a message.
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
         let mut text = [b'0'; 20];
         let mut start = text.len();
         let mut rest = value;
-        while rest > 0 || start == text.len() {
+        while rest >= 100 {
+            let pair = (rest % 100) as usize * 2;
+            rest /= 100;
+            start -= 2;
+            text[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if rest >= 10 {
+            let pair = rest as usize * 2;
+            start -= 2;
+            text[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
             start -= 1;
-            text[start] = b'0' + (rest % 10) as u8;
-            rest /= 10;
+            text[start] = b'0' + rest as u8;
         }
         let start = start.min(text.len().saturating_sub(width)) as u8;
         Self { value, text, start }
@@ -416,11 +432,16 @@ impl SystemAttributes {
     /// The attribute's text, if it is here.
     pub fn get(&self, name: &str) -> Option<&str> {
         match SystemAttribute::named(name) {
-            Some(known) => self.known[known as usize]
-                .as_ref()
-                .map(AttributeText::as_str),
+            Some(known) => self.text(known),
             None => self.other.get(name).map(String::as_str),
         }
+    }
+
+    /// A known attribute's text, if it is here: [`get`](Self::get) without looking the name up.
+    pub fn text(&self, attribute: SystemAttribute) -> Option<&str> {
+        self.known[attribute as usize]
+            .as_ref()
+            .map(AttributeText::as_str)
     }
 
     /// A known attribute's value as a number, if it is here and is one.
@@ -457,11 +478,17 @@ impl SystemAttributes {
     /// Takes an attribute out, returning its text.
     pub fn remove(&mut self, name: &str) -> Option<String> {
         match SystemAttribute::named(name) {
-            Some(known) => match self.known[known as usize].take()? {
-                AttributeText::Number(digits) => Some(digits.as_str().to_owned()),
-                AttributeText::Text(text) => Some(text),
-            },
+            Some(known) => self.take(known),
             None => self.other.remove(name),
+        }
+    }
+
+    /// Takes a known attribute out, returning its text: [`remove`](Self::remove) without
+    /// looking the name up.
+    pub fn take(&mut self, attribute: SystemAttribute) -> Option<String> {
+        match self.known[attribute as usize].take()? {
+            AttributeText::Number(digits) => Some(digits.as_str().to_owned()),
+            AttributeText::Text(text) => Some(text),
         }
     }
 

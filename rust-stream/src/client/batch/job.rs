@@ -154,11 +154,18 @@ pub(super) enum Reply<A: Action> {
     Wait(oneshot::Sender<Answers<A>>),
     /// To a caller awaiting the answer of its job's one entry.
     WaitOne(oneshot::Sender<Answer<A>>),
-    /// To a callback run by the batcher once the job's one entry is answered, for a caller that
-    /// does not wait (a standard queue's delete); it must be quick, as it runs where the call's
-    /// answer is read.
-    Then(Box<dyn FnOnce(Answer<A>) + Send>),
+    /// To a callback run by the batcher once the job's entries are answered, for a caller that
+    /// does not wait (a standard queue's deletes); it must be quick, as it runs where the call's
+    /// answer is read. It reads one answer an entry, in order; an answer the batcher could not
+    /// give (it stopped first) reads as an error.
+    Then(Then<A>),
 }
+
+/// The answers a [`Reply::Then`] callback reads, one an entry.
+pub(crate) type Answered<'a, A> = dyn Iterator<Item = Answer<A>> + 'a;
+
+/// A [`Reply::Then`] callback.
+pub(super) type Then<A> = Box<dyn FnOnce(&mut Answered<'_, A>) + Send>;
 
 impl<A: Action> Reply<A> {
     /// Answers the job with its entries' answers, in order.
@@ -170,7 +177,7 @@ impl<A: Action> Reply<A> {
             // A caller that stopped waiting has nothing to learn.
             Self::Wait(reply) => drop(reply.send(answers.collect())),
             Self::WaitOne(reply) => drop(reply.send(one(&mut answers))),
-            Self::Then(then) => then(one(&mut answers)),
+            Self::Then(then) => then(&mut answers.chain(std::iter::repeat_with(|| Err(stopped())))),
         }
     }
 }
@@ -189,7 +196,11 @@ pub(super) fn chunks<A: Action>(entries: Vec<A::Entry>) -> Vec<(Vec<A::Entry>, u
                 chunk.push(entry);
                 *total += size;
             }
-            _ => chunks.push((vec![entry], size)),
+            _ => {
+                let mut chunk = Vec::with_capacity(MAX_BATCH_ENTRIES);
+                chunk.push(entry);
+                chunks.push((chunk, size));
+            }
         }
     }
     chunks

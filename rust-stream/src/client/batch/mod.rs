@@ -36,7 +36,7 @@ use crate::transport::{SharedTransport, TransportError};
 pub(crate) use action::{Action, DeleteBatch, PublishBatch, SendBatch, VisibilityBatch};
 use flush::Flush;
 use gather::{gather, gather_with_company};
-use job::{chunks, stopped, Answer, Answers, Entries, Job, Reply};
+use job::{chunks, stopped, Answered, Answers, Entries, Job, Reply};
 pub(crate) use job::{unanswered_within, BatchSettings, Chain, Company};
 
 /// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
@@ -156,16 +156,19 @@ impl<A: Action> Batcher<A> {
         answers
     }
 
-    /// Submits one entry that nobody waits for: `then` is called with its answer once it is
-    /// answered (with an error if the batcher stopped first).
-    pub(crate) fn submit_one_then(
+    /// Submits up to 10 entries (within the payload limit) that nobody waits for, as one job:
+    /// they go out in one call, and `then` reads their answers, one an entry in order, once they
+    /// are answered (errors, if the batcher stopped first). A caller that settles several
+    /// messages at once (a standard receive's task) hands them over once, not once each.
+    pub(crate) fn submit_then(
         &self,
-        entry: A::Entry,
-        then: impl FnOnce(Answer<A>) + Send + 'static,
+        entries: Vec<A::Entry>,
+        then: impl FnOnce(&mut Answered<'_, A>) + Send + 'static,
     ) {
+        debug_assert!(entries.len() <= crate::model::rules::MAX_BATCH_ENTRIES);
         let job = Job {
-            size: A::size(&entry),
-            entries: Entries::One(entry),
+            size: entries.iter().map(A::size).sum(),
+            entries: Entries::Many(entries),
             reply: Reply::Then(Box::new(then)),
             eager: false,
             chain: None,

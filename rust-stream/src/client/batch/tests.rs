@@ -625,3 +625,82 @@ async fn a_lease_whose_visibility_ended_is_never_changed_again() {
         "only the lease still visible to this consumer went out"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn entries_submitted_together_go_in_one_call_and_are_answered_each_in_order() {
+    let recorder = Recorder::default();
+    let url = recorder
+        .create_queue("settled", QueueAttributes::default())
+        .await
+        .unwrap();
+    let sent = recorder
+        .send_message_batch(
+            &url,
+            (0..2)
+                .map(|i| SendBatchEntry::new(i.to_string(), SendMessage::new(format!("m{i}"))))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sent.successful.len(), 2);
+    let received = recorder
+        .receive_message(&url, ReceiveMessage::new(10))
+        .await
+        .unwrap();
+    assert_eq!(received.len(), 2);
+    let leases = Leases::default();
+    // Two received messages, with an unknown receipt handle between them.
+    let entries = vec![
+        lease(&leases, &received[0].receipt_handle),
+        lease(&leases, "not a receipt handle"),
+        lease(&leases, &received[1].receipt_handle),
+    ];
+    let settings = BatchSettings {
+        linger: Duration::from_millis(10),
+        max_in_flight: 1,
+    };
+    let deleter = Batcher::<DeleteBatch>::spawn(Arc::new(recorder.clone()), url.clone(), settings);
+    let (answered, answers) = tokio::sync::oneshot::channel();
+    deleter.submit_then(entries, move |answers| {
+        let read: Vec<bool> = answers.take(4).map(|answer| answer.is_ok()).collect();
+        answered.send(read).unwrap();
+    });
+    let read = answers.await.unwrap();
+    assert_eq!(
+        read,
+        [true, false, true, false],
+        "each entry's answer in order, then what a reader past them reads: an error"
+    );
+    assert_eq!(
+        recorder.deletes.lock().unwrap().len(),
+        1,
+        "the three went out in one call"
+    );
+
+    // A batcher that is gone answers every entry with an error, at once.
+    let (runtime_gone, gone) = std::sync::mpsc::channel();
+    let closed = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let deleter = runtime.block_on(async move {
+            Batcher::<DeleteBatch>::spawn(Arc::new(recorder), url, settings)
+        });
+        drop(runtime);
+        runtime_gone.send(()).unwrap();
+        deleter
+    });
+    gone.recv().unwrap();
+    let deleter = closed.join().unwrap();
+    assert!(deleter.is_closed());
+    let read = Arc::new(Mutex::new(Vec::new()));
+    deleter.submit_then(vec![lease(&leases, "a"), lease(&leases, "b")], {
+        let read = read.clone();
+        move |answers| {
+            read.lock()
+                .unwrap()
+                .extend(answers.take(2).map(|answer| answer.is_err()));
+        }
+    });
+    assert_eq!(*read.lock().unwrap(), [true, true]);
+}

@@ -434,11 +434,12 @@ impl Settler {
         Next::GoBack(held, seconds)
     }
 
-    /// Deletes a settled message. On FIFO its delete is handed back to its lane, which deletes its
-    /// run together ([`Run`](super::lane::Run)); on a standard queue the caller goes on at once, nothing waits for
-    /// the answer, and the message keeps its room in the pipeline until the delete is answered.
-    /// The message is counted as `outcome` (acked, dead-lettered) once its delete succeeds, not
-    /// before: until then it may come back and be handled again.
+    /// Deletes a settled message. Its delete is handed back ([`Next::Delete`]): on FIFO to its
+    /// lane, which deletes its run together ([`Run`](super::lane::Run)); on a standard queue to
+    /// the task that runs its receive, which hands the deletes of the messages it settled in one
+    /// poll to [`delete_all`](Self::delete_all) together. The message is counted as `outcome`
+    /// (acked, dead-lettered) once its delete succeeds, not before: until then it may come back
+    /// and be handled again.
     async fn delete(&self, held: Held, outcome: Outcome) -> Next {
         held.span.record("rust_stream.outcome", outcome.as_str());
         let Some(in_flight) = self.leases.claim_for_delete(&held.lease).await else {
@@ -461,28 +462,38 @@ impl Settler {
         }
         if self.fifo {
             held.lease.wait_in_run();
-            return Next::Delete(held);
+        }
+        Next::Delete(held)
+    }
+
+    /// Deletes settled messages of a standard queue (up to 10) in one submission to the
+    /// deleter: the caller goes on at once and nothing waits for the answer; each message keeps
+    /// its room in the pipeline until its delete is answered, and counts once it succeeds.
+    pub(crate) fn delete_all(&self, deleting: Vec<Deleting>) {
+        if deleting.is_empty() {
+            return;
         }
         // Shutdown waits for the answer as it waits for a task.
         let pending = self.tasks.token();
         let (metrics, client) = (self.metrics.clone(), self.client.clone());
-        self.deleter
-            .submit_one_then(held.lease.lease().clone(), move |answer| {
-                {
-                    // Its room goes back only now, at the end of this block.
-                    let held = held;
-                    match answer {
-                        Ok(()) => held.counted.count(&metrics, &client),
-                        Err(error) => {
-                            // Not deleted: it comes back after its visibility timeout and is
-                            // handled again.
-                            let _entered = held.span.enter();
-                            tracing::warn!(messaging.message.id = %held.lease.lease().message_id, error = %error, "delete failed");
-                        }
+        let leases = deleting
+            .iter()
+            .map(|held| held.lease.lease().clone())
+            .collect();
+        self.deleter.submit_then(leases, move |answers| {
+            for (held, answer) in deleting.into_iter().zip(answers) {
+                // Its room goes back as it is dropped, here.
+                match answer {
+                    Ok(()) => held.counted.count(&metrics, &client),
+                    Err(error) => {
+                        // Not deleted: it comes back after its visibility timeout and is handled
+                        // again.
+                        let _entered = held.span.enter();
+                        tracing::warn!(messaging.message.id = %held.lease.lease().message_id, error = %error, "delete failed");
                     }
                 }
-                drop(pending);
-            });
-        Next::Done
+            }
+            drop(pending);
+        });
     }
 }
