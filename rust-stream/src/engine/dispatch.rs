@@ -64,9 +64,9 @@ fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
 
 /// The deletes of a standard receive's task, settled and not yet handed to the deleter.
 #[derive(Default)]
-struct Settled(Mutex<Vec<Deleting>>);
+struct SettledDeletes(Mutex<Vec<Deleting>>);
 
-impl Settled {
+impl SettledDeletes {
     fn push(&self, deleting: Deleting) {
         self.0
             .lock()
@@ -246,7 +246,7 @@ impl Dispatcher {
             let dispatcher = self.clone();
             self.tasks.spawn(async move {
                 let dispatcher = &dispatcher;
-                let settled = Settled::default();
+                let settled = SettledDeletes::default();
                 // Each message pinned side by side in one allocation; every wake polls the ones
                 // not done, at most a receive's ten.
                 let mut parts = std::pin::pin!(futures_util::future::join_all(
@@ -267,7 +267,7 @@ impl Dispatcher {
 
     /// One standard message: a handler slot, its attempt, and its settling; its delete, if it
     /// is to be deleted, goes to `deletes`, for its task to hand over.
-    async fn run_standard(&self, mut held: Held, deletes: &Settled) {
+    async fn run_standard(&self, mut held: Held, deletes: &SettledDeletes) {
         let (verdict, attempts) = match &self.calls {
             Calls::One(_) => {
                 // Releases are boxed: they are rare here, and their state would make every
