@@ -556,8 +556,8 @@ impl Intake {
         let mut taken = Vec::with_capacity(messages.len());
         let mut full = Vec::new();
         // Every lease opens before any message runs: a handler that takes its time in its first
-        // poll must not start the later messages' visibility clocks late.
-        // The leases apart from the messages, which are large: they are not moved for this.
+        // poll must not start the later messages' visibility clocks late. The leases go in a list
+        // of their own, so the messages (large) are not moved for it.
         let leased: Vec<_> = messages
             .iter_mut()
             .map(|message| {

@@ -631,6 +631,34 @@ mod tests {
             r#"{"AWSTraceHeader": "Root=1-abc", "ApproximateReceiveCount": "3", "MessageGroupId": "ada"}"#
         );
     }
+
+    #[test]
+    fn numbers_are_written_as_their_decimal_digits_at_every_length_and_taken_by_name_or_not() {
+        let mut values = vec![u64::MAX, u64::MAX - 1, 101, 11];
+        values.extend((0..64).map(|bit| 1u64 << bit));
+        values.extend((0..20).map(|digits| 10u64.pow(digits)));
+        values.extend((1..20).map(|digits| 10u64.pow(digits) - 1));
+        for value in values {
+            for width in [0, 20] {
+                let mut attributes = SystemAttributes::new();
+                attributes.insert_number(SystemAttribute::SequenceNumber, value, width);
+                let expected = format!("{value:0width$}");
+                assert_eq!(
+                    attributes.text(SystemAttribute::SequenceNumber),
+                    Some(expected.as_str())
+                );
+                assert_eq!(
+                    attributes.number(SystemAttribute::SequenceNumber),
+                    Some(value)
+                );
+                assert_eq!(
+                    attributes.take(SystemAttribute::SequenceNumber),
+                    Some(expected)
+                );
+                assert_eq!(attributes.get("SequenceNumber"), None, "taken");
+            }
+        }
+    }
 }
 
 /// Where a peeked message stands in its queue, as a peek saw it.

@@ -174,7 +174,9 @@ pub(crate) enum Next {
     /// in a group may become visible while an earlier message still is in flight (SQS would hold
     /// the group anyway; LocalStack hands the later message out).
     GoBack(Held, i32),
-    /// Settled on FIFO: its delete joins the lane's [`Run`](super::lane::Run).
+    /// Settled, to be deleted: on FIFO its delete joins the lane's [`Run`](super::lane::Run); on
+    /// a standard queue its receive's task hands it to [`Settler::delete_all`] with the others
+    /// it settled in the same poll.
     Delete(Deleting),
 }
 
