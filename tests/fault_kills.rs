@@ -570,10 +570,7 @@ async fn outbox_kill_run(
         rows as usize
     };
     let expected = (0..events).filter(|id| id % 10 != 7).count();
-    let mut points: Vec<usize> = (0..KILLS)
-        .map(|_| 200 + (random.next() % (expected as u64 - 1_000)) as usize)
-        .collect();
-    points.sort_unstable();
+    let points = random.kill_points(200, expected - 800, KILLS);
     common::report(format_args!(
         "process kills of an outbox: the writer killed after {points:?} events committed"
     ));
@@ -1061,13 +1058,10 @@ async fn kill_run_with(
         settings.push(("FAULT_ATTEMPTS", "3".to_owned()));
     }
 
-    // Kill points: numbers of messages done, drawn at random across the run; with poison jobs,
+    // Kill points: numbers of messages done, one drawn in each fifth of the run; with poison jobs,
     // across what is done before any of them is redriven (the poison jobs are one in twenty).
     let reachable = if redrive { total - total / 20 } else { total };
-    let mut points: Vec<usize> = (0..KILLS)
-        .map(|_| 50 + (random.next() % (reachable as u64 - 100)) as usize)
-        .collect();
-    points.sort_unstable();
+    let points = random.kill_points(50, reachable - 50, KILLS);
     common::report(format_args!(
         "process kills ({base}): killed after {points:?} messages done"
     ));
@@ -1344,10 +1338,7 @@ async fn inbox_kill_run(
             .await;
         (rows as usize, distinct as usize)
     };
-    let mut points: Vec<usize> = (0..KILLS)
-        .map(|_| 50 + (random.next() % (total as u64 - 100)) as usize)
-        .collect();
-    points.sort_unstable();
+    let points = random.kill_points(50, total - 50, KILLS);
     common::report(format_args!(
         "process kills with an inbox ({base}): killed after {points:?} payments posted"
     ));

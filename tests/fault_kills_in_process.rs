@@ -656,10 +656,7 @@ async fn inbox_kill_run<L: Ledger>(
             post_by,
         )
     };
-    let mut points: Vec<usize> = (0..KILLS)
-        .map(|_| 50 + (random.next() % (total as u64 - 100)) as usize)
-        .collect();
-    points.sort_unstable();
+    let points = random.kill_points(50, total - 50, KILLS);
     common::report(format_args!(
         "in-process kills with an inbox ({base}): killed after {points:?} payments posted"
     ));
@@ -922,10 +919,7 @@ async fn outbox_kill_run(events: i64, accounts: i64) -> OutboxFigures {
         }
     };
     let expected = (0..events).filter(|id| id % 10 != 7).count();
-    let mut points: Vec<usize> = (0..KILLS)
-        .map(|_| 200 + (random.next() % (expected as u64 - 1_000)) as usize)
-        .collect();
-    points.sort_unstable();
+    let points = random.kill_points(200, expected - 800, KILLS);
     common::report(format_args!(
         "in-process kills of an outbox: the writer killed after {points:?} events committed"
     ));
