@@ -187,7 +187,7 @@ impl EventConsumer {
         let attempts = self.attempts(&held);
         let slot = dispatcher.slot().await;
         dispatcher.open_process_span(&mut held, attempts);
-        let verdict = dispatcher.process(&held, attempts).await;
+        let (verdict, _) = dispatcher.process(&held, attempts).await;
         drop(slot);
         self.settle_alone(held, verdict, attempts, source).await
     }
@@ -249,7 +249,7 @@ impl EventConsumer {
                     let attempts = self.attempts(&held);
                     let slot = dispatcher.slot().await;
                     dispatcher.open_process_span(&mut held, attempts);
-                    let verdict = dispatcher.process(&held, attempts).await;
+                    let (verdict, _) = dispatcher.process(&held, attempts).await;
                     drop(slot);
                     match self.settle(held, verdict, attempts).await {
                         Ok(()) => settled.push((index, Settled::Done)),
