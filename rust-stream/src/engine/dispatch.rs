@@ -107,18 +107,29 @@ fn nanos(duration: Duration) -> u64 {
 
 /// What the messages of a standard receive's task share: their deletes, settled and not yet
 /// handed to the deleter, and their handlers' longest first poll.
-#[derive(Default)]
 struct Part {
     deletes: Mutex<Vec<Deleting>>,
     longest_poll: AtomicU64,
+    /// The part's messages: what a poll's deletes are sized for.
+    messages: usize,
 }
 
 impl Part {
+    fn new(messages: usize) -> Self {
+        Self {
+            deletes: Mutex::new(Vec::new()),
+            longest_poll: AtomicU64::new(0),
+            messages,
+        }
+    }
+
     fn push(&self, deleting: Deleting) {
-        self.deletes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(deleting);
+        let mut deletes = self.deletes.lock().unwrap_or_else(PoisonError::into_inner);
+        // Sized once a poll, not grown a delete at a time.
+        if deletes.capacity() == 0 {
+            deletes.reserve_exact(self.messages);
+        }
+        deletes.push(deleting);
     }
 
     fn take(&self) -> Vec<Deleting> {
@@ -314,7 +325,7 @@ impl Dispatcher {
         let dispatcher = self.clone();
         self.tasks.spawn(async move {
             let dispatcher = &dispatcher;
-            let shared = Part::default();
+            let shared = Part::new(part.len());
             // Each message pinned side by side in one allocation; every wake polls the ones
             // not done, at most a receive's ten.
             let mut runs = std::pin::pin!(futures_util::future::join_all(
@@ -569,7 +580,7 @@ mod tests {
         assert!(cost.spread(), "one poll of the threshold spreads at once");
         cost.note(quick);
         assert!(cost.spread(), "and keeps spreading for a while");
-        let part = Part::default();
+        let part = Part::new(2);
         part.polled_for(Duration::from_micros(3));
         part.polled_for(Duration::from_micros(1));
         assert_eq!(part.longest_poll.load(Ordering::Relaxed), 3_000);
