@@ -4,8 +4,8 @@
 //! a stop will not start, parked for its final release.
 //!
 //! A message reaches the dispatcher as a [`Held`] from the intake. On a standard queue it waits for
-//! a handler slot in one of its receive's tasks (a task a worker thread, at most), beside the other
-//! messages of that receive. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
+//! a handler slot in its receive's task (in a task a worker thread, at most, while recent handlers
+//! held their thread long), beside the other messages of that receive. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
 //! its held messages in sequence order, run one at a time by a task of the lane's own (`lane.rs`,
 //! where everything that holds a FIFO group back lives), so a group is never handled out of order
 //! or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
