@@ -5,10 +5,10 @@
 //!
 //! A message reaches the dispatcher as a [`Held`] from the intake. On a standard queue it waits for
 //! a handler slot in its receive's task (in a task a worker thread, at most, while recent handlers
-//! held their thread long), beside the other messages of that receive. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
-//! its held messages in sequence order, run one at a time by a task of the lane's own (`lane.rs`,
-//! where everything that holds a FIFO group back lives), so a group is never handled out of order
-//! or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
+//! held their thread long), beside the other messages of that receive. On a FIFO queue it joins
+//! its group's *lane* ([`Lanes`]): its held messages in sequence order, run one at a time by a
+//! task of the lane's own (`lane.rs`, where everything that holds a FIFO group back lives), so a
+//! group is never handled out of order or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
 //! timeout, cancellation at shutdown, the decode-failure path) and gives a [`Verdict`], which the
 //! [`Settler`] turns into what to do [`Next`].
 
@@ -288,7 +288,7 @@ impl Dispatcher {
     /// wake-ups, a hand-over across threads and an allocation above a kilobyte each (above 1,008
     /// bytes glibc's allocator first consolidates its free lists), most of the engine's own cost a
     /// message; a receive spread over the worker threads costs a task and hand-overs a thread
-    /// (14 % on two threads for handlers that take a microsecond), which only handlers that hold
+    /// (13–17 % on two threads for handlers that take a microsecond), which only handlers that hold
     /// their thread repay. Quick handlers still use every core: each receive is a task of its own.
     /// A handler that blocks its thread holds up the others of its task until the consumer has
     /// seen it do so (use `spawn_blocking` for blocking work, as anywhere in tokio).
@@ -503,13 +503,18 @@ impl Dispatcher {
     ) -> (Verdict, Option<Duration>) {
         let delivery = &held.delivery;
         let span = &held.span;
+        let mut started = started;
+        let mut fetched = false;
         if delivery.large.is_some() {
-            let fetched = payload::fetch(&self.settler.client, delivery, &self.metrics)
+            let failed = payload::fetch(&self.settler.client, delivery, &self.metrics)
                 .instrument(span.clone())
                 .await;
-            if let Some(verdict) = fetched {
-                return (verdict, None);
+            if let Some(verdict) = failed {
+                return (verdict, Some(Duration::ZERO));
             }
+            // The fetch waited; the handler's poll is what holds the thread.
+            started = tokio::time::Instant::now();
+            fetched = true;
         }
         let Calls::One(handler) = &self.calls else {
             unreachable!("a batch subscription's messages run in batch calls, not one by one");
@@ -526,7 +531,12 @@ impl Dispatcher {
         );
         let mut first_poll = None;
         let handled = match poll_once(&mut call).await {
-            Some(handled) => handled,
+            Some(handled) => {
+                if fetched {
+                    first_poll = Some(started.elapsed());
+                }
+                handled
+            }
             // Boxed: the wait's state (timers, the shutdown signal) would otherwise make every
             // message's task larger, while a handler ready at once needs none of it.
             None => {
