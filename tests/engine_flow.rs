@@ -285,9 +285,10 @@ async fn a_subscription_runs_exactly_its_concurrency_of_handlers_at_once() {
     running.stop().await.unwrap();
 }
 
-/// A standard receive's messages share their tasks (a task a worker thread, at most), yet
-/// handlers that block their thread still run on every core: the two messages of one receive,
-/// each blocking for half a second, run at once on a runtime of two worker threads. In real time:
+/// A standard receive's messages share a task once its handlers have shown themselves quick, yet
+/// a new consumer's handlers that block their thread still run on every core: the two messages of
+/// its first receive, each blocking for half a second, run at once on a runtime of two worker
+/// threads. In real time:
 /// the paused clock runs on one thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receives_handlers_that_block_their_thread_run_at_once_on_two_worker_threads() {

@@ -241,7 +241,9 @@ impl Leases {
     }
 
     /// Opens the lease of a message just received. Leases open in the order of the receives and,
-    /// within one, of its messages: see [`Lease::received_order`].
+    /// within one, of its messages: see [`Lease::received_order`]. (The engine opens a receive's
+    /// together: [`open_all`](Self::open_all).)
+    #[cfg(test)]
     pub(crate) fn open(
         &self,
         receipt_handle: String,
@@ -249,28 +251,46 @@ impl Leases {
         group_id: Option<String>,
         visibility: Duration,
     ) -> Arc<Lease> {
+        let mut opened = self.open_all(
+            [(receipt_handle, message_id, group_id)].into_iter(),
+            visibility,
+        );
+        opened.pop().expect("a lease for the one message")
+    }
+
+    /// Opens the leases of a receive's messages (receipt handle, message id, FIFO group), in
+    /// their order, at one reading of the clock and under one lock.
+    pub(crate) fn open_all(
+        &self,
+        messages: impl ExactSizeIterator<Item = (String, String, Option<String>)>,
+        visibility: Duration,
+    ) -> Vec<Arc<Lease>> {
         let now = Instant::now();
-        let lease = Arc::new(Lease {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            receipt_handle,
-            message_id,
-            group_id,
-            received_at: now,
-            settled: AtomicBool::new(false),
-            deleting: AtomicBool::new(false),
-            deleting_since_ns: AtomicU64::new(0),
-            orphaned: AtomicBool::new(false),
-            visible_for_ns: AtomicU64::new(0),
-            window_ns: AtomicU64::new(0),
-            lapse_margin: lapse_margin(visibility),
-            lapse_told: AtomicBool::new(false),
-            state: tokio::sync::Mutex::new(LeaseState { capped: false }),
-        });
-        lease.set_window(now, visibility);
+        let mut opened = Vec::with_capacity(messages.len());
+        for (receipt_handle, message_id, group_id) in messages {
+            let lease = Arc::new(Lease {
+                id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                receipt_handle,
+                message_id,
+                group_id,
+                received_at: now,
+                settled: AtomicBool::new(false),
+                deleting: AtomicBool::new(false),
+                deleting_since_ns: AtomicU64::new(0),
+                orphaned: AtomicBool::new(false),
+                visible_for_ns: AtomicU64::new(0),
+                window_ns: AtomicU64::new(0),
+                lapse_margin: lapse_margin(visibility),
+                lapse_told: AtomicBool::new(false),
+                state: tokio::sync::Mutex::new(LeaseState { capped: false }),
+            });
+            lease.set_window(now, visibility);
+            opened.push(lease);
+        }
         let mut held = self.lock();
-        held.insert(lease.id, lease.clone());
+        held.extend(opened.iter().map(|lease| (lease.id, lease.clone())));
         self.count(&held);
-        lease
+        opened
     }
 
     /// Claims a lease for settling and forgets it: `false` when it was settled already.

@@ -4,16 +4,16 @@
 //! a stop will not start, parked for its final release.
 //!
 //! A message reaches the dispatcher as a [`Held`] from the intake. On a standard queue it waits for
-//! a handler slot in one of its receive's tasks (a task a worker thread, at most), beside the other
-//! messages of that receive. On a FIFO queue it joins its group's *lane* ([`Lanes`]):
-//! its held messages in sequence order, run one at a time by a task of the lane's own (`lane.rs`,
-//! where everything that holds a FIFO group back lives), so a group is never handled out of order
-//! or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
+//! a handler slot in its receive's task (in a task a worker thread, at most, while recent handlers
+//! held their thread long), beside the other messages of that receive. On a FIFO queue it joins
+//! its group's *lane* ([`Lanes`]): its held messages in sequence order, run one at a time by a
+//! task of the lane's own (`lane.rs`, where everything that holds a FIFO group back lives), so a
+//! group is never handled out of order or twice at once by this consumer. Either way the attempt runs the handler here (panic catch,
 //! timeout, cancellation at shutdown, the decode-failure path) and gives a [`Verdict`], which the
 //! [`Settler`] turns into what to do [`Next`].
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -62,20 +62,83 @@ fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
     concurrency.saturating_mul(batch_max.unwrap_or(1))
 }
 
-/// The deletes of a standard receive's task, settled and not yet handed to the deleter.
-#[derive(Default)]
-struct SettledDeletes(Mutex<Vec<Deleting>>);
+/// How long a handler's first poll may hold its thread before a standard receive's messages are
+/// spread over the worker threads: below it, the handover to another task costs more than running
+/// the receive's messages side by side in one.
+const SPREAD_AT: Duration = Duration::from_micros(100);
 
-impl SettledDeletes {
+/// The longest first poll of the handlers of recent receives, in nanoseconds, which says whether a
+/// standard receive's messages run in one task or spread over the worker threads ([`SPREAD_AT`]).
+/// A poll past the threshold raises it to at least four times the threshold at once; otherwise it
+/// falls an eighth of the way to each receive's longest. So one handler that blocks its thread
+/// spreads the next ten receives or so, and a consumer spreads its first receives until its
+/// handlers have shown themselves quick.
+struct PollCost(AtomicU64);
+
+impl PollCost {
+    fn new() -> Self {
+        Self(AtomicU64::new(nanos(SPREAD_AT * 4)))
+    }
+
+    fn spread(&self) -> bool {
+        self.0.load(Ordering::Relaxed) >= nanos(SPREAD_AT)
+    }
+
+    /// Counts a receive's part whose handlers' longest first poll took `longest` nanoseconds.
+    fn note(&self, longest: u64) {
+        // The closure always answers, so the update cannot fail.
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |recent| {
+                Some(if longest >= nanos(SPREAD_AT) {
+                    longest.max(nanos(SPREAD_AT * 4))
+                } else if longest >= recent {
+                    longest
+                } else {
+                    recent - (recent - longest) / 8
+                })
+            });
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What the messages of a standard receive's task share: their deletes, settled and not yet
+/// handed to the deleter, and their handlers' longest first poll.
+struct Part {
+    deletes: Mutex<Vec<Deleting>>,
+    longest_poll: AtomicU64,
+    /// The part's messages: what a poll's deletes are sized for.
+    messages: usize,
+}
+
+impl Part {
+    fn new(messages: usize) -> Self {
+        Self {
+            deletes: Mutex::new(Vec::new()),
+            longest_poll: AtomicU64::new(0),
+            messages,
+        }
+    }
+
     fn push(&self, deleting: Deleting) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(deleting);
+        let mut deletes = self.deletes.lock().unwrap_or_else(PoisonError::into_inner);
+        // Sized once a poll, not grown a delete at a time.
+        if deletes.capacity() == 0 {
+            deletes.reserve_exact(self.messages);
+        }
+        deletes.push(deleting);
     }
 
     fn take(&self) -> Vec<Deleting> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.deletes.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn polled_for(&self, first_poll: Duration) {
+        self.longest_poll
+            .fetch_max(nanos(first_poll), Ordering::Relaxed);
     }
 }
 
@@ -122,6 +185,8 @@ pub(crate) struct Dispatcher {
     /// The worker threads of the runtime the consumer started on: a standard receive's messages
     /// run in at most this many tasks.
     worker_threads: usize,
+    /// Whether a standard receive's messages are spread over the worker threads.
+    poll_cost: PollCost,
 }
 
 impl Dispatcher {
@@ -172,6 +237,7 @@ impl Dispatcher {
             settler,
             worker_threads: tokio::runtime::Handle::try_current()
                 .map_or(1, |runtime| runtime.metrics().num_workers().max(1)),
+            poll_cost: PollCost::new(),
         }
     }
 
@@ -211,8 +277,9 @@ impl Dispatcher {
         Some(room)
     }
 
-    /// Hands a receive's messages on: on a standard queue to handler slots, in as many tasks as
-    /// the runtime has worker threads (at most); on FIFO each to its group's lane.
+    /// Hands a receive's messages on: on a standard queue to handler slots, in one task, or in as
+    /// many tasks as the runtime has worker threads (at most) while recent handlers held their
+    /// thread long ([`PollCost`]); on FIFO each to its group's lane.
     ///
     /// A standard receive's task runs its messages side by side, each taking a handler slot of
     /// its own, attempted and settled by itself as it finishes: a slow handler holds up neither
@@ -220,9 +287,11 @@ impl Dispatcher {
     /// of the others, and a stop parks what did not start. A task a message cost a spawn, its
     /// wake-ups, a hand-over across threads and an allocation above a kilobyte each (above 1,008
     /// bytes glibc's allocator first consolidates its free lists), most of the engine's own cost a
-    /// message; a task a worker thread keeps a receive's handlers that compute on every core. A
-    /// handler that blocks its thread holds up the others of its task (use `spawn_blocking` for
-    /// blocking work, as anywhere in tokio).
+    /// message; a receive spread over the worker threads costs a task and hand-overs a thread
+    /// (13–17 % on two threads for handlers that take a microsecond), which only handlers that hold
+    /// their thread repay. Quick handlers still use every core: each receive is a task of its own.
+    /// A handler that blocks its thread holds up the others of its task until the consumer has
+    /// seen it do so (use `spawn_blocking` for blocking work, as anywhere in tokio).
     pub(crate) fn dispatch(self: &Arc<Self>, held: Vec<Held>) {
         if self.fifo {
             for held in held {
@@ -234,40 +303,52 @@ impl Dispatcher {
             }
             return;
         }
-        let mut held = held.into_iter();
-        let mut left = held.len();
-        // As many tasks as worker threads, at most: a receive's handlers that compute still
-        // spread over the cores.
-        let mut tasks = self.worker_threads.min(left);
-        while tasks > 0 {
-            let part: Vec<Held> = held.by_ref().take(left.div_ceil(tasks)).collect();
-            left -= part.len();
+        let mut tasks = if self.poll_cost.spread() {
+            self.worker_threads.min(held.len())
+        } else {
+            1
+        };
+        let mut rest = held;
+        while tasks > 1 {
+            let later = rest.split_off(rest.len().div_ceil(tasks));
+            self.spawn_part(rest);
+            rest = later;
             tasks -= 1;
-            let dispatcher = self.clone();
-            self.tasks.spawn(async move {
-                let dispatcher = &dispatcher;
-                let settled = SettledDeletes::default();
-                // Each message pinned side by side in one allocation; every wake polls the ones
-                // not done, at most a receive's ten.
-                let mut parts = std::pin::pin!(futures_util::future::join_all(
-                    part.into_iter()
-                        .map(|held| guarded_part(dispatcher.run_standard(held, &settled))),
-                ));
-                // The deletes of the messages settled in one poll go to the deleter together,
-                // at the end of that poll: nothing waits for another message.
-                std::future::poll_fn(|cx| {
-                    let polled = parts.as_mut().poll(cx);
-                    dispatcher.settler.delete_all(settled.take());
-                    polled
-                })
-                .await;
-            });
+        }
+        if !rest.is_empty() {
+            self.spawn_part(rest);
         }
     }
 
+    /// Runs `part` of a standard receive's messages side by side in a task of its own.
+    fn spawn_part(self: &Arc<Self>, part: Vec<Held>) {
+        let dispatcher = self.clone();
+        self.tasks.spawn(async move {
+            let dispatcher = &dispatcher;
+            let shared = Part::new(part.len());
+            // Each message pinned side by side in one allocation; every wake polls the ones
+            // not done, at most a receive's ten.
+            let mut runs = std::pin::pin!(futures_util::future::join_all(
+                part.into_iter()
+                    .map(|held| guarded_part(dispatcher.run_standard(held, &shared))),
+            ));
+            // The deletes of the messages settled in one poll go to the deleter together, at
+            // the end of that poll: nothing waits for another message.
+            std::future::poll_fn(|cx| {
+                let polled = runs.as_mut().poll(cx);
+                dispatcher.settler.delete_all(shared.take());
+                polled
+            })
+            .await;
+            dispatcher
+                .poll_cost
+                .note(shared.longest_poll.load(Ordering::Relaxed));
+        });
+    }
+
     /// One standard message: a handler slot, its attempt, and its settling; its delete, if it
-    /// is to be deleted, goes to `deletes`, for its task to hand over.
-    async fn run_standard(&self, mut held: Held, deletes: &SettledDeletes) {
+    /// is to be deleted, goes to `part`, for its task to hand over.
+    async fn run_standard(&self, mut held: Held, part: &Part) {
         let (verdict, attempts) = match &self.calls {
             Calls::One(_) => {
                 // Releases are boxed: they are rare here, and their state would make every
@@ -278,8 +359,9 @@ impl Dispatcher {
                 };
                 let attempts = self.settler.attempts(&held, 1);
                 self.open_process_span(&mut held, attempts);
-                let verdict = self.process(&held, attempts).await;
+                let (verdict, first_poll) = self.process(&held, attempts).await;
                 drop(slot);
+                part.polled_for(first_poll);
                 (verdict, attempts)
             }
             Calls::Batch(batches) => {
@@ -312,7 +394,7 @@ impl Dispatcher {
             Next::Again(held, _) => {
                 Box::pin(self.settler.release(vec![held], 0).instrument(span)).await;
             }
-            Next::Delete(deleting) => deletes.push(deleting),
+            Next::Delete(deleting) => part.push(deleting),
             Next::Done => {}
         }
     }
@@ -395,32 +477,44 @@ impl Dispatcher {
     }
 
     /// Decodes and handles one message in its `process` span, for its attempt number `attempts`,
-    /// and says how to settle it; counted in the subscription's metrics (handlers running, the
+    /// and says how to settle it, and how long the handler's first poll held the thread (on a
+    /// paused clock, no time); counted in the subscription's metrics (handlers running, the
     /// attempt's duration and how it ended).
-    pub(super) async fn process(&self, held: &Held, attempts: u32) -> Verdict {
+    pub(super) async fn process(&self, held: &Held, attempts: u32) -> (Verdict, Duration) {
         let started = tokio::time::Instant::now();
         let running = InFlight::new(&self.metrics, 1);
-        let verdict = self.attempt(held, attempts).await;
+        let (verdict, first_poll) = self.attempt(held, attempts, started).await;
         drop(running);
-        self.metrics
-            .processed(attempt::counted(&verdict), started.elapsed());
-        verdict
+        let took = started.elapsed();
+        self.metrics.processed(attempt::counted(&verdict), took);
+        (verdict, first_poll.unwrap_or(took))
     }
 
-    /// Decodes and handles one message, and says how to settle it. The handler runs in the
-    /// caller's task, behind a panic catch, and is dropped (cancelled) when it outlives the handler
-    /// timeout, or the shutdown timeout. A handler that is ready at its first poll costs no timer
-    /// and no wait on the shutdown signal.
-    async fn attempt(&self, held: &Held, attempts: u32) -> Verdict {
+    /// Decodes and handles one message, and says how to settle it, and how long the handler's
+    /// first poll took when it was not ready at once. The handler runs in the caller's task,
+    /// behind a panic catch, and is dropped (cancelled) when it outlives the handler timeout, or
+    /// the shutdown timeout. A handler that is ready at its first poll costs no timer, no wait on
+    /// the shutdown signal and no second reading of the clock.
+    async fn attempt(
+        &self,
+        held: &Held,
+        attempts: u32,
+        started: tokio::time::Instant,
+    ) -> (Verdict, Option<Duration>) {
         let delivery = &held.delivery;
         let span = &held.span;
+        let mut started = started;
+        let mut fetched = false;
         if delivery.large.is_some() {
-            let fetched = payload::fetch(&self.settler.client, delivery, &self.metrics)
+            let failed = payload::fetch(&self.settler.client, delivery, &self.metrics)
                 .instrument(span.clone())
                 .await;
-            if let Some(verdict) = fetched {
-                return verdict;
+            if let Some(verdict) = failed {
+                return (verdict, Some(Duration::ZERO));
             }
+            // The fetch waited; the handler's poll is what holds the thread.
+            started = tokio::time::Instant::now();
+            fetched = true;
         }
         let Calls::One(handler) = &self.calls else {
             unreachable!("a batch subscription's messages run in batch calls, not one by one");
@@ -435,30 +529,70 @@ impl Dispatcher {
                 )
                 .instrument(span.clone()),
         );
+        let mut first_poll = None;
         let handled = match poll_once(&mut call).await {
-            Some(handled) => handled,
+            Some(handled) => {
+                if fetched {
+                    first_poll = Some(started.elapsed());
+                }
+                handled
+            }
             // Boxed: the wait's state (timers, the shutdown signal) would otherwise make every
             // message's task larger, while a handler ready at once needs none of it.
-            None => match Box::pin(attempt::wait_for_handler(
-                call,
-                self.handler_timeout,
-                &self.tasks,
-                span,
-            ))
-            .await
-            {
-                Ok(handled) => handled,
-                Err(dropped) => return dropped.verdict(),
-            },
+            None => {
+                first_poll = Some(started.elapsed());
+                match Box::pin(attempt::wait_for_handler(
+                    call,
+                    self.handler_timeout,
+                    &self.tasks,
+                    span,
+                ))
+                .await
+                {
+                    Ok(handled) => handled,
+                    Err(dropped) => return (dropped.verdict(), first_poll),
+                }
+            }
         };
         let _entered = span.enter();
-        match handled {
+        let verdict = match handled {
             Ok(Handled::Done { outcome, staged }) => attempt::verdict(outcome, staged),
             Ok(Handled::Undecodable(error)) => attempt::undecodable(&error, &self.metrics),
             Err(panic) => {
                 tracing::error!(panic = %panic, "handler panicked");
                 attempt::panicked(&panic)
             }
+        };
+        (verdict, first_poll)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receives_spread_until_handlers_show_themselves_quick_and_again_at_one_long_poll() {
+        let cost = PollCost::new();
+        assert!(cost.spread(), "a new consumer spreads its first receives");
+        let quick = nanos(Duration::from_micros(2));
+        let mut receives = 0;
+        while cost.spread() {
+            cost.note(quick);
+            receives += 1;
+            assert!(receives <= 20, "quick handlers never stopped the spreading");
         }
+        assert!(
+            receives >= 5,
+            "one quick receive is not enough to stop: {receives}"
+        );
+        cost.note(nanos(SPREAD_AT));
+        assert!(cost.spread(), "one poll of the threshold spreads at once");
+        cost.note(quick);
+        assert!(cost.spread(), "and keeps spreading for a while");
+        let part = Part::new(2);
+        part.polled_for(Duration::from_micros(3));
+        part.polled_for(Duration::from_micros(1));
+        assert_eq!(part.longest_poll.load(Ordering::Relaxed), 3_000);
     }
 }

@@ -148,22 +148,26 @@ impl EventConsumer {
             .acquire_many_owned(messages.len() as u32)
             .await
             .expect("a semaphore of its own is never closed");
-        messages
-            .into_iter()
-            .map(|mut message| {
-                let lease = shared.leases.open(
+        let mut messages = messages;
+        let leases = shared.leases.open_all(
+            messages.iter_mut().map(|message| {
+                (
                     std::mem::take(&mut message.receipt_handle),
                     message.message_id.clone(),
                     message.group_id().map(str::to_owned),
-                    shared.visibility,
-                );
-                Held {
-                    delivery: Arc::new(Delivery::new(&shared.queue, message, reads_envelopes)),
-                    lease: HeldLease(lease),
-                    _room: permits.split(1).expect("a permit a message"),
-                    span: tracing::Span::none(),
-                    key: None,
-                }
+                )
+            }),
+            shared.visibility,
+        );
+        messages
+            .into_iter()
+            .zip(leases)
+            .map(|(message, lease)| Held {
+                delivery: Arc::new(Delivery::new(&shared.queue, message, reads_envelopes)),
+                lease: HeldLease(lease),
+                _room: permits.split(1).expect("a permit a message"),
+                span: tracing::Span::none(),
+                key: None,
             })
             .collect()
     }
@@ -187,7 +191,7 @@ impl EventConsumer {
         let attempts = self.attempts(&held);
         let slot = dispatcher.slot().await;
         dispatcher.open_process_span(&mut held, attempts);
-        let verdict = dispatcher.process(&held, attempts).await;
+        let (verdict, _) = dispatcher.process(&held, attempts).await;
         drop(slot);
         self.settle_alone(held, verdict, attempts, source).await
     }
@@ -249,7 +253,7 @@ impl EventConsumer {
                     let attempts = self.attempts(&held);
                     let slot = dispatcher.slot().await;
                     dispatcher.open_process_span(&mut held, attempts);
-                    let verdict = dispatcher.process(&held, attempts).await;
+                    let (verdict, _) = dispatcher.process(&held, attempts).await;
                     drop(slot);
                     match self.settle(held, verdict, attempts).await {
                         Ok(()) => settled.push((index, Settled::Done)),

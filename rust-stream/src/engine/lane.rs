@@ -303,7 +303,7 @@ impl Dispatcher {
         let attempts = self.settler.attempts(&held, attempt);
         self.open_process_span(&mut held, attempts);
         let started = tokio::time::Instant::now();
-        let verdict = self.process(&held, attempts).await;
+        let (verdict, _) = self.process(&held, attempts).await;
         drop(slot);
         self.settle_in_lane(held, verdict, (attempts, attempt), started, run)
             .await

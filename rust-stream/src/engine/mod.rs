@@ -23,8 +23,8 @@
 //!    per-key in-flight limit (`keys.rs`) a message whose key is full waits for it, held, up to
 //!    a bound, and beyond it is given back at once.
 //! 2. **Dispatch** (`dispatch::Dispatcher`): on a standard queue each message waits for a handler
-//!    slot in one of its receive's tasks (as many as the runtime's worker threads, at most),
-//!    beside the receive's other messages, each attempted and settled by itself; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
+//!    slot in its receive's task (spread over the runtime's worker threads while recent handlers
+//!    held their thread long), beside the receive's other messages, each attempted and settled by itself; on a FIFO queue it joins its group's *lane* (`lanes::Lanes`),
 //!    whose task (`lane.rs`) runs one message at a time in sequence order, while lanes of different
 //!    groups run in parallel. Decoding and the handler run in that task behind a panic
 //!    catch; a handler timeout cancels it, and so does the shutdown timeout (`attempt.rs` holds

@@ -556,23 +556,20 @@ impl Intake {
         let mut taken = Vec::with_capacity(messages.len());
         let mut full = Vec::new();
         // Every lease opens before any message runs: a handler that takes its time in its first
-        // poll must not start the later messages' visibility clocks late. The leases go in a list
-        // of their own, so the messages (large) are not moved for it.
-        let leased: Vec<_> = messages
-            .iter_mut()
-            .map(|message| {
-                // The delivery has no use for the receipt handle: the lease takes it.
-                let lease = self.leases.open(
+        // poll must not start the later messages' visibility clocks late. The delivery has no
+        // use for the receipt handle: the lease takes it.
+        let leased = self.leases.open_all(
+            messages.iter_mut().map(|message| {
+                (
                     std::mem::take(&mut message.receipt_handle),
                     message.message_id.clone(),
                     message.group_id().map(str::to_owned),
-                    visibility,
-                );
-                let key = self.keys.as_ref().and_then(|keys| keys.key_of(message));
-                (lease, key)
-            })
-            .collect();
-        for (message, (lease, key)) in messages.into_iter().zip(leased) {
+                )
+            }),
+            visibility,
+        );
+        for (message, lease) in messages.into_iter().zip(leased) {
+            let key = self.keys.as_ref().and_then(|keys| keys.key_of(&message));
             let Some(permit) = room.split(1) else {
                 tracing::warn!(
                     messaging.destination.name = %self.queue,

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::client::lease::Leases;
 use crate::metrics::SubscriptionMetrics;
 
-/// A consumer's engine tasks (its pollers, a task a worker thread per standard receive, a task per
+/// A consumer's engine tasks (its pollers, a task or a few per standard receive, a task per
 /// FIFO lane, and deletes nobody awaits), and the stop's signals to them.
 /// Cheap to clone: every clone is the same tasks and the same signals.
 #[derive(Clone, Default)]
