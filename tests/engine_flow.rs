@@ -438,6 +438,47 @@ async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_han
     );
 }
 
+/// A receive whose ten messages settle at once makes its delete call from its own task (no
+/// hand-over to the deleter): when that call fails for good, every message still comes back after
+/// its visibility timeout and is handled again, once.
+#[tokio::test(start_paused = true)]
+async fn a_full_receives_delete_that_fails_for_good_leaves_every_message_to_come_back() {
+    let account = Account::new();
+    let url = standard_queue(&account, "stubborn-ten", 10).await;
+    let faulty = Faulty::default();
+    faulty.permanent_delete_failures.store(10, Ordering::SeqCst);
+    let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
+    let sub = subscriber("stubborn-ten", handler)
+        .visibility_timeout(secs(10))
+        .pollers(1)
+        .build();
+    let broker = SqsBroker::with_transport(faulty.over(&account));
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
+        .await
+        .expect("the app starts");
+    eventually("handled twice", async || probe.started() == 20).await;
+    until_empty(&account, &url).await;
+    sleep(secs(60)).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(faulty.permanent_delete_failures.load(Ordering::SeqCst), 0);
+    let calls = probe.calls();
+    assert_eq!(calls.len(), 20, "not lost, and handled no third time");
+    for number in 0..10 {
+        let counts: Vec<u32> = calls
+            .iter()
+            .filter(|call| call.job.n == number)
+            .map(|call| call.receive_count)
+            .collect();
+        assert_eq!(counts, [1, 2], "message {number}");
+    }
+    assert_eq!(
+        broker.api_calls().delete_message_batch,
+        2,
+        "one full call a receive"
+    );
+}
+
 // 3. Visibility extension.
 
 #[tokio::test(start_paused = true)]

@@ -33,6 +33,7 @@ use crate::handler::context::Message;
 use crate::handler::{ErasedHandler, Handled, Handler};
 use crate::metrics::SubscriptionMetrics;
 use crate::model::queue::ConsumerSettings;
+use crate::model::rules::MAX_BATCH_ENTRIES;
 use crate::propagation;
 use crate::state::States;
 use crate::task::poll_once;
@@ -333,13 +334,24 @@ impl Dispatcher {
                     .map(|held| guarded_part(dispatcher.run_standard(held, &shared))),
             ));
             // The deletes of the messages settled in one poll go to the deleter together, at
-            // the end of that poll: nothing waits for another message.
+            // the end of that poll: nothing waits for another message. A full call's worth,
+            // the whole receive settled at once, is called from here once every message is
+            // done: no hand-over, and nothing left to wait for it.
+            let mut full = None;
             std::future::poll_fn(|cx| {
                 let polled = runs.as_mut().poll(cx);
-                dispatcher.settler.delete_all(shared.take());
+                let settled = shared.take();
+                if polled.is_ready() && settled.len() == MAX_BATCH_ENTRIES {
+                    full = Some(settled);
+                } else {
+                    dispatcher.settler.delete_all(settled);
+                }
                 polled
             })
             .await;
+            if let Some(full) = full {
+                dispatcher.settler.delete_full(full).await;
+            }
             dispatcher
                 .poll_cost
                 .note(shared.longest_poll.load(Ordering::Relaxed));

@@ -104,6 +104,7 @@ impl Parts {
         let metrics = Arc::new(SubscriptionMetrics::new(&queue.name));
         let shared = Shared {
             queue: Arc::from(queue.name.as_str()),
+            url: Arc::from(url.as_str()),
             fifo,
             visibility,
             leases: Arc::new(Leases::counted_by(metrics.held.clone())),

@@ -92,6 +92,8 @@ impl Tasks {
 pub(crate) struct Shared {
     /// The queue's name, shared by every delivery.
     pub(crate) queue: Arc<str>,
+    /// The queue's URL: where a standard receive's task sends a delete call it fills itself.
+    pub(crate) url: Arc<str>,
     pub(crate) fifo: bool,
     /// The visibility timeout of received messages: configured, or the queue's own.
     pub(crate) visibility: Duration,

@@ -36,7 +36,8 @@ use crate::transport::{SharedTransport, TransportError};
 pub(crate) use action::{Action, DeleteBatch, PublishBatch, SendBatch, VisibilityBatch};
 use flush::Flush;
 use gather::{gather, gather_with_company};
-use job::{chunks, stopped, Answered, Answers, Entries, Job, Reply};
+pub(crate) use job::Answered;
+use job::{chunks, stopped, Answers, Entries, Job, Reply};
 pub(crate) use job::{unanswered_within, BatchSettings, Chain, Company};
 
 /// A handle to one queue's batcher for one action. Cheap to clone; the batcher stops when the
@@ -227,6 +228,23 @@ impl<A: Action> Call<A> {
             reply: Reply::WaitOne(reply),
             eager: true,
             chain: Some(chain),
+        });
+    }
+
+    /// Adds `entries` as one job (at most a call's, within the payload limit), whose answers
+    /// `then` reads, one an entry in order, as [`Batcher::submit_then`]'s.
+    pub(crate) fn push_then(
+        &mut self,
+        entries: Vec<A::Entry>,
+        then: impl FnOnce(&mut Answered<'_, A>) + Send + 'static,
+    ) {
+        debug_assert!(entries.len() <= crate::model::rules::MAX_BATCH_ENTRIES);
+        self.jobs.push(Job {
+            size: entries.iter().map(A::size).sum(),
+            entries: Entries::Many(entries),
+            reply: Reply::Then(Box::new(then)),
+            eager: true,
+            chain: None,
         });
     }
 

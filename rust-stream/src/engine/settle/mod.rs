@@ -37,8 +37,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::held::Held;
 use super::shared::{Shared, Tasks};
-use crate::client::batch::{Batcher, DeleteBatch, VisibilityBatch};
-use crate::client::lease::{DeleteInFlight, Leases};
+use crate::client::batch::{Answered, Batcher, Call, DeleteBatch, VisibilityBatch};
+use crate::client::lease::{DeleteInFlight, Lease, Leases};
 use crate::client::Client;
 use crate::metrics::SubscriptionMetrics;
 use crate::publish::{Outgoing, Publisher};
@@ -197,6 +197,8 @@ pub(crate) struct Settler {
     pub(super) client: Arc<Client>,
     /// The queue's name, as events and dead-letter copies carry it.
     queue: Arc<str>,
+    /// The queue's URL, for the delete calls a receive's task fills itself ([`Self::delete_full`]).
+    url: Arc<str>,
     fifo: bool,
     /// The visibility of received messages: a retry in place must leave room for one more run
     /// before the 12-hour cap.
@@ -234,6 +236,7 @@ impl Settler {
         Self {
             client,
             queue: shared.queue.clone(),
+            url: shared.url.clone(),
             fifo: shared.fifo,
             visibility: shared.visibility,
             dead_letter,
@@ -475,6 +478,32 @@ impl Settler {
         if deleting.is_empty() {
             return;
         }
+        let (leases, then) = self.deleted(deleting);
+        self.deleter.submit_then(leases, then);
+    }
+
+    /// Deletes settled messages of a standard queue that fill a call (10) in one call made by
+    /// the caller, not handed to the deleter: a receive whose messages all settled at once
+    /// costs no hand-over to the deleter's task, and its entries are made and freed on one
+    /// thread. The call is the deleter's own (`Call`: its retries, deadlines and answers); it
+    /// needs no company, being full.
+    pub(crate) async fn delete_full(&self, deleting: Vec<Deleting>) {
+        let (leases, then) = self.deleted(deleting);
+        let mut call = Call::<DeleteBatch>::new();
+        call.push_then(leases, then);
+        call.run(self.client.transport().clone(), self.url.clone(), || {})
+            .await;
+    }
+
+    /// The leases to delete of `deleting`, and what reads their answers: each message keeps its
+    /// room until its delete is answered, and counts once it succeeds.
+    fn deleted(
+        &self,
+        deleting: Vec<Deleting>,
+    ) -> (
+        Vec<Arc<Lease>>,
+        impl FnOnce(&mut Answered<'_, DeleteBatch>) + Send + 'static,
+    ) {
         // Shutdown waits for the answer as it waits for a task.
         let pending = self.tasks.token();
         let (metrics, client) = (self.metrics.clone(), self.client.clone());
@@ -482,7 +511,7 @@ impl Settler {
             .iter()
             .map(|held| held.lease.lease().clone())
             .collect();
-        self.deleter.submit_then(leases, move |answers| {
+        (leases, move |answers: &mut Answered<'_, DeleteBatch>| {
             for (held, answer) in deleting.into_iter().zip(answers) {
                 // Its room goes back as it is dropped, here.
                 match answer {
@@ -496,6 +525,6 @@ impl Settler {
                 }
             }
             drop(pending);
-        });
+        })
     }
 }
