@@ -404,29 +404,43 @@ async fn deletes_failing_on_the_service_side_are_retried_until_they_succeed() {
     assert!(probe.calls().iter().all(|call| call.receive_count == 1));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_handled_again() {
+/// Runs a consumer of `messages` messages on queue `name` (one poller when `one_poller`) whose
+/// first `messages` delete entries fail for good, until every message was handled twice and the
+/// queue is empty, a minute more, and the stop; answers the handler's probe and the broker.
+async fn deletes_failing_for_good(
+    name: &str,
+    messages: u32,
+    one_poller: bool,
+) -> (Arc<Probe>, SqsBroker) {
     let account = Account::new();
-    let url = standard_queue(&account, "stubborn", 1).await;
+    let url = standard_queue(&account, name, messages).await;
     let faulty = Faulty::default();
-    faulty.permanent_delete_failures.store(1, Ordering::SeqCst);
+    faulty
+        .permanent_delete_failures
+        .store(messages as usize, Ordering::SeqCst);
     let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
-    let sub = subscriber("stubborn", handler)
-        .visibility_timeout(secs(10))
-        .build();
-    let running = TestApp::spawn(service(
-        SqsBroker::with_transport(faulty.over(&account)),
-        secs(30),
-        sub,
-    ))
-    .await
-    .expect("the app starts");
-    eventually("handled twice", async || probe.started() == 2).await;
+    let mut sub = subscriber(name, handler).visibility_timeout(secs(10));
+    if one_poller {
+        sub = sub.pollers(1);
+    }
+    let broker = SqsBroker::with_transport(faulty.over(&account));
+    let running = TestApp::spawn(service(broker.clone(), secs(30), sub.build()))
+        .await
+        .expect("the app starts");
+    eventually("handled twice", async || {
+        probe.started() == 2 * messages as usize
+    })
+    .await;
     until_empty(&account, &url).await;
     sleep(secs(60)).await;
     running.stop().await.unwrap();
-
     assert_eq!(faulty.permanent_delete_failures.load(Ordering::SeqCst), 0);
+    (probe, broker)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_handled_again() {
+    let (probe, _) = deletes_failing_for_good("stubborn", 1, false).await;
     let calls = probe.calls();
     assert_eq!(calls.len(), 2, "not lost, and handled no third time");
     assert_eq!(calls[0].receive_count, 1);
@@ -443,25 +457,7 @@ async fn a_delete_that_fails_for_good_leaves_the_message_to_come_back_and_be_han
 /// its visibility timeout and is handled again, once.
 #[tokio::test(start_paused = true)]
 async fn a_full_receives_delete_that_fails_for_good_leaves_every_message_to_come_back() {
-    let account = Account::new();
-    let url = standard_queue(&account, "stubborn-ten", 10).await;
-    let faulty = Faulty::default();
-    faulty.permanent_delete_failures.store(10, Ordering::SeqCst);
-    let (handler, probe) = slow(|_, _| Hold::For(Duration::ZERO));
-    let sub = subscriber("stubborn-ten", handler)
-        .visibility_timeout(secs(10))
-        .pollers(1)
-        .build();
-    let broker = SqsBroker::with_transport(faulty.over(&account));
-    let running = TestApp::spawn(service(broker.clone(), secs(30), sub))
-        .await
-        .expect("the app starts");
-    eventually("handled twice", async || probe.started() == 20).await;
-    until_empty(&account, &url).await;
-    sleep(secs(60)).await;
-    running.stop().await.unwrap();
-
-    assert_eq!(faulty.permanent_delete_failures.load(Ordering::SeqCst), 0);
+    let (probe, broker) = deletes_failing_for_good("stubborn-ten", 10, true).await;
     let calls = probe.calls();
     assert_eq!(calls.len(), 20, "not lost, and handled no third time");
     for number in 0..10 {

@@ -337,7 +337,6 @@ impl Consumer {
         let intake = Arc::new(Intake::new(
             &shared,
             client.clone(),
-            url.clone(),
             settings,
             probe.clone(),
             dispatcher.clone(),

@@ -200,7 +200,7 @@ enum Demand {
 /// One subscription's intake: what its pollers share.
 pub(crate) struct Intake {
     client: Arc<Client>,
-    url: String,
+    url: Arc<str>,
     /// The queue's name, shared by every delivery.
     queue: Arc<str>,
     fifo: bool,
@@ -236,12 +236,11 @@ pub(crate) struct Intake {
 }
 
 impl Intake {
-    /// An intake that receives from the queue at `url` and hands what it receives to
+    /// An intake that receives from the queue at `shared`'s URL and hands what it receives to
     /// `dispatcher`.
     pub(crate) fn new(
         shared: &Shared,
         client: Arc<Client>,
-        url: String,
         settings: &ConsumerSettings,
         probe: Arc<SubscriptionProbe>,
         dispatcher: Arc<Dispatcher>,
@@ -258,7 +257,7 @@ impl Intake {
         });
         Self {
             client,
-            url,
+            url: shared.url.clone(),
             queue: shared.queue.clone(),
             fifo: shared.fifo,
             visibility: shared.visibility,
