@@ -1103,6 +1103,14 @@ async fn kill_run_with(
     })
     .await;
     if let Some(operator) = operator {
+        // A redrive whose moves let the run finish may not have answered yet, and only its answer
+        // counts it: it is given the time to, rather than cut short by the end of the run.
+        let _ = tokio::time::timeout(Duration::from_secs(30), async {
+            while redriven.load(Ordering::Relaxed) == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
         operator.abort();
         let moved = redriven.load(Ordering::Relaxed);
         common::report(format_args!(
