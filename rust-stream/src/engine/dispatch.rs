@@ -321,11 +321,46 @@ impl Dispatcher {
         }
     }
 
+    /// Hands on a receive's messages from the poller that received them, as
+    /// [`dispatch`](Self::dispatch) does, except that a standard receive run in one task is run
+    /// first in the poller's own, as far as its first poll takes it ([`Tasks::start_here`]): a
+    /// receive whose quick handlers all finish at once (and whose delete is answered at once)
+    /// then costs no task, no wake-up and no hand-over to another thread; the rest of one that
+    /// waits goes on in a task of its own, and the poller receives again.
+    pub(crate) async fn dispatch_received(self: &Arc<Self>, held: Vec<Held>) {
+        if held.is_empty() || self.poll_cost.spread() {
+            return self.dispatch(held);
+        }
+        if self.fifo {
+            // Every message joins its lane before any lane runs: a lane run here finds its
+            // group's whole share of the receive.
+            let started: Vec<String> = held
+                .into_iter()
+                .filter_map(|held| self.lanes.join(held, &self.leases))
+                .collect();
+            for group in started {
+                self.tasks.start_here(self.clone().run_lane(group)).await;
+            }
+            return;
+        }
+        self.tasks.start_here(self.clone().part(held)).await;
+    }
+
+    /// Tells the [`PollCost`] a receive's part's or a FIFO lane's longest first poll of a
+    /// handler.
+    pub(super) fn note_poll_cost(&self, longest: Duration) {
+        self.poll_cost.note(nanos(longest));
+    }
+
     /// Runs `part` of a standard receive's messages side by side in a task of its own.
     fn spawn_part(self: &Arc<Self>, part: Vec<Held>) {
-        let dispatcher = self.clone();
-        self.tasks.spawn(async move {
-            let dispatcher = &dispatcher;
+        self.tasks.spawn(self.clone().part(part));
+    }
+
+    /// Runs `part` of a standard receive's messages side by side, and deletes what they settled.
+    async fn part(self: Arc<Self>, part: Vec<Held>) {
+        {
+            let dispatcher = &self;
             let shared = Part::new(part.len());
             // Each message pinned side by side in one allocation; every wake polls the ones
             // not done, at most a receive's ten.
@@ -355,7 +390,7 @@ impl Dispatcher {
             dispatcher
                 .poll_cost
                 .note(shared.longest_poll.load(Ordering::Relaxed));
-        });
+        }
     }
 
     /// One standard message: a handler slot, its attempt, and its settling; its delete, if it

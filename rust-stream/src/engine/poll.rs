@@ -593,9 +593,6 @@ impl Intake {
                 taken.push(held);
             }
         }
-        // In a task of their own (on FIFO, their groups' lanes): a handler that blocks or
-        // computes in its first poll must not hold up this poller.
-        self.dispatcher.dispatch(taken);
         if !extra.is_empty() {
             self.settler.release_leases(extra, 0).await;
         }
@@ -605,5 +602,9 @@ impl Intake {
         if !full.is_empty() {
             self.give_back_full(full).await;
         }
+        // Last, as it may run them here: while recent handlers were quick, as far as their first
+        // poll takes them; otherwise in tasks of their own (on FIFO, their groups' lanes), so a
+        // handler that blocks or computes in its first poll does not hold up this poller.
+        self.dispatcher.dispatch_received(taken).await;
     }
 }

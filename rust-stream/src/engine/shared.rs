@@ -40,6 +40,18 @@ impl Tasks {
         self.tracker.spawn(guarded(task));
     }
 
+    /// Runs an engine task in the calling task as far as its first poll takes it, and spawns
+    /// what is left of it as [`spawn`](Self::spawn) does: work done at once costs no task of its
+    /// own, and work that waits goes on in its own task while the caller goes on. (The futures
+    /// it waits on take the new task's waker at that task's first poll, as every future's next
+    /// poll hands it the waker to use.)
+    pub(crate) async fn start_here(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut task = guarded(task);
+        if crate::task::poll_once(&mut task).await.is_none() {
+            self.tracker.spawn(task);
+        }
+    }
+
     /// Counts as an engine task until dropped: the stop waits for work that runs outside a task
     /// (a delete nobody awaits) as it waits for the tasks.
     pub(crate) fn token(&self) -> TaskTrackerToken {
