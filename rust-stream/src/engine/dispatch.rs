@@ -69,7 +69,9 @@ fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
 const SPREAD_AT: Duration = Duration::from_micros(100);
 
 /// The longest first poll of the handlers of recent receives, in nanoseconds, which says whether a
-/// standard receive's messages run in one task or spread over the worker threads ([`SPREAD_AT`]).
+/// standard receive's messages run in one task (first the poller's) or spread over the worker
+/// threads, and whether a FIFO receive's new lanes start in the poller's task or each in its own
+/// ([`SPREAD_AT`]); a standard receive's part and a FIFO lane each note their longest when they end.
 /// A poll past the threshold raises it to at least four times the threshold at once; otherwise it
 /// falls an eighth of the way to each receive's longest. So one handler that blocks its thread
 /// spreads the next ten receives or so, and a consumer spreads its first receives until its
@@ -280,7 +282,9 @@ impl Dispatcher {
 
     /// Hands a receive's messages on: on a standard queue to handler slots, in one task, or in as
     /// many tasks as the runtime has worker threads (at most) while recent handlers held their
-    /// thread long ([`PollCost`]); on FIFO each to its group's lane.
+    /// thread long ([`PollCost`]); on FIFO each to its group's lane, a task a lane. (From the
+    /// poller that received them, [`dispatch_received`](Self::dispatch_received): while handlers
+    /// are quick, the poller's own task runs them as far as their first poll goes.)
     ///
     /// A standard receive's task runs its messages side by side, each taking a handler slot of
     /// its own, attempted and settled by itself as it finishes: a slow handler holds up neither
@@ -290,7 +294,7 @@ impl Dispatcher {
     /// bytes glibc's allocator first consolidates its free lists), most of the engine's own cost a
     /// message; a receive spread over the worker threads costs a task and hand-overs a thread
     /// (13–17 % on two threads for handlers that take a microsecond), which only handlers that hold
-    /// their thread repay. Quick handlers still use every core: each receive is a task of its own.
+    /// their thread repay. Quick handlers still use every core: each poller is a task of its own.
     /// A handler that blocks its thread holds up the others of its task until the consumer has
     /// seen it do so (use `spawn_blocking` for blocking work, as anywhere in tokio).
     pub(crate) fn dispatch(self: &Arc<Self>, held: Vec<Held>) {

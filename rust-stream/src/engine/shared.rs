@@ -263,6 +263,41 @@ mod tests {
         assert_eq!(finished.load(Ordering::SeqCst), 2, "parts 0 and 2 finished");
     }
 
+    /// Work started here runs in the caller's task up to its first wait and costs no task when
+    /// it is done at once; what waits goes on in a task of its own, woken there (its futures take
+    /// the new task's waker), and counts as one until it ends.
+    #[tokio::test]
+    async fn work_started_here_runs_here_until_it_waits_then_in_a_task_of_its_own() {
+        let tasks = Tasks::default();
+        let steps = Arc::new(AtomicUsize::new(0));
+        let at_once = steps.clone();
+        tasks
+            .start_here(async move {
+                at_once.fetch_add(1, Ordering::SeqCst);
+            })
+            .await;
+        assert_eq!(steps.load(Ordering::SeqCst), 1, "done here, at once");
+        assert_eq!(tasks.len(), 0, "work done at once is no task");
+
+        let (go, gone) = tokio::sync::oneshot::channel::<()>();
+        let waits = steps.clone();
+        tasks
+            .start_here(async move {
+                waits.fetch_add(1, Ordering::SeqCst);
+                gone.await.expect("told to go on");
+                waits.fetch_add(1, Ordering::SeqCst);
+            })
+            .await;
+        assert_eq!(steps.load(Ordering::SeqCst), 2, "ran here up to its wait");
+        assert_eq!(tasks.len(), 1, "what waits is a task");
+        go.send(()).expect("the task waits");
+        tasks.close();
+        tokio::time::timeout(Duration::from_secs(10), tasks.wait())
+            .await
+            .expect("the task was woken in its own task and ended");
+        assert_eq!(steps.load(Ordering::SeqCst), 3);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_slow_answer_lengthens_receives_and_sends_extensions_ahead_for_two_minutes_at_most() {
         let subscription = Duration::from_secs(30);
