@@ -215,6 +215,7 @@ impl Account {
     ) -> Result<(), TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
+        // Freed here, once the lock (a temporary of the statement) is released.
         let deleted = slot.lock_at(now.moment).delete(receipt_handle)?;
         drop(deleted);
         // Deleting a FIFO group's last in-flight message frees the group for waiting receivers.

@@ -112,7 +112,7 @@ impl Received {
         let Scratch {
             mut messages,
             mut bodies,
-        } = SCRATCH.take();
+        } = SCRATCH.try_with(std::cell::Cell::take).unwrap_or_default();
         messages.clear();
         bodies.clear();
         Self {
@@ -227,10 +227,12 @@ impl Drop for Received {
             && self.bodies.capacity() <= SCRATCH_BODY_BYTES
         {
             self.messages.clear();
-            SCRATCH.set(Scratch {
+            let scratch = Scratch {
                 messages: std::mem::take(&mut self.messages),
                 bodies: std::mem::take(&mut self.bodies),
-            });
+            };
+            // A thread that is ending keeps nothing.
+            let _ = SCRATCH.try_with(|kept| kept.set(scratch));
         }
     }
 }

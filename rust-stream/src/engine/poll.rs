@@ -593,6 +593,11 @@ impl Intake {
                 taken.push(held);
             }
         }
+        // While recent handlers were quick, here, as far as their first poll takes them (a
+        // microsecond each); otherwise in tasks of their own (on FIFO, their groups' lanes), so a
+        // handler that blocks or computes in its first poll does not hold up this poller. Before
+        // the calls below: the messages taken do not wait for a release's answer.
+        self.dispatcher.dispatch_received(taken).await;
         if !extra.is_empty() {
             self.settler.release_leases(extra, 0).await;
         }
@@ -602,9 +607,5 @@ impl Intake {
         if !full.is_empty() {
             self.give_back_full(full).await;
         }
-        // Last, as it may run them here: while recent handlers were quick, as far as their first
-        // poll takes them; otherwise in tasks of their own (on FIFO, their groups' lanes), so a
-        // handler that blocks or computes in its first poll does not hold up this poller.
-        self.dispatcher.dispatch_received(taken).await;
     }
 }
