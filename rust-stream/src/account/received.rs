@@ -81,10 +81,12 @@ const SCRATCH_MESSAGES: usize = 16;
 const SCRATCH_BODY_BYTES: usize = 64 * 1024;
 
 thread_local! {
-    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch {
-        messages: Vec::new(),
-        bodies: String::new(),
-    });
+    static SCRATCH: std::cell::Cell<Scratch> = const {
+        std::cell::Cell::new(Scratch {
+            messages: Vec::new(),
+            bodies: String::new(),
+        })
+    };
 }
 
 /// One received message as copied out of the queue.
