@@ -317,6 +317,29 @@ async fn a_receives_handlers_that_block_their_thread_run_at_once_on_two_worker_t
     );
 }
 
+/// The same on FIFO: a new consumer's first receive brings two groups, whose handlers block their
+/// thread for half a second each; the two groups' lanes run at once on a runtime of two worker
+/// threads, not one after the other in the poller's task. In real time, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_fifo_groups_whose_handlers_block_their_thread_run_at_once_on_two_worker_threads() {
+    let account = Account::new();
+    let url = fifo_queue(&account, "compute.fifo", &["a", "b"], 1).await;
+    let (handler, probe) = slow(|_, _| Hold::Block(Duration::from_millis(500)));
+    // One poller: both groups come in one receive.
+    let sub = subscriber("compute.fifo", handler).pollers(1).build();
+    let running = TestApp::spawn(service(SqsBroker::with_account(&account), secs(30), sub))
+        .await
+        .expect("the app starts");
+    until_empty(&account, &url).await;
+    running.stop().await.unwrap();
+    assert_eq!(probe.finished(), 2, "each group's message handled");
+    assert_eq!(
+        probe.most(),
+        2,
+        "the two groups' handlers ran one after the other, not at once"
+    );
+}
+
 // 2. Settlement batching and per-entry failures.
 
 #[tokio::test(start_paused = true)]

@@ -215,7 +215,9 @@ impl Account {
     ) -> Result<(), TransportError> {
         let now = self.now();
         let slot = self.slot(queue_url)?;
-        slot.lock_at(now.moment).delete(receipt_handle)?;
+        // Freed here, once the lock (a temporary of the statement) is released.
+        let deleted = slot.lock_at(now.moment).delete(receipt_handle)?;
+        drop(deleted);
         // Deleting a FIFO group's last in-flight message frees the group for waiting receivers.
         slot.notify.notify_waiters();
         Ok(())
@@ -229,7 +231,7 @@ impl Account {
     pub async fn delete_message_batch(
         &self,
         queue_url: &str,
-        entries: Vec<DeleteEntry>,
+        mut entries: Vec<DeleteEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
         rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))
             .map_err(TransportError::unsent)?;
@@ -239,14 +241,22 @@ impl Account {
             successful: Vec::with_capacity(entries.len()),
             failed: Vec::new(),
         };
+        let mut deleted = Vec::with_capacity(entries.len());
         let mut queue = slot.lock_at(now.moment);
-        for entry in entries {
+        for entry in &mut entries {
+            let id = std::mem::take(&mut entry.id);
             match queue.delete(&entry.receipt_handle) {
-                Ok(()) => result.successful.push((entry.id, ())),
-                Err(error) => result.failed.push(error.into_batch_failure(entry.id)),
+                Ok(message) => {
+                    deleted.extend(message);
+                    result.successful.push((id, ()));
+                }
+                Err(error) => result.failed.push(error.into_batch_failure(id)),
             }
         }
         drop(queue);
+        // Freed once the lock is released: the queue's other callers wait for its work only, not
+        // for the allocator's.
+        drop((deleted, entries));
         slot.notify.notify_waiters();
         Ok(result)
     }

@@ -454,48 +454,43 @@ impl Queue {
     /// Copies out what the receive returns of these messages; the strings are written after the
     /// lock is released ([`Received::into_messages`]).
     fn copy_out(&self, keys: &[Key], wanted: &Wanted<'_>) -> Received {
-        let messages = keys
-            .iter()
-            .map(|&key| {
-                let message = self.stored(key);
-                let (message_attributes, dead_letter_source_arn, aws_trace_header) =
-                    match &message.extra {
-                        None => (MessageAttributes::new(), None, None),
-                        Some(extra) => (
-                            extra
-                                .message_attributes
-                                .iter()
-                                .filter(|(name, _)| wanted.message_attribute(name))
-                                .map(|(name, value)| (name.clone(), value.clone()))
-                                .collect(),
-                            extra.dead_letter_source_arn.clone(),
-                            extra
-                                .aws_trace_header
-                                .as_deref()
-                                .filter(|_| wanted.system(SystemAttribute::AwsTraceHeader))
-                                .map(str::to_owned),
-                        ),
-                    };
-                Copied {
-                    key,
-                    message_id: message.message_id(self.ids, key),
-                    receive_count: message.receive_count,
-                    first_received: message.first_received(),
-                    sent: message.sent(),
-                    body: String::from(&*message.body),
-                    group_id: message.group().cloned(),
-                    dedup: message.fifo.clone(),
-                    dead_letter_source_arn,
-                    message_attributes,
-                    aws_trace_header,
-                }
-            })
-            .collect();
-        Received {
-            incarnation: self.incarnation,
-            fifo: self.config.fifo,
-            messages,
+        let mut received = Received::new(self.incarnation, self.config.fifo);
+        for &key in keys {
+            let message = self.stored(key);
+            let (message_attributes, dead_letter_source_arn, aws_trace_header) =
+                match &message.extra {
+                    None => (MessageAttributes::new(), None, None),
+                    Some(extra) => (
+                        extra
+                            .message_attributes
+                            .iter()
+                            .filter(|(name, _)| wanted.message_attribute(name))
+                            .map(|(name, value)| (name.clone(), value.clone()))
+                            .collect(),
+                        extra.dead_letter_source_arn.clone(),
+                        extra
+                            .aws_trace_header
+                            .as_deref()
+                            .filter(|_| wanted.system(SystemAttribute::AwsTraceHeader))
+                            .map(str::to_owned),
+                    ),
+                };
+            let copied = Copied {
+                key,
+                message_id: message.message_id(self.ids, key),
+                receive_count: message.receive_count,
+                first_received: message.first_received(),
+                sent: message.sent(),
+                body: 0..0,
+                group_id: message.group().cloned(),
+                dedup: message.fifo.clone(),
+                dead_letter_source_arn,
+                message_attributes,
+                aws_trace_header,
+            };
+            received.push(copied, &message.body);
         }
+        received
     }
 
     /// Copies out up to `max` messages in storage order after skipping `offset`, with every

@@ -54,12 +54,39 @@ impl<'a> Wanted<'a> {
     }
 }
 
-/// What a receive copied out of its queue under the lock.
+/// What a receive copied out of its queue under the lock. Its lists are the thread's
+/// [`Scratch`], taken as it is made and given back as it is dropped: a receive copies its messages
+/// under the queue's lock into memory it already has, and allocates their strings only once the
+/// lock is released ([`into_messages`](Self::into_messages)), so other callers of the queue wait
+/// for its work, not for the allocator's.
 #[derive(Debug)]
 pub(super) struct Received {
     pub(super) incarnation: u64,
     pub(super) fifo: bool,
-    pub(super) messages: Vec<Copied>,
+    messages: Vec<Copied>,
+    /// The messages' bodies, one after another: each [`Copied::body`] is its range.
+    bodies: String,
+}
+
+/// A thread's lists for the next receive it copies out ([`Received`]).
+#[derive(Debug, Default)]
+struct Scratch {
+    messages: Vec<Copied>,
+    bodies: String,
+}
+
+/// The most a thread keeps for its next receive: a receive of ten messages of a few kilobytes;
+/// one of larger messages gives its memory back.
+const SCRATCH_MESSAGES: usize = 16;
+const SCRATCH_BODY_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Scratch> = const {
+        std::cell::Cell::new(Scratch {
+            messages: Vec::new(),
+            bodies: String::new(),
+        })
+    };
 }
 
 /// One received message as copied out of the queue.
@@ -70,7 +97,8 @@ pub(super) struct Copied {
     pub(super) receive_count: u32,
     pub(super) first_received: Option<Milliseconds>,
     pub(super) sent: Milliseconds,
-    pub(super) body: String,
+    /// Where its body is in [`Received`]'s bodies (set by [`Received::push`]).
+    pub(super) body: std::ops::Range<usize>,
     pub(super) group_id: Option<GroupName>,
     pub(super) dedup: Option<Arc<Dedup>>,
     pub(super) dead_letter_source_arn: Option<Arc<str>>,
@@ -81,6 +109,30 @@ pub(super) struct Copied {
 }
 
 impl Received {
+    /// An empty receive of a queue, on the thread's scratch lists.
+    pub(super) fn new(incarnation: u64, fifo: bool) -> Self {
+        let Scratch {
+            mut messages,
+            mut bodies,
+        } = SCRATCH.try_with(std::cell::Cell::take).unwrap_or_default();
+        messages.clear();
+        bodies.clear();
+        Self {
+            incarnation,
+            fifo,
+            messages,
+            bodies,
+        }
+    }
+
+    /// Adds a message copied out with its `body`; `copied.body` is set here.
+    pub(super) fn push(&mut self, mut copied: Copied, body: &str) {
+        let start = self.bodies.len();
+        self.bodies.push_str(body);
+        copied.body = start..self.bodies.len();
+        self.messages.push(copied);
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }
@@ -88,17 +140,14 @@ impl Received {
     /// The messages as a receive returns them, with the requested attributes only; timestamps
     /// are the account's milliseconds after `start_epoch_ms`.
     pub(super) fn into_messages(
-        self,
+        mut self,
         wanted: &Wanted<'_>,
         start_epoch_ms: u64,
     ) -> Vec<ReceivedMessage> {
-        let Self {
-            incarnation,
-            fifo,
-            messages,
-        } = self;
-        messages
-            .into_iter()
+        let (incarnation, fifo) = (self.incarnation, self.fifo);
+        let bodies = &self.bodies;
+        self.messages
+            .drain(..)
             .map(|message| {
                 // Numbers are written in place: no map and no string per attribute.
                 let mut attributes = SystemAttributes::new();
@@ -164,11 +213,28 @@ impl Received {
                 ReceivedMessage {
                     message_id: message.message_id.text(),
                     receipt_handle: receipt_handle(incarnation, message.key, message.receive_count),
-                    body: message.body,
+                    body: bodies[message.body].to_owned(),
                     attributes,
                     message_attributes: message.message_attributes,
                 }
             })
             .collect()
+    }
+}
+
+impl Drop for Received {
+    /// Gives the lists back to the thread for its next receive, unless they grew large.
+    fn drop(&mut self) {
+        if self.messages.capacity() <= SCRATCH_MESSAGES
+            && self.bodies.capacity() <= SCRATCH_BODY_BYTES
+        {
+            self.messages.clear();
+            let scratch = Scratch {
+                messages: std::mem::take(&mut self.messages),
+                bodies: std::mem::take(&mut self.bodies),
+            };
+            // A thread that is ending keeps nothing.
+            let _ = SCRATCH.try_with(|kept| kept.set(scratch));
+        }
     }
 }

@@ -38,7 +38,11 @@ impl Queue {
     /// without deleting, as SQS documents, so the newer receiver keeps the message. On a FIFO
     /// queue a handle expires with its visibility: once the message is visible again (timed out,
     /// or released), its delete is refused, as SQS refuses it, and the message stays.
-    pub(super) fn delete(&mut self, receipt_handle: &str) -> Result<(), TransportError> {
+    /// The message deleted, if one was: its caller frees it once the queue's lock is released.
+    pub(super) fn delete(
+        &mut self,
+        receipt_handle: &str,
+    ) -> Result<Option<Stored>, TransportError> {
         if let Some((key, true)) = self.resolve(receipt_handle)? {
             if self.config.fifo && !matches!(self.stored(key).state, State::InFlight { .. }) {
                 return fail(
@@ -50,9 +54,9 @@ impl Queue {
                     ),
                 );
             }
-            self.remove(key);
+            return Ok(self.remove(key));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// `ChangeMessageVisibility`: 0 releases the message now; the total time invisible since its

@@ -69,7 +69,9 @@ fn lane_limit(concurrency: usize, batch_max: Option<usize>) -> usize {
 const SPREAD_AT: Duration = Duration::from_micros(100);
 
 /// The longest first poll of the handlers of recent receives, in nanoseconds, which says whether a
-/// standard receive's messages run in one task or spread over the worker threads ([`SPREAD_AT`]).
+/// standard receive's messages run in one task (first the poller's) or spread over the worker
+/// threads, and whether a FIFO receive's new lanes start in the poller's task or each in its own
+/// ([`SPREAD_AT`]); a standard receive's part and a FIFO lane each note their longest when they end.
 /// A poll past the threshold raises it to at least four times the threshold at once; otherwise it
 /// falls an eighth of the way to each receive's longest. So one handler that blocks its thread
 /// spreads the next ten receives or so, and a consumer spreads its first receives until its
@@ -280,7 +282,9 @@ impl Dispatcher {
 
     /// Hands a receive's messages on: on a standard queue to handler slots, in one task, or in as
     /// many tasks as the runtime has worker threads (at most) while recent handlers held their
-    /// thread long ([`PollCost`]); on FIFO each to its group's lane.
+    /// thread long ([`PollCost`]); on FIFO each to its group's lane, a task a lane. (From the
+    /// poller that received them, [`dispatch_received`](Self::dispatch_received): while handlers
+    /// are quick, the poller's own task runs them as far as their first poll goes.)
     ///
     /// A standard receive's task runs its messages side by side, each taking a handler slot of
     /// its own, attempted and settled by itself as it finishes: a slow handler holds up neither
@@ -290,7 +294,7 @@ impl Dispatcher {
     /// bytes glibc's allocator first consolidates its free lists), most of the engine's own cost a
     /// message; a receive spread over the worker threads costs a task and hand-overs a thread
     /// (13–17 % on two threads for handlers that take a microsecond), which only handlers that hold
-    /// their thread repay. Quick handlers still use every core: each receive is a task of its own.
+    /// their thread repay. Quick handlers still use every core: each poller is a task of its own.
     /// A handler that blocks its thread holds up the others of its task until the consumer has
     /// seen it do so (use `spawn_blocking` for blocking work, as anywhere in tokio).
     pub(crate) fn dispatch(self: &Arc<Self>, held: Vec<Held>) {
@@ -321,41 +325,74 @@ impl Dispatcher {
         }
     }
 
+    /// Hands on a receive's messages from the poller that received them, as
+    /// [`dispatch`](Self::dispatch) does, except that a standard receive run in one task is run
+    /// first in the poller's own, as far as its first poll takes it ([`Tasks::start_here`]): a
+    /// receive whose quick handlers all finish at once (and whose delete is answered at once)
+    /// then costs no task, no wake-up and no hand-over to another thread; the rest of one that
+    /// waits goes on in a task of its own, and the poller receives again.
+    pub(crate) async fn dispatch_received(self: &Arc<Self>, held: Vec<Held>) {
+        if held.is_empty() || self.poll_cost.spread() {
+            return self.dispatch(held);
+        }
+        if self.fifo {
+            // Every message joins its lane before any lane runs: a lane run here finds its
+            // group's whole share of the receive.
+            let started: Vec<String> = held
+                .into_iter()
+                .filter_map(|held| self.lanes.join(held, &self.leases))
+                .collect();
+            for group in started {
+                self.tasks.start_here(self.clone().run_lane(group)).await;
+            }
+            return;
+        }
+        self.tasks.start_here(self.clone().part(held)).await;
+    }
+
+    /// Tells the [`PollCost`] a receive's part's or a FIFO lane's longest first poll of a
+    /// handler.
+    pub(super) fn note_poll_cost(&self, longest: Duration) {
+        self.poll_cost.note(nanos(longest));
+    }
+
     /// Runs `part` of a standard receive's messages side by side in a task of its own.
     fn spawn_part(self: &Arc<Self>, part: Vec<Held>) {
-        let dispatcher = self.clone();
-        self.tasks.spawn(async move {
-            let dispatcher = &dispatcher;
-            let shared = Part::new(part.len());
-            // Each message pinned side by side in one allocation; every wake polls the ones
-            // not done, at most a receive's ten.
-            let mut runs = std::pin::pin!(futures_util::future::join_all(
-                part.into_iter()
-                    .map(|held| guarded_part(dispatcher.run_standard(held, &shared))),
-            ));
-            // The deletes of the messages settled in one poll go to the deleter together, at
-            // the end of that poll: nothing waits for another message. A full call's worth,
-            // the whole receive settled at once, is called from here once every message is
-            // done: no hand-over, and nothing left to wait for it.
-            let mut full = None;
-            std::future::poll_fn(|cx| {
-                let polled = runs.as_mut().poll(cx);
-                let settled = shared.take();
-                if polled.is_ready() && settled.len() == MAX_BATCH_ENTRIES {
-                    full = Some(settled);
-                } else {
-                    dispatcher.settler.delete_all(settled);
-                }
-                polled
-            })
-            .await;
-            if let Some(full) = full {
-                dispatcher.settler.delete_full(full).await;
+        self.tasks.spawn(self.clone().part(part));
+    }
+
+    /// Runs `part` of a standard receive's messages side by side, and deletes what they settled.
+    async fn part(self: Arc<Self>, part: Vec<Held>) {
+        let dispatcher = &self;
+        let shared = Part::new(part.len());
+        // Each message pinned side by side in one allocation; every wake polls the ones
+        // not done, at most a receive's ten.
+        let mut runs = std::pin::pin!(futures_util::future::join_all(
+            part.into_iter()
+                .map(|held| guarded_part(dispatcher.run_standard(held, &shared))),
+        ));
+        // The deletes of the messages settled in one poll go to the deleter together, at
+        // the end of that poll: nothing waits for another message. A full call's worth,
+        // the whole receive settled at once, is called from here once every message is
+        // done: no hand-over, and nothing left to wait for it.
+        let mut full = None;
+        std::future::poll_fn(|cx| {
+            let polled = runs.as_mut().poll(cx);
+            let settled = shared.take();
+            if polled.is_ready() && settled.len() == MAX_BATCH_ENTRIES {
+                full = Some(settled);
+            } else {
+                dispatcher.settler.delete_all(settled);
             }
-            dispatcher
-                .poll_cost
-                .note(shared.longest_poll.load(Ordering::Relaxed));
-        });
+            polled
+        })
+        .await;
+        if let Some(full) = full {
+            dispatcher.settler.delete_full(full).await;
+        }
+        dispatcher
+            .poll_cost
+            .note(shared.longest_poll.load(Ordering::Relaxed));
     }
 
     /// One standard message: a handler slot, its attempt, and its settling; its delete, if it

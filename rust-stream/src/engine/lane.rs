@@ -25,6 +25,7 @@ use super::dispatch::{Calls, Dispatcher};
 use super::held::Held;
 use super::lanes::Resting;
 use super::settle::{Deleting, Next, Settler, Verdict};
+use crate::client::batch::{Call, DeleteBatch};
 use crate::model::rules::MAX_BATCH_ENTRIES;
 
 /// How many FIFO groups, per handler slot, may rest between retries in place, lending their room
@@ -59,6 +60,9 @@ pub(crate) struct Run {
     since: Option<tokio::time::Instant>,
     /// How many are deleted together at most: the subscription's `delete_run`.
     longest: usize,
+    /// The longest first poll of the lane's handlers so far: what the dispatcher's
+    /// [`PollCost`](super::dispatch) is told when the lane ends.
+    pub(super) longest_poll: Duration,
 }
 
 impl Run {
@@ -68,12 +72,18 @@ impl Run {
             deletes: Vec::new(),
             since: None,
             longest: longest.clamp(1, MAX_BATCH_ENTRIES),
+            longest_poll: Duration::ZERO,
         }
     }
 
     /// Whether the run has nothing to delete.
     pub(crate) fn is_empty(&self) -> bool {
         self.deletes.is_empty()
+    }
+
+    /// Whether the run fills a call: its delete needs no company, and the lane makes it itself.
+    pub(crate) fn is_full(&self) -> bool {
+        self.deletes.len() == MAX_BATCH_ENTRIES
     }
 
     /// Whether the run is to be deleted before the lane's next message, whatever follows it: it
@@ -274,6 +284,7 @@ impl Dispatcher {
             }
         }
         task.finished = true;
+        self.note_poll_cost(run.longest_poll);
     }
 
     /// Runs the lane's message `held`, its attempt number `attempt` in this receive, in a handler
@@ -303,8 +314,9 @@ impl Dispatcher {
         let attempts = self.settler.attempts(&held, attempt);
         self.open_process_span(&mut held, attempts);
         let started = tokio::time::Instant::now();
-        let (verdict, _) = self.process(&held, attempts).await;
+        let (verdict, first_poll) = self.process(&held, attempts).await;
         drop(slot);
+        run.longest_poll = run.longest_poll.max(first_poll);
         self.settle_in_lane(held, verdict, (attempts, attempt), started, run)
             .await
             .unwrap_or(Step::Forward)
@@ -444,6 +456,9 @@ impl Dispatcher {
         if run.is_empty() {
             return true;
         }
+        // A full run's call is the lane's own ([`Settler::delete_run`]): the deleter's calls
+        // are not to wait for it.
+        let _calling = run.is_full().then(|| self.lanes.counts().calling());
         if self.settler.delete_run(run).await {
             return true;
         }
@@ -537,12 +552,14 @@ impl Dispatcher {
 }
 
 impl Settler {
-    /// Deletes a FIFO lane's run in one call (up to 10; more in calls of 10, in order) and waits
-    /// for the answers; the run is empty after. Whether every delete was confirmed: when one was
-    /// not, its message may still be in flight, and nothing later of its group may be given back
-    /// before it comes back (the lane lets the rest of its group go).
+    /// Deletes a FIFO lane's run in one call (up to 10) and waits for the answers; the run is
+    /// empty after. A full run's call is made here, by the lane's task: it needs no company, so
+    /// it costs no hand-over to the deleter's task and back. Whether every delete was confirmed:
+    /// when one was not, its message may still be in flight, and nothing later of its group may
+    /// be given back before it comes back (the lane lets the rest of its group go).
     pub(crate) async fn delete_run(&self, run: &mut Run) -> bool {
         run.since = None;
+        let full = run.is_full();
         let deletes = std::mem::take(&mut run.deletes);
         if deletes.is_empty() {
             return true;
@@ -558,7 +575,16 @@ impl Settler {
                 .iter()
                 .map(|deleting| deleting.lease.lease().clone())
                 .collect();
-            self.deleter.submit(leases).await
+            if full {
+                Call::<DeleteBatch>::answers(
+                    leases,
+                    self.client.transport().clone(),
+                    self.url.clone(),
+                )
+                .await
+            } else {
+                self.deleter.submit(leases).await
+            }
         };
         let mut confirmed = true;
         for (deleting, answer) in deletes.into_iter().zip(answers) {

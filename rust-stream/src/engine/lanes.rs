@@ -2,7 +2,7 @@
 //! message group this consumer holds messages of has one lane, its held messages ([`Held`]) in
 //! sequence order, worked through by one task at a time (`lane.rs`: what that task does, and
 //! everything else that holds the group back). Beside the table, [`LaneCounts`] says how
-//! many lanes may have a delete coming: the FIFO deleter (wired to it by `mod.rs`) waits for those,
+//! many lanes may have a delete coming: the FIFO deleter (wired to it by `parts.rs`) waits for those,
 //! and the dispatcher gives the intake room for new groups only while fewer lanes run than the
 //! handler slots.
 //!
@@ -46,6 +46,8 @@ pub(crate) struct LaneCounts {
     resting: AtomicUsize,
     /// Lanes with nothing left to handle, waiting for their run's delete before they end.
     finishing: AtomicUsize,
+    /// Lanes deleting a full run in a call of their own, not through the deleter.
+    calling: AtomicUsize,
     left: Arc<Notify>,
 }
 
@@ -59,6 +61,14 @@ impl LaneCounts {
     pub(crate) fn active(&self) -> usize {
         let resting = self.resting.load(Ordering::Acquire);
         self.running.load(Ordering::Acquire).saturating_sub(resting)
+    }
+
+    /// Lanes that may submit a delete to the deleter soon: the [`active`](Self::active) ones
+    /// but those deleting a full run in a call of their own, which the deleter's calls are not
+    /// to wait for.
+    pub(crate) fn deleting_soon(&self) -> usize {
+        self.active()
+            .saturating_sub(self.calling.load(Ordering::Acquire))
     }
 
     /// Returns once fewer than `limit` lanes are active and not finishing: a FIFO poller receives
@@ -97,6 +107,14 @@ impl LaneCounts {
         Finishing(self)
     }
 
+    /// Counts a lane as deleting a full run in a call of its own until the guard is dropped: a
+    /// call of the deleter that waits for company stops waiting for this lane.
+    pub(crate) fn calling(&self) -> Calling<'_> {
+        self.calling.fetch_add(1, Ordering::AcqRel);
+        self.left.notify_waiters();
+        Calling(self)
+    }
+
     fn ended(&self) {
         self.running.fetch_sub(1, Ordering::AcqRel);
         self.left.notify_waiters();
@@ -109,6 +127,15 @@ pub(crate) struct Finishing<'a>(&'a LaneCounts);
 impl Drop for Finishing<'_> {
     fn drop(&mut self) {
         self.0.finishing.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A lane deleting a full run in a call of its own; see [`LaneCounts::calling`].
+pub(crate) struct Calling<'a>(&'a LaneCounts);
+
+impl Drop for Calling<'_> {
+    fn drop(&mut self) {
+        self.0.calling.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

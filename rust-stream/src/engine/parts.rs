@@ -113,12 +113,12 @@ impl Parts {
             latency: Arc::new(CallLatency::for_visibility(visibility)),
         };
         // A FIFO subscription's deletes wait for each other by its lanes: those running, and
-        // not resting, may each have a delete coming.
+        // neither resting nor deleting a full run themselves, may each have a delete coming.
         let lanes = Lanes::default();
         let deleter = if fifo {
             let counts = lanes.counts().clone();
             let left = counts.left().clone();
-            client.confirmed_deleter(&url, Arc::new(move || counts.active()), left)
+            client.confirmed_deleter(&url, Arc::new(move || counts.deleting_soon()), left)
         } else {
             client.deleter(&url)
         };

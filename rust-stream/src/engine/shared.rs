@@ -40,6 +40,18 @@ impl Tasks {
         self.tracker.spawn(guarded(task));
     }
 
+    /// Runs an engine task in the calling task as far as its first poll takes it, and spawns
+    /// what is left of it as [`spawn`](Self::spawn) does: work done at once costs no task of its
+    /// own, and work that waits goes on in its own task while the caller goes on. (The futures
+    /// it waits on take the new task's waker at that task's first poll, as every future's next
+    /// poll hands it the waker to use.)
+    pub(crate) async fn start_here(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut task = guarded(task);
+        if crate::task::poll_once(&mut task).await.is_none() {
+            self.tracker.spawn(task);
+        }
+    }
+
     /// Counts as an engine task until dropped: the stop waits for work that runs outside a task
     /// (a delete nobody awaits) as it waits for the tasks.
     pub(crate) fn token(&self) -> TaskTrackerToken {
@@ -249,6 +261,41 @@ mod tests {
         };
         futures_util::future::join_all((0..3).map(part)).await;
         assert_eq!(finished.load(Ordering::SeqCst), 2, "parts 0 and 2 finished");
+    }
+
+    /// Work started here runs in the caller's task up to its first wait and costs no task when
+    /// it is done at once; what waits goes on in a task of its own, woken there (its futures take
+    /// the new task's waker), and counts as one until it ends.
+    #[tokio::test]
+    async fn work_started_here_runs_here_until_it_waits_then_in_a_task_of_its_own() {
+        let tasks = Tasks::default();
+        let steps = Arc::new(AtomicUsize::new(0));
+        let at_once = steps.clone();
+        tasks
+            .start_here(async move {
+                at_once.fetch_add(1, Ordering::SeqCst);
+            })
+            .await;
+        assert_eq!(steps.load(Ordering::SeqCst), 1, "done here, at once");
+        assert_eq!(tasks.len(), 0, "work done at once is no task");
+
+        let (go, gone) = tokio::sync::oneshot::channel::<()>();
+        let waits = steps.clone();
+        tasks
+            .start_here(async move {
+                waits.fetch_add(1, Ordering::SeqCst);
+                gone.await.expect("told to go on");
+                waits.fetch_add(1, Ordering::SeqCst);
+            })
+            .await;
+        assert_eq!(steps.load(Ordering::SeqCst), 2, "ran here up to its wait");
+        assert_eq!(tasks.len(), 1, "what waits is a task");
+        go.send(()).expect("the task waits");
+        tasks.close();
+        tokio::time::timeout(Duration::from_secs(10), tasks.wait())
+            .await
+            .expect("the task was woken in its own task and ended");
+        assert_eq!(steps.load(Ordering::SeqCst), 3);
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,7 +33,7 @@ pub(crate) struct BatchSettings {
     pub(crate) max_in_flight: usize,
 }
 
-pub(super) type Answers<A> = Vec<Result<<A as Action>::Output, TransportError>>;
+pub(crate) type Answers<A> = Vec<Result<<A as Action>::Output, TransportError>>;
 
 pub(super) struct Job<A: Action> {
     pub(super) entries: Entries<A::Entry>,

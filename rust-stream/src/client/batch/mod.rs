@@ -264,6 +264,28 @@ impl<A: Action> Call<A> {
         }
         flush.answer();
     }
+
+    /// Makes one call of `entries` (at most a call's, within the payload limit) as
+    /// [`run`](Self::run) does and returns their answers, in order: for a caller that waits for
+    /// its answers and needs no company (a FIFO lane's full run), without a batcher's task.
+    pub(crate) async fn answers(
+        entries: Vec<A::Entry>,
+        transport: SharedTransport,
+        queue_url: Arc<str>,
+    ) -> Answers<A> {
+        let count = entries.len();
+        let (answered, answers) = oneshot::channel();
+        let mut call = Self::new();
+        // The answers given to `then` go on past its entries (as errors): one an entry is taken.
+        call.push_then(entries, move |answers| {
+            let _ = answered.send(answers.take(count).collect::<Answers<A>>());
+        });
+        call.run(transport, queue_url, || {}).await;
+        // `run` answers every job before it returns.
+        answers
+            .await
+            .unwrap_or_else(|_| (0..count).map(|_| Err(stopped())).collect())
+    }
 }
 
 impl<A: Action> std::fmt::Debug for Call<A> {

@@ -197,8 +197,9 @@ pub(crate) struct Settler {
     pub(super) client: Arc<Client>,
     /// The queue's name, as events and dead-letter copies carry it.
     queue: Arc<str>,
-    /// The queue's URL, for the delete calls a receive's task fills itself ([`Self::delete_full`]).
-    url: Arc<str>,
+    /// The queue's URL, for the delete calls a receive's task or a FIFO lane fills itself
+    /// ([`Self::delete_full`], [`Self::delete_run`]).
+    pub(super) url: Arc<str>,
     fifo: bool,
     /// The visibility of received messages: a retry in place must leave room for one more run
     /// before the 12-hour cap.
