@@ -299,12 +299,8 @@ impl Dispatcher {
     /// seen it do so (use `spawn_blocking` for blocking work, as anywhere in tokio).
     pub(crate) fn dispatch(self: &Arc<Self>, held: Vec<Held>) {
         if self.fifo {
-            for held in held {
-                if let Some(group) = self.lanes.join(held, &self.leases) {
-                    let dispatcher = self.clone();
-                    self.tasks
-                        .spawn(async move { dispatcher.run_lane(group).await });
-                }
+            for group in self.join_lanes(held) {
+                self.tasks.spawn(self.clone().run_lane(group));
             }
             return;
         }
@@ -336,18 +332,21 @@ impl Dispatcher {
             return self.dispatch(held);
         }
         if self.fifo {
-            // Every message joins its lane before any lane runs: a lane run here finds its
-            // group's whole share of the receive.
-            let started: Vec<String> = held
-                .into_iter()
-                .filter_map(|held| self.lanes.join(held, &self.leases))
-                .collect();
-            for group in started {
+            for group in self.join_lanes(held) {
                 self.tasks.start_here(self.clone().run_lane(group)).await;
             }
             return;
         }
         self.tasks.start_here(self.clone().part(held)).await;
+    }
+
+    /// Puts each of a FIFO receive's messages in its group's lane, all of them before any lane
+    /// runs (so a lane finds its group's whole share of the receive); the groups whose lanes are
+    /// new and need a task.
+    fn join_lanes(&self, held: Vec<Held>) -> Vec<String> {
+        held.into_iter()
+            .filter_map(|held| self.lanes.join(held, &self.leases))
+            .collect()
     }
 
     /// Tells the [`PollCost`] a receive's part's or a FIFO lane's longest first poll of a

@@ -238,11 +238,16 @@ impl<A: Action> Call<A> {
         entries: Vec<A::Entry>,
         then: impl FnOnce(&mut Answered<'_, A>) + Send + 'static,
     ) {
+        self.push_many(entries, Reply::Then(Box::new(then)));
+    }
+
+    /// Adds `entries` as one job of at most a call's, answered to `reply`.
+    fn push_many(&mut self, entries: Vec<A::Entry>, reply: Reply<A>) {
         debug_assert!(entries.len() <= crate::model::rules::MAX_BATCH_ENTRIES);
         self.jobs.push(Job {
             size: entries.iter().map(A::size).sum(),
             entries: Entries::Many(entries),
-            reply: Reply::Then(Box::new(then)),
+            reply,
             eager: true,
             chain: None,
         });
@@ -276,10 +281,7 @@ impl<A: Action> Call<A> {
         let count = entries.len();
         let (answered, answers) = oneshot::channel();
         let mut call = Self::new();
-        // The answers given to `then` go on past its entries (as errors): one an entry is taken.
-        call.push_then(entries, move |answers| {
-            let _ = answered.send(answers.take(count).collect::<Answers<A>>());
-        });
+        call.push_many(entries, Reply::Wait(answered));
         call.run(transport, queue_url, || {}).await;
         // `run` answers every job before it returns.
         answers
