@@ -177,10 +177,7 @@ async fn rolling_restarts(
         if app < RESTARTS {
             tokio::time::sleep(Duration::from_secs(2)).await;
         } else {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while left(backend, &url).await > 0 && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            backend.until_empty(&url, Duration::from_secs(120)).await;
         }
         running.stop().await.unwrap();
     }
@@ -276,10 +273,7 @@ async fn a_stalled_delete_then_a_stalled_extension_let_no_message_run_twice_on_l
     // While the second messages run, one extension stalls.
     proxy.stall_next("ChangeMessageVisibilityBatch");
     let url = direct.transport.get_queue_url(queue.name()).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(150);
-    while left(&direct, &url).await > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    direct.until_empty(&url, Duration::from_secs(150)).await;
     running.stop().await.unwrap();
     let calls = calls.lock().unwrap().clone();
     let stalls: u64 = proxy
@@ -409,10 +403,7 @@ async fn restarts_during_a_long_head_then_one_failure_each_dead_letter_nothing_o
         running.stop().await.unwrap();
     }
     let running = app(RESTARTS).await.expect("the app starts");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while left(&backend, &url).await > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    backend.until_empty(&url, Duration::from_secs(120)).await;
     running.stop().await.unwrap();
 
     let dlq = backend.transport.get_queue_url(&dlq_name).await.unwrap();

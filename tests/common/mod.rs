@@ -944,6 +944,8 @@ pub mod backend {
     };
     use rust_stream::SqsBroker;
 
+    use tokio::time::Instant;
+
     use super::recording::{Recorder, Recording};
 
     /// Which backend a test body runs on, for the places where LocalStack deviates from SQS.
@@ -1170,6 +1172,26 @@ pub mod backend {
         /// Visible, in flight and delayed messages of a queue: see [`super::left`].
         pub async fn left(&self, url: &str) -> (u64, u64, u64) {
             super::left(&self.transport, url).await
+        }
+
+        /// Waits until the queue reads empty twice in a row, 200 ms apart, or `within` passes;
+        /// whether it did. One empty read is not enough while a consumer receives: LocalStack
+        /// counts a FIFO message its receive is moving from the group to in flight as neither.
+        pub async fn until_empty(&self, url: &str, within: Duration) -> bool {
+            let deadline = Instant::now() + within;
+            let mut empty_reads = 0;
+            while Instant::now() < deadline {
+                empty_reads = if self.left(url).await == (0, 0, 0) {
+                    empty_reads + 1
+                } else {
+                    0
+                };
+                if empty_reads == 2 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            false
         }
 
         /// A visibility timeout long enough for LocalStack's ~1 s timer resolution.
