@@ -24,8 +24,10 @@ pub(crate) struct Held {
     /// The `process` span of its current attempt (none before the first): what the engine logs
     /// about the message until the attempt is settled goes inside it.
     pub(crate) span: tracing::Span,
-    /// Its place among its key's running messages, under a per-key in-flight limit.
-    pub(crate) key: Option<KeyHold>,
+    /// Its place among its key's running messages, under a per-key in-flight limit; boxed, as
+    /// few subscriptions set one and a receive's list of held messages is to stay under a
+    /// kilobyte (see the size test below).
+    pub(crate) key: Option<Box<KeyHold>>,
 }
 
 /// What keeps count of a key's running messages (`keys::KeyLimits`): told when one is let go.
@@ -70,5 +72,29 @@ impl std::ops::Deref for HeldLease {
 impl Drop for HeldLease {
     fn drop(&mut self) {
         self.0.orphan();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Held;
+    use crate::engine::settle::Deleting;
+    use crate::model::rules::MAX_BATCH_ENTRIES;
+
+    /// A receive's lists of held messages and of their deletes are each one allocation; glibc
+    /// merges all its fast free lists before any allocation of a kilobyte or more (a chunk of
+    /// 1,024 bytes, 1,000 asked), and on a large backlog those lie all over the heap.
+    #[test]
+    fn a_receives_lists_of_held_messages_and_deletes_stay_under_a_kilobyte() {
+        assert!(
+            std::mem::size_of::<Held>() * MAX_BATCH_ENTRIES <= 1000,
+            "{} bytes a held message",
+            std::mem::size_of::<Held>()
+        );
+        assert!(
+            std::mem::size_of::<Deleting>() * MAX_BATCH_ENTRIES <= 1000,
+            "{} bytes a delete",
+            std::mem::size_of::<Deleting>()
+        );
     }
 }

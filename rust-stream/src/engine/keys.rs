@@ -95,10 +95,10 @@ impl KeyLimits {
         if line.running < self.most {
             line.running += 1;
             drop(table);
-            held.key = Some(KeyHold {
+            held.key = Some(Box::new(KeyHold {
                 count: self.clone(),
                 key,
-            });
+            }));
             self.dispatcher.dispatch(vec![held]);
             return None;
         }
@@ -136,10 +136,10 @@ impl KeyCount for KeyLimits {
         let Some(mut next) = next else {
             return;
         };
-        next.key = Some(KeyHold {
+        next.key = Some(Box::new(KeyHold {
             count: self.clone(),
             key: key.clone(),
-        });
+        }));
         if self.tasks.no_new_attempts().is_cancelled() {
             self.dispatcher.park_unstarted(vec![next]);
         } else {

@@ -65,8 +65,9 @@ pub(crate) struct Deleting {
 #[derive(Debug)]
 pub(super) struct Counted {
     settled: Settled,
-    /// The recorder's event, built only when a test records.
-    event: Option<Event>,
+    /// The recorder's event, built only when a test records; boxed, so that a receive's list of
+    /// deletes stays under a kilobyte (glibc merges its free lists for larger allocations).
+    event: Option<Box<Event>>,
 }
 
 impl Counted {
@@ -74,7 +75,7 @@ impl Counted {
     pub(super) fn count(self, metrics: &SubscriptionMetrics, client: &Client) {
         metrics.settled(self.settled);
         if let Some(event) = self.event {
-            client.record(|| event);
+            client.record(|| *event);
         }
     }
 }
@@ -457,7 +458,7 @@ impl Settler {
             event: self
                 .client
                 .is_recording()
-                .then(|| self.settled_event(&held, settled)),
+                .then(|| Box::new(self.settled_event(&held, settled))),
         };
         let held = Deleting::new(held, in_flight, counted);
         if self.deletes == Deletes::ByEventSourceMapping {
