@@ -67,8 +67,8 @@ pub(crate) async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Ou
 /// together, in a list (a receive's ten message futures are over ten kilobytes, and an
 /// allocation of a kilobyte or more makes glibc merge its free lists, whose chunks lie all over
 /// a large backlog's heap). The one that waited is not polled again in the poll it waited in,
-/// so nothing is polled sooner than under `join_all`. A future of its own, not an `async fn`:
-/// an `async fn` would keep the running item's future twice over (made, then pinned).
+/// so nothing is polled sooner than under `join_all`. A future of its own, not an `async fn`,
+/// whose state made a receive's part 184 bytes larger.
 pub(crate) fn side_by_side<T, F: Future<Output = ()>, R: FnMut(T) -> F>(
     items: Vec<T>,
     run: R,

@@ -364,33 +364,27 @@ impl Dispatcher {
     async fn part(self: Arc<Self>, part: Vec<Held>) {
         let dispatcher = &self;
         let shared = Part::new(part.len());
-        // The messages' futures are gone before the full delete's is made: the part is boxed
-        // when it starts in the poller, and one is not to hold both (a box of a kilobyte or
-        // more makes glibc merge its free lists).
-        let full = {
-            // One after another while each is done at once, then the rest side by side (every
-            // wake polls the ones not done, at most a receive's ten).
-            let mut runs = std::pin::pin!(crate::task::side_by_side(part, |held| {
-                guarded_part(dispatcher.run_standard(held, &shared))
-            }));
-            // The deletes of the messages settled in one poll go to the deleter together, at
-            // the end of that poll: nothing waits for another message. A full call's worth,
-            // the whole receive settled at once, is called from here once every message is
-            // done: no hand-over, and nothing left to wait for it.
-            let mut full = None;
-            std::future::poll_fn(|cx| {
-                let polled = runs.as_mut().poll(cx);
-                let settled = shared.take();
-                if polled.is_ready() && settled.len() == MAX_BATCH_ENTRIES {
-                    full = Some(settled);
-                } else {
-                    dispatcher.settler.delete_all(settled);
-                }
-                polled
-            })
-            .await;
-            full
-        };
+        // One after another while each is done at once, then the rest side by side (every
+        // wake polls the ones not done, at most a receive's ten).
+        let mut runs = std::pin::pin!(crate::task::side_by_side(part, |held| {
+            guarded_part(dispatcher.run_standard(held, &shared))
+        }));
+        // The deletes of the messages settled in one poll go to the deleter together, at
+        // the end of that poll: nothing waits for another message. A full call's worth,
+        // the whole receive settled at once, is called from here once every message is
+        // done: no hand-over, and nothing left to wait for it.
+        let mut full = None;
+        std::future::poll_fn(|cx| {
+            let polled = runs.as_mut().poll(cx);
+            let settled = shared.take();
+            if polled.is_ready() && settled.len() == MAX_BATCH_ENTRIES {
+                full = Some(settled);
+            } else {
+                dispatcher.settler.delete_all(settled);
+            }
+            polled
+        })
+        .await;
         if let Some(full) = full {
             dispatcher.settler.delete_full(full).await;
         }

@@ -82,8 +82,9 @@ mod tests {
     use crate::model::rules::MAX_BATCH_ENTRIES;
 
     /// A receive's lists of held messages and of their deletes are each one allocation; glibc
-    /// merges all its fast free lists before any allocation of a kilobyte or more (a chunk of
-    /// 1,024 bytes, 1,000 asked), and on a large backlog those lie all over the heap.
+    /// merges all its fast free lists before it hands out a chunk of 1,024 bytes or more (one
+    /// asked for 1,000 bytes stays under, with its header), and on a large backlog those lists'
+    /// chunks lie all over the heap.
     #[test]
     fn a_receives_lists_of_held_messages_and_deletes_stay_under_a_kilobyte() {
         assert!(
