@@ -923,13 +923,8 @@ async fn a_peek_on_sqs_leaves_the_messages_visible_with_one_more_receive_and_ref
 /// Waits (on the backend's clock) until the queue holds nothing: LocalStack purges in the
 /// background.
 async fn eventually_empty<T: Transport>(backend: &Backend<T>, url: &str) {
-    for _ in 0..50 {
-        if backend.left(url).await == (0, 0, 0) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!(
+    assert!(
+        backend.until_empty(url, Duration::from_secs(10)).await,
         "the queue still holds {:?} after a purge",
         backend.left(url).await
     );
