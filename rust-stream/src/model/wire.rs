@@ -144,11 +144,36 @@ impl SendMessage {
     }
 }
 
+/// A batch entry's id: 1–80 characters of `[A-Za-z0-9_-]`, unique within its call. The ids the
+/// engine gives its own calls' entries are borrowed (`"0"` to `"9"`), so a batch costs no string
+/// per entry; any other id is owned.
+pub type EntryId = Cow<'static, str>;
+
+/// The ids the engine gives a call's entries (at most 10, SQS's and SNS's limit), by index.
+const ENTRY_IDS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+
+/// The id of a call's entry `i`: its index, which the answer's ids are read back as.
+pub(crate) fn entry_id(i: usize) -> EntryId {
+    ENTRY_IDS
+        .get(i)
+        .map_or_else(|| EntryId::Owned(i.to_string()), |id| EntryId::Borrowed(id))
+}
+
+/// An id a service answered for an entry: borrowed when it is one the engine gives, so reading
+/// an answer costs no string per entry either.
+#[cfg(feature = "aws")]
+pub(crate) fn answered_entry_id(id: &str) -> EntryId {
+    ENTRY_IDS.iter().find(|known| **known == id).map_or_else(
+        || EntryId::Owned(id.to_owned()),
+        |known| EntryId::Borrowed(known),
+    )
+}
+
 /// One entry of a `SendMessageBatch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendBatchEntry {
-    /// The entry's id within the batch: 1–80 characters of `[A-Za-z0-9_-]`.
-    pub id: String,
+    /// The entry's id within the batch.
+    pub id: EntryId,
     /// The message.
     pub message: SendMessage,
 }
@@ -157,7 +182,7 @@ impl SendBatchEntry {
     /// An entry with this id.
     pub fn new(id: impl Into<String>, message: SendMessage) -> Self {
         Self {
-            id: id.into(),
+            id: EntryId::Owned(id.into()),
             message,
         }
     }
@@ -559,7 +584,7 @@ impl<N: AsRef<str>, V: Into<String>> FromIterator<(N, V)> for SystemAttributes {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteEntry {
     /// The entry's id within the batch.
-    pub id: String,
+    pub id: EntryId,
     /// The receipt handle of the latest receive.
     pub receipt_handle: String,
 }
@@ -568,7 +593,7 @@ pub struct DeleteEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeVisibilityEntry {
     /// The entry's id within the batch.
-    pub id: String,
+    pub id: EntryId,
     /// The receipt handle of the latest receive.
     pub receipt_handle: String,
     /// The new visibility timeout in seconds, counted from now; 0 releases the message.
@@ -579,7 +604,7 @@ pub struct ChangeVisibilityEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchResult<T> {
     /// Successful entries, by entry id.
-    pub successful: Vec<(String, T)>,
+    pub successful: Vec<(EntryId, T)>,
     /// Failed entries.
     pub failed: Vec<BatchFailure>,
 }
