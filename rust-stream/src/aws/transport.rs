@@ -298,22 +298,21 @@ impl Transport for AwsTransport {
         .map_err(|e| self.error(e))?;
         // Taken apart, not copied: every message's id, receipt handle, body and attributes move
         // out of the SDK's answer as they are (its strings are dropped with it otherwise).
-        output
-            .messages
-            .unwrap_or_default()
-            .into_iter()
-            .map(|message| {
-                Ok(ReceivedMessage {
-                    message_id: message.message_id.ok_or_else(|| missing("a message id"))?,
-                    receipt_handle: message
-                        .receipt_handle
-                        .ok_or_else(|| missing("a receipt handle"))?,
-                    body: message.body.unwrap_or_default(),
-                    attributes: message.attributes.into_iter().flatten().collect(),
-                    message_attributes: from_sdk_attributes(message.message_attributes),
-                })
-            })
-            .collect()
+        // Into this thread's kept list ([`ReceivedMessage::list`]), not a new one.
+        let messages = output.messages.unwrap_or_default();
+        let mut received = ReceivedMessage::list(messages.len());
+        for message in messages {
+            received.push(ReceivedMessage {
+                message_id: message.message_id.ok_or_else(|| missing("a message id"))?,
+                receipt_handle: message
+                    .receipt_handle
+                    .ok_or_else(|| missing("a receipt handle"))?,
+                body: message.body.unwrap_or_default(),
+                attributes: message.attributes.into_iter().flatten().collect(),
+                message_attributes: from_sdk_attributes(message.message_attributes),
+            });
+        }
+        Ok(received)
     }
 
     async fn delete_message_batch(

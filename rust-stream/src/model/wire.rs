@@ -292,7 +292,41 @@ pub struct ReceivedMessage {
     pub message_attributes: MessageAttributes,
 }
 
+/// The most messages a kept list ([`ReceivedMessage::list`]) holds: a receive's 10, with room.
+const KEPT_LIST_MESSAGES: usize = 16;
+
+thread_local! {
+    /// A receive's list of messages, given back empty by whoever took the messages out: a list of
+    /// 10 messages is kilobytes, and a request for that much makes glibc's allocator sort all its
+    /// recently freed small blocks first, which on a large heap costs more than the receive.
+    static KEPT_LIST: std::cell::Cell<Vec<ReceivedMessage>> = const {
+        std::cell::Cell::new(Vec::new())
+    };
+}
+
 impl ReceivedMessage {
+    /// An empty list for a receive's `count` messages: the one this thread was given back
+    /// ([`give_back_list`](Self::give_back_list)) when it is large enough.
+    pub(crate) fn list(count: usize) -> Vec<ReceivedMessage> {
+        let kept = KEPT_LIST
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default();
+        if kept.capacity() >= count {
+            return kept;
+        }
+        // Too small for this one, kept for the next.
+        let _ = KEPT_LIST.try_with(|cell| cell.set(kept));
+        Vec::with_capacity(count)
+    }
+
+    /// Keeps a receive's list, emptied, for the thread's next receive ([`list`](Self::list)).
+    pub(crate) fn give_back_list(mut list: Vec<ReceivedMessage>) {
+        if list.capacity() <= KEPT_LIST_MESSAGES {
+            list.clear();
+            // A thread that is ending keeps nothing.
+            let _ = KEPT_LIST.try_with(|kept| kept.set(list));
+        }
+    }
     /// `ApproximateReceiveCount`, when it was requested.
     pub fn receive_count(&self) -> Option<u32> {
         self.attributes
@@ -621,6 +655,42 @@ impl<T> Default for BatchResult<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list given back is the next list asked for, emptied, while it is large enough; a list
+    /// larger than a receive's is not kept, so a thread keeps at most a few hundred bytes a
+    /// message for it.
+    #[test]
+    fn a_receives_list_given_back_is_the_threads_next() {
+        let message = || ReceivedMessage {
+            message_id: "m".into(),
+            receipt_handle: "r".into(),
+            body: "b".into(),
+            attributes: SystemAttributes::new(),
+            message_attributes: MessageAttributes::new(),
+        };
+        let mut list = ReceivedMessage::list(10);
+        list.extend((0..10).map(|_| message()));
+        let storage = list.as_ptr();
+        ReceivedMessage::give_back_list(list);
+        let again = ReceivedMessage::list(3);
+        assert!(again.is_empty(), "given back emptied");
+        assert_eq!(again.as_ptr(), storage, "the same storage");
+        ReceivedMessage::give_back_list(again);
+        let larger = ReceivedMessage::list(11);
+        assert!(larger.capacity() >= 11);
+        let kept = ReceivedMessage::list(1);
+        assert_eq!(kept.as_ptr(), storage, "kept while a larger list was made");
+        drop(kept);
+        let mut huge = larger;
+        huge.reserve(100);
+        huge.push(message());
+        ReceivedMessage::give_back_list(huge);
+        let fresh = ReceivedMessage::list(1);
+        assert!(
+            fresh.capacity() < 100,
+            "a list larger than a receive's is not kept"
+        );
+    }
 
     #[test]
     fn system_attributes_read_as_a_map_of_names_in_name_order() {
