@@ -123,7 +123,7 @@ async fn receive_delete(account: &Account, url: &str) -> usize {
             .into_iter()
             .enumerate()
             .map(|(i, m)| DeleteEntry {
-                id: format!("d{i}"),
+                id: format!("d{i}").into(),
                 receipt_handle: m.receipt_handle,
             })
             .collect();

@@ -110,7 +110,7 @@ async fn plain_loop(groups: usize) -> Duration {
             .iter()
             .enumerate()
             .map(|(i, m)| DeleteEntry {
-                id: i.to_string(),
+                id: i.to_string().into(),
                 receipt_handle: m.receipt_handle.clone(),
             })
             .collect::<Vec<_>>();

@@ -205,7 +205,7 @@ async fn plain_loop() -> Duration {
                 let order: Order = Json.decode(&m.body).unwrap();
                 black_box(order);
                 DeleteEntry {
-                    id: i.to_string(),
+                    id: i.to_string().into(),
                     receipt_handle: m.receipt_handle,
                 }
             })

@@ -84,7 +84,7 @@ fn successful_ids<T>(result: &BatchResult<T>) -> Vec<&str> {
     result
         .successful
         .iter()
-        .map(|(id, _)| id.as_str())
+        .map(|(id, _)| id.as_ref())
         .collect()
 }
 
@@ -1624,7 +1624,7 @@ async fn assert_every_batch_api_refuses(ids: &[String], kind: ErrorKind, needle:
     let deletes = ids
         .iter()
         .map(|id| DeleteEntry {
-            id: id.clone(),
+            id: id.clone().into(),
             receipt_handle: handle.clone(),
         })
         .collect();
@@ -1636,7 +1636,7 @@ async fn assert_every_batch_api_refuses(ids: &[String], kind: ErrorKind, needle:
     let changes = ids
         .iter()
         .map(|id| ChangeVisibilityEntry {
-            id: id.clone(),
+            id: id.clone().into(),
             receipt_handle: handle.clone(),
             visibility_timeout: 0,
         })
@@ -1726,7 +1726,7 @@ async fn every_batch_api_accepts_10_entries_with_80_character_ids() {
             ten.iter()
                 .zip(&received)
                 .map(|(id, m)| ChangeVisibilityEntry {
-                    id: id.clone(),
+                    id: id.clone().into(),
                     receipt_handle: m.receipt_handle.clone(),
                     visibility_timeout: 60,
                 })
@@ -1741,7 +1741,7 @@ async fn every_batch_api_accepts_10_entries_with_80_character_ids() {
             ten.iter()
                 .zip(&received)
                 .map(|(id, m)| DeleteEntry {
-                    id: id.clone(),
+                    id: id.clone().into(),
                     receipt_handle: m.receipt_handle.clone(),
                 })
                 .collect(),
@@ -1963,7 +1963,7 @@ async fn a_change_visibility_batch_with_a_bogus_receipt_handle_changes_the_other
     }
     let received = receive(&account, &url, 3).await;
     let entry = |id: &str, handle: &str, visibility_timeout| ChangeVisibilityEntry {
-        id: id.to_owned(),
+        id: id.to_owned().into(),
         receipt_handle: handle.to_owned(),
         visibility_timeout,
     };

@@ -111,7 +111,7 @@ async fn delete<T: Transport>(backend: &Backend<T>, url: &str, messages: &[Recei
         .iter()
         .enumerate()
         .map(|(i, m)| DeleteEntry {
-            id: format!("d{i}"),
+            id: format!("d{i}").into(),
             receipt_handle: m.receipt_handle.clone(),
         })
         .collect();
@@ -133,7 +133,7 @@ async fn change_visibility<T: Transport>(
         .iter()
         .enumerate()
         .map(|(i, m)| ChangeVisibilityEntry {
-            id: format!("v{i}"),
+            id: format!("v{i}").into(),
             receipt_handle: m.receipt_handle.clone(),
             visibility_timeout: seconds,
         })
@@ -461,13 +461,13 @@ async fn a_batch_answers_each_entry<T: Transport>(backend: Backend<T>) {
     let ok: Vec<&str> = result
         .successful
         .iter()
-        .map(|(id, _)| id.as_str())
+        .map(|(id, _)| id.as_ref())
         .collect();
     assert_eq!(ok, ["good", "also-good"]);
     let mut failed: Vec<(&str, ErrorKind, bool)> = result
         .failed
         .iter()
-        .map(|f| (f.id.as_str(), f.kind, f.sender_fault))
+        .map(|f| (f.id.as_ref(), f.kind, f.sender_fault))
         .collect();
     failed.sort_by_key(|(id, _, _)| *id);
     assert_eq!(

@@ -35,8 +35,8 @@ use rust_stream::prelude::*;
 use rust_stream::testing::TestApp;
 use rust_stream::transport::layer::{Hooked, Hooks};
 use rust_stream::transport::{
-    BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, QueueAttributes, ReceiveMessage,
-    ReceivedMessage, Transport, TransportError,
+    BatchFailure, BatchResult, ChangeVisibilityEntry, DeleteEntry, EntryId, QueueAttributes,
+    ReceiveMessage, ReceivedMessage, Transport, TransportError,
 };
 use rust_stream::RetryPolicy;
 use tokio::time::{sleep, Instant};
@@ -721,7 +721,7 @@ impl Hooks for Stalling {
             let _stalled = Stalled::begin(self, "DeleteMessageBatch");
             sleep(stall).await;
         }
-        let handles: BTreeMap<String, String> = entries
+        let handles: BTreeMap<EntryId, String> = entries
             .iter()
             .map(|entry| (entry.id.clone(), entry.receipt_handle.clone()))
             .collect();
@@ -755,7 +755,7 @@ impl Hooks for Stalling {
                     .is_some_and(|job| refused.contains(job))
         });
         let lost = self.lose_extension_answers_of.lock().unwrap().clone();
-        let answers_lost: Vec<String> = pass
+        let answers_lost: Vec<EntryId> = pass
             .iter()
             .filter(|entry| {
                 entry.visibility_timeout > 0
@@ -765,7 +765,7 @@ impl Hooks for Stalling {
             })
             .map(|entry| entry.id.clone())
             .collect();
-        let changes: BTreeMap<String, (String, i32)> = pass
+        let changes: BTreeMap<EntryId, (String, i32)> = pass
             .iter()
             .map(|entry| {
                 (

@@ -243,7 +243,7 @@ impl Line {
         let handles: std::collections::HashMap<&str, &str> = handles.into_iter().collect();
         let mut held = self.held.lock().unwrap();
         for (id, ()) in &result.successful {
-            if let Some(handle) = handles.get(id.as_str()) {
+            if let Some(handle) = handles.get(id.as_ref()) {
                 held.remove(*handle);
             }
         }
@@ -293,7 +293,7 @@ impl Hooks for Line {
     ) -> Result<BatchResult<()>, TransportError> {
         let handles: Vec<(String, String)> = entries
             .iter()
-            .map(|entry| (entry.id.clone(), entry.receipt_handle.clone()))
+            .map(|entry| (entry.id.to_string(), entry.receipt_handle.clone()))
             .collect();
         let result = inner.delete_message_batch(url, entries).await?;
         self.let_go(
@@ -315,7 +315,7 @@ impl Hooks for Line {
         let released: Vec<(String, String)> = entries
             .iter()
             .filter(|entry| entry.visibility_timeout == 0)
-            .map(|entry| (entry.id.clone(), entry.receipt_handle.clone()))
+            .map(|entry| (entry.id.to_string(), entry.receipt_handle.clone()))
             .collect();
         let result = inner.change_message_visibility_batch(url, entries).await?;
         self.let_go(

@@ -402,7 +402,7 @@ async fn quiet_dwell_on_the_account(
             .iter()
             .enumerate()
             .map(|(id, message)| SendBatchEntry {
-                id: id.to_string(),
+                id: id.to_string().into(),
                 message: message.clone(),
             })
             .collect();
@@ -431,7 +431,7 @@ async fn quiet_dwell_on_the_account(
                     .into_iter()
                     .enumerate()
                     .map(|(id, message)| DeleteEntry {
-                        id: id.to_string(),
+                        id: id.to_string().into(),
                         receipt_handle: message.receipt_handle,
                     })
                     .collect();

@@ -190,7 +190,7 @@ async fn stored_order<T: Transport>(
             .iter()
             .enumerate()
             .map(|(id, message)| DeleteEntry {
-                id: id.to_string(),
+                id: id.to_string().into(),
                 receipt_handle: message.receipt_handle.clone(),
             })
             .collect();

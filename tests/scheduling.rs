@@ -71,7 +71,7 @@ fn consume(account: &Account, queue: &str, start: Instant) -> (Seen, tokio::task
                 let reminder: Reminder = serde_json::from_str(&message.body).expect("a reminder");
                 log.lock().unwrap().push((now, reminder));
                 entries.push(DeleteEntry {
-                    id: n.to_string(),
+                    id: n.to_string().into(),
                     receipt_handle: message.receipt_handle,
                 });
             }

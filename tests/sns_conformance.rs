@@ -631,7 +631,7 @@ fn answered(result: &PublishBatchResult) -> Vec<&str> {
     let mut ok: Vec<&str> = result
         .successful
         .iter()
-        .map(|(id, _)| id.as_str())
+        .map(|(id, _)| id.as_ref())
         .collect();
     ok.sort_unstable();
     ok
@@ -642,7 +642,7 @@ fn failed(result: &PublishBatchResult) -> Vec<(String, ErrorKind)> {
     let mut failed: Vec<(String, ErrorKind)> = result
         .failed
         .iter()
-        .map(|failure| (failure.id.clone(), failure.kind))
+        .map(|failure| (failure.id.to_string(), failure.kind))
         .collect();
     failed.sort_by(|a, b| a.0.cmp(&b.0));
     failed

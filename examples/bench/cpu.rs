@@ -590,7 +590,7 @@ async fn account_plain<T: Transport + 'static>(
                     for (index, message) in received.into_iter().enumerate() {
                         decode(&message.body)?;
                         entries.push(DeleteEntry {
-                            id: index.to_string(),
+                            id: index.to_string().into(),
                             receipt_handle: message.receipt_handle,
                         });
                     }

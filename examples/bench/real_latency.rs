@@ -309,7 +309,7 @@ async fn plain_consume(
                     let order: Order = serde_json::from_str(&message.body)?;
                     std::hint::black_box(&order);
                     entries.push(DeleteEntry {
-                        id: index.to_string(),
+                        id: index.to_string().into(),
                         receipt_handle: message.receipt_handle,
                     });
                 }

@@ -671,7 +671,7 @@ pub mod recording {
 
     use rust_stream::transport::layer::{Hooked, Hooks};
     use rust_stream::transport::{
-        BatchResult, ChangeVisibilityEntry, DeleteEntry, ReceiveMessage, ReceivedMessage,
+        BatchResult, ChangeVisibilityEntry, DeleteEntry, EntryId, ReceiveMessage, ReceivedMessage,
         SendBatchEntry, SentMessage, Transport, TransportError,
     };
 
@@ -854,7 +854,7 @@ pub mod recording {
             url: &str,
             entries: Vec<SendBatchEntry>,
         ) -> Result<BatchResult<SentMessage>, TransportError> {
-            let dedup_ids: HashMap<String, Option<String>> = entries
+            let dedup_ids: HashMap<EntryId, Option<String>> = entries
                 .iter()
                 .map(|entry| (entry.id.clone(), entry.message.dedup_id.clone()))
                 .collect();
@@ -1154,7 +1154,7 @@ pub mod backend {
                     .iter()
                     .enumerate()
                     .map(|(i, message)| rust_stream::transport::DeleteEntry {
-                        id: i.to_string(),
+                        id: i.to_string().into(),
                         receipt_handle: message.receipt_handle.clone(),
                     })
                     .collect();
@@ -1402,7 +1402,7 @@ pub async fn receive_all_of<T: rust_stream::transport::Transport>(
                 .iter()
                 .enumerate()
                 .map(|(n, message)| rust_stream::transport::DeleteEntry {
-                    id: n.to_string(),
+                    id: n.to_string().into(),
                     receipt_handle: message.receipt_handle.clone(),
                 })
                 .collect();

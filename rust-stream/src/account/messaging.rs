@@ -233,7 +233,7 @@ impl Account {
         queue_url: &str,
         mut entries: Vec<DeleteEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))
+        rules::check_batch_ids(entries.iter().map(|e| e.id.as_ref()))
             .map_err(TransportError::unsent)?;
         let now = self.now();
         let slot = self.slot(queue_url)?;
@@ -294,7 +294,7 @@ impl Account {
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|e| e.id.as_str()))
+        rules::check_batch_ids(entries.iter().map(|e| e.id.as_ref()))
             .map_err(TransportError::unsent)?;
         let now = self.now();
         let slot = self.slot(queue_url)?;

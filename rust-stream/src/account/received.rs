@@ -146,79 +146,78 @@ impl Received {
     ) -> Vec<ReceivedMessage> {
         let (incarnation, fifo) = (self.incarnation, self.fifo);
         let bodies = &self.bodies;
-        self.messages
-            .drain(..)
-            .map(|message| {
-                // Numbers are written in place: no map and no string per attribute.
-                let mut attributes = SystemAttributes::new();
-                let wants = |attribute| wanted.system(attribute);
-                if wants(SystemAttribute::ApproximateReceiveCount) {
-                    attributes.insert_number(
-                        SystemAttribute::ApproximateReceiveCount,
-                        message.receive_count.into(),
-                        0,
-                    );
-                }
-                if let (true, Some(first)) = (
-                    wants(SystemAttribute::ApproximateFirstReceiveTimestamp),
-                    message.first_received,
-                ) {
-                    attributes.insert_number(
-                        SystemAttribute::ApproximateFirstReceiveTimestamp,
-                        start_epoch_ms + first,
-                        0,
-                    );
-                }
-                if wants(SystemAttribute::SentTimestamp) {
-                    attributes.insert_number(
-                        SystemAttribute::SentTimestamp,
-                        start_epoch_ms + message.sent,
-                        0,
-                    );
-                }
-                if wants(SystemAttribute::SenderId) {
-                    attributes.insert(SystemAttribute::SenderId.name(), ACCOUNT_ID);
-                }
-                if let (true, Some(group)) = (
-                    wants(SystemAttribute::MessageGroupId),
-                    message.group_id.as_deref(),
-                ) {
-                    attributes.insert(SystemAttribute::MessageGroupId.name(), group);
-                }
-                if let (true, Some(dedup)) = (
-                    wants(SystemAttribute::MessageDeduplicationId),
-                    message.dedup.as_ref(),
-                ) {
-                    attributes.insert(
-                        SystemAttribute::MessageDeduplicationId.name(),
-                        dedup.id.text(),
-                    );
-                }
-                if fifo && wants(SystemAttribute::SequenceNumber) {
-                    attributes.insert_number(
-                        SystemAttribute::SequenceNumber,
-                        message.key,
-                        SEQUENCE_NUMBER_DIGITS,
-                    );
-                }
-                if let (true, Some(arn)) = (
-                    wants(SystemAttribute::DeadLetterQueueSourceArn),
-                    message.dead_letter_source_arn.as_deref(),
-                ) {
-                    attributes.insert(SystemAttribute::DeadLetterQueueSourceArn.name(), arn);
-                }
-                if let Some(header) = message.aws_trace_header {
-                    attributes.insert(SystemAttribute::AwsTraceHeader.name(), header);
-                }
-                ReceivedMessage {
-                    message_id: message.message_id.text(),
-                    receipt_handle: receipt_handle(incarnation, message.key, message.receive_count),
-                    body: bodies[message.body].to_owned(),
-                    attributes,
-                    message_attributes: message.message_attributes,
-                }
-            })
-            .collect()
+        let mut list = ReceivedMessage::list(self.messages.len());
+        list.extend(self.messages.drain(..).map(|message| {
+            // Numbers are written in place: no map and no string per attribute.
+            let mut attributes = SystemAttributes::new();
+            let wants = |attribute| wanted.system(attribute);
+            if wants(SystemAttribute::ApproximateReceiveCount) {
+                attributes.insert_number(
+                    SystemAttribute::ApproximateReceiveCount,
+                    message.receive_count.into(),
+                    0,
+                );
+            }
+            if let (true, Some(first)) = (
+                wants(SystemAttribute::ApproximateFirstReceiveTimestamp),
+                message.first_received,
+            ) {
+                attributes.insert_number(
+                    SystemAttribute::ApproximateFirstReceiveTimestamp,
+                    start_epoch_ms + first,
+                    0,
+                );
+            }
+            if wants(SystemAttribute::SentTimestamp) {
+                attributes.insert_number(
+                    SystemAttribute::SentTimestamp,
+                    start_epoch_ms + message.sent,
+                    0,
+                );
+            }
+            if wants(SystemAttribute::SenderId) {
+                attributes.insert(SystemAttribute::SenderId.name(), ACCOUNT_ID);
+            }
+            if let (true, Some(group)) = (
+                wants(SystemAttribute::MessageGroupId),
+                message.group_id.as_deref(),
+            ) {
+                attributes.insert(SystemAttribute::MessageGroupId.name(), group);
+            }
+            if let (true, Some(dedup)) = (
+                wants(SystemAttribute::MessageDeduplicationId),
+                message.dedup.as_ref(),
+            ) {
+                attributes.insert(
+                    SystemAttribute::MessageDeduplicationId.name(),
+                    dedup.id.text(),
+                );
+            }
+            if fifo && wants(SystemAttribute::SequenceNumber) {
+                attributes.insert_number(
+                    SystemAttribute::SequenceNumber,
+                    message.key,
+                    SEQUENCE_NUMBER_DIGITS,
+                );
+            }
+            if let (true, Some(arn)) = (
+                wants(SystemAttribute::DeadLetterQueueSourceArn),
+                message.dead_letter_source_arn.as_deref(),
+            ) {
+                attributes.insert(SystemAttribute::DeadLetterQueueSourceArn.name(), arn);
+            }
+            if let Some(header) = message.aws_trace_header {
+                attributes.insert(SystemAttribute::AwsTraceHeader.name(), header);
+            }
+            ReceivedMessage {
+                message_id: message.message_id.text(),
+                receipt_handle: receipt_handle(incarnation, message.key, message.receive_count),
+                body: bodies[message.body].to_owned(),
+                attributes,
+                message_attributes: message.message_attributes,
+            }
+        }));
+        list
     }
 }
 

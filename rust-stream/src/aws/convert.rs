@@ -9,8 +9,9 @@ use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue as SdkAttribute;
 
 use crate::model::rules::ErrorKind;
+use crate::model::wire::answered_entry_id;
 use crate::transport::{
-    BatchFailure, BatchResult, MessageAttributeValue, MessageAttributes, TransportError,
+    BatchFailure, BatchResult, EntryId, MessageAttributeValue, MessageAttributes, TransportError,
 };
 
 /// An SDK error as a [`TransportError`]: service errors by their SQS or SNS kind, the rest
@@ -127,7 +128,7 @@ pub(super) fn batch_failure(
 ) -> BatchFailure {
     let known = error_kind(code);
     BatchFailure {
-        id: id.to_owned(),
+        id: answered_entry_id(id),
         kind: known.unwrap_or(ErrorKind::InternalError),
         // A code that names the request's fault is never retried, whatever the entry's flag
         // says: LocalStack flags an expired receipt handle as the service's fault, and retrying
@@ -141,7 +142,7 @@ pub(super) fn batch_failure(
 /// (as SQS would answer them) and only the rest go to the network.
 pub(super) fn split_checked<E, S, T>(
     entries: Vec<E>,
-    id: impl Fn(&E) -> &String,
+    id: impl Fn(&E) -> &EntryId,
     convert: impl Fn(&E) -> Result<S, TransportError>,
 ) -> (Vec<S>, BatchResult<T>) {
     let mut result = BatchResult::default();

@@ -18,6 +18,7 @@ use aws_sdk_sns::types::{
 use crate::model::rules::{fail, ErrorKind};
 use crate::model::subscription::{check_subscribe, check_topic_attributes};
 use crate::model::topic::{check_publish, check_publish_batch, PublishTarget, TopicArn};
+use crate::model::wire::answered_entry_id;
 use crate::transport::{
     BatchFailure, MessageAttributeValue, PublishBatchEntry, PublishBatchResult, Published,
     Subscribe, Subscription, SubscriptionAttributes, TopicAttributes, TransportError,
@@ -175,7 +176,7 @@ impl AwsTransport {
                     .map(|(name, value)| Ok((name.clone(), to_sdk_attribute(value)?)))
                     .collect::<Result<HashMap<_, _>, TransportError>>()?;
                 PublishBatchRequestEntry::builder()
-                    .id(&entry.id)
+                    .id(entry.id.as_ref())
                     .message(&publish.message)
                     .set_subject(publish.subject.clone())
                     .set_message_group_id(publish.group_id.clone())
@@ -198,7 +199,7 @@ impl AwsTransport {
             .map_err(|e| self.sns_error(e))?;
         for entry in output.successful() {
             result.successful.push((
-                entry.id().unwrap_or_default().to_owned(),
+                answered_entry_id(entry.id().unwrap_or_default()),
                 Published {
                     message_id: entry.message_id().unwrap_or_default().to_owned(),
                     sequence_number: entry.sequence_number().map(str::to_owned),

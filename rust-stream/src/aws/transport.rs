@@ -12,6 +12,7 @@ use aws_sdk_sqs::types::{
 };
 
 use crate::model::rules::{self, ErrorKind};
+use crate::model::wire::answered_entry_id;
 use crate::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
     QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,
@@ -175,7 +176,7 @@ impl Transport for AwsTransport {
                     None => None,
                 };
                 SendMessageBatchRequestEntry::builder()
-                    .id(&entry.id)
+                    .id(entry.id.as_ref())
                     .message_body(&entry.message.body)
                     .set_delay_seconds(entry.message.delay_seconds)
                     .set_message_group_id(entry.message.group_id.clone())
@@ -204,7 +205,7 @@ impl Transport for AwsTransport {
         .map_err(|e| self.error(e))?;
         for entry in output.successful() {
             result.successful.push((
-                entry.id().to_owned(),
+                answered_entry_id(entry.id()),
                 SentMessage {
                     message_id: entry.message_id().to_owned(),
                     sequence_number: entry.sequence_number().map(str::to_owned),
@@ -297,22 +298,21 @@ impl Transport for AwsTransport {
         .map_err(|e| self.error(e))?;
         // Taken apart, not copied: every message's id, receipt handle, body and attributes move
         // out of the SDK's answer as they are (its strings are dropped with it otherwise).
-        output
-            .messages
-            .unwrap_or_default()
-            .into_iter()
-            .map(|message| {
-                Ok(ReceivedMessage {
-                    message_id: message.message_id.ok_or_else(|| missing("a message id"))?,
-                    receipt_handle: message
-                        .receipt_handle
-                        .ok_or_else(|| missing("a receipt handle"))?,
-                    body: message.body.unwrap_or_default(),
-                    attributes: message.attributes.into_iter().flatten().collect(),
-                    message_attributes: from_sdk_attributes(message.message_attributes),
-                })
-            })
-            .collect()
+        // Into this thread's kept list ([`ReceivedMessage::list`]), not a new one.
+        let messages = output.messages.unwrap_or_default();
+        let mut received = ReceivedMessage::list(messages.len());
+        for message in messages {
+            received.push(ReceivedMessage {
+                message_id: message.message_id.ok_or_else(|| missing("a message id"))?,
+                receipt_handle: message
+                    .receipt_handle
+                    .ok_or_else(|| missing("a receipt handle"))?,
+                body: message.body.unwrap_or_default(),
+                attributes: message.attributes.into_iter().flatten().collect(),
+                message_attributes: from_sdk_attributes(message.message_attributes),
+            });
+        }
+        Ok(received)
     }
 
     async fn delete_message_batch(
@@ -320,7 +320,7 @@ impl Transport for AwsTransport {
         queue_url: &str,
         entries: Vec<DeleteEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_ref()))
             .map_err(TransportError::unsent)?;
         let request = entries
             .into_iter()
@@ -346,7 +346,7 @@ impl Transport for AwsTransport {
             successful: output
                 .successful()
                 .iter()
-                .map(|entry| (entry.id().to_owned(), ()))
+                .map(|entry| (answered_entry_id(entry.id()), ()))
                 .collect(),
             failed: failures(output.failed()),
         })
@@ -357,7 +357,7 @@ impl Transport for AwsTransport {
         queue_url: &str,
         entries: Vec<ChangeVisibilityEntry>,
     ) -> Result<BatchResult<()>, TransportError> {
-        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))
+        rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_ref()))
             .map_err(TransportError::unsent)?;
         let (request, mut result) = split_checked(
             entries,
@@ -370,7 +370,7 @@ impl Transport for AwsTransport {
                     rules::MAX_VISIBILITY_TIMEOUT_SECONDS,
                 )?;
                 ChangeMessageVisibilityBatchRequestEntry::builder()
-                    .id(&entry.id)
+                    .id(entry.id.as_ref())
                     .receipt_handle(&entry.receipt_handle)
                     .visibility_timeout(entry.visibility_timeout)
                     .build()
@@ -402,7 +402,7 @@ impl Transport for AwsTransport {
             output
                 .successful()
                 .iter()
-                .map(|entry| (entry.id().to_owned(), ())),
+                .map(|entry| (answered_entry_id(entry.id()), ())),
         );
         result.failed.extend(failures(output.failed()));
         Ok(result)

@@ -567,7 +567,7 @@ impl Intake {
             }),
             visibility,
         );
-        for (message, lease) in messages.into_iter().zip(leased) {
+        for (message, lease) in messages.drain(..).zip(leased) {
             let key = self.keys.as_ref().and_then(|keys| keys.key_of(&message));
             let Some(permit) = room.split(1) else {
                 tracing::warn!(
@@ -597,6 +597,7 @@ impl Intake {
         // microsecond each); otherwise in tasks of their own (on FIFO, their groups' lanes), so a
         // handler that blocks or computes in its first poll does not hold up this poller. Before
         // the calls below: the messages taken do not wait for a release's answer.
+        ReceivedMessage::give_back_list(messages);
         self.dispatcher.dispatch_received(taken).await;
         if !extra.is_empty() {
             self.settler.release_leases(extra, 0).await;

@@ -40,7 +40,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::{ErrorKind, TransportError};
 use super::rules::{self, fail};
-use super::wire::{BatchResult, MessageAttributeValue, MessageAttributes};
+use super::wire::{BatchResult, EntryId, MessageAttributeValue, MessageAttributes};
 
 /// The suffix that marks a FIFO topic's name, counted in its length.
 /// (CreateTopic, `Name`: <https://docs.aws.amazon.com/sns/latest/api/API_CreateTopic.html>)
@@ -315,8 +315,8 @@ impl Publish {
 /// One entry of a `PublishBatch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishBatchEntry {
-    /// The entry's id within the batch: 1–80 characters of `[A-Za-z0-9_-]`.
-    pub id: String,
+    /// The entry's id within the batch.
+    pub id: EntryId,
     /// The message.
     pub publish: Publish,
 }
@@ -325,7 +325,7 @@ impl PublishBatchEntry {
     /// An entry with this id.
     pub fn new(id: impl Into<String>, publish: Publish) -> Self {
         Self {
-            id: id.into(),
+            id: EntryId::Owned(id.into()),
             publish,
         }
     }
@@ -616,7 +616,7 @@ pub fn check_publish_batch(
     entries: &[PublishBatchEntry],
     target: PublishTarget<'_>,
 ) -> Result<(), TransportError> {
-    rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+    rules::check_batch_ids(entries.iter().map(|entry| entry.id.as_ref()))?;
     let total: usize = entries
         .iter()
         .map(|entry| publish_size(&entry.publish))

@@ -144,11 +144,36 @@ impl SendMessage {
     }
 }
 
+/// A batch entry's id: 1–80 characters of `[A-Za-z0-9_-]`, unique within its call. The ids the
+/// engine gives its own calls' entries are borrowed (`"0"` to `"9"`), so a batch costs no string
+/// per entry; any other id is owned.
+pub type EntryId = Cow<'static, str>;
+
+/// The ids the engine gives a call's entries (at most 10, SQS's and SNS's limit), by index.
+const ENTRY_IDS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+
+/// The id of a call's entry `i`: its index, which the answer's ids are read back as.
+pub(crate) fn entry_id(i: usize) -> EntryId {
+    ENTRY_IDS
+        .get(i)
+        .map_or_else(|| EntryId::Owned(i.to_string()), |id| EntryId::Borrowed(id))
+}
+
+/// An id a service answered for an entry: borrowed when it is one the engine gives, so reading
+/// an answer costs no string per entry either.
+#[cfg(feature = "aws")]
+pub(crate) fn answered_entry_id(id: &str) -> EntryId {
+    ENTRY_IDS.iter().find(|known| **known == id).map_or_else(
+        || EntryId::Owned(id.to_owned()),
+        |known| EntryId::Borrowed(known),
+    )
+}
+
 /// One entry of a `SendMessageBatch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendBatchEntry {
-    /// The entry's id within the batch: 1–80 characters of `[A-Za-z0-9_-]`.
-    pub id: String,
+    /// The entry's id within the batch.
+    pub id: EntryId,
     /// The message.
     pub message: SendMessage,
 }
@@ -157,7 +182,7 @@ impl SendBatchEntry {
     /// An entry with this id.
     pub fn new(id: impl Into<String>, message: SendMessage) -> Self {
         Self {
-            id: id.into(),
+            id: EntryId::Owned(id.into()),
             message,
         }
     }
@@ -267,7 +292,41 @@ pub struct ReceivedMessage {
     pub message_attributes: MessageAttributes,
 }
 
+/// The most messages a kept list ([`ReceivedMessage::list`]) holds: a receive's 10, with room.
+const KEPT_LIST_MESSAGES: usize = 16;
+
+thread_local! {
+    /// A receive's list of messages, given back empty by whoever took the messages out: a list of
+    /// 10 messages is kilobytes, and a request for that much makes glibc's allocator sort all its
+    /// recently freed small blocks first, which on a large heap costs more than the receive.
+    static KEPT_LIST: std::cell::Cell<Vec<ReceivedMessage>> = const {
+        std::cell::Cell::new(Vec::new())
+    };
+}
+
 impl ReceivedMessage {
+    /// An empty list for a receive's `count` messages: the one this thread was given back
+    /// ([`give_back_list`](Self::give_back_list)) when it is large enough.
+    pub(crate) fn list(count: usize) -> Vec<ReceivedMessage> {
+        let kept = KEPT_LIST
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default();
+        if kept.capacity() >= count {
+            return kept;
+        }
+        // Too small for this one, kept for the next.
+        let _ = KEPT_LIST.try_with(|cell| cell.set(kept));
+        Vec::with_capacity(count)
+    }
+
+    /// Keeps a receive's list, emptied, for the thread's next receive ([`list`](Self::list)).
+    pub(crate) fn give_back_list(mut list: Vec<ReceivedMessage>) {
+        if list.capacity() <= KEPT_LIST_MESSAGES {
+            list.clear();
+            // A thread that is ending keeps nothing.
+            let _ = KEPT_LIST.try_with(|kept| kept.set(list));
+        }
+    }
     /// `ApproximateReceiveCount`, when it was requested.
     pub fn receive_count(&self) -> Option<u32> {
         self.attributes
@@ -559,7 +618,7 @@ impl<N: AsRef<str>, V: Into<String>> FromIterator<(N, V)> for SystemAttributes {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteEntry {
     /// The entry's id within the batch.
-    pub id: String,
+    pub id: EntryId,
     /// The receipt handle of the latest receive.
     pub receipt_handle: String,
 }
@@ -568,7 +627,7 @@ pub struct DeleteEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeVisibilityEntry {
     /// The entry's id within the batch.
-    pub id: String,
+    pub id: EntryId,
     /// The receipt handle of the latest receive.
     pub receipt_handle: String,
     /// The new visibility timeout in seconds, counted from now; 0 releases the message.
@@ -579,7 +638,7 @@ pub struct ChangeVisibilityEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchResult<T> {
     /// Successful entries, by entry id.
-    pub successful: Vec<(String, T)>,
+    pub successful: Vec<(EntryId, T)>,
     /// Failed entries.
     pub failed: Vec<BatchFailure>,
 }
@@ -596,6 +655,42 @@ impl<T> Default for BatchResult<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list given back is the next list asked for, emptied, while it is large enough; a list
+    /// larger than a receive's is not kept, so a thread keeps at most a few hundred bytes a
+    /// message for it.
+    #[test]
+    fn a_receives_list_given_back_is_the_threads_next() {
+        let message = || ReceivedMessage {
+            message_id: "m".into(),
+            receipt_handle: "r".into(),
+            body: "b".into(),
+            attributes: SystemAttributes::new(),
+            message_attributes: MessageAttributes::new(),
+        };
+        let mut list = ReceivedMessage::list(10);
+        list.extend((0..10).map(|_| message()));
+        let storage = list.as_ptr();
+        ReceivedMessage::give_back_list(list);
+        let again = ReceivedMessage::list(3);
+        assert!(again.is_empty(), "given back emptied");
+        assert_eq!(again.as_ptr(), storage, "the same storage");
+        ReceivedMessage::give_back_list(again);
+        let larger = ReceivedMessage::list(11);
+        assert!(larger.capacity() >= 11);
+        let kept = ReceivedMessage::list(1);
+        assert_eq!(kept.as_ptr(), storage, "kept while a larger list was made");
+        drop(kept);
+        let mut huge = larger;
+        huge.reserve(100);
+        huge.push(message());
+        ReceivedMessage::give_back_list(huge);
+        let fresh = ReceivedMessage::list(1);
+        assert!(
+            fresh.capacity() < 100,
+            "a list larger than a receive's is not kept"
+        );
+    }
 
     #[test]
     fn system_attributes_read_as_a_map_of_names_in_name_order() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::queues::{at, OperationError, Operations};
 use crate::model::rules::{self, MAX_VISIBILITY_TIMEOUT_SECONDS};
+use crate::model::wire::entry_id;
 use crate::transport::{
     BatchFailure, ChangeVisibilityEntry, DeleteEntry, ReceiveMessage, ReceivedMessage,
 };
@@ -67,7 +68,7 @@ impl Operations {
                 .iter()
                 .enumerate()
                 .map(|(index, handle)| DeleteEntry {
-                    id: index.to_string(),
+                    id: entry_id(index),
                     receipt_handle: handle.clone(),
                 })
                 .collect();
@@ -102,7 +103,7 @@ impl Operations {
                 .iter()
                 .enumerate()
                 .map(|(index, handle)| ChangeVisibilityEntry {
-                    id: index.to_string(),
+                    id: entry_id(index),
                     receipt_handle: handle.clone(),
                     visibility_timeout: seconds(visibility),
                 })

@@ -26,6 +26,7 @@ use crate::model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules;
+use crate::model::wire::entry_id;
 use crate::transport::{
     ChangeVisibilityEntry, MessageAttributeValue, MessageState, PeekMessages, PeekedMessage,
     ReceiveMessage, ReceivedMessage, SystemAttribute,
@@ -618,7 +619,7 @@ impl Operations {
                 .iter()
                 .enumerate()
                 .map(|(index, handle)| ChangeVisibilityEntry {
-                    id: index.to_string(),
+                    id: entry_id(index),
                     receipt_handle: handle.clone(),
                     visibility_timeout: 0,
                 })

@@ -45,6 +45,7 @@ use super::report::log;
 pub use super::report::{AuditRecord, CameBack, Left, RedriveReport};
 use crate::model::headers::{DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER};
 use crate::model::rules;
+use crate::model::wire::entry_id;
 use crate::model::SqsQueue;
 use crate::transport::{
     DeleteEntry, MessageState, PeekMessages, ReceiveMessage, ReceivedMessage, TransportError,
@@ -368,7 +369,7 @@ impl Operations {
                 .iter()
                 .enumerate()
                 .map(|(index, planned)| DeleteEntry {
-                    id: index.to_string(),
+                    id: entry_id(index),
                     receipt_handle: planned.receipt_handle.clone(),
                 })
                 .collect();
@@ -470,7 +471,7 @@ impl Operations {
             let entries = pending
                 .iter()
                 .map(|&index| DeleteEntry {
-                    id: index.to_string(),
+                    id: entry_id(index),
                     receipt_handle: sent[index].0.receipt_handle.clone(),
                 })
                 .collect();

@@ -24,7 +24,7 @@ use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 
 use crate::client::Client;
-use crate::model::wire::{DeleteEntry, ReceiveMessage, ReceivedMessage};
+use crate::model::wire::{entry_id, DeleteEntry, ReceiveMessage, ReceivedMessage};
 use crate::transport::TransportError;
 use crate::SqsBroker;
 
@@ -254,7 +254,7 @@ impl EventSourceMapping {
             .filter(|message| !failed.contains(&message.message_id))
             .enumerate()
             .map(|(index, message)| DeleteEntry {
-                id: index.to_string(),
+                id: entry_id(index),
                 receipt_handle: message.receipt_handle.clone(),
             })
             .collect();

@@ -368,7 +368,7 @@ async fn every_refused_publish_has_snss_error_kind_and_delivers_nothing() {
     let result = account.publish_batch(&standard, mixed).await.unwrap();
     assert_eq!(result.successful.len(), 1);
     assert_eq!(
-        (result.failed[0].id.as_str(), result.failed[0].kind),
+        (result.failed[0].id.as_ref(), result.failed[0].kind),
         ("bad", ErrorKind::InvalidParameter)
     );
 

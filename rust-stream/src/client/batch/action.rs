@@ -11,8 +11,9 @@ use crate::client::lease::Lease;
 use crate::model::rules::{self, ErrorKind};
 use crate::model::topic::{self, DEFAULT_MAX_MESSAGE_SIZE};
 use crate::transport::{
-    BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, Publish, PublishBatchEntry,
-    Published, SendBatchEntry, SendMessage, SentMessage, SharedTransport, TransportError,
+    BatchResult, BoxFuture, ChangeVisibilityEntry, DeleteEntry, EntryId, Publish,
+    PublishBatchEntry, Published, SendBatchEntry, SendMessage, SentMessage, SharedTransport,
+    TransportError,
 };
 
 /// The longest one try of a call may take before the engine gives it up and tries again. A
@@ -37,7 +38,7 @@ pub(crate) trait Action: Send + Sync + 'static {
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, Self::Entry)>,
+        entries: Vec<(EntryId, Self::Entry)>,
     ) -> BoxFuture<'a, Result<BatchResult<Self::Output>, TransportError>>;
     /// Whether the entry may be sent again after a try that got no answer (the connection failed
     /// or timed out), when SQS may have acted on it.
@@ -79,7 +80,7 @@ impl Action for SendBatch {
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, SendMessage)>,
+        entries: Vec<(EntryId, SendMessage)>,
     ) -> BoxFuture<'a, Result<BatchResult<SentMessage>, TransportError>> {
         let entries = entries
             .into_iter()
@@ -100,7 +101,7 @@ impl Action for DeleteBatch {
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, Arc<Lease>)>,
+        entries: Vec<(EntryId, Arc<Lease>)>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
         let entries = entries
             .into_iter()
@@ -128,7 +129,7 @@ impl Action for VisibilityBatch {
     fn call<'a>(
         transport: &'a SharedTransport,
         queue_url: &'a str,
-        entries: Vec<(String, (Arc<Lease>, i32))>,
+        entries: Vec<(EntryId, (Arc<Lease>, i32))>,
     ) -> BoxFuture<'a, Result<BatchResult<()>, TransportError>> {
         let entries = entries
             .into_iter()
@@ -183,7 +184,7 @@ impl Action for PublishBatch {
     fn call<'a>(
         transport: &'a SharedTransport,
         topic_arn: &'a str,
-        entries: Vec<(String, Publish)>,
+        entries: Vec<(EntryId, Publish)>,
     ) -> BoxFuture<'a, Result<BatchResult<Published>, TransportError>> {
         let entries = entries
             .into_iter()

@@ -10,10 +10,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::model::rules::ErrorKind;
-use crate::transport::{SharedTransport, TransportError};
+use crate::model::wire::entry_id;
+use crate::transport::{EntryId, SharedTransport, TransportError};
 
 use super::action::{try_deadline, Action};
-use super::job::{entry_id, unanswered_within, what_holds, Chain, Job};
+use super::job::{unanswered_within, what_holds, Chain, Job};
 
 /// How long a failure that may pass (throttling, a service-side failure, a network fault) is
 /// retried before its error is answered. The SDK's own retries stop once its retry quota is spent,
@@ -143,7 +144,7 @@ impl<A: Action> Flush<A> {
         if self.todo.is_empty() {
             return None;
         }
-        let call: Vec<(String, A::Entry)> = self
+        let call: Vec<(EntryId, A::Entry)> = self
             .todo
             .iter()
             .map(|&i| (entry_id(i), A::Entry::clone(entries[i])))

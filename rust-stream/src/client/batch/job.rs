@@ -206,13 +206,6 @@ pub(super) fn chunks<A: Action>(entries: Vec<A::Entry>) -> Vec<(Vec<A::Entry>, u
     chunks
 }
 
-/// The id of a call's entry `i`: its index, which the answer's ids are read back as.
-pub(super) fn entry_id(i: usize) -> String {
-    const IDS: [&str; MAX_BATCH_ENTRIES] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
-    IDS.get(i)
-        .map_or_else(|| i.to_string(), |id| (*id).to_owned())
-}
-
 /// A try the engine gave up on at its deadline: SQS may or may not have acted on it.
 pub(crate) fn unanswered_within(deadline: Duration) -> TransportError {
     TransportError::Unavailable {

@@ -447,7 +447,7 @@ pub(crate) fn check_batch_ids<'a>(
 pub(crate) fn check_send_batch(
     entries: &[super::wire::SendBatchEntry],
 ) -> Result<(), TransportError> {
-    check_batch_ids(entries.iter().map(|entry| entry.id.as_str()))?;
+    check_batch_ids(entries.iter().map(|entry| entry.id.as_ref()))?;
     let total: usize = entries
         .iter()
         .map(|entry| {
