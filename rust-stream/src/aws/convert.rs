@@ -8,8 +8,8 @@ use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue as SdkAttribute;
 
+use crate::model::entry_id::answered_entry_id;
 use crate::model::rules::ErrorKind;
-use crate::model::wire::answered_entry_id;
 use crate::transport::{
     BatchFailure, BatchResult, EntryId, MessageAttributeValue, MessageAttributes, TransportError,
 };

@@ -15,10 +15,10 @@ use aws_sdk_sns::types::{
     BatchResultErrorEntry, MessageAttributeValue as SdkAttribute, PublishBatchRequestEntry,
 };
 
+use crate::model::entry_id::answered_entry_id;
 use crate::model::rules::{fail, ErrorKind};
 use crate::model::subscription::{check_subscribe, check_topic_attributes};
 use crate::model::topic::{check_publish, check_publish_batch, PublishTarget, TopicArn};
-use crate::model::wire::answered_entry_id;
 use crate::transport::{
     BatchFailure, MessageAttributeValue, PublishBatchEntry, PublishBatchResult, Published,
     Subscribe, Subscription, SubscriptionAttributes, TopicAttributes, TransportError,

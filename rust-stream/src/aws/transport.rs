@@ -11,8 +11,8 @@ use aws_sdk_sqs::types::{
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
 
+use crate::model::entry_id::answered_entry_id;
 use crate::model::rules::{self, ErrorKind};
-use crate::model::wire::answered_entry_id;
 use crate::transport::{
     BatchResult, ChangeVisibilityEntry, DeleteEntry, PublishBatchEntry, PublishBatchResult,
     QueueAttributes, ReceiveMessage, ReceivedMessage, SendBatchEntry, SentMessage, Subscribe,

@@ -160,7 +160,7 @@ impl fmt::Display for ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchFailure {
     /// The entry's id.
-    pub id: crate::model::wire::EntryId,
+    pub id: crate::model::entry_id::EntryId,
     /// Why it failed.
     pub kind: ErrorKind,
     /// Whether the request was at fault (retrying it unchanged will fail again).
@@ -261,7 +261,7 @@ impl TransportError {
     /// This error as a failed batch entry.
     pub(crate) fn into_batch_failure(
         self,
-        id: impl Into<crate::model::wire::EntryId>,
+        id: impl Into<crate::model::entry_id::EntryId>,
     ) -> BatchFailure {
         let id = id.into();
         match self {

@@ -32,6 +32,7 @@ pub(crate) mod base64;
 pub(crate) mod config;
 pub(crate) mod declare;
 pub mod destination;
+pub mod entry_id;
 pub mod envelope;
 pub mod error;
 pub mod filter_policy;

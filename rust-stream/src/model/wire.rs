@@ -144,30 +144,7 @@ impl SendMessage {
     }
 }
 
-/// A batch entry's id: 1–80 characters of `[A-Za-z0-9_-]`, unique within its call. The ids the
-/// engine gives its own calls' entries are borrowed (`"0"` to `"9"`), so a batch costs no string
-/// per entry; any other id is owned.
-pub type EntryId = Cow<'static, str>;
-
-/// The ids the engine gives a call's entries (at most 10, SQS's and SNS's limit), by index.
-const ENTRY_IDS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
-
-/// The id of a call's entry `i`: its index, which the answer's ids are read back as.
-pub(crate) fn entry_id(i: usize) -> EntryId {
-    ENTRY_IDS
-        .get(i)
-        .map_or_else(|| EntryId::Owned(i.to_string()), |id| EntryId::Borrowed(id))
-}
-
-/// An id a service answered for an entry: borrowed when it is one the engine gives, so reading
-/// an answer costs no string per entry either.
-#[cfg(feature = "aws")]
-pub(crate) fn answered_entry_id(id: &str) -> EntryId {
-    ENTRY_IDS.iter().find(|known| **known == id).map_or_else(
-        || EntryId::Owned(id.to_owned()),
-        |known| EntryId::Borrowed(known),
-    )
-}
+pub use super::entry_id::EntryId;
 
 /// One entry of a `SendMessageBatch`.
 #[derive(Debug, Clone, PartialEq, Eq)]

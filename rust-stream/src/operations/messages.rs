@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::queues::{at, OperationError, Operations};
+use crate::model::entry_id::entry_id;
 use crate::model::rules::{self, MAX_VISIBILITY_TIMEOUT_SECONDS};
-use crate::model::wire::entry_id;
 use crate::transport::{
     BatchFailure, ChangeVisibilityEntry, DeleteEntry, ReceiveMessage, ReceivedMessage,
 };

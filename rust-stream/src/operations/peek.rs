@@ -22,11 +22,11 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::queues::{at, redrive_target, OperationError, Operations, PeekRisk};
+use crate::model::entry_id::entry_id;
 use crate::model::headers::{
     ATTEMPTS_HEADER, DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER, SOURCE_QUEUE_HEADER,
 };
 use crate::model::rules;
-use crate::model::wire::entry_id;
 use crate::transport::{
     ChangeVisibilityEntry, MessageAttributeValue, MessageState, PeekMessages, PeekedMessage,
     ReceiveMessage, ReceivedMessage, SystemAttribute,

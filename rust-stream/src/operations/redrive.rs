@@ -43,9 +43,9 @@ use super::peek::{text_of, Message, MessageFilter};
 use super::queues::{at, count, OperationError, Operations};
 use super::report::log;
 pub use super::report::{AuditRecord, CameBack, Left, RedriveReport};
+use crate::model::entry_id::entry_id;
 use crate::model::headers::{DEAD_LETTER_REASON_HEADER, ORIGINAL_MESSAGE_ID_HEADER};
 use crate::model::rules;
-use crate::model::wire::entry_id;
 use crate::model::SqsQueue;
 use crate::transport::{
     DeleteEntry, MessageState, PeekMessages, ReceiveMessage, ReceivedMessage, TransportError,

@@ -24,7 +24,8 @@ use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 
 use crate::client::Client;
-use crate::model::wire::{entry_id, DeleteEntry, ReceiveMessage, ReceivedMessage};
+use crate::model::entry_id::entry_id;
+use crate::model::wire::{DeleteEntry, ReceiveMessage, ReceivedMessage};
 use crate::transport::TransportError;
 use crate::SqsBroker;
 

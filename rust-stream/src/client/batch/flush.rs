@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use crate::model::entry_id::entry_id;
 use crate::model::rules::ErrorKind;
-use crate::model::wire::entry_id;
 use crate::transport::{EntryId, SharedTransport, TransportError};
 
 use super::action::{try_deadline, Action};
