@@ -285,6 +285,10 @@ impl ReceivedMessage {
     /// An empty list for a receive's `count` messages: the one this thread was given back
     /// ([`give_back_list`](Self::give_back_list)) when it is large enough.
     pub(crate) fn list(count: usize) -> Vec<ReceivedMessage> {
+        // An empty answer allocates nothing, and may never be given back: it keeps no list.
+        if count == 0 {
+            return Vec::new();
+        }
         let kept = KEPT_LIST
             .try_with(std::cell::Cell::take)
             .unwrap_or_default();
