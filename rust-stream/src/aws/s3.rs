@@ -60,7 +60,7 @@ impl AwsTransport {
             Err(error) => Err(refused(
                 error,
                 "s3:CreateBucket",
-                &format!("arn:aws:s3:::{bucket}"),
+                S3Resource::Bucket(bucket),
             )),
         }
     }
@@ -79,7 +79,7 @@ impl AwsTransport {
             .body(ByteStream::from(body))
             .send()
             .await
-            .map_err(|error| refused(error, "s3:PutObject", &format!("arn:aws:s3:::{bucket}/*")))?;
+            .map_err(|error| refused(error, "s3:PutObject", S3Resource::Objects(bucket)))?;
         Ok(())
     }
 
@@ -96,7 +96,7 @@ impl AwsTransport {
             .key(key)
             .send()
             .await
-            .map_err(|error| refused(error, "s3:GetObject", &format!("arn:aws:s3:::{bucket}/*")))?;
+            .map_err(|error| refused(error, "s3:GetObject", S3Resource::Objects(bucket)))?;
         let body = output
             .body
             .collect()
@@ -128,7 +128,7 @@ impl AwsTransport {
                         format!("the bucket `{bucket}` has no object `{key}`"),
                     )
                 } else {
-                    refused(error, "s3:GetObject", &format!("arn:aws:s3:::{bucket}/*"))
+                    refused(error, "s3:GetObject", S3Resource::Objects(bucket))
                 }
             })?;
         Ok(output
@@ -156,7 +156,7 @@ impl AwsTransport {
                 refused(
                     error,
                     "s3:GetObject and s3:PutObject",
-                    &format!("arn:aws:s3:::{bucket}/*"),
+                    S3Resource::Objects(bucket),
                 )
             })?;
         Ok(())
@@ -174,14 +174,27 @@ impl AwsTransport {
             .key(key)
             .send()
             .await
-            .map_err(|error| {
-                refused(
-                    error,
-                    "s3:DeleteObject",
-                    &format!("arn:aws:s3:::{bucket}/*"),
-                )
-            })?;
+            .map_err(|error| refused(error, "s3:DeleteObject", S3Resource::Objects(bucket)))?;
         Ok(())
+    }
+}
+
+/// What an S3 call acts on, named by its ARN (its `Display`) in a refusal, as an IAM policy
+/// grants it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum S3Resource<'a> {
+    /// The bucket itself (`CreateBucket`).
+    Bucket(&'a str),
+    /// The bucket's objects (`PutObject`, `GetObject`, `DeleteObject`).
+    Objects(&'a str),
+}
+
+impl std::fmt::Display for S3Resource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bucket(bucket) => write!(f, "arn:aws:s3:::{bucket}"),
+            Self::Objects(bucket) => write!(f, "arn:aws:s3:::{bucket}/*"),
+        }
     }
 }
 
@@ -190,7 +203,7 @@ impl AwsTransport {
 pub(super) fn refused<E, R>(
     error: aws_sdk_s3::error::SdkError<E, R>,
     permission: &str,
-    resource: &str,
+    resource: S3Resource<'_>,
 ) -> TransportError
 where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,

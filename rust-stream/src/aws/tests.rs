@@ -109,7 +109,7 @@ fn an_s3_access_denied_is_typed_and_names_the_permission_and_the_resource() {
     let denied = s3::refused(
         answer("AccessDenied", "Access Denied"),
         "s3:PutObject",
-        "arn:aws:s3:::payment-files/*",
+        s3::S3Resource::Objects("payment-files"),
     );
     assert_eq!(denied.kind(), Some(ErrorKind::AccessDenied));
     assert!(!denied.is_retryable(), "granting helps, retrying does not");
@@ -126,9 +126,14 @@ fn an_s3_access_denied_is_typed_and_names_the_permission_and_the_resource() {
     let missing = s3::refused(
         answer("NoSuchBucket", "The specified bucket does not exist"),
         "s3:PutObject",
-        "arn:aws:s3:::payment-files/*",
+        s3::S3Resource::Objects("payment-files"),
     );
     assert_eq!(missing.kind(), Some(ErrorKind::NoSuchBucket));
+    assert_eq!(
+        s3::S3Resource::Bucket("payment-files").to_string(),
+        "arn:aws:s3:::payment-files",
+        "a bucket's own calls are on the bucket, not its objects"
+    );
     assert!(
         !missing.to_string().contains("s3:PutObject"),
         "only a refusal names a permission: {missing}"
