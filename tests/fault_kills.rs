@@ -635,7 +635,7 @@ async fn outbox_kill_run(
             plan.push((KillAt::Committed(first), Victim::Writer));
             let step = max / KILLS as u32;
             for kill in 1..KILLS {
-                let jitter = random.next() % (step.as_millis() as u64 / 2);
+                let jitter = random.next() % (step.as_millis() as u64 / 2).max(1);
                 let at = step * kill as u32 + Duration::from_millis(jitter);
                 plan.push((KillAt::Elapsed(at), Victim::Writer));
                 if kill == 2 && shared {
