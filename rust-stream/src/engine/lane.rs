@@ -376,8 +376,11 @@ impl Dispatcher {
             // Shutdown: the run and the rest of its group go back, in order; none of it started.
             let mut members = members.into_iter().map(|(member, _, made)| (member, made));
             let (first, made) = members.next().expect("a run has its first message");
-            self.lanes
-                .put_back(group, members.map(|(member, _)| member).collect());
+            self.lanes.put_back(
+                group,
+                members.map(|(member, _)| member).collect(),
+                &self.leases,
+            );
             self.settler.count_given_back(&first, made);
             self.park_group(first, group, run).await;
             return Step::Parked;
@@ -409,7 +412,7 @@ impl Dispatcher {
                         );
                     });
                 }
-                self.lanes.put_back(group, later);
+                self.lanes.put_back(group, later, &self.leases);
             }
             return stopped;
         }

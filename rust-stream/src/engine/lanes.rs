@@ -12,6 +12,7 @@
 //! message is in a lane at most once: a newer receive of it (SQS may hand a message out again)
 //! replaces the older, whose lease is forgotten, since only the newest receipt handle settles it.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -223,8 +224,11 @@ impl Lanes {
     }
 
     /// Puts messages taken from the running lane of `group` back in it, in their order: a batch
-    /// call's later messages of a group, to run again after the one that failed.
-    pub(crate) fn put_back(&self, group: &str, held: Vec<Held>) {
+    /// call's later messages of a group, to run again after the one that failed. A message that
+    /// SQS gave again meanwhile (its visibility lapsed) joined the lane after it was taken: that
+    /// newer receive stays, and the put-back one's lease is forgotten, as [`join`](Self::join)
+    /// does.
+    pub(crate) fn put_back(&self, group: &str, held: Vec<Held>, leases: &Leases) {
         let mut table = self.lock();
         let Some(pending) = table.get_mut(group) else {
             // The lane runs while its task puts messages back; were it gone, the heartbeat
@@ -237,7 +241,12 @@ impl Lanes {
             return;
         };
         for held in held {
-            pending.insert(Self::key(&held), held);
+            match pending.entry(Self::key(&held)) {
+                Entry::Occupied(_) => leases.forget(&held.lease),
+                Entry::Vacant(place) => {
+                    place.insert(held);
+                }
+            }
         }
     }
 
@@ -295,12 +304,17 @@ mod tests {
     };
 
     fn held(leases: &Leases, group: &str, sequence: u64) -> Held {
+        received(leases, group, sequence, &format!("r{sequence}"))
+    }
+
+    /// Message `sequence` of `group`, received with `receipt_handle`.
+    fn received(leases: &Leases, group: &str, sequence: u64, receipt_handle: &str) -> Held {
         let mut attributes = SystemAttributes::new();
         attributes.insert(SystemAttribute::MessageGroupId.name(), group);
         attributes.insert_number(SystemAttribute::SequenceNumber, sequence, 20);
         let message = ReceivedMessage {
             message_id: format!("m{sequence}"),
-            receipt_handle: format!("r{sequence}"),
+            receipt_handle: receipt_handle.to_owned(),
             body: String::new(),
             attributes,
             message_attributes: MessageAttributes::new(),
@@ -359,5 +373,42 @@ mod tests {
             assert!(lanes.next(group).is_none(), "the lane ends");
         }
         assert_eq!(lanes.spare().len(), SPARE_LANES);
+    }
+
+    /// A batch call's later messages go back in the lane after the one that failed; one that
+    /// SQS gave again while it was out of the lane (its visibility lapsed) has joined with its
+    /// new receipt handle. That newer receive stays, and the put-back one's lease is forgotten:
+    /// the lane holds no stale handle to delete with, and the newer lease is not dropped (which
+    /// would orphan it, and the heartbeat would release the message to come a third time).
+    #[test]
+    fn a_put_back_message_received_again_meanwhile_keeps_its_newer_receive() {
+        let (lanes, leases) = (Lanes::default(), Leases::default());
+        assert!(lanes.join(held(&leases, "a", 1), &leases).is_some());
+        assert!(lanes.join(held(&leases, "a", 2), &leases).is_none());
+        let taken = lanes.take_next("a", 2, |_| true);
+        assert_eq!(taken.len(), 2);
+        let again = received(&leases, "a", 2, "r2-again");
+        let newer = again.lease.0.clone();
+        assert!(lanes.join(again, &leases).is_none(), "the lane runs");
+        let older = taken[1].lease.0.clone();
+
+        lanes.put_back("a", taken, &leases);
+
+        // Kept until the end: a held message dropped orphans its lease.
+        let lane: Vec<Held> = std::iter::from_fn(|| lanes.next("a")).collect();
+        let order: Vec<_> = lane
+            .iter()
+            .map(|held| held.lease.receipt_handle.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            ["r1", "r2-again"],
+            "in order, the newer receive of 2"
+        );
+        assert!(older.is_settled(), "the older receive's lease is forgotten");
+        assert!(
+            !newer.is_orphaned(),
+            "the newer receive's lease is not orphaned"
+        );
     }
 }
