@@ -164,6 +164,12 @@ impl Lease {
         !self.settled.swap(true, Ordering::AcqRel)
     }
 
+    /// Opened after `other`: leases are numbered as they open, so of two receives of one
+    /// message the later has the higher number, whichever reaches a FIFO lane first.
+    pub(crate) fn opened_after(&self, other: &Lease) -> bool {
+        self.id > other.id
+    }
+
     pub(crate) fn is_settled(&self) -> bool {
         self.settled.load(Ordering::Acquire)
     }

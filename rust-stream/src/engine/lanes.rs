@@ -176,9 +176,7 @@ impl Lanes {
                 (pending, Some(group.to_owned()))
             }
         };
-        if let Some(older) = pending.insert(key, held) {
-            leases.forget(&older.lease);
-        }
+        keep_newest(pending, key, held, leases);
         started
     }
 
@@ -226,8 +224,7 @@ impl Lanes {
     /// Puts messages taken from the running lane of `group` back in it, in their order: a batch
     /// call's later messages of a group, to run again after the one that failed. A message that
     /// SQS gave again meanwhile (its visibility lapsed) joined the lane after it was taken: that
-    /// newer receive stays, and the put-back one's lease is forgotten, as [`join`](Self::join)
-    /// does.
+    /// newer receive stays ([`keep_newest`]).
     pub(crate) fn put_back(&self, group: &str, held: Vec<Held>, leases: &Leases) {
         let mut table = self.lock();
         let Some(pending) = table.get_mut(group) else {
@@ -241,12 +238,7 @@ impl Lanes {
             return;
         };
         for held in held {
-            match pending.entry(Self::key(&held)) {
-                Entry::Occupied(_) => leases.forget(&held.lease),
-                Entry::Vacant(place) => {
-                    place.insert(held);
-                }
-            }
+            keep_newest(pending, Self::key(&held), held, leases);
         }
     }
 
@@ -287,6 +279,27 @@ impl Lanes {
 
     fn spare(&self) -> MutexGuard<'_, Vec<Pending>> {
         self.spare.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Places `held` in a lane's list at `key`, keeping a message there at most once: of two
+/// receives of it, the newer (the later lease) stays, whichever came first, and the other's lease
+/// is forgotten, since only the newest receipt handle settles the message. A message joining
+/// while an older receive of it waits replaces it; one put back while a newer receive of it joined
+/// gives way.
+fn keep_newest(pending: &mut Pending, key: (u128, Option<String>), held: Held, leases: &Leases) {
+    match pending.entry(key) {
+        Entry::Vacant(place) => {
+            place.insert(held);
+        }
+        Entry::Occupied(mut place) => {
+            let older = if held.lease.opened_after(&place.get().lease) {
+                place.insert(held)
+            } else {
+                held
+            };
+            leases.forget(&older.lease);
+        }
     }
 }
 
