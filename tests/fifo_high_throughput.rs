@@ -1,6 +1,6 @@
 //! High-throughput FIFO (`SqsQueue::high_throughput`): a queue created with
 //! `DeduplicationScope=messageGroup` and `FifoThroughputLimit=perMessageGroupId`, by a
-//! subscription and by the operations API; a deduplication id that counts within its group only;
+//! subscription (with its dead-letter queue) and by the operations API; a deduplication id that counts within its group only;
 //! a warning naming each attribute an existing queue lacks; refused on a standard queue; and the
 //! same on LocalStack.
 
@@ -57,15 +57,18 @@ async fn send(broker: &SqsBroker, queue: &str, group: &str, dedup: &str) -> Stri
         .to_string()
 }
 
-/// The body both legs run: a subscription creates the queue high-throughput; a deduplication id
-/// seen in one group is a new message in another and a duplicate in its own.
+/// The body both legs run: a subscription creates the queue high-throughput, and its dead-letter
+/// queue too; a deduplication id seen in one group is a new message in another and a duplicate
+/// in its own.
 async fn created_high_throughput_and_deduplicated_per_group<T: Transport + Clone>(
     backend: &Backend<T>,
 ) {
     let name = backend.name("fast.fifo");
+    let dead_letter = backend.name("fast-dlq.fifo");
     let queue = SqsQueue::new(name.clone())
         .create_if_missing()
-        .high_throughput();
+        .high_throughput()
+        .dead_letter(dead_letter.clone(), 3);
     let app = RustStream::new(AppInfo::new("fast", "0"))
         .shutdown_timeout(Duration::from_secs(3))
         .with_broker(backend.broker.clone(), |b| {
@@ -75,6 +78,12 @@ async fn created_high_throughput_and_deduplicated_per_group<T: Transport + Clone
     running.stop().await.unwrap();
     let url = backend.transport.get_queue_url(&name).await.unwrap();
     assert_eq!(throughput_of(&backend.transport, &url).await, high());
+    let dead_letter_url = backend.transport.get_queue_url(&dead_letter).await.unwrap();
+    assert_eq!(
+        throughput_of(&backend.transport, &dead_letter_url).await,
+        high(),
+        "the dead-letter queue takes a burst of failures at the queue's rate"
+    );
 
     let first = send(&backend.broker, &name, "a", "d-1").await;
     let other_group = send(&backend.broker, &name, "b", "d-1").await;

@@ -149,7 +149,7 @@ impl Resolver {
         Ok(url)
     }
 
-    /// Finds a queue, or creates it with only its type set.
+    /// Finds a queue, or creates it with only its type and throughput set (a dead-letter queue).
     async fn look_up_plain(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
         let url = match self.transport.get_queue_url(&queue.name).await {
             Err(error)
@@ -159,6 +159,11 @@ impl Resolver {
                 let mut attributes = QueueAttributes::new();
                 if queue.is_fifo() {
                     attributes.insert("FifoQueue".into(), "true".into());
+                    if queue.high_throughput {
+                        for (name, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+                            attributes.insert(name.into(), value.into());
+                        }
+                    }
                 }
                 self.transport.create_queue(&queue.name, attributes).await?
             }

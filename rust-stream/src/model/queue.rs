@@ -198,7 +198,9 @@ impl SqsQueue {
     /// `docs/fifo.md`, "Throughput"), and a deduplication id counts within its message group
     /// only: the same id sent in another group within the five minutes is a new message.
     ///
-    /// An existing queue without the two attributes is a startup warning naming each (the
+    /// A dead-letter queue created here (`.dead_letter(..)` with `.create_if_missing()`) is made
+    /// high throughput too, so that a burst of failures reaches it at this queue's rate. An
+    /// existing queue without the two attributes is a startup warning naming each (the
     /// consumer works either way; the throughput and the deduplication differ). A standard queue
     /// has neither: declared on one, the app does not start (`ConfigError::HighThroughput`).
     pub fn high_throughput(mut self) -> Self {
@@ -382,11 +384,14 @@ impl SqsQueue {
     }
 
     /// The queue as it is published to: a dead-letter queue, or a publisher's queue, shares the
-    /// creation settings of this one.
+    /// creation settings of this one: created if missing, and high throughput when this one is
+    /// (a burst of failures at this queue's rate would otherwise meet a plain FIFO queue's quota
+    /// on its way to the dead-letter queue).
     pub(crate) fn dead_letter_queue(&self) -> Option<SqsQueue> {
         let dead_letter = self.dead_letter.as_ref()?;
         let mut queue = SqsQueue::new(dead_letter.queue.clone());
         queue.create_if_missing = self.create_if_missing;
+        queue.high_throughput = self.high_throughput && queue.is_fifo();
         Some(queue)
     }
 
