@@ -9,14 +9,19 @@
 //! [`Relay`] then sends the committed rows and deletes them.
 //!
 //! ```
+//! # #![cfg_attr(not(feature = "testing"), allow(unused))]
 //! use rust_stream::outbox::Outbox;
 //! use rust_stream::prelude::*;
 //! use rust_stream::store::memory::MemoryStore;
+//! # #[cfg(feature = "testing")]
 //! use rust_stream::testing::TestApp;
 //!
 //! #[derive(serde::Serialize)]
 //! struct PaymentPosted { account: String, cents: i64 }
 //!
+//! # #[cfg(not(feature = "testing"))]
+//! # fn main() {} // `TestApp` is the `testing` feature's
+//! # #[cfg(feature = "testing")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! let broker = SqsBroker::in_process();
