@@ -107,18 +107,7 @@ impl Resolver {
     /// Creates a queue declared `create_if_missing`, with its type, deduplication and throughput
     /// settings, visibility timeout and redrive policy.
     async fn create(&self, queue: &SqsQueue) -> Result<String, TransportError> {
-        let mut attributes = QueueAttributes::new();
-        if queue.is_fifo() {
-            attributes.insert("FifoQueue".into(), "true".into());
-            if queue.content_based_dedup {
-                attributes.insert("ContentBasedDeduplication".into(), "true".into());
-            }
-            if queue.high_throughput {
-                for (name, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
-                    attributes.insert(name.into(), value.into());
-                }
-            }
-        }
+        let mut attributes = type_attributes(queue);
         if let Some(timeout) = queue.consumer.visibility_timeout {
             attributes.insert("VisibilityTimeout".into(), timeout.as_secs().to_string());
         }
@@ -149,23 +138,17 @@ impl Resolver {
         Ok(url)
     }
 
-    /// Finds a queue, or creates it with only its type and throughput set (a dead-letter queue).
+    /// Finds a queue, or creates it with only its type attributes (a dead-letter queue, whose
+    /// declaration carries its source's type and throughput).
     async fn look_up_plain(&self, queue: &SqsQueue) -> Result<Resolved, TransportError> {
         let url = match self.transport.get_queue_url(&queue.name).await {
             Err(error)
                 if queue.create_if_missing
                     && error.kind() == Some(ErrorKind::QueueDoesNotExist) =>
             {
-                let mut attributes = QueueAttributes::new();
-                if queue.is_fifo() {
-                    attributes.insert("FifoQueue".into(), "true".into());
-                    if queue.high_throughput {
-                        for (name, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
-                            attributes.insert(name.into(), value.into());
-                        }
-                    }
-                }
-                self.transport.create_queue(&queue.name, attributes).await?
+                self.transport
+                    .create_queue(&queue.name, type_attributes(queue))
+                    .await?
             }
             found => found?,
         };
@@ -227,4 +210,22 @@ impl Resolver {
         resolved.sort();
         resolved
     }
+}
+
+/// The attributes a queue is created with for its type, as declared: FIFO, and on a FIFO queue
+/// content-based deduplication and high throughput.
+fn type_attributes(queue: &SqsQueue) -> QueueAttributes {
+    let mut attributes = QueueAttributes::new();
+    if queue.is_fifo() {
+        attributes.insert("FifoQueue".into(), "true".into());
+        if queue.content_based_dedup {
+            attributes.insert("ContentBasedDeduplication".into(), "true".into());
+        }
+        if queue.high_throughput {
+            for (name, value) in crate::model::queue::HIGH_THROUGHPUT_FIFO {
+                attributes.insert(name.into(), value.into());
+            }
+        }
+    }
+    attributes
 }
